@@ -1,0 +1,51 @@
+# TensorHub: thin wrapper over scripts/install-deps, CMake and CTest.
+#   make demo   install what is missing, build, run the demo
+#   make test   install what is missing, build, run the tests (plus ASan/UBSan unit tests)
+# Also: make build, make bench, make test-asan, make fuzz, make clean.
+
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+FUZZ_DIR ?= build-fuzz
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 30
+
+.PHONY: all deps configure build test test-fast test-asan demo bench fuzz clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+$(BUILD_DIR)/build.ninja: | deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DTENSORHUB_WERROR=ON $(CMAKE_FLAGS)
+
+configure: deps $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test-fast: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+test: test-fast test-asan
+
+$(ASAN_DIR)/build.ninja: | deps
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTENSORHUB_SANITIZE=ON \
+	  -DTENSORHUB_BENCH=OFF -DTENSORHUB_CUDA=OFF -DTENSORHUB_WERROR=ON $(CMAKE_FLAGS)
+
+test-asan: deps $(ASAN_DIR)/build.ninja
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) -L unit
+
+demo: build
+	scripts/demo $(BUILD_DIR)/src/tensorhub
+
+bench: build
+	bench/run-benchmarks $(BUILD_DIR)
+
+fuzz: deps
+	tests/fuzz/run $(FUZZ_DIR) $(FUZZ_SECONDS)
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(FUZZ_DIR)

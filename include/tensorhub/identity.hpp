@@ -1,0 +1,56 @@
+// Ed25519 identities: a peer's key pair, and a publisher's signing key.
+//
+// The peer id is the public key. The secret never leaves this object except
+// through save(), which writes a file only its owner can read.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub {
+
+class Identity {
+ public:
+  // A fresh random key pair.
+  static Identity generate();
+  // The key pair derived from a 32-byte seed (deterministic: for tests and
+  // simulations).
+  static Identity from_seed(std::span<const std::uint8_t, 32> seed);
+  // Loads a key file written by save(). Refuses a file that its group or
+  // others may read, and names the chmod that fixes it.
+  static Result<Identity> load(const std::string& path);
+
+  Identity(Identity&& other) noexcept;
+  Identity& operator=(Identity&& other) noexcept;
+  Identity(const Identity&) = delete;
+  Identity& operator=(const Identity&) = delete;
+  ~Identity();  // wipes the secret
+
+  // Writes the key file with mode 0600, atomically. Refuses to replace an
+  // existing file unless `overwrite`.
+  Status save(const std::string& path, bool overwrite = false) const;
+
+  const PublicKey& public_key() const { return public_key_; }
+  const PeerId& peer_id() const { return public_key_; }
+
+  // Ed25519 signature of `message`. Callers put a domain-separation prefix in
+  // the message, so that a signature made for one purpose is useless for another.
+  Signature sign(std::span<const std::uint8_t> message) const;
+
+ private:
+  Identity() = default;
+  std::array<std::uint8_t, 32> seed_{};
+  std::array<std::uint8_t, 64> secret_key_{};
+  PublicKey public_key_;
+};
+
+// True when `signature` is `key`'s Ed25519 signature of `message`.
+bool verify_signature(const PublicKey& key, std::span<const std::uint8_t> message,
+                      const Signature& signature);
+
+}  // namespace tensorhub

@@ -1,0 +1,116 @@
+// Fixed-size identifiers and strong index types.
+//
+// A ManifestId is not a PublicKey even though both are 32 bytes, and a
+// ShardIndex is not a BlockIndex even though both are integers: each is its
+// own type, so mixing them up is a compile error.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "tensorhub/status.hpp"
+
+namespace tensorhub {
+
+// N opaque bytes with a tag that keeps different kinds apart.
+template <std::size_t N, typename Tag>
+struct FixedBytes {
+  static constexpr std::size_t kSize = N;
+  std::array<std::uint8_t, N> bytes{};
+
+  std::span<const std::uint8_t, N> span() const { return bytes; }
+  bool is_zero() const {
+    for (auto b : bytes) if (b != 0) return false;
+    return true;
+  }
+  // Lowercase hex, 2*N characters.
+  std::string hex() const;
+  // The first `chars` hex characters, for logs and tables.
+  std::string short_hex(std::size_t chars = 12) const { return hex().substr(0, chars); }
+  // Parses exactly 2*N hex characters (either case).
+  static Result<FixedBytes> from_hex(std::string_view text);
+  static FixedBytes from_span(std::span<const std::uint8_t, N> s) {
+    FixedBytes out;
+    for (std::size_t i = 0; i < N; ++i) out.bytes[i] = s[i];
+    return out;
+  }
+
+  friend auto operator<=>(const FixedBytes&, const FixedBytes&) = default;
+};
+
+struct ManifestIdTag {};
+struct PublicKeyTag {};
+struct SignatureTag {};
+
+// BLAKE2b-256 of a manifest's canonical encoding (without its signature).
+using ManifestId = FixedBytes<32, ManifestIdTag>;
+// An Ed25519 public key. A peer's id is its public key.
+using PublicKey = FixedBytes<32, PublicKeyTag>;
+using PeerId = PublicKey;
+// An Ed25519 signature.
+using Signature = FixedBytes<64, SignatureTag>;
+
+// An integer index with a tag. Arithmetic is explicit: `ShardIndex{i.value + 1}`.
+template <typename Tag, typename Rep = std::uint32_t>
+struct StrongIndex {
+  using rep = Rep;
+  Rep value{};
+  constexpr StrongIndex() = default;
+  constexpr explicit StrongIndex(Rep v) : value(v) {}
+  friend constexpr auto operator<=>(StrongIndex, StrongIndex) = default;
+};
+
+struct ShardIndexTag {};
+struct BlockIndexTag {};
+struct TensorIndexTag {};
+// The position of a shard in a version's shard table.
+using ShardIndex = StrongIndex<ShardIndexTag>;
+// The position of a block inside its shard.
+using BlockIndex = StrongIndex<BlockIndexTag>;
+// The position of a tensor in a manifest's tensor table.
+using TensorIndex = StrongIndex<TensorIndexTag>;
+
+// Hex helpers shared by every FixedBytes.
+std::string to_hex(std::span<const std::uint8_t> bytes);
+// REQUIRES: out.size() * 2 == text.size()
+Status from_hex(std::string_view text, std::span<std::uint8_t> out);
+
+template <std::size_t N, typename Tag>
+std::string FixedBytes<N, Tag>::hex() const {
+  return to_hex(bytes);
+}
+
+template <std::size_t N, typename Tag>
+Result<FixedBytes<N, Tag>> FixedBytes<N, Tag>::from_hex(std::string_view text) {
+  FixedBytes out;
+  if (text.size() != 2 * N) {
+    return Status::invalid_argument("expected " + std::to_string(2 * N) + " hex characters, got " +
+                                    std::to_string(text.size()));
+  }
+  Status s = tensorhub::from_hex(text, out.bytes);
+  if (!s.is_ok()) return s;
+  return out;
+}
+
+}  // namespace tensorhub
+
+template <std::size_t N, typename Tag>
+struct std::hash<tensorhub::FixedBytes<N, Tag>> {
+  std::size_t operator()(const tensorhub::FixedBytes<N, Tag>& v) const noexcept {
+    // The ids are hashes or keys already: their leading bytes are uniform.
+    std::size_t h = 0;
+    for (std::size_t i = 0; i < sizeof(h) && i < N; ++i) h = (h << 8) | v.bytes[i];
+    return h;
+  }
+};
+
+template <typename Tag, typename Rep>
+struct std::hash<tensorhub::StrongIndex<Tag, Rep>> {
+  std::size_t operator()(tensorhub::StrongIndex<Tag, Rep> i) const noexcept { return std::hash<Rep>{}(i.value); }
+};

@@ -1,0 +1,176 @@
+// The manifest: the signed description of one version of a model.
+//
+// A version is one flat byte image (for a safetensors model, the whole file),
+// described by a tensor table and cut into fixed-size shards, each with a hash.
+// The manifest's canonical msgpack encoding, without the signature, is hashed
+// with BLAKE2b-256: that hash is the manifest id. The publisher signs the id
+// with Ed25519. A manifest names its parent's id, so versions form a hash chain.
+//
+// What each shard-hash mode promises:
+//  - kXxh3_128 (default): XXH3-128 detects corruption, truncation, a wrong or
+//    mixed version, and any accidental change with overwhelming probability.
+//    It is not collision-resistant: a swarm member that crafts colliding data
+//    on purpose could pass a forged shard. Use it when members are trusted to
+//    be honest (the swarm key already keeps outsiders out).
+//  - kBlake2b_256 ("secure mode"): a cryptographic hash; no member can forge a
+//    shard that verifies. It costs about 25x the hashing CPU.
+// The manifest itself is always protected by BLAKE2b-256 and Ed25519, so the
+// shard table cannot be altered in either mode.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensorhub/identity.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+#include "tensorhub/tensor.hpp"
+
+namespace tensorhub {
+
+enum class ShardHashAlgorithm : std::uint8_t {
+  kXxh3_128 = 0,
+  kBlake2b_256 = 1,
+};
+std::string_view shard_hash_name(ShardHashAlgorithm algorithm);  // "xxh3-128", "blake2b-256"
+std::size_t shard_hash_size(ShardHashAlgorithm algorithm);       // 16 or 32
+
+// A shard's hash; `size` bytes of `bytes` are used.
+struct ShardDigest {
+  std::array<std::uint8_t, 32> bytes{};
+  std::uint8_t size = 0;
+  std::span<const std::uint8_t> view() const { return {bytes.data(), size}; }
+  std::string hex() const { return to_hex(view()); }
+  friend bool operator==(const ShardDigest&, const ShardDigest&) = default;
+};
+
+// Hashes one shard's bytes.
+ShardDigest compute_shard_digest(ShardHashAlgorithm algorithm, std::span<const std::byte> bytes);
+
+struct ShardEntry {
+  std::uint64_t byte_offset = 0;
+  std::uint64_t byte_length = 0;
+  ShardDigest digest;
+  friend bool operator==(const ShardEntry&, const ShardEntry&) = default;
+};
+
+// Limits. A decoder rejects anything beyond them before allocating for it.
+inline constexpr std::uint64_t kMinShardSize = 64ull << 10;          // 64 KiB
+inline constexpr std::uint64_t kMaxShardSize = 1ull << 30;           // 1 GiB
+inline constexpr std::uint64_t kDefaultShardSize = 16ull << 20;      // 16 MiB
+inline constexpr std::uint64_t kMaxImageSize = 1ull << 52;           // 4 PiB
+inline constexpr std::size_t kMaxShards = std::size_t{1} << 22;      // 4 Mi shards
+inline constexpr std::size_t kMaxTensors = std::size_t{1} << 20;     // 1 Mi tensors
+inline constexpr std::size_t kMaxModelNameBytes = 128;
+inline constexpr std::size_t kMaxManifestBytes = std::size_t{256} << 20;  // 256 MiB
+
+// Model names: 1..128 bytes of [A-Za-z0-9._/-], not starting with '/' or '.'.
+Status validate_model_name(std::string_view name);
+
+// What the publisher signs (through its id).
+struct ManifestBody {
+  std::string model;
+  std::uint64_t version = 0;
+  ManifestId parent;                 // all zero for a first version
+  std::uint64_t created_unix_ms = 0;
+  PublicKey publisher;
+  ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
+  std::uint64_t shard_size = kDefaultShardSize;
+  std::uint64_t total_size = 0;
+  std::vector<TensorEntry> tensors;  // sorted by byte_offset, non-overlapping
+  std::vector<ShardEntry> shards;    // shard i covers [i*shard_size, min(total, (i+1)*shard_size))
+
+  friend bool operator==(const ManifestBody&, const ManifestBody&) = default;
+};
+
+// An immutable, decoded, structurally valid manifest. Holding one says nothing
+// about trust: call verify_manifest_signature() before believing it.
+class Manifest {
+ public:
+  const ManifestBody& body() const { return body_; }
+  const std::string& model() const { return body_.model; }
+  std::uint64_t version() const { return body_.version; }
+  const ManifestId& id() const { return id_; }
+  const ManifestId& parent() const { return body_.parent; }
+  const PublicKey& publisher() const { return body_.publisher; }
+  const Signature& signature() const { return signature_; }
+  std::uint64_t total_size() const { return body_.total_size; }
+  std::uint64_t shard_size() const { return body_.shard_size; }
+  std::size_t shard_count() const { return body_.shards.size(); }
+  const ShardEntry& shard(ShardIndex index) const { return body_.shards.at(index.value); }
+  std::span<const TensorEntry> tensors() const { return body_.tensors; }
+
+  // The complete signed encoding: what a .manifest file holds, byte for byte.
+  std::span<const std::uint8_t> encoded() const { return encoded_; }
+
+  // The tensors that overlap a shard, in offset order. O(log T + result).
+  std::vector<TensorIndex> tensors_in_shard(ShardIndex index) const;
+  // "a, b, c and 4 more": for messages.
+  std::string describe_tensors_in_shard(ShardIndex index, std::size_t max_names = 3) const;
+
+ private:
+  friend struct ManifestAccess;
+  ManifestBody body_;
+  ManifestId id_;
+  Signature signature_;
+  std::vector<std::uint8_t> encoded_;
+};
+
+struct ManifestBuildOptions {
+  std::string model;
+  std::uint64_t version = 0;
+  ManifestId parent;  // zero for a first version
+  std::uint64_t created_unix_ms = 0;
+  std::uint64_t shard_size = kDefaultShardSize;
+  ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
+  unsigned threads = 0;  // threads that hash shards; 0 means one per core
+};
+
+// Builds and signs the manifest of `image`, described by `tensors` (any order;
+// the manifest keeps them sorted by offset). Fails on a bad model name, a
+// shard size that is not a power of two in [64 KiB, 1 GiB], an empty or
+// oversized image, or a bad tensor table.
+Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
+                                std::vector<TensorEntry> tensors, const Identity& publisher);
+
+// Strictly decodes a .manifest encoding: exact structure, canonical encodings
+// only, no trailing bytes, every limit above, shards that tile the image
+// exactly, tensors in bounds and non-overlapping. The error is one line and,
+// for malformed bytes, names the byte offset.
+Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded);
+
+// Checks that the manifest is signed by one of `trusted` publishers.
+Status verify_manifest_signature(const Manifest& manifest, std::span<const PublicKey> trusted);
+
+// Checks that `child` extends `parent`: same model, child names parent's id,
+// and a larger version number.
+Status verify_manifest_chain(const Manifest& parent, const Manifest& child);
+
+// Checks one shard's bytes against the shard table.
+bool verify_shard(const Manifest& manifest, ShardIndex index, std::span<const std::byte> bytes);
+
+// Checks a whole image against the shard table, hashing on `threads` threads
+// (0: one per core). On failure, names the first bad shard and its tensors.
+Status verify_image(const Manifest& manifest, std::span<const std::byte> image, unsigned threads = 0);
+
+// Which shards of `to` differ from `from`. When both have the same shard size
+// and hash algorithm, an unchanged hash at the same index means unchanged
+// bytes, which need no transfer. Otherwise every shard of `to` counts as
+// changed (`comparable` is false).
+struct ManifestDiff {
+  bool comparable = false;
+  std::vector<ShardIndex> changed;
+  std::uint64_t changed_bytes = 0;
+};
+ManifestDiff diff_manifests(const Manifest& from, const Manifest& to);
+
+// Reads and writes .manifest files.
+Result<Manifest> read_manifest_file(const std::string& path);
+Status write_manifest_file(const Manifest& manifest, const std::string& path);
+
+}  // namespace tensorhub

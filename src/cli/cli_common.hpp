@@ -1,0 +1,36 @@
+// Helpers shared by the tensorhub subcommands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tensorhub/status.hpp"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace tensorhub::cli {
+
+// Exit codes of every subcommand.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitCheckFailed = 1,  // a verification failed, or input is corrupt
+  kExitError = 2,        // bad arguments, missing files, I/O errors
+};
+
+// Prints "tensorhub: <status>" on stderr and returns the matching exit code.
+int report_error(const Status& status);
+
+// Adds an option that takes a byte size such as 16MiB and stores it in `out`.
+CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::uint64_t& out, const std::string& help);
+
+std::uint64_t unix_time_ms();
+
+// Each subcommand registers itself and stores its exit code in `exit_code`.
+void add_keygen_commands(CLI::App& app, int& exit_code);
+void add_manifest_command(CLI::App& app, int& exit_code);
+void add_synth_model_command(CLI::App& app, int& exit_code);
+
+}  // namespace tensorhub::cli

@@ -1,0 +1,28 @@
+// tensorhub: the command line of TensorHub.
+#include <CLI/CLI.hpp>
+
+#include "cli/cli_common.hpp"
+
+int main(int argc, char** argv) {
+  using namespace tensorhub::cli;
+  CLI::App app{"TensorHub: distributes versions of model weights through a peer-to-peer swarm.", "tensorhub"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tensorhub 0.1.0");
+  int exit_code = kExitOk;
+  add_keygen_commands(app, exit_code);
+  add_manifest_command(app, exit_code);
+  add_synth_model_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and a hint
+    return kExitError;
+  }
+  return exit_code;
+}

@@ -1,0 +1,45 @@
+#include "tensorhub/status.hpp"
+
+namespace tensorhub {
+
+std::string_view status_code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kCorrupt: return "corrupt";
+    case StatusCode::kVerifyFailed: return "verification failed";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kAlreadyExists: return "already exists";
+    case StatusCode::kPermissionDenied: return "permission denied";
+    case StatusCode::kIoError: return "I/O error";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kTimeout: return "timeout";
+    case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+Status::Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {
+  // One line, always: a newline would break CLIs and logs that print it.
+  for (char& c : message_) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+}
+
+std::string Status::to_string() const {
+  if (is_ok()) return "ok";
+  std::string out(status_code_name(code_));
+  if (!message_.empty()) {
+    out += ": ";
+    out += message_;
+  }
+  return out;
+}
+
+Status Status::with_context(std::string_view context) const {
+  if (is_ok()) return *this;
+  return Status(code_, std::string(context) + ": " + message_);
+}
+
+}  // namespace tensorhub

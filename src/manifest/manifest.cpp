@@ -1,0 +1,78 @@
+#include <algorithm>
+
+#include "core/hash.hpp"
+#include "manifest/manifest_codec.hpp"
+#include "tensorhub/manifest.hpp"
+
+namespace tensorhub {
+
+std::string_view shard_hash_name(ShardHashAlgorithm algorithm) {
+  return algorithm == ShardHashAlgorithm::kBlake2b_256 ? "blake2b-256" : "xxh3-128";
+}
+
+std::size_t shard_hash_size(ShardHashAlgorithm algorithm) {
+  return algorithm == ShardHashAlgorithm::kBlake2b_256 ? 32 : 16;
+}
+
+ShardDigest compute_shard_digest(ShardHashAlgorithm algorithm, std::span<const std::byte> bytes) {
+  ShardDigest digest;
+  if (algorithm == ShardHashAlgorithm::kBlake2b_256) {
+    auto d = core::blake2b_256(bytes);
+    std::copy(d.begin(), d.end(), digest.bytes.begin());
+    digest.size = static_cast<std::uint8_t>(d.size());
+  } else {
+    auto d = core::xxh3_128(bytes);
+    std::copy(d.begin(), d.end(), digest.bytes.begin());
+    digest.size = static_cast<std::uint8_t>(d.size());
+  }
+  return digest;
+}
+
+Status validate_model_name(std::string_view name) {
+  if (name.empty()) return Status::invalid_argument("the model name is empty");
+  if (name.size() > kMaxModelNameBytes) {
+    return Status::invalid_argument("the model name is longer than " + std::to_string(kMaxModelNameBytes) + " bytes");
+  }
+  if (name.front() == '/' || name.front() == '.') {
+    return Status::invalid_argument("the model name '" + std::string(name) + "' starts with '" + name.front() + "'");
+  }
+  for (char c : name) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                         c == '_' || c == '-' || c == '/';
+    if (!allowed) {
+      return Status::invalid_argument("the model name may hold only letters, digits and . _ - /; it has '" +
+                                      std::string(1, static_cast<unsigned char>(c) < 0x20 ? '?' : c) + "'");
+    }
+  }
+  return Status::ok();
+}
+
+std::vector<TensorIndex> Manifest::tensors_in_shard(ShardIndex index) const {
+  std::vector<TensorIndex> out;
+  const ShardEntry& s = shard(index);
+  const std::uint64_t end = s.byte_offset + s.byte_length;
+  const auto& tensors = body_.tensors;
+  // Tensors are sorted by offset and do not overlap, so their ends are sorted too.
+  auto first = std::partition_point(tensors.begin(), tensors.end(), [&](const TensorEntry& t) {
+    return t.byte_offset + t.byte_length <= s.byte_offset;
+  });
+  for (auto it = first; it != tensors.end() && it->byte_offset < end; ++it) {
+    if (it->byte_length == 0) continue;
+    out.push_back(TensorIndex{static_cast<std::uint32_t>(it - tensors.begin())});
+  }
+  return out;
+}
+
+std::string Manifest::describe_tensors_in_shard(ShardIndex index, std::size_t max_names) const {
+  auto tensors = tensors_in_shard(index);
+  if (tensors.empty()) return "no tensor (header or padding bytes)";
+  std::string out;
+  for (std::size_t i = 0; i < tensors.size() && i < max_names; ++i) {
+    if (i > 0) out += ", ";
+    out += body_.tensors[tensors[i].value].name;
+  }
+  if (tensors.size() > max_names) out += " and " + std::to_string(tensors.size() - max_names) + " more";
+  return out;
+}
+
+}  // namespace tensorhub

@@ -1,0 +1,54 @@
+#include <algorithm>
+
+#include "core/parallel_for.hpp"
+#include "manifest/manifest_codec.hpp"
+#include "tensorhub/manifest.hpp"
+
+namespace tensorhub {
+
+Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
+                                std::vector<TensorEntry> tensors, const Identity& publisher) {
+  ManifestBody body;
+  body.model = options.model;
+  body.version = options.version;
+  body.parent = options.parent;
+  body.created_unix_ms = options.created_unix_ms;
+  body.publisher = publisher.public_key();
+  body.shard_hash = options.shard_hash;
+  body.shard_size = options.shard_size;
+  body.total_size = image.size();
+  std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return std::pair(a.byte_offset, a.byte_length) < std::pair(b.byte_offset, b.byte_length);
+  });
+  body.tensors = std::move(tensors);
+
+  // Cheap checks first, so a bad argument fails before hashing gigabytes.
+  ManifestBody shape_only = body;
+  const bool shard_size_ok = options.shard_size >= kMinShardSize && options.shard_size <= kMaxShardSize;
+  if (shard_size_ok && image.size() > 0 && image.size() <= kMaxImageSize) {
+    const std::uint64_t count = (image.size() + options.shard_size - 1) / options.shard_size;
+    if (count <= kMaxShards) {
+      shape_only.shards.resize(count);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        ShardEntry& s = shape_only.shards[i];
+        s.byte_offset = i * options.shard_size;
+        s.byte_length = std::min<std::uint64_t>(options.shard_size, image.size() - s.byte_offset);
+        s.digest.size = static_cast<std::uint8_t>(shard_hash_size(options.shard_hash));
+      }
+    }
+  }
+  TENSORHUB_RETURN_IF_ERROR(manifest_detail::validate_body(shape_only));
+
+  body.shards = std::move(shape_only.shards);
+  core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {
+    ShardEntry& s = body.shards[i];
+    s.digest = compute_shard_digest(options.shard_hash, image.subspan(s.byte_offset, s.byte_length));
+  });
+
+  const std::vector<std::uint8_t> body_bytes = manifest_detail::encode_body(body);
+  const ManifestId id = manifest_detail::compute_manifest_id(body_bytes);
+  const Signature signature = publisher.sign(manifest_detail::signing_message(id));
+  return ManifestAccess::assemble(std::move(body), body_bytes, signature);
+}
+
+}  // namespace tensorhub

@@ -1,0 +1,266 @@
+#include "manifest/manifest_codec.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <cstring>
+
+#include "core/hash.hpp"
+#include "core/msgpack_reader.hpp"
+#include "core/msgpack_writer.hpp"
+
+namespace tensorhub {
+namespace manifest_detail {
+
+std::vector<std::uint8_t> encode_body(const ManifestBody& body) {
+  std::vector<std::uint8_t> out;
+  out.reserve(256 + body.tensors.size() * 64 + body.shards.size() * (24 + shard_hash_size(body.shard_hash)));
+  core::MsgpackWriter w(out);
+  w.write_map_header(11);
+  w.write_str("format");
+  w.write_uint(kFormatVersion);
+  w.write_str("model");
+  w.write_str(body.model);
+  w.write_str("version");
+  w.write_uint(body.version);
+  w.write_str("parent");
+  w.write_bin(body.parent.bytes);
+  w.write_str("created_ms");
+  w.write_uint(body.created_unix_ms);
+  w.write_str("publisher");
+  w.write_bin(body.publisher.bytes);
+  w.write_str("shard_hash");
+  w.write_str(shard_hash_name(body.shard_hash));
+  w.write_str("shard_size");
+  w.write_uint(body.shard_size);
+  w.write_str("total_size");
+  w.write_uint(body.total_size);
+  w.write_str("tensors");
+  w.write_array_header(static_cast<std::uint32_t>(body.tensors.size()));
+  for (const TensorEntry& t : body.tensors) {
+    w.write_array_header(5);
+    w.write_str(t.name);
+    w.write_str(dtype_name(t.dtype));
+    w.write_array_header(static_cast<std::uint32_t>(t.shape.size()));
+    for (std::uint64_t dim : t.shape) w.write_uint(dim);
+    w.write_uint(t.byte_offset);
+    w.write_uint(t.byte_length);
+  }
+  w.write_str("shards");
+  w.write_array_header(static_cast<std::uint32_t>(body.shards.size()));
+  for (const ShardEntry& s : body.shards) {
+    w.write_array_header(3);
+    w.write_uint(s.byte_offset);
+    w.write_uint(s.byte_length);
+    w.write_bin(s.digest.view());
+  }
+  return out;
+}
+
+ManifestId compute_manifest_id(std::span<const std::uint8_t> body_bytes) {
+  ManifestId id;
+  id.bytes = core::blake2b_256(std::as_bytes(body_bytes));
+  return id;
+}
+
+std::array<std::uint8_t, kSigningDomain.size() + ManifestId::kSize> signing_message(const ManifestId& id) {
+  std::array<std::uint8_t, kSigningDomain.size() + ManifestId::kSize> message{};
+  std::memcpy(message.data(), kSigningDomain.data(), kSigningDomain.size());
+  std::memcpy(message.data() + kSigningDomain.size(), id.bytes.data(), id.bytes.size());
+  return message;
+}
+
+Status validate_body(const ManifestBody& body) {
+  TENSORHUB_RETURN_IF_ERROR(validate_model_name(body.model));
+  if (!body.parent.is_zero() && body.version == 0) {
+    return Status::invalid_argument("version 0 cannot have a parent (a child's version exceeds its parent's)");
+  }
+  if (!std::has_single_bit(body.shard_size) || body.shard_size < kMinShardSize || body.shard_size > kMaxShardSize) {
+    return Status::invalid_argument("shard size " + std::to_string(body.shard_size) +
+                                    " is not a power of two from 64 KiB to 1 GiB");
+  }
+  if (body.total_size == 0) return Status::invalid_argument("the image is empty");
+  if (body.total_size > kMaxImageSize) {
+    return Status::invalid_argument("image of " + std::to_string(body.total_size) + " bytes exceeds the limit of " +
+                                    std::to_string(kMaxImageSize));
+  }
+  const std::uint64_t expected_shards = (body.total_size + body.shard_size - 1) / body.shard_size;
+  if (expected_shards > kMaxShards) {
+    return Status::invalid_argument(std::to_string(expected_shards) + " shards exceed the limit of " +
+                                    std::to_string(kMaxShards) + "; use a larger shard size");
+  }
+  if (body.shards.size() != expected_shards) {
+    return Status::invalid_argument("the shard table has " + std::to_string(body.shards.size()) +
+                                    " shards, but an image of " + std::to_string(body.total_size) +
+                                    " bytes in shards of " + std::to_string(body.shard_size) + " needs " +
+                                    std::to_string(expected_shards));
+  }
+  const std::size_t digest_size = shard_hash_size(body.shard_hash);
+  for (std::size_t i = 0; i < body.shards.size(); ++i) {
+    const ShardEntry& s = body.shards[i];
+    const std::uint64_t offset = i * body.shard_size;
+    const std::uint64_t length = std::min(body.shard_size, body.total_size - offset);
+    if (s.byte_offset != offset || s.byte_length != length) {
+      return Status::invalid_argument("shard " + std::to_string(i) + " covers [" + std::to_string(s.byte_offset) +
+                                      ", +" + std::to_string(s.byte_length) + ") but must cover [" +
+                                      std::to_string(offset) + ", +" + std::to_string(length) +
+                                      ") for the shards to tile the image");
+    }
+    if (s.digest.size != digest_size) {
+      return Status::invalid_argument("shard " + std::to_string(i) + " has a " + std::to_string(s.digest.size) +
+                                      "-byte digest; " + std::string(shard_hash_name(body.shard_hash)) + " needs " +
+                                      std::to_string(digest_size));
+    }
+  }
+  if (body.tensors.size() > kMaxTensors) {
+    return Status::invalid_argument(std::to_string(body.tensors.size()) + " tensors exceed the limit of " +
+                                    std::to_string(kMaxTensors));
+  }
+  for (std::size_t i = 1; i < body.tensors.size(); ++i) {
+    const TensorEntry& a = body.tensors[i - 1];
+    const TensorEntry& b = body.tensors[i];
+    if (std::pair(a.byte_offset, a.byte_length) > std::pair(b.byte_offset, b.byte_length)) {
+      return Status::invalid_argument("tensor " + std::to_string(i) + " is out of order (tensors are sorted by offset)");
+    }
+  }
+  return validate_tensor_table(body.tensors, body.total_size);
+}
+
+namespace {
+
+bool read_digest(core::MsgpackReader& r, ShardHashAlgorithm algorithm, ShardDigest& digest) {
+  const std::size_t start = r.offset();
+  std::span<const std::uint8_t> bytes;
+  if (!r.read_bin("shard digest", bytes, 32)) return false;
+  if (bytes.size() != shard_hash_size(algorithm)) {
+    return r.fail_at(start, "shard digest", "expected " + std::to_string(shard_hash_size(algorithm)) + " bytes for " +
+                                                std::string(shard_hash_name(algorithm)) + ", found " +
+                                                std::to_string(bytes.size()));
+  }
+  std::copy(bytes.begin(), bytes.end(), digest.bytes.begin());
+  digest.size = static_cast<std::uint8_t>(bytes.size());
+  return true;
+}
+
+bool read_tensor(core::MsgpackReader& r, TensorEntry& t) {
+  if (!r.expect_array("tensor entry", 5)) return false;
+  std::string_view name;
+  if (!r.read_str("tensor name", name, kMaxTensorNameBytes)) return false;
+  t.name.assign(name);
+  const std::size_t dtype_at = r.offset();
+  std::string_view dtype;
+  if (!r.read_str("tensor dtype", dtype, 16)) return false;
+  auto parsed = dtype_from_name(dtype);
+  if (!parsed) return r.fail_at(dtype_at, "tensor dtype", "unknown dtype '" + std::string(dtype) + "'");
+  t.dtype = *parsed;
+  std::uint32_t rank = 0;
+  if (!r.read_array_header("tensor shape", rank, kMaxTensorRank)) return false;
+  t.shape.resize(rank);
+  for (auto& dim : t.shape) {
+    if (!r.read_uint("tensor shape", dim)) return false;
+  }
+  return r.read_uint("tensor offset", t.byte_offset) && r.read_uint("tensor length", t.byte_length);
+}
+
+}  // namespace
+
+}  // namespace manifest_detail
+
+Manifest ManifestAccess::assemble(ManifestBody body, std::span<const std::uint8_t> body_bytes,
+                                  const Signature& signature) {
+  Manifest m;
+  m.body_ = std::move(body);
+  m.id_ = manifest_detail::compute_manifest_id(body_bytes);
+  m.signature_ = signature;
+  m.encoded_.reserve(body_bytes.size() + 3 + Signature::kSize);
+  core::MsgpackWriter w(m.encoded_);
+  w.write_array_header(2);
+  m.encoded_.insert(m.encoded_.end(), body_bytes.begin(), body_bytes.end());
+  w.write_bin(signature.bytes);
+  return m;
+}
+
+Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded) {
+  using namespace manifest_detail;
+  if (encoded.size() > kMaxManifestBytes) {
+    return Status::corrupt("manifest of " + std::to_string(encoded.size()) + " bytes exceeds the limit of " +
+                           std::to_string(kMaxManifestBytes));
+  }
+  core::MsgpackReader r(encoded);
+  ManifestBody body;
+  r.expect_array("manifest", 2);
+  const std::size_t body_start = r.offset();
+  r.expect_map("manifest body", 11);
+
+  std::uint64_t format = 0;
+  if (r.expect_key("format") && r.read_uint("format", format) && format != kFormatVersion) {
+    r.fail("format", "unsupported manifest format " + std::to_string(format) + " (this build reads format " +
+                         std::to_string(kFormatVersion) + ")");
+  }
+  std::string_view model;
+  if (r.expect_key("model") && r.read_str("model", model, kMaxModelNameBytes)) body.model.assign(model);
+  r.expect_key("version") && r.read_uint("version", body.version);
+  r.expect_key("parent") && r.read_bin_exact("parent", body.parent.bytes);
+  r.expect_key("created_ms") && r.read_uint("created_ms", body.created_unix_ms);
+  r.expect_key("publisher") && r.read_bin_exact("publisher", body.publisher.bytes);
+  std::string_view hash_name;
+  std::size_t hash_at = 0;
+  if (r.expect_key("shard_hash") && (hash_at = r.offset(), r.read_str("shard_hash", hash_name, 32))) {
+    if (hash_name == shard_hash_name(ShardHashAlgorithm::kXxh3_128)) {
+      body.shard_hash = ShardHashAlgorithm::kXxh3_128;
+    } else if (hash_name == shard_hash_name(ShardHashAlgorithm::kBlake2b_256)) {
+      body.shard_hash = ShardHashAlgorithm::kBlake2b_256;
+    } else {
+      r.fail_at(hash_at, "shard_hash", "unknown shard hash '" + std::string(hash_name) + "'");
+    }
+  }
+  r.expect_key("shard_size") && r.read_uint("shard_size", body.shard_size, kMaxShardSize);
+  r.expect_key("total_size") && r.read_uint("total_size", body.total_size, kMaxImageSize);
+
+  std::uint32_t tensor_count = 0;
+  if (r.expect_key("tensors") &&
+      r.read_array_header("tensors", tensor_count, kMaxTensors, /*min_element_bytes=*/8)) {
+    body.tensors.resize(tensor_count);
+    for (auto& t : body.tensors) {
+      if (!read_tensor(r, t)) break;
+    }
+  }
+
+  std::uint32_t shard_count = 0;
+  std::size_t shards_at = 0;
+  const std::size_t min_shard_bytes = 5 + shard_hash_size(body.shard_hash);
+  if (r.expect_key("shards") &&
+      (shards_at = r.offset(), r.read_array_header("shards", shard_count, kMaxShards, min_shard_bytes))) {
+    // Bound the allocation by what the header already fixed, too.
+    const std::uint64_t expected = body.shard_size >= kMinShardSize
+                                       ? (body.total_size + body.shard_size - 1) / body.shard_size
+                                       : 0;
+    if (shard_count != expected) {
+      r.fail_at(shards_at, "shards", std::to_string(shard_count) + " shards, but an image of " +
+                                         std::to_string(body.total_size) + " bytes in shards of " +
+                                         std::to_string(body.shard_size) + " needs " + std::to_string(expected));
+    } else {
+      body.shards.resize(shard_count);
+      for (auto& s : body.shards) {
+        if (!(r.expect_array("shard entry", 3) && r.read_uint("shard offset", s.byte_offset) &&
+              r.read_uint("shard length", s.byte_length) && read_digest(r, body.shard_hash, s.digest))) {
+          break;
+        }
+      }
+    }
+  }
+  const std::size_t body_end = r.offset();
+  Signature signature;
+  r.read_bin_exact("signature", signature.bytes);
+  TENSORHUB_RETURN_IF_ERROR(r.finish());
+
+  Status valid = validate_body(body);
+  if (!valid.is_ok()) return Status::corrupt("invalid manifest: " + valid.message());
+  const auto body_bytes = encoded.subspan(body_start, body_end - body_start);
+#if TENSORHUB_DEBUG_INVARIANTS
+  assert(encode_body(body) == std::vector<std::uint8_t>(body_bytes.begin(), body_bytes.end()));
+#endif
+  return ManifestAccess::assemble(std::move(body), body_bytes, signature);
+}
+
+}  // namespace tensorhub

@@ -1,0 +1,51 @@
+// The canonical encoding of manifests (internal to src/manifest/).
+//
+// A .manifest file is a msgpack array of two: [body, signature].
+//   body: a map with exactly these keys, in this order:
+//     "format"     1
+//     "model"      str
+//     "version"    uint
+//     "parent"     bin(32), all zero for a first version
+//     "created_ms" uint, Unix milliseconds
+//     "publisher"  bin(32), Ed25519 public key
+//     "shard_hash" "xxh3-128" | "blake2b-256"
+//     "shard_size" uint, a power of two in [64 KiB, 1 GiB]
+//     "total_size" uint
+//     "tensors"    array of [name str, dtype str, shape [uint...], offset uint, length uint],
+//                  sorted by (offset, length)
+//     "shards"     array of [offset uint, length uint, digest bin]
+//   signature: bin(64), Ed25519 over kSigningDomain || id
+// The id is BLAKE2b-256 of the body's bytes. Every value takes its shortest
+// msgpack form, so one body has exactly one encoding.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tensorhub/manifest.hpp"
+
+namespace tensorhub {
+
+namespace manifest_detail {
+
+inline constexpr std::uint64_t kFormatVersion = 1;
+inline constexpr std::string_view kSigningDomain{"tensorhub manifest v1\0", 22};
+
+std::vector<std::uint8_t> encode_body(const ManifestBody& body);
+ManifestId compute_manifest_id(std::span<const std::uint8_t> body_bytes);
+// The bytes the publisher signs for a manifest id.
+std::array<std::uint8_t, kSigningDomain.size() + ManifestId::kSize> signing_message(const ManifestId& id);
+// Every semantic rule of a body: names, limits, tiling, digests, tensors.
+Status validate_body(const ManifestBody& body);
+
+}  // namespace manifest_detail
+
+// Builds Manifest objects; the only way to make one.
+struct ManifestAccess {
+  // REQUIRES: body_bytes == encode_body(body), and body passed validate_body.
+  static Manifest assemble(ManifestBody body, std::span<const std::uint8_t> body_bytes, const Signature& signature);
+};
+
+}  // namespace tensorhub
