@@ -29,6 +29,7 @@ CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::uint64
 std::uint64_t unix_time_ms();
 
 // Each subcommand registers itself and stores its exit code in `exit_code`.
+void add_devices_command(CLI::App& app, int& exit_code);
 void add_keygen_commands(CLI::App& app, int& exit_code);
 void add_manifest_command(CLI::App& app, int& exit_code);
 void add_synth_model_command(CLI::App& app, int& exit_code);

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "tensorhub 0.1.0");
   int exit_code = kExitOk;
   add_keygen_commands(app, exit_code);
+  add_devices_command(app, exit_code);
   add_manifest_command(app, exit_code);
   add_synth_model_command(app, exit_code);
   try {

@@ -1,0 +1,48 @@
+// Discovery of the optional hardware: RDMA NICs and CUDA GPUs.
+//
+// Both lists are empty, not errors, when the build lacks the part or the
+// machine lacks the device; `built` says which of the two it is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tensorhub {
+
+struct RdmaPortInfo {
+  std::uint8_t port = 0;
+  std::string state;        // "active", "down", ...
+  std::string link_layer;   // "InfiniBand" or "Ethernet" (RoCE)
+  std::uint32_t active_mtu = 0;
+};
+
+struct RdmaDeviceInfo {
+  std::string name;         // e.g. mlx5_0
+  std::string node_guid;    // hex
+  std::vector<RdmaPortInfo> ports;
+};
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  std::uint64_t total_memory = 0;
+  int compute_major = 0, compute_minor = 0;
+};
+
+struct RdmaDevices {
+  bool built = false;      // compiled with TENSORHUB_RDMA
+  std::string note;        // why the list is empty, when it is
+  std::vector<RdmaDeviceInfo> devices;
+};
+
+struct CudaDevices {
+  bool built = false;      // compiled with TENSORHUB_CUDA
+  std::string note;
+  std::vector<CudaDeviceInfo> devices;
+};
+
+RdmaDevices list_rdma_devices();
+CudaDevices list_cuda_devices();
+
+}  // namespace tensorhub
