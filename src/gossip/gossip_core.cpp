@@ -1,0 +1,841 @@
+#include "gossip/gossip_core.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tensorhub::gossip {
+namespace {
+
+// Largest plaintext header of a datagram before its items: array, sender,
+// kind, seq, target, address, items array header.
+constexpr std::size_t kPacketHeaderBytes = 1 + 34 + 1 + 5 + 34 + 2 + kMaxRecordAddrBytes + 3;
+constexpr std::size_t kMaxEvents = 1u << 16;
+constexpr std::size_t kMaxStrangerWindows = 4096;
+
+}  // namespace
+
+std::string_view member_event_name(MemberEventKind kind) {
+  switch (kind) {
+    case MemberEventKind::kJoined: return "joined";
+    case MemberEventKind::kUpdated: return "updated";
+    case MemberEventKind::kSuspect: return "suspect";
+    case MemberEventKind::kAlive: return "alive";
+    case MemberEventKind::kDead: return "dead";
+    case MemberEventKind::kLeft: return "left";
+    case MemberEventKind::kRemoved: return "removed";
+  }
+  return "unknown";
+}
+
+GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& swarm_key, LocalPeerInfo local,
+                       std::uint64_t initial_incarnation, std::uint64_t rng_seed, TimePoint now,
+                       std::shared_ptr<RecordDecoder> decoder)
+    : config_(config),
+      identity_(std::move(identity)),
+      gossip_key_(swarm_key.derive("gossip")),
+      sealer_(gossip_key_, identity_.public_key(), initial_incarnation),
+      rng_(rng_seed),
+      decoder_(decoder ? std::move(decoder) : default_record_decoder()),
+      table_(config.max_members),
+      rate_limiter_(config.rate_limit_per_second, config.rate_limit_burst, config.rate_limit_addresses) {
+  self_.id = identity_.public_key();
+  self_.incarnation = initial_incarnation;
+  self_.seq = 0;
+  self_.gossip_addr = std::move(local.gossip_addr);
+  self_.data_addr = std::move(local.data_addr);
+  self_.topology = std::move(local.topology);
+  resign(now);
+  // Spread the periodic work of many peers started at once.
+  const auto jitter = [&](Duration d) { return Duration(static_cast<std::int64_t>(rng_.below(d.count() + 1))); };
+  next_probe_at_ = now + jitter(config_.probe_interval);
+  next_gossip_at_ = now + jitter(config_.gossip_interval);
+  next_push_pull_at_ = now + config_.push_pull_interval / 2 + jitter(config_.push_pull_interval / 2);
+  next_reconnect_at_ = now + config_.reconnect_interval / 2 + jitter(config_.reconnect_interval / 2);
+  next_reap_at_ = now + config_.probe_interval * 10;
+}
+
+// --------------------------------------------------------------------------
+// Local record
+
+void GossipCore::resign(TimePoint now) {
+  auto signed_record = sign_record(self_, identity_);
+  // Our own record always fits: its limits are enforced by set_* below.
+  if (!signed_record) return;
+  self_signed_ = std::move(*signed_record);
+  self_dirty_ = false;
+  last_signed_ = now;
+  ++stats_.records_signed;
+  broadcasts_.enqueue(self_signed_);
+}
+
+void GossipCore::resign_if_due(TimePoint now) {
+  if (self_dirty_ && now >= last_signed_ + config_.min_resign_interval) {
+    ++self_.seq;
+    resign(now);
+  }
+}
+
+void GossipCore::set_head(const HeadEntry& head) {
+  auto it = std::lower_bound(self_.heads.begin(), self_.heads.end(), head,
+                             [](const HeadEntry& a, const HeadEntry& b) { return a.model < b.model; });
+  if (it != self_.heads.end() && it->model == head.model) {
+    if (*it == head) return;
+    *it = head;
+  } else {
+    if (self_.heads.size() >= kMaxRecordHeads) return;
+    self_.heads.insert(it, head);
+  }
+  self_dirty_ = true;
+}
+
+void GossipCore::set_holding(const HoldingEntry& holding) {
+  auto less = [](const HoldingEntry& a, const HoldingEntry& b) {
+    return std::tie(a.model, a.version) < std::tie(b.model, b.version);
+  };
+  auto it = std::lower_bound(self_.holdings.begin(), self_.holdings.end(), holding, less);
+  if (it != self_.holdings.end() && it->model == holding.model && it->version == holding.version) {
+    if (*it == holding) return;
+    *it = holding;
+  } else {
+    if (self_.holdings.size() >= kMaxRecordHoldings) self_.holdings.erase(self_.holdings.begin());  // oldest model/version
+    it = std::lower_bound(self_.holdings.begin(), self_.holdings.end(), holding, less);
+    self_.holdings.insert(it, holding);
+  }
+  self_dirty_ = true;
+}
+
+void GossipCore::remove_holding(const std::string& model, std::uint64_t version) {
+  auto it = std::find_if(self_.holdings.begin(), self_.holdings.end(),
+                         [&](const HoldingEntry& h) { return h.model == model && h.version == version; });
+  if (it == self_.holdings.end()) return;
+  self_.holdings.erase(it);
+  self_dirty_ = true;
+}
+
+void GossipCore::refute(TimePoint now, std::uint64_t accused_incarnation) {
+  if (self_.leaving) return;
+  self_.incarnation = std::max(self_.incarnation, accused_incarnation) + 1;
+  self_.seq = 0;
+  ++stats_.refutations;
+  adjust_awareness(1);  // being suspected hints that we are the slow one
+  resign(now);
+}
+
+void GossipCore::adjust_awareness(int delta) {
+  awareness_ = std::clamp(awareness_ + delta, 0, config_.awareness_max - 1);
+}
+
+void GossipCore::leave(TimePoint now) {
+  if (self_.leaving) return;
+  self_.leaving = true;
+  ++self_.seq;
+  resign(now);
+  leave_at_ = now;
+  leave_sends_ = 0;
+  probe_.reset();
+  // Tell a few peers right away; gossip rounds carry it further.
+  for (const Member* m : random_members(static_cast<std::size_t>(config_.gossip_fanout) * 2,
+                                        [](const Member& m) { return m.is_live(); })) {
+    Packet p;
+    p.sender = self_id();
+    p.kind = PacketKind::kGossip;
+    send_packet(m->record->record.gossip_addr, p, std::vector<OutgoingItem>{self_signed_});
+    ++leave_sends_;
+  }
+}
+
+bool GossipCore::leave_settled() const {
+  return self_.leaving && (table_.live_count() == 0 || leave_sends_ >= retransmit_limit() || broadcasts_.empty());
+}
+
+// --------------------------------------------------------------------------
+// Output helpers
+
+void GossipCore::emit(MemberEventKind kind, const PeerId& id, const RecordPtr& record, std::uint64_t incarnation) {
+  if (events_.size() >= kMaxEvents) {
+    events_.pop_front();
+    ++stats_.events_dropped;
+  }
+  events_.push_back(MemberEvent{kind, id, record, incarnation});
+}
+
+int GossipCore::retransmit_limit() const {
+  const double scale = std::ceil(std::log10(static_cast<double>(cluster_size()) + 1.0));
+  return std::max(1, config_.retransmit_multiplier * static_cast<int>(scale));
+}
+
+SuspicionTimeouts GossipCore::suspicion_timeouts() const {
+  const double n = static_cast<double>(cluster_size());
+  const double node_scale = std::max(1.0, std::log10(std::max(1.0, n)));
+  const Duration min = std::chrono::duration_cast<Duration>(config_.probe_interval * config_.suspicion_multiplier *
+                                                            node_scale);
+  const std::size_t expected = cluster_size() > 2 ? std::min<std::size_t>(config_.indirect_checks, cluster_size() - 2)
+                                                  : 0;
+  return SuspicionTimeouts{min, min * config_.suspicion_max_multiplier, expected};
+}
+
+Duration GossipCore::push_pull_interval() const {
+  const double n = static_cast<double>(cluster_size());
+  if (n <= 32) return config_.push_pull_interval;
+  const double multiplier = std::ceil(std::log2(n) - std::log2(32.0)) + 1.0;
+  return std::chrono::duration_cast<Duration>(config_.push_pull_interval * multiplier);
+}
+
+void GossipCore::send_packet(const std::string& to, Packet packet, std::span<const OutgoingItem> must_include) {
+  if (to.empty()) return;
+  packet.sender = self_id();
+  std::size_t budget = config_.max_datagram_bytes - kSealOverhead - kPacketHeaderBytes;
+  std::vector<OutgoingItem> items(must_include.begin(), must_include.end());
+  for (const auto& item : items) budget -= std::min(budget, encoded_item_size(item));
+  for (auto& item : broadcasts_.take(budget, retransmit_limit())) items.push_back(std::move(item));
+  OutgoingDatagram d{to, sealer_.seal_packet(packet, items)};
+  ++stats_.datagrams_out;
+  stats_.bytes_out += d.bytes.size();
+  datagrams_.push_back(std::move(d));
+}
+
+std::optional<OutgoingDatagram> GossipCore::poll_datagram() {
+  if (datagrams_.empty()) return std::nullopt;
+  OutgoingDatagram d = std::move(datagrams_.front());
+  datagrams_.pop_front();
+  return d;
+}
+
+std::optional<StreamAction> GossipCore::poll_stream() {
+  if (stream_actions_.empty()) return std::nullopt;
+  StreamAction a = std::move(stream_actions_.front());
+  stream_actions_.pop_front();
+  return a;
+}
+
+std::optional<MemberEvent> GossipCore::poll_event() {
+  if (events_.empty()) return std::nullopt;
+  MemberEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+// --------------------------------------------------------------------------
+// Incoming datagrams
+
+void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::span<const std::uint8_t> bytes) {
+  ++stats_.datagrams_in;
+  stats_.bytes_in += bytes.size();
+  if (bytes.size() > config_.max_datagram_bytes) {
+    ++stats_.dropped_oversized;
+    return;
+  }
+  if (!rate_limiter_.allow(from, now)) {
+    ++stats_.dropped_rate_limited;
+    return;
+  }
+  Opened opened;
+  switch (open_sealed(gossip_key_, /*stream=*/false, bytes, opened)) {
+    case OpenError::kNone: break;
+    case OpenError::kMalformed: ++stats_.dropped_malformed; return;
+    default: ++stats_.dropped_unauthenticated; return;
+  }
+  if (opened.sender == self_id()) {
+    ++stats_.dropped_misdirected;
+    return;
+  }
+  // Anti-replay per sender; members keep their window in the member table.
+  ReplayWindow* window = nullptr;
+  if (Member* m = table_.find(opened.sender)) {
+    window = &m->replay;
+  } else {
+    if (stranger_windows_.size() >= kMaxStrangerWindows) stranger_windows_.clear();
+    window = &stranger_windows_[opened.sender];
+  }
+  if (!window->accept(opened.boot_id, opened.counter)) {
+    ++stats_.dropped_replayed;
+    return;
+  }
+  Packet packet;
+  std::vector<IncomingItem> items;
+  if (!decode_packet(opened.plaintext, packet, items).is_ok() || packet.sender != opened.sender) {
+    ++stats_.dropped_malformed;
+    return;
+  }
+  if (self_.leaving) return;  // a departing peer only talks
+  std::vector<OutgoingItem> corrections;
+  process_items(now, items, &corrections);
+  if (!corrections.empty()) {
+    // The sender spread news we know to be stale: send it the newer records
+    // at once instead of letting it act on old beliefs (a false death).
+    Packet correction;
+    correction.kind = PacketKind::kGossip;
+    send_packet(from, correction, corrections);
+  }
+  // A stranger that just became a member carries its window over.
+  if (Member* m = table_.find(opened.sender); m != nullptr && window != &m->replay) {
+    m->replay = *window;
+    stranger_windows_.erase(opened.sender);
+  }
+  switch (packet.kind) {
+    case PacketKind::kPing: on_ping(now, from, packet); break;
+    case PacketKind::kAck: on_ack(now, packet); break;
+    case PacketKind::kPingReq: on_ping_req(now, from, packet); break;
+    case PacketKind::kNack: on_nack(packet); break;
+    case PacketKind::kGossip: break;
+  }
+}
+
+void GossipCore::process_items(TimePoint now, std::vector<IncomingItem>& items,
+                               std::vector<OutgoingItem>* corrections) {
+  for (auto& item : items) {
+    if (auto* record = std::get_if<RecordBytes>(&item)) {
+      process_record(now, *record, corrections);
+    } else {
+      process_liveness(now, std::get<LivenessItem>(item), corrections);
+    }
+  }
+}
+
+namespace {
+void add_correction(std::vector<OutgoingItem>* corrections, const RecordPtr& record) {
+  if (corrections == nullptr || corrections->size() >= 4) return;  // one datagram's worth
+  for (const auto& item : *corrections) {
+    if (const auto* r = std::get_if<RecordPtr>(&item); r && *r == record) return;
+  }
+  corrections->push_back(record);
+}
+}  // namespace
+
+void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::vector<OutgoingItem>* corrections) {
+  const auto version = peek_record_version(bytes.bytes);
+  if (!version) {
+    ++stats_.records_rejected;
+    return;
+  }
+  if (version->id == self_id()) {
+    // Our own record echoed back is normal. One newer than ours comes from a
+    // past life whose incarnation ran ahead of our clock: outbid it.
+    const bool newer = version->incarnation != self_.incarnation ? version->incarnation > self_.incarnation
+                                                                  : version->seq > self_.seq;
+    if (newer && !self_.leaving) refute(now, version->incarnation);
+    if (version->incarnation < self_.incarnation) add_correction(corrections, self_signed_);
+    return;
+  }
+  if (!table_.is_news(*version)) {
+    ++stats_.records_stale;
+    if (const Member* m = table_.find(version->id);
+        m != nullptr && m->is_live() && version->incarnation < m->record->record.incarnation) {
+      add_correction(corrections, m->record);
+    }
+    return;
+  }
+  auto record = decoder_->decode(bytes.bytes);
+  if (!record) {
+    ++stats_.records_rejected;
+    return;
+  }
+  ++stats_.records_accepted;
+  const PeerRecord& r = (*record)->record;
+  switch (table_.apply_record(*record, now)) {
+    case RecordOutcome::kStale:
+    case RecordOutcome::kFull:
+      return;
+    case RecordOutcome::kJoined: {
+      emit(MemberEventKind::kJoined, r.id, *record, r.incarnation);
+      // A random place in the probe order, so newcomers are probed soon.
+      const std::size_t at = probe_order_.empty() ? 0 : rng_.below(probe_order_.size() + 1);
+      probe_order_.insert(probe_order_.begin() + static_cast<std::ptrdiff_t>(at), r.id);
+      break;
+    }
+    case RecordOutcome::kUpdated: emit(MemberEventKind::kUpdated, r.id, *record, r.incarnation); break;
+    case RecordOutcome::kAliveAgain: {
+      emit(MemberEventKind::kAlive, r.id, *record, r.incarnation);
+      if (std::find(probe_order_.begin(), probe_order_.end(), r.id) == probe_order_.end()) {
+        probe_order_.push_back(r.id);
+      }
+      break;
+    }
+    case RecordOutcome::kLeft: emit(MemberEventKind::kLeft, r.id, *record, r.incarnation); break;
+  }
+  broadcasts_.enqueue(*record);  // news spreads further
+}
+
+void GossipCore::process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections) {
+  if (item.target == self_id()) {
+    if (item.incarnation >= self_.incarnation) {
+      refute(now, item.incarnation);
+    } else {
+      add_correction(corrections, self_signed_);
+    }
+    return;
+  }
+  const Member* m = table_.find(item.target);
+  if (m != nullptr && m->is_live() && item.incarnation < m->incarnation) {
+    add_correction(corrections, m->record);  // the accuser has not seen the refutation
+    return;
+  }
+  switch (table_.apply_liveness(item, now, suspicion_timeouts())) {
+    case LivenessOutcome::kIgnored: return;
+    case LivenessOutcome::kSuspected: emit(MemberEventKind::kSuspect, item.target, m->record, item.incarnation); break;
+    case LivenessOutcome::kConfirmed: break;
+    case LivenessOutcome::kDead: emit(MemberEventKind::kDead, item.target, m->record, item.incarnation); break;
+  }
+  broadcasts_.enqueue(item);
+}
+
+void GossipCore::on_ping(TimePoint, const std::string& from, const Packet& packet) {
+  if (packet.target && *packet.target != self_id()) {
+    ++stats_.dropped_misdirected;  // meant for whoever had this address before
+    return;
+  }
+  Packet ack;
+  ack.kind = PacketKind::kAck;
+  ack.probe_seq = packet.probe_seq;
+  send_packet(from, ack);
+}
+
+void GossipCore::on_ack(TimePoint, const Packet& packet) {
+  if (probe_ && probe_->seq == packet.probe_seq) {
+    probe_->acked = true;
+    return;
+  }
+  auto relay = relays_.find(packet.probe_seq);
+  if (relay != relays_.end()) {
+    Packet forward;
+    forward.kind = PacketKind::kAck;
+    forward.probe_seq = relay->second.requester_seq;
+    send_packet(relay->second.requester, forward);
+    relays_.erase(relay);
+  }
+}
+
+void GossipCore::on_ping_req(TimePoint now, const std::string& from, const Packet& packet) {
+  if (!packet.target || packet.target_addr.empty() || *packet.target == self_id()) return;
+  const std::uint32_t seq = ++next_seq_;
+  relays_[seq] = Relay{from, packet.probe_seq, now + scaled(config_.probe_timeout)};
+  Packet ping;
+  ping.kind = PacketKind::kPing;
+  ping.probe_seq = seq;
+  ping.target = packet.target;
+  send_packet(packet.target_addr, ping);
+}
+
+void GossipCore::on_nack(const Packet& packet) {
+  if (probe_ && probe_->seq == packet.probe_seq) ++probe_->nacks;
+}
+
+// --------------------------------------------------------------------------
+// Timers
+
+TimePoint GossipCore::next_timeout() const {
+  TimePoint t = std::min({next_gossip_at_, next_push_pull_at_, next_reconnect_at_, next_reap_at_});
+  if (!self_.leaving) t = std::min(t, next_probe_at_);
+  if (probe_) t = std::min(t, probe_->indirect_sent || probe_->acked ? probe_->deadline : probe_->indirect_at);
+  if (self_dirty_) t = std::min(t, last_signed_ + config_.min_resign_interval);
+  for (const auto& [seq, relay] : relays_) t = std::min(t, relay.nack_at);
+  for (const auto& [id, stream] : streams_) t = std::min(t, stream.deadline);
+  for (const PeerId& id : table_.suspects()) {
+    const Member* m = table_.find(id);
+    if (m->suspicion) t = std::min(t, m->suspicion->deadline());
+  }
+  return t;
+}
+
+void GossipCore::handle_timeout(TimePoint now) {
+  resign_if_due(now);
+  if (probe_ && !probe_->indirect_sent && now >= probe_->indirect_at && !probe_->acked) {
+    // Lifeguard: ask k others to probe, and expect their nacks if they fail.
+    probe_->indirect_sent = true;
+    const Member* target = table_.find(probe_->target);
+    if (target != nullptr) {
+      const PeerId target_id = probe_->target;
+      for (const Member* m : random_members(static_cast<std::size_t>(config_.indirect_checks),
+                                            [&](const Member& c) { return c.liveness == Liveness::kAlive && c.id() != target_id; })) {
+        Packet req;
+        req.kind = PacketKind::kPingReq;
+        req.probe_seq = probe_->seq;
+        req.target = target_id;
+        req.target_addr = target->record->record.gossip_addr;
+        send_packet(m->record->record.gossip_addr, req);
+        ++probe_->expected_nacks;
+      }
+    }
+  }
+  if (probe_ && now >= probe_->deadline) finish_probe(now);
+  if (!self_.leaving && now >= next_probe_at_) {
+    if (probe_) finish_probe(now);
+    run_probe(now);
+    next_probe_at_ = now + scaled(config_.probe_interval);
+  }
+  if (now >= next_gossip_at_) {
+    run_gossip(now);
+    next_gossip_at_ = now + config_.gossip_interval;
+  }
+  if (now >= next_push_pull_at_) {
+    if (!self_.leaving) run_push_pull(now);
+    next_push_pull_at_ = now + push_pull_interval();
+  }
+  if (now >= next_reconnect_at_) {
+    if (!self_.leaving) run_reconnect(now);
+    next_reconnect_at_ = now + config_.reconnect_interval;
+  }
+  check_suspicions(now);
+  check_relays(now);
+  check_streams(now);
+  if (now >= next_reap_at_) {
+    for (const PeerId& id : table_.expire_tombstones(now, config_.tombstone_ttl)) {
+      emit(MemberEventKind::kRemoved, id, nullptr, 0);
+    }
+    next_reap_at_ = now + config_.probe_interval * 10;
+  }
+}
+
+std::optional<PeerId> GossipCore::next_probe_target(TimePoint now) {
+  // A suspect we have not probed lately goes first: the probe tells it of the
+  // suspicion (so it refutes), and its answer brings us any refutation we
+  // missed, before our own suspicion timer declares it dead.
+  for (const PeerId& id : table_.suspects()) {
+    const Member* m = table_.find(id);
+    if (now - m->last_probed >= scaled(config_.probe_interval) * 2) return id;
+  }
+  for (std::size_t attempts = 0; attempts <= probe_order_.size(); ++attempts) {
+    if (probe_index_ >= probe_order_.size()) {
+      // Start a new round: drop the gone, reshuffle (memberlist does the same).
+      std::erase_if(probe_order_, [&](const PeerId& id) {
+        const Member* m = table_.find(id);
+        return m == nullptr || !m->is_live();
+      });
+      for (std::size_t i = probe_order_.size(); i > 1; --i) {
+        std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);
+      }
+      probe_index_ = 0;
+      if (probe_order_.empty()) return std::nullopt;
+    }
+    const PeerId id = probe_order_[probe_index_++];
+    const Member* m = table_.find(id);
+    if (m != nullptr && m->is_live()) return id;
+  }
+  return std::nullopt;
+}
+
+void GossipCore::run_probe(TimePoint now) {
+  const auto target = next_probe_target(now);
+  if (!target) return;
+  Member* m = table_.find(*target);
+  m->last_probed = now;
+  Probe p;
+  p.seq = ++next_seq_;
+  p.target = *target;
+  p.started = now;
+  p.indirect_at = now + scaled(config_.probe_timeout);
+  p.deadline = now + scaled(config_.probe_interval);
+  Packet ping;
+  ping.kind = PacketKind::kPing;
+  ping.probe_seq = p.seq;
+  ping.target = *target;
+  // Lifeguard's buddy system: tell a suspect about its suspicion first.
+  std::vector<OutgoingItem> first;
+  if (m->liveness == Liveness::kSuspect) first.push_back(LivenessItem{Liveness::kSuspect, *target, m->incarnation, self_id()});
+  ++stats_.probes;
+  probe_ = p;
+  send_packet(m->record->record.gossip_addr, ping, first);
+}
+
+void GossipCore::finish_probe(TimePoint now) {
+  const Probe p = *probe_;
+  probe_.reset();
+  if (p.acked) {
+    adjust_awareness(-1);
+    return;
+  }
+  ++stats_.probes_failed;
+  // Lifeguard: missing nacks mean our own network path may be the problem.
+  adjust_awareness(p.expected_nacks > 0 ? std::max(0, p.expected_nacks - p.nacks) : 1);
+  const Member* m = table_.find(p.target);
+  if (m == nullptr || !m->is_live()) return;
+  const LivenessItem suspect{Liveness::kSuspect, p.target, m->incarnation, self_id()};
+  ++stats_.suspicions;
+  process_liveness(now, suspect, nullptr);
+}
+
+void GossipCore::run_gossip(TimePoint now) {
+  if (broadcasts_.empty()) return;
+  auto eligible = [&](const Member& m) {
+    return m.is_live() || (m.liveness == Liveness::kDead && now - m.since < config_.gossip_to_dead);
+  };
+  for (const Member* m : random_members(static_cast<std::size_t>(config_.gossip_fanout), eligible)) {
+    if (broadcasts_.empty()) break;
+    Packet p;
+    p.kind = PacketKind::kGossip;
+    send_packet(m->record->record.gossip_addr, p);
+    if (self_.leaving) ++leave_sends_;
+  }
+}
+
+void GossipCore::check_suspicions(TimePoint now) {
+  std::vector<PeerId> expired;
+  for (const PeerId& id : table_.suspects()) {
+    const Member* m = table_.find(id);
+    if (m->suspicion && now >= m->suspicion->deadline()) expired.push_back(id);
+  }
+  for (const PeerId& id : expired) {
+    const Member* m = table_.find(id);
+    const LivenessItem dead{Liveness::kDead, id, m->incarnation, self_id()};
+    ++stats_.deaths_declared;
+    process_liveness(now, dead, nullptr);
+  }
+}
+
+void GossipCore::check_relays(TimePoint now) {
+  for (auto it = relays_.begin(); it != relays_.end();) {
+    if (now >= it->second.nack_at) {
+      Packet nack;
+      nack.kind = PacketKind::kNack;
+      nack.probe_seq = it->second.requester_seq;
+      send_packet(it->second.requester, nack);
+      it = relays_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::vector<const Member*> GossipCore::random_members(std::size_t count,
+                                                      const std::function<bool(const Member&)>& eligible) {
+  // Reservoir sampling: one pass, no copy of the table.
+  std::vector<const Member*> chosen;
+  if (count == 0) return chosen;
+  std::size_t seen = 0;
+  table_.for_each([&](const Member& m) {
+    if (!eligible(m)) return;
+    ++seen;
+    if (chosen.size() < count) {
+      chosen.push_back(&m);
+    } else {
+      const std::size_t j = rng_.below(seen);
+      if (j < count) chosen[j] = &m;
+    }
+  });
+  return chosen;
+}
+
+// --------------------------------------------------------------------------
+// Push-pull
+
+void GossipCore::join(TimePoint now, std::span<const std::string> seeds) {
+  for (const std::string& seed : seeds) {
+    if (seed != self_.gossip_addr) open_sync(now, seed);
+  }
+}
+
+void GossipCore::run_push_pull(TimePoint now) {
+  auto chosen = random_members(1, [](const Member& m) { return m.liveness == Liveness::kAlive; });
+  if (!chosen.empty()) open_sync(now, chosen.front()->record->record.gossip_addr);
+}
+
+void GossipCore::run_reconnect(TimePoint now) {
+  // A peer declared dead may be alive behind a healed partition: an exchange
+  // with it lets whichever side is wrong learn the truth (it refutes, or we
+  // learn of its death).
+  auto chosen = random_members(1, [](const Member& m) { return m.liveness == Liveness::kDead; });
+  if (!chosen.empty()) open_sync(now, chosen.front()->record->record.gossip_addr);
+}
+
+std::vector<DigestEntry> GossipCore::full_digest() const {
+  std::vector<DigestEntry> digest = table_.digest();
+  digest.push_back(DigestEntry{self_id(), self_.incarnation, self_.seq,
+                               self_.leaving ? Liveness::kLeft : Liveness::kAlive, self_.incarnation});
+  return digest;
+}
+
+void GossipCore::open_sync(TimePoint now, const std::string& to) {
+  const StreamId id = next_stream_id_++;
+  streams_[id] = Stream{StreamPhase::kAwaitResponse, now + config_.stream_timeout, to};
+  StreamAction open;
+  open.kind = StreamAction::Kind::kOpen;
+  open.id = id;
+  open.to = to;
+  open.frame = sealer_.seal_stream(StreamKind::kSyncRequest, encode_sync_request(full_digest()));
+  stats_.stream_bytes_out += open.frame.size();
+  ++stats_.streams_opened;
+  stream_actions_.push_back(std::move(open));
+}
+
+std::vector<OutgoingItem> GossipCore::items_about(const PeerId& id) const {
+  std::vector<OutgoingItem> items;
+  if (id == self_id()) {
+    items.push_back(self_signed_);
+    return items;
+  }
+  const Member* m = table_.find(id);
+  if (m == nullptr) return items;
+  items.push_back(m->record);
+  if (m->liveness == Liveness::kSuspect || m->liveness == Liveness::kDead) {
+    items.push_back(LivenessItem{m->liveness, id, m->incarnation, self_id()});
+  }
+  return items;
+}
+
+void GossipCore::answer_sync(TimePoint now, StreamId id, const SyncRequest& request) {
+  std::vector<OutgoingItem> items;
+  std::vector<PeerId> wants;
+  std::unordered_map<PeerId, const DigestEntry*> theirs;
+  theirs.reserve(request.digest.size());
+  for (const DigestEntry& e : request.digest) theirs.emplace(e.id, &e);
+  // The requester believes we are suspect or dead: refute before answering,
+  // so our answer carries the record that proves otherwise.
+  if (auto it = theirs.find(self_id()); it != theirs.end() &&
+      (it->second->liveness == Liveness::kSuspect || it->second->liveness == Liveness::kDead) &&
+      it->second->liveness_incarnation >= self_.incarnation) {
+    refute(now, it->second->liveness_incarnation);
+  }
+
+  auto offer = [&](const PeerId& member_id, const PeerRecord& ours, Liveness liveness, std::uint64_t liveness_inc,
+                   const RecordPtr& record) {
+    auto it = theirs.find(member_id);
+    const DigestEntry* e = it == theirs.end() ? nullptr : it->second;
+    const bool record_newer = e == nullptr || (ours.incarnation != e->record_incarnation
+                                                   ? ours.incarnation > e->record_incarnation
+                                                   : ours.seq > e->record_seq);
+    if (record_newer) items.push_back(record);
+    if ((liveness == Liveness::kSuspect || liveness == Liveness::kDead) &&
+        (e == nullptr || liveness_dominates(liveness, liveness_inc, e->liveness, e->liveness_incarnation))) {
+      items.push_back(LivenessItem{liveness, member_id, liveness_inc, self_id()});
+    }
+  };
+  offer(self_id(), self_, Liveness::kAlive, self_.incarnation, self_signed_);
+  table_.for_each([&](const Member& m) {
+    offer(m.id(), m.record->record, m.liveness, m.incarnation, m.record);
+  });
+  for (const DigestEntry& e : request.digest) {
+    if (e.id == self_id()) continue;
+    const Member* m = table_.find(e.id);
+    if (m == nullptr) {
+      wants.push_back(e.id);
+      continue;
+    }
+    const PeerRecord& ours = m->record->record;
+    const bool theirs_newer = e.record_incarnation != ours.incarnation ? e.record_incarnation > ours.incarnation
+                                                                      : e.record_seq > ours.seq;
+    if (theirs_newer || liveness_dominates(e.liveness, e.liveness_incarnation, m->liveness, m->incarnation)) {
+      wants.push_back(e.id);
+    }
+  }
+  StreamAction send;
+  send.kind = StreamAction::Kind::kSend;
+  send.id = id;
+  send.frame = sealer_.seal_stream(StreamKind::kSyncResponse, encode_sync_response(items, wants));
+  stats_.stream_bytes_out += send.frame.size();
+  stream_actions_.push_back(std::move(send));
+  streams_[id].phase = StreamPhase::kAwaitRecords;
+  streams_[id].deadline = now + config_.stream_timeout;
+}
+
+void GossipCore::handle_stream_accepted(TimePoint now, StreamId id, const std::string& from) {
+  ++stats_.streams_accepted;
+  if (self_.leaving) {
+    stream_actions_.push_back(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
+    return;
+  }
+  streams_[id] = Stream{StreamPhase::kAwaitRequest, now + config_.stream_timeout, from};
+}
+
+void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const std::uint8_t> frame) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  stats_.stream_bytes_in += frame.size();
+  Opened opened;
+  PeerId sender;
+  StreamBody body;
+  if (frame.size() > config_.max_stream_message_bytes ||
+      open_sealed(gossip_key_, /*stream=*/true, frame, opened) != OpenError::kNone ||
+      !decode_stream(opened.plaintext, sender, body, config_.max_members).is_ok() || sender != opened.sender ||
+      sender == self_id()) {
+    ++stats_.streams_failed;
+    close_stream(id);
+    return;
+  }
+  switch (it->second.phase) {
+    case StreamPhase::kAwaitRequest: {
+      const auto* request = std::get_if<SyncRequest>(&body);
+      if (request == nullptr) break;
+      answer_sync(now, id, *request);
+      return;
+    }
+    case StreamPhase::kAwaitResponse: {
+      auto* response = std::get_if<SyncResponse>(&body);
+      if (response == nullptr) break;
+      const std::uint64_t incarnation_before = self_.incarnation;
+      process_items(now, response->items, nullptr);
+      std::vector<OutgoingItem> items;
+      // The responder thought us dead and we refuted: show it the proof.
+      if (self_.incarnation != incarnation_before) items.push_back(self_signed_);
+      for (const PeerId& want : response->wants) {
+        for (auto& item : items_about(want)) items.push_back(std::move(item));
+      }
+      StreamAction send;
+      send.kind = StreamAction::Kind::kSend;
+      send.id = id;
+      send.frame = sealer_.seal_stream(StreamKind::kSyncRecords, encode_sync_records(items));
+      stats_.stream_bytes_out += send.frame.size();
+      stream_actions_.push_back(std::move(send));
+      close_stream(id);
+      return;
+    }
+    case StreamPhase::kAwaitRecords: {
+      auto* records = std::get_if<SyncRecords>(&body);
+      if (records == nullptr) break;
+      process_items(now, records->items, nullptr);
+      close_stream(id);
+      return;
+    }
+  }
+  ++stats_.streams_failed;  // a message out of turn
+  close_stream(id);
+}
+
+void GossipCore::handle_stream_closed(TimePoint, StreamId id) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  ++stats_.streams_failed;  // closed before the exchange finished
+  streams_.erase(it);
+}
+
+void GossipCore::close_stream(StreamId id) {
+  streams_.erase(id);
+  stream_actions_.push_back(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
+}
+
+void GossipCore::check_streams(TimePoint now) {
+  std::vector<StreamId> expired;
+  for (const auto& [id, stream] : streams_) {
+    if (now >= stream.deadline) expired.push_back(id);
+  }
+  for (StreamId id : expired) {
+    ++stats_.streams_failed;
+    close_stream(id);
+  }
+}
+
+// --------------------------------------------------------------------------
+// Queries
+
+std::vector<MemberView> GossipCore::members() const {
+  std::vector<MemberView> out;
+  out.reserve(table_.size());
+  table_.for_each([&](const Member& m) { out.push_back(MemberView{m.record, m.liveness, m.incarnation, m.since}); });
+  return out;
+}
+
+std::optional<MemberView> GossipCore::member(const PeerId& id) const {
+  const Member* m = table_.find(id);
+  if (m == nullptr) return std::nullopt;
+  return MemberView{m->record, m->liveness, m->incarnation, m->since};
+}
+
+VersionVector GossipCore::known_heads() const {
+  VersionVector vv;
+  vv.merge(self_.heads);
+  table_.for_each([&](const Member& m) {
+    if (m.is_live()) vv.merge(m.record->record.heads);
+  });
+  return vv;
+}
+
+}  // namespace tensorhub::gossip

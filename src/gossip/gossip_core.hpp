@@ -1,0 +1,252 @@
+// The gossip core: SWIM membership with Lifeguard's refinements, signed peer
+// records, piggybacked dissemination and Scuttlebutt-style push-pull, as a
+// deterministic state machine with no I/O.
+//
+// Inputs: datagrams and stream frames that arrived, stream lifecycle, local
+// record changes, and the current time. Outputs, drained by the driver with
+// poll_*(): datagrams to send, stream actions, and member events. The driver
+// calls handle_timeout(now) when now >= next_timeout(). Randomness comes from
+// the seed; time only from the arguments. The same inputs give the same
+// outputs, which is what lets a seed replay a failure exactly.
+//
+// Thread-compatibility: not thread-safe; one driver thread owns a core.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/random_fill.hpp"
+#include "core/time.hpp"
+#include "gossip/broadcast_queue.hpp"
+#include "gossip/gossip_config.hpp"
+#include "gossip/gossip_wire.hpp"
+#include "gossip/member_table.hpp"
+#include "gossip/peer_record.hpp"
+#include "gossip/rate_limiter.hpp"
+#include "gossip/version_vector.hpp"
+#include "tensorhub/identity.hpp"
+#include "tensorhub/swarm_key.hpp"
+
+namespace tensorhub::gossip {
+
+struct LocalPeerInfo {
+  std::string gossip_addr;  // host:port others reach us at (UDP and TCP)
+  std::string data_addr;
+  Topology topology;
+};
+
+struct OutgoingDatagram {
+  std::string to;
+  std::vector<std::uint8_t> bytes;
+};
+
+// Stream ids: the core numbers the streams it opens from 1; the driver
+// numbers inbound streams with kInboundStreamBit set.
+using StreamId = std::uint64_t;
+inline constexpr StreamId kInboundStreamBit = 1ull << 63;
+
+struct StreamAction {
+  enum class Kind { kOpen, kSend, kClose };
+  Kind kind = Kind::kSend;
+  StreamId id = 0;
+  std::string to;                    // kOpen: where to connect
+  std::vector<std::uint8_t> frame;   // kOpen (first frame) and kSend
+};
+
+enum class MemberEventKind { kJoined, kUpdated, kSuspect, kAlive, kDead, kLeft, kRemoved };
+std::string_view member_event_name(MemberEventKind kind);
+
+struct MemberEvent {
+  MemberEventKind kind = MemberEventKind::kUpdated;
+  PeerId id;
+  RecordPtr record;  // the newest record known (null for kRemoved)
+  std::uint64_t incarnation = 0;
+};
+
+struct MemberView {
+  RecordPtr record;
+  Liveness liveness = Liveness::kAlive;
+  std::uint64_t incarnation = 0;
+  TimePoint since;
+};
+
+struct GossipStats {
+  std::uint64_t datagrams_in = 0, datagrams_out = 0, bytes_in = 0, bytes_out = 0;
+  std::uint64_t dropped_oversized = 0, dropped_rate_limited = 0, dropped_unauthenticated = 0;
+  std::uint64_t dropped_malformed = 0, dropped_replayed = 0, dropped_misdirected = 0;
+  std::uint64_t records_accepted = 0, records_stale = 0, records_rejected = 0;
+  std::uint64_t probes = 0, probes_failed = 0, suspicions = 0, refutations = 0, deaths_declared = 0;
+  std::uint64_t streams_opened = 0, streams_accepted = 0, streams_failed = 0;
+  std::uint64_t stream_bytes_in = 0, stream_bytes_out = 0;
+  std::uint64_t records_signed = 0, events_dropped = 0;
+};
+
+class GossipCore {
+ public:
+  // `initial_incarnation` must exceed any incarnation this identity used
+  // before (drivers pass wall-clock milliseconds at start), so a restarted
+  // peer is believed at once; it also serves as the boot id of the nonces.
+  GossipCore(GossipConfig config, Identity identity, const SwarmKey& swarm_key, LocalPeerInfo local,
+             std::uint64_t initial_incarnation, std::uint64_t rng_seed, TimePoint now,
+             std::shared_ptr<RecordDecoder> decoder = nullptr);
+
+  // --- inputs ---
+  // Contacts seeds (push-pull) to learn the swarm. May be called again.
+  void join(TimePoint now, std::span<const std::string> seeds);
+  // Announces a graceful leave; the driver keeps running until
+  // leave_settled() or its own deadline, so the news spreads.
+  void leave(TimePoint now);
+  void handle_datagram(TimePoint now, const std::string& from, std::span<const std::uint8_t> bytes);
+  void handle_stream_accepted(TimePoint now, StreamId id, const std::string& from);
+  void handle_stream_frame(TimePoint now, StreamId id, std::span<const std::uint8_t> frame);
+  // The stream closed, failed to open, or broke.
+  void handle_stream_closed(TimePoint now, StreamId id);
+  void handle_timeout(TimePoint now);
+  TimePoint next_timeout() const;
+
+  // --- the local record (re-signed at most every min_resign_interval) ---
+  void set_head(const HeadEntry& head);
+  void set_holding(const HoldingEntry& holding);
+  void remove_holding(const std::string& model, std::uint64_t version);
+
+  // --- outputs ---
+  std::optional<OutgoingDatagram> poll_datagram();
+  std::optional<StreamAction> poll_stream();
+  std::optional<MemberEvent> poll_event();
+
+  // --- queries ---
+  const PeerId& self_id() const { return identity_.public_key(); }
+  const RecordPtr& self_record() const { return self_signed_; }
+  std::vector<MemberView> members() const;
+  std::optional<MemberView> member(const PeerId& id) const;
+  std::size_t live_members() const { return table_.live_count(); }  // excluding self
+  // Per model, the highest head any live member (or this peer) claims.
+  VersionVector known_heads() const;
+  const GossipStats& stats() const { return stats_; }
+  int local_health() const { return awareness_; }
+  std::size_t pending_broadcasts() const { return broadcasts_.size(); }
+  bool leaving() const { return self_.leaving; }
+  // True once a leave has gone out (queue drained or sent to enough peers).
+  bool leave_settled() const;
+  const GossipConfig& config() const { return config_; }
+
+ private:
+  struct Probe {
+    std::uint32_t seq = 0;
+    PeerId target;
+    TimePoint started;
+    TimePoint indirect_at;   // probe timeout: ask others
+    TimePoint deadline;      // end of the probe interval: suspect
+    bool indirect_sent = false;
+    bool acked = false;
+    int expected_nacks = 0;
+    int nacks = 0;
+  };
+  struct Relay {
+    std::string requester;
+    std::uint32_t requester_seq = 0;
+    TimePoint nack_at;
+  };
+  enum class StreamPhase { kAwaitResponse, kAwaitRequest, kAwaitRecords };
+  struct Stream {
+    StreamPhase phase;
+    TimePoint deadline;
+    std::string peer;
+  };
+
+  // Datagram handling.
+  // `corrections` collects newer records for a sender whose claims are stale.
+  void process_items(TimePoint now, std::vector<IncomingItem>& items, std::vector<OutgoingItem>* corrections);
+  void process_record(TimePoint now, const RecordBytes& bytes, std::vector<OutgoingItem>* corrections);
+  void process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections);
+  void on_ping(TimePoint now, const std::string& from, const Packet& packet);
+  void on_ack(TimePoint now, const Packet& packet);
+  void on_ping_req(TimePoint now, const std::string& from, const Packet& packet);
+  void on_nack(const Packet& packet);
+
+  // Sending.
+  void send_packet(const std::string& to, Packet packet, std::span<const OutgoingItem> must_include = {});
+  void emit(MemberEventKind kind, const PeerId& id, const RecordPtr& record, std::uint64_t incarnation);
+
+  // Periodic work.
+  void run_probe(TimePoint now);
+  void finish_probe(TimePoint now);
+  void run_gossip(TimePoint now);
+  void run_push_pull(TimePoint now);
+  void run_reconnect(TimePoint now);
+  void check_suspicions(TimePoint now);
+  void check_relays(TimePoint now);
+  void check_streams(TimePoint now);
+  void resign_if_due(TimePoint now);
+
+  // Push-pull.
+  void open_sync(TimePoint now, const std::string& to);
+  std::vector<DigestEntry> full_digest() const;
+  void answer_sync(TimePoint now, StreamId id, const SyncRequest& request);
+  std::vector<OutgoingItem> items_about(const PeerId& id) const;
+  void close_stream(StreamId id);
+
+  // Self.
+  void refute(TimePoint now, std::uint64_t accused_incarnation);
+  void resign(TimePoint now);
+  void adjust_awareness(int delta);
+
+  // Helpers.
+  Duration scaled(Duration d) const { return d * (1 + awareness_); }
+  std::size_t cluster_size() const { return table_.live_count() + 1; }
+  int retransmit_limit() const;
+  SuspicionTimeouts suspicion_timeouts() const;
+  Duration push_pull_interval() const;
+  std::vector<const Member*> random_members(std::size_t count, const std::function<bool(const Member&)>& eligible);
+  std::optional<PeerId> next_probe_target(TimePoint now);
+
+  GossipConfig config_;
+  Identity identity_;
+  core::AeadKey gossip_key_;
+  Sealer sealer_;
+  core::SplitMix64 rng_;
+  std::shared_ptr<RecordDecoder> decoder_;
+
+  PeerRecord self_;
+  RecordPtr self_signed_;
+  bool self_dirty_ = false;
+  TimePoint last_signed_;
+
+  MemberTable table_;
+  BroadcastQueue broadcasts_;
+  RateLimiter rate_limiter_;
+  std::unordered_map<PeerId, ReplayWindow> stranger_windows_;  // senders not (yet) members
+
+  std::vector<PeerId> probe_order_;
+  std::size_t probe_index_ = 0;
+  std::optional<Probe> probe_;
+  std::uint32_t next_seq_ = 0;
+  std::map<std::uint32_t, Relay> relays_;  // our ping seq -> who asked
+  int awareness_ = 0;
+
+  TimePoint next_probe_at_;
+  TimePoint next_gossip_at_;
+  TimePoint next_push_pull_at_;
+  TimePoint next_reconnect_at_;
+  TimePoint next_reap_at_;
+  TimePoint leave_at_;
+  int leave_sends_ = 0;
+
+  std::map<StreamId, Stream> streams_;
+  StreamId next_stream_id_ = 1;
+
+  std::deque<OutgoingDatagram> datagrams_;
+  std::deque<StreamAction> stream_actions_;
+  std::deque<MemberEvent> events_;
+  GossipStats stats_;
+};
+
+}  // namespace tensorhub::gossip

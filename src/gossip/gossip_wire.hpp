@@ -1,0 +1,142 @@
+// The gossip wire format: sealed datagrams and sealed stream frames.
+//
+// Every message is sealed with XChaCha20-Poly1305 under a key derived from the
+// swarm key. Layout:
+//   magic (4: "THg1" datagram | "THs1" stream frame)
+//   nonce (24): boot id (8, BE) || counter (8, BE) || sender id prefix (8)
+//   ciphertext || tag (16)
+// The nonce is unique per (sender, boot, counter), so it never repeats under
+// the key; the receiver reads boot and counter from it for replay checks.
+// Datagram and stream counters are separate spaces (the top bit of the
+// counter tells them apart).
+//
+// Plaintexts are canonical msgpack:
+//   datagram: [sender(32), kind, probe_seq, target(0|32), target_addr, items]
+//   stream:   [sender(32), kind, body]
+//   item:     [1, record bytes] | [2, liveness, target(32), incarnation, from(32)]
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/aead.hpp"
+#include "gossip/peer_record.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::gossip {
+
+inline constexpr std::size_t kSealOverhead = 4 + core::kAeadNonceBytes + core::kAeadTagBytes;
+
+enum class PacketKind : std::uint8_t { kPing = 1, kAck = 2, kPingReq = 3, kNack = 4, kGossip = 5 };
+enum class StreamKind : std::uint8_t { kSyncRequest = 1, kSyncResponse = 2, kSyncRecords = 3 };
+
+// A member's liveness as this peer believes it.
+enum class Liveness : std::uint8_t { kAlive = 0, kSuspect = 1, kDead = 2, kLeft = 3 };
+std::string_view liveness_name(Liveness l);
+
+// "target is suspect/dead at incarnation, says from". (Alive and left travel
+// as signed records.)
+struct LivenessItem {
+  Liveness state = Liveness::kSuspect;
+  PeerId target;
+  std::uint64_t incarnation = 0;
+  PeerId from;
+  friend bool operator==(const LivenessItem&, const LivenessItem&) = default;
+};
+
+// Outgoing items hold the record; incoming ones hold its bytes, decoded and
+// verified only if they turn out to be news.
+struct RecordBytes {
+  std::vector<std::uint8_t> bytes;
+};
+using OutgoingItem = std::variant<RecordPtr, LivenessItem>;
+using IncomingItem = std::variant<RecordBytes, LivenessItem>;
+
+std::size_t encoded_item_size(const OutgoingItem& item);
+
+struct Packet {
+  PeerId sender;
+  PacketKind kind = PacketKind::kGossip;
+  std::uint32_t probe_seq = 0;
+  std::optional<PeerId> target;
+  std::string target_addr;
+};
+
+// One entry of a push-pull digest: what the sender knows about one member.
+struct DigestEntry {
+  PeerId id;
+  std::uint64_t record_incarnation = 0;
+  std::uint64_t record_seq = 0;
+  Liveness liveness = Liveness::kAlive;
+  std::uint64_t liveness_incarnation = 0;
+};
+
+struct SyncRequest {
+  std::vector<DigestEntry> digest;
+};
+struct SyncResponse {
+  std::vector<IncomingItem> items;  // what the requester lacked
+  std::vector<PeerId> wants;        // what the responder lacks
+};
+struct SyncRecords {
+  std::vector<IncomingItem> items;
+};
+using StreamBody = std::variant<SyncRequest, SyncResponse, SyncRecords>;
+
+// Peeks (id, incarnation, seq) from a record's bytes without verifying it.
+struct RecordVersion {
+  PeerId id;
+  std::uint64_t incarnation = 0;
+  std::uint64_t seq = 0;
+};
+std::optional<RecordVersion> peek_record_version(std::span<const std::uint8_t> encoded);
+
+// Seals messages for one sender; owns the counters that make nonces unique.
+class Sealer {
+ public:
+  Sealer(const core::AeadKey& key, const PeerId& sender, std::uint64_t boot_id);
+
+  std::vector<std::uint8_t> seal_packet(const Packet& packet, std::span<const OutgoingItem> items);
+  std::vector<std::uint8_t> seal_stream(StreamKind kind, std::span<const std::uint8_t> body);
+
+  const PeerId& sender() const { return sender_; }
+  std::uint64_t boot_id() const { return boot_id_; }
+
+ private:
+  std::vector<std::uint8_t> seal(bool stream, std::span<const std::uint8_t> plaintext);
+  core::AeadKey key_;
+  PeerId sender_;
+  std::uint64_t boot_id_;
+  std::uint64_t datagram_counter_ = 0;
+  std::uint64_t stream_counter_ = 0;
+};
+
+// What opening a sealed message yields.
+struct Opened {
+  PeerId sender;
+  std::uint64_t boot_id = 0;
+  std::uint64_t counter = 0;
+  std::vector<std::uint8_t> plaintext;
+};
+
+enum class OpenError { kNone, kTooShort, kBadMagic, kAuthFailed, kMalformed };
+// Authenticates and decrypts. Anything without the swarm key fails here.
+OpenError open_sealed(const core::AeadKey& key, bool stream, std::span<const std::uint8_t> sealed, Opened& out);
+
+// Decodes an opened datagram's plaintext (strict; bounded by the datagram).
+Status decode_packet(std::span<const std::uint8_t> plaintext, Packet& packet, std::vector<IncomingItem>& items);
+// Decodes an opened stream frame's plaintext; max_entries bounds digests and lists.
+Status decode_stream(std::span<const std::uint8_t> plaintext, PeerId& sender, StreamBody& body,
+                     std::size_t max_entries);
+
+// Stream bodies, encoded for Sealer::seal_stream.
+std::vector<std::uint8_t> encode_sync_request(std::span<const DigestEntry> digest);
+std::vector<std::uint8_t> encode_sync_response(std::span<const OutgoingItem> items, std::span<const PeerId> wants);
+std::vector<std::uint8_t> encode_sync_records(std::span<const OutgoingItem> items);
+
+}  // namespace tensorhub::gossip

@@ -1,0 +1,98 @@
+// Everything a peer believes about the other members, and the SWIM merge
+// rules that keep those beliefs consistent.
+//
+// Liveness per member is (state, incarnation). Ordering of claims:
+//  - a signed record at incarnation i says "alive at i" (or "left at i" if it
+//    is a leave); a newer (incarnation, seq) replaces the record;
+//  - suspect at i overrides alive at i' <= i; dead at i overrides alive or
+//    suspect at i' <= i;
+//  - alive at i overrides suspect or dead at i' < i: that is a refutation or
+//    a restart with a higher incarnation;
+//  - dead and left are final for their incarnation: members stay as
+//    tombstones (for tombstone_ttl), so stale state cannot resurrect them.
+// The peer itself is never in its own table.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "core/time.hpp"
+#include "gossip/gossip_wire.hpp"
+#include "gossip/peer_record.hpp"
+#include "gossip/replay_window.hpp"
+#include "gossip/suspicion.hpp"
+
+namespace tensorhub::gossip {
+
+struct Member {
+  RecordPtr record;                 // newest valid record; never null
+  Liveness liveness = Liveness::kAlive;
+  std::uint64_t incarnation = 0;    // the incarnation `liveness` refers to
+  TimePoint since;                  // when `liveness` last changed
+  std::optional<Suspicion> suspicion;
+  ReplayWindow replay;              // for datagrams from this member
+  TimePoint last_probed;            // by this peer
+
+  const PeerId& id() const { return record->record.id; }
+  bool is_live() const { return liveness == Liveness::kAlive || liveness == Liveness::kSuspect; }
+};
+
+enum class RecordOutcome { kStale, kJoined, kUpdated, kAliveAgain, kLeft, kFull };
+enum class LivenessOutcome { kIgnored, kSuspected, kConfirmed, kDead };
+
+struct SuspicionTimeouts {
+  Duration min;
+  Duration max;
+  std::size_t expected_confirmations;
+};
+
+class MemberTable {
+ public:
+  explicit MemberTable(std::size_t max_members) : max_members_(max_members) {}
+
+  Member* find(const PeerId& id);
+  const Member* find(const PeerId& id) const;
+
+  // Cheap pre-check on a record's (id, incarnation, seq), before paying for a
+  // signature check: false when the record cannot change anything.
+  bool is_news(const RecordVersion& version) const;
+
+  // Applies a verified record. REQUIRES: record is not the peer's own.
+  RecordOutcome apply_record(const RecordPtr& record, TimePoint now);
+
+  // Applies a suspect or dead claim about another member.
+  LivenessOutcome apply_liveness(const LivenessItem& item, TimePoint now, const SuspicionTimeouts& timeouts);
+
+  // Turns an expired suspicion into death. True if the member was suspect.
+  bool declare_dead(const PeerId& id, TimePoint now);
+
+  // Drops tombstones older than ttl; returns the ids removed.
+  std::vector<PeerId> expire_tombstones(TimePoint now, Duration ttl);
+
+  std::size_t size() const { return members_.size(); }
+  std::size_t live_count() const { return live_; }
+  void for_each(const std::function<void(const Member&)>& fn) const;
+  // The members currently suspect: O(suspects), not O(members).
+  const std::set<PeerId>& suspects() const { return suspects_; }
+
+  // This peer's view, for push-pull.
+  std::vector<DigestEntry> digest() const;
+
+ private:
+  void set_liveness(Member& m, Liveness state, std::uint64_t incarnation, TimePoint now);
+
+  std::size_t max_members_;
+  std::unordered_map<PeerId, Member> members_;
+  std::size_t live_ = 0;      // invariant: number of members with is_live()
+  std::set<PeerId> suspects_;  // invariant: exactly the members with liveness kSuspect
+};
+
+// Ranks a liveness claim at an incarnation, for push-pull comparisons:
+// (incarnation, alive < suspect < dead == left).
+bool liveness_dominates(Liveness a, std::uint64_t a_inc, Liveness b, std::uint64_t b_inc);
+
+}  // namespace tensorhub::gossip

@@ -1,0 +1,170 @@
+#include "gossip/peer_record.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/msgpack_reader.hpp"
+#include "core/msgpack_writer.hpp"
+
+namespace tensorhub::gossip {
+namespace {
+
+constexpr std::string_view kDomain{"tensorhub record v1\0", 20};
+constexpr std::size_t kMaxModelBytes = 128;
+
+std::vector<std::uint8_t> encode_body(const PeerRecord& r) {
+  std::vector<std::uint8_t> out;
+  out.reserve(256);
+  core::MsgpackWriter w(out);
+  w.write_array_header(11);
+  w.write_bin(r.id.bytes);
+  w.write_uint(r.incarnation);
+  w.write_uint(r.seq);
+  w.write_str(r.gossip_addr);
+  w.write_str(r.data_addr);
+  w.write_str(r.topology.dc);
+  w.write_str(r.topology.rack);
+  w.write_str(r.topology.host);
+  w.write_bool(r.leaving);
+  w.write_array_header(static_cast<std::uint32_t>(r.heads.size()));
+  for (const HeadEntry& h : r.heads) {
+    w.write_array_header(3);
+    w.write_str(h.model);
+    w.write_uint(h.version);
+    w.write_bin(h.manifest_id.bytes);
+  }
+  w.write_array_header(static_cast<std::uint32_t>(r.holdings.size()));
+  for (const HoldingEntry& h : r.holdings) {
+    w.write_array_header(4);
+    w.write_str(h.model);
+    w.write_uint(h.version);
+    w.write_bin(h.manifest_id.bytes);
+    w.write_uint(h.progress_permille);
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> signing_message(std::span<const std::uint8_t> body) {
+  std::vector<std::uint8_t> message(kDomain.size() + body.size());
+  std::memcpy(message.data(), kDomain.data(), kDomain.size());
+  std::memcpy(message.data() + kDomain.size(), body.data(), body.size());
+  return message;
+}
+
+Status validate(const PeerRecord& r) {
+  if (r.gossip_addr.size() > kMaxRecordAddrBytes || r.data_addr.size() > kMaxRecordAddrBytes) {
+    return Status::invalid_argument("record address longer than " + std::to_string(kMaxRecordAddrBytes) + " bytes");
+  }
+  for (const std::string* label : {&r.topology.dc, &r.topology.rack, &r.topology.host}) {
+    if (label->size() > kMaxTopologyLabelBytes) {
+      return Status::invalid_argument("topology label longer than " + std::to_string(kMaxTopologyLabelBytes) +
+                                      " bytes");
+    }
+  }
+  if (r.heads.size() > kMaxRecordHeads) return Status::invalid_argument("too many heads in a record");
+  if (r.holdings.size() > kMaxRecordHoldings) return Status::invalid_argument("too many holdings in a record");
+  for (std::size_t i = 1; i < r.heads.size(); ++i) {
+    if (!(r.heads[i - 1].model < r.heads[i].model)) {
+      return Status::invalid_argument("record heads are not sorted by model, or repeat one");
+    }
+  }
+  for (std::size_t i = 1; i < r.holdings.size(); ++i) {
+    const auto& a = r.holdings[i - 1];
+    const auto& b = r.holdings[i];
+    if (!(std::tie(a.model, a.version) < std::tie(b.model, b.version))) {
+      return Status::invalid_argument("record holdings are not sorted by (model, version), or repeat one");
+    }
+  }
+  for (const auto& h : r.holdings) {
+    if (h.progress_permille > 1000) return Status::invalid_argument("holding progress above 1000 permille");
+  }
+  return Status::ok();
+}
+
+Status decode_body(core::MsgpackReader& rd, PeerRecord& r) {
+  std::string_view s;
+  rd.expect_array("record", 11);
+  rd.read_bin_exact("record id", r.id.bytes);
+  rd.read_uint("record incarnation", r.incarnation);
+  rd.read_uint("record seq", r.seq);
+  if (rd.read_str("gossip address", s, kMaxRecordAddrBytes)) r.gossip_addr.assign(s);
+  if (rd.read_str("data address", s, kMaxRecordAddrBytes)) r.data_addr.assign(s);
+  if (rd.read_str("dc", s, kMaxTopologyLabelBytes)) r.topology.dc.assign(s);
+  if (rd.read_str("rack", s, kMaxTopologyLabelBytes)) r.topology.rack.assign(s);
+  if (rd.read_str("host", s, kMaxTopologyLabelBytes)) r.topology.host.assign(s);
+  rd.read_bool("leaving", r.leaving);
+  std::uint32_t count = 0;
+  if (rd.read_array_header("heads", count, kMaxRecordHeads, 4)) {
+    r.heads.resize(count);
+    for (auto& h : r.heads) {
+      if (!(rd.expect_array("head", 3) && rd.read_str("head model", s, kMaxModelBytes))) break;
+      h.model.assign(s);
+      if (!(rd.read_uint("head version", h.version) && rd.read_bin_exact("head manifest id", h.manifest_id.bytes))) break;
+    }
+  }
+  if (rd.read_array_header("holdings", count, kMaxRecordHoldings, 5)) {
+    r.holdings.resize(count);
+    for (auto& h : r.holdings) {
+      std::uint64_t progress = 0;
+      if (!(rd.expect_array("holding", 4) && rd.read_str("holding model", s, kMaxModelBytes))) break;
+      h.model.assign(s);
+      if (!(rd.read_uint("holding version", h.version) &&
+            rd.read_bin_exact("holding manifest id", h.manifest_id.bytes) &&
+            rd.read_uint("holding progress", progress, 1000))) {
+        break;
+      }
+      h.progress_permille = static_cast<std::uint16_t>(progress);
+    }
+  }
+  return rd.status();
+}
+
+class VerifyingDecoder final : public RecordDecoder {
+ public:
+  Result<RecordPtr> decode(std::span<const std::uint8_t> encoded) override { return decode_record(encoded); }
+};
+
+}  // namespace
+
+Result<RecordPtr> sign_record(const PeerRecord& record, const Identity& identity) {
+  if (record.id != identity.public_key()) return Status::invalid_argument("a record may be signed only by its owner");
+  TENSORHUB_RETURN_IF_ERROR(validate(record));
+  auto out = std::make_shared<SignedRecord>();
+  out->record = record;
+  const std::vector<std::uint8_t> body = encode_body(record);
+  out->signature = identity.sign(signing_message(body));
+  core::MsgpackWriter w(out->encoded);
+  w.write_array_header(2);
+  out->encoded.insert(out->encoded.end(), body.begin(), body.end());
+  w.write_bin(out->signature.bytes);
+  if (out->encoded.size() > kMaxRecordBytes) {
+    return Status::invalid_argument("record of " + std::to_string(out->encoded.size()) +
+                                    " bytes exceeds the datagram budget of " + std::to_string(kMaxRecordBytes) +
+                                    "; hold fewer versions or shorter names");
+  }
+  return RecordPtr(std::move(out));
+}
+
+Result<RecordPtr> decode_record(std::span<const std::uint8_t> encoded) {
+  if (encoded.size() > kMaxRecordBytes) return Status::corrupt("record exceeds " + std::to_string(kMaxRecordBytes) + " bytes");
+  core::MsgpackReader rd(encoded);
+  auto out = std::make_shared<SignedRecord>();
+  rd.expect_array("signed record", 2);
+  const std::size_t body_start = rd.offset();
+  TENSORHUB_RETURN_IF_ERROR(decode_body(rd, out->record));
+  const std::size_t body_end = rd.offset();
+  rd.read_bin_exact("record signature", out->signature.bytes);
+  TENSORHUB_RETURN_IF_ERROR(rd.finish());
+  Status valid = validate(out->record);
+  if (!valid.is_ok()) return Status::corrupt(valid.message());
+  if (!verify_signature(out->record.id, signing_message(encoded.subspan(body_start, body_end - body_start)),
+                        out->signature)) {
+    return Status::verify_failed("record of peer " + out->record.id.short_hex() + " has a bad signature");
+  }
+  out->encoded.assign(encoded.begin(), encoded.end());
+  return RecordPtr(std::move(out));
+}
+
+std::shared_ptr<RecordDecoder> default_record_decoder() { return std::make_shared<VerifyingDecoder>(); }
+
+}  // namespace tensorhub::gossip

@@ -1,0 +1,96 @@
+// The signed record each peer owns and gossips about itself.
+//
+// Only the owner signs its record; relays forward the exact signed bytes, so
+// a relayed record cannot be forged. (incarnation, seq) orders a peer's
+// records: a higher pair replaces a lower one, and the record is how a peer
+// says "I am alive at this incarnation".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorhub/identity.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::gossip {
+
+struct Topology {
+  std::string dc, rack, host;
+  friend bool operator==(const Topology&, const Topology&) = default;
+};
+
+// A head this peer knows: the newest version of a model with a valid chain.
+struct HeadEntry {
+  std::string model;
+  std::uint64_t version = 0;
+  ManifestId manifest_id;
+  friend bool operator==(const HeadEntry&, const HeadEntry&) = default;
+};
+
+// A version this peer holds (progress 1000) or is fetching (coarse progress).
+struct HoldingEntry {
+  std::string model;
+  std::uint64_t version = 0;
+  ManifestId manifest_id;
+  std::uint16_t progress_permille = 0;  // 0..1000; 1000 = complete and verified
+  bool complete() const { return progress_permille >= 1000; }
+  friend bool operator==(const HoldingEntry&, const HoldingEntry&) = default;
+};
+
+struct PeerRecord {
+  PeerId id;
+  std::uint64_t incarnation = 0;
+  std::uint64_t seq = 0;
+  std::string gossip_addr;  // host:port, UDP and TCP
+  std::string data_addr;    // host:port of the data plane, may be empty
+  Topology topology;
+  bool leaving = false;     // a graceful leave: final for this incarnation
+  std::vector<HeadEntry> heads;        // sorted by model, unique models
+  std::vector<HoldingEntry> holdings;  // sorted by (model, version), unique
+  friend bool operator==(const PeerRecord&, const PeerRecord&) = default;
+};
+
+// Limits that keep every record inside one gossip datagram.
+inline constexpr std::size_t kMaxRecordBytes = 1100;
+inline constexpr std::size_t kMaxRecordAddrBytes = 96;
+inline constexpr std::size_t kMaxTopologyLabelBytes = 64;
+inline constexpr std::size_t kMaxRecordHeads = 16;
+inline constexpr std::size_t kMaxRecordHoldings = 16;
+
+// An immutable record with its signed encoding. Shared: relays, queues and
+// member tables hold the same object.
+struct SignedRecord {
+  PeerRecord record;
+  std::vector<std::uint8_t> encoded;  // [body, signature]: what travels
+  Signature signature;
+};
+using RecordPtr = std::shared_ptr<const SignedRecord>;
+
+// Encodes and signs. Fails when the record breaks a limit (too large for a
+// datagram, unsorted entries, bad labels) or is not `identity`'s.
+Result<RecordPtr> sign_record(const PeerRecord& record, const Identity& identity);
+
+// Strictly decodes (canonical, bounded) and verifies the owner's signature.
+Result<RecordPtr> decode_record(std::span<const std::uint8_t> encoded);
+
+// (incarnation, seq) order.
+inline bool newer_than(const PeerRecord& a, const PeerRecord& b) {
+  return a.incarnation != b.incarnation ? a.incarnation > b.incarnation : a.seq > b.seq;
+}
+
+// Decoding and signature checks are the expensive part of receiving gossip.
+// A RecordDecoder may share work between many cores in one process (the
+// deterministic tests and the simulator run thousands): the default one
+// decodes and verifies every time.
+class RecordDecoder {
+ public:
+  virtual ~RecordDecoder() = default;
+  virtual Result<RecordPtr> decode(std::span<const std::uint8_t> encoded) = 0;
+};
+std::shared_ptr<RecordDecoder> default_record_decoder();
+
+}  // namespace tensorhub::gossip

@@ -1,0 +1,328 @@
+// Deterministic multi-peer tests of the gossip core over the in-process
+// network. Each names its seed; the run is a function of it.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "support/gossip_network.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::gossip;
+using namespace tensorhub::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Starts n peers; each joins through peer 0. Runs until all see each other.
+void start(GossipNetwork& net, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    net.add_peer(Topology{"dc1", "rack" + std::to_string(i % 4), "h" + std::to_string(i)});
+  }
+  for (std::size_t i = 1; i < n; ++i) net.join(i, {0});
+  REQUIRE(net.run_until([&] { return net.converged(); }, 60s));
+}
+
+// Every live peer except `except` sees `subject` as `state`.
+bool all_see(const GossipNetwork& net, std::size_t subject, Liveness state, std::set<std::size_t> except = {}) {
+  for (std::size_t i = 0; i < net.size(); ++i) {
+    if (i == subject || except.count(i) || !net.is_up(i)) continue;
+    if (net.view(i, subject) != state) return false;
+  }
+  return true;
+}
+
+ManifestId id_of(std::uint8_t b) {
+  ManifestId id;
+  id.bytes.fill(b);
+  return id;
+}
+
+// Counts "dead" events about peers that are in fact alive.
+struct FalseDeathCounter {
+  explicit FalseDeathCounter(GossipNetwork& network) : net(network) {
+    net.on_event([this](std::size_t, const MemberEvent& e) {
+      if (e.kind != MemberEventKind::kDead) return;
+      auto subject = this->net.index_of(e.id);
+      if (subject && this->net.is_up(*subject) && !crashed.count(*subject)) ++false_deaths;
+    });
+  }
+  GossipNetwork& net;
+  std::set<std::size_t> crashed;
+  int false_deaths = 0;
+};
+
+}  // namespace
+
+TEST_CASE("gossip cluster: 50 peers join through one seed and converge") {
+  GossipNetwork net(101, GossipConfig{});
+  start(net, 50);
+  MESSAGE("converged at t=" << to_seconds(net.now()) << " s");
+  for (std::size_t i = 0; i < net.size(); ++i) CHECK(net.core(i).live_members() == 49);
+}
+
+TEST_CASE("gossip cluster: a new record reaches every peer") {
+  GossipNetwork net(102, GossipConfig{});
+  start(net, 50);
+  const TimePoint published = net.now();
+  net.core(7).set_head(HeadEntry{"policy", 3, id_of(3)});
+  auto everyone_knows = [&] {
+    for (std::size_t i = 0; i < net.size(); ++i) {
+      auto head = net.core(i).known_heads().head("policy");
+      if (!head || head->version != 3) return false;
+    }
+    return true;
+  };
+  REQUIRE(net.run_until(everyone_knows, 10s, 10ms));
+  const double seconds = to_seconds(net.now() - published);
+  MESSAGE("head reached all 50 peers in " << seconds << " s");
+  CHECK(seconds < 3.0);
+  // It travelled as peer 7's signed record, unchanged.
+  for (std::size_t i = 0; i < net.size(); ++i) {
+    if (i == 7) continue;
+    const auto& theirs = net.core(i).member(net.id(7))->record->record;
+    const auto& ours = net.core(7).self_record()->record;
+    CHECK_MESSAGE(net.core(i).member(net.id(7))->record->encoded == net.core(7).self_record()->encoded,
+                  "peer " << i << " has (" << theirs.incarnation << "," << theirs.seq << "), peer 7 has ("
+                          << ours.incarnation << "," << ours.seq << ")");
+  }
+}
+
+TEST_CASE("gossip cluster: every peer detects a crashed peer") {
+  GossipNetwork net(103, GossipConfig{});
+  start(net, 50);
+  FalseDeathCounter deaths(net);
+  deaths.crashed.insert(13);
+  const TimePoint crashed = net.now();
+  net.crash(13);
+  REQUIRE(net.run_until([&] { return all_see(net, 13, Liveness::kDead); }, 60s, 100ms));
+  const double seconds = to_seconds(net.now() - crashed);
+  MESSAGE("crash known to all in " << seconds << " s");
+  CHECK(seconds < 10.0);
+  CHECK(deaths.false_deaths == 0);
+}
+
+TEST_CASE("gossip cluster: no false death under 10% loss") {
+  GossipNetwork net(104, GossipConfig{});
+  start(net, 50);
+  FalseDeathCounter deaths(net);
+  net.set_conditions(NetworkConditions{0.10, 0.02, 1ms, 2ms});
+  net.run_for(180s);
+  CHECK(deaths.false_deaths == 0);
+  net.set_conditions(NetworkConditions{});
+  CHECK(net.run_until([&] { return net.converged(); }, 30s));
+  std::uint64_t suspicions = 0, refutations = 0;
+  for (std::size_t i = 0; i < net.size(); ++i) {
+    suspicions += net.core(i).stats().suspicions;
+    refutations += net.core(i).stats().refutations;
+  }
+  MESSAGE("180 s at 10% loss: " << suspicions << " suspicions raised, " << refutations << " refutations, "
+                                 << deaths.false_deaths << " false deaths");
+}
+
+TEST_CASE("gossip cluster: a falsely suspected peer refutes") {
+  GossipNetwork net(105, GossipConfig{});
+  start(net, 10);
+  FalseDeathCounter deaths(net);
+  const std::uint64_t before = net.core(3).self_record()->record.incarnation;
+  std::vector<std::size_t> others;
+  for (std::size_t i = 0; i < 10; ++i) {
+    if (i != 3) others.push_back(i);
+  }
+  // Cut peer 3 off just long enough to be suspected, not declared dead.
+  net.partition({{3}, others});
+  CHECK(net.run_until([&] {
+    for (std::size_t i : others) {
+      if (net.view(i, 3) == Liveness::kSuspect) return true;
+    }
+    return false;
+  }, 5s, 10ms));
+  net.heal();
+  REQUIRE(net.run_until([&] { return all_see(net, 3, Liveness::kAlive); }, 20s, 10ms));
+  CHECK(net.core(3).stats().refutations >= 1);
+  CHECK(net.core(3).self_record()->record.incarnation > before);
+  CHECK(deaths.false_deaths == 0);
+}
+
+TEST_CASE("gossip cluster: both sides of a healed partition merge again") {
+  GossipNetwork net(106, GossipConfig{});
+  start(net, 30);
+  std::vector<std::size_t> left, right;
+  for (std::size_t i = 0; i < 30; ++i) (i < 15 ? left : right).push_back(i);
+  net.partition({left, right});
+  // Long enough that each side declares the other dead.
+  REQUIRE(net.run_until([&] { return all_see(net, 20, Liveness::kDead, {right.begin(), right.end()}); }, 120s, 500ms));
+  net.run_for(10s);
+  net.heal();
+  REQUIRE(net.run_until([&] { return net.converged(); }, 120s, 500ms));
+  MESSAGE("merged " << to_seconds(net.now()) << " s into the run");
+}
+
+TEST_CASE("gossip cluster: a restarted peer with the same key comes back at once") {
+  GossipNetwork net(107, GossipConfig{});
+  start(net, 20);
+  net.crash(5);
+  REQUIRE(net.run_until([&] { return all_see(net, 5, Liveness::kDead); }, 60s, 100ms));
+  const std::uint64_t old_incarnation = net.core(0).member(net.id(5))->incarnation;
+  const TimePoint restarted = net.now();
+  net.restart(5, {0});
+  REQUIRE(net.run_until([&] { return all_see(net, 5, Liveness::kAlive); }, 20s, 10ms));
+  const double seconds = to_seconds(net.now() - restarted);
+  MESSAGE("restarted peer alive for all in " << seconds << " s");
+  CHECK(seconds < 5.0);
+  CHECK(net.core(0).member(net.id(5))->incarnation > old_incarnation);
+  CHECK(net.core(5).live_members() == 19);
+}
+
+TEST_CASE("gossip cluster: stale push-pull state does not resurrect the dead") {
+  GossipNetwork net(108, GossipConfig{});
+  start(net, 10);
+  // Peer 9 is cut off and still believes peer 4 alive when 4 dies.
+  std::vector<std::size_t> rest;
+  for (std::size_t i = 0; i < 9; ++i) rest.push_back(i);
+  net.partition({{9}, rest});
+  net.crash(4);
+  REQUIRE(net.run_until([&] { return all_see(net, 4, Liveness::kDead, {9}); }, 60s, 100ms));
+  bool revived = false;
+  net.on_event([&](std::size_t, const MemberEvent& e) {
+    if (e.id == net.id(4) && (e.kind == MemberEventKind::kAlive || e.kind == MemberEventKind::kJoined)) revived = true;
+  });
+  net.heal();
+  // Peer 9 pushes its stale view through push-pull and gossip for minutes.
+  net.run_for(240s);
+  CHECK_FALSE(revived);
+  CHECK(all_see(net, 4, Liveness::kDead));
+  CHECK(net.converged());
+}
+
+TEST_CASE("gossip cluster: a peer that leaves is seen as left, not dead") {
+  GossipNetwork net(109, GossipConfig{});
+  start(net, 20);
+  FalseDeathCounter deaths(net);
+  net.leave(11);
+  REQUIRE(net.run_until([&] { return net.core(11).leave_settled(); }, 5s, 10ms));
+  net.crash(11);  // the process exits after its leave settled
+  REQUIRE(net.run_until([&] { return all_see(net, 11, Liveness::kLeft); }, 10s, 10ms));
+  net.run_for(30s);
+  CHECK(all_see(net, 11, Liveness::kLeft));
+  CHECK(deaths.false_deaths == 0);
+}
+
+TEST_CASE("gossip cluster: forged, foreign and replayed messages change nothing") {
+  GossipNetwork net(110, GossipConfig{});
+  start(net, 8);
+  std::vector<std::uint8_t> captured;
+  net.on_datagram([&](std::size_t from, std::size_t to, const std::vector<std::uint8_t>& bytes) {
+    if (from == 1 && to == 2 && captured.empty()) captured = bytes;
+  });
+  net.run_for(5s);
+  REQUIRE_FALSE(captured.empty());
+
+  // An insider (it holds the swarm key) forges a record in peer 5's name,
+  // with a higher incarnation, signed with its own key.
+  const Identity insider = GossipNetwork::identity_for(1000);  // holds the swarm key, is no member
+  PeerRecord forged = net.core(5).self_record()->record;
+  forged.incarnation += 100;
+  forged.heads = {HeadEntry{"policy", 99, id_of(9)}};
+  forged.id = insider.public_key();
+  auto signed_by_insider = sign_record(forged, insider);
+  REQUIRE(signed_by_insider.is_ok());
+  auto bytes = (*signed_by_insider)->encoded;
+  // Put the victim's id back in the body: the signature no longer matches.
+  std::copy(net.id(5).bytes.begin(), net.id(5).bytes.end(), bytes.begin() + 4);
+  REQUIRE(peek_record_version(bytes)->id == net.id(5));
+  Sealer sealer(GossipNetwork::members_key().derive("gossip"), insider.public_key(), 1ull << 50);
+  auto forged_record = std::make_shared<SignedRecord>();
+  forged_record->encoded = bytes;
+  forged_record->record = forged;
+  forged_record->record.id = net.id(5);
+  Packet packet;
+  packet.sender = insider.public_key();
+  packet.kind = PacketKind::kGossip;
+  const std::uint64_t rejected_before = net.core(2).stats().records_rejected;
+  net.inject_datagram(2, net.address(1), sealer.seal_packet(packet, std::vector<OutgoingItem>{RecordPtr(forged_record)}));
+
+  // A replayed old record of peer 3: peer 3 has moved on since.
+  const RecordPtr old_record = net.core(3).self_record();
+  net.core(3).set_head(HeadEntry{"policy", 4, id_of(4)});
+  net.run_for(3s);
+  const std::uint64_t stale_before = net.core(2).stats().records_stale;
+  net.inject_datagram(2, net.address(1), sealer.seal_packet(packet, std::vector<OutgoingItem>{old_record}));
+
+  // A captured datagram, replayed verbatim.
+  const std::uint64_t replayed_before = net.core(2).stats().dropped_replayed;
+  net.inject_datagram(2, net.address(1), captured);
+
+  // A datagram sealed under another swarm key, and plain garbage.
+  auto foreign_key = SwarmKey::generate();
+  Sealer outsider(foreign_key.derive("gossip"), insider.public_key(), 7);
+  const std::uint64_t unauthenticated_before = net.core(2).stats().dropped_unauthenticated;
+  net.inject_datagram(2, "192.0.2.1:1", outsider.seal_packet(packet, {}));
+  net.inject_datagram(2, "192.0.2.1:1", std::vector<std::uint8_t>(200, 0x41));
+  net.run_for(2s);
+
+  const auto& stats = net.core(2).stats();
+  CHECK(stats.records_rejected == rejected_before + 1);
+  CHECK(stats.records_stale > stale_before);
+  CHECK(stats.dropped_replayed == replayed_before + 1);
+  CHECK(stats.dropped_unauthenticated >= unauthenticated_before + 2);
+  CHECK(net.core(2).member(net.id(5))->record->record.heads.empty());
+  CHECK(net.core(2).member(net.id(3))->record->record.heads.size() == 1);
+  CHECK(net.core(2).known_heads().head("policy")->version == 4);
+  CHECK(net.converged());
+}
+
+TEST_CASE("gossip cluster: a peer without the swarm key never becomes a member") {
+  GossipNetwork net(111, GossipConfig{});
+  start(net, 10);
+  const std::size_t outsider = net.add_outsider();
+  net.join(outsider, {0, 1});
+  net.run_for(60s);
+  for (std::size_t i = 0; i < 10; ++i) {
+    CHECK_FALSE(net.core(i).member(net.id(outsider)).has_value());
+    CHECK(net.core(i).live_members() == 9);
+  }
+  CHECK(net.core(outsider).live_members() == 0);
+  CHECK(net.core(0).stats().streams_failed + net.core(1).stats().streams_failed > 0);
+}
+
+TEST_CASE("gossip cluster: version vectors merge to the highest head per model") {
+  GossipNetwork net(112, GossipConfig{});
+  start(net, 30);
+  net.core(3).set_head(HeadEntry{"policy", 5, id_of(5)});
+  net.core(8).set_head(HeadEntry{"policy", 7, id_of(7)});
+  net.core(8).set_head(HeadEntry{"critic", 2, id_of(2)});
+  net.core(21).set_head(HeadEntry{"critic", 1, id_of(1)});
+  auto merged = [&] {
+    for (std::size_t i = 0; i < net.size(); ++i) {
+      const VersionVector vv = net.core(i).known_heads();
+      auto policy = vv.head("policy");
+      auto critic = vv.head("critic");
+      if (!policy || policy->version != 7 || policy->manifest_id != id_of(7)) return false;
+      if (!critic || critic->version != 2) return false;
+    }
+    return true;
+  };
+  CHECK(net.run_until(merged, 10s, 10ms));
+}
+
+TEST_CASE("gossip cluster: the same seed gives the same run") {
+  auto run = [](std::uint64_t seed) {
+    GossipNetwork net(seed, GossipConfig{}, NetworkConditions{0.05, 0.01, 1ms, 3ms});
+    for (std::size_t i = 0; i < 20; ++i) net.add_peer();
+    for (std::size_t i = 1; i < 20; ++i) net.join(i, {0});
+    net.run_for(30s);
+    net.crash(4);
+    net.run_for(20s);
+    std::vector<std::uint64_t> fingerprint;
+    for (std::size_t i = 0; i < net.size(); ++i) {
+      if (!net.is_up(i)) continue;
+      fingerprint.push_back(net.core(i).stats().datagrams_out);
+      fingerprint.push_back(net.core(i).stats().bytes_in);
+      fingerprint.push_back(net.core(i).self_record()->record.incarnation);
+    }
+    fingerprint.push_back(net.datagrams_sent());
+    return fingerprint;
+  };
+  CHECK(run(7) == run(7));
+  CHECK(run(7) != run(8));
+}
