@@ -11,6 +11,10 @@ class App;
 class Option;
 }  // namespace CLI
 
+namespace tensorhub::core {
+struct HostPort;
+}
+
 namespace tensorhub::cli {
 
 // Exit codes of every subcommand.
@@ -28,8 +32,13 @@ CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::uint64
 
 std::uint64_t unix_time_ms();
 
+// Where a peer listening on `listen` puts its control socket by default:
+// $XDG_RUNTIME_DIR (or /tmp)/tensorhub-peer-<host>-<port>.sock.
+std::string default_control_path(const core::HostPort& listen);
+
 // Each subcommand registers itself and stores its exit code in `exit_code`.
 void add_devices_command(CLI::App& app, int& exit_code);
+void add_peer_commands(CLI::App& app, int& exit_code);
 void add_keygen_commands(CLI::App& app, int& exit_code);
 void add_manifest_command(CLI::App& app, int& exit_code);
 void add_synth_model_command(CLI::App& app, int& exit_code);

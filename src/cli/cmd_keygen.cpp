@@ -4,6 +4,7 @@
 
 #include "cli/cli_common.hpp"
 #include "tensorhub/identity.hpp"
+#include "tensorhub/swarm_key.hpp"
 
 namespace tensorhub::cli {
 
@@ -25,6 +26,21 @@ void add_keygen_commands(CLI::App& app, int& exit_code) {
     }
     std::printf("%s\n", identity.public_key().hex().c_str());
     std::fprintf(stderr, "wrote %s; the line above is its peer id (public key)\n", args->out.c_str());
+  });
+
+  auto swarm_args = std::make_shared<KeygenArgs>();
+  CLI::App* swarm = app.add_subcommand("swarm-key", "Create a swarm key: 32 random bytes every member shares");
+  swarm->add_option("--out", swarm_args->out, "Swarm key file to write (mode 0600)")->required();
+  swarm->add_flag("--force", swarm_args->force, "Replace an existing file");
+  swarm->callback([swarm_args, &exit_code] {
+    const SwarmKey key = SwarmKey::generate();
+    Status s = key.save(swarm_args->out, swarm_args->force);
+    if (!s.is_ok()) {
+      exit_code = report_error(s);
+      return;
+    }
+    std::printf("wrote %s (fingerprint %s); copy it to every peer of the swarm, privately\n", swarm_args->out.c_str(),
+                key.fingerprint().c_str());
   });
 
   auto key_path = std::make_shared<std::string>();

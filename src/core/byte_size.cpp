@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "core/quoted.hpp"
+
 namespace tensorhub::core {
 namespace {
 
@@ -29,11 +31,7 @@ constexpr Suffix kSuffixes[] = {
 }  // namespace
 
 Result<std::uint64_t> parse_byte_size(std::string_view text) {
-  std::string quoted;  // built by appends: GCC 12 -O3 misreports operator+ here (-Wrestrict)
-  quoted.reserve(text.size() + 2);
-  quoted.push_back('\'');
-  quoted.append(text);
-  quoted.push_back('\'');
+  const std::string quoted = core::quoted(text);
   std::size_t pos = 0;
   unsigned __int128 whole = 0;
   std::size_t digits = 0;

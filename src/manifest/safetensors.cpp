@@ -7,6 +7,7 @@
 
 #include "core/file_io.hpp"
 #include "core/mapped_file.hpp"
+#include "core/quoted.hpp"
 
 namespace tensorhub {
 namespace {
@@ -19,10 +20,7 @@ std::uint64_t read_le64(const std::byte* p) {
   return v;
 }
 
-std::string shown(std::string_view name) {
-  constexpr std::size_t kShown = 80;
-  return "'" + std::string(name.substr(0, kShown)) + (name.size() > kShown ? "...'" : "'");
-}
+std::string shown(std::string_view name) { return core::quoted(name); }
 
 // Parses the JSON header straight into a layout, in one pass and with memory
 // proportional to the tensors it describes: no DOM, so a hostile 100 MB

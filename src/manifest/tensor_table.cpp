@@ -4,10 +4,13 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "core/quoted.hpp"
 #include "tensorhub/tensor.hpp"
 
 namespace tensorhub {
 namespace {
+
+using core::quoted;
 
 // Strict UTF-8: no overlongs, no surrogates, nothing above U+10FFFF.
 bool is_valid_utf8(std::string_view s) {
@@ -31,14 +34,6 @@ bool is_valid_utf8(std::string_view s) {
     i += extra + 1;
   }
   return true;
-}
-
-std::string quoted(std::string_view name) {
-  constexpr std::size_t kShown = 80;
-  std::string out = "'";
-  for (char c : name.substr(0, kShown)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
-  if (name.size() > kShown) out += "...";
-  return out + "'";
 }
 
 }  // namespace

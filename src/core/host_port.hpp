@@ -1,0 +1,22 @@
+// "host:port" as people write it: "10.0.0.1:7946", "[::1]:7946", "node-3:7946".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::core {
+
+struct HostPort {
+  std::string host;  // without brackets
+  std::uint16_t port = 0;
+  std::string to_string() const;  // brackets an IPv6 host
+  friend bool operator==(const HostPort&, const HostPort&) = default;
+};
+
+// Requires a host and a port in 0..65535; IPv6 hosts need brackets.
+Result<HostPort> parse_host_port(std::string_view text);
+
+}  // namespace tensorhub::core

@@ -1,0 +1,370 @@
+#include "transport/gossip_runtime.hpp"
+
+#include <chrono>
+#include <deque>
+
+#include "core/log.hpp"
+
+namespace tensorhub::transport {
+namespace {
+
+constexpr const char* kLog = "gossip";
+
+std::string endpoint_string(const asio::ip::address& address, std::uint16_t port) {
+  return core::HostPort{address.to_string(), port}.to_string();
+}
+
+std::uint64_t wall_clock_ms() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+}  // namespace
+
+TimePoint steady_now() {
+  return TimePoint(std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now().time_since_epoch()));
+}
+
+// One TCP connection carrying length-prefixed sealed frames (u32 big-endian
+// length, then the frame). Writes are queued; a close requested by the core
+// waits until the queue has drained.
+class GossipRuntime::Stream : public std::enable_shared_from_this<GossipRuntime::Stream> {
+ public:
+  Stream(GossipRuntime& runtime, asio::ip::tcp::socket socket, gossip::StreamId id)
+      : runtime_(runtime), socket_(std::move(socket)), id_(id) {}
+
+  asio::ip::tcp::socket& socket() { return socket_; }
+
+  void start_reading() { read_header(); }
+
+  void send(std::vector<std::uint8_t> frame) {
+    std::vector<std::uint8_t> message(4 + frame.size());
+    const auto n = static_cast<std::uint32_t>(frame.size());
+    message[0] = static_cast<std::uint8_t>(n >> 24);
+    message[1] = static_cast<std::uint8_t>(n >> 16);
+    message[2] = static_cast<std::uint8_t>(n >> 8);
+    message[3] = static_cast<std::uint8_t>(n);
+    std::copy(frame.begin(), frame.end(), message.begin() + 4);
+    queue_.push_back(std::move(message));
+    if (connected_ && !writing_) write_next();
+  }
+
+  void close_after_writes() {
+    closing_ = true;
+    if (!writing_ && queue_.empty()) shutdown();
+  }
+
+  void connected() {
+    connected_ = true;
+    start_reading();
+    if (!writing_ && !queue_.empty()) write_next();
+    if (closing_ && queue_.empty()) shutdown();
+  }
+
+  void shutdown() {
+    if (done_) return;
+    done_ = true;
+    std::error_code ignored;
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  bool done() const { return done_; }
+
+ private:
+  void read_header() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(header_), [self](std::error_code ec, std::size_t) {
+      if (ec) return self->fail();
+      const std::uint32_t n = std::uint32_t{self->header_[0]} << 24 | std::uint32_t{self->header_[1]} << 16 |
+                              std::uint32_t{self->header_[2]} << 8 | self->header_[3];
+      if (n > self->runtime_.options_.config.max_stream_message_bytes) {
+        TH_LOG_WARN(kLog, "stream frame of " << n << " bytes exceeds the limit; closing");
+        return self->fail();
+      }
+      self->body_.resize(n);
+      self->read_body();
+    });
+  }
+
+  void read_body() {
+    auto self = shared_from_this();
+    asio::async_read(socket_, asio::buffer(body_), [self](std::error_code ec, std::size_t) {
+      if (ec) return self->fail();
+      if (self->done_) return;
+      self->runtime_.core_->handle_stream_frame(steady_now(), self->id_, self->body_);
+      self->runtime_.pump();
+      if (!self->done_) self->read_header();
+    });
+  }
+
+  void write_next() {
+    writing_ = true;
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(queue_.front()), [self](std::error_code ec, std::size_t) {
+      self->writing_ = false;
+      if (ec) return self->fail();
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) {
+        self->write_next();
+      } else if (self->closing_) {
+        self->shutdown();
+      }
+    });
+  }
+
+  void fail() {
+    if (done_) return;
+    shutdown();
+    runtime_.stream_closed(id_);
+  }
+
+  GossipRuntime& runtime_;
+  asio::ip::tcp::socket socket_;
+  gossip::StreamId id_;
+  std::array<std::uint8_t, 4> header_{};
+  std::vector<std::uint8_t> body_;
+  std::deque<std::vector<std::uint8_t>> queue_;
+  bool connected_ = true;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool done_ = false;
+
+  friend class GossipRuntime;
+};
+
+GossipRuntime::GossipRuntime(asio::io_context& io, GossipRuntimeOptions options)
+    : io_(io), options_(std::move(options)), udp_(io), acceptor_(io), timer_(io), receive_buffer_(65536) {}
+
+GossipRuntime::~GossipRuntime() { close(); }
+
+Result<std::unique_ptr<GossipRuntime>> GossipRuntime::start(asio::io_context& io, GossipRuntimeOptions options,
+                                                            Identity identity, const SwarmKey& swarm_key) {
+  std::unique_ptr<GossipRuntime> rt(new GossipRuntime(io, std::move(options)));
+  std::error_code ec;
+  const auto address = asio::ip::make_address(rt->options_.listen.host, ec);
+  if (ec) {
+    return Status::invalid_argument("listen host '" + rt->options_.listen.host +
+                                    "' is not an IP address (bind to one address, e.g. 127.0.0.1 or 0.0.0.0)");
+  }
+  const asio::ip::udp::endpoint udp_endpoint(address, rt->options_.listen.port);
+  rt->udp_.open(udp_endpoint.protocol(), ec);
+  if (!ec) rt->udp_.bind(udp_endpoint, ec);
+  if (ec) return Status::unavailable("cannot bind UDP " + rt->options_.listen.to_string() + ": " + ec.message());
+  const std::uint16_t port = rt->udp_.local_endpoint().port();
+  const asio::ip::tcp::endpoint tcp_endpoint(address, port);
+  rt->acceptor_.open(tcp_endpoint.protocol(), ec);
+  if (!ec) rt->acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  if (!ec) rt->acceptor_.bind(tcp_endpoint, ec);
+  if (!ec) rt->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return Status::unavailable("cannot listen on TCP " + tcp_endpoint.address().to_string() + ":" +
+                                     std::to_string(port) + ": " + ec.message());
+  rt->udp_.non_blocking(true, ec);
+  rt->bound_ = core::HostPort{rt->options_.listen.host, port};
+  if (rt->options_.advertise.empty()) rt->options_.advertise = rt->bound_.to_string();
+
+  gossip::LocalPeerInfo local{rt->options_.advertise, rt->options_.data_addr, rt->options_.topology};
+  const std::uint64_t incarnation = wall_clock_ms();
+  std::uint64_t seed = incarnation ^ (std::uint64_t{identity.public_key().bytes[0]} << 56) ^
+                       static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  rt->core_ = std::make_unique<gossip::GossipCore>(rt->options_.config, std::move(identity), swarm_key, local,
+                                                   incarnation, seed, steady_now());
+  TH_LOG_INFO(kLog, "listening on " << rt->bound_.to_string() << " (udp+tcp) as peer " << rt->core_->self_id().hex()
+                                    << ", advertised as " << rt->options_.advertise << ", swarm "
+                                    << swarm_key.fingerprint());
+  rt->receive_datagram();
+  rt->accept_stream();
+  if (!rt->options_.seeds.empty()) rt->core_->join(steady_now(), rt->options_.seeds);
+  rt->pump();
+  return rt;
+}
+
+void GossipRuntime::close() {
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ignored;
+  udp_.close(ignored);
+  acceptor_.close(ignored);
+  timer_.cancel();
+  if (leave_timer_) leave_timer_->cancel();
+  for (auto& [id, stream] : streams_) stream->shutdown();
+  streams_.clear();
+}
+
+Result<asio::ip::udp::endpoint> GossipRuntime::resolve_udp(const std::string& address) {
+  auto cached = resolved_.find(address);
+  if (cached != resolved_.end()) return cached->second;
+  auto hp = core::parse_host_port(address);
+  if (!hp) return hp.status();
+  std::error_code ec;
+  auto ip = asio::ip::make_address(hp->host, ec);
+  asio::ip::udp::endpoint endpoint;
+  if (!ec) {
+    endpoint = asio::ip::udp::endpoint(ip, hp->port);
+  } else {
+    asio::ip::udp::resolver resolver(io_);
+    auto results = resolver.resolve(hp->host, std::to_string(hp->port), ec);
+    if (ec || results.empty()) return Status::unavailable("cannot resolve " + address);
+    endpoint = *results.begin();
+  }
+  if (resolved_.size() > 4096) resolved_.clear();
+  resolved_.emplace(address, endpoint);
+  return endpoint;
+}
+
+void GossipRuntime::receive_datagram() {
+  udp_.async_receive_from(asio::buffer(receive_buffer_), receive_from_, [this](std::error_code ec, std::size_t n) {
+    if (closed_) return;
+    if (!ec) {
+      core_->handle_datagram(steady_now(), endpoint_string(receive_from_.address(), receive_from_.port()),
+                             std::span<const std::uint8_t>(receive_buffer_.data(), n));
+      pump();
+    }
+    receive_datagram();
+  });
+}
+
+void GossipRuntime::accept_stream() {
+  acceptor_.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
+    if (closed_) return;
+    if (!ec) {
+      if (streams_.size() >= options_.max_inbound_streams) {
+        TH_LOG_WARN(kLog, "too many open streams; refusing a connection");
+      } else {
+        std::error_code remote_ec;
+        const auto remote = socket.remote_endpoint(remote_ec);
+        const gossip::StreamId id = gossip::kInboundStreamBit | next_inbound_++;
+        auto stream = std::make_shared<Stream>(*this, std::move(socket), id);
+        streams_[id] = stream;
+        core_->handle_stream_accepted(steady_now(), id, endpoint_string(remote.address(), remote.port()));
+        stream->start_reading();
+        pump();
+      }
+    }
+    accept_stream();
+  });
+}
+
+void GossipRuntime::open_stream(const gossip::StreamAction& action) {
+  auto hp = core::parse_host_port(action.to);
+  std::error_code ec;
+  asio::ip::address ip;
+  if (hp) ip = asio::ip::make_address(hp->host, ec);
+  if (!hp || ec) {
+    auto udp = resolve_udp(action.to);
+    if (!udp) {
+      TH_LOG_DEBUG(kLog, "cannot open a stream to " << action.to << ": " << udp.status().message());
+      asio::post(io_, [this, id = action.id] {
+        if (!closed_) {
+          core_->handle_stream_closed(steady_now(), id);
+          pump();
+        }
+      });
+      return;
+    }
+    ip = udp->address();
+  }
+  const asio::ip::tcp::endpoint endpoint(ip, hp ? hp->port : 0);
+  auto stream = std::make_shared<Stream>(*this, asio::ip::tcp::socket(io_), action.id);
+  stream->connected_ = false;
+  streams_[action.id] = stream;
+  stream->send(action.frame);
+  stream->socket().async_connect(endpoint, [this, stream, to = action.to](std::error_code connect_ec) {
+    if (closed_ || stream->done()) return;
+    if (connect_ec) {
+      TH_LOG_DEBUG(kLog, "connect to " << to << " failed: " << connect_ec.message());
+      stream->shutdown();
+      stream_closed(stream->id_);
+      return;
+    }
+    stream->connected();
+  });
+}
+
+void GossipRuntime::stream_closed(gossip::StreamId id) {
+  if (streams_.erase(id) == 0 || closed_) return;
+  core_->handle_stream_closed(steady_now(), id);
+  pump();
+}
+
+void GossipRuntime::pump() {
+  if (closed_) return;
+  while (auto d = core_->poll_datagram()) {
+    auto endpoint = resolve_udp(d->to);
+    if (!endpoint) {
+      TH_LOG_DEBUG(kLog, "dropping a datagram to " << d->to << ": " << endpoint.status().message());
+      continue;
+    }
+    std::error_code ec;
+    udp_.send_to(asio::buffer(d->bytes), *endpoint, 0, ec);  // non-blocking: a full buffer drops it, as UDP may
+    if (ec) TH_LOG_DEBUG(kLog, "send to " << d->to << " failed: " << ec.message());
+  }
+  while (auto action = core_->poll_stream()) {
+    switch (action->kind) {
+      case gossip::StreamAction::Kind::kOpen: open_stream(*action); break;
+      case gossip::StreamAction::Kind::kSend: {
+        auto it = streams_.find(action->id);
+        if (it != streams_.end()) it->second->send(std::move(action->frame));
+        break;
+      }
+      case gossip::StreamAction::Kind::kClose: {
+        auto it = streams_.find(action->id);
+        if (it != streams_.end()) {
+          it->second->close_after_writes();
+          streams_.erase(it);
+        }
+        break;
+      }
+    }
+  }
+  while (auto event = core_->poll_event()) {
+    const auto& r = event->record;
+    const auto level = event->kind == gossip::MemberEventKind::kUpdated ? core::LogLevel::kDebug : core::LogLevel::kInfo;
+    TENSORHUB_LOG(level, kLog, "member " << gossip::member_event_name(event->kind) << " peer=" << event->id.short_hex()
+                                         << " incarnation=" << event->incarnation
+                                         << (r ? " addr=" + r->record.gossip_addr : std::string()));
+    if (event_handler_) event_handler_(*event);
+  }
+  if (leave_done_ && core_->leave_settled()) {
+    auto settled = std::move(leave_done_);
+    leave_done_ = nullptr;
+    if (leave_timer_) leave_timer_->cancel();
+    asio::post(io_, std::move(settled));
+  }
+  arm_timer();
+}
+
+void GossipRuntime::arm_timer() {
+  const TimePoint next = core_->next_timeout();
+  if (next == timer_at_) return;
+  timer_at_ = next;
+  const auto now = steady_now();
+  const auto wait = next > now ? std::chrono::duration_cast<std::chrono::steady_clock::duration>(next - now)
+                               : std::chrono::steady_clock::duration::zero();
+  timer_.expires_after(wait);
+  timer_.async_wait([this](std::error_code ec) {
+    if (ec || closed_) return;
+    timer_at_ = kTimeNever;
+    core_->handle_timeout(steady_now());
+    pump();
+  });
+}
+
+void GossipRuntime::leave(Duration max_wait, std::function<void()> done) {
+  TH_LOG_INFO(kLog, "leaving the swarm");
+  leave_done_ = std::move(done);
+  leave_timer_ = std::make_unique<asio::steady_timer>(io_);
+  leave_timer_->expires_after(max_wait);
+  leave_timer_->async_wait([this](std::error_code ec) {
+    if (ec || !leave_done_) return;
+    TH_LOG_WARN(kLog, "leave did not settle in time; exiting anyway");
+    auto expired = std::move(leave_done_);
+    leave_done_ = nullptr;
+    expired();
+  });
+  core_->leave(steady_now());
+  pump();
+}
+
+}  // namespace tensorhub::transport

@@ -1,0 +1,87 @@
+// The asio driver of the gossip core: one UDP socket for datagrams, one TCP
+// listener for push-pull streams, one steady timer, all on one io_context
+// thread. It feeds the core what arrives, sends what the core returns, and
+// arms the timer at the core's next deadline.
+//
+// Thread-compatibility: every method runs on the io_context's thread (use
+// asio::post from elsewhere).
+#pragma once
+
+#include <asio.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/host_port.hpp"
+#include "gossip/gossip_core.hpp"
+#include "tensorhub/identity.hpp"
+#include "tensorhub/swarm_key.hpp"
+
+namespace tensorhub::transport {
+
+struct GossipRuntimeOptions {
+  gossip::GossipConfig config;
+  core::HostPort listen;        // UDP and TCP bind here, and only here
+  std::string advertise;        // host:port others reach us at; default: listen
+  std::string data_addr;        // the data plane's host:port, if any
+  gossip::Topology topology;
+  std::vector<std::string> seeds;
+  std::size_t max_inbound_streams = 64;
+};
+
+// Now on the runtime's clock, as the cores take it.
+TimePoint steady_now();
+
+class GossipRuntime {
+ public:
+  static Result<std::unique_ptr<GossipRuntime>> start(asio::io_context& io, GossipRuntimeOptions options,
+                                                      Identity identity, const SwarmKey& swarm_key);
+  ~GossipRuntime();
+  GossipRuntime(const GossipRuntime&) = delete;
+  GossipRuntime& operator=(const GossipRuntime&) = delete;
+
+  gossip::GossipCore& core() { return *core_; }
+  // Call after changing the core directly (set_head, ...): sends what it queued.
+  void pump();
+  // Leaves gracefully; `done` runs once the leave has spread or after max_wait.
+  void leave(Duration max_wait, std::function<void()> done);
+  // Receives every member event after it is logged.
+  void on_event(std::function<void(const gossip::MemberEvent&)> handler) { event_handler_ = std::move(handler); }
+  void close();
+  const core::HostPort& bound() const { return bound_; }
+
+ private:
+  class Stream;
+  GossipRuntime(asio::io_context& io, GossipRuntimeOptions options);
+
+  void receive_datagram();
+  void accept_stream();
+  void arm_timer();
+  void open_stream(const gossip::StreamAction& action);
+  void stream_closed(gossip::StreamId id);
+  Result<asio::ip::udp::endpoint> resolve_udp(const std::string& address);
+
+  asio::io_context& io_;
+  GossipRuntimeOptions options_;
+  core::HostPort bound_;
+  std::unique_ptr<gossip::GossipCore> core_;
+  asio::ip::udp::socket udp_;
+  asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer timer_;
+  TimePoint timer_at_ = kTimeNever;
+  std::vector<std::uint8_t> receive_buffer_;
+  asio::ip::udp::endpoint receive_from_;
+  std::map<gossip::StreamId, std::shared_ptr<Stream>> streams_;
+  std::uint64_t next_inbound_ = 1;
+  std::unordered_map<std::string, asio::ip::udp::endpoint> resolved_;
+  std::function<void(const gossip::MemberEvent&)> event_handler_;
+  std::unique_ptr<asio::steady_timer> leave_timer_;
+  std::function<void()> leave_done_;
+  bool closed_ = false;
+};
+
+}  // namespace tensorhub::transport

@@ -1,0 +1,72 @@
+#include "transport/status_json.hpp"
+
+namespace tensorhub::transport {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json record_json(const gossip::PeerRecord& r, std::string_view state, std::uint64_t incarnation) {
+  Json j;
+  j["id"] = r.id.hex();
+  j["addr"] = r.gossip_addr;
+  j["data_addr"] = r.data_addr;
+  j["state"] = std::string(state);
+  j["incarnation"] = incarnation;
+  j["seq"] = r.seq;
+  j["dc"] = r.topology.dc;
+  j["rack"] = r.topology.rack;
+  j["host"] = r.topology.host;
+  Json heads = Json::object();
+  for (const auto& h : r.heads) heads[h.model] = {{"version", h.version}, {"id", h.manifest_id.hex()}};
+  j["heads"] = std::move(heads);
+  Json holds = Json::array();
+  for (const auto& h : r.holdings) {
+    holds.push_back({{"model", h.model}, {"version", h.version}, {"id", h.manifest_id.hex()},
+                     {"progress", h.progress_permille / 1000.0}, {"complete", h.complete()}});
+  }
+  j["holds"] = std::move(holds);
+  return j;
+}
+
+}  // namespace
+
+nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePoint now) {
+  Json out;
+  const auto& self = core.self_record()->record;
+  out["self"] = record_json(self, core.leaving() ? "left" : "alive", self.incarnation);
+  out["self"]["local_health"] = core.local_health();
+  Json members = Json::array();
+  for (const auto& m : core.members()) {
+    Json j = record_json(m.record->record, gossip::liveness_name(m.liveness), m.incarnation);
+    j["since_seconds"] = to_seconds(now - m.since);
+    members.push_back(std::move(j));
+  }
+  out["members"] = std::move(members);
+  Json heads = Json::object();
+  for (const auto& h : core.known_heads().heads()) heads[h.model] = {{"version", h.version}, {"id", h.manifest_id.hex()}};
+  out["known_heads"] = std::move(heads);
+  const auto& s = core.stats();
+  out["stats"] = {{"datagrams_in", s.datagrams_in},
+                  {"datagrams_out", s.datagrams_out},
+                  {"bytes_in", s.bytes_in},
+                  {"bytes_out", s.bytes_out},
+                  {"dropped_oversized", s.dropped_oversized},
+                  {"dropped_rate_limited", s.dropped_rate_limited},
+                  {"dropped_unauthenticated", s.dropped_unauthenticated},
+                  {"dropped_malformed", s.dropped_malformed},
+                  {"dropped_replayed", s.dropped_replayed},
+                  {"dropped_misdirected", s.dropped_misdirected},
+                  {"records_accepted", s.records_accepted},
+                  {"records_stale", s.records_stale},
+                  {"records_rejected", s.records_rejected},
+                  {"probes", s.probes},
+                  {"probes_failed", s.probes_failed},
+                  {"suspicions", s.suspicions},
+                  {"refutations", s.refutations},
+                  {"streams_opened", s.streams_opened},
+                  {"streams_accepted", s.streams_accepted},
+                  {"streams_failed", s.streams_failed}};
+  return out;
+}
+
+}  // namespace tensorhub::transport
