@@ -38,12 +38,20 @@ void BroadcastQueue::enqueue(OutgoingItem item) {
 std::vector<OutgoingItem> BroadcastQueue::take(std::size_t byte_budget, int limit) {
   std::vector<OutgoingItem> out;
   std::vector<Entry*> sent;
+  // Skips items too large for what is left, but not forever: a long queue of
+  // records must not make every datagram scan all of it.
+  constexpr int kMaxSkipped = 32;
+  int skipped = 0;
+  const std::size_t smallest = encoded_item_size(LivenessItem{});
   for (Entry* e : by_order_) {
-    if (e->bytes > byte_budget) continue;
+    if (byte_budget < smallest) break;
+    if (e->bytes > byte_budget) {
+      if (++skipped > kMaxSkipped) break;
+      continue;
+    }
     byte_budget -= e->bytes;
     out.push_back(e->item);
     sent.push_back(e);
-    if (byte_budget < 16) break;
   }
   for (Entry* e : sent) {
     by_order_.erase(e);

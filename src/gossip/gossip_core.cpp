@@ -134,8 +134,7 @@ void GossipCore::leave(TimePoint now) {
   leave_sends_ = 0;
   probe_.reset();
   // Tell a few peers right away; gossip rounds carry it further.
-  for (const Member* m : random_members(static_cast<std::size_t>(config_.gossip_fanout) * 2,
-                                        [](const Member& m) { return m.is_live(); })) {
+  for (const Member* m : sample(table_.live(), static_cast<std::size_t>(config_.gossip_fanout) * 2)) {
     Packet p;
     p.sender = self_id();
     p.kind = PacketKind::kGossip;
@@ -356,6 +355,15 @@ void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::ve
   broadcasts_.enqueue(*record);  // news spreads further
 }
 
+void GossipCore::preload(TimePoint now, std::span<const RecordPtr> records) {
+  for (const RecordPtr& record : records) {
+    const PeerRecord& r = record->record;
+    if (r.id == self_id() || !table_.is_news(RecordVersion{r.id, r.incarnation, r.seq})) continue;
+    if (table_.apply_record(record, now) == RecordOutcome::kJoined) probe_order_.push_back(r.id);
+  }
+  for (std::size_t i = probe_order_.size(); i > 1; --i) std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);
+}
+
 void GossipCore::process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections) {
   if (item.target == self_id()) {
     if (item.incarnation >= self_.incarnation) {
@@ -445,8 +453,8 @@ void GossipCore::handle_timeout(TimePoint now) {
     const Member* target = table_.find(probe_->target);
     if (target != nullptr) {
       const PeerId target_id = probe_->target;
-      for (const Member* m : random_members(static_cast<std::size_t>(config_.indirect_checks),
-                                            [&](const Member& c) { return c.liveness == Liveness::kAlive && c.id() != target_id; })) {
+      for (const Member* m : sample(table_.live(), static_cast<std::size_t>(config_.indirect_checks),
+                                    [&](const Member& c) { return c.liveness != Liveness::kAlive || c.id() == target_id; })) {
         Packet req;
         req.kind = PacketKind::kPingReq;
         req.probe_seq = probe_->seq;
@@ -556,10 +564,15 @@ void GossipCore::finish_probe(TimePoint now) {
 
 void GossipCore::run_gossip(TimePoint now) {
   if (broadcasts_.empty()) return;
-  auto eligible = [&](const Member& m) {
-    return m.is_live() || (m.liveness == Liveness::kDead && now - m.since < config_.gossip_to_dead);
-  };
-  for (const Member* m : random_members(static_cast<std::size_t>(config_.gossip_fanout), eligible)) {
+  auto targets = sample(table_.live(), static_cast<std::size_t>(config_.gossip_fanout));
+  // Now and then a recently dead member is among them (as memberlist's
+  // GossipToTheDead): if it is alive after all, it learns and refutes.
+  if (!table_.dead().empty() && !targets.empty() &&
+      rng_.below(table_.live().size() + table_.dead().size()) < table_.dead().size()) {
+    const Member* dead = table_.find(table_.dead().at(rng_.below(table_.dead().size())));
+    if (now - dead->since < config_.gossip_to_dead) targets[rng_.below(targets.size())] = dead;
+  }
+  for (const Member* m : targets) {
     if (broadcasts_.empty()) break;
     Packet p;
     p.kind = PacketKind::kGossip;
@@ -596,22 +609,25 @@ void GossipCore::check_relays(TimePoint now) {
   }
 }
 
-std::vector<const Member*> GossipCore::random_members(std::size_t count,
-                                                      const std::function<bool(const Member&)>& eligible) {
-  // Reservoir sampling: one pass, no copy of the table.
+std::vector<const Member*> GossipCore::sample(const IdSet& from, std::size_t count,
+                                              const std::function<bool(const Member&)>& skip) {
   std::vector<const Member*> chosen;
-  if (count == 0) return chosen;
-  std::size_t seen = 0;
-  table_.for_each([&](const Member& m) {
-    if (!eligible(m)) return;
-    ++seen;
-    if (chosen.size() < count) {
-      chosen.push_back(&m);
-    } else {
-      const std::size_t j = rng_.below(seen);
-      if (j < count) chosen[j] = &m;
-    }
-  });
+  if (count == 0 || from.empty()) return chosen;
+  auto consider = [&](const PeerId& id) {
+    const Member* m = table_.find(id);
+    if (skip && skip(*m)) return;
+    if (std::find(chosen.begin(), chosen.end(), m) == chosen.end()) chosen.push_back(m);
+  };
+  if (from.size() <= count * 4) {
+    // Small sets: a random rotation of all of them.
+    const std::size_t start = rng_.below(from.size());
+    for (std::size_t i = 0; i < from.size() && chosen.size() < count; ++i) consider(from.at((start + i) % from.size()));
+    return chosen;
+  }
+  // Large sets: draw with rejection; a few extra tries cover skips and repeats.
+  for (std::size_t tries = 0; tries < count * 8 && chosen.size() < count; ++tries) {
+    consider(from.at(rng_.below(from.size())));
+  }
   return chosen;
 }
 
@@ -625,7 +641,7 @@ void GossipCore::join(TimePoint now, std::span<const std::string> seeds) {
 }
 
 void GossipCore::run_push_pull(TimePoint now) {
-  auto chosen = random_members(1, [](const Member& m) { return m.liveness == Liveness::kAlive; });
+  auto chosen = sample(table_.live(), 1, [](const Member& m) { return m.liveness != Liveness::kAlive; });
   if (!chosen.empty()) open_sync(now, chosen.front()->record->record.gossip_addr);
 }
 
@@ -633,7 +649,7 @@ void GossipCore::run_reconnect(TimePoint now) {
   // A peer declared dead may be alive behind a healed partition: an exchange
   // with it lets whichever side is wrong learn the truth (it refutes, or we
   // learn of its death).
-  auto chosen = random_members(1, [](const Member& m) { return m.liveness == Liveness::kDead; });
+  auto chosen = sample(table_.dead(), 1);
   if (!chosen.empty()) open_sync(now, chosen.front()->record->record.gossip_addr);
 }
 

@@ -111,6 +111,10 @@ class GossipCore {
   void handle_stream_closed(TimePoint now, StreamId id);
   void handle_timeout(TimePoint now);
   TimePoint next_timeout() const;
+  // Adds verified records of other members as alive, without announcing
+  // them: for restoring a saved member table, and for simulations that start
+  // from a converged swarm. Records that are not news are ignored.
+  void preload(TimePoint now, std::span<const RecordPtr> records);
 
   // --- the local record (re-signed at most every min_resign_interval) ---
   void set_head(const HeadEntry& head);
@@ -205,7 +209,10 @@ class GossipCore {
   int retransmit_limit() const;
   SuspicionTimeouts suspicion_timeouts() const;
   Duration push_pull_interval() const;
-  std::vector<const Member*> random_members(std::size_t count, const std::function<bool(const Member&)>& eligible);
+  // Up to `count` distinct members drawn uniformly from `from`, leaving out
+  // those `skip` rejects. O(count) expected, whatever the swarm size.
+  std::vector<const Member*> sample(const IdSet& from, std::size_t count,
+                                    const std::function<bool(const Member&)>& skip = nullptr);
   std::optional<PeerId> next_probe_target(TimePoint now);
 
   GossipConfig config_;

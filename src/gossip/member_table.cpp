@@ -30,20 +30,20 @@ const Member* MemberTable::find(const PeerId& id) const {
   return it == members_.end() ? nullptr : &it->second;
 }
 
+void MemberTable::index(const Member& m) {
+  const PeerId& id = m.id();
+  if (m.is_live()) live_.insert(id); else live_.erase(id);
+  if (m.liveness == Liveness::kDead) dead_.insert(id); else dead_.erase(id);
+  if (is_final(m.liveness)) tombstones_.insert(id); else tombstones_.erase(id);
+  if (m.liveness == Liveness::kSuspect) suspects_.insert(id); else suspects_.erase(id);
+}
+
 void MemberTable::set_liveness(Member& m, Liveness state, std::uint64_t incarnation, TimePoint now) {
-  const bool was_live = m.is_live();
   if (m.liveness != state) m.since = now;
   m.liveness = state;
   m.incarnation = incarnation;
   if (state != Liveness::kSuspect) m.suspicion.reset();
-  const bool is_live = m.is_live();
-  if (was_live && !is_live) --live_;
-  if (!was_live && is_live) ++live_;
-  if (state == Liveness::kSuspect) {
-    suspects_.insert(m.id());
-  } else {
-    suspects_.erase(m.id());
-  }
+  index(m);
 }
 
 bool MemberTable::is_news(const RecordVersion& v) const {
@@ -64,8 +64,7 @@ RecordOutcome MemberTable::apply_record(const RecordPtr& record, TimePoint now) 
     fresh.liveness = r.leaving ? Liveness::kLeft : Liveness::kAlive;
     fresh.incarnation = r.incarnation;
     fresh.since = now;
-    if (fresh.is_live()) ++live_;
-    members_.emplace(r.id, std::move(fresh));
+    index(members_.emplace(r.id, std::move(fresh)).first->second);
     return r.leaving ? RecordOutcome::kLeft : RecordOutcome::kJoined;
   }
   if (!is_news(RecordVersion{r.id, r.incarnation, r.seq})) return RecordOutcome::kStale;
@@ -110,13 +109,13 @@ bool MemberTable::declare_dead(const PeerId& id, TimePoint now) {
 
 std::vector<PeerId> MemberTable::expire_tombstones(TimePoint now, Duration ttl) {
   std::vector<PeerId> removed;
-  for (auto it = members_.begin(); it != members_.end();) {
-    if (is_final(it->second.liveness) && now - it->second.since >= ttl) {
-      removed.push_back(it->first);
-      it = members_.erase(it);
-    } else {
-      ++it;
-    }
+  for (const PeerId& id : tombstones_.ids()) {
+    if (now - members_.at(id).since >= ttl) removed.push_back(id);
+  }
+  for (const PeerId& id : removed) {
+    dead_.erase(id);
+    tombstones_.erase(id);
+    members_.erase(id);
   }
   return removed;
 }

@@ -22,6 +22,7 @@
 
 #include "core/time.hpp"
 #include "gossip/gossip_wire.hpp"
+#include "gossip/id_set.hpp"
 #include "gossip/peer_record.hpp"
 #include "gossip/replay_window.hpp"
 #include "gossip/suspicion.hpp"
@@ -74,7 +75,12 @@ class MemberTable {
   std::vector<PeerId> expire_tombstones(TimePoint now, Duration ttl);
 
   std::size_t size() const { return members_.size(); }
-  std::size_t live_count() const { return live_; }
+  std::size_t live_count() const { return live_.size(); }
+  // Alive or suspect members, and dead (not left) ones, for random choice.
+  const IdSet& live() const { return live_; }
+  const IdSet& dead() const { return dead_; }
+  // Dead or left: the tombstones.
+  const IdSet& tombstones() const { return tombstones_; }
   void for_each(const std::function<void(const Member&)>& fn) const;
   // The members currently suspect: O(suspects), not O(members).
   const std::set<PeerId>& suspects() const { return suspects_; }
@@ -84,11 +90,17 @@ class MemberTable {
 
  private:
   void set_liveness(Member& m, Liveness state, std::uint64_t incarnation, TimePoint now);
+  void index(const Member& m);
 
   std::size_t max_members_;
   std::unordered_map<PeerId, Member> members_;
-  std::size_t live_ = 0;      // invariant: number of members with is_live()
-  std::set<PeerId> suspects_;  // invariant: exactly the members with liveness kSuspect
+  // Invariants: live_ holds exactly the members with is_live(), dead_ those
+  // with liveness kDead, tombstones_ those dead or left, suspects_ those with
+  // kSuspect.
+  IdSet live_;
+  IdSet dead_;
+  IdSet tombstones_;
+  std::set<PeerId> suspects_;
 };
 
 // Ranks a liveness claim at an incarnation, for push-pull comparisons:

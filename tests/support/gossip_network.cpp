@@ -98,6 +98,18 @@ void GossipNetwork::join(std::size_t peer, const std::vector<std::size_t>& seeds
   drain(peer);
 }
 
+void GossipNetwork::preload_all() {
+  std::vector<gossip::RecordPtr> records;
+  for (const Peer& p : peers_) {
+    if (p.core && !p.outsider) records.push_back(p.core->self_record());
+  }
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (!peers_[i].core || peers_[i].outsider) continue;
+    peers_[i].core->preload(now_, records);
+    drain(i);
+  }
+}
+
 std::optional<std::size_t> GossipNetwork::index_of(const PeerId& id) const {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (peers_[i].id == id) return i;

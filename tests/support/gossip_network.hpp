@@ -47,6 +47,9 @@ class GossipNetwork {
   // A peer holding another swarm key: it can send, but nobody can read it.
   std::size_t add_outsider();
   void join(std::size_t peer, const std::vector<std::size_t>& seeds);
+  // Starts every peer with every other's current record (GossipCore::preload):
+  // a converged swarm without a join storm, for large benchmarks.
+  void preload_all();
 
   void crash(std::size_t peer);
   // Starts a crashed peer again with the same identity and a new incarnation,
