@@ -326,3 +326,45 @@ TEST_CASE("gossip cluster: the same seed gives the same run") {
   CHECK(run(7) == run(7));
   CHECK(run(7) != run(8));
 }
+
+TEST_CASE("gossip cluster: floods, oversized and truncated datagrams are dropped and counted") {
+  GossipNetwork net(113, GossipConfig{});
+  start(net, 6);
+  const auto before = net.core(2).stats();
+  // A flood from one address: far beyond the per-address rate.
+  for (int i = 0; i < 5000; ++i) net.inject_datagram(2, "192.0.2.9:4000", std::vector<std::uint8_t>(100, 0x55));
+  net.inject_datagram(2, "192.0.2.10:4000", std::vector<std::uint8_t>(2000, 0x55));  // oversized
+  // A real datagram cut short.
+  std::vector<std::uint8_t> real;
+  net.on_datagram([&](std::size_t from, std::size_t, const std::vector<std::uint8_t>& bytes) {
+    if (from == 1 && real.empty()) real = bytes;
+  });
+  net.run_for(3s);
+  REQUIRE_FALSE(real.empty());
+  net.inject_datagram(2, "192.0.2.11:4000", std::vector<std::uint8_t>(real.begin(), real.begin() + 30));
+  net.run_for(2s);
+  const auto& after = net.core(2).stats();
+  CHECK(after.dropped_rate_limited - before.dropped_rate_limited >= 5000 - 2000);
+  CHECK(after.dropped_oversized - before.dropped_oversized == 1);
+  CHECK(after.dropped_unauthenticated - before.dropped_unauthenticated >= 1);
+  // Everyone else's traffic still gets through.
+  net.run_for(10s);
+  CHECK(net.converged());
+}
+
+TEST_CASE("gossip cluster: record changes are coalesced, not signed one by one") {
+  GossipNetwork net(114, GossipConfig{});
+  start(net, 5);
+  const std::uint64_t signed_before = net.core(1).stats().records_signed;
+  ManifestId id;
+  for (int step = 0; step < 100; ++step) {
+    id.bytes[0] = static_cast<std::uint8_t>(step);
+    net.core(1).set_holding(HoldingEntry{"policy", 9, id, static_cast<std::uint16_t>(step * 10)});
+    net.run_for(10ms);  // 100 updates in 1 s
+  }
+  net.run_for(1s);
+  const std::uint64_t signatures = net.core(1).stats().records_signed - signed_before;
+  MESSAGE("100 holding updates in 1 s produced " << signatures << " signed records");
+  CHECK(signatures <= 6);  // one per min_resign_interval (250 ms), plus the last
+  CHECK(net.core(0).member(net.id(1))->record->record.holdings.front().progress_permille == 990);
+}
