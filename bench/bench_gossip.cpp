@@ -42,6 +42,7 @@ struct Options {
   std::uint64_t seed = 1;
   bool json = false;
   bool preload = false;  // start converged instead of joining one by one
+  long trace_peer = -1;  // print every event about this peer (diagnosis)
 };
 
 Options parse(int argc, char** argv) {
@@ -61,6 +62,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--seed") o.seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--json") o.json = true;
     else if (a == "--preload") o.preload = true;
+    else if (a == "--trace") o.trace_peer = std::strtol(next(), nullptr, 10);
     else {
       std::fprintf(stderr, "usage: %s --peers N [--loss P] [--minutes M] [--seed S] [--json]\n", argv[0]);
       std::exit(2);
@@ -170,6 +172,11 @@ int main(int argc, char** argv) {
   int false_deaths = 0;
   std::size_t stalls = 0;
   net.on_event([&](std::size_t peer, const MemberEvent& e) {
+    if (o.trace_peer >= 0 && e.id == net.id(static_cast<std::size_t>(o.trace_peer))) {
+      std::fprintf(stderr, "t=%.3f peer %zu sees %ld %s at incarnation %llu\n", to_seconds(net.now()), peer,
+                   o.trace_peer, std::string(member_event_name(e.kind)).c_str(),
+                   static_cast<unsigned long long>(e.incarnation));
+    }
     if (e.kind != MemberEventKind::kDead) return;
     if (e.id == victim_id) {
       if (!knows_dead[peer]) {
@@ -179,7 +186,11 @@ int main(int argc, char** argv) {
       return;
     }
     auto subject = net.index_of(e.id);
-    if (subject && !crashed.count(*subject)) ++false_deaths;
+    if (subject && !crashed.count(*subject)) {
+      ++false_deaths;
+      std::fprintf(stderr, "false death: peer %zu declared %zu dead at t=%.3f (rerun with --trace %zu)\n", peer,
+                   *subject, to_seconds(net.now()), *subject);
+    }
   });
   const TimePoint crash_at = net.now();
   net.crash(victim);
@@ -199,6 +210,7 @@ int main(int argc, char** argv) {
       if (net.is_up(i) && rng.unit() < 0.025) {
         net.stall(i, 2s);
         ++stalls;
+        if (o.trace_peer >= 0) std::fprintf(stderr, "t=%.3f peer %zu stalls for 2 s\n", to_seconds(net.now()), i);
       }
     }
     net.run_for(1s);

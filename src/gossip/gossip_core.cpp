@@ -52,6 +52,16 @@ GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& s
   next_push_pull_at_ = now + config_.push_pull_interval / 2 + jitter(config_.push_pull_interval / 2);
   next_reconnect_at_ = now + config_.reconnect_interval / 2 + jitter(config_.reconnect_interval / 2);
   next_reap_at_ = now + config_.probe_interval * 10;
+  last_input_ = now;
+  caught_up_at_ = now;
+}
+
+void GossipCore::note_input(TimePoint now) {
+  if (now - last_input_ > config_.probe_interval) {
+    caught_up_at_ = now + config_.probe_interval;
+    adjust_awareness(1);
+  }
+  last_input_ = std::max(last_input_, now);
 }
 
 // --------------------------------------------------------------------------
@@ -218,6 +228,7 @@ std::optional<MemberEvent> GossipCore::poll_event() {
 // Incoming datagrams
 
 void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::span<const std::uint8_t> bytes) {
+  note_input(now);
   ++stats_.datagrams_in;
   stats_.bytes_in += bytes.size();
   if (bytes.size() > config_.max_datagram_bytes) {
@@ -440,12 +451,13 @@ TimePoint GossipCore::next_timeout() const {
   for (const auto& [id, stream] : streams_) t = std::min(t, stream.deadline);
   for (const PeerId& id : table_.suspects()) {
     const Member* m = table_.find(id);
-    if (m->suspicion) t = std::min(t, m->suspicion->deadline());
+    if (m->suspicion) t = std::min(t, std::max(m->suspicion->deadline(), caught_up_at_));
   }
   return t;
 }
 
 void GossipCore::handle_timeout(TimePoint now) {
+  note_input(now);
   resign_if_due(now);
   if (probe_ && !probe_->indirect_sent && now >= probe_->indirect_at && !probe_->acked) {
     // Lifeguard: ask k others to probe, and expect their nacks if they fail.
@@ -555,6 +567,7 @@ void GossipCore::finish_probe(TimePoint now) {
   ++stats_.probes_failed;
   // Lifeguard: missing nacks mean our own network path may be the problem.
   adjust_awareness(p.expected_nacks > 0 ? std::max(0, p.expected_nacks - p.nacks) : 1);
+  if (now < caught_up_at_) return;  // we were paused: the silence may be ours
   const Member* m = table_.find(p.target);
   if (m == nullptr || !m->is_live()) return;
   const LivenessItem suspect{Liveness::kSuspect, p.target, m->incarnation, self_id()};
@@ -584,8 +597,21 @@ void GossipCore::run_gossip(TimePoint now) {
 void GossipCore::check_suspicions(TimePoint now) {
   std::vector<PeerId> expired;
   for (const PeerId& id : table_.suspects()) {
-    const Member* m = table_.find(id);
-    if (m->suspicion && now >= m->suspicion->deadline()) expired.push_back(id);
+    Member* m = table_.find(id);
+    const bool catching_up = now < caught_up_at_;
+    if (m->suspicion && now >= m->suspicion->deadline() && !catching_up) {
+      expired.push_back(id);
+      continue;
+    }
+    // After a pause, read what arrived meanwhile before declaring anyone dead,
+    // and ask again at once: what we missed comes back as corrections.
+    const bool reminded_since_pause = m->last_reminded >= caught_up_at_ - config_.probe_interval;
+    if (now - m->last_reminded >= config_.probe_interval * 2 || (catching_up && !reminded_since_pause)) {
+      // Spread the suspicion again: whoever has seen a refutation answers
+      // with it (a correction), which we may have missed, e.g. during a pause.
+      m->last_reminded = now;
+      broadcasts_.enqueue(LivenessItem{Liveness::kSuspect, id, m->incarnation, self_id()});
+    }
   }
   for (const PeerId& id : expired) {
     const Member* m = table_.find(id);
@@ -744,6 +770,7 @@ void GossipCore::answer_sync(TimePoint now, StreamId id, const SyncRequest& requ
 }
 
 void GossipCore::handle_stream_accepted(TimePoint now, StreamId id, const std::string& from) {
+  note_input(now);
   ++stats_.streams_accepted;
   if (self_.leaving) {
     stream_actions_.push_back(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
@@ -753,6 +780,7 @@ void GossipCore::handle_stream_accepted(TimePoint now, StreamId id, const std::s
 }
 
 void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const std::uint8_t> frame) {
+  note_input(now);
   auto it = streams_.find(id);
   if (it == streams_.end()) return;
   stats_.stream_bytes_in += frame.size();

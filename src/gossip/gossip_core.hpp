@@ -190,6 +190,8 @@ class GossipCore {
   void check_relays(TimePoint now);
   void check_streams(TimePoint now);
   void resign_if_due(TimePoint now);
+  // Records an input at `now`; notices pauses.
+  void note_input(TimePoint now);
 
   // Push-pull.
   void open_sync(TimePoint now, const std::string& to);
@@ -246,6 +248,13 @@ class GossipCore {
   TimePoint next_reap_at_;
   TimePoint leave_at_;
   int leave_sends_ = 0;
+  // Pause detection: a core runs at least every gossip interval, so a longer
+  // gap since its last input means this process was stopped (a GC pause, a
+  // SIGSTOP, an overloaded host). Its own timers then fire late, before it
+  // has read what arrived meanwhile: no suspicion may turn into a death, and
+  // no failed probe into a suspicion, until it has caught up.
+  TimePoint last_input_;
+  TimePoint caught_up_at_;
 
   std::map<StreamId, Stream> streams_;
   StreamId next_stream_id_ = 1;

@@ -37,6 +37,7 @@ struct Member {
   std::optional<Suspicion> suspicion;
   ReplayWindow replay;              // for datagrams from this member
   TimePoint last_probed;            // by this peer
+  TimePoint last_reminded;          // when this peer last re-spread its suspicion
 
   const PeerId& id() const { return record->record.id; }
   bool is_live() const { return liveness == Liveness::kAlive || liveness == Liveness::kSuspect; }

@@ -119,6 +119,30 @@ TEST_CASE("gossip cluster: no false death under 10% loss") {
                                  << deaths.false_deaths << " false deaths");
 }
 
+TEST_CASE("gossip cluster: no false death when peers pause (GC-like stalls) under 10% loss") {
+  GossipNetwork net(115, GossipConfig{});
+  start(net, 50);
+  FalseDeathCounter deaths(net);
+  net.set_conditions(NetworkConditions{0.10, 0.0, 1ms, 2ms});
+  core::SplitMix64 rng(115);
+  int stalls = 0;
+  // Each second each peer pauses for 2 s with probability 2.5%: about 5% of
+  // the swarm is paused at any moment, accusers and suspects alike.
+  for (int second = 0; second < 240; ++second) {
+    for (std::size_t i = 0; i < net.size(); ++i) {
+      if (rng.unit() < 0.025) {
+        net.stall(i, 2s);
+        ++stalls;
+      }
+    }
+    net.run_for(1s);
+  }
+  MESSAGE(stalls << " pauses of 2 s over 240 s: " << deaths.false_deaths << " false deaths");
+  CHECK(deaths.false_deaths == 0);
+  net.set_conditions(NetworkConditions{});
+  CHECK(net.run_until([&] { return net.converged(); }, 30s));
+}
+
 TEST_CASE("gossip cluster: a falsely suspected peer refutes") {
   GossipNetwork net(105, GossipConfig{});
   start(net, 10);
