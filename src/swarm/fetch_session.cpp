@@ -1,0 +1,432 @@
+#include "swarm/fetch_session.hpp"
+
+#include <algorithm>
+#include <cassert>
+
+namespace tensorhub::swarm {
+
+FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location self, FetchConfig config,
+                           std::uint64_t seed, TimePoint now)
+    : layout_(layout),
+      have_(std::move(have)),
+      self_(std::move(self)),
+      config_(config),
+      rng_(seed),
+      picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull) {
+  assert(have_.size() == layout_.shard_count());
+  for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
+    const ShardIndex shard{s};
+    if (have_.test(s)) {
+      picker_.drop(shard);
+    } else {
+      unrequested_ += layout_.block_count(shard);
+    }
+  }
+  if (have_.all()) finish(Status::ok());
+  (void)now;
+}
+
+// --------------------------------------------------------------------------
+// Neighbours
+
+void FetchSession::add_candidate(TimePoint now, const PeerId& peer, const Location& location) {
+  if (done_ || banned_.count(peer) || neighbours_.count(peer)) return;
+  candidates_[peer] = location;
+  starved_since_.reset();
+  schedule(now);
+}
+
+void FetchSession::remove_candidate(TimePoint now, const PeerId& peer) {
+  candidates_.erase(peer);
+  if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "the peer left the swarm");
+  schedule(now);
+}
+
+void FetchSession::connect_more(TimePoint now) {
+  while (neighbours_.size() < config_.max_neighbours && !candidates_.empty()) {
+    auto chosen = candidates_.end();
+    const std::size_t free_slots = config_.max_neighbours - neighbours_.size();
+    if (free_slots <= config_.random_neighbours) {
+      // The last slots go to random candidates, for diversity.
+      chosen = std::next(candidates_.begin(), static_cast<std::ptrdiff_t>(rng_.below(candidates_.size())));
+    } else {
+      // The nearest candidate; among equals the first in id order (ids are random).
+      Proximity best = Proximity::kRemote;
+      for (auto it = candidates_.begin(); it != candidates_.end(); ++it) {
+        const Proximity p = proximity(self_, it->second);
+        if (chosen == candidates_.end() || p < best) {
+          chosen = it;
+          best = p;
+        }
+      }
+    }
+    Neighbour n;
+    n.location = chosen->second;
+    n.proximity = proximity(self_, n.location);
+    n.connecting = true;
+    n.connect_deadline = now + config_.connect_timeout;
+    const PeerId id = chosen->first;
+    candidates_.erase(chosen);
+    neighbours_.emplace(id, std::move(n));
+    actions_.push_back(ConnectAction{id});
+  }
+}
+
+void FetchSession::on_connected(TimePoint now, const PeerId& peer) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return;
+  it->second.connecting = false;
+  it->second.connected = true;
+  schedule(now);
+}
+
+void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
+  if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
+  schedule(now);
+}
+
+void FetchSession::on_disconnected(TimePoint now, const PeerId& peer) {
+  if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
+  schedule(now);
+}
+
+void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return;
+  release_requests_of(peer);
+  if (it->second.has_bits) picker_.remove_peer(it->second.bits);
+  neighbours_.erase(it);
+  if (ban) banned_.insert(peer);
+  if (!reason.empty()) actions_.push_back(DisconnectAction{peer, reason});
+  (void)now;
+}
+
+void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bitfield& bits) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return;
+  Neighbour& n = it->second;
+  if (bits.size() != layout_.shard_count()) {
+    lose_neighbour(now, peer, /*ban=*/true, "its bitfield has the wrong size");
+    schedule(now);
+    return;
+  }
+  if (n.has_bits) picker_.remove_peer(n.bits);
+  n.bits = bits;
+  n.has_bits = true;
+  picker_.add_peer(n.bits);
+  schedule(now);
+}
+
+void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || shard.value >= layout_.shard_count()) return;
+  Neighbour& n = it->second;
+  if (!n.has_bits) {
+    n.bits = core::Bitfield(layout_.shard_count());
+    n.has_bits = true;
+  }
+  if (!n.bits.test(shard.value)) {
+    n.bits.set(shard.value);
+    picker_.increment(shard);
+  }
+  starved_since_.reset();
+  schedule(now);
+}
+
+// --------------------------------------------------------------------------
+// Requests
+
+FetchSession::Shard& FetchSession::shard_state(ShardIndex s) {
+  auto it = shards_.find(s.value);
+  if (it != shards_.end()) return it->second;
+  Shard shard;
+  const std::uint32_t blocks = layout_.block_count(s);
+  shard.received = core::Bitfield(blocks);
+  shard.requests.resize(blocks);
+  shard.sources.resize(blocks);
+  shard.started = true;
+  return shards_.emplace(s.value, std::move(shard)).first->second;
+}
+
+bool FetchSession::held_nearby(ShardIndex shard) const {
+  for (const auto& [id, n] : neighbours_) {
+    if (n.proximity != Proximity::kRemote && n.has_bits && n.bits.test(shard.value)) return true;
+  }
+  return false;
+}
+
+std::size_t FetchSession::wan_in_flight() const {
+  std::size_t total = 0;
+  for (const auto& [id, n] : neighbours_) {
+    if (n.proximity == Proximity::kRemote) total += n.in_flight;
+  }
+  return total;
+}
+
+bool FetchSession::allowed_from(const Neighbour& n, ShardIndex shard) const {
+  if (!n.has_bits || !n.bits.test(shard.value)) return false;
+  if (n.proximity != Proximity::kRemote) return true;
+  // Across the WAN only what nobody in our datacenter can give us, and only
+  // so much at once.
+  return !held_nearby(shard) && wan_in_flight() < config_.max_wan_requests;
+}
+
+void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block) {
+  Shard& s = shard_state(shard);
+  auto& requests = s.requests[block.value];
+  if (requests.empty()) --unrequested_;
+  requests.push_back(Request{id, now + config_.request_timeout});
+  ++n.in_flight;
+  actions_.push_back(RequestAction{id, shard, block, layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
+                                   layout_.block_length(shard, block)});
+}
+
+bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
+  // 1. Shards already started: finish what is begun before starting more.
+  for (auto& [index, s] : shards_) {
+    const ShardIndex shard{index};
+    if (s.verifying || !allowed_from(n, shard)) continue;
+    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
+      if (!s.received.test(b) && s.requests[b].empty()) {
+        send_request(now, id, n, shard, BlockIndex{b});
+        return true;
+      }
+    }
+  }
+  // 2. A new shard, rarest first.
+  auto picked = picker_.pick(n.bits, 1, [&](ShardIndex s) { return !shards_.count(s.value) && allowed_from(n, s); });
+  if (!picked.empty()) {
+    send_request(now, id, n, picked.front(), BlockIndex{0});
+    return true;
+  }
+  // 3. Endgame: every missing block is in flight; ask a second holder.
+  if (unrequested_ != 0) return false;
+  endgame_ = true;
+  for (auto& [index, s] : shards_) {
+    const ShardIndex shard{index};
+    if (s.verifying || !allowed_from(n, shard)) continue;
+    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
+      auto& requests = s.requests[b];
+      if (s.received.test(b) || requests.size() >= config_.endgame_duplicates) continue;
+      const bool already = std::any_of(requests.begin(), requests.end(), [&](const Request& r) { return r.peer == id; });
+      if (!already) {
+        send_request(now, id, n, shard, BlockIndex{b});
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+void FetchSession::fill(TimePoint now, const PeerId& id, Neighbour& n) {
+  while (n.connected && n.has_bits && n.in_flight < config_.pipeline_blocks && request_next(now, id, n)) {
+  }
+}
+
+void FetchSession::schedule(TimePoint now) {
+  if (done_) return;
+  connect_more(now);
+  // Nearest neighbours choose first, so they take what they can give.
+  std::vector<std::pair<Proximity, PeerId>> order;
+  order.reserve(neighbours_.size());
+  for (const auto& [id, n] : neighbours_) order.emplace_back(n.proximity, id);
+  std::sort(order.begin(), order.end());
+  for (const auto& [p, id] : order) fill(now, id, neighbours_.at(id));
+  check_starvation(now);
+}
+
+void FetchSession::drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer) {
+  auto it = shards_.find(shard.value);
+  if (it == shards_.end()) return;
+  auto& requests = it->second.requests[block.value];
+  auto r = std::find_if(requests.begin(), requests.end(), [&](const Request& q) { return q.peer == peer; });
+  if (r == requests.end()) return;
+  requests.erase(r);
+  if (auto n = neighbours_.find(peer); n != neighbours_.end() && n->second.in_flight > 0) --n->second.in_flight;
+  if (requests.empty() && !it->second.received.test(block.value)) ++unrequested_;
+}
+
+void FetchSession::release_requests_of(const PeerId& peer) {
+  for (auto& [index, s] : shards_) {
+    for (std::uint32_t b = 0; b < s.requests.size(); ++b) drop_request(ShardIndex{index}, BlockIndex{b}, peer);
+  }
+}
+
+void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
+  auto it = shards_.find(shard.value);
+  if (it == shards_.end() || block.value >= it->second.requests.size()) return;
+  Shard& s = it->second;
+  if (s.received.test(block.value) || s.verifying) {
+    drop_request(shard, block, peer);  // a duplicate from endgame, or late
+    schedule(now);
+    return;
+  }
+  drop_request(shard, block, peer);
+  // Whether or not it was still asked of this peer, its bytes are here now.
+  if (s.requests[block.value].empty()) {
+    // drop_request counted it as unrequested again; it is received instead.
+    --unrequested_;
+  }
+  for (const Request& other : s.requests[block.value]) {
+    actions_.push_back(CancelAction{other.peer, shard, block});
+    if (auto n = neighbours_.find(other.peer); n != neighbours_.end() && n->second.in_flight > 0) --n->second.in_flight;
+  }
+  s.requests[block.value].clear();
+  s.received.set(block.value);
+  s.sources[block.value] = peer;
+  ++s.received_count;
+  const std::uint32_t length = layout_.block_length(shard, block);
+  bytes_received_ += length;
+  if (auto n = neighbours_.find(peer); n != neighbours_.end()) {
+    n->second.bytes += length;
+    if (n->second.proximity == Proximity::kRemote) bytes_from_wan_ += length;
+  }
+  if (s.received_count == layout_.block_count(shard)) {
+    s.verifying = true;
+    actions_.push_back(VerifyAction{shard});
+  }
+  schedule(now);
+}
+
+void FetchSession::on_block_refused(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
+  drop_request(shard, block, peer);
+  // Whatever it claimed, it cannot give us this shard now.
+  if (auto n = neighbours_.find(peer); n != neighbours_.end() && n->second.has_bits && n->second.bits.test(shard.value)) {
+    n->second.bits.reset(shard.value);
+    picker_.decrement(shard);
+  }
+  schedule(now);
+}
+
+void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
+  auto it = shards_.find(shard.value);
+  if (it == shards_.end() || !it->second.verifying) return;
+  if (good) {
+    shards_.erase(it);
+    have_.set(shard.value);
+    picker_.drop(shard);
+    actions_.push_back(AnnounceAction{shard});
+    if (have_.all()) {
+      finish(Status::ok());
+      return;
+    }
+    schedule(now);
+    return;
+  }
+  // A bad shard: discard it, penalize whoever sent its blocks, fetch it again.
+  ++bad_shards_;
+  std::set<PeerId> senders(it->second.sources.begin(), it->second.sources.end());
+  unrequested_ += layout_.block_count(shard);
+  shards_.erase(it);
+  for (const PeerId& sender : senders) {
+    auto n = neighbours_.find(sender);
+    if (n == neighbours_.end()) continue;
+    if (++n->second.bad_shards >= config_.max_bad_shards) {
+      lose_neighbour(now, sender, /*ban=*/true,
+                     "sent " + std::to_string(n->second.bad_shards) + " shards that failed verification");
+    }
+  }
+  schedule(now);
+}
+
+// --------------------------------------------------------------------------
+// Time
+
+void FetchSession::handle_timeout(TimePoint now) {
+  if (done_) return;
+  std::vector<PeerId> stale;
+  for (const auto& [id, n] : neighbours_) {
+    if (n.connecting && now >= n.connect_deadline) stale.push_back(id);
+  }
+  for (const PeerId& id : stale) lose_neighbour(now, id, /*ban=*/false, "connect timed out");
+  // Requests past their deadline go elsewhere; the slow peer is told to drop them.
+  std::vector<std::tuple<ShardIndex, BlockIndex, PeerId>> expired;
+  for (const auto& [index, s] : shards_) {
+    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
+      for (const Request& r : s.requests[b]) {
+        if (now >= r.deadline) expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
+      }
+    }
+  }
+  for (const auto& [shard, block, peer] : expired) {
+    drop_request(shard, block, peer);
+    actions_.push_back(CancelAction{peer, shard, block});
+  }
+  schedule(now);
+}
+
+TimePoint FetchSession::next_timeout() const {
+  TimePoint t = kTimeNever;
+  if (done_) return t;
+  for (const auto& [id, n] : neighbours_) {
+    if (n.connecting) t = std::min(t, n.connect_deadline);
+  }
+  for (const auto& [index, s] : shards_) {
+    for (const auto& requests : s.requests) {
+      for (const Request& r : requests) t = std::min(t, r.deadline);
+    }
+  }
+  if (starved_since_) t = std::min(t, *starved_since_ + config_.starvation_timeout);
+  return t;
+}
+
+void FetchSession::check_starvation(TimePoint now) {
+  if (done_) return;
+  // Some wanted shard no connected neighbour holds, with nobody left to ask?
+  bool waiting = !candidates_.empty();
+  for (const auto& [id, n] : neighbours_) {
+    if (n.connecting || (n.connected && !n.has_bits)) waiting = true;
+  }
+  std::optional<ShardIndex> orphan;
+  for (std::uint32_t s = 0; s < layout_.shard_count() && !orphan; ++s) {
+    if (!have_.test(s) && picker_.availability(ShardIndex{s}) == 0 && !shards_.count(s)) orphan = ShardIndex{s};
+  }
+  if (!orphan || waiting) {
+    starved_since_.reset();
+    return;
+  }
+  // Neighbours still fetching may yet get it: give them a while.
+  if (!starved_since_) starved_since_ = now;
+  if (now - *starved_since_ >= config_.starvation_timeout) {
+    finish(Status::unavailable("no reachable peer holds shard " + std::to_string(orphan->value) + " (bytes " +
+                               std::to_string(layout_.shard_offset(*orphan)) + ".." +
+                               std::to_string(layout_.shard_offset(*orphan) + layout_.shard_length(*orphan)) + ")"));
+  }
+}
+
+void FetchSession::finish(Status status) {
+  if (done_) return;
+  done_ = true;
+  for (auto& [index, s] : shards_) {
+    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
+      for (const Request& r : s.requests[b]) actions_.push_back(CancelAction{r.peer, ShardIndex{index}, BlockIndex{b}});
+    }
+  }
+  actions_.push_back(DoneAction{std::move(status)});
+}
+
+std::optional<FetchAction> FetchSession::poll() {
+  if (actions_.empty()) return std::nullopt;
+  FetchAction a = std::move(actions_.front());
+  actions_.pop_front();
+  return a;
+}
+
+FetchProgress FetchSession::progress() const {
+  FetchProgress p;
+  p.shards_total = layout_.shard_count();
+  for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
+    if (have_.test(s)) {
+      ++p.shards_verified;
+      p.bytes_verified += layout_.shard_length(ShardIndex{s});
+    }
+  }
+  p.bytes_received = bytes_received_;
+  p.bytes_from_wan = bytes_from_wan_;
+  p.neighbours = neighbours_.size();
+  p.bad_shards = bad_shards_;
+  p.endgame = endgame_;
+  return p;
+}
+
+}  // namespace tensorhub::swarm

@@ -1,0 +1,206 @@
+// The fetch of one version, as a deterministic state machine with no I/O.
+//
+// It chooses neighbours from the candidates gossip reports (nearest first,
+// plus a random few), keeps their bitfields, and turns them into block
+// requests: rarest shard first, started shards before new ones, a pipeline
+// of requests per neighbour, the nearest holder preferred, and no shard
+// pulled across the WAN while a holder inside the datacenter has it. When
+// every missing block is in flight it enters endgame and asks a second
+// holder, cancelling the loser. Completed shards are verified (by the
+// driver, which owns the bytes); a good shard is announced, a bad one is
+// requested again elsewhere and its senders are penalized, and a peer that
+// sends bad shards repeatedly is dropped. A lost connection or a timed-out
+// request puts its blocks back at once. If some shard has no holder left,
+// the fetch fails with a message naming it.
+//
+// The driver feeds events and time, and carries out the actions it polls:
+// connect, request, cancel, verify, announce, disconnect, done. Blocks land
+// directly in the destination; this core only tracks which have.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/bitfield.hpp"
+#include "core/random_fill.hpp"
+#include "core/time.hpp"
+#include "swarm/piece_picker.hpp"
+#include "swarm/topology.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::swarm {
+
+using namespace std::chrono_literals;
+
+struct FetchConfig {
+  std::uint32_t block_size = 1u << 20;       // the unit of a request
+  std::size_t max_neighbours = 16;           // data connections for this version
+  std::size_t random_neighbours = 2;         // of those, chosen at random for diversity
+  std::size_t pipeline_blocks = 8;           // requests in flight per neighbour
+  std::size_t max_wan_requests = 8;          // requests in flight across the WAN, all neighbours
+  Duration request_timeout = 800ms;          // a block not back by then goes elsewhere
+  Duration connect_timeout = 2s;
+  int max_bad_shards = 2;                    // then the sender is dropped and avoided
+  std::size_t endgame_duplicates = 2;        // holders asked for one block in endgame
+  Duration starvation_timeout = 5s;          // a shard nobody reachable holds fails the fetch after this
+};
+
+// The shape of a version's image, as far as fetching goes.
+struct ShardLayout {
+  std::uint64_t total_size = 0;
+  std::uint64_t shard_size = 0;
+  std::uint32_t block_size = 0;
+
+  std::uint32_t shard_count() const { return static_cast<std::uint32_t>((total_size + shard_size - 1) / shard_size); }
+  std::uint64_t shard_offset(ShardIndex s) const { return std::uint64_t{s.value} * shard_size; }
+  std::uint64_t shard_length(ShardIndex s) const { return std::min(shard_size, total_size - shard_offset(s)); }
+  std::uint32_t block_count(ShardIndex s) const {
+    return static_cast<std::uint32_t>((shard_length(s) + block_size - 1) / block_size);
+  }
+  std::uint32_t block_length(ShardIndex s, BlockIndex b) const {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(block_size, shard_length(s) - std::uint64_t{b.value} * block_size));
+  }
+};
+
+// --- actions for the driver ---
+struct ConnectAction {
+  PeerId peer;
+};
+struct DisconnectAction {
+  PeerId peer;
+  std::string reason;
+};
+struct RequestAction {
+  PeerId peer;
+  ShardIndex shard;
+  BlockIndex block;
+  std::uint64_t offset = 0;  // in the image
+  std::uint32_t length = 0;
+};
+struct CancelAction {
+  PeerId peer;
+  ShardIndex shard;
+  BlockIndex block;
+};
+struct VerifyAction {
+  ShardIndex shard;
+};
+struct AnnounceAction {  // HAVE to every neighbour
+  ShardIndex shard;
+};
+struct DoneAction {
+  Status status;  // ok, or why the fetch failed
+};
+using FetchAction =
+    std::variant<ConnectAction, DisconnectAction, RequestAction, CancelAction, VerifyAction, AnnounceAction, DoneAction>;
+
+struct FetchProgress {
+  std::uint64_t bytes_verified = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint32_t shards_verified = 0;
+  std::uint32_t shards_total = 0;
+  std::uint64_t bytes_from_wan = 0;
+  std::size_t neighbours = 0;
+  std::uint32_t bad_shards = 0;
+  bool endgame = false;
+};
+
+class FetchSession {
+ public:
+  // `have`: shards already held (e.g. unchanged since the parent version,
+  // copied locally). REQUIRES: have.size() == layout.shard_count().
+  FetchSession(ShardLayout layout, core::Bitfield have, Location self, FetchConfig config, std::uint64_t seed,
+               TimePoint now);
+
+  // Candidates from gossip: peers that hold or are fetching this version.
+  void add_candidate(TimePoint now, const PeerId& peer, const Location& location);
+  // Gossip says the peer is dead or left: drop it everywhere.
+  void remove_candidate(TimePoint now, const PeerId& peer);
+
+  void on_connected(TimePoint now, const PeerId& peer);
+  void on_connect_failed(TimePoint now, const PeerId& peer);
+  void on_disconnected(TimePoint now, const PeerId& peer);
+  void on_bitfield(TimePoint now, const PeerId& peer, const core::Bitfield& bits);
+  void on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
+  // The block's bytes are in the destination (the driver wrote them there).
+  void on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
+  // The peer will not serve it (not held, or busy).
+  void on_block_refused(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
+  void on_verified(TimePoint now, ShardIndex shard, bool good);
+  void handle_timeout(TimePoint now);
+  TimePoint next_timeout() const;
+
+  std::optional<FetchAction> poll();
+
+  bool done() const { return done_; }
+  const core::Bitfield& have() const { return have_; }
+  FetchProgress progress() const;
+  const ShardLayout& layout() const { return layout_; }
+
+ private:
+  struct Request {
+    PeerId peer;
+    TimePoint deadline;
+  };
+  struct Shard {
+    core::Bitfield received;               // blocks in the destination
+    std::vector<std::vector<Request>> requests;  // per block: outstanding requests
+    std::vector<PeerId> sources;           // per block: who sent it
+    std::uint32_t received_count = 0;
+    bool started = false;
+    bool verifying = false;
+  };
+  struct Neighbour {
+    Location location;
+    Proximity proximity = Proximity::kRemote;
+    bool connecting = false, connected = false;
+    TimePoint connect_deadline;
+    core::Bitfield bits;
+    bool has_bits = false;
+    std::size_t in_flight = 0;
+    int bad_shards = 0;
+    std::uint64_t bytes = 0;
+  };
+
+  void schedule(TimePoint now);
+  void fill(TimePoint now, const PeerId& id, Neighbour& n);
+  bool request_next(TimePoint now, const PeerId& id, Neighbour& n);
+  bool allowed_from(const Neighbour& n, ShardIndex shard) const;
+  bool held_nearby(ShardIndex shard) const;
+  void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
+  void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
+  void release_requests_of(const PeerId& peer);
+  void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
+  void connect_more(TimePoint now);
+  void check_starvation(TimePoint now);
+  void finish(Status status);
+  std::size_t wan_in_flight() const;
+  Shard& shard_state(ShardIndex s);
+
+  ShardLayout layout_;
+  core::Bitfield have_;
+  Location self_;
+  FetchConfig config_;
+  core::SplitMix64 rng_;
+  PiecePicker picker_;
+  std::map<std::uint32_t, Shard> shards_;  // started, not yet verified
+  std::map<PeerId, Location> candidates_;  // known holders not connected
+  std::set<PeerId> banned_;
+  std::map<PeerId, Neighbour> neighbours_;
+  std::deque<FetchAction> actions_;
+  std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
+  std::optional<TimePoint> starved_since_;
+  std::uint64_t bytes_received_ = 0, bytes_from_wan_ = 0;
+  std::uint32_t bad_shards_ = 0;
+  bool endgame_ = false;
+  bool done_ = false;
+};
+
+}  // namespace tensorhub::swarm

@@ -1,0 +1,300 @@
+// The fetch core against scripted holders: a small deterministic driver
+// delivers requested blocks after a delay, verifies shards (a shard is bad
+// when a corrupting holder sent any of its blocks), and lets holders vanish.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <queue>
+#include <set>
+
+#include "swarm/fetch_session.hpp"
+#include "support/gossip_network.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::swarm;
+using namespace std::chrono_literals;
+using core::Bitfield;
+
+namespace {
+
+PeerId peer(std::uint64_t n) { return testing::GossipNetwork::identity_for(100 + n).public_key(); }
+
+struct Holder {
+  Location location;
+  Bitfield bits;
+  bool corrupt = false;
+  bool alive = true;
+  bool refuses = false;
+  Duration block_time = 1ms;
+};
+
+class Driver {
+ public:
+  Driver(ShardLayout shape, FetchConfig config, Location self = {"dc1", "r1", "h0"})
+      : session(shape, Bitfield(shape.shard_count()), self, config, 7, now), layout(shape) {}
+
+  void add_holder(std::uint64_t n, Holder h) {
+    holders[peer(n)] = std::move(h);
+    session.add_candidate(now, peer(n), holders[peer(n)].location);
+    pump();
+  }
+
+  void kill(std::uint64_t n) {
+    holders[peer(n)].alive = false;
+    session.on_disconnected(now, peer(n));
+    pump();
+  }
+
+  // Runs until done or `limit` of virtual time.
+  void run(Duration limit = 60s) {
+    const TimePoint end = now + limit;
+    while (!session.done() && now < end) {
+      TimePoint next = session.next_timeout();
+      if (!deliveries.empty()) next = std::min(next, deliveries.top().at);
+      if (next == kTimeNever || next > end) break;
+      now = std::max(now, next);
+      while (!deliveries.empty() && deliveries.top().at <= now) {
+        Delivery d = deliveries.top();
+        deliveries.pop();
+        const Holder& h = holders[d.from];
+        if (!h.alive || cancelled.count(key(d))) continue;
+        session.on_block(now, d.from, d.shard, d.block);
+        ++blocks_delivered;
+        pump();
+      }
+      session.handle_timeout(now);
+      pump();
+    }
+  }
+
+  void pump() {
+    while (auto action = session.poll()) {
+      std::visit([&](auto& a) { handle(a); }, *action);
+    }
+  }
+
+  FetchSession session;
+  ShardLayout layout;
+  TimePoint now = TimePoint(1s);
+  std::map<PeerId, Holder> holders;
+  std::optional<Status> result;
+  std::size_t requests = 0, cancels = 0, blocks_delivered = 0;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, int> requests_per_block;
+  std::map<std::uint32_t, std::set<PeerId>> shard_senders;  // for verification
+  std::vector<std::pair<PeerId, std::string>> disconnects;
+  std::set<std::uint32_t> announced;
+
+ private:
+  struct Delivery {
+    TimePoint at;
+    std::uint64_t order;
+    PeerId from;
+    ShardIndex shard;
+    BlockIndex block;
+    bool operator>(const Delivery& o) const { return at != o.at ? at > o.at : order > o.order; }
+  };
+  static std::tuple<PeerId, std::uint32_t, std::uint32_t> key(const Delivery& d) {
+    return {d.from, d.shard.value, d.block.value};
+  }
+
+  void handle(ConnectAction& a) {
+    Holder& h = holders[a.peer];
+    if (!h.alive) {
+      session.on_connect_failed(now, a.peer);
+      return;
+    }
+    session.on_connected(now, a.peer);
+    session.on_bitfield(now, a.peer, h.bits);
+  }
+  void handle(DisconnectAction& a) { disconnects.emplace_back(a.peer, a.reason); }
+  void handle(RequestAction& a) {
+    ++requests;
+    ++requests_per_block[{a.shard.value, a.block.value}];
+    CHECK(a.length == layout.block_length(a.shard, a.block));
+    CHECK(a.offset == layout.shard_offset(a.shard) + std::uint64_t{a.block.value} * layout.block_size);
+    Holder& h = holders[a.peer];
+    REQUIRE(h.bits.test(a.shard.value));  // never asked for what it does not have
+    cancelled.erase({a.peer, a.shard.value, a.block.value});
+    if (h.refuses) {
+      session.on_block_refused(now, a.peer, a.shard, a.block);
+      return;
+    }
+    if (h.corrupt) shard_senders[a.shard.value].insert(a.peer);
+    deliveries.push(Delivery{now + h.block_time, order_++, a.peer, a.shard, a.block});
+  }
+  void handle(CancelAction& a) {
+    ++cancels;
+    cancelled.insert({a.peer, a.shard.value, a.block.value});
+  }
+  void handle(VerifyAction& a) {
+    const bool bad = !shard_senders[a.shard.value].empty();
+    shard_senders.erase(a.shard.value);
+    session.on_verified(now, a.shard, !bad);
+  }
+  void handle(AnnounceAction& a) { announced.insert(a.shard.value); }
+  void handle(DoneAction& a) { result = a.status; }
+
+  std::priority_queue<Delivery, std::vector<Delivery>, std::greater<>> deliveries;
+  std::set<std::tuple<PeerId, std::uint32_t, std::uint32_t>> cancelled;
+  std::uint64_t order_ = 0;
+};
+
+ShardLayout layout(std::uint32_t shards, std::uint32_t blocks_per_shard = 4, std::uint32_t block = 1024) {
+  return ShardLayout{std::uint64_t{shards} * blocks_per_shard * block - block / 2,  // a short last block
+                     std::uint64_t{blocks_per_shard} * block, block};
+}
+
+Holder full(std::uint32_t shards, Location where = {"dc1", "r2", "h9"}) {
+  Holder h;
+  h.location = where;
+  h.bits = Bitfield(shards, true);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("fetch session: one holder, every block requested once, verified, announced") {
+  Driver d(layout(10), FetchConfig{});
+  d.add_holder(1, full(10));
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(d.session.have().all());
+  CHECK(d.announced.size() == 10);
+  // Without competition there is no endgame duplication.
+  const std::uint32_t blocks = 10 * 4;
+  CHECK(d.requests == blocks);
+  CHECK(d.session.progress().bytes_verified == d.layout.total_size);
+}
+
+TEST_CASE("fetch session: rarest shards first across several partial holders") {
+  Driver d(layout(8), FetchConfig{});
+  Holder a = full(8);
+  Holder b;
+  b.location = {"dc1", "r3", "h8"};
+  b.bits = Bitfield(8);
+  for (int s : {0, 1, 2, 3}) b.bits.set(s);
+  Holder c = b;
+  c.location = {"dc1", "r4", "h7"};
+  d.add_holder(1, a);
+  d.add_holder(2, b);
+  d.add_holder(3, c);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+}
+
+TEST_CASE("fetch session: a corrupting holder is detected, dropped and avoided") {
+  FetchConfig config;
+  config.max_bad_shards = 2;
+  Driver d(layout(16), config);
+  Holder bad = full(16, {"dc1", "r1", "h1"});  // nearest, so it is used first
+  bad.corrupt = true;
+  d.add_holder(1, bad);
+  d.add_holder(2, full(16, {"dc1", "r5", "h5"}));
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(d.session.progress().bad_shards >= 2);
+  REQUIRE_FALSE(d.disconnects.empty());
+  CHECK(d.disconnects.front().first == peer(1));
+  CHECK(d.disconnects.front().second.find("failed verification") != std::string::npos);
+}
+
+TEST_CASE("fetch session: a holder lost mid-transfer; its blocks go elsewhere at once") {
+  Driver d(layout(12), FetchConfig{});
+  Holder slow = full(12, {"dc1", "r1", "h1"});
+  slow.block_time = 50ms;
+  d.add_holder(1, slow);
+  d.add_holder(2, full(12, {"dc1", "r6", "h6"}));
+  d.run(30ms);
+  d.kill(1);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(d.session.have().all());
+}
+
+TEST_CASE("fetch session: a silent holder times out; requests move on") {
+  FetchConfig config;
+  config.request_timeout = 200ms;
+  Driver d(layout(6), config);
+  Holder silent = full(6, {"dc1", "r1", "h1"});
+  silent.block_time = 10s;  // never in time
+  d.add_holder(1, silent);
+  d.add_holder(2, full(6, {"dc1", "r7", "h2"}));
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(d.cancels > 0);
+}
+
+TEST_CASE("fetch session: when the last holder of a shard dies, the fetch fails cleanly") {
+  FetchConfig config;
+  config.starvation_timeout = 2s;
+  Driver d(layout(6), config);
+  Holder partial = full(6, {"dc1", "r1", "h1"});
+  partial.block_time = 100ms;
+  Holder others;
+  others.location = {"dc1", "r2", "h2"};
+  others.bits = Bitfield(6, true);
+  others.bits.reset(5);  // only holder 1 has shard 5
+  d.add_holder(1, partial);
+  d.add_holder(2, others);
+  d.run(20ms);
+  d.kill(1);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->code() == StatusCode::kUnavailable);
+  CHECK(d.result->message().find("shard 5") != std::string::npos);
+}
+
+TEST_CASE("fetch session: nothing crosses the WAN that the datacenter has") {
+  FetchConfig config;
+  Driver d(layout(10), config, Location{"dc1", "r1", "h0"});
+  Holder remote = full(10, {"dc2", "r1", "h1"});
+  Holder local;
+  local.location = {"dc1", "r2", "h2"};
+  local.bits = Bitfield(10);
+  for (int s = 0; s < 6; ++s) local.bits.set(s);
+  // Once an in-datacenter holder of a shard is known, the WAN holder is not asked for it.
+  d.add_holder(2, local);
+  d.add_holder(1, remote);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  const auto p = d.session.progress();
+  // Shards 6..9 exist only across the WAN; 0..5 came from the local holder.
+  CHECK(p.bytes_from_wan == 4ull * d.layout.shard_size - d.layout.block_size / 2);
+}
+
+TEST_CASE("fetch session: endgame asks a second holder and cancels the loser") {
+  FetchConfig config;
+  config.pipeline_blocks = 2;
+  Driver d(layout(2, 2), config);
+  Holder slow = full(2, {"dc1", "r1", "h1"});
+  slow.block_time = 300ms;
+  Holder fast = full(2, {"dc1", "r2", "h2"});
+  fast.block_time = 1ms;
+  d.add_holder(1, slow);
+  d.add_holder(2, fast);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(d.session.progress().endgame);
+  CHECK(d.cancels > 0);
+  bool duplicated = false;
+  for (const auto& [block, count] : d.requests_per_block) duplicated |= count > 1;
+  CHECK(duplicated);
+}
+
+TEST_CASE("fetch session: a refusing holder is not asked again for that shard") {
+  Driver d(layout(4), FetchConfig{});
+  Holder refuser = full(4, {"dc1", "r1", "h1"});
+  refuser.refuses = true;
+  d.add_holder(1, refuser);
+  d.add_holder(2, full(4, {"dc1", "r3", "h3"}));
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+}
