@@ -241,6 +241,14 @@ void GossipRuntime::accept_stream() {
         stream->start_reading();
         pump();
       }
+    } else if (ec != asio::error::operation_aborted) {
+      // Out of file descriptors, say: back off instead of spinning.
+      TH_LOG_WARN(kLog, "accept failed: " << ec.message());
+      auto retry = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+      retry->async_wait([this, retry](std::error_code) {
+        if (!closed_) accept_stream();
+      });
+      return;
     }
     accept_stream();
   });
