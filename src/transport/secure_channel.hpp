@@ -1,0 +1,112 @@
+// The data-plane handshake and its sealed control frames (no I/O here).
+//
+// Three messages over a fresh connection; both sides prove their peer key,
+// and both prove they hold the swarm key:
+//   1. initiator -> responder: "THd1" | eph_i (32) | id_i (32) | mac_i (16)
+//   2. responder -> initiator: eph_r (32) | id_r (32) | sig_r (64) | mac_r (16)
+//   3. initiator -> responder: sig_i (64)
+// mac_x is BLAKE2b keyed with the swarm's data key over everything sent so
+// far: only members can produce it, and a responder answers nobody else. sig_x
+// is the peer's Ed25519 signature over the transcript hash, which binds both
+// ephemeral keys: a recorded message 1 replayed later cannot be completed.
+// Session keys come from X25519 over the ephemeral keys (libsodium crypto_kx),
+// mixed with the swarm key and the transcript.
+//
+// After the handshake, control frames (requests, HAVEs, bitfields, piece
+// headers) are sealed with XChaCha20-Poly1305 under the direction's key, with
+// the frame counter as nonce, so a frame cannot be altered, dropped, replayed
+// or reordered unnoticed. Block payloads follow their sealed piece header
+// unsealed: they go from the holder's registered memory straight to the
+// fetcher's destination, and their integrity is the shard hash's job (see
+// the manifest's hash modes). The data plane does not hide weights from
+// someone who can read the wire.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/aead.hpp"
+#include "tensorhub/identity.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+#include "tensorhub/swarm_key.hpp"
+
+namespace tensorhub::transport {
+
+inline constexpr std::size_t kHelloBytes = 4 + 32 + 32 + 16;
+inline constexpr std::size_t kWelcomeBytes = 32 + 32 + 64 + 16;
+inline constexpr std::size_t kFinishBytes = 64;
+
+struct ChannelKeys {
+  core::AeadKey send;
+  core::AeadKey receive;
+  PeerId remote;
+};
+
+// The initiator's side. Use once.
+class HandshakeInitiator {
+ public:
+  HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key);
+  ~HandshakeInitiator();
+  std::vector<std::uint8_t> hello();
+  // Checks message 2. On success returns message 3 and sets keys().
+  Result<std::vector<std::uint8_t>> on_welcome(std::span<const std::uint8_t> welcome);
+  const ChannelKeys& keys() const { return *keys_; }
+
+ private:
+  const Identity& identity_;
+  std::array<std::uint8_t, 32> data_key_;
+  std::array<std::uint8_t, 32> eph_public_{}, eph_secret_{};
+  std::vector<std::uint8_t> transcript_;
+  std::optional<ChannelKeys> keys_;
+};
+
+// The responder's side. Use once.
+class HandshakeResponder {
+ public:
+  HandshakeResponder(const Identity& identity, const SwarmKey& swarm_key);
+  ~HandshakeResponder();
+  // Checks message 1 (a wrong swarm key fails here) and returns message 2.
+  Result<std::vector<std::uint8_t>> on_hello(std::span<const std::uint8_t> hello);
+  // Checks message 3; on success keys() names the authenticated initiator.
+  Status on_finish(std::span<const std::uint8_t> finish);
+  const ChannelKeys& keys() const { return *keys_; }
+
+ private:
+  const Identity& identity_;
+  std::array<std::uint8_t, 32> data_key_;
+  std::array<std::uint8_t, 32> eph_public_{}, eph_secret_{};
+  std::vector<std::uint8_t> transcript_;
+  PeerId initiator_;
+  std::optional<ChannelKeys> pending_;
+  std::optional<ChannelKeys> keys_;
+};
+
+// Seals and opens control frames of one direction, in order.
+class FrameSealer {
+ public:
+  explicit FrameSealer(const core::AeadKey& key) : key_(key) {}
+  std::vector<std::uint8_t> seal(std::span<const std::uint8_t> plaintext);
+
+ private:
+  core::AeadKey key_;
+  std::uint64_t counter_ = 0;
+};
+
+class FrameOpener {
+ public:
+  explicit FrameOpener(const core::AeadKey& key) : key_(key) {}
+  // False for anything not sealed by the peer as the next frame.
+  bool open(std::span<const std::uint8_t> sealed, std::vector<std::uint8_t>& plaintext);
+
+ private:
+  core::AeadKey key_;
+  std::uint64_t counter_ = 0;
+};
+
+inline constexpr std::size_t kFrameOverhead = core::kAeadTagBytes;
+
+}  // namespace tensorhub::transport
