@@ -1,0 +1,57 @@
+// The data plane's control messages, as they travel inside sealed frames.
+//
+// Each is a canonical msgpack array [type, manifest id (32), ...fields]. A
+// kPiece header is followed on the connection by `length` raw payload bytes,
+// outside any frame, so the payload can go from registered memory to the
+// destination without a copy. Decoding is strict and bounded like every
+// decoder here: a bitfield may describe at most kMaxShards shards, and a
+// manifest at most kMaxManifestBytes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::transport {
+
+enum class DataMessageType : std::uint8_t {
+  kBitfield = 1,       // bits (the sender's held shards of the version)
+  kHave = 2,           // shard
+  kInterested = 3,     // the sender wants blocks of the version
+  kNotInterested = 4,
+  kChoke = 5,          // the sender will not serve requests now
+  kUnchoke = 6,
+  kRequest = 7,        // request id, shard, block, offset, length
+  kCancel = 8,         // request id
+  kPiece = 9,          // request id, length; payload follows
+  kRefuse = 10,        // request id, reason
+  kGetManifest = 11,
+  kManifest = 12,      // manifest bytes
+  kNoManifest = 13,
+};
+
+std::string_view data_message_name(DataMessageType type);
+
+struct DataMessage {
+  DataMessageType type = DataMessageType::kHave;
+  ManifestId version;
+  std::uint32_t request_id = 0;
+  ShardIndex shard;
+  BlockIndex block;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+  std::uint32_t shard_count = 0;       // kBitfield: how many bits
+  std::vector<std::uint8_t> bytes;     // kBitfield bits (wire form), kManifest encoding, kRefuse reason
+};
+
+inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;
+
+std::vector<std::uint8_t> encode_data_message(const DataMessage& message);
+Result<DataMessage> decode_data_message(std::span<const std::uint8_t> bytes);
+
+}  // namespace tensorhub::transport
