@@ -1,0 +1,251 @@
+#include "transport/data_connection.hpp"
+
+#include "core/log.hpp"
+#include "tensorhub/manifest.hpp"
+
+namespace tensorhub::transport {
+namespace {
+
+constexpr const char* kLog = "data";
+// Control frames stay small; only a manifest may be large.
+constexpr std::size_t kMaxFrameBytes = kMaxManifestBytes + 4096;
+
+}  // namespace
+
+DataConnection::DataConnection(asio::ip::tcp::socket socket, const Identity& identity, const SwarmKey& swarm_key,
+                               DataConnectionHandler& handler)
+    : socket_(std::move(socket)),
+      identity_(identity),
+      swarm_key_(swarm_key),
+      handler_(handler),
+      handshake_timer_(socket_.get_executor()) {}
+
+DataConnection::~DataConnection() = default;
+
+std::shared_ptr<DataConnection> DataConnection::connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
+                                                        const Identity& identity, const SwarmKey& swarm_key,
+                                                        DataConnectionHandler& handler, Duration handshake_timeout) {
+  std::shared_ptr<DataConnection> c(new DataConnection(asio::ip::tcp::socket(io), identity, swarm_key, handler));
+  c->arm_handshake_timer(handshake_timeout);
+  c->socket_.async_connect(to, [c, handshake_timeout](std::error_code ec) {
+    if (c->closed_) return;
+    if (ec) return c->close(Status::unavailable("connect failed: " + ec.message()));
+    std::error_code ignored;
+    c->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+    c->start_initiator(handshake_timeout);
+  });
+  return c;
+}
+
+std::shared_ptr<DataConnection> DataConnection::accept(asio::ip::tcp::socket socket, const Identity& identity,
+                                                       const SwarmKey& swarm_key, DataConnectionHandler& handler,
+                                                       Duration handshake_timeout) {
+  std::shared_ptr<DataConnection> c(new DataConnection(std::move(socket), identity, swarm_key, handler));
+  std::error_code ignored;
+  c->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  c->arm_handshake_timer(handshake_timeout);
+  c->start_responder(handshake_timeout);
+  return c;
+}
+
+void DataConnection::arm_handshake_timer(Duration timeout) {
+  handshake_timer_.expires_after(timeout);
+  handshake_timer_.async_wait([self = weak_from_this()](std::error_code ec) {
+    auto c = self.lock();
+    if (!c || ec || c->established_ || c->closed_) return;
+    c->close(Status::timeout("handshake timed out"));
+  });
+}
+
+void DataConnection::start_initiator(Duration) {
+  initiator_.emplace(identity_, swarm_key_);
+  auto hello = std::make_shared<std::vector<std::uint8_t>>(initiator_->hello());
+  auto self = shared_from_this();
+  asio::async_write(socket_, asio::buffer(*hello), [self, hello](std::error_code ec, std::size_t) {
+    if (self->closed_) return;
+    if (ec) return self->close(Status::io_error("handshake write failed: " + ec.message()));
+    self->handshake_buffer_.resize(kWelcomeBytes);
+    asio::async_read(self->socket_, asio::buffer(self->handshake_buffer_), [self](std::error_code rec, std::size_t) {
+      if (self->closed_) return;
+      if (rec) return self->close(Status::io_error("handshake read failed: " + rec.message()));
+      auto finish = self->initiator_->on_welcome(self->handshake_buffer_);
+      if (!finish) return self->close(finish.status());
+      auto out = std::make_shared<std::vector<std::uint8_t>>(std::move(*finish));
+      asio::async_write(self->socket_, asio::buffer(*out), [self, out](std::error_code wec, std::size_t) {
+        if (self->closed_) return;
+        if (wec) return self->close(Status::io_error("handshake write failed: " + wec.message()));
+        self->established(self->initiator_->keys());
+      });
+    });
+  });
+}
+
+void DataConnection::start_responder(Duration) {
+  responder_.emplace(identity_, swarm_key_);
+  handshake_buffer_.resize(kHelloBytes);
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(handshake_buffer_), [self](std::error_code ec, std::size_t) {
+    if (self->closed_) return;
+    if (ec) return self->close(Status::io_error("handshake read failed: " + ec.message()));
+    auto welcome = self->responder_->on_hello(self->handshake_buffer_);
+    if (!welcome) return self->close(welcome.status());  // not a member: say nothing
+    auto out = std::make_shared<std::vector<std::uint8_t>>(std::move(*welcome));
+    asio::async_write(self->socket_, asio::buffer(*out), [self, out](std::error_code wec, std::size_t) {
+      if (self->closed_) return;
+      if (wec) return self->close(Status::io_error("handshake write failed: " + wec.message()));
+      self->handshake_buffer_.resize(kFinishBytes);
+      asio::async_read(self->socket_, asio::buffer(self->handshake_buffer_), [self](std::error_code rec, std::size_t) {
+        if (self->closed_) return;
+        if (rec) return self->close(Status::io_error("handshake read failed: " + rec.message()));
+        Status s = self->responder_->on_finish(self->handshake_buffer_);
+        if (!s.is_ok()) return self->close(s);
+        self->established(self->responder_->keys());
+      });
+    });
+  });
+}
+
+void DataConnection::established(ChannelKeys keys) {
+  keys_ = keys;
+  sealer_.emplace(keys_.send);
+  opener_.emplace(keys_.receive);
+  established_ = true;
+  handshake_timer_.cancel();
+  initiator_.reset();
+  responder_.reset();
+  handler_.on_established(*this);
+  if (closed_) return;
+  read_frame_length();
+  write_next();
+}
+
+void DataConnection::send(const DataMessage& message) { send_piece(message, {}, nullptr); }
+
+void DataConnection::send_piece(const DataMessage& header, std::span<const std::byte> payload,
+                                std::function<void(bool)> done) {
+  if (closed_ || !established_) {
+    if (done) done(false);
+    return;
+  }
+  queue(sealer_->seal(encode_data_message(header)), payload, std::move(done));
+}
+
+void DataConnection::queue(std::vector<std::uint8_t> sealed, std::span<const std::byte> payload,
+                           std::function<void(bool)> done) {
+  Outgoing out;
+  out.frame.resize(4 + sealed.size());
+  const auto n = static_cast<std::uint32_t>(sealed.size());
+  out.frame[0] = static_cast<std::uint8_t>(n >> 24);
+  out.frame[1] = static_cast<std::uint8_t>(n >> 16);
+  out.frame[2] = static_cast<std::uint8_t>(n >> 8);
+  out.frame[3] = static_cast<std::uint8_t>(n);
+  std::copy(sealed.begin(), sealed.end(), out.frame.begin() + 4);
+  out.payload = payload;
+  out.done = std::move(done);
+  queued_bytes_ += out.frame.size() + payload.size();
+  outbox_.push_back(std::move(out));
+  if (!writing_) write_next();
+}
+
+void DataConnection::write_next() {
+  if (closed_ || !established_ || writing_ || outbox_.empty()) return;
+  writing_ = true;
+  Outgoing& front = outbox_.front();
+  // One gather write: the sealed header, then the payload from where it lives.
+  std::array<asio::const_buffer, 2> buffers = {asio::buffer(front.frame),
+                                               asio::buffer(front.payload.data(), front.payload.size())};
+  auto self = shared_from_this();
+  asio::async_write(socket_, buffers, [self](std::error_code ec, std::size_t n) {
+    self->writing_ = false;
+    if (self->outbox_.empty()) return;
+    Outgoing done = std::move(self->outbox_.front());
+    self->outbox_.pop_front();
+    self->queued_bytes_ -= done.frame.size() + done.payload.size();
+    self->bytes_sent_ += n;
+    if (done.done) done.done(!ec);
+    if (ec) return self->close(Status::io_error("write failed: " + ec.message()));
+    self->write_next();
+  });
+}
+
+void DataConnection::read_frame_length() {
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(length_buffer_), [self](std::error_code ec, std::size_t) {
+    if (self->closed_) return;
+    if (ec) {
+      return self->close(ec == asio::error::eof ? Status::unavailable("the peer closed the connection")
+                                                : Status::io_error("read failed: " + ec.message()));
+    }
+    const std::uint32_t n = std::uint32_t{self->length_buffer_[0]} << 24 | std::uint32_t{self->length_buffer_[1]} << 16 |
+                            std::uint32_t{self->length_buffer_[2]} << 8 | self->length_buffer_[3];
+    if (n < kFrameOverhead || n > kMaxFrameBytes) {
+      return self->close(Status::corrupt("frame of " + std::to_string(n) + " bytes is out of bounds"));
+    }
+    self->read_frame(n);
+  });
+}
+
+void DataConnection::read_frame(std::uint32_t length) {
+  frame_buffer_.resize(length);
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(frame_buffer_), [self](std::error_code ec, std::size_t n) {
+    if (self->closed_) return;
+    if (ec) return self->close(Status::io_error("read failed: " + ec.message()));
+    self->bytes_received_ += n + 4;
+    if (!self->opener_->open(self->frame_buffer_, self->plaintext_)) {
+      return self->close(Status::verify_failed("a frame failed authentication"));
+    }
+    auto message = decode_data_message(self->plaintext_);
+    if (!message) return self->close(message.status());
+    if (message->type == DataMessageType::kPiece) {
+      self->read_payload(std::move(*message));
+      return;
+    }
+    self->handler_.on_message(*self, std::move(*message));
+    if (!self->closed_) self->read_frame_length();
+  });
+}
+
+void DataConnection::read_payload(DataMessage header) {
+  std::span<std::byte> destination = handler_.piece_destination(*this, header);
+  const bool stored = destination.size() == header.length;
+  if (!stored) {
+    discard_buffer_.resize(header.length);  // bounded by kMaxBlockBytes
+    destination = discard_buffer_;
+  }
+  auto self = shared_from_this();
+  asio::async_read(socket_, asio::buffer(destination.data(), destination.size()),
+                   [self, header = std::move(header), stored](std::error_code ec, std::size_t n) {
+                     if (self->closed_) return;
+                     if (ec) return self->close(Status::io_error("read failed: " + ec.message()));
+                     self->bytes_received_ += n;
+                     self->handler_.on_piece(*self, header, stored);
+                     if (!self->closed_) self->read_frame_length();
+                   });
+}
+
+void DataConnection::close(const Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  std::error_code ignored;
+  handshake_timer_.cancel();
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  // Queued payload writes report failure, so their memory can be released.
+  // The one being written stays until its (aborted) write completes: asio
+  // may still hold its buffers until then.
+  std::deque<Outgoing> pending;
+  pending.swap(outbox_);
+  if (writing_ && !pending.empty()) {
+    outbox_.push_back(std::move(pending.front()));
+    pending.pop_front();
+  }
+  for (Outgoing& o : pending) {
+    if (o.done) o.done(false);
+  }
+  TH_LOG_DEBUG(kLog, "connection " << (established_ ? keys_.remote.short_hex() : std::string("(handshake)"))
+                                   << " closed: " << why.to_string());
+  handler_.on_closed(*this, why);
+}
+
+}  // namespace tensorhub::transport

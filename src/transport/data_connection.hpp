@@ -1,0 +1,108 @@
+// One authenticated data-plane TCP connection (asio).
+//
+// It runs the handshake of secure_channel.hpp, then carries length-prefixed
+// sealed control frames ([u32 big-endian length][sealed message]). A piece
+// header is followed by its payload: sent with one scatter-gather write
+// straight from the holder's memory, and read straight into the destination
+// span the handler names, so the payload is never copied in between.
+//
+// Ownership: the connection keeps itself alive (shared_ptr) while operations
+// are pending; the handler must outlive it or close it first. Every callback
+// runs on the io_context's thread.
+#pragma once
+
+#include <asio.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/time.hpp"
+#include "tensorhub/identity.hpp"
+#include "tensorhub/swarm_key.hpp"
+#include "transport/data_messages.hpp"
+#include "transport/secure_channel.hpp"
+
+namespace tensorhub::transport {
+
+class DataConnection;
+
+class DataConnectionHandler {
+ public:
+  virtual ~DataConnectionHandler() = default;
+  virtual void on_established(DataConnection& connection) = 0;
+  virtual void on_message(DataConnection& connection, DataMessage message) = 0;
+  // Where a piece's payload goes; a span of another length discards it.
+  virtual std::span<std::byte> piece_destination(DataConnection& connection, const DataMessage& header) = 0;
+  virtual void on_piece(DataConnection& connection, const DataMessage& header, bool stored) = 0;
+  virtual void on_closed(DataConnection& connection, const Status& why) = 0;
+};
+
+class DataConnection : public std::enable_shared_from_this<DataConnection> {
+ public:
+  static std::shared_ptr<DataConnection> connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
+                                                 const Identity& identity, const SwarmKey& swarm_key,
+                                                 DataConnectionHandler& handler, Duration handshake_timeout);
+  static std::shared_ptr<DataConnection> accept(asio::ip::tcp::socket socket, const Identity& identity,
+                                                const SwarmKey& swarm_key, DataConnectionHandler& handler,
+                                                Duration handshake_timeout);
+  ~DataConnection();
+
+  void send(const DataMessage& message);
+  // REQUIRES: payload stays valid and unchanged until `done` runs.
+  void send_piece(const DataMessage& header, std::span<const std::byte> payload, std::function<void(bool sent)> done);
+  void close(const Status& why);
+
+  bool established() const { return established_; }
+  bool closed() const { return closed_; }
+  const PeerId& remote() const { return keys_.remote; }
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t bytes_received() const { return bytes_received_; }
+  std::size_t queued_bytes() const { return queued_bytes_; }
+
+ private:
+  struct Outgoing {
+    std::vector<std::uint8_t> frame;  // length prefix + sealed message
+    std::span<const std::byte> payload;
+    std::function<void(bool)> done;
+  };
+
+  DataConnection(asio::ip::tcp::socket socket, const Identity& identity, const SwarmKey& swarm_key,
+                 DataConnectionHandler& handler);
+  void start_initiator(Duration timeout);
+  void start_responder(Duration timeout);
+  void arm_handshake_timer(Duration timeout);
+  void established(ChannelKeys keys);
+  void queue(std::vector<std::uint8_t> sealed, std::span<const std::byte> payload, std::function<void(bool)> done);
+  void write_next();
+  void read_frame_length();
+  void read_frame(std::uint32_t length);
+  void read_payload(DataMessage header);
+
+  asio::ip::tcp::socket socket_;
+  const Identity& identity_;
+  const SwarmKey& swarm_key_;
+  DataConnectionHandler& handler_;
+  asio::steady_timer handshake_timer_;
+  std::optional<HandshakeInitiator> initiator_;
+  std::optional<HandshakeResponder> responder_;
+  std::vector<std::uint8_t> handshake_buffer_;
+  ChannelKeys keys_;
+  std::optional<FrameSealer> sealer_;
+  std::optional<FrameOpener> opener_;
+  std::array<std::uint8_t, 4> length_buffer_{};
+  std::vector<std::uint8_t> frame_buffer_;
+  std::vector<std::uint8_t> plaintext_;
+  std::vector<std::byte> discard_buffer_;
+  std::deque<Outgoing> outbox_;
+  bool writing_ = false;
+  bool established_ = false;
+  bool closed_ = false;
+  std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
+  std::size_t queued_bytes_ = 0;
+};
+
+}  // namespace tensorhub::transport

@@ -1,0 +1,152 @@
+// Two data connections over loopback: handshake, control messages, and a
+// piece whose payload lands straight in the destination.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "core/random_fill.hpp"
+#include "support/gossip_network.hpp"
+#include "transport/data_connection.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+SwarmKey key(std::uint8_t fill) {
+  std::array<std::uint8_t, 32> bytes{};
+  bytes.fill(fill);
+  return SwarmKey::from_bytes(bytes);
+}
+
+struct Recorder : DataConnectionHandler {
+  std::vector<DataMessage> messages;
+  std::vector<std::byte>* destination = nullptr;
+  int pieces_stored = 0, pieces_discarded = 0;
+  bool established = false;
+  std::optional<Status> closed;
+  PeerId remote;
+
+  void on_established(DataConnection& c) override {
+    established = true;
+    remote = c.remote();
+  }
+  void on_message(DataConnection&, DataMessage m) override { messages.push_back(std::move(m)); }
+  std::span<std::byte> piece_destination(DataConnection&, const DataMessage& header) override {
+    if (destination == nullptr) return {};
+    return std::span(*destination).subspan(0, std::min<std::size_t>(header.length, destination->size()));
+  }
+  void on_piece(DataConnection&, const DataMessage&, bool stored) override { ++(stored ? pieces_stored : pieces_discarded); }
+  void on_closed(DataConnection&, const Status& why) override { closed = why; }
+};
+
+struct Pair {
+  explicit Pair(const SwarmKey& client_key, const SwarmKey& server_key)
+      : acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    acceptor.async_accept([&](std::error_code ec, asio::ip::tcp::socket socket) {
+      REQUIRE_FALSE(ec);
+      server = DataConnection::accept(std::move(socket), server_id, server_key, server_events, 2s);
+    });
+    client = DataConnection::connect(io, acceptor.local_endpoint(), client_id, client_key, client_events, 2s);
+  }
+  void run_until(const std::function<bool()>& done) {
+    for (int i = 0; i < 2000 && !done(); ++i) io.run_for(std::chrono::milliseconds(5));
+  }
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor;
+  Identity client_id = testing::GossipNetwork::identity_for(401);
+  Identity server_id = testing::GossipNetwork::identity_for(402);
+  Recorder client_events, server_events;
+  std::shared_ptr<DataConnection> client, server;
+};
+
+}  // namespace
+
+TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
+  const SwarmKey swarm = key(5);
+  Pair p(swarm, swarm);
+  p.run_until([&] { return p.client_events.established && p.server_events.established; });
+  REQUIRE(p.client_events.established);
+  REQUIRE(p.server_events.established);
+  CHECK(p.client_events.remote == p.server_id.public_key());
+  CHECK(p.server_events.remote == p.client_id.public_key());
+
+  ManifestId version;
+  version.bytes.fill(9);
+  p.client->send(DataMessage{DataMessageType::kRequest, version, 1, ShardIndex{2}, BlockIndex{3}, 4096, 65536, 0, {}});
+  p.run_until([&] { return !p.server_events.messages.empty(); });
+  REQUIRE(p.server_events.messages.size() == 1);
+  CHECK(p.server_events.messages[0].type == DataMessageType::kRequest);
+  CHECK(p.server_events.messages[0].length == 65536);
+
+  // The server answers from its memory; the payload lands in the client's buffer.
+  std::vector<std::byte> source(65536), destination(65536);
+  core::fill_pseudo_random(source, 77);
+  p.client_events.destination = &destination;
+  bool sent = false;
+  p.server->send_piece(DataMessage{DataMessageType::kPiece, version, 1, {}, {}, 0, 65536, 0, {}}, source,
+                       [&](bool ok) { sent = ok; });
+  p.run_until([&] { return p.client_events.pieces_stored == 1; });
+  CHECK(sent);
+  CHECK(p.client_events.pieces_stored == 1);
+  CHECK(destination == source);
+
+  // Without a destination the payload is read and discarded; the stream stays in step.
+  p.client_events.destination = nullptr;
+  p.server->send_piece(DataMessage{DataMessageType::kPiece, version, 2, {}, {}, 0, 1000, 0, {}},
+                       std::span(source).first(1000), nullptr);
+  p.server->send(DataMessage{DataMessageType::kHave, version, 0, ShardIndex{5}, {}, 0, 0, 0, {}});
+  p.run_until([&] { return !p.client_events.messages.empty(); });
+  CHECK(p.client_events.pieces_discarded == 1);
+  REQUIRE(p.client_events.messages.size() == 1);
+  CHECK(p.client_events.messages[0].shard == ShardIndex{5});
+
+  p.client->close(Status::cancelled("done"));
+  p.run_until([&] { return p.server_events.closed.has_value(); });
+  CHECK(p.server_events.closed.has_value());
+}
+
+TEST_CASE("data connection: a peer with another swarm key is refused") {
+  Pair p(key(1), key(2));
+  p.run_until([&] { return p.client_events.closed.has_value() && p.server_events.closed.has_value(); });
+  CHECK_FALSE(p.client_events.established);
+  CHECK_FALSE(p.server_events.established);
+  REQUIRE(p.server_events.closed.has_value());
+  CHECK(p.server_events.closed->message().find("swarm's key") != std::string::npos);
+}
+
+TEST_CASE("data connection: garbage instead of a handshake is refused, silence times out") {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const Identity server_id = testing::GossipNetwork::identity_for(403);
+  const SwarmKey swarm = key(3);
+  Recorder events[2];
+  std::shared_ptr<DataConnection> servers[2];
+  int accepted = 0;
+  std::function<void()> accept_next = [&] {
+    acceptor.async_accept([&](std::error_code ec, asio::ip::tcp::socket socket) {
+      if (ec) return;
+      servers[accepted] = DataConnection::accept(std::move(socket), server_id, swarm, events[accepted], 300ms);
+      ++accepted;
+      if (accepted < 2) accept_next();
+    });
+  };
+  accept_next();
+  asio::ip::tcp::socket garbage(io), silent(io);
+  garbage.connect(acceptor.local_endpoint());
+  std::vector<std::uint8_t> junk(kHelloBytes, 0x41);
+  asio::write(garbage, asio::buffer(junk));
+  silent.connect(acceptor.local_endpoint());
+  for (int i = 0; i < 400 && !(events[0].closed && events[1].closed); ++i) io.run_for(5ms);
+  REQUIRE(events[0].closed.has_value());
+  REQUIRE(events[1].closed.has_value());
+  int timeouts = 0, refused = 0;
+  for (auto& e : events) {
+    CHECK_FALSE(e.established);
+    timeouts += e.closed->code() == StatusCode::kTimeout;
+    refused += e.closed->message().find("not a TensorHub data connection") != std::string::npos;
+  }
+  CHECK(timeouts == 1);
+  CHECK(refused == 1);
+}
