@@ -119,15 +119,15 @@ void DataConnection::established(ChannelKeys keys) {
   write_next();
 }
 
-void DataConnection::send(const DataMessage& message) { send_piece(message, {}, nullptr); }
+void DataConnection::send(const SwarmMessage& message) { send_piece(message, {}, nullptr); }
 
-void DataConnection::send_piece(const DataMessage& header, std::span<const std::byte> payload,
+void DataConnection::send_piece(const SwarmMessage& header, std::span<const std::byte> payload,
                                 std::function<void(bool)> done) {
   if (closed_ || !established_) {
     if (done) done(false);
     return;
   }
-  queue(sealer_->seal(encode_data_message(header)), payload, std::move(done));
+  queue(sealer_->seal(encode_swarm_message(header)), payload, std::move(done));
 }
 
 void DataConnection::queue(std::vector<std::uint8_t> sealed, std::span<const std::byte> payload,
@@ -195,9 +195,9 @@ void DataConnection::read_frame(std::uint32_t length) {
     if (!self->opener_->open(self->frame_buffer_, self->plaintext_)) {
       return self->close(Status::verify_failed("a frame failed authentication"));
     }
-    auto message = decode_data_message(self->plaintext_);
+    auto message = decode_swarm_message(self->plaintext_);
     if (!message) return self->close(message.status());
-    if (message->type == DataMessageType::kPiece) {
+    if (message->type == MessageType::kPiece) {
       self->read_payload(std::move(*message));
       return;
     }
@@ -206,7 +206,7 @@ void DataConnection::read_frame(std::uint32_t length) {
   });
 }
 
-void DataConnection::read_payload(DataMessage header) {
+void DataConnection::read_payload(SwarmMessage header) {
   std::span<std::byte> destination = handler_.piece_destination(*this, header);
   const bool stored = destination.size() == header.length;
   if (!stored) {

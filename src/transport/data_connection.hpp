@@ -23,10 +23,15 @@
 #include "core/time.hpp"
 #include "tensorhub/identity.hpp"
 #include "tensorhub/swarm_key.hpp"
-#include "transport/data_messages.hpp"
+#include "swarm/swarm_messages.hpp"
 #include "transport/secure_channel.hpp"
 
 namespace tensorhub::transport {
+
+using swarm::MessageType;
+using swarm::SwarmMessage;
+using swarm::decode_swarm_message;
+using swarm::encode_swarm_message;
 
 class DataConnection;
 
@@ -34,10 +39,10 @@ class DataConnectionHandler {
  public:
   virtual ~DataConnectionHandler() = default;
   virtual void on_established(DataConnection& connection) = 0;
-  virtual void on_message(DataConnection& connection, DataMessage message) = 0;
+  virtual void on_message(DataConnection& connection, SwarmMessage message) = 0;
   // Where a piece's payload goes; a span of another length discards it.
-  virtual std::span<std::byte> piece_destination(DataConnection& connection, const DataMessage& header) = 0;
-  virtual void on_piece(DataConnection& connection, const DataMessage& header, bool stored) = 0;
+  virtual std::span<std::byte> piece_destination(DataConnection& connection, const SwarmMessage& header) = 0;
+  virtual void on_piece(DataConnection& connection, const SwarmMessage& header, bool stored) = 0;
   virtual void on_closed(DataConnection& connection, const Status& why) = 0;
 };
 
@@ -51,9 +56,9 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
                                                 Duration handshake_timeout);
   ~DataConnection();
 
-  void send(const DataMessage& message);
+  void send(const SwarmMessage& message);
   // REQUIRES: payload stays valid and unchanged until `done` runs.
-  void send_piece(const DataMessage& header, std::span<const std::byte> payload, std::function<void(bool sent)> done);
+  void send_piece(const SwarmMessage& header, std::span<const std::byte> payload, std::function<void(bool sent)> done);
   void close(const Status& why);
 
   bool established() const { return established_; }
@@ -80,7 +85,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   void write_next();
   void read_frame_length();
   void read_frame(std::uint32_t length);
-  void read_payload(DataMessage header);
+  void read_payload(SwarmMessage header);
 
   asio::ip::tcp::socket socket_;
   const Identity& identity_;

@@ -10,6 +10,7 @@
 
 using namespace tensorhub;
 using namespace tensorhub::transport;
+using namespace tensorhub::swarm;
 using namespace std::chrono_literals;
 
 namespace {
@@ -21,7 +22,7 @@ SwarmKey key(std::uint8_t fill) {
 }
 
 struct Recorder : DataConnectionHandler {
-  std::vector<DataMessage> messages;
+  std::vector<SwarmMessage> messages;
   std::vector<std::byte>* destination = nullptr;
   int pieces_stored = 0, pieces_discarded = 0;
   bool established = false;
@@ -32,12 +33,12 @@ struct Recorder : DataConnectionHandler {
     established = true;
     remote = c.remote();
   }
-  void on_message(DataConnection&, DataMessage m) override { messages.push_back(std::move(m)); }
-  std::span<std::byte> piece_destination(DataConnection&, const DataMessage& header) override {
+  void on_message(DataConnection&, SwarmMessage m) override { messages.push_back(std::move(m)); }
+  std::span<std::byte> piece_destination(DataConnection&, const SwarmMessage& header) override {
     if (destination == nullptr) return {};
     return std::span(*destination).subspan(0, std::min<std::size_t>(header.length, destination->size()));
   }
-  void on_piece(DataConnection&, const DataMessage&, bool stored) override { ++(stored ? pieces_stored : pieces_discarded); }
+  void on_piece(DataConnection&, const SwarmMessage&, bool stored) override { ++(stored ? pieces_stored : pieces_discarded); }
   void on_closed(DataConnection&, const Status& why) override { closed = why; }
 };
 
@@ -74,10 +75,10 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
   ManifestId version;
   version.bytes.fill(9);
-  p.client->send(DataMessage{DataMessageType::kRequest, version, 1, ShardIndex{2}, BlockIndex{3}, 4096, 65536, 0, {}});
+  p.client->send(SwarmMessage{MessageType::kRequest, version, 1, ShardIndex{2}, BlockIndex{3}, 4096, 65536, 0, {}});
   p.run_until([&] { return !p.server_events.messages.empty(); });
   REQUIRE(p.server_events.messages.size() == 1);
-  CHECK(p.server_events.messages[0].type == DataMessageType::kRequest);
+  CHECK(p.server_events.messages[0].type == MessageType::kRequest);
   CHECK(p.server_events.messages[0].length == 65536);
 
   // The server answers from its memory; the payload lands in the client's buffer.
@@ -85,7 +86,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   core::fill_pseudo_random(source, 77);
   p.client_events.destination = &destination;
   bool sent = false;
-  p.server->send_piece(DataMessage{DataMessageType::kPiece, version, 1, {}, {}, 0, 65536, 0, {}}, source,
+  p.server->send_piece(SwarmMessage{MessageType::kPiece, version, 1, {}, {}, 0, 65536, 0, {}}, source,
                        [&](bool ok) { sent = ok; });
   p.run_until([&] { return p.client_events.pieces_stored == 1; });
   CHECK(sent);
@@ -94,9 +95,9 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
   // Without a destination the payload is read and discarded; the stream stays in step.
   p.client_events.destination = nullptr;
-  p.server->send_piece(DataMessage{DataMessageType::kPiece, version, 2, {}, {}, 0, 1000, 0, {}},
+  p.server->send_piece(SwarmMessage{MessageType::kPiece, version, 2, {}, {}, 0, 1000, 0, {}},
                        std::span(source).first(1000), nullptr);
-  p.server->send(DataMessage{DataMessageType::kHave, version, 0, ShardIndex{5}, {}, 0, 0, 0, {}});
+  p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{5}, {}, 0, 0, 0, {}});
   p.run_until([&] { return !p.client_events.messages.empty(); });
   CHECK(p.client_events.pieces_discarded == 1);
   REQUIRE(p.client_events.messages.size() == 1);

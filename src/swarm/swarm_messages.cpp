@@ -1,49 +1,49 @@
-#include "transport/data_messages.hpp"
+#include "swarm/swarm_messages.hpp"
 
 #include "core/msgpack_reader.hpp"
 #include "core/msgpack_writer.hpp"
 #include "tensorhub/manifest.hpp"
 
-namespace tensorhub::transport {
+namespace tensorhub::swarm {
 
-std::string_view data_message_name(DataMessageType type) {
+std::string_view message_type_name(MessageType type) {
   switch (type) {
-    case DataMessageType::kBitfield: return "bitfield";
-    case DataMessageType::kHave: return "have";
-    case DataMessageType::kInterested: return "interested";
-    case DataMessageType::kNotInterested: return "not-interested";
-    case DataMessageType::kChoke: return "choke";
-    case DataMessageType::kUnchoke: return "unchoke";
-    case DataMessageType::kRequest: return "request";
-    case DataMessageType::kCancel: return "cancel";
-    case DataMessageType::kPiece: return "piece";
-    case DataMessageType::kRefuse: return "refuse";
-    case DataMessageType::kGetManifest: return "get-manifest";
-    case DataMessageType::kManifest: return "manifest";
-    case DataMessageType::kNoManifest: return "no-manifest";
+    case MessageType::kBitfield: return "bitfield";
+    case MessageType::kHave: return "have";
+    case MessageType::kInterested: return "interested";
+    case MessageType::kNotInterested: return "not-interested";
+    case MessageType::kChoke: return "choke";
+    case MessageType::kUnchoke: return "unchoke";
+    case MessageType::kRequest: return "request";
+    case MessageType::kCancel: return "cancel";
+    case MessageType::kPiece: return "piece";
+    case MessageType::kRefuse: return "refuse";
+    case MessageType::kGetManifest: return "get-manifest";
+    case MessageType::kManifest: return "manifest";
+    case MessageType::kNoManifest: return "no-manifest";
   }
   return "unknown";
 }
 
-std::vector<std::uint8_t> encode_data_message(const DataMessage& m) {
+std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& m) {
   std::vector<std::uint8_t> out;
   out.reserve(48 + m.bytes.size());
   core::MsgpackWriter w(out);
   switch (m.type) {
-    case DataMessageType::kBitfield:
+    case MessageType::kBitfield:
       w.write_array_header(4);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
       w.write_uint(m.shard_count);
       w.write_bin(m.bytes);
       break;
-    case DataMessageType::kHave:
+    case MessageType::kHave:
       w.write_array_header(3);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
       w.write_uint(m.shard.value);
       break;
-    case DataMessageType::kRequest:
+    case MessageType::kRequest:
       w.write_array_header(7);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
@@ -53,21 +53,21 @@ std::vector<std::uint8_t> encode_data_message(const DataMessage& m) {
       w.write_uint(m.offset);
       w.write_uint(m.length);
       break;
-    case DataMessageType::kCancel:
+    case MessageType::kCancel:
       w.write_array_header(3);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
       w.write_uint(m.request_id);
       break;
-    case DataMessageType::kPiece:
+    case MessageType::kPiece:
       w.write_array_header(4);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
       w.write_uint(m.request_id);
       w.write_uint(m.length);
       break;
-    case DataMessageType::kRefuse:
-    case DataMessageType::kManifest:
+    case MessageType::kRefuse:
+    case MessageType::kManifest:
       w.write_array_header(4);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
@@ -83,23 +83,23 @@ std::vector<std::uint8_t> encode_data_message(const DataMessage& m) {
   return out;
 }
 
-Result<DataMessage> decode_data_message(std::span<const std::uint8_t> bytes) {
+Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   core::MsgpackReader r(bytes);
-  DataMessage m;
+  SwarmMessage m;
   std::uint32_t fields = 0;
   std::uint64_t type = 0;
   r.read_array_header("data message", fields, 7);
   if (r.read_uint("type", type) && (type < 1 || type > 13)) r.fail("type", "unknown data message type " + std::to_string(type));
-  m.type = static_cast<DataMessageType>(type);
+  m.type = static_cast<MessageType>(type);
   r.read_bin_exact("version", m.version.bytes);
   if (!r.ok()) return r.status();
   auto expect_fields = [&](std::uint32_t n) {
-    if (fields != n) r.fail("data message", std::string(data_message_name(m.type)) + " takes " + std::to_string(n) + " fields, not " + std::to_string(fields));
+    if (fields != n) r.fail("data message", std::string(message_type_name(m.type)) + " takes " + std::to_string(n) + " fields, not " + std::to_string(fields));
   };
   std::uint64_t v = 0;
   std::span<const std::uint8_t> blob;
   switch (m.type) {
-    case DataMessageType::kBitfield:
+    case MessageType::kBitfield:
       expect_fields(4);
       if (r.read_uint("shard count", v, kMaxShards)) m.shard_count = static_cast<std::uint32_t>(v);
       if (r.read_bin("bitfield", blob, (kMaxShards + 7) / 8)) {
@@ -107,11 +107,11 @@ Result<DataMessage> decode_data_message(std::span<const std::uint8_t> bytes) {
         m.bytes.assign(blob.begin(), blob.end());
       }
       break;
-    case DataMessageType::kHave:
+    case MessageType::kHave:
       expect_fields(3);
       if (r.read_uint("shard", v, kMaxShards - 1)) m.shard = ShardIndex{static_cast<std::uint32_t>(v)};
       break;
-    case DataMessageType::kRequest:
+    case MessageType::kRequest:
       expect_fields(7);
       if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
       if (r.read_uint("shard", v, kMaxShards - 1)) m.shard = ShardIndex{static_cast<std::uint32_t>(v)};
@@ -119,21 +119,21 @@ Result<DataMessage> decode_data_message(std::span<const std::uint8_t> bytes) {
       r.read_uint("offset", m.offset, kMaxImageSize);
       if (r.read_uint("length", v, kMaxBlockBytes)) m.length = static_cast<std::uint32_t>(v);
       break;
-    case DataMessageType::kCancel:
+    case MessageType::kCancel:
       expect_fields(3);
       if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
       break;
-    case DataMessageType::kPiece:
+    case MessageType::kPiece:
       expect_fields(4);
       if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
       if (r.read_uint("length", v, kMaxBlockBytes)) m.length = static_cast<std::uint32_t>(v);
       break;
-    case DataMessageType::kRefuse:
-    case DataMessageType::kManifest: {
+    case MessageType::kRefuse:
+    case MessageType::kManifest: {
       expect_fields(4);
       if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
-      const std::size_t limit = m.type == DataMessageType::kManifest ? kMaxManifestBytes : 256;
-      if (r.read_bin(m.type == DataMessageType::kManifest ? "manifest" : "reason", blob, limit)) {
+      const std::size_t limit = m.type == MessageType::kManifest ? kMaxManifestBytes : 256;
+      if (r.read_bin(m.type == MessageType::kManifest ? "manifest" : "reason", blob, limit)) {
         m.bytes.assign(blob.begin(), blob.end());
       }
       break;
@@ -146,4 +146,4 @@ Result<DataMessage> decode_data_message(std::span<const std::uint8_t> bytes) {
   return m;
 }
 
-}  // namespace tensorhub::transport
+}  // namespace tensorhub::swarm

@@ -1,4 +1,5 @@
-// The data plane's control messages, as they travel inside sealed frames.
+// The swarm protocol's messages between neighbours, as they travel inside
+// the data plane's sealed frames.
 //
 // Each is a canonical msgpack array [type, manifest id (32), ...fields]. A
 // kPiece header is followed on the connection by `length` raw payload bytes,
@@ -17,9 +18,9 @@
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
 
-namespace tensorhub::transport {
+namespace tensorhub::swarm {
 
-enum class DataMessageType : std::uint8_t {
+enum class MessageType : std::uint8_t {
   kBitfield = 1,       // bits (the sender's held shards of the version)
   kHave = 2,           // shard
   kInterested = 3,     // the sender wants blocks of the version
@@ -35,10 +36,10 @@ enum class DataMessageType : std::uint8_t {
   kNoManifest = 13,
 };
 
-std::string_view data_message_name(DataMessageType type);
+std::string_view message_type_name(MessageType type);
 
-struct DataMessage {
-  DataMessageType type = DataMessageType::kHave;
+struct SwarmMessage {
+  MessageType type = MessageType::kHave;
   ManifestId version;
   std::uint32_t request_id = 0;
   ShardIndex shard;
@@ -51,7 +52,7 @@ struct DataMessage {
 
 inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;
 
-std::vector<std::uint8_t> encode_data_message(const DataMessage& message);
-Result<DataMessage> decode_data_message(std::span<const std::uint8_t> bytes);
+std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& message);
+Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes);
 
-}  // namespace tensorhub::transport
+}  // namespace tensorhub::swarm
