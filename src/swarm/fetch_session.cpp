@@ -77,6 +77,22 @@ void FetchSession::on_connected(TimePoint now, const PeerId& peer) {
   if (it == neighbours_.end()) return;
   it->second.connecting = false;
   it->second.connected = true;
+  it->second.choked = config_.starts_choked;
+  schedule(now);
+}
+
+void FetchSession::on_choked(TimePoint now, const PeerId& peer) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || it->second.choked) return;
+  it->second.choked = true;
+  release_requests_of(peer);  // a choking holder drops what we asked
+  schedule(now);
+}
+
+void FetchSession::on_unchoked(TimePoint now, const PeerId& peer) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return;
+  it->second.choked = false;
   schedule(now);
 }
 
@@ -175,7 +191,7 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   Shard& s = shard_state(shard);
   auto& requests = s.requests[block.value];
   if (requests.empty()) --unrequested_;
-  requests.push_back(Request{id, now + config_.request_timeout});
+  requests.push_back(Request{id, now, now + config_.request_timeout});
   ++n.in_flight;
   actions_.push_back(RequestAction{id, shard, block, layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
                                    layout_.block_length(shard, block)});
@@ -209,7 +225,9 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
       auto& requests = s.requests[b];
       if (s.received.test(b) || requests.size() >= config_.endgame_duplicates) continue;
       const bool already = std::any_of(requests.begin(), requests.end(), [&](const Request& r) { return r.peer == id; });
-      if (!already) {
+      const bool overdue = std::all_of(requests.begin(), requests.end(),
+                                       [&](const Request& r) { return now - r.sent >= block_rtt_ * 2; });
+      if (!already && overdue) {
         send_request(now, id, n, shard, BlockIndex{b});
         return true;
       }
@@ -219,12 +237,13 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
 }
 
 void FetchSession::fill(TimePoint now, const PeerId& id, Neighbour& n) {
-  while (n.connected && n.has_bits && n.in_flight < config_.pipeline_blocks && request_next(now, id, n)) {
+  while (n.connected && !n.choked && n.has_bits && n.in_flight < config_.pipeline_blocks && request_next(now, id, n)) {
   }
 }
 
 void FetchSession::schedule(TimePoint now) {
   if (done_) return;
+  last_scheduled_ = now;
   connect_more(now);
   // Nearest neighbours choose first, so they take what they can give.
   std::vector<std::pair<Proximity, PeerId>> order;
@@ -260,6 +279,12 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
     drop_request(shard, block, peer);  // a duplicate from endgame, or late
     schedule(now);
     return;
+  }
+  for (const Request& r : s.requests[block.value]) {
+    if (r.peer == peer) {
+      // An exponentially weighted average, 1/8 per sample (as TCP's SRTT).
+      block_rtt_ += (std::chrono::duration_cast<Duration>(now - r.sent) - block_rtt_) / 8;
+    }
   }
   drop_request(shard, block, peer);
   // Whether or not it was still asked of this peer, its bytes are here now.
@@ -363,7 +388,14 @@ TimePoint FetchSession::next_timeout() const {
   }
   for (const auto& [index, s] : shards_) {
     for (const auto& requests : s.requests) {
-      for (const Request& r : requests) t = std::min(t, r.deadline);
+      for (const Request& r : requests) {
+        t = std::min(t, r.deadline);
+        // In endgame, when this request becomes overdue for a duplicate.
+        const TimePoint overdue_at = r.sent + block_rtt_ * 2;
+        if (unrequested_ == 0 && requests.size() < config_.endgame_duplicates && overdue_at > last_scheduled_) {
+          t = std::min(t, overdue_at);
+        }
+      }
     }
   }
   if (starved_since_) t = std::min(t, *starved_since_ + config_.starvation_timeout);

@@ -49,6 +49,7 @@ struct FetchConfig {
   Duration connect_timeout = 2s;
   int max_bad_shards = 2;                    // then the sender is dropped and avoided
   std::size_t endgame_duplicates = 2;        // holders asked for one block in endgame
+  bool starts_choked = false;                // wait for an unchoke before requesting
   Duration starvation_timeout = 5s;          // a shard nobody reachable holds fails the fetch after this
 };
 
@@ -128,6 +129,10 @@ class FetchSession {
   void on_connect_failed(TimePoint now, const PeerId& peer);
   void on_disconnected(TimePoint now, const PeerId& peer);
   void on_bitfield(TimePoint now, const PeerId& peer, const core::Bitfield& bits);
+  // The holder will (not) serve our requests now. A new neighbour starts
+  // unchoked unless `starts_choked` was set; choking drops its requests.
+  void on_choked(TimePoint now, const PeerId& peer);
+  void on_unchoked(TimePoint now, const PeerId& peer);
   void on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
   // The block's bytes are in the destination (the driver wrote them there).
   void on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
@@ -147,6 +152,7 @@ class FetchSession {
  private:
   struct Request {
     PeerId peer;
+    TimePoint sent;
     TimePoint deadline;
   };
   struct Shard {
@@ -161,6 +167,7 @@ class FetchSession {
     Location location;
     Proximity proximity = Proximity::kRemote;
     bool connecting = false, connected = false;
+    bool choked = false;
     TimePoint connect_deadline;
     core::Bitfield bits;
     bool has_bits = false;
@@ -196,6 +203,11 @@ class FetchSession {
   std::map<PeerId, Neighbour> neighbours_;
   std::deque<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
+  // Smoothed time from request to arrival. Endgame duplicates only requests
+  // outstanding for twice that: a duplicate of a block about to arrive is
+  // waste, and with small versions every block is "in flight" at once.
+  Duration block_rtt_ = 20ms;
+  TimePoint last_scheduled_;  // requests overdue before this were already considered
   std::optional<TimePoint> starved_since_;
   std::uint64_t bytes_received_ = 0, bytes_from_wan_ = 0;
   std::uint32_t bad_shards_ = 0;

@@ -1,0 +1,407 @@
+#include "swarm/swarm_core.hpp"
+
+#include <algorithm>
+
+namespace tensorhub::swarm {
+
+SwarmCore::SwarmCore(SwarmConfig config, Location self, std::uint64_t seed)
+    : config_(config), self_(std::move(self)), seed_(seed) {
+  config_.fetch.starts_choked = true;  // holders grant upload slots explicitly
+}
+
+SwarmCore::~SwarmCore() = default;
+
+// --------------------------------------------------------------------------
+// Versions
+
+void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have) {
+  auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr,
+                                                          UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}});
+  if (!inserted) return;
+  (void)now;
+}
+
+void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have) {
+  auto it = versions_.find(id);
+  if (it == versions_.end()) {
+    it = versions_.emplace(id, Version{layout, have, nullptr, UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}})
+             .first;
+  }
+  Version& v = it->second;
+  if (v.fetch) return;
+  std::uint64_t seed = seed_;
+  for (auto b : id.bytes) seed = seed * 131 + b;
+  v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, config_.fetch, seed, now);
+  drain(now, id, v);
+}
+
+void SwarmCore::stop(TimePoint now, const ManifestId& id) {
+  auto it = versions_.find(id);
+  if (it == versions_.end()) return;
+  for (const PeerId& peer : it->second.sources) send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+  for (const PeerId& peer : it->second.requesters) send(peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+  // Forget its outstanding requests on every connection.
+  for (auto& [peer, c] : connections_) {
+    std::erase_if(c.requests, [&](const auto& r) { return r.second.version == id; });
+    c.pending.erase(id);
+  }
+  versions_.erase(it);
+  (void)now;
+}
+
+const core::Bitfield* SwarmCore::have(const ManifestId& id) const {
+  auto it = versions_.find(id);
+  return it == versions_.end() ? nullptr : &it->second.have;
+}
+
+std::optional<FetchProgress> SwarmCore::progress(const ManifestId& id) const {
+  auto it = versions_.find(id);
+  if (it == versions_.end() || !it->second.fetch) return std::nullopt;
+  return it->second.fetch->progress();
+}
+
+// --------------------------------------------------------------------------
+// Gossip input
+
+void SwarmCore::set_location(const PeerId& peer, const Location& location) { locations_[peer] = location; }
+
+Location SwarmCore::location_of(const PeerId& peer) const {
+  auto it = locations_.find(peer);
+  // An unknown peer counts as remote: it is never preferred over a known neighbour.
+  return it == locations_.end() ? Location{"?" + peer.short_hex(), "", ""} : it->second;
+}
+
+void SwarmCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer) {
+  auto it = versions_.find(id);
+  if (it == versions_.end() || !it->second.fetch) return;
+  it->second.fetch->add_candidate(now, peer, location_of(peer));
+  drain(now, id, it->second);
+}
+
+void SwarmCore::peer_gone(TimePoint now, const PeerId& peer) {
+  for (auto& [id, v] : versions_) {
+    if (v.fetch) {
+      v.fetch->remove_candidate(now, peer);
+      drain(now, id, v);
+    }
+  }
+  if (connections_.count(peer)) {
+    actions_.push_back(CloseConnection{peer, "the peer left the swarm"});
+    forget_connection(now, peer);
+  }
+}
+
+// --------------------------------------------------------------------------
+// Fetch sessions
+
+void SwarmCore::send(const PeerId& peer, SwarmMessage message) {
+  actions_.push_back(SendMessage{peer, std::move(message)});
+}
+
+void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer) {
+  v.sources.insert(peer);
+  v.fetch->on_connected(now, peer);
+  send(peer, SwarmMessage{MessageType::kInterested, id, 0, {}, {}, 0, 0, 0, {}});
+}
+
+void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
+  while (v.fetch) {
+    auto action = v.fetch->poll();
+    if (!action) break;
+    if (auto* connect = std::get_if<ConnectAction>(&*action)) {
+      auto [it, created] = connections_.try_emplace(connect->peer);
+      if (it->second.open) {
+        start_with(now, id, v, connect->peer);
+      } else {
+        it->second.pending.insert(id);
+        if (created) actions_.push_back(OpenConnection{connect->peer});
+      }
+    } else if (auto* disconnect = std::get_if<DisconnectAction>(&*action)) {
+      // The session gave up on this neighbour: it sent bad data.
+      v.sources.erase(disconnect->peer);
+      if (connections_.count(disconnect->peer)) {
+        actions_.push_back(CloseConnection{disconnect->peer, disconnect->reason});
+        forget_connection(now, disconnect->peer);
+      }
+    } else if (auto* request = std::get_if<RequestAction>(&*action)) {
+      auto c = connections_.find(request->peer);
+      if (c == connections_.end() || !c->second.open) continue;
+      const std::uint32_t rid = c->second.next_request_id++;
+      c->second.requests[rid] = Outstanding{id, request->shard, request->block, request->offset, request->length};
+      send(request->peer, SwarmMessage{MessageType::kRequest, id, rid, request->shard, request->block, request->offset, request->length, 0, {}});
+    } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
+      auto c = connections_.find(cancel->peer);
+      if (c == connections_.end()) continue;
+      for (auto r = c->second.requests.begin(); r != c->second.requests.end(); ++r) {
+        if (r->second.version == id && r->second.shard == cancel->shard && r->second.block == cancel->block) {
+          send(cancel->peer, SwarmMessage{MessageType::kCancel, id, r->first, {}, {}, 0, 0, 0, {}});
+          c->second.requests.erase(r);
+          break;
+        }
+      }
+    } else if (auto* verify = std::get_if<VerifyAction>(&*action)) {
+      actions_.push_back(VerifyShard{id, verify->shard});
+    } else if (auto* announce = std::get_if<AnnounceAction>(&*action)) {
+      v.have.set(announce->shard.value);
+      actions_.push_back(ShardHeld{id, announce->shard});
+      std::set<PeerId> told;
+      for (const PeerId& peer : v.requesters) told.insert(peer);
+      for (const PeerId& peer : v.sources) told.insert(peer);
+      for (const PeerId& peer : told) {
+        if (connections_.count(peer) && connections_[peer].open) {
+          send(peer, SwarmMessage{MessageType::kHave, id, 0, announce->shard, {}, 0, 0, 0, {}});
+        }
+      }
+    } else if (auto* done = std::get_if<DoneAction>(&*action)) {
+      Status status = done->status;
+      v.fetch.reset();
+      for (const PeerId& peer : v.sources) {
+        if (connections_.count(peer) && connections_[peer].open) {
+          send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+        }
+      }
+      v.sources.clear();
+      actions_.push_back(FetchFinished{id, status});
+      break;
+    }
+  }
+}
+
+void SwarmCore::drain_slots(const ManifestId& id, Version& v) {
+  while (auto action = v.slots.poll()) {
+    if (auto* u = std::get_if<UnchokeAction>(&*action)) {
+      send(u->peer, SwarmMessage{MessageType::kUnchoke, id, 0, {}, {}, 0, 0, 0, {}});
+    } else {
+      send(std::get<ChokeAction>(*action).peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+    }
+  }
+}
+
+// --------------------------------------------------------------------------
+// Connections
+
+void SwarmCore::on_connected(TimePoint now, const PeerId& peer) {
+  Connection& c = connections_[peer];
+  c.open = true;
+  const std::set<ManifestId> pending = std::move(c.pending);
+  c.pending.clear();
+  for (const ManifestId& id : pending) {
+    auto it = versions_.find(id);
+    if (it == versions_.end() || !it->second.fetch) continue;
+    start_with(now, id, it->second, peer);
+    drain(now, id, it->second);
+  }
+}
+
+void SwarmCore::on_connect_failed(TimePoint now, const PeerId& peer) {
+  auto it = connections_.find(peer);
+  if (it == connections_.end()) return;
+  const std::set<ManifestId> pending = it->second.pending;
+  connections_.erase(it);
+  for (const ManifestId& id : pending) {
+    auto v = versions_.find(id);
+    if (v == versions_.end() || !v->second.fetch) continue;
+    v->second.fetch->on_connect_failed(now, peer);
+    drain(now, id, v->second);
+  }
+}
+
+void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
+  connections_.erase(peer);
+  for (auto& [id, v] : versions_) {
+    const bool was_requester = v.requesters.erase(peer) != 0;
+    if (was_requester) {
+      v.slots.on_gone(now, peer);
+      drain_slots(id, v);
+    }
+    if (v.fetch) {
+      v.sources.erase(peer);
+      v.fetch->on_disconnected(now, peer);
+    }
+  }
+  for (auto& [id, v] : versions_) drain(now, id, v);
+}
+
+void SwarmCore::on_disconnected(TimePoint now, const PeerId& peer) {
+  if (!connections_.count(peer)) return;
+  forget_connection(now, peer);
+}
+
+void SwarmCore::handle_request(const PeerId& peer, const SwarmMessage& m) {
+  auto refuse = [&](const char* reason) {
+    SwarmMessage r{MessageType::kRefuse, m.version, m.request_id, {}, {}, 0, 0, 0, {}};
+    r.bytes.assign(reason, reason + std::char_traits<char>::length(reason));
+    send(peer, std::move(r));
+  };
+  auto it = versions_.find(m.version);
+  if (it == versions_.end()) return refuse("unknown version");
+  Version& v = it->second;
+  if (!v.slots.unchoked(peer)) return refuse("choked");
+  const ShardLayout& l = v.layout;
+  if (m.shard.value >= l.shard_count()) return refuse("no such shard");
+  if (!v.have.test(m.shard.value)) return refuse("shard not held");
+  const std::uint64_t shard_start = l.shard_offset(m.shard), shard_end = shard_start + l.shard_length(m.shard);
+  if (m.length == 0 || m.offset < shard_start || m.offset > shard_end || m.length > shard_end - m.offset) {
+    return refuse("range outside the shard");
+  }
+  SwarmMessage header{MessageType::kPiece, m.version, m.request_id, {}, {}, 0, m.length, 0, {}};
+  actions_.push_back(ServePiece{peer, std::move(header), m.version, m.offset, m.length});
+}
+
+void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
+  Connection& c = connections_[peer];
+  c.open = true;  // an inbound connection opens with its first message
+  auto it = versions_.find(m.version);
+  switch (m.type) {
+    case MessageType::kInterested: {
+      if (it == versions_.end()) {
+        send(peer, SwarmMessage{MessageType::kNoManifest, m.version, 0, {}, {}, 0, 0, 0, {}});
+        return;
+      }
+      Version& v = it->second;
+      v.requesters.insert(peer);
+      SwarmMessage bits{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()};
+      send(peer, std::move(bits));
+      v.slots.on_interested(now, peer);
+      drain_slots(m.version, v);
+      // A peer fetching what we fetch is a neighbour for us too.
+      if (v.fetch && !v.sources.count(peer)) {
+        v.fetch->add_candidate(now, peer, location_of(peer));
+        drain(now, m.version, v);
+      }
+      return;
+    }
+    case MessageType::kNotInterested:
+      if (it != versions_.end() && it->second.requesters.erase(peer)) {
+        it->second.slots.on_gone(now, peer);
+        drain_slots(m.version, it->second);
+      }
+      return;
+    case MessageType::kBitfield: {
+      if (it == versions_.end() || !it->second.fetch) return;
+      auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count);
+      if (!bits || m.shard_count != it->second.layout.shard_count()) {
+        actions_.push_back(CloseConnection{peer, "a bitfield that does not match the version"});
+        forget_connection(now, peer);
+        return;
+      }
+      it->second.fetch->on_bitfield(now, peer, *bits);
+      drain(now, m.version, it->second);
+      return;
+    }
+    case MessageType::kHave:
+      if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
+        it->second.fetch->on_have(now, peer, m.shard);
+        drain(now, m.version, it->second);
+      }
+      return;
+    case MessageType::kChoke:
+      if (it != versions_.end() && it->second.fetch) {
+        it->second.fetch->on_choked(now, peer);
+        std::erase_if(c.requests, [&](const auto& r) { return r.second.version == m.version; });
+        drain(now, m.version, it->second);
+      }
+      return;
+    case MessageType::kUnchoke:
+      if (it != versions_.end() && it->second.fetch) {
+        it->second.fetch->on_unchoked(now, peer);
+        drain(now, m.version, it->second);
+      }
+      return;
+    case MessageType::kRequest:
+      handle_request(peer, m);
+      return;
+    case MessageType::kRefuse: {
+      auto r = c.requests.find(m.request_id);
+      if (r == c.requests.end()) return;
+      const Outstanding o = r->second;
+      c.requests.erase(r);
+      auto v = versions_.find(o.version);
+      if (v != versions_.end() && v->second.fetch) {
+        v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
+        drain(now, o.version, v->second);
+      }
+      return;
+    }
+    case MessageType::kNoManifest:
+      if (it != versions_.end() && it->second.fetch) {
+        it->second.sources.erase(peer);
+        it->second.fetch->on_connect_failed(now, peer);
+        drain(now, m.version, it->second);
+      }
+      return;
+    case MessageType::kCancel:        // a piece already queued is sent anyway; it is cheap to ignore
+    case MessageType::kPiece:         // handled through piece_target/on_piece
+    case MessageType::kGetManifest:   // manifests are the layer above's business
+    case MessageType::kManifest:
+      return;
+  }
+}
+
+std::optional<PieceTarget> SwarmCore::piece_target(const PeerId& peer, const SwarmMessage& header) const {
+  auto c = connections_.find(peer);
+  if (c == connections_.end()) return std::nullopt;
+  auto r = c->second.requests.find(header.request_id);
+  if (r == c->second.requests.end() || r->second.version != header.version || r->second.length != header.length) {
+    return std::nullopt;
+  }
+  auto v = versions_.find(header.version);
+  if (v == versions_.end() || !v->second.fetch) return std::nullopt;
+  return PieceTarget{header.version, r->second.offset, r->second.length};
+}
+
+void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
+  auto c = connections_.find(peer);
+  if (c == connections_.end()) return;
+  auto r = c->second.requests.find(header.request_id);
+  if (r == c->second.requests.end()) return;
+  const Outstanding o = r->second;
+  c->second.requests.erase(r);
+  auto v = versions_.find(o.version);
+  if (v == versions_.end() || !v->second.fetch) return;
+  if (stored) {
+    v->second.fetch->on_block(now, peer, o.shard, o.block);
+  } else {
+    v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
+  }
+  drain(now, o.version, v->second);
+}
+
+void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, bool good) {
+  auto it = versions_.find(id);
+  if (it == versions_.end() || !it->second.fetch) return;
+  it->second.fetch->on_verified(now, shard, good);
+  drain(now, id, it->second);
+}
+
+// --------------------------------------------------------------------------
+// Time and output
+
+void SwarmCore::handle_timeout(TimePoint now) {
+  for (auto& [id, v] : versions_) {
+    v.slots.handle_timeout(now);
+    drain_slots(id, v);
+    if (v.fetch && now >= v.fetch->next_timeout()) {
+      v.fetch->handle_timeout(now);
+      drain(now, id, v);
+    }
+  }
+}
+
+TimePoint SwarmCore::next_timeout() const {
+  TimePoint t = kTimeNever;
+  for (const auto& [id, v] : versions_) {
+    t = std::min(t, v.slots.next_timeout());
+    if (v.fetch) t = std::min(t, v.fetch->next_timeout());
+  }
+  return t;
+}
+
+std::optional<SwarmAction> SwarmCore::poll() {
+  if (actions_.empty()) return std::nullopt;
+  SwarmAction a = std::move(actions_.front());
+  actions_.pop_front();
+  return a;
+}
+
+}  // namespace tensorhub::swarm

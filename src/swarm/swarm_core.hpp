@@ -1,0 +1,153 @@
+// A peer's whole data-plane brain, with no I/O: the versions it serves and
+// fetches, one connection per neighbour shared by all versions, the neighbour
+// protocol (interest, bitfields, HAVEs, choking, requests, refusals), upload
+// slots per version, and a FetchSession per version being fetched.
+//
+// The driver (the runtime, or a test network) opens and closes connections,
+// carries messages, moves piece payloads between memory and the wire, hashes
+// shards when asked, and feeds everything back with the current time.
+// Manifests are exchanged by the layer above; this core sees versions only
+// as a layout and a bitfield.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+
+#include "core/bitfield.hpp"
+#include "core/time.hpp"
+#include "swarm/fetch_session.hpp"
+#include "swarm/swarm_messages.hpp"
+#include "swarm/topology.hpp"
+#include "swarm/upload_slots.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::swarm {
+
+struct SwarmConfig {
+  FetchConfig fetch;
+  std::size_t upload_slots = 8;    // requesters served at once, per version
+  Duration slot_rotation = 2s;     // then the longest-served yields to the next
+};
+
+// --- actions for the driver ---
+struct OpenConnection {
+  PeerId peer;
+};
+struct CloseConnection {
+  PeerId peer;
+  std::string reason;
+};
+struct SendMessage {
+  PeerId peer;
+  SwarmMessage message;
+};
+// Send `header` (a piece), then `length` bytes of the version's image from
+// `offset`, straight from memory.
+struct ServePiece {
+  PeerId peer;
+  SwarmMessage header;
+  ManifestId version;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+struct VerifyShard {
+  ManifestId version;
+  ShardIndex shard;
+};
+struct ShardHeld {  // verified and now served; coarse progress for gossip
+  ManifestId version;
+  ShardIndex shard;
+};
+struct FetchFinished {
+  ManifestId version;
+  Status status;
+};
+using SwarmAction =
+    std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, VerifyShard, ShardHeld, FetchFinished>;
+
+// Where an arriving piece's payload belongs.
+struct PieceTarget {
+  ManifestId version;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+
+class SwarmCore {
+ public:
+  SwarmCore(SwarmConfig config, Location self, std::uint64_t seed);
+  ~SwarmCore();
+
+  // Versions. `have` has one bit per shard of `layout`.
+  void serve(TimePoint now, const ManifestId& version, const ShardLayout& layout, core::Bitfield have);
+  void fetch(TimePoint now, const ManifestId& version, const ShardLayout& layout, core::Bitfield have);
+  void stop(TimePoint now, const ManifestId& version);
+  bool knows(const ManifestId& version) const { return versions_.count(version) != 0; }
+  const core::Bitfield* have(const ManifestId& version) const;
+  std::optional<FetchProgress> progress(const ManifestId& version) const;
+
+  // What gossip says.
+  void set_location(const PeerId& peer, const Location& location);
+  void add_holder(TimePoint now, const ManifestId& version, const PeerId& peer);
+  void peer_gone(TimePoint now, const PeerId& peer);
+
+  // Connections.
+  void on_connected(TimePoint now, const PeerId& peer);
+  void on_connect_failed(TimePoint now, const PeerId& peer);
+  void on_disconnected(TimePoint now, const PeerId& peer);
+  void on_message(TimePoint now, const PeerId& peer, const SwarmMessage& message);
+  std::optional<PieceTarget> piece_target(const PeerId& peer, const SwarmMessage& header) const;
+  void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored);
+  void on_verified(TimePoint now, const ManifestId& version, ShardIndex shard, bool good);
+
+  void handle_timeout(TimePoint now);
+  TimePoint next_timeout() const;
+  std::optional<SwarmAction> poll();
+
+ private:
+  struct Version {
+    ShardLayout layout;
+    core::Bitfield have;
+    std::unique_ptr<FetchSession> fetch;  // while fetching
+    UploadSlots slots;
+    std::set<PeerId> requesters;          // neighbours that fetch it from us
+    std::set<PeerId> sources;             // neighbours we fetch it from
+  };
+  struct Outstanding {
+    ManifestId version;
+    ShardIndex shard;
+    BlockIndex block;
+    std::uint64_t offset = 0;
+    std::uint32_t length = 0;
+  };
+  struct Connection {
+    bool open = false;
+    std::set<ManifestId> pending;  // versions waiting for the connection to open
+    std::map<std::uint32_t, Outstanding> requests;
+    std::uint32_t next_request_id = 1;
+  };
+
+  void drain(TimePoint now, const ManifestId& id, Version& v);
+  void drain_slots(const ManifestId& id, Version& v);
+  void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
+  void send(const PeerId& peer, SwarmMessage message);
+  void handle_request(const PeerId& peer, const SwarmMessage& m);
+  void forget_connection(TimePoint now, const PeerId& peer);
+  Location location_of(const PeerId& peer) const;
+
+  SwarmConfig config_;
+  Location self_;
+  std::uint64_t seed_;
+  std::map<ManifestId, Version> versions_;
+  std::map<PeerId, Connection> connections_;
+  std::map<PeerId, Location> locations_;
+  std::deque<SwarmAction> actions_;
+};
+
+}  // namespace tensorhub::swarm

@@ -1,0 +1,217 @@
+#include "support/swarm_network.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "support/gossip_network.hpp"
+
+namespace tensorhub::testing {
+
+using namespace std::chrono_literals;
+
+SwarmNetwork::SwarmNetwork(std::uint64_t seed, const Manifest& manifest, std::vector<std::byte> image,
+                           swarm::SwarmConfig config)
+    : manifest_(manifest),
+      image_(std::move(image)),
+      layout_{manifest.total_size(), manifest.shard_size(), config.fetch.block_size},
+      config_(config),
+      rng_(seed),
+      now_(TimePoint(1s)) {
+  if (image_.size() != manifest.total_size()) throw std::invalid_argument("image does not match the manifest");
+}
+
+std::size_t SwarmNetwork::add_holder(swarm::Location where, double uplink) { return add_peer(std::move(where), uplink, true); }
+
+std::size_t SwarmNetwork::add_fetcher(swarm::Location where, double uplink) {
+  return add_peer(std::move(where), uplink, false);
+}
+
+std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool holder) {
+  const std::size_t index = peers_.size();
+  Peer p;
+  p.id = GossipNetwork::identity_for(5000 + index).public_key();
+  p.location = std::move(where);
+  p.uplink = uplink;
+  p.holder = holder;
+  p.core = std::make_unique<swarm::SwarmCore>(config_, p.location, rng_.next());
+  p.image = holder ? image_ : std::vector<std::byte>(image_.size());
+  peers_.push_back(std::move(p));
+  by_id_[peers_[index].id] = index;
+  Peer& me = peers_[index];
+  for (const Peer& other : peers_) me.core->set_location(other.id, other.location);
+  for (Peer& other : peers_) {
+    if (other.core) other.core->set_location(me.id, me.location);
+  }
+  const core::Bitfield bits(layout_.shard_count(), holder);
+  if (holder) {
+    me.core->serve(now_, manifest_.id(), layout_, bits);
+  } else {
+    me.core->fetch(now_, manifest_.id(), layout_, bits);
+  }
+  introduce(index);
+  drain(index);
+  return index;
+}
+
+// Plays gossip: everyone fetching learns of everyone holding or fetching.
+void SwarmNetwork::introduce(std::size_t peer) {
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (i == peer || !peers_[i].core) continue;
+    if (!peers_[peer].holder) peers_[peer].core->add_holder(now_, manifest_.id(), peers_[i].id);
+    if (!peers_[i].result && !peers_[i].holder) {
+      peers_[i].core->add_holder(now_, manifest_.id(), peers_[peer].id);
+      drain(i);
+    }
+  }
+}
+
+void SwarmNetwork::crash(std::size_t peer) {
+  peers_[peer].core.reset();
+  ++peers_[peer].timer_generation;
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (i == peer || !peers_[i].core) continue;
+    schedule(Event{now_ + latency_, 0, Kind::kDisconnected, i, peer, {}, {}, 0});
+    // Gossip would declare it dead within seconds; here at once.
+    peers_[i].core->peer_gone(now_ + latency_, peers_[peer].id);
+    drain(i);
+  }
+}
+
+void SwarmNetwork::stop_serving(std::size_t peer) {
+  peers_[peer].core->stop(now_, manifest_.id());
+  drain(peer);
+}
+
+std::optional<std::size_t> SwarmNetwork::index_of(const PeerId& id) const {
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+void SwarmNetwork::schedule(Event e) {
+  e.order = next_order_++;
+  queue_.push(std::move(e));
+}
+
+void SwarmNetwork::arm(std::size_t peer) {
+  Peer& p = peers_[peer];
+  if (!p.core) return;
+  const TimePoint t = std::max(p.core->next_timeout(), now_);
+  if (t == p.timer_at || t == kTimeNever) return;
+  p.timer_at = t;
+  schedule(Event{t, 0, Kind::kTimer, peer, peer, {}, {}, ++p.timer_generation});
+}
+
+void SwarmNetwork::drain(std::size_t peer) {
+  Peer& p = peers_[peer];
+  if (!p.core) return;
+  while (auto action = p.core->poll()) {
+    if (auto* connect = std::get_if<swarm::OpenConnection>(&*action)) {
+      auto to = index_of(connect->peer);
+      const bool ok = to && peers_[*to].core;
+      schedule(Event{now_ + latency_ * (ok ? 2 : 10), 0, ok ? Kind::kConnected : Kind::kConnectFailed, peer,
+                     to.value_or(peer), {}, {}, 0});
+    } else if (auto* disconnect = std::get_if<swarm::CloseConnection>(&*action)) {
+      if (auto to = index_of(disconnect->peer)) schedule(Event{now_ + latency_, 0, Kind::kDisconnected, *to, peer, {}, {}, 0});
+    } else if (auto* request = std::get_if<swarm::SendMessage>(&*action)) {
+      if (auto to = index_of(request->peer)) schedule(Event{now_ + latency_, 0, Kind::kMessage, *to, peer, request->message, {}, 0});
+    } else if (auto* cancel = std::get_if<swarm::ServePiece>(&*action)) {
+      auto to = index_of(cancel->peer);
+      if (!to) continue;
+      std::vector<std::byte> bytes(p.image.begin() + static_cast<std::ptrdiff_t>(cancel->offset),
+                                   p.image.begin() + static_cast<std::ptrdiff_t>(cancel->offset + cancel->length));
+      if (p.corrupt && !bytes.empty()) bytes[bytes.size() / 2] ^= std::byte{0x5a};
+      // The uplink sends one piece after another at its rate.
+      const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(cancel->length) / p.uplink));
+      p.uplink_free = std::max(p.uplink_free, now_) + send_time;
+      p.bytes_served += cancel->length;
+      schedule(Event{p.uplink_free + latency_, 0, Kind::kPiece, *to, peer, cancel->header, std::move(bytes), 0});
+    } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
+      const ShardEntry& shard = manifest_.shard(verify->shard);
+      const bool good = verify_shard(manifest_, verify->shard,
+                                     std::span(p.image).subspan(shard.byte_offset, shard.byte_length));
+      p.core->on_verified(now_, verify->version, verify->shard, good);
+    } else if (auto* announce = std::get_if<swarm::FetchFinished>(&*action)) {
+      p.result = announce->status;
+      p.finished_at = now_;
+      if (announce->status.is_ok()) {
+        // A finished fetcher keeps serving what it now holds.
+        p.holder = true;
+      }
+    }
+  }
+  arm(peer);
+}
+
+void SwarmNetwork::dispatch(Event& e) {
+  Peer& p = peers_[e.to];
+  if (!p.core) return;
+  if (e.kind != Kind::kTimer && e.kind != Kind::kConnected && e.kind != Kind::kConnectFailed &&
+      !peers_[e.from].core && e.kind != Kind::kDisconnected) {
+    return;  // from a peer that crashed meanwhile
+  }
+  const PeerId& from = peers_[e.from].id;
+  switch (e.kind) {
+    case Kind::kMessage: p.core->on_message(now_, from, e.message); break;
+    case Kind::kPiece: {
+      auto target = p.core->piece_target(from, e.message);
+      const bool stored = target && target->length == e.payload.size();
+      if (stored) std::memcpy(p.image.data() + target->offset, e.payload.data(), e.payload.size());
+      p.core->on_piece(now_, from, e.message, stored);
+      break;
+    }
+    case Kind::kConnected:
+      if (!peers_[e.from].core) {
+        p.core->on_connect_failed(now_, from);
+      } else {
+        p.core->on_connected(now_, from);
+      }
+      break;
+    case Kind::kConnectFailed: p.core->on_connect_failed(now_, from); break;
+    case Kind::kDisconnected: p.core->on_disconnected(now_, from); break;
+    case Kind::kTimer:
+      if (e.generation != p.timer_generation) return;
+      p.timer_at = kTimeNever;
+      p.core->handle_timeout(now_);
+      break;
+  }
+  drain(e.to);
+}
+
+void SwarmNetwork::run_until(TimePoint t) {
+  while (!queue_.empty() && queue_.top().at <= t) {
+    Event e = queue_.top();
+    queue_.pop();
+    now_ = e.at;
+    dispatch(e);
+  }
+  now_ = std::max(now_, t);
+}
+
+bool SwarmNetwork::run_until(const std::function<bool()>& done, Duration limit, Duration step) {
+  const TimePoint end = now_ + limit;
+  while (now_ < end) {
+    if (done()) return true;
+    run_until(std::min(end, now_ + step));
+  }
+  return done();
+}
+
+bool SwarmNetwork::complete(std::size_t peer) const {
+  const auto& r = peers_[peer].result;
+  return r && r->is_ok();
+}
+
+std::size_t SwarmNetwork::count_complete() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < peers_.size(); ++i) n += complete(i);
+  return n;
+}
+
+std::size_t SwarmNetwork::count_finished() const {
+  std::size_t n = 0;
+  for (const Peer& p : peers_) n += p.result.has_value();
+  return n;
+}
+
+}  // namespace tensorhub::testing

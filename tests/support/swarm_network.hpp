@@ -1,0 +1,112 @@
+// A deterministic in-process network of swarm cores moving real bytes.
+//
+// Each peer has a SwarmCore and its own copy of the image (complete for
+// holders, being filled for fetchers). Messages arrive after a latency;
+// pieces also wait for the sender's uplink (bytes / uplink rate, one piece
+// after another), so a publisher's uplink is a real bottleneck and the swarm
+// effect is visible. Shards are verified with the manifest's real hashes;
+// a "corrupt" holder flips a byte in everything it serves. Peers can crash
+// and join at any time. Gossip is not simulated here: every peer learns the
+// holders and fetchers of a version from the network (the gossip tests cover
+// how that information spreads).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "core/random_fill.hpp"
+#include "swarm/swarm_core.hpp"
+#include "tensorhub/manifest.hpp"
+
+namespace tensorhub::testing {
+
+class SwarmNetwork {
+ public:
+  SwarmNetwork(std::uint64_t seed, const Manifest& manifest, std::vector<std::byte> image,
+               swarm::SwarmConfig config = {});
+
+  // A peer that holds the whole version (the publisher, say).
+  std::size_t add_holder(swarm::Location where, double uplink_bytes_per_second);
+  // A peer that starts fetching now.
+  std::size_t add_fetcher(swarm::Location where, double uplink_bytes_per_second);
+  void crash(std::size_t peer);
+  // Makes a holder serve corrupted bytes.
+  void corrupt(std::size_t peer) { peers_[peer].corrupt = true; }
+  // The peer stops serving the version (release); in-flight pieces still go.
+  void stop_serving(std::size_t peer);
+
+  void run_until(TimePoint t);
+  bool run_until(const std::function<bool()>& done, Duration limit, Duration step = std::chrono::milliseconds(20));
+  TimePoint now() const { return now_; }
+
+  std::size_t size() const { return peers_.size(); }
+  bool alive(std::size_t peer) const { return peers_[peer].core != nullptr; }
+  // The fetch outcome, once finished.
+  const std::optional<Status>& result(std::size_t peer) const { return peers_[peer].result; }
+  std::optional<TimePoint> finished_at(std::size_t peer) const { return peers_[peer].finished_at; }
+  bool complete(std::size_t peer) const;
+  bool image_matches(std::size_t peer) const { return peers_[peer].image == image_; }
+  std::uint64_t bytes_served(std::size_t peer) const { return peers_[peer].bytes_served; }
+  std::size_t count_complete() const;
+  std::size_t count_finished() const;
+
+ private:
+  struct Peer {
+    PeerId id;
+    swarm::Location location;
+    std::unique_ptr<swarm::SwarmCore> core;
+    std::vector<std::byte> image;
+    double uplink = 1e9;
+    TimePoint uplink_free;
+    bool corrupt = false;
+    bool holder = false;
+    std::optional<Status> result;
+    std::optional<TimePoint> finished_at;
+    std::uint64_t bytes_served = 0;
+    TimePoint timer_at = kTimeNever;
+    std::uint64_t timer_generation = 0;
+  };
+  enum class Kind { kMessage, kPiece, kConnected, kConnectFailed, kDisconnected, kTimer };
+  struct Event {
+    TimePoint at;
+    std::uint64_t order = 0;
+    Kind kind;
+    std::size_t to = 0, from = 0;
+    swarm::SwarmMessage message;
+    std::vector<std::byte> payload;
+    std::uint64_t generation = 0;
+  };
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const {
+      return a.at != b.at ? a.at > b.at : a.order > b.order;
+    }
+  };
+
+  std::size_t add_peer(swarm::Location where, double uplink, bool holder);
+  void introduce(std::size_t peer);
+  void schedule(Event e);
+  void drain(std::size_t peer);
+  void arm(std::size_t peer);
+  void dispatch(Event& e);
+  std::optional<std::size_t> index_of(const PeerId& id) const;
+
+  const Manifest& manifest_;
+  std::vector<std::byte> image_;
+  swarm::ShardLayout layout_;
+  swarm::SwarmConfig config_;
+  core::SplitMix64 rng_;
+  TimePoint now_;
+  Duration latency_ = std::chrono::microseconds(200);
+  std::vector<Peer> peers_;
+  std::map<PeerId, std::size_t> by_id_;
+  std::priority_queue<Event, std::vector<Event>, Later> queue_;
+  std::uint64_t next_order_ = 0;
+};
+
+}  // namespace tensorhub::testing

@@ -1,0 +1,137 @@
+// Whole swarms of SwarmCores over the in-process network, moving real bytes
+// and verifying real hashes: 50+ peers, crashes, corruption, late joiners,
+// an early release, and a shard whose last holder dies.
+#include <doctest/doctest.h>
+
+#include "manifest/synthetic_model.hpp"
+#include "support/model_fixture.hpp"
+#include "support/swarm_network.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Version {
+  Version(std::uint64_t data_bytes = 8u << 20, std::uint64_t shard_size = 256u << 10) {
+    image = small_model(11, data_bytes);
+    auto options = small_options();
+    options.shard_size = shard_size;
+    manifest.emplace(build_small(image, test_identity(), options));
+  }
+  std::vector<std::byte> image;
+  std::optional<Manifest> manifest;
+};
+
+swarm::SwarmConfig config() {
+  swarm::SwarmConfig c;
+  c.fetch.block_size = 64u << 10;
+  c.fetch.request_timeout = 500ms;
+  c.fetch.starvation_timeout = 3s;
+  return c;
+}
+
+constexpr double kMBps = 1e6;
+
+swarm::Location rack(std::size_t i) { return {"dc1", "rack" + std::to_string(i % 4), "host" + std::to_string(i)}; }
+
+}  // namespace
+
+TEST_CASE("swarm cluster: 1 publisher and 60 fetchers all end byte-identical, mostly served by each other") {
+  Version v;
+  SwarmNetwork net(1, *v.manifest, v.image, config());
+  const std::size_t publisher = net.add_holder(rack(0), 100 * kMBps);
+  for (std::size_t i = 1; i <= 60; ++i) net.add_fetcher(rack(i), 100 * kMBps);
+  REQUIRE(net.run_until([&] { return net.count_finished() == 60; }, 120s));
+  std::uint64_t served_by_others = 0;
+  for (std::size_t i = 1; i <= 60; ++i) {
+    CHECK(net.complete(i));
+    CHECK(net.image_matches(i));
+    served_by_others += net.bytes_served(i);
+  }
+  const double size = static_cast<double>(v.image.size());
+  MESSAGE("publisher uploaded " << net.bytes_served(publisher) / size << "x the version; fetchers " << served_by_others / size
+                                << "x; all done at t=" << to_seconds(net.now()) << " s");
+  // The swarm effect: the publisher sends far less than 60 copies.
+  CHECK(net.bytes_served(publisher) < 10 * v.image.size());
+  CHECK(served_by_others > 40 * v.image.size());
+  // Little is sent twice: endgame duplicates only overdue requests.
+  CHECK(net.bytes_served(publisher) + served_by_others < 66 * v.image.size());
+}
+
+TEST_CASE("swarm cluster: holders crash mid-transfer; every survivor completes verified") {
+  Version v;
+  SwarmNetwork net(2, *v.manifest, v.image, config());
+  net.add_holder(rack(0), 50 * kMBps);
+  for (std::size_t i = 1; i <= 50; ++i) net.add_fetcher(rack(i), 50 * kMBps);
+  net.run_until(net.now() + 150ms);
+  for (std::size_t victim : {3, 9, 17, 22, 31, 40}) net.crash(victim);
+  REQUIRE(net.run_until([&] {
+    for (std::size_t i = 1; i <= 50; ++i) {
+      if (net.alive(i) && !net.result(i)) return false;
+    }
+    return true;
+  }, 120s));
+  for (std::size_t i = 1; i <= 50; ++i) {
+    if (!net.alive(i)) continue;
+    CHECK(net.complete(i));
+    CHECK(net.image_matches(i));
+  }
+}
+
+TEST_CASE("swarm cluster: a holder serving corrupted data is detected and avoided") {
+  Version v;
+  SwarmNetwork net(3, *v.manifest, v.image, config());
+  net.add_holder(rack(0), 50 * kMBps);
+  const std::size_t liar = net.add_holder(rack(1), 500 * kMBps);  // fast, so it is popular
+  net.corrupt(liar);
+  for (std::size_t i = 2; i <= 50; ++i) net.add_fetcher(rack(i), 50 * kMBps);
+  REQUIRE(net.run_until([&] { return net.count_finished() == 49; }, 120s));
+  for (std::size_t i = 2; i <= 50; ++i) {
+    CHECK(net.complete(i));
+    CHECK(net.image_matches(i));
+  }
+}
+
+TEST_CASE("swarm cluster: a peer joining mid-distribution completes") {
+  Version v;
+  SwarmNetwork net(4, *v.manifest, v.image, config());
+  net.add_holder(rack(0), 50 * kMBps);
+  for (std::size_t i = 1; i <= 50; ++i) net.add_fetcher(rack(i), 50 * kMBps);
+  net.run_until(net.now() + 300ms);
+  const std::size_t late = net.add_fetcher(rack(99), 50 * kMBps);
+  REQUIRE(net.run_until([&] { return net.count_finished() == 51; }, 120s));
+  CHECK(net.complete(late));
+  CHECK(net.image_matches(late));
+}
+
+TEST_CASE("swarm cluster: the publisher releases after R replicas and the swarm still completes") {
+  Version v;
+  SwarmNetwork net(5, *v.manifest, v.image, config());
+  const std::size_t publisher = net.add_holder(rack(0), 100 * kMBps);
+  for (std::size_t i = 1; i <= 50; ++i) net.add_fetcher(rack(i), 100 * kMBps);
+  constexpr std::size_t kReplicas = 3;
+  REQUIRE(net.run_until([&] { return net.count_complete() >= kReplicas; }, 120s));
+  net.stop_serving(publisher);
+  REQUIRE(net.run_until([&] { return net.count_finished() == 50; }, 120s));
+  for (std::size_t i = 1; i <= 50; ++i) {
+    CHECK(net.complete(i));
+    CHECK(net.image_matches(i));
+  }
+}
+
+TEST_CASE("swarm cluster: when the last holder of a shard dies, fetches fail cleanly") {
+  Version v(4u << 20);
+  SwarmNetwork net(6, *v.manifest, v.image, config());
+  const std::size_t publisher = net.add_holder(rack(0), 2 * kMBps);  // slow: most shards never leave it
+  for (std::size_t i = 1; i <= 10; ++i) net.add_fetcher(rack(i), 50 * kMBps);
+  net.run_until(net.now() + 300ms);
+  net.crash(publisher);
+  REQUIRE(net.run_until([&] { return net.count_finished() == 10; }, 60s));
+  for (std::size_t i = 1; i <= 10; ++i) {
+    REQUIRE(net.result(i).has_value());
+    CHECK(net.result(i)->code() == StatusCode::kUnavailable);
+    CHECK(net.result(i)->message().find("no reachable peer holds shard") != std::string::npos);
+  }
+}
