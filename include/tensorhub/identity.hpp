@@ -25,6 +25,10 @@ class Identity {
   // others may read, and names the chmod that fixes it.
   static Result<Identity> load(const std::string& path);
 
+  // A second object holding the same key, for a component that must own one
+  // (the gossip core signs records with its own copy).
+  Identity clone() const { return from_seed(seed_); }
+
   Identity(Identity&& other) noexcept;
   Identity& operator=(Identity&& other) noexcept;
   Identity(const Identity&) = delete;

@@ -1,0 +1,148 @@
+// The TensorHub peer: the library a trainer or rollout worker embeds.
+//
+// A Peer joins the swarm (gossip), serves the versions it holds, and fetches
+// the versions it asks for, shard by shard from the peers that hold them.
+// It runs its own I/O thread; every method here may be called from any
+// application thread. Methods that wait say so, and take a timeout.
+//
+// Memory and lifetimes:
+//  - publish() serves caller-owned memory in place. The caller must not
+//    change it until release() has returned on the handle (release stops new
+//    reads, waits for the reads in flight, then gives the memory back).
+//  - fetch() writes into caller-owned memory (which must stay valid and
+//    untouched until the fetch finishes or is cancelled), or into memory the
+//    peer allocates and the handle owns.
+//  - Handles may outlive nothing: destroy them before the Peer.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorhub/identity.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/manifest.hpp"
+#include "tensorhub/status.hpp"
+#include "tensorhub/swarm_key.hpp"
+#include "tensorhub/tensor.hpp"
+
+namespace tensorhub {
+
+struct PeerOptions {
+  std::string listen = "127.0.0.1:7946";  // gossip, UDP and TCP
+  std::string data_listen;                // data plane, TCP; default: the gossip port + 1
+  std::string advertise;                  // host:port others reach the gossip port at
+  std::vector<std::string> seeds;         // host:port of peers to join through
+  std::string dc, rack, host;             // topology labels
+  std::vector<PublicKey> trusted_publishers;  // manifests signed by others are refused
+  // Limits and tuning (defaults are sensible).
+  std::size_t max_neighbours = 16;
+  std::size_t upload_slots = 8;
+  std::uint32_t block_size = 1u << 20;
+  std::uint64_t shard_size = kDefaultShardSize;  // for versions this peer publishes
+};
+
+struct FetchProgressInfo {
+  std::uint64_t bytes_total = 0;
+  std::uint64_t bytes_verified = 0;
+  std::uint32_t shards_total = 0;
+  std::uint32_t shards_verified = 0;
+  std::size_t sources = 0;
+  double bytes_per_second = 0;
+  bool done = false;
+};
+
+struct VersionInfo {
+  std::string model;
+  std::uint64_t version = 0;
+  ManifestId id;
+};
+
+class Peer;
+
+// A published version. Destroying the handle releases the version.
+class PublishHandle {
+ public:
+  ~PublishHandle();
+  PublishHandle(PublishHandle&&) noexcept;
+  std::uint64_t version() const;
+  const ManifestId& manifest_id() const;
+  const Manifest& manifest() const;
+  // Waits until `replicas` peers other than this one hold the whole version.
+  Status wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout);
+  // Stops serving; waits for reads in flight; then the memory is the caller's.
+  void release();
+
+ private:
+  friend class Peer;
+  struct State;
+  explicit PublishHandle(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+// A fetch in progress or finished.
+class FetchHandle {
+ public:
+  ~FetchHandle();
+  FetchHandle(FetchHandle&&) noexcept;
+  const VersionInfo& info() const;
+  FetchProgressInfo progress() const;
+  // Waits for the outcome: ok when every byte is verified.
+  Status wait(std::chrono::milliseconds timeout);
+  // The version's bytes (valid once wait() returned ok).
+  std::span<const std::byte> bytes() const;
+  // Stops serving the fetched copy to others and lets go of the memory.
+  void release();
+
+ private:
+  friend class Peer;
+  struct State;
+  explicit FetchHandle(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+class Peer {
+ public:
+  // Starts the I/O thread, binds the ports and joins through the seeds.
+  static Result<std::unique_ptr<Peer>> start(PeerOptions options, Identity identity, SwarmKey swarm_key);
+  ~Peer();  // leaves gracefully (up to 3 s), then stops
+
+  const PeerId& id() const;
+  // host:port where this peer's gossip listens (useful with port 0).
+  std::string gossip_address() const;
+
+  // Publishes `image` (a flat byte image described by `tensors`, e.g. a
+  // mapped safetensors file) as the next version of `model`, signed with this
+  // peer's key. The version number is the model's current head + 1.
+  Result<PublishHandle> publish(const std::string& model, std::span<const std::byte> image,
+                                std::vector<TensorEntry> tensors);
+
+  // The newest verified head of a model, if any is known.
+  std::optional<VersionInfo> latest(const std::string& model) const;
+  // Calls `callback` (on the peer's thread) for each new verified head.
+  void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
+  // Waits until a head of `model` newer than `after` is known.
+  Result<VersionInfo> wait_for_head(const std::string& model, std::uint64_t after, std::chrono::milliseconds timeout);
+
+  // Fetches a version (0 = latest) into `destination` (empty: the peer allocates).
+  Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<std::byte> destination = {});
+
+  // How many peers other than this one hold `id` completely, as gossip tells.
+  std::size_t replicas(const ManifestId& id) const;
+  // The member table and transfers as JSON (what `tensorhub status` prints).
+  std::string status_json() const;
+
+  struct Impl;  // the I/O thread and engine (opaque)
+
+ private:
+  explicit Peer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tensorhub

@@ -1,0 +1,50 @@
+// One version as this peer holds it: its manifest, the memory it is served
+// from or fetched into, its state, and the pins that keep that memory in use
+// while pieces are being sent from it.
+//
+// Shared between the peer's I/O thread (which changes it) and application
+// threads (which read it through handles and wait on it): every field below
+// `mutex` is guarded by it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/time.hpp"
+#include "tensorhub/manifest.hpp"
+#include "tensorhub/peer.hpp"
+
+namespace tensorhub::peer {
+
+enum class VersionState { kManifest, kFetching, kComplete, kFailed, kReleasing, kReleased };
+
+struct LocalVersion {
+  std::string model;
+  std::uint64_t number = 0;
+  ManifestId id;
+
+  mutable std::mutex mutex;
+  std::condition_variable changed;
+  VersionState state = VersionState::kManifest;
+  Status result;
+  std::optional<Manifest> manifest;
+  std::span<const std::byte> memory;   // what is served (published, or fetched so far)
+  std::span<std::byte> destination;    // a fetch writes here
+  std::vector<std::byte> owned;        // when the peer allocated the destination
+  FetchProgressInfo progress;
+  TimePoint started;
+  bool published = false;
+
+  // I/O-thread only: pieces being sent from `memory`, and what to do when
+  // the last one is gone after a release.
+  int pins = 0;
+  std::function<void()> on_unpinned;
+};
+
+}  // namespace tensorhub::peer

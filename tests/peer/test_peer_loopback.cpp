@@ -1,0 +1,93 @@
+// Peers in one process over loopback: publish, discover the head, fetch,
+// verify, serve onwards, release.
+#include <doctest/doctest.h>
+
+#include "core/random_fill.hpp"
+#include "support/gossip_network.hpp"
+#include "support/model_fixture.hpp"
+#include "tensorhub/peer.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+SwarmKey swarm_key() {
+  std::array<std::uint8_t, 32> bytes{};
+  bytes.fill(0x21);
+  return SwarmKey::from_bytes(bytes);
+}
+
+std::unique_ptr<Peer> start_peer(std::uint64_t key, const PublicKey& publisher, std::vector<std::string> seeds) {
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.data_listen = "127.0.0.1:0";
+  o.seeds = std::move(seeds);
+  o.trusted_publishers = {publisher};
+  o.shard_size = 256u << 10;
+  o.block_size = 64u << 10;
+  o.host = "h" + std::to_string(key);
+  auto peer = Peer::start(o, GossipNetwork::identity_for(key), swarm_key());
+  REQUIRE_MESSAGE(peer.is_ok(), peer.status().to_string());
+  return std::move(*peer);
+}
+
+}  // namespace
+
+TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
+  const Identity publisher_id = GossipNetwork::identity_for(600);
+  const PublicKey publisher_key = publisher_id.public_key();
+  auto publisher = start_peer(600, publisher_key, {});
+  const std::string seed = publisher->gossip_address();
+  auto worker1 = start_peer(601, publisher_key, {seed});
+  auto worker2 = start_peer(602, publisher_key, {seed});
+
+  auto image = small_model(21, 3u << 20);
+  auto layout = parse_safetensors(image);
+  REQUIRE(layout.is_ok());
+  auto handle = publisher->publish("policy", image, layout->tensors);
+  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+  CHECK(handle->version() == 1);
+
+  for (Peer* worker : {worker1.get(), worker2.get()}) {
+    auto head = worker->wait_for_head("policy", 0, 10s);
+    REQUIRE_MESSAGE(head.is_ok(), head.status().to_string());
+    CHECK(head->version == 1);
+    CHECK(head->id == handle->manifest_id());
+  }
+  auto f1 = worker1->fetch("policy", 0);
+  REQUIRE_MESSAGE(f1.is_ok(), f1.status().to_string());
+  std::vector<std::byte> destination(image.size());
+  auto f2 = worker2->fetch("policy", 1, destination);
+  REQUIRE(f2.is_ok());
+  REQUIRE_MESSAGE(f1->wait(20s).is_ok(), f1->wait(0ms).to_string());
+  REQUIRE(f2->wait(20s).is_ok());
+  CHECK(std::equal(f1->bytes().begin(), f1->bytes().end(), image.begin(), image.end()));
+  CHECK(destination == image);
+  CHECK(f1->progress().shards_verified == f1->progress().shards_total);
+
+  // Both fetchers hold it now: the publisher can release after 2 replicas.
+  REQUIRE(handle->wait_replicated(2, 10s).is_ok());
+  handle->release();
+
+  // A third worker fetches from the two, with the publisher's copy gone.
+  auto worker3 = start_peer(603, publisher_key, {seed});
+  REQUIRE(worker3->wait_for_head("policy", 0, 10s).is_ok());
+  auto f3 = worker3->fetch("policy", 0);
+  REQUIRE(f3.is_ok());
+  REQUIRE(f3->wait(20s).is_ok());
+  CHECK(std::equal(f3->bytes().begin(), f3->bytes().end(), image.begin(), image.end()));
+}
+
+TEST_CASE("peer: a manifest from an untrusted publisher is never believed") {
+  const PublicKey trusted = GossipNetwork::identity_for(700).public_key();
+  auto rogue = start_peer(701, GossipNetwork::identity_for(701).public_key(), {});  // trusts itself
+  auto worker = start_peer(702, trusted, {rogue->gossip_address()});
+  auto image = small_model(22, 1u << 20);
+  auto layout = parse_safetensors(image);
+  REQUIRE(rogue->publish("policy", image, layout->tensors).is_ok());
+  CHECK_FALSE(worker->wait_for_head("policy", 0, 3s).is_ok());
+  auto f = worker->fetch("policy", 0);
+  CHECK(f.status().code() == StatusCode::kUnavailable);
+}
