@@ -2,9 +2,11 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 
 #include "core/byte_size.hpp"
+#include "core/host_port.hpp"
 
 namespace tensorhub::cli {
 
@@ -28,6 +30,19 @@ CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::uint64
                 },
                 help)
       ->type_name("SIZE");
+}
+
+Result<std::string> resolve_control_path(const std::string& control, const std::string& peer) {
+  if (!control.empty()) return control;
+  auto hp = core::parse_host_port(peer);
+  if (peer.empty() || !hp) return Status::invalid_argument("give --control PATH or --peer HOST:PORT");
+  return default_control_path(*hp);
+}
+
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.string();
 }
 
 std::uint64_t unix_time_ms() {

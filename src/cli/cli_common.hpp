@@ -35,10 +35,16 @@ std::uint64_t unix_time_ms();
 // Where a peer listening on `listen` puts its control socket by default:
 // $XDG_RUNTIME_DIR (or /tmp)/tensorhub-peer-<host>-<port>.sock.
 std::string default_control_path(const core::HostPort& listen);
+// --control PATH, or the default path of --peer HOST:PORT.
+Result<std::string> resolve_control_path(const std::string& control, const std::string& peer);
+// The absolute form of a path (the peer resolves paths from its own directory).
+std::string absolute_path(const std::string& path);
+
 
 // Each subcommand registers itself and stores its exit code in `exit_code`.
 void add_devices_command(CLI::App& app, int& exit_code);
 void add_peer_commands(CLI::App& app, int& exit_code);
+void add_transfer_commands(CLI::App& app, int& exit_code);
 void add_keygen_commands(CLI::App& app, int& exit_code);
 void add_manifest_command(CLI::App& app, int& exit_code);
 void add_synth_model_command(CLI::App& app, int& exit_code);

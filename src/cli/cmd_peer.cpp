@@ -8,86 +8,13 @@
 #include "cli/cli_common.hpp"
 #include "core/host_port.hpp"
 #include "core/log.hpp"
+#include "cli/peer_daemon.hpp"
 #include "transport/control_server.hpp"
-#include "transport/gossip_runtime.hpp"
-#include "transport/status_json.hpp"
 
 namespace tensorhub::cli {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-struct PeerArgs {
-  std::string listen, advertise, key, swarm_key, control, log_level = "info";
-  std::vector<std::string> seeds;
-  std::string dc, rack, host;
-};
-
-int run_peer(const PeerArgs& a) {
-  core::LogLevel level;
-  if (!core::parse_log_level(a.log_level, level)) {
-    return report_error(Status::invalid_argument("--log-level must be error, warn, info or debug"));
-  }
-  core::set_log_level(level);
-  auto listen = core::parse_host_port(a.listen);
-  if (!listen) return report_error(listen.status().with_context("--listen"));
-  for (const auto& seed : a.seeds) {
-    auto parsed = core::parse_host_port(seed);
-    if (!parsed) return report_error(parsed.status().with_context("--seed"));
-  }
-  if (!a.advertise.empty()) {
-    auto parsed = core::parse_host_port(a.advertise);
-    if (!parsed) return report_error(parsed.status().with_context("--advertise"));
-  }
-  auto identity = Identity::load(a.key);
-  if (!identity) return report_error(identity.status());
-  auto swarm_key = SwarmKey::load(a.swarm_key);
-  if (!swarm_key) return report_error(swarm_key.status());
-
-  asio::io_context io;
-  transport::GossipRuntimeOptions options;
-  options.listen = *listen;
-  options.advertise = a.advertise;
-  options.seeds = a.seeds;
-  options.topology = gossip::Topology{a.dc, a.rack, a.host};
-  auto runtime = transport::GossipRuntime::start(io, options, std::move(*identity), *swarm_key);
-  if (!runtime) return report_error(runtime.status());
-  transport::GossipRuntime& rt = **runtime;
-
-  const std::string control_path = a.control.empty() ? default_control_path(rt.bound()) : a.control;
-  auto control = transport::ControlServer::start(io, control_path, [&](const std::string& request,
-                                                                       transport::ControlServer::Reply reply) {
-    const Json req = Json::parse(request, nullptr, /*allow_exceptions=*/false);
-    if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
-      reply(Json{{"error", "expected a JSON object with a \"cmd\""}}.dump(), true);
-      return;
-    }
-    const std::string cmd = req["cmd"];
-    if (cmd == "status") {
-      reply(transport::gossip_status_json(rt.core(), transport::steady_now()).dump(), true);
-    } else {
-      reply(Json{{"error", "unknown command '" + cmd + "'"}}.dump(), true);
-    }
-  });
-  if (!control) return report_error(control.status());
-  TH_LOG_INFO("peer", "control socket " << control_path);
-
-  asio::signal_set signals(io, SIGINT, SIGTERM);
-  bool stopping = false;
-  signals.async_wait([&](std::error_code ec, int signal) {
-    if (ec || stopping) return;
-    stopping = true;
-    TH_LOG_INFO("peer", (signal == SIGINT ? "SIGINT" : "SIGTERM") << ": leaving gracefully");
-    rt.leave(std::chrono::seconds(3), [&] {
-      (*control)->close();
-      rt.close();
-      io.stop();
-    });
-  });
-  io.run();
-  TH_LOG_INFO("peer", "stopped");
-  return kExitOk;
-}
 
 std::string cell(const Json& j, const char* key) {
   if (!j.contains(key)) return "";
@@ -120,6 +47,16 @@ void print_status_table(const Json& status) {
     }
     std::printf("\n");
   }
+  if (status.contains("versions") && !status["versions"].empty()) {
+    std::printf("versions\n");
+    for (const auto& v : status["versions"]) {
+      const double total = std::max(1.0, v["bytes_total"].get<double>());
+      std::printf("  %s v%s  %-9s %5.1f%%  %s of %s shards  replicas %s%s\n", cell(v, "model").c_str(),
+                  cell(v, "version").c_str(), cell(v, "state").c_str(), 100.0 * v["bytes_verified"].get<double>() / total,
+                  cell(v, "shards_verified").c_str(), cell(v, "shards_total").c_str(), cell(v, "replicas").c_str(),
+                  v["published"].get<bool>() ? "  (published here)" : "");
+    }
+  }
 }
 
 }  // namespace
@@ -133,19 +70,34 @@ std::string default_control_path(const core::HostPort& listen) {
 }
 
 void add_peer_commands(CLI::App& app, int& exit_code) {
-  auto args = std::make_shared<PeerArgs>();
+  auto args = std::make_shared<DaemonOptions>();
+  auto trusted = std::make_shared<std::vector<std::string>>();
   CLI::App* p = app.add_subcommand("peer", "Run a swarm peer until SIGINT/SIGTERM (then it leaves gracefully)");
-  p->add_option("--listen", args->listen, "HOST:PORT for gossip (UDP and TCP); binds only there")->required();
-  p->add_option("--advertise", args->advertise, "HOST:PORT others reach this peer at (default: --listen)");
-  p->add_option("--key", args->key, "This peer's key file (tensorhub keygen)")->required();
-  p->add_option("--swarm-key", args->swarm_key, "The swarm key file (tensorhub swarm-key)")->required();
-  p->add_option("--seed", args->seeds, "HOST:PORT of a peer to join through; repeatable");
-  p->add_option("--dc", args->dc, "Topology label: datacenter");
-  p->add_option("--rack", args->rack, "Topology label: rack");
-  p->add_option("--host", args->host, "Topology label: host");
-  p->add_option("--control", args->control, "Control socket path (default: derived from --listen)");
+  p->add_option("--listen", args->peer.listen, "HOST:PORT for gossip (UDP and TCP); binds only there")->required();
+  p->add_option("--data-listen", args->peer.data_listen, "HOST:PORT for the data plane (default: gossip port + 1)");
+  p->add_option("--advertise", args->peer.advertise, "HOST:PORT others reach this peer at (default: --listen)");
+  p->add_option("--key", args->key_file, "This peer's key file (tensorhub keygen)")->required();
+  p->add_option("--swarm-key", args->swarm_key_file, "The swarm key file (tensorhub swarm-key)")->required();
+  p->add_option("--seed", args->peer.seeds, "HOST:PORT of a peer to join through; repeatable");
+  p->add_option("--trust", *trusted, "Trusted publisher public key (hex); repeatable (default: this peer's own key)");
+  p->add_option("--dc", args->peer.dc, "Topology label: datacenter");
+  p->add_option("--rack", args->peer.rack, "Topology label: rack");
+  p->add_option("--host", args->peer.host, "Topology label: host");
+  add_size_option(*p, "--shard-size", args->peer.shard_size, "Shard size of versions this peer publishes (default 16MiB)");
+  p->add_option("--follow", args->follow, "Fetch every new head of this model as it appears; repeatable");
+  p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
   p->add_option("--log-level", args->log_level, "error, warn, info (default) or debug");
-  p->callback([args, &exit_code] { exit_code = run_peer(*args); });
+  p->callback([args, trusted, &exit_code] {
+    for (const std::string& hex : *trusted) {
+      auto key = PublicKey::from_hex(hex);
+      if (!key) {
+        exit_code = report_error(key.status().with_context("--trust " + hex));
+        return;
+      }
+      args->peer.trusted_publishers.push_back(*key);
+    }
+    exit_code = run_peer_daemon(*args);
+  });
 
   struct StatusArgs {
     std::string control, peer;
@@ -157,17 +109,13 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   s->add_option("--peer", status->peer, "Or: the peer's --listen HOST:PORT, to find its default control socket");
   s->add_flag("--json", status->json, "As JSON");
   s->callback([status, &exit_code] {
-    std::string path = status->control;
-    if (path.empty()) {
-      auto hp = core::parse_host_port(status->peer);
-      if (status->peer.empty() || !hp) {
-        exit_code = report_error(Status::invalid_argument("give --control PATH or --peer HOST:PORT"));
-        return;
-      }
-      path = default_control_path(*hp);
+    auto path = resolve_control_path(status->control, status->peer);
+    if (!path) {
+      exit_code = report_error(path.status());
+      return;
     }
     Json answer;
-    Status st = transport::control_request(path, R"({"cmd":"status"})", [&](const std::string& line) {
+    Status st = transport::control_request(*path, R"({"cmd":"status"})", [&](const std::string& line) {
       answer = Json::parse(line, nullptr, false);
     });
     if (!st.is_ok()) {

@@ -1,0 +1,214 @@
+// tensorhub publish / tensorhub fetch: through a running peer's control
+// socket, or (fetch --join) as a short-lived peer of its own.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "cli/cli_common.hpp"
+#include "core/byte_size.hpp"
+#include "core/file_io.hpp"
+#include "core/log.hpp"
+#include "core/mapped_file.hpp"
+#include "tensorhub/peer.hpp"
+#include "transport/control_server.hpp"
+
+namespace tensorhub::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Draws "[#####.....]  45%  12/64 shards  1.20 GB/s" on a terminal.
+void draw_progress(std::uint64_t done, std::uint64_t total, std::uint32_t shards_done, std::uint32_t shards_total,
+                   double seconds) {
+  if (!::isatty(STDERR_FILENO) || total == 0) return;
+  constexpr int kWidth = 30;
+  const double fraction = static_cast<double>(done) / static_cast<double>(total);
+  std::string bar(kWidth, '.');
+  for (int i = 0; i < static_cast<int>(fraction * kWidth); ++i) bar[static_cast<std::size_t>(i)] = '#';
+  std::fprintf(stderr, "\r[%s] %5.1f%%  %u/%u shards  %s   ", bar.c_str(), 100 * fraction, shards_done, shards_total,
+               seconds > 0 ? core::format_rate(static_cast<double>(done) / seconds).c_str() : "");
+  if (done == total) std::fprintf(stderr, "\n");
+}
+
+// Sends a control request and handles its JSON lines; returns the exit code.
+int control_call(const std::string& path, const Json& request, const std::function<void(const Json&)>& on_event,
+                 Json& final_line) {
+  bool got_final = false;
+  Status s = transport::control_request(path, request.dump(), [&](const std::string& line) {
+    Json j = Json::parse(line, nullptr, false);
+    if (!j.is_object()) return;
+    if (j.value("done", false)) {
+      final_line = j;
+      got_final = true;
+    } else {
+      on_event(j);
+    }
+  });
+  if (!s.is_ok()) return report_error(s);
+  if (!got_final) return report_error(Status::io_error("the peer closed the control connection without an answer"));
+  if (!final_line.value("ok", false)) {
+    std::fprintf(stderr, "tensorhub: %s\n", final_line.value("error", std::string("failed")).c_str());
+    return kExitCheckFailed;
+  }
+  return kExitOk;
+}
+
+struct PublishArgs {
+  std::string control, peer, model, file;
+  std::size_t wait_replicas = 0;
+  bool release = false;
+};
+
+int run_publish(const PublishArgs& a) {
+  auto path = resolve_control_path(a.control, a.peer);
+  if (!path) return report_error(path.status());
+  auto file = core::MappedFile::open(a.file);  // fail early, with the CLI's own message
+  if (!file) return report_error(file.status());
+  Json request{{"cmd", "publish"}, {"model", a.model}, {"file", absolute_path(a.file)},
+               {"wait_replicas", a.wait_replicas}, {"release", a.release}};
+  Json final_line;
+  const int code = control_call(*path, request, [](const Json& e) {
+    if (e.value("event", "") == "published") {
+      std::printf("published %s v%llu (%s)\n", e.value("id", "").c_str(),
+                  static_cast<unsigned long long>(e.value("version", std::uint64_t{0})), "serving in place");
+    } else if (e.value("event", "") == "replicas") {
+      std::fprintf(stderr, "replicas: %zu\n", e.value("count", std::size_t{0}));
+    }
+  }, final_line);
+  if (code == kExitOk && a.wait_replicas > 0) {
+    std::printf("%zu replicas after %.2f s%s\n", final_line.value("replicas", std::size_t{0}),
+                final_line.value("stall_seconds", 0.0), a.release ? "; released" : "");
+  }
+  return code;
+}
+
+struct FetchArgs {
+  std::string control, peer, model, version = "latest", out;
+  std::string join, key, swarm_key, listen = "127.0.0.1:0";
+  std::vector<std::string> trust;
+  double timeout_seconds = 600;
+};
+
+Result<std::uint64_t> parse_version(const std::string& text) {
+  if (text == "latest") return std::uint64_t{0};
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v == 0) {
+    return Status::invalid_argument("--version must be a positive number or 'latest', not '" + text + "'");
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+int run_fetch_via_control(const FetchArgs& a, std::uint64_t version) {
+  auto path = resolve_control_path(a.control, a.peer);
+  if (!path) return report_error(path.status());
+  const auto started = std::chrono::steady_clock::now();
+  Json request{{"cmd", "fetch"}, {"model", a.model}, {"version", version}, {"out", absolute_path(a.out)}};
+  Json final_line;
+  const int code = control_call(*path, request, [&](const Json& e) {
+    if (e.value("event", "") == "progress") {
+      draw_progress(e.value("bytes_verified", std::uint64_t{0}), e.value("bytes_total", std::uint64_t{0}),
+                    e.value("shards_verified", 0u), e.value("shards_total", 0u),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
+  }, final_line);
+  if (code == kExitOk) {
+    const std::uint64_t bytes = final_line.value("bytes", std::uint64_t{0});
+    const double seconds = final_line.value("seconds", 0.0);
+    std::printf("fetched %s v%llu: %s in %.2f s (%s), every shard verified; wrote %s\n", a.model.c_str(),
+                static_cast<unsigned long long>(final_line.value("version", std::uint64_t{0})),
+                core::format_byte_size(bytes).c_str(), seconds,
+                core::format_rate(static_cast<double>(bytes) / std::max(seconds, 1e-9)).c_str(), a.out.c_str());
+  }
+  return code;
+}
+
+int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version) {
+  auto identity = Identity::load(a.key);
+  if (!identity) return report_error(identity.status());
+  auto swarm_key = SwarmKey::load(a.swarm_key);
+  if (!swarm_key) return report_error(swarm_key.status());
+  PeerOptions o;
+  o.listen = a.listen;
+  o.seeds = {a.join};
+  for (const std::string& hex : a.trust) {
+    auto key = PublicKey::from_hex(hex);
+    if (!key) return report_error(key.status().with_context("--trust " + hex));
+    o.trusted_publishers.push_back(*key);
+  }
+  if (o.trusted_publishers.empty()) return report_error(Status::invalid_argument("--join needs --trust PUBLISHER_KEY"));
+  if (!core::log_enabled(core::LogLevel::kDebug)) core::set_log_level(core::LogLevel::kWarn);
+  auto peer = Peer::start(o, std::move(*identity), std::move(*swarm_key));
+  if (!peer) return report_error(peer.status());
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_seconds * 1000));
+  auto head = (*peer)->wait_for_head(a.model, version == 0 ? 0 : version - 1, std::min(timeout, std::chrono::milliseconds(30000)));
+  if (!head) return report_error(head.status());
+  const auto started = std::chrono::steady_clock::now();
+  auto handle = (*peer)->fetch(a.model, version);
+  if (!handle) return report_error(handle.status());
+  Status s = Status::timeout("");
+  while (s.code() == StatusCode::kTimeout && std::chrono::steady_clock::now() - started < timeout) {
+    s = handle->wait(std::chrono::milliseconds(200));
+    const auto p = handle->progress();
+    draw_progress(p.bytes_verified, p.bytes_total, p.shards_verified, p.shards_total,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  if (!s.is_ok()) return report_error(s);
+  Status written = core::write_file_atomic(a.out, handle->bytes(), 0644, /*overwrite=*/true);
+  if (!written.is_ok()) return report_error(written);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("fetched %s v%llu: %s in %.2f s, every shard verified; wrote %s\n", a.model.c_str(),
+              static_cast<unsigned long long>(handle->info().version), core::format_byte_size(handle->bytes().size()).c_str(),
+              seconds, a.out.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_transfer_commands(CLI::App& app, int& exit_code) {
+  auto pub = std::make_shared<PublishArgs>();
+  CLI::App* p = app.add_subcommand("publish", "Publish a safetensors file as the next version, through a running peer");
+  p->add_option("file", pub->file, "The .safetensors file; the peer maps it read-only and serves it in place")
+      ->required()
+      ->check(CLI::ExistingFile);
+  p->add_option("--model", pub->model, "Model name")->required();
+  p->add_option("--control", pub->control, "The peer's control socket");
+  p->add_option("--peer", pub->peer, "Or: the peer's --listen HOST:PORT");
+  p->add_option("--wait-replicas", pub->wait_replicas, "Wait until R other peers hold the whole version");
+  p->add_flag("--release", pub->release, "With --wait-replicas: then stop serving it from the file");
+  p->callback([pub, &exit_code] { exit_code = run_publish(*pub); });
+
+  auto f = std::make_shared<FetchArgs>();
+  CLI::App* c = app.add_subcommand("fetch", "Fetch a version into a file, through a running peer or as a new one (--join)");
+  c->add_option("--model", f->model, "Model name")->required();
+  c->add_option("--version", f->version, "A version number, or latest (default)");
+  c->add_option("--out", f->out, "The file to write (a verified copy of the published file)")->required();
+  c->add_option("--control", f->control, "The peer's control socket");
+  c->add_option("--peer", f->peer, "Or: the peer's --listen HOST:PORT");
+  c->add_option("--join", f->join, "Instead: join the swarm through HOST:PORT as a short-lived peer");
+  c->add_option("--key", f->key, "With --join: this peer's key file");
+  c->add_option("--swarm-key", f->swarm_key, "With --join: the swarm key file");
+  c->add_option("--trust", f->trust, "With --join: a trusted publisher key (hex); repeatable");
+  c->add_option("--listen", f->listen, "With --join: HOST:PORT to listen on (default 127.0.0.1:0)");
+  c->add_option("--timeout", f->timeout_seconds, "Give up after this many seconds (default 600)");
+  c->callback([f, &exit_code] {
+    auto version = parse_version(f->version);
+    if (!version) {
+      exit_code = report_error(version.status());
+      return;
+    }
+    if (!f->join.empty()) {
+      if (f->key.empty() || f->swarm_key.empty()) {
+        exit_code = report_error(Status::invalid_argument("--join needs --key and --swarm-key"));
+        return;
+      }
+      exit_code = run_fetch_ephemeral(*f, *version);
+    } else {
+      exit_code = run_fetch_via_control(*f, *version);
+    }
+  });
+}
+
+}  // namespace tensorhub::cli

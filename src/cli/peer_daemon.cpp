@@ -1,0 +1,256 @@
+#include "cli/peer_daemon.hpp"
+
+#include <asio.hpp>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli/cli_common.hpp"
+#include "core/file_io.hpp"
+#include "core/hash.hpp"
+#include "core/host_port.hpp"
+#include "core/log.hpp"
+#include "core/mapped_file.hpp"
+#include "tensorhub/safetensors.hpp"
+#include "transport/control_server.hpp"
+
+namespace tensorhub::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+using Key = std::pair<std::string, std::uint64_t>;
+
+Json error_line(const Status& s) { return Json{{"done", true}, {"ok", false}, {"error", s.to_string()}}; }
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options) : options_(std::move(options)), signals_(io_, SIGINT, SIGTERM) {}
+
+  int run() {
+    core::LogLevel level;
+    if (!core::parse_log_level(options_.log_level, level)) {
+      return report_error(Status::invalid_argument("--log-level must be error, warn, info or debug"));
+    }
+    core::set_log_level(level);
+    auto listen = core::parse_host_port(options_.peer.listen);
+    if (!listen) return report_error(listen.status().with_context("--listen"));
+    for (const auto& seed : options_.peer.seeds) {
+      if (auto parsed = core::parse_host_port(seed); !parsed) return report_error(parsed.status().with_context("--seed"));
+    }
+    auto identity = Identity::load(options_.key_file);
+    if (!identity) return report_error(identity.status());
+    auto swarm_key = SwarmKey::load(options_.swarm_key_file);
+    if (!swarm_key) return report_error(swarm_key.status());
+    auto peer = Peer::start(options_.peer, std::move(*identity), std::move(*swarm_key));
+    if (!peer) return report_error(peer.status());
+    peer_ = std::move(*peer);
+
+    auto bound = core::parse_host_port(peer_->gossip_address());
+    const std::string path = options_.control_path.empty() ? default_control_path(*bound) : options_.control_path;
+    auto control = transport::ControlServer::start(
+        io_, path, [this](const std::string& request, transport::ControlServer::Reply reply) { handle(request, reply); });
+    if (!control) return report_error(control.status());
+    control_ = std::move(*control);
+    TH_LOG_INFO("peer", "control socket " << path);
+
+    for (const std::string& model : options_.follow) follow(model);
+
+    signals_.async_wait([this](std::error_code ec, int signal) {
+      if (ec) return;
+      TH_LOG_INFO("peer", (signal == SIGINT ? "SIGINT" : "SIGTERM") << ": leaving gracefully");
+      control_->close();
+      io_.stop();
+    });
+    io_.run();
+    // Handles go before the peer; the peer's destructor leaves gracefully.
+    fetched_.clear();
+    published_.clear();
+    peer_.reset();
+    TH_LOG_INFO("peer", "stopped");
+    return kExitOk;
+  }
+
+ private:
+  struct Published {
+    std::unique_ptr<core::MappedFile> file;
+    std::unique_ptr<PublishHandle> handle;
+  };
+
+  void handle(const std::string& request, const transport::ControlServer::Reply& reply) {
+    const Json req = Json::parse(request, nullptr, /*allow_exceptions=*/false);
+    if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
+      reply(error_line(Status::invalid_argument("expected a JSON object with a \"cmd\"")).dump(), true);
+      return;
+    }
+    const std::string cmd = req["cmd"];
+    const std::string model = req.value("model", "");
+    const std::uint64_t version = req.value("version", std::uint64_t{0});
+    if (cmd == "status") {
+      reply(peer_->status_json(), true);
+    } else if (cmd == "publish") {
+      publish(model, req.value("file", ""), req.value("wait_replicas", std::size_t{0}), req.value("release", false),
+              reply);
+    } else if (cmd == "fetch") {
+      fetch(model, version, req.value("out", ""), reply);
+    } else if (cmd == "digest") {
+      auto it = fetched_.find({model, version});
+      std::span<const std::byte> bytes;
+      if (it != fetched_.end() && it->second->wait(std::chrono::milliseconds(0)).is_ok()) bytes = it->second->bytes();
+      auto pub = published_.find({model, version});
+      if (pub != published_.end()) bytes = pub->second.file->bytes();
+      if (bytes.empty()) {
+        reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(), true);
+        return;
+      }
+      reply(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(core::blake2b_256(bytes))}}.dump(), true);
+    } else if (cmd == "release") {
+      release(model, version);
+      reply(Json{{"done", true}, {"ok", true}}.dump(), true);
+    } else {
+      reply(error_line(Status::invalid_argument("unknown command '" + cmd + "'")).dump(), true);
+    }
+  }
+
+  void publish(const std::string& model, const std::string& path, std::size_t wait_replicas, bool release_after,
+               const transport::ControlServer::Reply& reply) {
+    auto file = core::MappedFile::open(path);
+    if (!file) return reply(error_line(file.status()).dump(), true);
+    auto layout = parse_safetensors(file->bytes());
+    if (!layout) return reply(error_line(layout.status().with_context(path)).dump(), true);
+    auto mapped = std::make_unique<core::MappedFile>(std::move(*file));
+    const auto started = Clock::now();
+    auto handle = peer_->publish(model, mapped->bytes(), layout->tensors);
+    if (!handle) return reply(error_line(handle.status()).dump(), true);
+    const std::uint64_t version = handle->version();
+    const ManifestId id = handle->manifest_id();
+    reply(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}.dump(),
+          false);
+    published_[{model, version}] = Published{std::move(mapped), std::make_unique<PublishHandle>(std::move(*handle))};
+    if (wait_replicas == 0) {
+      reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}.dump(), true);
+      return;
+    }
+    watch_replicas(model, version, id, wait_replicas, release_after, started, reply, 0);
+  }
+
+  void watch_replicas(std::string model, std::uint64_t version, ManifestId id, std::size_t wanted, bool release_after,
+                      Clock::time_point started, transport::ControlServer::Reply reply, std::size_t reported) {
+    const std::size_t now_have = peer_->replicas(id);
+    if (now_have != reported) reply(Json{{"event", "replicas"}, {"count", now_have}}.dump(), false);
+    if (now_have >= wanted) {
+      const double stall = std::chrono::duration<double>(Clock::now() - started).count();
+      if (release_after) release(model, version);
+      reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}, {"replicas", now_have},
+                 {"stall_seconds", stall}, {"released", release_after}}
+                .dump(),
+            true);
+      return;
+    }
+    later(std::chrono::milliseconds(50), [=, this] {
+      watch_replicas(model, version, id, wanted, release_after, started, reply, now_have);
+    });
+  }
+
+  void fetch(const std::string& model, std::uint64_t version, const std::string& out,
+             const transport::ControlServer::Reply& reply) {
+    if (version == 0) {
+      auto head = peer_->latest(model);
+      if (!head) return reply(error_line(Status::unavailable("no version of model '" + model + "' is known yet")).dump(), true);
+      version = head->version;
+    }
+    FetchHandle* raw = nullptr;
+    if (auto it = fetched_.find({model, version}); it != fetched_.end()) {
+      raw = it->second.get();  // already fetching or held (e.g. by --follow)
+    } else {
+      auto handle = peer_->fetch(model, version);
+      if (!handle) return reply(error_line(handle.status()).dump(), true);
+      auto owned = std::make_unique<FetchHandle>(std::move(*handle));
+      raw = owned.get();
+      fetched_[{model, version}] = std::move(owned);
+    }
+    const VersionInfo info = raw->info();
+    reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(), false);
+    watch_fetch(raw, info, out, Clock::now(), reply);
+  }
+
+  void watch_fetch(FetchHandle* handle, VersionInfo info, std::string out, Clock::time_point started,
+                   transport::ControlServer::Reply reply) {
+    const FetchProgressInfo p = handle->progress();
+    Status s = handle->wait(std::chrono::milliseconds(0));
+    if (s.code() == StatusCode::kTimeout) {
+      reply(Json{{"event", "progress"}, {"bytes_verified", p.bytes_verified}, {"bytes_total", p.bytes_total},
+                 {"shards_verified", p.shards_verified}, {"shards_total", p.shards_total}, {"sources", p.sources}}
+                .dump(),
+            false);
+      later(std::chrono::milliseconds(200), [=, this] { watch_fetch(handle, info, out, started, reply); });
+      return;
+    }
+    if (!s.is_ok()) return reply(error_line(s).dump(), true);
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    if (!out.empty()) {
+      Status written = core::write_file_atomic(out, handle->bytes(), 0644, /*overwrite=*/true);
+      if (!written.is_ok()) return reply(error_line(written).dump(), true);
+    }
+    reply(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()},
+               {"bytes", handle->bytes().size()}, {"seconds", seconds}, {"out", out}}
+              .dump(),
+          true);
+  }
+
+  void release(const std::string& model, std::uint64_t version) {
+    published_.erase({model, version});  // the handle's destructor releases
+    fetched_.erase({model, version});
+  }
+
+  void follow(const std::string& model) {
+    peer_->subscribe(model, [this, model](const VersionInfo& head) {
+      // On the peer's thread: hand over to the daemon's.
+      asio::post(io_, [this, model, head] { follow_head(model, head); });
+    });
+  }
+
+  void follow_head(const std::string& model, const VersionInfo& head) {
+    if (fetched_.count({model, head.version})) return;
+    auto handle = peer_->fetch(model, head.version);
+    if (!handle) {
+      TH_LOG_WARN("peer", "cannot follow " << model << " v" << head.version << ": " << handle.status().to_string());
+      return;
+    }
+    fetched_[{model, head.version}] = std::make_unique<FetchHandle>(std::move(*handle));
+    // Keep a double buffer: the two newest versions of the model.
+    std::vector<std::uint64_t> held;
+    for (const auto& [key, h] : fetched_) {
+      if (key.first == model) held.push_back(key.second);
+    }
+    std::sort(held.begin(), held.end());
+    while (held.size() > 2) {
+      fetched_.erase({model, held.front()});
+      held.erase(held.begin());
+    }
+  }
+
+  void later(std::chrono::milliseconds delay, std::function<void()> fn) {
+    auto timer = std::make_shared<asio::steady_timer>(io_, delay);
+    timer->async_wait([timer, fn = std::move(fn)](std::error_code ec) {
+      if (!ec) fn();
+    });
+  }
+
+  DaemonOptions options_;
+  asio::io_context io_;
+  asio::signal_set signals_;
+  std::unique_ptr<Peer> peer_;
+  std::unique_ptr<transport::ControlServer> control_;
+  std::map<Key, Published> published_;
+  std::map<Key, std::unique_ptr<FetchHandle>> fetched_;
+};
+
+}  // namespace
+
+int run_peer_daemon(DaemonOptions options) { return Daemon(std::move(options)).run(); }
+
+}  // namespace tensorhub::cli

@@ -1,0 +1,31 @@
+// `tensorhub peer`: a Peer plus its control socket, run until a signal.
+//
+// Control commands (one JSON request line; answers are JSON lines, the last
+// one has "done": true):
+//   {"cmd":"status"}
+//   {"cmd":"publish","model":M,"file":PATH,"wait_replicas":R,"release":bool}
+//       maps PATH read-only and serves it in place; streams replica counts
+//   {"cmd":"fetch","model":M,"version":N|0,"out":PATH}
+//       streams progress; writes a verified file; keeps serving the copy
+//   {"cmd":"digest","model":M,"version":N}   BLAKE2b-256 of a held version
+//   {"cmd":"release","model":M,"version":N}
+// With --follow MODEL the daemon fetches every new head of MODEL as it
+// appears and keeps the two newest (a double buffer), as a rollout worker.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensorhub/peer.hpp"
+
+namespace tensorhub::cli {
+
+struct DaemonOptions {
+  PeerOptions peer;
+  std::string key_file, swarm_key_file, control_path, log_level = "info";
+  std::vector<std::string> follow;
+};
+
+int run_peer_daemon(DaemonOptions options);
+
+}  // namespace tensorhub::cli
