@@ -46,6 +46,9 @@ struct PeerOptions {
   std::size_t upload_slots = 8;
   std::uint32_t block_size = 1u << 20;
   std::uint64_t shard_size = kDefaultShardSize;  // for versions this peer publishes
+  // Tests only: flip one byte of every piece this peer serves, to exercise
+  // the detection of corrupt holders. Never set it in production.
+  bool test_corrupt_serving = false;
 };
 
 struct FetchProgressInfo {

@@ -86,6 +86,9 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   add_size_option(*p, "--shard-size", args->peer.shard_size, "Shard size of versions this peer publishes (default 16MiB)");
   p->add_option("--follow", args->follow, "Fetch every new head of this model as it appears; repeatable");
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
+  p->add_flag("--test-corrupt-serving", args->peer.test_corrupt_serving,
+              "Tests only: serve corrupted bytes (to test corrupt-holder detection)")
+      ->group("");  // hidden from --help
   p->add_option("--log-level", args->log_level, "error, warn, info (default) or debug");
   p->callback([args, trusted, &exit_code] {
     for (const std::string& hex : *trusted) {

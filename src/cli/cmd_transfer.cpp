@@ -180,6 +180,27 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
   p->add_flag("--release", pub->release, "With --wait-replicas: then stop serving it from the file");
   p->callback([pub, &exit_code] { exit_code = run_publish(*pub); });
 
+  struct ReleaseArgs {
+    std::string control, peer, model;
+    std::uint64_t version = 0;
+  };
+  auto rel = std::make_shared<ReleaseArgs>();
+  CLI::App* r = app.add_subcommand("release", "Stop serving a version from a running peer and let go of its memory");
+  r->add_option("--model", rel->model, "Model name")->required();
+  r->add_option("--version", rel->version, "Version number")->required();
+  r->add_option("--control", rel->control, "The peer's control socket");
+  r->add_option("--peer", rel->peer, "Or: the peer's --listen HOST:PORT");
+  r->callback([rel, &exit_code] {
+    auto path = resolve_control_path(rel->control, rel->peer);
+    if (!path) {
+      exit_code = report_error(path.status());
+      return;
+    }
+    Json final_line;
+    exit_code = control_call(*path, Json{{"cmd", "release"}, {"model", rel->model}, {"version", rel->version}},
+                             [](const Json&) {}, final_line);
+  });
+
   auto f = std::make_shared<FetchArgs>();
   CLI::App* c = app.add_subcommand("fetch", "Fetch a version into a file, through a running peer or as a new one (--join)");
   c->add_option("--model", f->model, "Model name")->required();

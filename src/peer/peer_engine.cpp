@@ -534,9 +534,18 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   auto c = connections_.find(s.peer);
   if (!v || c == connections_.end()) return;
   if (s.offset + s.length > v->memory.size()) return;
+  std::span<const std::byte> payload = v->memory.subspan(s.offset, s.length);
+  if (options_.test_corrupt_serving) {
+    // A deliberately bad holder (tests only): a corrupted copy, kept alive
+    // by the completion callback.
+    auto copy = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
+    (*copy)[copy->size() / 2] ^= std::byte{0x01};
+    c->second->send_piece(s.header, *copy, [copy](bool) {});
+    return;
+  }
   ++v->pins;
   std::weak_ptr<LocalVersion> weak = v;
-  c->second->send_piece(s.header, v->memory.subspan(s.offset, s.length), [weak](bool) {
+  c->second->send_piece(s.header, payload, [weak](bool) {
     auto version = weak.lock();
     if (!version) return;
     if (--version->pins == 0 && version->on_unpinned) {
