@@ -53,7 +53,8 @@ class Cluster:
         port = free_port()
         self.ports[name] = port
         log = open(os.path.join(self.dir, name + ".log"), "w")
-        cmd = [self.binary, "peer", "--listen", f"127.0.0.1:{port}", "--key", key, "--swarm-key", swarm_key,
+        cmd = [self.binary, "peer", "--listen", f"127.0.0.1:{port}", "--data-listen", "127.0.0.1:0",
+               "--key", key, "--swarm-key", swarm_key,
                "--control", self.control(name), "--dc", "dc1", "--rack", "r" + name[-1], "--host", name]
         for seed in seeds:
             cmd += ["--seed", f"127.0.0.1:{self.ports[seed]}"]

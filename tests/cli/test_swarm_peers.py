@@ -23,26 +23,18 @@ import threading
 import time
 
 
-def free_port_pair():
-    """Two consecutive ports free on 127.0.0.1: gossip (UDP+TCP), data (TCP)."""
+def free_port():
+    """A port free for UDP and TCP on 127.0.0.1 (the gossip port; data ports are ephemeral)."""
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
             u.bind(("127.0.0.1", 0))
             port = u.getsockname()[1]
-        if port >= 65535:
-            continue
-        sockets = []
-        try:
-            for kind, p in ((socket.SOCK_DGRAM, port), (socket.SOCK_STREAM, port), (socket.SOCK_STREAM, port + 1)):
-                s = socket.socket(socket.AF_INET, kind)
-                sockets.append(s)
-                s.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind(("127.0.0.1", port))
+                    return port
+                except OSError:
+                    continue
 
 
 class Swarm:
@@ -65,10 +57,11 @@ class Swarm:
 
     def start(self, name, seeds=(), extra=()):
         key = self.keygen(name)
-        port = free_port_pair()
+        port = free_port()
         self.ports[name] = port
         trust = self.pubkeys[self.publisher] if self.publisher else self.pubkeys[name]
-        cmd = [self.binary, "peer", "--listen", f"127.0.0.1:{port}", "--key", key, "--swarm-key", self.swarm_key,
+        cmd = [self.binary, "peer", "--listen", f"127.0.0.1:{port}", "--data-listen", "127.0.0.1:0",
+               "--key", key, "--swarm-key", self.swarm_key,
                "--control", self.control(name), "--trust", trust, "--shard-size", "1MiB", "--host", name, *extra]
         for seed in seeds:
             cmd += ["--seed", f"127.0.0.1:{self.ports[seed]}"]
