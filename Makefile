@@ -1,5 +1,5 @@
 # TensorHub: thin wrapper over scripts/install-deps, CMake and CTest.
-#   make demo   install what is missing, build, run the demo
+#   make demo   install what is missing, build, run the demo (tensorhub demo; DEMO_ARGS="--peers 8 --size 1GiB")
 #   make test   install what is missing, build, run the tests (plus ASan/UBSan unit tests)
 # Also: make build, make bench, make test-asan, make fuzz, make clean.
 
@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build test test-fast test-asan demo bench fuzz clean
+.PHONY: all deps configure build test test-fast test-asan demo demo-manifest bench fuzz clean
 
 all: build
 
@@ -39,7 +39,10 @@ test-asan: deps $(ASAN_DIR)/build.ninja
 	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) -L unit
 
 demo: build
-	scripts/demo $(BUILD_DIR)/src/tensorhub
+	$(BUILD_DIR)/src/tensorhub demo $(DEMO_ARGS)
+
+demo-manifest: build
+	scripts/demo-manifest $(BUILD_DIR)/src/tensorhub
 
 bench: build
 	bench/run-benchmarks $(BUILD_DIR)

@@ -77,6 +77,8 @@ class PublishHandle {
   std::uint64_t version() const;
   const ManifestId& manifest_id() const;
   const Manifest& manifest() const;
+  // Payload bytes this peer has sent of this version to others so far.
+  std::uint64_t bytes_served() const;
   // Waits until `replicas` peers other than this one hold the whole version.
   Status wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout);
   // Stops serving; waits for reads in flight; then the memory is the caller's.

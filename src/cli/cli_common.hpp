@@ -45,6 +45,7 @@ std::string absolute_path(const std::string& path);
 void add_devices_command(CLI::App& app, int& exit_code);
 void add_peer_commands(CLI::App& app, int& exit_code);
 void add_transfer_commands(CLI::App& app, int& exit_code);
+void add_demo_command(CLI::App& app, int& exit_code);
 void add_keygen_commands(CLI::App& app, int& exit_code);
 void add_manifest_command(CLI::App& app, int& exit_code);
 void add_synth_model_command(CLI::App& app, int& exit_code);

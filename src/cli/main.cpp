@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   add_devices_command(app, exit_code);
   add_peer_commands(app, exit_code);
   add_transfer_commands(app, exit_code);
+  add_demo_command(app, exit_code);
   add_manifest_command(app, exit_code);
   add_synth_model_command(app, exit_code);
   try {

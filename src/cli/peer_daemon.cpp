@@ -143,9 +143,14 @@ class Daemon {
     if (now_have != reported) reply(Json{{"event", "replicas"}, {"count", now_have}}.dump(), false);
     if (now_have >= wanted) {
       const double stall = std::chrono::duration<double>(Clock::now() - started).count();
-      if (release_after) release(model, version);
+      std::uint64_t served = 0;
+      if (auto it = published_.find({model, version}); it != published_.end()) {
+        if (release_after) it->second.handle->release();  // waits for pieces in flight
+        served = it->second.handle->bytes_served();
+        if (release_after) published_.erase(it);
+      }
       reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}, {"replicas", now_have},
-                 {"stall_seconds", stall}, {"released", release_after}}
+                 {"stall_seconds", stall}, {"released", release_after}, {"bytes_served", served}}
                 .dump(),
             true);
       return;

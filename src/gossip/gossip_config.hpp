@@ -36,6 +36,7 @@ struct GossipConfig {
   Duration push_pull_interval = 30s;  // anti-entropy; scaled up with log2(N / 32) above 32 peers
   Duration stream_timeout = 10s;      // a push-pull exchange must finish within this
   Duration reconnect_interval = 10s;  // push-pull with a random dead member (heals partitions, as Serf does)
+  Duration join_retry_interval = 1s;  // while no member is known, ask the seeds again (doubling up to 10x)
 
   // --- state ---
   Duration tombstone_ttl = 1h;        // dead/left members kept to block stale resurrection

@@ -444,6 +444,7 @@ void GossipCore::on_nack(const Packet& packet) {
 
 TimePoint GossipCore::next_timeout() const {
   TimePoint t = std::min({next_gossip_at_, next_push_pull_at_, next_reconnect_at_, next_reap_at_});
+  if (!seeds_.empty() && table_.live_count() == 0 && !self_.leaving) t = std::min(t, next_join_at_);
   if (!self_.leaving) t = std::min(t, next_probe_at_);
   if (probe_) t = std::min(t, probe_->indirect_sent || probe_->acked ? probe_->deadline : probe_->indirect_at);
   if (self_dirty_) t = std::min(t, last_signed_ + config_.min_resign_interval);
@@ -490,6 +491,11 @@ void GossipCore::handle_timeout(TimePoint now) {
   if (now >= next_push_pull_at_) {
     if (!self_.leaving) run_push_pull(now);
     next_push_pull_at_ = now + push_pull_interval();
+  }
+  if (!seeds_.empty() && table_.live_count() == 0 && !self_.leaving && now >= next_join_at_) {
+    for (const std::string& seed : seeds_) open_sync(now, seed);
+    join_backoff_ = std::min(join_backoff_ * 2, config_.join_retry_interval * 10);
+    next_join_at_ = now + join_backoff_;
   }
   if (now >= next_reconnect_at_) {
     if (!self_.leaving) run_reconnect(now);
@@ -662,8 +668,12 @@ std::vector<const Member*> GossipCore::sample(const IdSet& from, std::size_t cou
 
 void GossipCore::join(TimePoint now, std::span<const std::string> seeds) {
   for (const std::string& seed : seeds) {
-    if (seed != self_.gossip_addr) open_sync(now, seed);
+    if (seed == self_.gossip_addr) continue;
+    if (std::find(seeds_.begin(), seeds_.end(), seed) == seeds_.end()) seeds_.push_back(seed);
+    open_sync(now, seed);
   }
+  join_backoff_ = config_.join_retry_interval;
+  next_join_at_ = now + join_backoff_;
 }
 
 void GossipCore::run_push_pull(TimePoint now) {

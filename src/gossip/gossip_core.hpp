@@ -245,6 +245,11 @@ class GossipCore {
   TimePoint next_gossip_at_;
   TimePoint next_push_pull_at_;
   TimePoint next_reconnect_at_;
+  // Seeds are asked again while no member is known: a peer started before
+  // its seed, or cut off from everyone, finds its way back.
+  std::vector<std::string> seeds_;
+  TimePoint next_join_at_ = kTimeNever;
+  Duration join_backoff_;
   TimePoint next_reap_at_;
   TimePoint leave_at_;
   int leave_sends_ = 0;

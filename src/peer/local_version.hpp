@@ -39,6 +39,8 @@ struct LocalVersion {
   std::vector<std::byte> owned;        // when the peer allocated the destination
   FetchProgressInfo progress;
   TimePoint started;
+  double fetch_seconds = 0;          // from start to verified, once complete
+  std::uint64_t bytes_served = 0;    // payload sent to other peers
   bool published = false;
 
   // I/O-thread only: pieces being sent from `memory`, and what to do when

@@ -143,6 +143,10 @@ PublishHandle::~PublishHandle() {
 std::uint64_t PublishHandle::version() const { return state_->version->number; }
 const ManifestId& PublishHandle::manifest_id() const { return state_->version->id; }
 const Manifest& PublishHandle::manifest() const { return *state_->version->manifest; }
+std::uint64_t PublishHandle::bytes_served() const {
+  std::lock_guard lock(state_->version->mutex);
+  return state_->version->bytes_served;
+}
 
 Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout) {
   Peer::Impl* impl = state_->impl;

@@ -155,7 +155,7 @@ void PeerEngine::learn_from_record(const gossip::PeerRecord& r) {
   swarm_.set_location(r.id, swarm::Location{r.topology.dc, r.topology.rack, r.topology.host});
   for (const gossip::HoldingEntry& h : r.holdings) {
     auto v = find_version(h.manifest_id);
-    if (v && h.progress_permille > 0) swarm_.add_holder(now, h.manifest_id, r.id);
+    if (v) swarm_.add_holder(now, h.manifest_id, r.id);  // holding or fetching: a neighbour either way
   }
   for (const gossip::HeadEntry& head : r.heads) {
     Model& model = models_[head.model];
@@ -341,7 +341,7 @@ void PeerEngine::start_fetch(const std::shared_ptr<LocalVersion>& v) {
     const auto& r = member.record->record;
     swarm_.set_location(r.id, swarm::Location{r.topology.dc, r.topology.rack, r.topology.host});
     for (const auto& h : r.holdings) {
-      if (h.manifest_id == v->id && h.progress_permille > 0) swarm_.add_holder(now, v->id, r.id);
+      if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id);
     }
   }
   update_holding(*v, static_cast<std::uint16_t>(1000 * have.count() / std::max<std::size_t>(1, m.shard_count())));
@@ -421,6 +421,8 @@ std::string PeerEngine::status_json() const {
                         {"shards_total", v->progress.shards_total},
                         {"shards_verified", v->progress.shards_verified},
                         {"sources", v->progress.sources},
+                        {"fetch_seconds", v->fetch_seconds},
+                        {"bytes_served", v->bytes_served},
                         {"replicas", replicas(id)}});
   }
   j["versions"] = std::move(versions);
@@ -504,6 +506,7 @@ void PeerEngine::finished(const ManifestId& id, const Status& status) {
     v->result = status;
     v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
     v->progress.done = true;
+    v->fetch_seconds = to_seconds(steady_now_() - v->started);
   }
   v->changed.notify_all();
   if (status.is_ok()) {
@@ -535,6 +538,10 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   if (!v || c == connections_.end()) return;
   if (s.offset + s.length > v->memory.size()) return;
   std::span<const std::byte> payload = v->memory.subspan(s.offset, s.length);
+  {
+    std::lock_guard lock(v->mutex);
+    v->bytes_served += s.length;
+  }
   if (options_.test_corrupt_serving) {
     // A deliberately bad holder (tests only): a corrupted copy, kept alive
     // by the completion callback.

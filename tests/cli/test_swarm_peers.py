@@ -23,18 +23,28 @@ import threading
 import time
 
 
+_taken = set()
+
+
 def free_port():
-    """A port free for UDP and TCP on 127.0.0.1 (the gossip port; data ports are ephemeral)."""
+    """A port below the kernel's ephemeral range (32768 and up), free for UDP and
+    TCP on 127.0.0.1. Ephemeral ports the peers bind (data listeners, clients)
+    can then never take it between this check and the peer's bind."""
+    import random
+    rng = random.Random(os.getpid())
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                    return port
-                except OSError:
-                    continue
+        port = rng.randrange(20000, 32000)
+        if port in _taken:
+            continue
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, \
+                    socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                u.bind(("127.0.0.1", port))
+                t.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        _taken.add(port)
+        return port
 
 
 class Swarm:

@@ -392,3 +392,16 @@ TEST_CASE("gossip cluster: record changes are coalesced, not signed one by one")
   CHECK(signatures <= 6);  // one per min_resign_interval (250 ms), plus the last
   CHECK(net.core(0).member(net.id(1))->record->record.holdings.front().progress_permille == 990);
 }
+
+TEST_CASE("gossip cluster: a peer started before its seed keeps trying and joins") {
+  GossipNetwork net(116, GossipConfig{});
+  start(net, 5);
+  net.crash(0);  // the seed is not up yet when peer 5 starts
+  const std::size_t late = net.add_peer();
+  net.join(late, {0});
+  net.run_for(3s);
+  CHECK(net.core(late).live_members() == 0);
+  net.restart(0, {1});
+  REQUIRE(net.run_until([&] { return net.core(late).live_members() == 5; }, 30s, 100ms));
+  MESSAGE("joined " << to_seconds(net.now()) << " s into the run, after the seed came up");
+}
