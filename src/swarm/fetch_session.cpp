@@ -22,8 +22,13 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
       unrequested_ += layout_.block_count(shard);
     }
   }
-  if (have_.all()) finish(Status::ok());
-  (void)now;
+  if (have_.all()) {
+    finish(Status::ok());
+    return;
+  }
+  // Start the starvation clock now: if no candidate ever appears, no event
+  // would run schedule() and the fetch would wait forever.
+  schedule(now);
 }
 
 // --------------------------------------------------------------------------

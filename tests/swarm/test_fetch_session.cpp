@@ -298,3 +298,13 @@ TEST_CASE("fetch session: a refusing holder is not asked again for that shard") 
   REQUIRE(d.result.has_value());
   CHECK(d.result->is_ok());
 }
+
+TEST_CASE("fetch session: with no candidate at all, the fetch fails after the starvation timeout") {
+  FetchConfig config;
+  config.starvation_timeout = 2s;
+  Driver d(layout(3), config);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->code() == StatusCode::kUnavailable);
+  CHECK(d.now >= TimePoint(3s));
+}
