@@ -73,9 +73,9 @@ class Driver {
     }
   }
 
+  TimePoint now = TimePoint(1s);  // before session: it is constructed with it
   FetchSession session;
   ShardLayout layout;
-  TimePoint now = TimePoint(1s);
   std::map<PeerId, Holder> holders;
   std::optional<Status> result;
   std::size_t requests = 0, cancels = 0, blocks_delivered = 0;
