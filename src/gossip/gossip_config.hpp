@@ -24,6 +24,7 @@ struct GossipConfig {
   Duration probe_interval = 1s;       // one probe per interval, round-robin over members
   Duration probe_timeout = 500ms;     // direct ack deadline; indirect probes start then
   int indirect_checks = 3;            // k peers asked to probe on our behalf
+  bool tcp_fallback_probe = true;     // also probe over TCP when indirect probes go out (memberlist)
   int suspicion_multiplier = 2;       // min suspicion = mult * log10(max(N,2)) * probe_interval
   int suspicion_max_multiplier = 4;   // max suspicion = min * this; shrinks with confirmations
   int awareness_max = 8;              // Lifeguard local health: timeouts scale by (1 + score)

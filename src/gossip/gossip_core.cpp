@@ -49,7 +49,11 @@ GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& s
   const auto jitter = [&](Duration d) { return Duration(static_cast<std::int64_t>(rng_.below(d.count() + 1))); };
   next_probe_at_ = now + jitter(config_.probe_interval);
   next_gossip_at_ = now + jitter(config_.gossip_interval);
-  next_push_pull_at_ = now + config_.push_pull_interval / 2 + jitter(config_.push_pull_interval / 2);
+  // The first anti-entropy exchange comes early (2-5 s): it repairs the join
+  // records that the epidemic misses when many peers join at once (each of
+  // N^2 record-peer pairs misses with a small chance), instead of leaving a
+  // gap until the first regular push-pull 15-30 s later.
+  next_push_pull_at_ = now + std::chrono::seconds(2) + jitter(std::chrono::seconds(3));
   next_reconnect_at_ = now + config_.reconnect_interval / 2 + jitter(config_.reconnect_interval / 2);
   next_reap_at_ = now + config_.probe_interval * 10;
   last_input_ = now;
@@ -169,8 +173,13 @@ void GossipCore::emit(MemberEventKind kind, const PeerId& id, const RecordPtr& r
 }
 
 int GossipCore::retransmit_limit() const {
-  const double scale = std::ceil(std::log10(static_cast<double>(cluster_size()) + 1.0));
-  return std::max(1, config_.retransmit_multiplier * static_cast<int>(scale));
+  // At least the limit of a 10..99-peer swarm: a peer that has just joined
+  // knows few members, and with memberlist's bare log10(n) it would relay the
+  // join records it learns only 4 times, which let a record miss a peer
+  // until the next push-pull (seen: 50 peers joining at once took 17-30 s
+  // to converge in half the seeds, 4 s in the others).
+  const double scale = std::max(2.0, std::ceil(std::log10(static_cast<double>(cluster_size()) + 1.0)));
+  return config_.retransmit_multiplier * static_cast<int>(scale);
 }
 
 SuspicionTimeouts GossipCore::suspicion_timeouts() const {
@@ -476,6 +485,7 @@ void GossipCore::handle_timeout(TimePoint now) {
         send_packet(m->record->record.gossip_addr, req);
         ++probe_->expected_nacks;
       }
+      if (config_.tcp_fallback_probe) open_probe_stream(now, target->record->record.gossip_addr, probe_->seq);
     }
   }
   if (probe_ && now >= probe_->deadline) finish_probe(now);
@@ -651,9 +661,15 @@ std::vector<const Member*> GossipCore::sample(const IdSet& from, std::size_t cou
     if (std::find(chosen.begin(), chosen.end(), m) == chosen.end()) chosen.push_back(m);
   };
   if (from.size() <= count * 4) {
-    // Small sets: a random rotation of all of them.
-    const std::size_t start = rng_.below(from.size());
-    for (std::size_t i = 0; i < from.size() && chosen.size() < count; ++i) consider(from.at((start + i) % from.size()));
+    // Small sets: a partial Fisher-Yates shuffle of the indices, so that
+    // every subset is equally likely (a rotation would always pick
+    // neighbours in insertion order together).
+    std::vector<std::size_t> order(from.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (std::size_t i = 0; i < order.size() && chosen.size() < count; ++i) {
+      std::swap(order[i], order[i + rng_.below(order.size() - i)]);
+      consider(from.at(order[i]));
+    }
     return chosen;
   }
   // Large sets: draw with rejection; a few extra tries cover skips and repeats.
@@ -706,6 +722,19 @@ void GossipCore::open_sync(TimePoint now, const std::string& to) {
   open.frame = sealer_.seal_stream(StreamKind::kSyncRequest, encode_sync_request(full_digest()));
   stats_.stream_bytes_out += open.frame.size();
   ++stats_.streams_opened;
+  stream_actions_.push_back(std::move(open));
+}
+
+void GossipCore::open_probe_stream(TimePoint now, const std::string& to, std::uint32_t seq) {
+  const StreamId id = next_stream_id_++;
+  // Answered within the probe, or it does not count.
+  streams_[id] = Stream{StreamPhase::kAwaitProbeAck, now + scaled(config_.probe_interval), to, seq};
+  StreamAction open;
+  open.kind = StreamAction::Kind::kOpen;
+  open.id = id;
+  open.to = to;
+  open.frame = sealer_.seal_stream(StreamKind::kProbe, encode_stream_probe(seq));
+  stats_.stream_bytes_out += open.frame.size();
   stream_actions_.push_back(std::move(open));
 }
 
@@ -807,9 +836,26 @@ void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const
   }
   switch (it->second.phase) {
     case StreamPhase::kAwaitRequest: {
+      if (const auto* probe = std::get_if<StreamProbe>(&body); probe != nullptr && !probe->ack) {
+        StreamAction send;
+        send.kind = StreamAction::Kind::kSend;
+        send.id = id;
+        send.frame = sealer_.seal_stream(StreamKind::kProbeAck, encode_stream_probe(probe->seq));
+        stats_.stream_bytes_out += send.frame.size();
+        stream_actions_.push_back(std::move(send));
+        close_stream(id);
+        return;
+      }
       const auto* request = std::get_if<SyncRequest>(&body);
       if (request == nullptr) break;
       answer_sync(now, id, *request);
+      return;
+    }
+    case StreamPhase::kAwaitProbeAck: {
+      const auto* ack = std::get_if<StreamProbe>(&body);
+      if (ack == nullptr || !ack->ack || ack->seq != it->second.probe_seq) break;
+      if (probe_ && probe_->seq == ack->seq) probe_->acked = true;
+      close_stream(id);
       return;
     }
     case StreamPhase::kAwaitResponse: {

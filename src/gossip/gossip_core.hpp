@@ -159,11 +159,12 @@ class GossipCore {
     std::uint32_t requester_seq = 0;
     TimePoint nack_at;
   };
-  enum class StreamPhase { kAwaitResponse, kAwaitRequest, kAwaitRecords };
+  enum class StreamPhase { kAwaitResponse, kAwaitRequest, kAwaitRecords, kAwaitProbeAck };
   struct Stream {
     StreamPhase phase;
     TimePoint deadline;
     std::string peer;
+    std::uint32_t probe_seq = 0;  // kAwaitProbeAck
   };
 
   // Datagram handling.
@@ -195,6 +196,9 @@ class GossipCore {
 
   // Push-pull.
   void open_sync(TimePoint now, const std::string& to);
+  // memberlist's fallback: the same probe over TCP, which retransmits what
+  // UDP loses, so a lossy path alone does not make a live peer suspect.
+  void open_probe_stream(TimePoint now, const std::string& to, std::uint32_t seq);
   std::vector<DigestEntry> full_digest() const;
   void answer_sync(TimePoint now, StreamId id, const SyncRequest& request);
   std::vector<OutgoingItem> items_about(const PeerId& id) const;

@@ -236,6 +236,12 @@ std::vector<std::uint8_t> encode_sync_records(std::span<const OutgoingItem> item
   return out;
 }
 
+std::vector<std::uint8_t> encode_stream_probe(std::uint32_t seq) {
+  std::vector<std::uint8_t> out;
+  core::MsgpackWriter(out).write_uint(seq);
+  return out;
+}
+
 Status decode_stream(std::span<const std::uint8_t> plaintext, PeerId& sender, StreamBody& body,
                      std::size_t max_entries) {
   core::MsgpackReader r(plaintext);
@@ -282,6 +288,13 @@ Status decode_stream(std::span<const std::uint8_t> plaintext, PeerId& sender, St
       SyncRecords records;
       read_items(r, records.items, max);
       body = std::move(records);
+      break;
+    }
+    case StreamKind::kProbe:
+    case StreamKind::kProbeAck: {
+      std::uint64_t seq = 0;
+      r.read_uint("probe seq", seq, UINT32_MAX);
+      body = StreamProbe{static_cast<std::uint32_t>(seq), static_cast<StreamKind>(kind) == StreamKind::kProbeAck};
       break;
     }
     default:

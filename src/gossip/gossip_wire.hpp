@@ -33,7 +33,13 @@ namespace tensorhub::gossip {
 inline constexpr std::size_t kSealOverhead = 4 + core::kAeadNonceBytes + core::kAeadTagBytes;
 
 enum class PacketKind : std::uint8_t { kPing = 1, kAck = 2, kPingReq = 3, kNack = 4, kGossip = 5 };
-enum class StreamKind : std::uint8_t { kSyncRequest = 1, kSyncResponse = 2, kSyncRecords = 3 };
+enum class StreamKind : std::uint8_t {
+  kSyncRequest = 1,
+  kSyncResponse = 2,
+  kSyncRecords = 3,
+  kProbe = 4,     // a ping over TCP, when the UDP probe went unanswered
+  kProbeAck = 5,
+};
 
 // A member's liveness as this peer believes it.
 enum class Liveness : std::uint8_t { kAlive = 0, kSuspect = 1, kDead = 2, kLeft = 3 };
@@ -86,7 +92,11 @@ struct SyncResponse {
 struct SyncRecords {
   std::vector<IncomingItem> items;
 };
-using StreamBody = std::variant<SyncRequest, SyncResponse, SyncRecords>;
+struct StreamProbe {
+  std::uint32_t seq = 0;
+  bool ack = false;
+};
+using StreamBody = std::variant<SyncRequest, SyncResponse, SyncRecords, StreamProbe>;
 
 // Peeks (id, incarnation, seq) from a record's bytes without verifying it.
 struct RecordVersion {
@@ -138,5 +148,6 @@ Status decode_stream(std::span<const std::uint8_t> plaintext, PeerId& sender, St
 std::vector<std::uint8_t> encode_sync_request(std::span<const DigestEntry> digest);
 std::vector<std::uint8_t> encode_sync_response(std::span<const OutgoingItem> items, std::span<const PeerId> wants);
 std::vector<std::uint8_t> encode_sync_records(std::span<const OutgoingItem> items);
+std::vector<std::uint8_t> encode_stream_probe(std::uint32_t seq);
 
 }  // namespace tensorhub::gossip

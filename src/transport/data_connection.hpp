@@ -89,7 +89,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
 
   asio::ip::tcp::socket socket_;
   const Identity& identity_;
-  const SwarmKey& swarm_key_;
+  const SwarmKey swarm_key_;  // a copy: the connection may outlive whoever opened it
   DataConnectionHandler& handler_;
   asio::steady_timer handshake_timer_;
   std::optional<HandshakeInitiator> initiator_;

@@ -101,22 +101,34 @@ TEST_CASE("gossip cluster: every peer detects a crashed peer") {
   CHECK(deaths.false_deaths == 0);
 }
 
-TEST_CASE("gossip cluster: no false death under 10% loss") {
-  GossipNetwork net(104, GossipConfig{});
-  start(net, 50);
-  FalseDeathCounter deaths(net);
-  net.set_conditions(NetworkConditions{0.10, 0.02, 1ms, 2ms});
-  net.run_for(180s);
-  CHECK(deaths.false_deaths == 0);
-  net.set_conditions(NetworkConditions{});
-  CHECK(net.run_until([&] { return net.converged(); }, 30s));
-  std::uint64_t suspicions = 0, refutations = 0;
-  for (std::size_t i = 0; i < net.size(); ++i) {
-    suspicions += net.core(i).stats().suspicions;
-    refutations += net.core(i).stats().refutations;
-  }
-  MESSAGE("180 s at 10% loss: " << suspicions << " suspicions raised, " << refutations << " refutations, "
-                                 << deaths.false_deaths << " false deaths");
+TEST_CASE("gossip cluster: no false death under 10% loss; the TCP fallback probe prevents false suspicion") {
+  // Runs the same seed with and without the fallback: UDP loss alone raises
+  // suspicions (and refutation traffic) without it, none with it.
+  auto run = [](bool tcp_fallback) {
+    GossipConfig config;
+    config.tcp_fallback_probe = tcp_fallback;
+    GossipNetwork net(104, config);
+    start(net, 50);
+    FalseDeathCounter deaths(net);
+    net.set_conditions(NetworkConditions{0.10, 0.02, 1ms, 2ms});
+    net.run_for(180s);
+    CHECK(deaths.false_deaths == 0);
+    net.set_conditions(NetworkConditions{});
+    CHECK(net.run_until([&] { return net.converged(); }, 30s));
+    std::uint64_t suspicions = 0, refutations = 0;
+    for (std::size_t i = 0; i < net.size(); ++i) {
+      suspicions += net.core(i).stats().suspicions;
+      refutations += net.core(i).stats().refutations;
+    }
+    MESSAGE("180 s at 10% loss, TCP fallback " << std::string(tcp_fallback ? "on" : "off") << ": " << suspicions
+                                                << " suspicions raised, " << refutations << " refutations, "
+                                                << deaths.false_deaths << " false deaths");
+    return suspicions;
+  };
+  const std::uint64_t without = run(false);
+  const std::uint64_t with = run(true);
+  CHECK(without > 0);
+  CHECK(with == 0);
 }
 
 TEST_CASE("gossip cluster: no false death when peers pause (GC-like stalls) under 10% loss") {
