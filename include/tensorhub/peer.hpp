@@ -9,6 +9,11 @@
 //  - publish() serves caller-owned memory in place. The caller must not
 //    change it until release() has returned on the handle (release stops new
 //    reads, waits for the reads in flight, then gives the memory back).
+//  - Retention: release() of a model's head waits while this peer is among
+//    the last `retain_head_replicas` complete holders, so the swarm never
+//    drops the newest version by accident (bounded by max_release_deferral;
+//    a newer head or another holder ends the wait). Destroying a handle, or
+//    the Peer leaving, releases at once.
 //  - fetch() writes into caller-owned memory (which must stay valid and
 //    untouched until the fetch finishes or is cancelled), or into memory the
 //    peer allocates and the handle owns.
@@ -46,6 +51,11 @@ struct PeerOptions {
   std::size_t upload_slots = 8;
   std::uint32_t block_size = 1u << 20;
   std::uint64_t shard_size = kDefaultShardSize;  // for versions this peer publishes
+  // Retention: release() of a model's head waits while fewer than this many
+  // other peers hold it complete (0: never wait), until another holder
+  // completes, a newer head appears, or max_release_deferral passes.
+  std::size_t retain_head_replicas = 1;
+  std::chrono::milliseconds max_release_deferral{60'000};
   // Tests only: flip one byte of every piece this peer serves, to exercise
   // the detection of corrupt holders. Never set it in production.
   bool test_corrupt_serving = false;
@@ -65,6 +75,7 @@ struct VersionInfo {
   std::string model;
   std::uint64_t version = 0;
   ManifestId id;
+  std::uint64_t bytes = 0;  // the version's total size (what a fetch destination must hold)
 };
 
 class Peer;
@@ -81,8 +92,13 @@ class PublishHandle {
   std::uint64_t bytes_served() const;
   // Waits until `replicas` peers other than this one hold the whole version.
   Status wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout);
-  // Stops serving; waits for reads in flight; then the memory is the caller's.
+  // Stops serving; waits for reads in flight (and for retention, see the top
+  // of this file); then the memory is the caller's. Blocks.
   void release();
+  // The same without blocking: `done` runs on the peer's thread once the
+  // memory is the caller's. Keep the handle until then (destroying it cuts a
+  // retention wait short).
+  void release_async(std::function<void()> done);
 
  private:
   friend class Peer;
@@ -102,8 +118,10 @@ class FetchHandle {
   Status wait(std::chrono::milliseconds timeout);
   // The version's bytes (valid once wait() returned ok).
   std::span<const std::byte> bytes() const;
-  // Stops serving the fetched copy to others and lets go of the memory.
+  // Stops serving the fetched copy to others and lets go of the memory,
+  // honouring retention like PublishHandle::release(). Blocks.
   void release();
+  void release_async(std::function<void()> done);
 
  private:
   friend class Peer;

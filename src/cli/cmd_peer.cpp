@@ -84,6 +84,10 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--rack", args->peer.rack, "Topology label: rack");
   p->add_option("--host", args->peer.host, "Topology label: host");
   add_size_option(*p, "--shard-size", args->peer.shard_size, "Shard size of versions this peer publishes (default 16MiB)");
+  p->add_option("--retain-replicas", args->peer.retain_head_replicas,
+                "A release of a model's head waits while fewer other peers hold it (default 1; 0: never wait)");
+  p->add_option("--max-release-deferral", args->release_deferral_seconds,
+                "Seconds a release may wait for --retain-replicas (default 60)");
   p->add_option("--follow", args->follow, "Fetch every new head of this model as it appears; repeatable");
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
   p->add_flag("--test-corrupt-serving", args->peer.test_corrupt_serving,
@@ -99,6 +103,8 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
       }
       args->peer.trusted_publishers.push_back(*key);
     }
+    args->peer.max_release_deferral =
+        std::chrono::milliseconds(static_cast<std::int64_t>(args->release_deferral_seconds * 1000));
     exit_code = run_peer_daemon(*args);
   });
 

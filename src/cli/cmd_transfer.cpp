@@ -183,6 +183,7 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
   struct ReleaseArgs {
     std::string control, peer, model;
     std::uint64_t version = 0;
+    bool now = false;
   };
   auto rel = std::make_shared<ReleaseArgs>();
   CLI::App* r = app.add_subcommand("release", "Stop serving a version from a running peer and let go of its memory");
@@ -190,6 +191,9 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
   r->add_option("--version", rel->version, "Version number")->required();
   r->add_option("--control", rel->control, "The peer's control socket");
   r->add_option("--peer", rel->peer, "Or: the peer's --listen HOST:PORT");
+  r->add_flag("--now", rel->now,
+              "Release at once, even when this peer is among the last holders of the head (by default it keeps "
+              "serving until another peer holds it, a newer head appears, or the peer's --max-release-deferral passes)");
   r->callback([rel, &exit_code] {
     auto path = resolve_control_path(rel->control, rel->peer);
     if (!path) {
@@ -197,7 +201,7 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
       return;
     }
     Json final_line;
-    exit_code = control_call(*path, Json{{"cmd", "release"}, {"model", rel->model}, {"version", rel->version}},
+    exit_code = control_call(*path, Json{{"cmd", "release"}, {"model", rel->model}, {"version", rel->version}, {"now", rel->now}},
                              [](const Json&) {}, final_line);
   });
 

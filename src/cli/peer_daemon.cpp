@@ -108,8 +108,7 @@ class Daemon {
       }
       reply(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(core::blake2b_256(bytes))}}.dump(), true);
     } else if (cmd == "release") {
-      release(model, version);
-      reply(Json{{"done", true}, {"ok", true}}.dump(), true);
+      release(model, version, req.value("now", false), reply);
     } else {
       reply(error_line(Status::invalid_argument("unknown command '" + cmd + "'")).dump(), true);
     }
@@ -206,9 +205,31 @@ class Daemon {
           true);
   }
 
-  void release(const std::string& model, std::uint64_t version) {
-    published_.erase({model, version});  // the handle's destructor releases
-    fetched_.erase({model, version});
+  void release(const std::string& model, std::uint64_t version, bool now, const transport::ControlServer::Reply& reply) {
+    const std::pair<std::string, std::uint64_t> key{model, version};
+    auto done = [this, key, reply] {
+      // On the peer's thread: the memory is free; drop it on the daemon's.
+      asio::post(io_, [this, key, reply] {
+        published_.erase(key);
+        fetched_.erase(key);
+        reply(Json{{"done", true}, {"ok", true}}.dump(), true);
+      });
+    };
+    auto pub = published_.find(key);
+    auto fetched = fetched_.find(key);
+    if (pub == published_.end() && fetched == fetched_.end()) {
+      reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(), true);
+    } else if (now) {
+      published_.erase(key);  // destroying a handle releases at once
+      fetched_.erase(key);
+      reply(Json{{"done", true}, {"ok", true}}.dump(), true);
+    } else if (pub != published_.end()) {
+      reply(Json{{"event", "releasing"}}.dump(), false);
+      pub->second.handle->release_async(done);
+    } else {
+      reply(Json{{"event", "releasing"}}.dump(), false);
+      fetched->second->release_async(done);
+    }
   }
 
   void follow(const std::string& model) {

@@ -24,6 +24,7 @@ struct DaemonOptions {
   PeerOptions peer;
   std::string key_file, swarm_key_file, control_path, log_level = "info";
   std::vector<std::string> follow;
+  double release_deferral_seconds = 60;  // becomes peer.max_release_deferral
 };
 
 int run_peer_daemon(DaemonOptions options);

@@ -3,6 +3,7 @@
 #include "tensorhub/peer.hpp"
 
 #include <asio.hpp>
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -45,17 +46,47 @@ struct Peer::Impl {
   }
 };
 
-struct PublishHandle::State {
+namespace {
+
+using ReleaseMode = peer::PeerEngine::ReleaseMode;
+
+// What both handles hold: the version, and how far its release has gone.
+struct HeldVersion {
+  enum Phase { kHeld, kReleasing, kReleased };
   Peer::Impl* impl = nullptr;
   std::shared_ptr<peer::LocalVersion> version;
-  bool released = false;
+  std::atomic<int> phase{kHeld};
+
+  // REQUIRES: called from an application thread, not the peer's.
+  void release(ReleaseMode mode) {
+    if (phase.load() == kReleased) return;
+    if (phase.load() == kReleasing && mode == ReleaseMode::kHonourRetention) mode = ReleaseMode::kNow;
+    phase = kReleasing;
+    std::promise<void> done;
+    auto future = done.get_future();
+    impl->call([&] { impl->engine->release(version, mode, [&done] { done.set_value(); }); });
+    future.wait();
+    phase = kReleased;
+  }
+
+  void release_async(std::function<void()> done) {
+    int expected = kHeld;
+    if (!phase.compare_exchange_strong(expected, kReleasing)) return;
+    impl->call([&] {
+      impl->engine->release(version, ReleaseMode::kHonourRetention, [this, done = std::move(done)] {
+        phase = kReleased;
+        if (done) done();
+      });
+    });
+  }
 };
 
-struct FetchHandle::State {
-  Peer::Impl* impl = nullptr;
-  std::shared_ptr<peer::LocalVersion> version;
+}  // namespace
+
+struct PublishHandle::State : HeldVersion {};
+
+struct FetchHandle::State : HeldVersion {
   VersionInfo info;
-  bool released = false;
 };
 
 Result<std::unique_ptr<Peer>> Peer::start(PeerOptions options, Identity identity, SwarmKey swarm_key) {
@@ -121,7 +152,10 @@ Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version,
   auto state = std::make_shared<FetchHandle::State>();
   state->impl = impl_.get();
   state->version = *v;
-  state->info = VersionInfo{(*v)->model, (*v)->number, (*v)->id};
+  {
+    std::lock_guard lock((*v)->mutex);
+    state->info = VersionInfo{(*v)->model, (*v)->number, (*v)->id, (*v)->manifest ? (*v)->manifest->total_size() : 0};
+  }
   return FetchHandle(state);
 }
 
@@ -138,7 +172,7 @@ std::string Peer::status_json() const {
 PublishHandle::PublishHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
 PublishHandle::PublishHandle(PublishHandle&&) noexcept = default;
 PublishHandle::~PublishHandle() {
-  if (state_) release();
+  if (state_) state_->release(ReleaseMode::kNow);
 }
 std::uint64_t PublishHandle::version() const { return state_->version->number; }
 const ManifestId& PublishHandle::manifest_id() const { return state_->version->id; }
@@ -165,19 +199,16 @@ Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::millise
 }
 
 void PublishHandle::release() {
-  if (!state_ || state_->released) return;
-  state_->released = true;
-  Peer::Impl* impl = state_->impl;
-  std::promise<void> done;
-  auto future = done.get_future();
-  impl->call([&] { impl->engine->release(state_->version, [&done] { done.set_value(); }); });
-  future.wait();
+  if (state_) state_->release(ReleaseMode::kHonourRetention);
+}
+void PublishHandle::release_async(std::function<void()> done) {
+  if (state_) state_->release_async(std::move(done));
 }
 
 FetchHandle::FetchHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
 FetchHandle::FetchHandle(FetchHandle&&) noexcept = default;
 FetchHandle::~FetchHandle() {
-  if (state_) release();
+  if (state_) state_->release(ReleaseMode::kNow);
 }
 const VersionInfo& FetchHandle::info() const { return state_->info; }
 
@@ -203,13 +234,10 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
 std::span<const std::byte> FetchHandle::bytes() const { return state_->version->destination; }
 
 void FetchHandle::release() {
-  if (!state_ || state_->released) return;
-  state_->released = true;
-  Peer::Impl* impl = state_->impl;
-  std::promise<void> done;
-  auto future = done.get_future();
-  impl->call([&] { impl->engine->release(state_->version, [&done] { done.set_value(); }); });
-  future.wait();
+  if (state_) state_->release(ReleaseMode::kHonourRetention);
+}
+void FetchHandle::release_async(std::function<void()> done) {
+  if (state_) state_->release_async(std::move(done));
 }
 
 }  // namespace tensorhub

@@ -60,7 +60,9 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, Identity ident
             return c;
           }(),
           swarm::Location{options_.dc, options_.rack, options_.host}, wall_clock_ms()),
-      swarm_timer_(io) {
+      swarm_timer_(io),
+      deferred_releases_(swarm::RetentionPolicy{options_.retain_head_replicas, options_.max_release_deferral}),
+      deferral_timer_(io) {
   if (options_.trusted_publishers.empty()) options_.trusted_publishers.push_back(identity_.public_key());
 }
 
@@ -107,6 +109,7 @@ Status PeerEngine::start() {
 }
 
 void PeerEngine::leave(std::function<void()> done) {
+  release_due(/*all=*/true);  // a peer that goes cannot keep anything alive
   if (!gossip_) {
     done();
     return;
@@ -120,6 +123,8 @@ void PeerEngine::close() {
   std::error_code ignored;
   data_acceptor_.close(ignored);
   swarm_timer_.cancel();
+  release_due(/*all=*/true);
+  deferral_timer_.cancel();
   auto all = connections_;
   for (auto& [id, c] : connecting_) all.emplace(id, c);
   for (auto& [id, c] : all) c->close(Status::cancelled("the peer is stopping"));
@@ -145,6 +150,7 @@ void PeerEngine::on_member_event(const gossip::MemberEvent& event) {
       if (event.record) learn_from_record(event.record->record);
       break;
   }
+  release_due(/*all=*/false);
   notify_changed();
 }
 
@@ -190,11 +196,15 @@ Status PeerEngine::accept_manifest(const Manifest& m) {
   }
   model.manifests.emplace(m.id(), m);
   if (!model.head || m.version() > model.head->version) {
-    model.head = VersionInfo{m.model(), m.version(), m.id()};
+    model.head = VersionInfo{m.model(), m.version(), m.id(), m.total_size()};
     gossip_->core().set_head(gossip::HeadEntry{m.model(), m.version(), m.id()});
     gossip_->pump();
     TH_LOG_INFO(kLog, "head " << m.model() << " v" << m.version() << " (" << m.id().short_hex() << ")");
     for (const auto& callback : model.subscribers) callback(*model.head);
+    // The previous head may have been waiting for this one to let go.
+    asio::post(io_, [this] {
+      if (!closed_) release_due(/*all=*/false);
+    });
   }
   return Status::ok();
 }
@@ -350,7 +360,78 @@ void PeerEngine::start_fetch(const std::shared_ptr<LocalVersion>& v) {
   pump_swarm();
 }
 
-void PeerEngine::release(const std::shared_ptr<LocalVersion>& v, std::function<void()> done) {
+void PeerEngine::release(const std::shared_ptr<LocalVersion>& v, ReleaseMode mode, std::function<void()> done) {
+  if (mode == ReleaseMode::kHonourRetention && !closed_) {
+    const swarm::ReleaseFacts facts = release_facts(*v);
+    if (deferred_releases_.deferred(v->id) || deferred_releases_.must_defer(facts)) {
+      if (!deferred_releases_.deferred(v->id)) {
+        TH_LOG_INFO(kLog, "deferring the release of " << v->model << " v" << v->number << ": it is the head and "
+                                                      << facts.other_holders << " other peer(s) hold it");
+      }
+      deferred_releases_.defer(v->id, steady_now_());
+      deferred_done_[v->id].push_back(std::move(done));
+      arm_deferral_timer();
+      return;
+    }
+  }
+  if (deferred_releases_.deferred(v->id)) {  // kNow cuts a deferral short; its waiters are done too
+    deferred_releases_.forget(v->id);
+    auto waiting = std::move(deferred_done_[v->id]);
+    deferred_done_.erase(v->id);
+    waiting.push_back(std::move(done));
+    done = [waiting = std::move(waiting)] {
+      for (const auto& fn : waiting) fn();
+    };
+  }
+  release_now(v, std::move(done));
+}
+
+swarm::ReleaseFacts PeerEngine::release_facts(const LocalVersion& v) const {
+  swarm::ReleaseFacts facts;
+  auto model = models_.find(v.model);
+  facts.is_head = model != models_.end() && model->second.head && model->second.head->id == v.id;
+  {
+    std::lock_guard lock(v.mutex);
+    facts.complete = v.state == VersionState::kComplete;
+  }
+  facts.other_holders = replicas(v.id);
+  return facts;
+}
+
+void PeerEngine::release_due(bool all) {
+  if (deferred_releases_.empty()) return;
+  const TimePoint now = all ? kTimeNever : steady_now_();
+  for (const ManifestId& id : deferred_releases_.due(now, [this](const ManifestId& id) {
+         auto v = find_version(id);
+         return v ? release_facts(*v) : swarm::ReleaseFacts{};
+       })) {
+    auto waiting = std::move(deferred_done_[id]);
+    deferred_done_.erase(id);
+    auto v = find_version(id);
+    if (!v) continue;
+    TH_LOG_INFO(kLog, "releasing " << v->model << " v" << v->number << " after its deferral");
+    release_now(v, [waiting = std::move(waiting)] {
+      for (const auto& fn : waiting) fn();
+    });
+  }
+  arm_deferral_timer();
+}
+
+void PeerEngine::arm_deferral_timer() {
+  const TimePoint next = deferred_releases_.next_deadline();
+  if (next == kTimeNever) {
+    deferral_timer_.cancel();
+    return;
+  }
+  const auto now = steady_now_();
+  deferral_timer_.expires_after(next > now ? std::chrono::duration_cast<std::chrono::steady_clock::duration>(next - now)
+                                           : std::chrono::steady_clock::duration::zero());
+  deferral_timer_.async_wait([this](std::error_code ec) {
+    if (!ec && !closed_) release_due(/*all=*/false);
+  });
+}
+
+void PeerEngine::release_now(const std::shared_ptr<LocalVersion>& v, std::function<void()> done) {
   swarm_.stop(steady_now_(), v->id);
   gossip_->core().remove_holding(v->model, v->number);
   gossip_->pump();
@@ -372,6 +453,11 @@ void PeerEngine::release(const std::shared_ptr<LocalVersion>& v, std::function<v
   };
   if (v->pins == 0) {
     finish();
+  } else if (v->on_unpinned) {  // released twice while pieces are in flight: both wait
+    v->on_unpinned = [first = std::move(v->on_unpinned), second = std::move(finish)] {
+      first();
+      second();
+    };
   } else {
     v->on_unpinned = std::move(finish);
   }

@@ -24,6 +24,7 @@
 
 #include "gossip/version_vector.hpp"
 #include "peer/local_version.hpp"
+#include "swarm/retention.hpp"
 #include "swarm/swarm_core.hpp"
 #include "tensorhub/peer.hpp"
 #include "transport/data_connection.hpp"
@@ -47,8 +48,13 @@ class PeerEngine : public transport::DataConnectionHandler {
                                                 std::vector<TensorEntry> tensors);
   Result<std::shared_ptr<LocalVersion>> fetch(const std::string& model, std::uint64_t number,
                                               std::span<std::byte> destination);
-  // Stops serving; `done` runs once no piece is being sent from its memory.
-  void release(const std::shared_ptr<LocalVersion>& version, std::function<void()> done);
+  enum class ReleaseMode {
+    kHonourRetention,  // defer while this peer is among the last R holders of the head
+    kNow,              // release at once (also cuts short a deferral in progress)
+  };
+  // Stops serving; `done` runs once no piece is being sent from its memory
+  // (after the deferral, if retention asks for one).
+  void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
   std::optional<VersionInfo> latest(const std::string& model) const;
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
@@ -88,6 +94,11 @@ class PeerEngine : public transport::DataConnectionHandler {
   void verify(const swarm::VerifyShard& verify);
   void finished(const ManifestId& id, const Status& status);
   void update_holding(const LocalVersion& version, std::uint16_t permille);
+  void release_now(const std::shared_ptr<LocalVersion>& version, std::function<void()> done);
+  swarm::ReleaseFacts release_facts(const LocalVersion& version) const;
+  // Releases the deferred versions whose reason to wait has gone.
+  void release_due(bool all);
+  void arm_deferral_timer();
   void notify_changed();
   std::shared_ptr<LocalVersion> find_version(const ManifestId& id) const;
   static TimePoint steady_now_();
@@ -110,6 +121,9 @@ class PeerEngine : public transport::DataConnectionHandler {
   std::map<std::string, Model> models_;
   std::map<ManifestId, std::vector<std::shared_ptr<LocalVersion>>> awaiting_manifest_;
   std::vector<std::function<void()>> change_listeners_;
+  swarm::DeferredReleases deferred_releases_;
+  std::map<ManifestId, std::vector<std::function<void()>>> deferred_done_;  // per deferred version
+  asio::steady_timer deferral_timer_;
   bool closed_ = false;
 };
 

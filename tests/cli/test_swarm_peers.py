@@ -6,10 +6,11 @@
 3. A peer serving corrupted bytes (test-only flag) is detected and avoided.
 4. A late joiner catches up to the head.
 5. A peer without the swarm key gets nothing.
-6. A fetch of a version nobody holds fails with a clear message.
+6. (with the examples built) examples/rollout_worker follows two heads.
+7. A fetch of a version nobody holds fails with a clear message.
 
 Every wait has a deadline; nothing sleeps to synchronize.
-Usage: test_swarm_peers.py PATH/TO/tensorhub
+Usage: test_swarm_peers.py PATH/TO/tensorhub [PATH/TO/rollout_worker]
 """
 import filecmp
 import json
@@ -136,6 +137,7 @@ def fetch_all(swarm, names, original, timeout=120):
 
 def main():
     binary = os.path.abspath(sys.argv[1])
+    example = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
     with tempfile.TemporaryDirectory(prefix="tensorhub-swarm-") as workdir:
         swarm = Swarm(binary, workdir)
         model = os.path.join(workdir, "policy.safetensors")
@@ -210,19 +212,43 @@ def main():
             assert not os.path.exists(os.path.join(workdir, "outsider.safetensors"))
             print("5. a peer without the swarm key got nothing: " + proc.stderr.strip().splitlines()[-1])
 
-            # 6. A version nobody holds.
-            proc = swarm.fetch("w1", os.path.join(workdir, "nope.safetensors"), version=9)
-            assert proc.returncode != 0 and "not known" in proc.stderr, proc.stderr
-            print("6. fetching a version nobody has published fails: " + proc.stderr.strip())
-            # A version that exists, but whose only holder let it go.
+            # 6. The embedded-peer example follows the head from v2 to v3.
             model3 = os.path.join(workdir, "policy-v3.safetensors")
             assert swarm.run("synth-model", "--from", model2, "--out", model3, "--seed", "3", "--change", "1").returncode == 0
-            assert swarm.run("publish", "--control", swarm.control("pub"), "--model", "policy", model3).returncode == 0
-            assert swarm.run("release", "--control", swarm.control("pub"), "--model", "policy", "--version", "3").returncode == 0
-            wait_for("v3 to be known", lambda: swarm.head("w1") == 3, 20)
-            proc = swarm.fetch("w1", os.path.join(workdir, "v3.safetensors"), version=3, timeout=60)
+            if example:
+                worker_key = swarm.keygen("example")
+                example_log = open(os.path.join(workdir, "example.out"), "w+")
+                proc = subprocess.Popen([example, "--seed", f"127.0.0.1:{swarm.ports['w5']}", "--key", worker_key,
+                                         "--swarm-key", swarm.swarm_key, "--trust", swarm.pubkeys["pub"],
+                                         "--model", "policy", "--steps", "2"],
+                                        stdout=example_log, stderr=subprocess.STDOUT, text=True)
+                swarm.procs["example"] = proc
+
+                def example_says(text):
+                    example_log.seek(0)
+                    return text in example_log.read()
+                wait_for("the example to switch to v2", lambda: example_says("switched to policy v2"), 30)
+                assert swarm.run("publish", "--control", swarm.control("pub"), "--model", "policy", model3).returncode == 0
+                assert proc.wait(timeout=60) == 0, open(os.path.join(workdir, "example.out")).read()
+                assert example_says("switched to policy v3")
+                print("6. examples/rollout_worker switched from v2 to v3, fetched and verified in its double buffer")
+            else:
+                assert swarm.run("publish", "--control", swarm.control("pub"), "--model", "policy", model3).returncode == 0
+                print("6. skipped: the examples were not built")
+
+            # 7. A version nobody holds.
+            proc = swarm.fetch("w1", os.path.join(workdir, "nope.safetensors"), version=9)
+            assert proc.returncode != 0 and "not known" in proc.stderr, proc.stderr
+            print("7. fetching a version nobody has published fails: " + proc.stderr.strip())
+            # A version that exists, but whose only holder let it go (--now: without waiting for retention).
+            model4 = os.path.join(workdir, "policy-v4.safetensors")
+            assert swarm.run("synth-model", "--from", model3, "--out", model4, "--seed", "4", "--change", "1").returncode == 0
+            assert swarm.run("publish", "--control", swarm.control("pub"), "--model", "policy", model4).returncode == 0
+            assert swarm.run("release", "--control", swarm.control("pub"), "--model", "policy", "--version", "4", "--now").returncode == 0
+            wait_for("v4 to be known", lambda: swarm.head("w1") == 4, 20)
+            proc = swarm.fetch("w1", os.path.join(workdir, "v4.safetensors"), version=4, timeout=60)
             assert proc.returncode != 0 and "no reachable peer holds shard" in proc.stderr, proc.stderr
-            print("6. fetching a version nobody holds fails: " + proc.stderr.strip())
+            print("7. fetching a version nobody holds fails: " + proc.stderr.strip())
             print("all swarm multi-process checks passed")
         finally:
             swarm.stop_all()

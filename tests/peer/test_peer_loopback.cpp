@@ -2,6 +2,9 @@
 // verify, serve onwards, release.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "core/random_fill.hpp"
 #include "support/gossip_network.hpp"
 #include "support/model_fixture.hpp"
@@ -19,7 +22,8 @@ SwarmKey swarm_key() {
   return SwarmKey::from_bytes(bytes);
 }
 
-std::unique_ptr<Peer> start_peer(std::uint64_t key, const PublicKey& publisher, std::vector<std::string> seeds) {
+std::unique_ptr<Peer> start_peer(std::uint64_t key, const PublicKey& publisher, std::vector<std::string> seeds,
+                                 const std::function<void(PeerOptions&)>& adjust = {}) {
   PeerOptions o;
   o.listen = "127.0.0.1:0";
   o.data_listen = "127.0.0.1:0";
@@ -28,6 +32,7 @@ std::unique_ptr<Peer> start_peer(std::uint64_t key, const PublicKey& publisher, 
   o.shard_size = 256u << 10;
   o.block_size = 64u << 10;
   o.host = "h" + std::to_string(key);
+  if (adjust) adjust(o);
   auto peer = Peer::start(o, GossipNetwork::identity_for(key), swarm_key());
   REQUIRE_MESSAGE(peer.is_ok(), peer.status().to_string());
   return std::move(*peer);
@@ -90,4 +95,55 @@ TEST_CASE("peer: a manifest from an untrusted publisher is never believed") {
   CHECK_FALSE(worker->wait_for_head("policy", 0, 3s).is_ok());
   auto f = worker->fetch("policy", 0);
   CHECK(f.status().code() == StatusCode::kUnavailable);
+}
+
+TEST_CASE("peer: the last holder of the head defers its release until another peer holds it") {
+  const PublicKey publisher_key = GossipNetwork::identity_for(800).public_key();
+  auto publisher = start_peer(800, publisher_key, {});
+  const std::string seed = publisher->gossip_address();
+  auto worker1 = start_peer(801, publisher_key, {seed});
+  auto image = small_model(23, 2u << 20);
+  auto layout = parse_safetensors(image);
+  auto published = publisher->publish("policy", image, layout->tensors);
+  REQUIRE(published.is_ok());
+  const ManifestId id = published->manifest_id();
+  REQUIRE(worker1->wait_for_head("policy", 0, 10s).is_ok());
+  auto f1 = worker1->fetch("policy", 1);
+  REQUIRE(f1.is_ok());
+  REQUIRE(f1->wait(20s).is_ok());
+
+  // With one other holder, the publisher's release does not wait.
+  REQUIRE(published->wait_replicated(1, 10s).is_ok());
+  auto started = std::chrono::steady_clock::now();
+  published->release();
+  CHECK(std::chrono::steady_clock::now() - started < 1s);
+
+  // Worker 1 is now the only holder of the head: its release waits.
+  auto until = [](const std::function<bool()>& done, std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+    return done();
+  };
+  REQUIRE(until([&] { return worker1->replicas(id) == 0; }, 10s));
+  std::atomic<bool> released{false};
+  f1->release_async([&] { released = true; });
+  std::this_thread::sleep_for(500ms);
+  CHECK_FALSE(released.load());
+
+  // A late worker fetches from it; once it holds the version, worker 1 goes.
+  auto worker2 = start_peer(802, publisher_key, {seed}, [](PeerOptions& o) { o.max_release_deferral = 500ms; });
+  REQUIRE(worker2->wait_for_head("policy", 0, 10s).is_ok());
+  auto f2 = worker2->fetch("policy", 1);
+  REQUIRE(f2.is_ok());
+  REQUIRE_MESSAGE(f2->wait(20s).is_ok(), f2->wait(0ms).to_string());
+  CHECK(std::equal(f2->bytes().begin(), f2->bytes().end(), image.begin(), image.end()));
+  CHECK(until([&] { return released.load(); }, 10s));
+
+  // Worker 2 is the last holder now, with a deferral bounded at 500 ms.
+  REQUIRE(until([&] { return worker2->replicas(id) == 0; }, 10s));
+  started = std::chrono::steady_clock::now();
+  f2->release();
+  const auto waited = std::chrono::steady_clock::now() - started;
+  CHECK(waited >= 450ms);
+  CHECK(waited < 3s);
 }

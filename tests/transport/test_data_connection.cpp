@@ -43,9 +43,10 @@ struct Recorder : DataConnectionHandler {
 };
 
 struct Pair {
-  explicit Pair(const SwarmKey& client_key, const SwarmKey& server_key)
-      : acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
-    acceptor.async_accept([&](std::error_code ec, asio::ip::tcp::socket socket) {
+  // The keys are copied: the accept handler runs after the constructor.
+  explicit Pair(const SwarmKey& client_key, const SwarmKey& server_key_in)
+      : acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), server_key(server_key_in) {
+    acceptor.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
       REQUIRE_FALSE(ec);
       server = DataConnection::accept(std::move(socket), server_id, server_key, server_events, 2s);
     });
@@ -56,6 +57,7 @@ struct Pair {
   }
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor;
+  SwarmKey server_key;
   Identity client_id = testing::GossipNetwork::identity_for(401);
   Identity server_id = testing::GossipNetwork::identity_for(402);
   Recorder client_events, server_events;
