@@ -56,6 +56,9 @@ struct PeerOptions {
   // completes, a newer head appears, or max_release_deferral passes.
   std::size_t retain_head_replicas = 1;
   std::chrono::milliseconds max_release_deferral{60'000};
+  // false: a leech that never announces (so never serves) what it fetches;
+  // only for baselines, e.g. every worker pulling from the publisher alone.
+  bool serve_fetched = true;
   // Tests only: flip one byte of every piece this peer serves, to exercise
   // the detection of corrupt holders. Never set it in production.
   bool test_corrupt_serving = false;

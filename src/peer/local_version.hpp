@@ -40,6 +40,8 @@ struct LocalVersion {
   FetchProgressInfo progress;
   TimePoint started;
   double fetch_seconds = 0;          // from start to verified, once complete
+  std::uint64_t started_unix_ms = 0;   // wall clock: fetch started, or published
+  std::uint64_t complete_unix_ms = 0;  // wall clock: every shard verified (for cross-host timing)
   std::uint64_t bytes_served = 0;    // payload sent to other peers
   bool published = false;
 

@@ -260,6 +260,8 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(const std::string& mod
   v->manifest = *manifest;
   v->memory = image;
   v->published = true;
+  v->started_unix_ms = manifest->body().created_unix_ms;  // before the shards were hashed
+  v->complete_unix_ms = wall_clock_ms();             // announced
   v->state = VersionState::kComplete;
   v->progress.bytes_total = v->progress.bytes_verified = image.size();
   v->progress.shards_total = v->progress.shards_verified = static_cast<std::uint32_t>(manifest->shard_count());
@@ -310,6 +312,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   }
   v->memory = v->destination;
   v->started = steady_now_();
+  v->started_unix_ms = wall_clock_ms();
   versions_[v->id] = v;
   start_fetch(v);
   return v;
@@ -465,6 +468,7 @@ void PeerEngine::release_now(const std::shared_ptr<LocalVersion>& v, std::functi
 }
 
 void PeerEngine::update_holding(const LocalVersion& v, std::uint16_t permille) {
+  if (!options_.serve_fetched && !v.published) return;  // a leech announces nothing
   gossip_->core().set_holding(gossip::HoldingEntry{v.model, v.number, v.id, permille});
   gossip_->pump();
 }
@@ -508,6 +512,8 @@ std::string PeerEngine::status_json() const {
                         {"shards_verified", v->progress.shards_verified},
                         {"sources", v->progress.sources},
                         {"fetch_seconds", v->fetch_seconds},
+                        {"started_unix_ms", v->started_unix_ms},
+                        {"complete_unix_ms", v->complete_unix_ms},
                         {"bytes_served", v->bytes_served},
                         {"replicas", replicas(id)}});
   }
@@ -593,6 +599,7 @@ void PeerEngine::finished(const ManifestId& id, const Status& status) {
     v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
     v->progress.done = true;
     v->fetch_seconds = to_seconds(steady_now_() - v->started);
+    if (status.is_ok()) v->complete_unix_ms = wall_clock_ms();
   }
   v->changed.notify_all();
   if (status.is_ok()) {
