@@ -56,6 +56,10 @@ struct PeerOptions {
   // completes, a newer head appears, or max_release_deferral passes.
   std::size_t retain_head_replicas = 1;
   std::chrono::milliseconds max_release_deferral{60'000};
+  // The publisher reveals its shards to each fetcher a few at a time, the
+  // rarest first, so its uplink sends distinct shards to different peers
+  // (BitTorrent's super-seeding). false: it advertises everything at once.
+  bool super_seed = true;
   // false: a leech that never announces (so never serves) what it fetches;
   // only for baselines, e.g. every worker pulling from the publisher alone.
   bool serve_fetched = true;

@@ -90,6 +90,8 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
                 "Seconds a release may wait for --retain-replicas (default 60)");
   p->add_option("--follow", args->follow, "Fetch every new head of this model as it appears; repeatable");
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
+  p->add_flag("--no-super-seed", [args](std::int64_t) { args->peer.super_seed = false; },
+              "Advertise every shard of a published version at once (default: reveal a few at a time, rarest first)");
   p->add_flag("--no-serve-fetched", [args](std::int64_t) { args->peer.serve_fetched = false; },
               "Never announce or serve fetched versions (a leech: for the central baseline of the cluster bench)");
   p->add_flag("--test-corrupt-serving", args->peer.test_corrupt_serving,

@@ -268,7 +268,8 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(const std::string& mod
   v->progress.done = true;
   versions_[v->id] = v;
   swarm_.serve(steady_now_(), v->id, layout_of(*manifest, options_.block_size),
-               core::Bitfield(manifest->shard_count(), true));
+               core::Bitfield(manifest->shard_count(), true),
+               options_.super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed : swarm::SwarmCore::ServeMode::kPlain);
   Status accepted = accept_manifest(*manifest);
   if (!accepted.is_ok()) return accepted;
   update_holding(*v, 1000);

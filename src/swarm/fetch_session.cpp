@@ -86,6 +86,13 @@ void FetchSession::on_connected(TimePoint now, const PeerId& peer) {
   schedule(now);
 }
 
+void FetchSession::on_super_seed(TimePoint now, const PeerId& peer) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return;
+  it->second.super_seed = true;
+  schedule(now);
+}
+
 void FetchSession::on_choked(TimePoint now, const PeerId& peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end() || it->second.choked) return;
@@ -412,7 +419,7 @@ void FetchSession::check_starvation(TimePoint now) {
   // Some wanted shard no connected neighbour holds, with nobody left to ask?
   bool waiting = !candidates_.empty();
   for (const auto& [id, n] : neighbours_) {
-    if (n.connecting || (n.connected && !n.has_bits)) waiting = true;
+    if (n.connecting || (n.connected && (!n.has_bits || n.super_seed))) waiting = true;
   }
   std::optional<ShardIndex> orphan;
   for (std::uint32_t s = 0; s < layout_.shard_count() && !orphan; ++s) {

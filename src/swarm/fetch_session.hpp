@@ -134,6 +134,9 @@ class FetchSession {
   void on_choked(TimePoint now, const PeerId& peer);
   void on_unchoked(TimePoint now, const PeerId& peer);
   void on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
+  // The neighbour holds every shard but reveals them gradually: shards
+  // nobody has shown us are not lost while it is connected.
+  void on_super_seed(TimePoint now, const PeerId& peer);
   // The block's bytes are in the destination (the driver wrote them there).
   void on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
   // The peer will not serve it (not held, or busy).
@@ -168,6 +171,7 @@ class FetchSession {
     Proximity proximity = Proximity::kRemote;
     bool connecting = false, connected = false;
     bool choked = false;
+    bool super_seed = false;
     TimePoint connect_deadline;
     core::Bitfield bits;
     bool has_bits = false;

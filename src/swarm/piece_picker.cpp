@@ -105,11 +105,11 @@ void PiecePicker::restore(ShardIndex shard) {
 }
 
 std::vector<ShardIndex> PiecePicker::pick(const core::Bitfield& has, std::size_t count,
-                                          const std::function<bool(ShardIndex)>& eligible) const {
+                                          const std::function<bool(ShardIndex)>& eligible,
+                                          std::uint32_t min_availability) const {
   std::vector<ShardIndex> out;
   if (count == 0) return out;
-  // Bucket 0 holds shards nobody has: start after it.
-  for (std::uint32_t i = start(1); i < size() && out.size() < count; ++i) {
+  for (std::uint32_t i = start(min_availability); i < size() && out.size() < count; ++i) {
     const ShardIndex s = pieces_[i];
     if (has.test(s.value) && (!eligible || eligible(s))) out.push_back(s);
   }

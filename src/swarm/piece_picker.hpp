@@ -46,9 +46,11 @@ class PiecePicker {
   std::uint32_t availability(ShardIndex shard) const { return availability_[shard.value]; }
 
   // Up to `count` wanted shards that `has` holds and `eligible` accepts,
-  // rarest first, ties in random order. Stops as soon as it has `count`.
+  // rarest first from `min_availability` up (by default skipping the shards
+  // no neighbour has), ties in random order. Stops as soon as it has `count`.
   std::vector<ShardIndex> pick(const core::Bitfield& has, std::size_t count,
-                               const std::function<bool(ShardIndex)>& eligible = nullptr) const;
+                               const std::function<bool(ShardIndex)>& eligible = nullptr,
+                               std::uint32_t min_availability = 1) const;
 
   // The rarest availability among wanted shards (for diagnostics and tests).
   std::uint32_t min_availability() const;

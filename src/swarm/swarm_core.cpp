@@ -14,17 +14,29 @@ SwarmCore::~SwarmCore() = default;
 // --------------------------------------------------------------------------
 // Versions
 
-void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have) {
-  auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr,
+void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
+                      ServeMode mode) {
+  auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr,
                                                           UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}});
   if (!inserted) return;
+  if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
+    // Enough revealed, unheld shards per requester for two full request
+    // pipelines, so its connection to us never runs dry; at least two.
+    const std::uint64_t pipeline = std::uint64_t{config_.fetch.pipeline_blocks} * layout.block_size;
+    const std::uint64_t ahead = (2 * pipeline + layout.shard_size - 1) / layout.shard_size;
+    std::uint64_t seed = seed_ ^ 0x5eed;
+    for (auto b : id.bytes) seed = seed * 131 + b;
+    it->second.seeder = std::make_unique<SeedScheduler>(layout.shard_count(), std::max<std::uint64_t>(2, ahead), seed);
+  }
   (void)now;
 }
 
 void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have) {
   auto it = versions_.find(id);
   if (it == versions_.end()) {
-    it = versions_.emplace(id, Version{layout, have, nullptr, UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}})
+    it = versions_
+             .emplace(id, Version{layout, have, nullptr, nullptr, UploadSlots(config_.upload_slots, config_.slot_rotation),
+                                  {}, {}})
              .first;
   }
   Version& v = it->second;
@@ -101,7 +113,12 @@ void SwarmCore::send(const PeerId& peer, SwarmMessage message) {
 void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer) {
   v.sources.insert(peer);
   v.fetch->on_connected(now, peer);
-  send(peer, SwarmMessage{MessageType::kInterested, id, 0, {}, {}, 0, 0, 0, {}});
+  // What we hold already travels along, so a super-seed does not reveal it.
+  send(peer, SwarmMessage{MessageType::kInterested, id, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()});
+}
+
+void SwarmCore::reveal(const PeerId& peer, const ManifestId& id, const std::vector<ShardIndex>& shards) {
+  for (ShardIndex s : shards) send(peer, SwarmMessage{MessageType::kHave, id, 0, s, {}, 0, 0, 0, {}});
 }
 
 void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
@@ -171,8 +188,11 @@ void SwarmCore::drain_slots(const ManifestId& id, Version& v) {
   while (auto action = v.slots.poll()) {
     if (auto* u = std::get_if<UnchokeAction>(&*action)) {
       send(u->peer, SwarmMessage{MessageType::kUnchoke, id, 0, {}, {}, 0, 0, 0, {}});
+      if (v.seeder) reveal(u->peer, id, v.seeder->activate(u->peer));
     } else {
-      send(std::get<ChokeAction>(*action).peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+      const PeerId& choked = std::get<ChokeAction>(*action).peer;
+      if (v.seeder) v.seeder->deactivate(choked);
+      send(choked, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
     }
   }
 }
@@ -209,6 +229,7 @@ void SwarmCore::on_connect_failed(TimePoint now, const PeerId& peer) {
 void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
   connections_.erase(peer);
   for (auto& [id, v] : versions_) {
+    if (v.seeder) v.seeder->remove_requester(peer);
     const bool was_requester = v.requesters.erase(peer) != 0;
     if (was_requester) {
       v.slots.on_gone(now, peer);
@@ -260,8 +281,19 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       Version& v = it->second;
       v.requesters.insert(peer);
-      SwarmMessage bits{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()};
-      send(peer, std::move(bits));
+      if (v.seeder) {
+        // Tell it we super-seed; it is shown shards (HAVE) once unchoked.
+        core::Bitfield holds(v.layout.shard_count());
+        if (m.shard_count == v.layout.shard_count()) {
+          if (auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count)) holds = std::move(*bits);
+        }
+        v.seeder->add_requester(peer, holds);
+        send(peer, SwarmMessage{MessageType::kSuperSeed, m.version, 0, {}, {}, 0, 0, 0, {}});
+        const core::Bitfield none(v.layout.shard_count());
+        send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), none.to_bytes()});
+      } else {
+        send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()});
+      }
       v.slots.on_interested(now, peer);
       drain_slots(m.version, v);
       // A peer fetching what we fetch is a neighbour for us too.
@@ -272,6 +304,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     }
     case MessageType::kNotInterested:
+      if (it != versions_.end() && it->second.seeder) it->second.seeder->remove_requester(peer);
       if (it != versions_.end() && it->second.requesters.erase(peer)) {
         it->second.slots.on_gone(now, peer);
         drain_slots(m.version, it->second);
@@ -290,6 +323,9 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     }
     case MessageType::kHave:
+      if (it != versions_.end() && it->second.seeder && m.shard.value < it->second.layout.shard_count()) {
+        reveal(peer, m.version, it->second.seeder->on_have(peer, m.shard));
+      }
       if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
         it->second.fetch->on_have(now, peer, m.shard);
         drain(now, m.version, it->second);
@@ -323,6 +359,9 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       return;
     }
+    case MessageType::kSuperSeed:
+      if (it != versions_.end() && it->second.fetch) it->second.fetch->on_super_seed(now, peer);
+      return;
     case MessageType::kNoManifest:
       if (it != versions_.end() && it->second.fetch) {
         it->second.sources.erase(peer);

@@ -22,6 +22,7 @@
 #include "core/bitfield.hpp"
 #include "core/time.hpp"
 #include "swarm/fetch_session.hpp"
+#include "swarm/seed_scheduler.hpp"
 #include "swarm/swarm_messages.hpp"
 #include "swarm/topology.hpp"
 #include "swarm/upload_slots.hpp"
@@ -85,7 +86,12 @@ class SwarmCore {
   ~SwarmCore();
 
   // Versions. `have` has one bit per shard of `layout`.
-  void serve(TimePoint now, const ManifestId& version, const ShardLayout& layout, core::Bitfield have);
+  enum class ServeMode {
+    kPlain,      // advertise what we hold
+    kSuperSeed,  // the publisher: reveal shards a few at a time (REQUIRES: have is complete)
+  };
+  void serve(TimePoint now, const ManifestId& version, const ShardLayout& layout, core::Bitfield have,
+             ServeMode mode = ServeMode::kPlain);
   void fetch(TimePoint now, const ManifestId& version, const ShardLayout& layout, core::Bitfield have);
   void stop(TimePoint now, const ManifestId& version);
   bool knows(const ManifestId& version) const { return versions_.count(version) != 0; }
@@ -115,6 +121,7 @@ class SwarmCore {
     ShardLayout layout;
     core::Bitfield have;
     std::unique_ptr<FetchSession> fetch;  // while fetching
+    std::unique_ptr<SeedScheduler> seeder;  // when super-seeding
     UploadSlots slots;
     std::set<PeerId> requesters;          // neighbours that fetch it from us
     std::set<PeerId> sources;             // neighbours we fetch it from
@@ -137,6 +144,7 @@ class SwarmCore {
   void drain_slots(const ManifestId& id, Version& v);
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
+  void reveal(const PeerId& peer, const ManifestId& id, const std::vector<ShardIndex>& shards);
   void handle_request(const PeerId& peer, const SwarmMessage& m);
   void forget_connection(TimePoint now, const PeerId& peer);
   Location location_of(const PeerId& peer) const;

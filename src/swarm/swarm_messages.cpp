@@ -21,6 +21,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kGetManifest: return "get-manifest";
     case MessageType::kManifest: return "manifest";
     case MessageType::kNoManifest: return "no-manifest";
+    case MessageType::kSuperSeed: return "super-seed";
   }
   return "unknown";
 }
@@ -31,6 +32,7 @@ std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& m) {
   core::MsgpackWriter w(out);
   switch (m.type) {
     case MessageType::kBitfield:
+    case MessageType::kInterested:
       w.write_array_header(4);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
@@ -74,7 +76,7 @@ std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& m) {
       w.write_uint(m.request_id);
       w.write_bin(m.bytes);
       break;
-    default:  // interested, not-interested, choke, unchoke, get-manifest, no-manifest
+    default:  // not-interested, choke, unchoke, get-manifest, no-manifest, super-seed
       w.write_array_header(2);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
@@ -89,7 +91,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   std::uint32_t fields = 0;
   std::uint64_t type = 0;
   r.read_array_header("data message", fields, 7);
-  if (r.read_uint("type", type) && (type < 1 || type > 13)) r.fail("type", "unknown data message type " + std::to_string(type));
+  if (r.read_uint("type", type) && (type < 1 || type > 14)) r.fail("type", "unknown data message type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
   r.read_bin_exact("version", m.version.bytes);
   if (!r.ok()) return r.status();
@@ -100,6 +102,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   std::span<const std::uint8_t> blob;
   switch (m.type) {
     case MessageType::kBitfield:
+    case MessageType::kInterested:
       expect_fields(4);
       if (r.read_uint("shard count", v, kMaxShards)) m.shard_count = static_cast<std::uint32_t>(v);
       if (r.read_bin("bitfield", blob, (kMaxShards + 7) / 8)) {

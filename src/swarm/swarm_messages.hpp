@@ -23,7 +23,7 @@ namespace tensorhub::swarm {
 enum class MessageType : std::uint8_t {
   kBitfield = 1,       // bits (the sender's held shards of the version)
   kHave = 2,           // shard
-  kInterested = 3,     // the sender wants blocks of the version
+  kInterested = 3,     // the sender wants blocks of the version; bits: what it holds already
   kNotInterested = 4,
   kChoke = 5,          // the sender will not serve requests now
   kUnchoke = 6,
@@ -34,6 +34,7 @@ enum class MessageType : std::uint8_t {
   kGetManifest = 11,
   kManifest = 12,      // manifest bytes
   kNoManifest = 13,
+  kSuperSeed = 14,     // the sender holds every shard and reveals them a few at a time (HAVE)
 };
 
 std::string_view message_type_name(MessageType type);
@@ -46,8 +47,8 @@ struct SwarmMessage {
   BlockIndex block;
   std::uint64_t offset = 0;
   std::uint32_t length = 0;
-  std::uint32_t shard_count = 0;       // kBitfield: how many bits
-  std::vector<std::uint8_t> bytes;     // kBitfield bits (wire form), kManifest encoding, kRefuse reason
+  std::uint32_t shard_count = 0;       // kBitfield, kInterested: how many bits
+  std::vector<std::uint8_t> bytes;     // kBitfield/kInterested bits (wire form), kManifest encoding, kRefuse reason
 };
 
 inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;

@@ -44,7 +44,7 @@ std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool ho
   }
   const core::Bitfield bits(layout_.shard_count(), holder);
   if (holder) {
-    me.core->serve(now_, manifest_.id(), layout_, bits);
+    me.core->serve(now_, manifest_.id(), layout_, bits, swarm::SwarmCore::ServeMode::kSuperSeed);
   } else {
     me.core->fetch(now_, manifest_.id(), layout_, bits);
   }
