@@ -1,7 +1,7 @@
 # TensorHub: thin wrapper over scripts/install-deps, CMake and CTest.
 #   make demo   install what is missing, build, run the demo (tensorhub demo; DEMO_ARGS="--peers 8 --size 1GiB")
 #   make test   install what is missing, build, run the tests (plus ASan/UBSan unit tests)
-# Also: make build, make bench, make test-asan, make fuzz, make clean.
+# Also: make build, make bench, make bench-cluster (root), make test-asan, make fuzz, make clean.
 
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build test test-fast test-asan demo demo-manifest bench fuzz clean
+.PHONY: all deps configure build test test-fast test-asan demo demo-manifest bench bench-cluster fuzz clean
 
 all: build
 
@@ -46,6 +46,10 @@ demo-manifest: build
 
 bench: build
 	bench/run-benchmarks $(BUILD_DIR)
+
+# Needs root: network namespaces with shaped links (bench/cluster/).
+bench-cluster: build
+	bench/cluster/run-standard $(BUILD_DIR)
 
 fuzz: deps
 	tests/fuzz/run $(FUZZ_DIR) $(FUZZ_SECONDS)

@@ -43,6 +43,7 @@ struct LocalVersion {
   std::uint64_t started_unix_ms = 0;   // wall clock: fetch started, or published
   std::uint64_t complete_unix_ms = 0;  // wall clock: every shard verified (for cross-host timing)
   std::uint64_t bytes_served = 0;    // payload sent to other peers
+  std::uint32_t bad_shards = 0;      // shards received that failed verification
   bool published = false;
 
   // I/O-thread only: pieces being sent from `memory`, and what to do when

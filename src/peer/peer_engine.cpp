@@ -516,6 +516,7 @@ std::string PeerEngine::status_json() const {
                         {"started_unix_ms", v->started_unix_ms},
                         {"complete_unix_ms", v->complete_unix_ms},
                         {"bytes_served", v->bytes_served},
+                        {"bad_shards", v->bad_shards},
                         {"replicas", replicas(id)}});
   }
   j["versions"] = std::move(versions);
@@ -622,7 +623,12 @@ void PeerEngine::verify(const swarm::VerifyShard& request) {
   const ShardEntry& e = v->manifest->shard(request.shard);
   const bool good =
       verify_shard(*v->manifest, request.shard, std::span<const std::byte>(v->destination).subspan(e.byte_offset, e.byte_length));
-  if (!good) TH_LOG_WARN(kLog, v->model << " v" << v->number << ": shard " << request.shard.value << " failed verification; fetching it again");
+  if (!good) {
+    TH_LOG_WARN(kLog, v->model << " v" << v->number << ": shard " << request.shard.value
+                               << " failed verification; fetching it again");
+    std::lock_guard lock(v->mutex);
+    ++v->bad_shards;
+  }
   swarm_.on_verified(steady_now_(), request.version, request.shard, good);
 }
 

@@ -80,7 +80,7 @@ class GossipRuntime::Stream : public std::enable_shared_from_this<GossipRuntime:
       const std::uint32_t n = std::uint32_t{self->header_[0]} << 24 | std::uint32_t{self->header_[1]} << 16 |
                               std::uint32_t{self->header_[2]} << 8 | self->header_[3];
       if (n > self->runtime_.options_.config.max_stream_message_bytes) {
-        TH_LOG_WARN(kLog, "stream frame of " << n << " bytes exceeds the limit; closing");
+        TH_LOG_DEBUG(kLog, "stream frame of " << n << " bytes exceeds the limit; closing");
         return self->fail();
       }
       self->body_.resize(n);
