@@ -88,6 +88,9 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
                 "A release of a model's head waits while fewer other peers hold it (default 1; 0: never wait)");
   p->add_option("--max-release-deferral", args->release_deferral_seconds,
                 "Seconds a release may wait for --retain-replicas (default 60)");
+  add_size_option(*p, "--reserve", args->reserve_bytes,
+                  "Set aside destination memory of this size at start (touched now, so fetches never page-fault)");
+  p->add_option("--reserve-count", args->reserve_count, "How many --reserve buffers (default 1; 2 for a double buffer)");
   p->add_option("--follow", args->follow, "Fetch every new head of this model as it appears; repeatable");
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
   p->add_flag("--no-super-seed", [args](std::int64_t) { args->peer.super_seed = false; },

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "cli/cli_common.hpp"
+#include "cli/reserved_buffers.hpp"
 #include "core/file_io.hpp"
 #include "core/hash.hpp"
 #include "core/host_port.hpp"
@@ -40,6 +41,10 @@ class Daemon {
     if (!listen) return report_error(listen.status().with_context("--listen"));
     for (const auto& seed : options_.peer.seeds) {
       if (auto parsed = core::parse_host_port(seed); !parsed) return report_error(parsed.status().with_context("--seed"));
+    }
+    if (options_.reserve_bytes > 0) {
+      Status reserved = reserved_.reserve(options_.reserve_count, options_.reserve_bytes);
+      if (!reserved.is_ok()) return report_error(reserved);
     }
     auto identity = Identity::load(options_.key_file);
     if (!identity) return report_error(identity.status());
@@ -170,11 +175,10 @@ class Daemon {
     if (auto it = fetched_.find({model, version}); it != fetched_.end()) {
       raw = it->second.get();  // already fetching or held (e.g. by --follow)
     } else {
-      auto handle = peer_->fetch(model, version);
+      auto head = peer_->latest(model);
+      auto handle = start_fetch(model, version, head && head->version == version ? head->bytes : 0);
       if (!handle) return reply(error_line(handle.status()).dump(), true);
-      auto owned = std::make_unique<FetchHandle>(std::move(*handle));
-      raw = owned.get();
-      fetched_[{model, version}] = std::move(owned);
+      raw = *handle;
     }
     const VersionInfo info = raw->info();
     reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(), false);
@@ -211,7 +215,7 @@ class Daemon {
       // On the peer's thread: the memory is free; drop it on the daemon's.
       asio::post(io_, [this, key, reply] {
         published_.erase(key);
-        fetched_.erase(key);
+        drop_fetched(key);
         reply(Json{{"done", true}, {"ok", true}}.dump(), true);
       });
     };
@@ -221,7 +225,7 @@ class Daemon {
       reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(), true);
     } else if (now) {
       published_.erase(key);  // destroying a handle releases at once
-      fetched_.erase(key);
+      drop_fetched(key);
       reply(Json{{"done", true}, {"ok", true}}.dump(), true);
     } else if (pub != published_.end()) {
       reply(Json{{"event", "releasing"}}.dump(), false);
@@ -241,21 +245,50 @@ class Daemon {
 
   void follow_head(const std::string& model, const VersionInfo& head) {
     if (fetched_.count({model, head.version})) return;
-    auto handle = peer_->fetch(model, head.version);
-    if (!handle) {
-      TH_LOG_WARN("peer", "cannot follow " << model << " v" << head.version << ": " << handle.status().to_string());
-      return;
-    }
-    fetched_[{model, head.version}] = std::make_unique<FetchHandle>(std::move(*handle));
-    // Keep a double buffer: the two newest versions of the model.
+    // Keep a double buffer: the newest version held, and this one. Older
+    // ones go first, so their reserved memory is free for this fetch.
     std::vector<std::uint64_t> held;
     for (const auto& [key, h] : fetched_) {
       if (key.first == model) held.push_back(key.second);
     }
     std::sort(held.begin(), held.end());
-    while (held.size() > 2) {
-      fetched_.erase({model, held.front()});
+    while (held.size() > 1) {
+      drop_fetched({model, held.front()});
       held.erase(held.begin());
+    }
+    auto handle = start_fetch(model, head.version, head.bytes);
+    if (!handle) {
+      TH_LOG_WARN("peer", "cannot follow " << model << " v" << head.version << ": " << handle.status().to_string());
+    }
+  }
+
+  // Starts a fetch into reserved memory when a buffer of `bytes` is free
+  // (bytes 0: unknown), otherwise into memory the peer allocates.
+  Result<FetchHandle*> start_fetch(const std::string& model, std::uint64_t version, std::uint64_t bytes) {
+    std::optional<std::size_t> buffer;
+    if (bytes > 0) buffer = reserved_.take(bytes);
+    if (!buffer && options_.reserve_bytes > 0) {
+      TH_LOG_WARN("peer", model << " v" << version << " (" << bytes << " bytes) gets new memory: no --reserve buffer "
+                                << "of that size is free");
+    }
+    auto handle = buffer ? peer_->fetch(model, version, reserved_.bytes(*buffer, bytes)) : peer_->fetch(model, version);
+    if (!handle) {
+      if (buffer) reserved_.give_back(*buffer);
+      return handle.status();
+    }
+    auto owned = std::make_unique<FetchHandle>(std::move(*handle));
+    FetchHandle* raw = owned.get();
+    fetched_[{model, version}] = std::move(owned);
+    if (buffer) buffer_of_[{model, version}] = *buffer;
+    return raw;
+  }
+
+  // Releases a fetched version (at once) and frees its reserved memory.
+  void drop_fetched(const Key& key) {
+    fetched_.erase(key);  // the handle's destructor releases, then the memory is ours
+    if (auto b = buffer_of_.find(key); b != buffer_of_.end()) {
+      reserved_.give_back(b->second);
+      buffer_of_.erase(b);
     }
   }
 
@@ -271,6 +304,8 @@ class Daemon {
   asio::signal_set signals_;
   std::unique_ptr<Peer> peer_;
   std::unique_ptr<transport::ControlServer> control_;
+  ReservedBuffers reserved_;  // declared first: outlives the fetches that use it
+  std::map<Key, std::size_t> buffer_of_;
   std::map<Key, Published> published_;
   std::map<Key, std::unique_ptr<FetchHandle>> fetched_;
 };

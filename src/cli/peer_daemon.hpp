@@ -25,6 +25,8 @@ struct DaemonOptions {
   std::string key_file, swarm_key_file, control_path, log_level = "info";
   std::vector<std::string> follow;
   double release_deferral_seconds = 60;  // becomes peer.max_release_deferral
+  std::uint64_t reserve_bytes = 0;       // --reserve: destination buffers set aside at start
+  std::size_t reserve_count = 1;
 };
 
 int run_peer_daemon(DaemonOptions options);

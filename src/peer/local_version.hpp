@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/anonymous_memory.hpp"
 #include "core/time.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/peer.hpp"
@@ -36,7 +37,7 @@ struct LocalVersion {
   std::optional<Manifest> manifest;
   std::span<const std::byte> memory;   // what is served (published, or fetched so far)
   std::span<std::byte> destination;    // a fetch writes here
-  std::vector<std::byte> owned;        // when the peer allocated the destination
+  core::AnonymousMemory owned;         // when the peer allocated the destination
   FetchProgressInfo progress;
   TimePoint started;
   double fetch_seconds = 0;          // from start to verified, once complete

@@ -306,8 +306,10 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   v->id = manifest->id();
   v->manifest = *manifest;
   if (destination.empty()) {
-    v->owned.resize(manifest->total_size());
-    v->destination = v->owned;
+    auto memory = core::AnonymousMemory::allocate(manifest->total_size());
+    if (!memory) return memory.status().with_context("the destination of " + model_name + " v" + std::to_string(number));
+    v->owned = std::move(*memory);
+    v->destination = v->owned.bytes();
   } else {
     v->destination = destination;
   }
