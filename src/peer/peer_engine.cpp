@@ -503,6 +503,7 @@ std::string PeerEngine::status_json() const {
   auto j = transport::gossip_status_json(gossip_->core(), steady_now_());
   nlohmann::ordered_json versions = nlohmann::ordered_json::array();
   for (const auto& [id, v] : versions_) {
+    const auto swarm_progress = swarm_.progress(id);
     std::lock_guard lock(v->mutex);
     versions.push_back({{"model", v->model},
                         {"version", v->number},
@@ -519,10 +520,13 @@ std::string PeerEngine::status_json() const {
                         {"complete_unix_ms", v->complete_unix_ms},
                         {"bytes_served", v->bytes_served},
                         {"bad_shards", v->bad_shards},
+                        {"requests_timed_out", swarm_progress ? swarm_progress->requests_timed_out : 0},
+                        {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},
                         {"replicas", replicas(id)}});
   }
   j["versions"] = std::move(versions);
   j["data_addr"] = data_bound_.to_string();
+  j["discarded_piece_bytes"] = swarm_.discarded_piece_bytes();
   return j.dump();
 }
 

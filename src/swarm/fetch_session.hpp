@@ -45,7 +45,7 @@ struct FetchConfig {
   std::size_t random_neighbours = 2;         // of those, chosen at random for diversity
   std::size_t pipeline_blocks = 8;           // requests in flight per neighbour
   std::size_t max_wan_requests = 8;          // requests in flight across the WAN, all neighbours
-  Duration request_timeout = 800ms;          // a block not back by then goes elsewhere
+  Duration request_timeout = 800ms;          // a holder silent this long loses its requests to others
   Duration connect_timeout = 2s;
   int max_bad_shards = 2;                    // then the sender is dropped and avoided
   std::size_t endgame_duplicates = 2;        // holders asked for one block in endgame
@@ -110,6 +110,8 @@ struct FetchProgress {
   std::uint64_t bytes_from_wan = 0;
   std::size_t neighbours = 0;
   std::uint32_t bad_shards = 0;
+  std::uint64_t requests_timed_out = 0;  // re-asked elsewhere (the first answer may still come: wasted)
+  std::uint64_t duplicate_bytes = 0;     // blocks that arrived after another copy had
   bool endgame = false;
 };
 
@@ -156,7 +158,6 @@ class FetchSession {
   struct Request {
     PeerId peer;
     TimePoint sent;
-    TimePoint deadline;
   };
   struct Shard {
     core::Bitfield received;               // blocks in the destination
@@ -173,6 +174,7 @@ class FetchSession {
     bool choked = false;
     bool super_seed = false;
     TimePoint connect_deadline;
+    TimePoint last_delivery;  // the last block it sent us
     core::Bitfield bits;
     bool has_bits = false;
     std::size_t in_flight = 0;
@@ -184,7 +186,11 @@ class FetchSession {
   void fill(TimePoint now, const PeerId& id, Neighbour& n);
   bool request_next(TimePoint now, const PeerId& id, Neighbour& n);
   bool allowed_from(const Neighbour& n, ShardIndex shard) const;
+  // When a request to a neighbour counts as lost: request_timeout after the
+  // later of its sending and the neighbour's last delivery.
+  TimePoint deadline_of(const Request& r) const;
   bool held_nearby(ShardIndex shard) const;
+  bool held_by_a_serving_peer(ShardIndex shard) const;  // an unchoked neighbour that is not a super-seed
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
   void release_requests_of(const PeerId& peer);
@@ -215,6 +221,8 @@ class FetchSession {
   std::optional<TimePoint> starved_since_;
   std::uint64_t bytes_received_ = 0, bytes_from_wan_ = 0;
   std::uint32_t bad_shards_ = 0;
+  std::uint64_t requests_timed_out_ = 0;
+  std::uint64_t duplicate_bytes_ = 0;
   bool endgame_ = false;
   bool done_ = false;
 };

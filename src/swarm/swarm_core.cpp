@@ -16,7 +16,7 @@ SwarmCore::~SwarmCore() = default;
 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
-  auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr,
+  auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
                                                           UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
@@ -35,8 +35,8 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   auto it = versions_.find(id);
   if (it == versions_.end()) {
     it = versions_
-             .emplace(id, Version{layout, have, nullptr, nullptr, UploadSlots(config_.upload_slots, config_.slot_rotation),
-                                  {}, {}})
+             .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
+                                  UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}})
              .first;
   }
   Version& v = it->second;
@@ -68,7 +68,8 @@ const core::Bitfield* SwarmCore::have(const ManifestId& id) const {
 
 std::optional<FetchProgress> SwarmCore::progress(const ManifestId& id) const {
   auto it = versions_.find(id);
-  if (it == versions_.end() || !it->second.fetch) return std::nullopt;
+  if (it == versions_.end()) return std::nullopt;
+  if (!it->second.fetch) return it->second.finished;
   return it->second.fetch->progress();
 }
 
@@ -171,6 +172,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       }
     } else if (auto* done = std::get_if<DoneAction>(&*action)) {
       Status status = done->status;
+      v.finished = v.fetch->progress();
       v.fetch.reset();
       for (const PeerId& peer : v.sources) {
         if (connections_.count(peer) && connections_[peer].open) {
@@ -393,7 +395,10 @@ void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& 
   auto c = connections_.find(peer);
   if (c == connections_.end()) return;
   auto r = c->second.requests.find(header.request_id);
-  if (r == c->second.requests.end()) return;
+  if (r == c->second.requests.end()) {
+    discarded_piece_bytes_ += header.length;
+    return;
+  }
   const Outstanding o = r->second;
   c->second.requests.erase(r);
   auto v = versions_.find(o.version);

@@ -116,12 +116,17 @@ class SwarmCore {
   TimePoint next_timeout() const;
   std::optional<SwarmAction> poll();
 
+  // Piece payloads that arrived for requests already given up (timed out or
+  // cancelled): bytes the links carried for nothing.
+  std::uint64_t discarded_piece_bytes() const { return discarded_piece_bytes_; }
+
  private:
   struct Version {
     ShardLayout layout;
     core::Bitfield have;
     std::unique_ptr<FetchSession> fetch;  // while fetching
     std::unique_ptr<SeedScheduler> seeder;  // when super-seeding
+    std::optional<FetchProgress> finished;  // the fetch's last progress, once it is over
     UploadSlots slots;
     std::set<PeerId> requesters;          // neighbours that fetch it from us
     std::set<PeerId> sources;             // neighbours we fetch it from
@@ -156,6 +161,7 @@ class SwarmCore {
   std::map<PeerId, Connection> connections_;
   std::map<PeerId, Location> locations_;
   std::deque<SwarmAction> actions_;
+  std::uint64_t discarded_piece_bytes_ = 0;
 };
 
 }  // namespace tensorhub::swarm
