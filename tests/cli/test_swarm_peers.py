@@ -23,29 +23,8 @@ import tempfile
 import threading
 import time
 
-
-_taken = set()
-
-
-def free_port():
-    """A port below the kernel's ephemeral range (32768 and up), free for UDP and
-    TCP on 127.0.0.1. Ephemeral ports the peers bind (data listeners, clients)
-    can then never take it between this check and the peer's bind."""
-    import random
-    rng = random.Random(os.getpid())
-    while True:
-        port = rng.randrange(20000, 32000)
-        if port in _taken:
-            continue
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, \
-                    socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                u.bind(("127.0.0.1", port))
-                t.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        _taken.add(port)
-        return port
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_processes import free_port, wait_for  # noqa: E402
 
 
 class Swarm:
@@ -105,15 +84,6 @@ class Swarm:
                 p.kill()
         for p in self.procs.values():
             p.wait()
-
-
-def wait_for(what, predicate, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def fetch_all(swarm, names, original, timeout=120):

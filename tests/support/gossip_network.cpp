@@ -45,7 +45,7 @@ Identity GossipNetwork::identity_for(std::uint64_t key_index) {
 SwarmKey GossipNetwork::members_key() { return swarm_key(0x11); }
 
 void GossipNetwork::inject_datagram(std::size_t to, const std::string& from_address, std::vector<std::uint8_t> bytes) {
-  schedule(Event{now_ + conditions_.latency, 0, EventKind::kDatagram, to, 0, from_address, std::move(bytes), 0});
+  schedule(Event{now() + conditions_.latency, EventKind::kDatagram, to, 0, from_address, std::move(bytes), 0});
 }
 
 GossipNetwork::GossipNetwork(std::uint64_t seed, gossip::GossipConfig config, NetworkConditions conditions)
@@ -53,7 +53,6 @@ GossipNetwork::GossipNetwork(std::uint64_t seed, gossip::GossipConfig config, Ne
       conditions_(conditions),
       rng_(seed),
       seed_(seed),
-      now_(TimePoint(1s)),
       decoder_(std::make_shared<SharedRecordDecoder>()) {}
 
 GossipNetwork::~GossipNetwork() = default;
@@ -62,9 +61,9 @@ std::unique_ptr<gossip::GossipCore> GossipNetwork::make_core(std::size_t peer, b
   Peer& p = peers_[peer];
   gossip::LocalPeerInfo local{p.address, "", p.topology};
   // Incarnations start at the virtual time in ms: a restart comes back higher.
-  const auto incarnation = static_cast<std::uint64_t>(now_.time_since_epoch().count() / 1000) + 1;
+  const auto incarnation = static_cast<std::uint64_t>(now().time_since_epoch().count() / 1000) + 1;
   return std::make_unique<gossip::GossipCore>(config_, identity_for(p.key_index), swarm_key(outsider ? 0x66 : 0x11),
-                                              local, incarnation, seed_ * 1000003 + peer * 7919 + incarnation, now_,
+                                              local, incarnation, seed_ * 1000003 + peer * 7919 + incarnation, now(),
                                               decoder_);
 }
 
@@ -94,7 +93,7 @@ std::size_t GossipNetwork::add_outsider() {
 void GossipNetwork::join(std::size_t peer, const std::vector<std::size_t>& seeds) {
   std::vector<std::string> addresses;
   for (std::size_t s : seeds) addresses.push_back(peers_[s].address);
-  peers_[peer].core->join(now_, addresses);
+  peers_[peer].core->join(now(), addresses);
   drain(peer);
 }
 
@@ -105,7 +104,7 @@ void GossipNetwork::preload_all() {
   }
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (!peers_[i].core || peers_[i].outsider) continue;
-    peers_[i].core->preload(now_, records);
+    peers_[i].core->preload(now(), records);
     drain(i);
   }
 }
@@ -137,11 +136,11 @@ void GossipNetwork::restart(std::size_t peer, const std::vector<std::size_t>& se
 }
 
 void GossipNetwork::leave(std::size_t peer) {
-  peers_[peer].core->leave(now_);
+  peers_[peer].core->leave(now());
   drain(peer);
 }
 
-void GossipNetwork::stall(std::size_t peer, Duration how_long) { peers_[peer].stalled_until = now_ + how_long; }
+void GossipNetwork::stall(std::size_t peer, Duration how_long) { peers_[peer].stalled_until = now() + how_long; }
 
 void GossipNetwork::partition(const std::vector<std::vector<std::size_t>>& groups) {
   for (Peer& p : peers_) p.group = 0;
@@ -159,8 +158,8 @@ void GossipNetwork::partition(const std::vector<std::vector<std::size_t>>& group
     auto link = it->second;
     streams_.erase({link->a, link->a_id});
     streams_.erase({link->b, link->b_id});
-    schedule(Event{now_ + conditions_.latency, 0, EventKind::kStreamClosed, link->a, 0, {}, {}, link->a_id});
-    schedule(Event{now_ + conditions_.latency, 0, EventKind::kStreamClosed, link->b, 0, {}, {}, link->b_id});
+    schedule(Event{now() + conditions_.latency, EventKind::kStreamClosed, link->a, 0, {}, {}, link->a_id});
+    schedule(Event{now() + conditions_.latency, EventKind::kStreamClosed, link->b, 0, {}, {}, link->b_id});
   }
 }
 
@@ -182,7 +181,7 @@ void GossipNetwork::break_streams_of(std::size_t peer) {
     streams_.erase({link->b, link->b_id});
     const std::size_t other = link->a == peer ? link->b : link->a;
     const gossip::StreamId other_id = link->a == peer ? link->b_id : link->a_id;
-    schedule(Event{now_ + conditions_.latency, 0, EventKind::kStreamClosed, other, 0, {}, {}, other_id});
+    schedule(Event{now() + conditions_.latency, EventKind::kStreamClosed, other, 0, {}, {}, other_id});
   }
 }
 
@@ -193,17 +192,16 @@ Duration GossipNetwork::datagram_delay() {
 }
 
 void GossipNetwork::schedule(Event e) {
-  e.order = next_order_++;
-  queue_.push(std::move(e));
+  events_.schedule(std::move(e));
 }
 
 void GossipNetwork::arm_timer(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
-  const TimePoint t = std::max(p.core->next_timeout(), now_);
+  const TimePoint t = std::max(p.core->next_timeout(), now());
   if (t == p.timer_at) return;
   p.timer_at = t;
-  schedule(Event{t, 0, EventKind::kTimer, peer, ++p.timer_generation, {}, {}, 0});
+  schedule(Event{t, EventKind::kTimer, peer, ++p.timer_generation, {}, {}, 0});
 }
 
 void GossipNetwork::stream_send(std::size_t from, gossip::StreamId from_id, std::vector<std::uint8_t> frame) {
@@ -212,8 +210,8 @@ void GossipNetwork::stream_send(std::size_t from, gossip::StreamId from_id, std:
   StreamLink& link = *it->second;
   const bool forward = link.a == from && link.a_id == from_id;
   TimePoint& clock = forward ? link.a_to_b_clock : link.b_to_a_clock;
-  clock = std::max(clock, now_ + conditions_.latency);
-  schedule(Event{clock, 0, EventKind::kStreamFrame, forward ? link.b : link.a, 0, {}, std::move(frame),
+  clock = std::max(clock, now() + conditions_.latency);
+  schedule(Event{clock, EventKind::kStreamFrame, forward ? link.b : link.a, 0, {}, std::move(frame),
                  forward ? link.b_id : link.a_id});
 }
 
@@ -223,9 +221,9 @@ void GossipNetwork::stream_close(std::size_t from, gossip::StreamId from_id) {
   auto link = it->second;
   const bool forward = link->a == from && link->a_id == from_id;
   TimePoint& clock = forward ? link->a_to_b_clock : link->b_to_a_clock;
-  clock = std::max(clock, now_ + conditions_.latency);
+  clock = std::max(clock, now() + conditions_.latency);
   // The close follows the frames already in flight in this direction.
-  schedule(Event{clock, 0, EventKind::kStreamClosed, forward ? link->b : link->a, 0, {}, {},
+  schedule(Event{clock, EventKind::kStreamClosed, forward ? link->b : link->a, 0, {}, {},
                  forward ? link->b_id : link->a_id});
   streams_.erase({link->a, link->a_id});
   streams_.erase({link->b, link->b_id});
@@ -244,7 +242,7 @@ void GossipNetwork::drain(std::size_t peer) {
     if (datagram_tap_) datagram_tap_(peer, *to, d->bytes);
     const int copies = rng_.unit() < conditions_.duplicate ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
-      schedule(Event{now_ + datagram_delay(), 0, EventKind::kDatagram, *to, 0, p.address, d->bytes, 0});
+      schedule(Event{now() + datagram_delay(), EventKind::kDatagram, *to, 0, p.address, d->bytes, 0});
     }
   }
   while (auto a = p.core->poll_stream()) {
@@ -253,7 +251,7 @@ void GossipNetwork::drain(std::size_t peer) {
         auto to = peer_at(a->to);
         if (!to || !peers_[*to].core || !reachable(peer, *to)) {
           // Connection refused or timed out.
-          schedule(Event{now_ + conditions_.latency * 2, 0, EventKind::kStreamClosed, peer, 0, {}, {}, a->id});
+          schedule(Event{now() + conditions_.latency * 2, EventKind::kStreamClosed, peer, 0, {}, {}, a->id});
           break;
         }
         auto link = std::make_shared<StreamLink>();
@@ -261,11 +259,11 @@ void GossipNetwork::drain(std::size_t peer) {
         link->a_id = a->id;
         link->b = *to;
         link->b_id = gossip::kInboundStreamBit | next_inbound_stream_++;
-        link->a_to_b_clock = now_ + conditions_.latency;
-        link->b_to_a_clock = now_;
+        link->a_to_b_clock = now() + conditions_.latency;
+        link->b_to_a_clock = now();
         streams_[{link->a, link->a_id}] = link;
         streams_[{link->b, link->b_id}] = link;
-        schedule(Event{link->a_to_b_clock, 0, EventKind::kStreamAccepted, *to, 0, p.address, {}, link->b_id});
+        schedule(Event{link->a_to_b_clock, EventKind::kStreamAccepted, *to, 0, p.address, {}, link->b_id});
         stream_send(peer, a->id, std::move(a->frame));
         break;
       }
@@ -283,51 +281,40 @@ void GossipNetwork::dispatch(Event& e) {
   Peer& p = peers_[e.peer];
   if (!p.core) return;  // crashed: everything addressed to it is lost
   if (e.kind == EventKind::kTimer && e.generation != p.timer_generation) return;
-  if (p.stalled_until > now_) {
+  if (p.stalled_until > now()) {
     // Paused: the event waits for the pause to end, in its original order.
     if (e.kind == EventKind::kTimer) {
       p.timer_at = p.stalled_until;
       e.generation = ++p.timer_generation;
     }
     e.at = p.stalled_until;
-    queue_.push(std::move(e));
+    events_.requeue(std::move(e));
     return;
   }
   switch (e.kind) {
-    case EventKind::kDatagram: p.core->handle_datagram(now_, e.from, e.bytes); break;
+    case EventKind::kDatagram: p.core->handle_datagram(now(), e.from, e.bytes); break;
     case EventKind::kTimer:
       p.timer_at = kTimeNever;
-      p.core->handle_timeout(now_);
+      p.core->handle_timeout(now());
       // A core must move its deadline past now when it runs; one that does
       // not would spin forever at one instant.
-      if (p.core->next_timeout() <= now_) {
+      if (p.core->next_timeout() <= now()) {
         throw std::logic_error("gossip core at " + p.address + " wants to run again at the same instant");
       }
       break;
-    case EventKind::kStreamAccepted: p.core->handle_stream_accepted(now_, e.stream, e.from); break;
-    case EventKind::kStreamFrame: p.core->handle_stream_frame(now_, e.stream, e.bytes); break;
-    case EventKind::kStreamClosed: p.core->handle_stream_closed(now_, e.stream); break;
+    case EventKind::kStreamAccepted: p.core->handle_stream_accepted(now(), e.stream, e.from); break;
+    case EventKind::kStreamFrame: p.core->handle_stream_frame(now(), e.stream, e.bytes); break;
+    case EventKind::kStreamClosed: p.core->handle_stream_closed(now(), e.stream); break;
   }
   drain(e.peer);
 }
 
 void GossipNetwork::run_until(TimePoint t) {
-  while (!queue_.empty() && queue_.top().at <= t) {
-    Event e = queue_.top();
-    queue_.pop();
-    now_ = e.at;
-    dispatch(e);
-  }
-  now_ = std::max(now_, t);
+  events_.run_until(t, [this](Event& e) { dispatch(e); });
 }
 
 bool GossipNetwork::run_until(const std::function<bool()>& done, Duration limit, Duration step) {
-  const TimePoint end = now_ + limit;
-  while (now_ < end) {
-    if (done()) return true;
-    run_until(std::min(end, now_ + step));
-  }
-  return done();
+  return events_.run_until(done, limit, step, [this](Event& e) { dispatch(e); });
 }
 
 std::optional<gossip::Liveness> GossipNetwork::view(std::size_t observer, std::size_t subject) const {

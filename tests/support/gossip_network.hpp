@@ -18,13 +18,13 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <queue>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/random_fill.hpp"
 #include "core/time.hpp"
+#include "support/virtual_time_queue.hpp"
 #include "gossip/gossip_core.hpp"
 
 namespace tensorhub::testing {
@@ -64,12 +64,12 @@ class GossipNetwork {
   void heal();
   void set_conditions(const NetworkConditions& conditions) { conditions_ = conditions; }
 
-  void run_for(Duration d) { run_until(now_ + d); }
+  void run_for(Duration d) { run_until(now() + d); }
   void run_until(TimePoint t);
   // Runs until `done()` holds (checked every `step`) or `limit` passes.
   bool run_until(const std::function<bool()>& done, Duration limit, Duration step = std::chrono::milliseconds(50));
 
-  TimePoint now() const { return now_; }
+  TimePoint now() const { return events_.now(); }
   std::size_t size() const { return peers_.size(); }
   bool is_up(std::size_t peer) const { return peers_[peer].core != nullptr; }
   gossip::GossipCore& core(std::size_t peer) { return *peers_[peer].core; }
@@ -119,18 +119,12 @@ class GossipNetwork {
   enum class EventKind { kDatagram, kTimer, kStreamAccepted, kStreamFrame, kStreamClosed };
   struct Event {
     TimePoint at;
-    std::uint64_t order;
     EventKind kind;
     std::size_t peer;
     std::uint64_t generation = 0;     // kTimer: matches Peer::timer_generation
     std::string from;                 // kDatagram, kStreamAccepted
     std::vector<std::uint8_t> bytes;  // kDatagram, kStreamFrame
     gossip::StreamId stream = 0;      // stream events: the id at `peer`
-  };
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.at != b.at ? a.at > b.at : a.order > b.order;
-    }
   };
   // Both ends of a stream: (peer, id at that peer).
   struct StreamLink {
@@ -155,11 +149,9 @@ class GossipNetwork {
   NetworkConditions conditions_;
   core::SplitMix64 rng_;
   std::uint64_t seed_;
-  TimePoint now_;
   std::vector<Peer> peers_;
   std::unordered_map<std::string, std::size_t> by_address_;
-  std::priority_queue<Event, std::vector<Event>, Later> queue_;
-  std::uint64_t next_order_ = 0;
+  VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
   std::map<std::pair<std::size_t, gossip::StreamId>, std::shared_ptr<StreamLink>> streams_;
   std::uint64_t next_inbound_stream_ = 1;
   std::shared_ptr<gossip::RecordDecoder> decoder_;

@@ -15,8 +15,7 @@ SwarmNetwork::SwarmNetwork(std::uint64_t seed, const Manifest& manifest, std::ve
       image_(std::move(image)),
       layout_{manifest.total_size(), manifest.shard_size(), config.fetch.block_size},
       config_(config),
-      rng_(seed),
-      now_(TimePoint(1s)) {
+      rng_(seed) {
   if (image_.size() != manifest.total_size()) throw std::invalid_argument("image does not match the manifest");
 }
 
@@ -44,9 +43,9 @@ std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool ho
   }
   const core::Bitfield bits(layout_.shard_count(), holder);
   if (holder) {
-    me.core->serve(now_, manifest_.id(), layout_, bits, swarm::SwarmCore::ServeMode::kSuperSeed);
+    me.core->serve(now(), manifest_.id(), layout_, bits, swarm::SwarmCore::ServeMode::kSuperSeed);
   } else {
-    me.core->fetch(now_, manifest_.id(), layout_, bits);
+    me.core->fetch(now(), manifest_.id(), layout_, bits);
   }
   introduce(index);
   drain(index);
@@ -57,9 +56,9 @@ std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool ho
 void SwarmNetwork::introduce(std::size_t peer) {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
-    if (!peers_[peer].holder) peers_[peer].core->add_holder(now_, manifest_.id(), peers_[i].id);
+    if (!peers_[peer].holder) peers_[peer].core->add_holder(now(), manifest_.id(), peers_[i].id);
     if (!peers_[i].result && !peers_[i].holder) {
-      peers_[i].core->add_holder(now_, manifest_.id(), peers_[peer].id);
+      peers_[i].core->add_holder(now(), manifest_.id(), peers_[peer].id);
       drain(i);
     }
   }
@@ -70,15 +69,15 @@ void SwarmNetwork::crash(std::size_t peer) {
   ++peers_[peer].timer_generation;
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
-    schedule(Event{now_ + latency_, 0, Kind::kDisconnected, i, peer, {}, {}, 0});
+    schedule(Event{now() + latency_, Kind::kDisconnected, i, peer, {}, {}, 0});
     // Gossip would declare it dead within seconds; here at once.
-    peers_[i].core->peer_gone(now_ + latency_, peers_[peer].id);
+    peers_[i].core->peer_gone(now() + latency_, peers_[peer].id);
     drain(i);
   }
 }
 
 void SwarmNetwork::stop_serving(std::size_t peer) {
-  peers_[peer].core->stop(now_, manifest_.id());
+  peers_[peer].core->stop(now(), manifest_.id());
   drain(peer);
 }
 
@@ -89,17 +88,16 @@ std::optional<std::size_t> SwarmNetwork::index_of(const PeerId& id) const {
 }
 
 void SwarmNetwork::schedule(Event e) {
-  e.order = next_order_++;
-  queue_.push(std::move(e));
+  events_.schedule(std::move(e));
 }
 
 void SwarmNetwork::arm(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
-  const TimePoint t = std::max(p.core->next_timeout(), now_);
+  const TimePoint t = std::max(p.core->next_timeout(), now());
   if (t == p.timer_at || t == kTimeNever) return;
   p.timer_at = t;
-  schedule(Event{t, 0, Kind::kTimer, peer, peer, {}, {}, ++p.timer_generation});
+  schedule(Event{t, Kind::kTimer, peer, peer, {}, {}, ++p.timer_generation});
 }
 
 void SwarmNetwork::drain(std::size_t peer) {
@@ -109,12 +107,12 @@ void SwarmNetwork::drain(std::size_t peer) {
     if (auto* connect = std::get_if<swarm::OpenConnection>(&*action)) {
       auto to = index_of(connect->peer);
       const bool ok = to && peers_[*to].core;
-      schedule(Event{now_ + latency_ * (ok ? 2 : 10), 0, ok ? Kind::kConnected : Kind::kConnectFailed, peer,
+      schedule(Event{now() + latency_ * (ok ? 2 : 10), ok ? Kind::kConnected : Kind::kConnectFailed, peer,
                      to.value_or(peer), {}, {}, 0});
     } else if (auto* disconnect = std::get_if<swarm::CloseConnection>(&*action)) {
-      if (auto to = index_of(disconnect->peer)) schedule(Event{now_ + latency_, 0, Kind::kDisconnected, *to, peer, {}, {}, 0});
+      if (auto to = index_of(disconnect->peer)) schedule(Event{now() + latency_, Kind::kDisconnected, *to, peer, {}, {}, 0});
     } else if (auto* request = std::get_if<swarm::SendMessage>(&*action)) {
-      if (auto to = index_of(request->peer)) schedule(Event{now_ + latency_, 0, Kind::kMessage, *to, peer, request->message, {}, 0});
+      if (auto to = index_of(request->peer)) schedule(Event{now() + latency_, Kind::kMessage, *to, peer, request->message, {}, 0});
     } else if (auto* cancel = std::get_if<swarm::ServePiece>(&*action)) {
       auto to = index_of(cancel->peer);
       if (!to) continue;
@@ -123,17 +121,17 @@ void SwarmNetwork::drain(std::size_t peer) {
       if (p.corrupt && !bytes.empty()) bytes[bytes.size() / 2] ^= std::byte{0x5a};
       // The uplink sends one piece after another at its rate.
       const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(cancel->length) / p.uplink));
-      p.uplink_free = std::max(p.uplink_free, now_) + send_time;
+      p.uplink_free = std::max(p.uplink_free, now()) + send_time;
       p.bytes_served += cancel->length;
-      schedule(Event{p.uplink_free + latency_, 0, Kind::kPiece, *to, peer, cancel->header, std::move(bytes), 0});
+      schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, cancel->header, std::move(bytes), 0});
     } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
       const ShardEntry& shard = manifest_.shard(verify->shard);
       const bool good = verify_shard(manifest_, verify->shard,
                                      std::span(p.image).subspan(shard.byte_offset, shard.byte_length));
-      p.core->on_verified(now_, verify->version, verify->shard, good);
+      p.core->on_verified(now(), verify->version, verify->shard, good);
     } else if (auto* announce = std::get_if<swarm::FetchFinished>(&*action)) {
       p.result = announce->status;
-      p.finished_at = now_;
+      p.finished_at = now();
       if (announce->status.is_ok()) {
         // A finished fetcher keeps serving what it now holds.
         p.holder = true;
@@ -152,49 +150,38 @@ void SwarmNetwork::dispatch(Event& e) {
   }
   const PeerId& from = peers_[e.from].id;
   switch (e.kind) {
-    case Kind::kMessage: p.core->on_message(now_, from, e.message); break;
+    case Kind::kMessage: p.core->on_message(now(), from, e.message); break;
     case Kind::kPiece: {
       auto target = p.core->piece_target(from, e.message);
       const bool stored = target && target->length == e.payload.size();
       if (stored) std::memcpy(p.image.data() + target->offset, e.payload.data(), e.payload.size());
-      p.core->on_piece(now_, from, e.message, stored);
+      p.core->on_piece(now(), from, e.message, stored);
       break;
     }
     case Kind::kConnected:
       if (!peers_[e.from].core) {
-        p.core->on_connect_failed(now_, from);
+        p.core->on_connect_failed(now(), from);
       } else {
-        p.core->on_connected(now_, from);
+        p.core->on_connected(now(), from);
       }
       break;
-    case Kind::kConnectFailed: p.core->on_connect_failed(now_, from); break;
-    case Kind::kDisconnected: p.core->on_disconnected(now_, from); break;
+    case Kind::kConnectFailed: p.core->on_connect_failed(now(), from); break;
+    case Kind::kDisconnected: p.core->on_disconnected(now(), from); break;
     case Kind::kTimer:
       if (e.generation != p.timer_generation) return;
       p.timer_at = kTimeNever;
-      p.core->handle_timeout(now_);
+      p.core->handle_timeout(now());
       break;
   }
   drain(e.to);
 }
 
 void SwarmNetwork::run_until(TimePoint t) {
-  while (!queue_.empty() && queue_.top().at <= t) {
-    Event e = queue_.top();
-    queue_.pop();
-    now_ = e.at;
-    dispatch(e);
-  }
-  now_ = std::max(now_, t);
+  events_.run_until(t, [this](Event& e) { dispatch(e); });
 }
 
 bool SwarmNetwork::run_until(const std::function<bool()>& done, Duration limit, Duration step) {
-  const TimePoint end = now_ + limit;
-  while (now_ < end) {
-    if (done()) return true;
-    run_until(std::min(end, now_ + step));
-  }
-  return done();
+  return events_.run_until(done, limit, step, [this](Event& e) { dispatch(e); });
 }
 
 bool SwarmNetwork::complete(std::size_t peer) const {

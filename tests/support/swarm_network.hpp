@@ -16,11 +16,11 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <queue>
 #include <string>
 #include <vector>
 
 #include "core/random_fill.hpp"
+#include "support/virtual_time_queue.hpp"
 #include "swarm/swarm_core.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -43,7 +43,7 @@ class SwarmNetwork {
 
   void run_until(TimePoint t);
   bool run_until(const std::function<bool()>& done, Duration limit, Duration step = std::chrono::milliseconds(20));
-  TimePoint now() const { return now_; }
+  TimePoint now() const { return events_.now(); }
 
   std::size_t size() const { return peers_.size(); }
   bool alive(std::size_t peer) const { return peers_[peer].core != nullptr; }
@@ -75,17 +75,11 @@ class SwarmNetwork {
   enum class Kind { kMessage, kPiece, kConnected, kConnectFailed, kDisconnected, kTimer };
   struct Event {
     TimePoint at;
-    std::uint64_t order = 0;
     Kind kind;
     std::size_t to = 0, from = 0;
     swarm::SwarmMessage message;
     std::vector<std::byte> payload;
     std::uint64_t generation = 0;
-  };
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      return a.at != b.at ? a.at > b.at : a.order > b.order;
-    }
   };
 
   std::size_t add_peer(swarm::Location where, double uplink, bool holder);
@@ -101,12 +95,10 @@ class SwarmNetwork {
   swarm::ShardLayout layout_;
   swarm::SwarmConfig config_;
   core::SplitMix64 rng_;
-  TimePoint now_;
   Duration latency_ = std::chrono::microseconds(200);
   std::vector<Peer> peers_;
   std::map<PeerId, std::size_t> by_id_;
-  std::priority_queue<Event, std::vector<Event>, Later> queue_;
-  std::uint64_t next_order_ = 0;
+  VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
 };
 
 }  // namespace tensorhub::testing

@@ -1,0 +1,68 @@
+// The discrete-event loop under the in-process networks: events carry a
+// virtual time, run in time order (ties in the order they were scheduled,
+// so a run is a function of its seed), and advance the clock as they run.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <vector>
+
+#include "core/time.hpp"
+
+namespace tensorhub::testing {
+
+// REQUIRES: Event has a TimePoint member `at`.
+template <typename Event>
+class VirtualTimeQueue {
+ public:
+  explicit VirtualTimeQueue(TimePoint start = TimePoint{}) : now_(start) {}
+  TimePoint now() const { return now_; }
+  void schedule(Event e) { queue_.push(Entry{next_order_++, std::move(e)}); }
+  // From inside a dispatch: puts the event being dispatched back (at its new
+  // `at`), keeping its place among events of the same time.
+  void requeue(Event e) { queue_.push(Entry{current_order_, std::move(e)}); }
+
+  // Runs every event due by `t` through `dispatch(Event&)`, then sets the
+  // clock to `t`.
+  template <typename Dispatch>
+  void run_until(TimePoint t, Dispatch&& dispatch) {
+    while (!queue_.empty() && queue_.top().event.at <= t) {
+      Event e = queue_.top().event;
+      current_order_ = queue_.top().order;
+      queue_.pop();
+      now_ = e.at;
+      dispatch(e);
+    }
+    now_ = std::max(now_, t);
+  }
+
+  // Runs until `done()` holds (checked every `step`) or `limit` passes.
+  template <typename Dispatch>
+  bool run_until(const std::function<bool()>& done, Duration limit, Duration step, Dispatch&& dispatch) {
+    const TimePoint end = now_ + limit;
+    while (now_ < end) {
+      if (done()) return true;
+      run_until(std::min(end, now_ + step), dispatch);
+    }
+    return done();
+  }
+
+ private:
+  struct Entry {
+    std::uint64_t order;
+    Event event;
+  };
+  struct Later {
+    bool operator()(const Entry& a, const Entry& b) const {
+      return a.event.at != b.event.at ? a.event.at > b.event.at : a.order > b.order;
+    }
+  };
+  std::priority_queue<Entry, std::vector<Entry>, Later> queue_;
+  std::uint64_t next_order_ = 0;
+  std::uint64_t current_order_ = 0;
+  TimePoint now_;
+};
+
+}  // namespace tensorhub::testing
