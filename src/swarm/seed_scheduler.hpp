@@ -5,23 +5,29 @@
 // uplink is the scarcest link in the swarm. If it simply advertised all of
 // them, fetchers would pick independently and it would upload the same
 // shards to several peers (measured: 2.3x the version for 3 fetchers). So it
-// reveals to each fetcher only a few shards at a time (a bitfield of those,
-// then HAVEs), choosing the shards with the fewest copies among its
-// requesters. Its uplink then carries distinct shards to different peers
-// first, and the fetchers spread them among themselves.
+// reveals to each fetcher only a few shards at a time (HAVEs), choosing the
+// shards with the fewest copies among its requesters. Its uplink then
+// carries distinct shards to different peers first, and the fetchers spread
+// them among themselves.
 //
 // Only requesters the publisher serves now (unchoked) are shown anything.
 // Such a requester's quota of revealed shards it does not hold yet is topped
 // up whenever it reports a shard (HAVE), so the publisher's connection to it
-// never runs dry; once everything it lacks has been revealed, it sees the
-// whole picture, as without super-seeding.
+// does not run dry.
+//
+// No second copies while first copies are in flight: once every shard has
+// been revealed to someone, nothing more is revealed until every shard is
+// held somewhere, so the last first copies get the whole uplink instead of
+// sharing it with duplicates (measured: the publisher sent 1.05x the
+// version). If no first copy completes for `stall_timeout` (a stopped or
+// slow requester), the rule lapses and second copies go out.
 //
 // Copies are counted over the current requesters: a requester contributes
-// one copy of every shard it holds or has been revealed (a revealed shard is
-// about to be a copy). A requester that leaves takes its copies with it, so
-// what only it had is revealed to others again.
+// one copy of every shard it holds or has been revealed. A requester that
+// leaves, or is choked, takes its copies with it, so what only it had is
+// revealed to others again.
 //
-// Sans-I/O; the caller turns reveals into messages.
+// Sans-I/O: time comes in; the caller turns reveals into messages.
 #pragma once
 
 #include <cstddef>
@@ -30,33 +36,47 @@
 #include <vector>
 
 #include "core/bitfield.hpp"
+#include "core/time.hpp"
 #include "swarm/piece_picker.hpp"
 #include "tensorhub/ids.hpp"
 
 namespace tensorhub::swarm {
 
+struct Reveal {
+  PeerId peer;
+  ShardIndex shard;
+};
+
 class SeedScheduler {
  public:
   // REQUIRES: reveal_ahead >= 1.
-  SeedScheduler(std::uint32_t shard_count, std::size_t reveal_ahead, std::uint64_t seed);
+  SeedScheduler(std::uint32_t shard_count, std::size_t reveal_ahead, std::uint64_t seed,
+                Duration stall_timeout = std::chrono::seconds(2));
 
   // A requester arrives holding `has` (empty: nothing). Nothing is revealed
   // to it until it is activated.
   void add_requester(const PeerId& peer, const core::Bitfield& has);
-  // The seed serves it now (unchoked): returns the shards to reveal to it.
-  std::vector<ShardIndex> activate(const PeerId& peer);
+  // The seed serves it now (unchoked): returns what to reveal.
+  std::vector<Reveal> activate(TimePoint now, const PeerId& peer);
   // The seed stops serving it (choked): what was revealed to it and not yet
   // held stops counting as a copy, so other requesters are shown it instead.
   void deactivate(const PeerId& peer);
-  // The requester now holds `shard`. Returns more shards to reveal to it.
-  std::vector<ShardIndex> on_have(const PeerId& peer, ShardIndex shard);
+  // The requester now holds `shard`. Returns what to reveal (to it, or to
+  // others when this was the last shard nobody held).
+  std::vector<Reveal> on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
   void remove_requester(const PeerId& peer);
+
+  // When the no-second-copies rule may lapse for a waiting requester.
+  TimePoint next_timeout() const;
+  std::vector<Reveal> handle_timeout(TimePoint now);
 
   bool knows(const PeerId& peer) const { return requesters_.count(peer) != 0; }
   // Copies of `shard` among the requesters (held or revealed).
   std::uint32_t copies(ShardIndex shard) const { return copies_.availability(shard); }
   // Revealed to `peer` and not yet held by it.
   std::size_t pending(const PeerId& peer) const;
+  // Shards no requester holds yet.
+  std::uint32_t unheld() const { return unheld_; }
 
  private:
   struct Requester {
@@ -64,13 +84,21 @@ class SeedScheduler {
     core::Bitfield revealed;
     std::size_t pending = 0;  // revealed, not held; invariant: == count(revealed & ~has)
     bool active = false;
+    bool waiting = false;     // has quota left, held back by the no-second-copies rule
   };
-  std::vector<ShardIndex> top_up(Requester& r);
+  void top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out);
+  void top_up_waiting(TimePoint now, std::vector<Reveal>& out);
+  void add_held(const core::Bitfield& has);
+  void remove_held(const core::Bitfield& has);
 
   std::uint32_t shard_count_;
   std::size_t reveal_ahead_;
-  PiecePicker copies_;       // availability = copies among requesters
-  core::Bitfield everything_;  // the seed holds every shard
+  Duration stall_timeout_;
+  PiecePicker copies_;               // availability = copies among requesters
+  core::Bitfield everything_;        // the seed holds every shard
+  std::vector<std::uint32_t> held_;  // per shard: requesters holding it
+  std::uint32_t unheld_;
+  TimePoint last_progress_{};        // a first copy revealed or completed
   std::map<PeerId, Requester> requesters_;
 };
 

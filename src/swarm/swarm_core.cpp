@@ -118,8 +118,8 @@ void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, cons
   send(peer, SwarmMessage{MessageType::kInterested, id, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()});
 }
 
-void SwarmCore::reveal(const PeerId& peer, const ManifestId& id, const std::vector<ShardIndex>& shards) {
-  for (ShardIndex s : shards) send(peer, SwarmMessage{MessageType::kHave, id, 0, s, {}, 0, 0, 0, {}});
+void SwarmCore::reveal(const ManifestId& id, const std::vector<Reveal>& reveals) {
+  for (const Reveal& r : reveals) send(r.peer, SwarmMessage{MessageType::kHave, id, 0, r.shard, {}, 0, 0, 0, {}});
 }
 
 void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
@@ -186,11 +186,11 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
   }
 }
 
-void SwarmCore::drain_slots(const ManifestId& id, Version& v) {
+void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
   while (auto action = v.slots.poll()) {
     if (auto* u = std::get_if<UnchokeAction>(&*action)) {
       send(u->peer, SwarmMessage{MessageType::kUnchoke, id, 0, {}, {}, 0, 0, 0, {}});
-      if (v.seeder) reveal(u->peer, id, v.seeder->activate(u->peer));
+      if (v.seeder) reveal(id, v.seeder->activate(now, u->peer));
     } else {
       const PeerId& choked = std::get<ChokeAction>(*action).peer;
       if (v.seeder) v.seeder->deactivate(choked);
@@ -235,7 +235,7 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
     const bool was_requester = v.requesters.erase(peer) != 0;
     if (was_requester) {
       v.slots.on_gone(now, peer);
-      drain_slots(id, v);
+      drain_slots(now, id, v);
     }
     if (v.fetch) {
       v.sources.erase(peer);
@@ -297,7 +297,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
         send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()});
       }
       v.slots.on_interested(now, peer);
-      drain_slots(m.version, v);
+      drain_slots(now, m.version, v);
       // A peer fetching what we fetch is a neighbour for us too.
       if (v.fetch && !v.sources.count(peer)) {
         v.fetch->add_candidate(now, peer, location_of(peer));
@@ -309,7 +309,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       if (it != versions_.end() && it->second.seeder) it->second.seeder->remove_requester(peer);
       if (it != versions_.end() && it->second.requesters.erase(peer)) {
         it->second.slots.on_gone(now, peer);
-        drain_slots(m.version, it->second);
+        drain_slots(now, m.version, it->second);
       }
       return;
     case MessageType::kBitfield: {
@@ -326,7 +326,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     }
     case MessageType::kHave:
       if (it != versions_.end() && it->second.seeder && m.shard.value < it->second.layout.shard_count()) {
-        reveal(peer, m.version, it->second.seeder->on_have(peer, m.shard));
+        reveal(m.version, it->second.seeder->on_have(now, peer, m.shard));
       }
       if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
         it->second.fetch->on_have(now, peer, m.shard);
@@ -424,7 +424,8 @@ void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shar
 void SwarmCore::handle_timeout(TimePoint now) {
   for (auto& [id, v] : versions_) {
     v.slots.handle_timeout(now);
-    drain_slots(id, v);
+    drain_slots(now, id, v);
+    if (v.seeder && now >= v.seeder->next_timeout()) reveal(id, v.seeder->handle_timeout(now));
     if (v.fetch && now >= v.fetch->next_timeout()) {
       v.fetch->handle_timeout(now);
       drain(now, id, v);
@@ -436,6 +437,7 @@ TimePoint SwarmCore::next_timeout() const {
   TimePoint t = kTimeNever;
   for (const auto& [id, v] : versions_) {
     t = std::min(t, v.slots.next_timeout());
+    if (v.seeder) t = std::min(t, v.seeder->next_timeout());
     if (v.fetch) t = std::min(t, v.fetch->next_timeout());
   }
   return t;

@@ -146,10 +146,10 @@ class SwarmCore {
   };
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
-  void drain_slots(const ManifestId& id, Version& v);
+  void drain_slots(TimePoint now, const ManifestId& id, Version& v);
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
-  void reveal(const PeerId& peer, const ManifestId& id, const std::vector<ShardIndex>& shards);
+  void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
   void handle_request(const PeerId& peer, const SwarmMessage& m);
   void forget_connection(TimePoint now, const PeerId& peer);
   Location location_of(const PeerId& peer) const;

@@ -18,6 +18,16 @@ PeerId peer(std::uint8_t b) {
   return id;
 }
 
+const TimePoint t0 = TimePoint(std::chrono::seconds(100));
+
+std::vector<ShardIndex> shards_for(const std::vector<Reveal>& reveals, const PeerId& who) {
+  std::vector<ShardIndex> out;
+  for (const Reveal& r : reveals) {
+    if (r.peer == who) out.push_back(r.shard);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("seed scheduler: active requesters are shown distinct shards first") {
@@ -25,7 +35,7 @@ TEST_CASE("seed scheduler: active requesters are shown distinct shards first") {
   std::set<std::uint32_t> shown;
   for (std::uint8_t p = 1; p <= 6; ++p) {
     seeder.add_requester(peer(p), core::Bitfield(12));
-    auto revealed = seeder.activate(peer(p));
+    auto revealed = shards_for(seeder.activate(t0, peer(p)), peer(p));
     REQUIRE(revealed.size() == 2);
     for (ShardIndex s : revealed) CHECK(shown.insert(s.value).second);  // never shown to anyone before
     CHECK(seeder.pending(peer(p)) == 2);
@@ -39,18 +49,18 @@ TEST_CASE("seed scheduler: nothing for inactive requesters; a HAVE tops the quot
   seeder.add_requester(peer(1), core::Bitfield(4));
   seeder.add_requester(peer(2), core::Bitfield(4));
   CHECK(seeder.pending(peer(1)) == 0);  // choked: shown nothing
-  auto first = seeder.activate(peer(1));
+  auto first = shards_for(seeder.activate(t0, peer(1)), peer(1));
   REQUIRE(first.size() == 1);
-  auto second = seeder.activate(peer(2));
+  auto second = shards_for(seeder.activate(t0, peer(2)), peer(2));
   REQUIRE(second.size() == 1);
   CHECK(first[0] != second[0]);
   // Requester 1 completes its shard: it is shown a shard with no copy yet.
-  auto next = seeder.on_have(peer(1), first[0]);
+  auto next = shards_for(seeder.on_have(t0, peer(1), first[0]), peer(1));
   REQUIRE(next.size() == 1);
   CHECK(next[0] != second[0]);
   CHECK(seeder.copies(next[0]) == 1);
   // A shard it got from another peer also counts, and also tops it up.
-  auto after_gift = seeder.on_have(peer(1), second[0]);
+  auto after_gift = seeder.on_have(t0, peer(1), second[0]);
   CHECK(seeder.copies(second[0]) == 2);
   CHECK(after_gift.empty());  // still one pending: `next`
 }
@@ -68,14 +78,14 @@ TEST_CASE("seed scheduler: what a requester holds is never shown; all it lacks i
       shown.insert(s.value);
     }
   };
-  auto revealed = seeder.activate(peer(1));
-  take(revealed);
+  take(shards_for(seeder.activate(t0, peer(1)), peer(1)));
   for (int round = 0; round < 10 && shown.size() < 4; ++round) {
     const std::vector<std::uint32_t> pending(shown.begin(), shown.end());
-    for (std::uint32_t s : pending) take(seeder.on_have(peer(1), ShardIndex{s}));
+    for (std::uint32_t s : pending) take(shards_for(seeder.on_have(t0, peer(1), ShardIndex{s}), peer(1)));
   }
   CHECK(shown.size() == 4);
-  for (std::uint32_t s : shown) CHECK(seeder.on_have(peer(1), ShardIndex{s}).empty());  // nothing left to show
+  for (std::uint32_t s : shown) CHECK(seeder.on_have(t0, peer(1), ShardIndex{s}).empty());  // nothing left to show
+  CHECK(seeder.unheld() == 0);
   CHECK(seeder.pending(peer(1)) == 0);
 }
 
@@ -86,16 +96,47 @@ TEST_CASE("seed scheduler: choking or losing a requester gives its unfinished sh
   seeder.add_requester(peer(3), holds_first);  // shard 0 has a copy already
   seeder.add_requester(peer(1), core::Bitfield(2));
   seeder.add_requester(peer(2), core::Bitfield(2));
-  auto one = seeder.activate(peer(1));
+  auto one = shards_for(seeder.activate(t0, peer(1)), peer(1));
   REQUIRE(one.size() == 1);
   CHECK(one[0] == ShardIndex{1});  // the shard with no copy
   seeder.deactivate(peer(1));
   CHECK(seeder.copies(ShardIndex{1}) == 0);
-  auto two = seeder.activate(peer(2));
+  auto two = shards_for(seeder.activate(t0, peer(2)), peer(2));
   REQUIRE(two.size() == 1);
   CHECK(two[0] == ShardIndex{1});  // no copy again: shown to the next requester
   seeder.remove_requester(peer(2));
   CHECK(seeder.copies(ShardIndex{1}) == 0);
   seeder.remove_requester(peer(3));
   CHECK(seeder.copies(ShardIndex{0}) == 0);
+}
+
+TEST_CASE("seed scheduler: no second copy while a first copy is in flight, unless it stalls") {
+  for (const bool stalls : {false, true}) {
+    CAPTURE(stalls);
+    SeedScheduler seeder(2, 1, 5, std::chrono::seconds(2));
+    seeder.add_requester(peer(1), core::Bitfield(2));
+    seeder.add_requester(peer(2), core::Bitfield(2));
+    auto a = shards_for(seeder.activate(t0, peer(1)), peer(1));
+    auto b = shards_for(seeder.activate(t0, peer(2)), peer(2));
+    REQUIRE(a.size() == 1);
+    REQUIRE(b.size() == 1);
+    REQUIRE(a[0] != b[0]);
+    // Requester 1 has its shard; the only one it lacks is still on its way
+    // to requester 2: a second copy of it would slow that first copy down.
+    CHECK(seeder.on_have(t0 + std::chrono::milliseconds(500), peer(1), a[0]).empty());
+    CHECK(seeder.next_timeout() == t0 + std::chrono::milliseconds(2500));
+    std::vector<Reveal> later;
+    if (stalls) {
+      // Requester 2 is stuck: after the stall timeout the rule lapses.
+      CHECK(seeder.handle_timeout(t0 + std::chrono::milliseconds(2400)).empty());
+      later = seeder.handle_timeout(t0 + std::chrono::milliseconds(2500));
+    } else {
+      // Requester 2 completes it: every shard is held, duplicates may go.
+      later = seeder.on_have(t0 + std::chrono::seconds(1), peer(2), b[0]);
+    }
+    const auto for_one = shards_for(later, peer(1));
+    REQUIRE(for_one.size() == 1);
+    CHECK(for_one[0] == b[0]);
+    CHECK(seeder.next_timeout() == kTimeNever);
+  }
 }
