@@ -59,7 +59,7 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, Identity ident
             c.upload_slots = options_.upload_slots;
             return c;
           }(),
-          swarm::Location{options_.dc, options_.rack, options_.host}, wall_clock_ms()),
+          swarm::Location{options_.dc, options_.rack, options_.host}, identity_.public_key(), wall_clock_ms()),
       swarm_timer_(io),
       deferred_releases_(swarm::RetentionPolicy{options_.retain_head_replicas, options_.max_release_deferral}),
       deferral_timer_(io) {
@@ -782,6 +782,12 @@ void PeerEngine::on_message(transport::DataConnection& connection, swarm::SwarmM
     }
     case swarm::MessageType::kManifest:
       on_manifest(remote, message);
+      return;
+    case swarm::MessageType::kCancel:
+      // The requester got the block elsewhere, or gave up on us: a piece still
+      // queued here would cross the link for nothing (seen: a congestion
+      // collapse over a slow link, 2x the version sent in vain).
+      connection.cancel_piece(message.request_id);
       return;
     default:
       swarm_.on_message(steady_now_(), remote, message);

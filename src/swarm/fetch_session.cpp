@@ -5,11 +5,12 @@
 
 namespace tensorhub::swarm {
 
-FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location self, FetchConfig config,
-                           std::uint64_t seed, TimePoint now)
+FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id,
+                           FetchConfig config, std::uint64_t seed, TimePoint now)
     : layout_(layout),
       have_(std::move(have)),
       self_(std::move(self)),
+      self_id_(self_id),
       config_(config),
       rng_(seed),
       picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull) {
@@ -183,6 +184,12 @@ bool FetchSession::held_nearby(ShardIndex shard) const {
   return false;
 }
 
+std::size_t FetchSession::in_flight_total() const {
+  std::size_t total = 0;
+  for (const auto& [id, n] : neighbours_) total += n.in_flight;
+  return total;
+}
+
 std::size_t FetchSession::wan_in_flight() const {
   std::size_t total = 0;
   for (const auto& [id, n] : neighbours_) {
@@ -198,15 +205,41 @@ bool FetchSession::held_by_a_serving_peer(ShardIndex shard) const {
   return false;
 }
 
+namespace {
+
+std::uint64_t rendezvous_score(const PeerId& peer, ShardIndex shard) {
+  std::uint64_t x = 0;
+  for (int i = 0; i < 8; ++i) x = (x << 8) | peer.bytes[static_cast<std::size_t>(i)];
+  x ^= (std::uint64_t{shard.value} + 1) * 0x9e3779b97f4a7c15ull;
+  // SplitMix64's finalizer.
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+bool FetchSession::wan_share_is_mine(ShardIndex shard) const {
+  const std::uint64_t mine = rendezvous_score(self_id_, shard);
+  for (const auto& [id, n] : neighbours_) {
+    const bool fetching_mate = n.proximity != Proximity::kRemote && n.connected && !(n.has_bits && n.bits.all());
+    if (fetching_mate && rendezvous_score(id, shard) > mine) return false;
+  }
+  return true;
+}
+
 bool FetchSession::allowed_from(const Neighbour& n, ShardIndex shard) const {
   if (!n.has_bits || !n.bits.test(shard.value)) return false;
   // A super-seed's uplink is for shards nobody else can give us yet: a
   // second copy from it delays the first copies everyone is waiting for.
   if (n.super_seed && held_by_a_serving_peer(shard)) return false;
   if (n.proximity != Proximity::kRemote) return true;
-  // Across the WAN only what nobody in our datacenter can give us, and only
-  // so much at once.
-  return !held_nearby(shard) && wan_in_flight() < config_.max_wan_requests;
+  // Across the WAN only what nobody in our datacenter can give us, only our
+  // share of it (a mate brings the rest; when we have nothing at all in
+  // flight, we take anything rather than wait), and only so much at once.
+  if (held_nearby(shard)) return false;
+  if (!wan_share_is_mine(shard) && in_flight_total() > 0) return false;
+  return wan_in_flight() < config_.max_wan_requests;
 }
 
 void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block) {
@@ -294,7 +327,11 @@ void FetchSession::release_requests_of(const PeerId& peer) {
 }
 
 void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
-  if (auto n = neighbours_.find(peer); n != neighbours_.end()) n->second.last_delivery = now;
+  if (auto n = neighbours_.find(peer); n != neighbours_.end()) {
+    Neighbour& from = n->second;
+    if (from.last_delivery != TimePoint{}) from.delivery_gap += (std::min(now - from.last_delivery, config_.request_timeout * 8) - from.delivery_gap) / 8;
+    from.last_delivery = now;
+  }
   auto it = shards_.find(shard.value);
   if (it == shards_.end() || block.value >= it->second.requests.size()) return;
   Shard& s = it->second;
@@ -387,9 +424,18 @@ TimePoint FetchSession::deadline_of(const Request& r) const {
   // not how old this request is. (A fixed deadline per request re-asked 328
   // blocks elsewhere in one 8-host run, and the first answers still came:
   // 0.16x the version carried for nothing.)
+  // Across the WAN the link is thinner and shared by every mate's flows, so a
+  // healthy holder's gaps are longer (measured: 17 false timeouts at 200
+  // Mbit/s with the plain timeout).
   auto n = neighbours_.find(r.peer);
-  const TimePoint base = n == neighbours_.end() ? r.sent : std::max(r.sent, n->second.last_delivery);
-  return base + config_.request_timeout;
+  if (n == neighbours_.end()) return r.sent + config_.request_timeout;
+  // And a holder that is merely slow (a thin or shared link) delivers at a
+  // steady pace: it is given several of its usual gaps before it counts as
+  // silent (without this, an unlabelled 200 Mbit/s link collapsed under
+  // re-requests: 499 timeouts, 2x the version wasted).
+  const Duration base = config_.request_timeout * (n->second.proximity == Proximity::kRemote ? 4 : 1);
+  const Duration timeout = std::max(base, n->second.delivery_gap * 6);
+  return std::max(r.sent, n->second.last_delivery) + timeout;
 }
 
 void FetchSession::handle_timeout(TimePoint now) {

@@ -119,8 +119,8 @@ class FetchSession {
  public:
   // `have`: shards already held (e.g. unchanged since the parent version,
   // copied locally). REQUIRES: have.size() == layout.shard_count().
-  FetchSession(ShardLayout layout, core::Bitfield have, Location self, FetchConfig config, std::uint64_t seed,
-               TimePoint now);
+  FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id, FetchConfig config,
+               std::uint64_t seed, TimePoint now);
 
   // Candidates from gossip: peers that hold or are fetching this version.
   void add_candidate(TimePoint now, const PeerId& peer, const Location& location);
@@ -175,6 +175,7 @@ class FetchSession {
     bool super_seed = false;
     TimePoint connect_deadline;
     TimePoint last_delivery;  // the last block it sent us
+    Duration delivery_gap{};  // smoothed time between its blocks (1/8 per sample)
     core::Bitfield bits;
     bool has_bits = false;
     std::size_t in_flight = 0;
@@ -191,6 +192,10 @@ class FetchSession {
   TimePoint deadline_of(const Request& r) const;
   bool held_nearby(ShardIndex shard) const;
   bool held_by_a_serving_peer(ShardIndex shard) const;  // an unchoked neighbour that is not a super-seed
+  // Whether this peer, rather than a datacenter-mate fetching the version,
+  // brings `shard` across the WAN (rendezvous hashing over the mates it is
+  // connected to), so each shard crosses about once per datacenter.
+  bool wan_share_is_mine(ShardIndex shard) const;
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
   void release_requests_of(const PeerId& peer);
@@ -199,11 +204,13 @@ class FetchSession {
   void check_starvation(TimePoint now);
   void finish(Status status);
   std::size_t wan_in_flight() const;
+  std::size_t in_flight_total() const;
   Shard& shard_state(ShardIndex s);
 
   ShardLayout layout_;
   core::Bitfield have_;
   Location self_;
+  PeerId self_id_;
   FetchConfig config_;
   core::SplitMix64 rng_;
   PiecePicker picker_;

@@ -4,8 +4,8 @@
 
 namespace tensorhub::swarm {
 
-SwarmCore::SwarmCore(SwarmConfig config, Location self, std::uint64_t seed)
-    : config_(config), self_(std::move(self)), seed_(seed) {
+SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed)
+    : config_(config), self_(std::move(self)), self_id_(self_id), seed_(seed) {
   config_.fetch.starts_choked = true;  // holders grant upload slots explicitly
 }
 
@@ -43,7 +43,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (v.fetch) return;
   std::uint64_t seed = seed_;
   for (auto b : id.bytes) seed = seed * 131 + b;
-  v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, config_.fetch, seed, now);
+  v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now);
   drain(now, id, v);
 }
 
@@ -283,8 +283,10 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       Version& v = it->second;
       v.requesters.insert(peer);
-      if (v.seeder) {
+      if (v.seeder && proximity(self_, location_of(peer)) != Proximity::kRemote) {
         // Tell it we super-seed; it is shown shards (HAVE) once unchoked.
+        // (Another datacenter sees everything: its fetchers share the WAN
+        // work among themselves, and each shard should cross once.)
         core::Bitfield holds(v.layout.shard_count());
         if (m.shard_count == v.layout.shard_count()) {
           if (auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count)) holds = std::move(*bits);

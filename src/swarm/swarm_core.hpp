@@ -82,7 +82,7 @@ struct PieceTarget {
 
 class SwarmCore {
  public:
-  SwarmCore(SwarmConfig config, Location self, std::uint64_t seed);
+  SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed);
   ~SwarmCore();
 
   // Versions. `have` has one bit per shard of `layout`.
@@ -156,6 +156,7 @@ class SwarmCore {
 
   SwarmConfig config_;
   Location self_;
+  PeerId self_id_;
   std::uint64_t seed_;
   std::map<ManifestId, Version> versions_;
   std::map<PeerId, Connection> connections_;

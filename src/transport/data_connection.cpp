@@ -127,30 +127,44 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
     if (done) done(false);
     return;
   }
-  queue(sealer_->seal(encode_swarm_message(header)), payload, std::move(done));
-}
-
-void DataConnection::queue(std::vector<std::uint8_t> sealed, std::span<const std::byte> payload,
-                           std::function<void(bool)> done) {
   Outgoing out;
-  out.frame.resize(4 + sealed.size());
-  const auto n = static_cast<std::uint32_t>(sealed.size());
-  out.frame[0] = static_cast<std::uint8_t>(n >> 24);
-  out.frame[1] = static_cast<std::uint8_t>(n >> 16);
-  out.frame[2] = static_cast<std::uint8_t>(n >> 8);
-  out.frame[3] = static_cast<std::uint8_t>(n);
-  std::copy(sealed.begin(), sealed.end(), out.frame.begin() + 4);
+  out.message = encode_swarm_message(header);
+  out.cancel_id = header.type == MessageType::kPiece ? header.request_id : 0;
   out.payload = payload;
   out.done = std::move(done);
-  queued_bytes_ += out.frame.size() + payload.size();
+  queued_bytes_ += out.message.size() + payload.size();
   outbox_.push_back(std::move(out));
   if (!writing_) write_next();
+}
+
+bool DataConnection::cancel_piece(std::uint32_t request_id) {
+  if (request_id == 0) return false;
+  // The front is being written (or about to be): it goes as it is.
+  for (auto it = outbox_.begin() + (outbox_.empty() ? 0 : 1); it != outbox_.end(); ++it) {
+    if (it->cancel_id != request_id) continue;
+    queued_bytes_ -= it->message.size() + it->payload.size();
+    auto done = std::move(it->done);
+    outbox_.erase(it);
+    if (done) done(false);
+    return true;
+  }
+  return false;
 }
 
 void DataConnection::write_next() {
   if (closed_ || !established_ || writing_ || outbox_.empty()) return;
   writing_ = true;
   Outgoing& front = outbox_.front();
+  // Sealed only now, in the order frames go out: the receiver expects the
+  // frame counters in sequence, and a cancelled piece never takes one.
+  const std::vector<std::uint8_t> sealed = sealer_->seal(front.message);
+  front.frame.resize(4 + sealed.size());
+  const auto length = static_cast<std::uint32_t>(sealed.size());
+  front.frame[0] = static_cast<std::uint8_t>(length >> 24);
+  front.frame[1] = static_cast<std::uint8_t>(length >> 16);
+  front.frame[2] = static_cast<std::uint8_t>(length >> 8);
+  front.frame[3] = static_cast<std::uint8_t>(length);
+  std::copy(sealed.begin(), sealed.end(), front.frame.begin() + 4);
   // One gather write: the sealed header, then the payload from where it lives.
   std::array<asio::const_buffer, 2> buffers = {asio::buffer(front.frame),
                                                asio::buffer(front.payload.data(), front.payload.size())};
@@ -160,7 +174,7 @@ void DataConnection::write_next() {
     if (self->outbox_.empty()) return;
     Outgoing done = std::move(self->outbox_.front());
     self->outbox_.pop_front();
-    self->queued_bytes_ -= done.frame.size() + done.payload.size();
+    self->queued_bytes_ -= done.message.size() + done.payload.size();
     self->bytes_sent_ += n;
     if (done.done) done.done(!ec);
     if (ec) return self->close(Status::io_error("write failed: " + ec.message()));

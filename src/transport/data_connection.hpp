@@ -60,6 +60,9 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   // REQUIRES: payload stays valid and unchanged until `done` runs.
   void send_piece(const SwarmMessage& header, std::span<const std::byte> payload, std::function<void(bool sent)> done);
   void close(const Status& why);
+  // Drops a piece not yet being written (the requester cancelled it); its
+  // `done` runs with false. Returns whether one was dropped.
+  bool cancel_piece(std::uint32_t request_id);
 
   bool established() const { return established_; }
   bool closed() const { return closed_; }
@@ -70,7 +73,9 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
 
  private:
   struct Outgoing {
-    std::vector<std::uint8_t> frame;  // length prefix + sealed message
+    std::vector<std::uint8_t> message;  // encoded, sealed when its turn comes
+    std::vector<std::uint8_t> frame;    // length prefix + sealed message, once writing
+    std::uint32_t cancel_id = 0;        // a piece's request id (0: not cancellable)
     std::span<const std::byte> payload;
     std::function<void(bool)> done;
   };
@@ -81,7 +86,6 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   void start_responder(Duration timeout);
   void arm_handshake_timer(Duration timeout);
   void established(ChannelKeys keys);
-  void queue(std::vector<std::uint8_t> sealed, std::span<const std::byte> payload, std::function<void(bool)> done);
   void write_next();
   void read_frame_length();
   void read_frame(std::uint32_t length);

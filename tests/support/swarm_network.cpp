@@ -32,7 +32,7 @@ std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool ho
   p.location = std::move(where);
   p.uplink = uplink;
   p.holder = holder;
-  p.core = std::make_unique<swarm::SwarmCore>(config_, p.location, rng_.next());
+  p.core = std::make_unique<swarm::SwarmCore>(config_, p.location, p.id, rng_.next());
   p.image = holder ? image_ : std::vector<std::byte>(image_.size());
   peers_.push_back(std::move(p));
   by_id_[peers_[index].id] = index;

@@ -31,7 +31,7 @@ struct Holder {
 class Driver {
  public:
   Driver(ShardLayout shape, FetchConfig config, Location self = {"dc1", "r1", "h0"})
-      : session(shape, Bitfield(shape.shard_count()), self, config, 7, now), layout(shape) {}
+      : session(shape, Bitfield(shape.shard_count()), self, PeerId{}, config, 7, now), layout(shape) {}
 
   void add_holder(std::uint64_t n, Holder h) {
     holders[peer(n)] = std::move(h);

@@ -110,6 +110,34 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   CHECK(p.server_events.closed.has_value());
 }
 
+TEST_CASE("data connection: a cancelled piece still queued is never sent; the stream stays in step") {
+  const SwarmKey swarm = key(6);
+  Pair p(swarm, swarm);
+  p.run_until([&] { return p.client_events.established && p.server_events.established; });
+  REQUIRE(p.server_events.established);
+  std::vector<std::byte> source(1u << 20), destination(1u << 20);
+  core::fill_pseudo_random(source, 78);
+  p.client_events.destination = &destination;
+  ManifestId version;
+  version.bytes.fill(3);
+  std::vector<int> outcome(3, -1);
+  for (std::uint32_t id = 1; id <= 3; ++id) {
+    p.server->send_piece(SwarmMessage{MessageType::kPiece, version, id, {}, {}, 0, 1u << 20, 0, {}}, source,
+                         [&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; });
+  }
+  CHECK_FALSE(p.server->cancel_piece(1));  // already being written
+  CHECK(p.server->cancel_piece(2));
+  CHECK_FALSE(p.server->cancel_piece(2));
+  CHECK(outcome[1] == 0);
+  p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{9}, {}, 0, 0, 0, {}});
+  p.run_until([&] { return !p.client_events.messages.empty(); });
+  CHECK(p.client_events.pieces_stored == 2);  // 1 and 3, and then the HAVE, all decrypted in order
+  REQUIRE(p.client_events.messages.size() == 1);
+  CHECK(p.client_events.messages[0].shard == ShardIndex{9});
+  CHECK(outcome[0] == 1);
+  CHECK(outcome[2] == 1);
+}
+
 TEST_CASE("data connection: a peer with another swarm key is refused") {
   Pair p(key(1), key(2));
   p.run_until([&] { return p.client_events.closed.has_value() && p.server_events.closed.has_value(); });
