@@ -203,6 +203,12 @@ int run_demo(const DemoArgs& a) {
       args.push_back("127.0.0.1:" + std::to_string(seed_port));
       args.push_back("--follow");
       args.push_back("policy");
+      // A rollout worker keeps its weight buffers: two (the double buffer),
+      // set aside at start, with room for the safetensors header.
+      args.push_back("--reserve");
+      args.push_back(std::to_string(a.size + (1u << 20)));
+      args.push_back("--reserve-count");
+      args.push_back("2");
     }
     p.pid = spawn(args, (dir / (p.name + ".log")).string());
     if (p.pid < 0) return fail(Status::internal("cannot start " + exe));

@@ -18,8 +18,8 @@ if [[ $(id -u) != 0 ]] || ! ip netns add th-probe-$$ 2>/dev/null; then
 fi
 ip netns del th-probe-$$
 for seed in 1 2; do
-  "$runner" --binary "$binary" --hosts 8 --size 128MiB --chaos "$seed" --timeout 90
+  "$runner" --binary "$binary" --hosts 8 --size 128MiB --chaos "$seed" --timeout 150
 done
-out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --hostile --corrupt-host 3 --timeout 90)
+out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --hostile --corrupt-host 3 --timeout 150)
 echo "$out"
 grep -q "corrupt shards detected" <<<"$out" || { echo "FAIL: the corrupt host was never caught"; exit 1; }
