@@ -644,21 +644,25 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   if (!v || c == connections_.end()) return;
   if (s.offset + s.length > v->memory.size()) return;
   std::span<const std::byte> payload = v->memory.subspan(s.offset, s.length);
-  {
-    std::lock_guard lock(v->mutex);
-    v->bytes_served += s.length;
-  }
+  std::weak_ptr<LocalVersion> weak = v;
+  // Counted once sent: a piece cancelled while queued never left.
+  auto count_sent = [weak, length = s.length](bool sent) {
+    auto version = weak.lock();
+    if (!version || !sent) return;
+    std::lock_guard lock(version->mutex);
+    version->bytes_served += length;
+  };
   if (options_.test_corrupt_serving) {
     // A deliberately bad holder (tests only): a corrupted copy, kept alive
     // by the completion callback.
     auto copy = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
     (*copy)[copy->size() / 2] ^= std::byte{0x01};
-    c->second->send_piece(s.header, *copy, [copy](bool) {});
+    c->second->send_piece(s.header, *copy, [copy, count_sent](bool sent) { count_sent(sent); });
     return;
   }
   ++v->pins;
-  std::weak_ptr<LocalVersion> weak = v;
-  c->second->send_piece(s.header, payload, [weak](bool) {
+  c->second->send_piece(s.header, payload, [weak, count_sent](bool sent) {
+    count_sent(sent);
     auto version = weak.lock();
     if (!version) return;
     if (--version->pins == 0 && version->on_unpinned) {
