@@ -37,3 +37,12 @@ def wait_for(what, predicate, timeout, interval=0.1):
             return time.monotonic()
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def stop_processes(procs):
+    """SIGKILLs whatever is still running of `procs` (a dict of Popen) and reaps all."""
+    for p in procs.values():
+        if p.poll() is None:
+            p.kill()
+    for p in procs.values():
+        p.wait()

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_processes import free_port, wait_for  # noqa: E402
+from peer_processes import free_port, stop_processes, wait_for  # noqa: E402
 
 PEERS = 16
 
@@ -66,11 +66,7 @@ class Cluster:
         return {m["id"]: m["state"] for m in s["members"]}
 
     def stop_all(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs.values():
-            p.wait()
+        stop_processes(self.procs)
 
 
 def main():

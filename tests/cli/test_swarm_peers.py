@@ -24,7 +24,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_processes import free_port, wait_for  # noqa: E402
+from peer_processes import free_port, stop_processes, wait_for  # noqa: E402
 
 
 class Swarm:
@@ -79,11 +79,7 @@ class Swarm:
             return f.read()
 
     def stop_all(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs.values():
-            p.wait()
+        stop_processes(self.procs)
 
 
 def fetch_all(swarm, names, original, timeout=120):
