@@ -220,10 +220,7 @@ std::optional<OutgoingDatagram> GossipCore::poll_datagram() {
 }
 
 std::optional<StreamAction> GossipCore::poll_stream() {
-  if (stream_actions_.empty()) return std::nullopt;
-  StreamAction a = std::move(stream_actions_.front());
-  stream_actions_.pop_front();
-  return a;
+  return stream_actions_.poll();
 }
 
 std::optional<MemberEvent> GossipCore::poll_event() {
@@ -722,7 +719,7 @@ void GossipCore::open_sync(TimePoint now, const std::string& to) {
   open.frame = sealer_.seal_stream(StreamKind::kSyncRequest, encode_sync_request(full_digest()));
   stats_.stream_bytes_out += open.frame.size();
   ++stats_.streams_opened;
-  stream_actions_.push_back(std::move(open));
+  stream_actions_.push(std::move(open));
 }
 
 void GossipCore::open_probe_stream(TimePoint now, const std::string& to, std::uint32_t seq) {
@@ -735,7 +732,7 @@ void GossipCore::open_probe_stream(TimePoint now, const std::string& to, std::ui
   open.to = to;
   open.frame = sealer_.seal_stream(StreamKind::kProbe, encode_stream_probe(seq));
   stats_.stream_bytes_out += open.frame.size();
-  stream_actions_.push_back(std::move(open));
+  stream_actions_.push(std::move(open));
 }
 
 std::vector<OutgoingItem> GossipCore::items_about(const PeerId& id) const {
@@ -803,7 +800,7 @@ void GossipCore::answer_sync(TimePoint now, StreamId id, const SyncRequest& requ
   send.id = id;
   send.frame = sealer_.seal_stream(StreamKind::kSyncResponse, encode_sync_response(items, wants));
   stats_.stream_bytes_out += send.frame.size();
-  stream_actions_.push_back(std::move(send));
+  stream_actions_.push(std::move(send));
   streams_[id].phase = StreamPhase::kAwaitRecords;
   streams_[id].deadline = now + config_.stream_timeout;
 }
@@ -812,7 +809,7 @@ void GossipCore::handle_stream_accepted(TimePoint now, StreamId id, const std::s
   note_input(now);
   ++stats_.streams_accepted;
   if (self_.leaving) {
-    stream_actions_.push_back(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
+    stream_actions_.push(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
     return;
   }
   streams_[id] = Stream{StreamPhase::kAwaitRequest, now + config_.stream_timeout, from};
@@ -842,7 +839,7 @@ void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const
         send.id = id;
         send.frame = sealer_.seal_stream(StreamKind::kProbeAck, encode_stream_probe(probe->seq));
         stats_.stream_bytes_out += send.frame.size();
-        stream_actions_.push_back(std::move(send));
+        stream_actions_.push(std::move(send));
         close_stream(id);
         return;
       }
@@ -874,7 +871,7 @@ void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const
       send.id = id;
       send.frame = sealer_.seal_stream(StreamKind::kSyncRecords, encode_sync_records(items));
       stats_.stream_bytes_out += send.frame.size();
-      stream_actions_.push_back(std::move(send));
+      stream_actions_.push(std::move(send));
       close_stream(id);
       return;
     }
@@ -899,7 +896,7 @@ void GossipCore::handle_stream_closed(TimePoint, StreamId id) {
 
 void GossipCore::close_stream(StreamId id) {
   streams_.erase(id);
-  stream_actions_.push_back(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
+  stream_actions_.push(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
 }
 
 void GossipCore::check_streams(TimePoint now) {

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/action_queue.hpp"
 #include "core/random_fill.hpp"
 #include "core/time.hpp"
 #include "gossip/broadcast_queue.hpp"
@@ -269,7 +270,7 @@ class GossipCore {
   StreamId next_stream_id_ = 1;
 
   std::deque<OutgoingDatagram> datagrams_;
-  std::deque<StreamAction> stream_actions_;
+  core::ActionQueue<StreamAction> stream_actions_;
   std::deque<MemberEvent> events_;
   GossipStats stats_;
 };

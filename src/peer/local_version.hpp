@@ -20,12 +20,13 @@
 #include "core/time.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/peer.hpp"
+#include "transport/piece_source.hpp"
 
 namespace tensorhub::peer {
 
 enum class VersionState { kManifest, kFetching, kComplete, kFailed, kReleasing, kReleased };
 
-struct LocalVersion {
+struct LocalVersion : transport::PieceSource {
   std::string model;
   std::uint64_t number = 0;
   ManifestId id;
@@ -51,6 +52,19 @@ struct LocalVersion {
   // the last one is gone after a release.
   int pins = 0;
   std::function<void()> on_unpinned;
+
+  // A piece sent from `memory` (pinned when queued) has left or was dropped.
+  void on_piece_sent(std::uint32_t length, bool sent) override {
+    if (sent) {  // counted once sent: a piece cancelled while queued never left
+      std::lock_guard lock(mutex);
+      bytes_served += length;
+    }
+    if (--pins == 0 && on_unpinned) {
+      auto unpinned = std::move(on_unpinned);
+      on_unpinned = nullptr;
+      unpinned();
+    }
+  }
 };
 
 }  // namespace tensorhub::peer

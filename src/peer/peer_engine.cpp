@@ -644,33 +644,22 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   if (!v || c == connections_.end()) return;
   if (s.offset + s.length > v->memory.size()) return;
   std::span<const std::byte> payload = v->memory.subspan(s.offset, s.length);
-  std::weak_ptr<LocalVersion> weak = v;
-  // Counted once sent: a piece cancelled while queued never left.
-  auto count_sent = [weak, length = s.length](bool sent) {
-    auto version = weak.lock();
-    if (!version || !sent) return;
-    std::lock_guard lock(version->mutex);
-    version->bytes_served += length;
-  };
+  ++v->pins;
   if (options_.test_corrupt_serving) {
-    // A deliberately bad holder (tests only): a corrupted copy, kept alive
-    // by the completion callback.
-    auto copy = std::make_shared<std::vector<std::byte>>(payload.begin(), payload.end());
-    (*copy)[copy->size() / 2] ^= std::byte{0x01};
-    c->second->send_piece(s.header, *copy, [copy, count_sent](bool sent) { count_sent(sent); });
+    // A deliberately bad holder (tests only): serves a corrupted copy.
+    struct CorruptedCopy : transport::PieceSource {
+      std::vector<std::byte> bytes;
+      std::shared_ptr<LocalVersion> version;
+      void on_piece_sent(std::uint32_t length, bool sent) override { version->on_piece_sent(length, sent); }
+    };
+    auto copy = std::make_shared<CorruptedCopy>();
+    copy->bytes.assign(payload.begin(), payload.end());
+    copy->bytes[copy->bytes.size() / 2] ^= std::byte{0x01};
+    copy->version = v;
+    c->second->send_piece(s.header, copy->bytes, copy);
     return;
   }
-  ++v->pins;
-  c->second->send_piece(s.header, payload, [weak, count_sent](bool sent) {
-    count_sent(sent);
-    auto version = weak.lock();
-    if (!version) return;
-    if (--version->pins == 0 && version->on_unpinned) {
-      auto unpinned = std::move(version->on_unpinned);
-      version->on_unpinned = nullptr;
-      unpinned();
-    }
-  });
+  c->second->send_piece(s.header, payload, v);
 }
 
 // --------------------------------------------------------------------------

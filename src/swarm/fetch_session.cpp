@@ -15,6 +15,7 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
       rng_(seed),
       picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull) {
   assert(have_.size() == layout_.shard_count());
+  config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, kMaxRequestsPerBlock);
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
     const ShardIndex shard{s};
     if (have_.test(s)) {
@@ -74,7 +75,7 @@ void FetchSession::connect_more(TimePoint now) {
     const PeerId id = chosen->first;
     candidates_.erase(chosen);
     neighbours_.emplace(id, std::move(n));
-    actions_.push_back(ConnectAction{id});
+    actions_.push(ConnectAction{id});
   }
 }
 
@@ -126,7 +127,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   if (it->second.has_bits) picker_.remove_peer(it->second.bits);
   neighbours_.erase(it);
   if (ban) banned_.insert(peer);
-  if (!reason.empty()) actions_.push_back(DisconnectAction{peer, reason});
+  if (!reason.empty()) actions_.push(DisconnectAction{peer, reason});
   (void)now;
 }
 
@@ -248,7 +249,7 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   if (requests.empty()) --unrequested_;
   requests.push_back(Request{id, now});
   ++n.in_flight;
-  actions_.push_back(RequestAction{id, shard, block, layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
+  actions_.push(RequestAction{id, shard, block, layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
                                    layout_.block_length(shard, block)});
 }
 
@@ -301,11 +302,10 @@ void FetchSession::schedule(TimePoint now) {
   last_scheduled_ = now;
   connect_more(now);
   // Nearest neighbours choose first, so they take what they can give.
-  std::vector<std::pair<Proximity, PeerId>> order;
-  order.reserve(neighbours_.size());
-  for (const auto& [id, n] : neighbours_) order.emplace_back(n.proximity, id);
-  std::sort(order.begin(), order.end());
-  for (const auto& [p, id] : order) fill(now, id, neighbours_.at(id));
+  schedule_order_.clear();
+  for (const auto& [id, n] : neighbours_) schedule_order_.emplace_back(n.proximity, id);
+  std::sort(schedule_order_.begin(), schedule_order_.end());
+  for (const auto& [p, id] : schedule_order_) fill(now, id, neighbours_.at(id));
   check_starvation(now);
 }
 
@@ -354,7 +354,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
     --unrequested_;
   }
   for (const Request& other : s.requests[block.value]) {
-    actions_.push_back(CancelAction{other.peer, shard, block});
+    actions_.push(CancelAction{other.peer, shard, block});
     if (auto n = neighbours_.find(other.peer); n != neighbours_.end() && n->second.in_flight > 0) --n->second.in_flight;
   }
   s.requests[block.value].clear();
@@ -369,7 +369,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   }
   if (s.received_count == layout_.block_count(shard)) {
     s.verifying = true;
-    actions_.push_back(VerifyAction{shard});
+    actions_.push(VerifyAction{shard});
   }
   schedule(now);
 }
@@ -391,7 +391,7 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
     shards_.erase(it);
     have_.set(shard.value);
     picker_.drop(shard);
-    actions_.push_back(AnnounceAction{shard});
+    actions_.push(AnnounceAction{shard});
     if (have_.all()) {
       finish(Status::ok());
       return;
@@ -457,7 +457,7 @@ void FetchSession::handle_timeout(TimePoint now) {
   requests_timed_out_ += expired.size();
   for (const auto& [shard, block, peer] : expired) {
     drop_request(shard, block, peer);
-    actions_.push_back(CancelAction{peer, shard, block});
+    actions_.push(CancelAction{peer, shard, block});
   }
   schedule(now);
 }
@@ -491,11 +491,20 @@ void FetchSession::check_starvation(TimePoint now) {
   for (const auto& [id, n] : neighbours_) {
     if (n.connecting || (n.connected && (!n.has_bits || n.super_seed))) waiting = true;
   }
-  std::optional<ShardIndex> orphan;
-  for (std::uint32_t s = 0; s < layout_.shard_count() && !orphan; ++s) {
-    if (!have_.test(s) && picker_.availability(ShardIndex{s}) == 0 && !shards_.count(s)) orphan = ShardIndex{s};
+  if (waiting) {
+    starved_since_.reset();
+    return;
   }
-  if (!orphan || waiting) {
+  // Only the wanted shards of availability 0 are looked at, not every shard:
+  // this runs after every block.
+  std::optional<ShardIndex> orphan;
+  for (const ShardIndex s : picker_.unavailable()) {
+    if (!shards_.count(s.value)) {
+      orphan = s;
+      break;
+    }
+  }
+  if (!orphan) {
     starved_since_.reset();
     return;
   }
@@ -513,17 +522,14 @@ void FetchSession::finish(Status status) {
   done_ = true;
   for (auto& [index, s] : shards_) {
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
-      for (const Request& r : s.requests[b]) actions_.push_back(CancelAction{r.peer, ShardIndex{index}, BlockIndex{b}});
+      for (const Request& r : s.requests[b]) actions_.push(CancelAction{r.peer, ShardIndex{index}, BlockIndex{b}});
     }
   }
-  actions_.push_back(DoneAction{std::move(status)});
+  actions_.push(DoneAction{std::move(status)});
 }
 
 std::optional<FetchAction> FetchSession::poll() {
-  if (actions_.empty()) return std::nullopt;
-  FetchAction a = std::move(actions_.front());
-  actions_.pop_front();
-  return a;
+  return actions_.poll();
 }
 
 FetchProgress FetchSession::progress() const {

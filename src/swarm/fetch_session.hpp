@@ -18,8 +18,8 @@
 // directly in the destination; this core only tracks which have.
 #pragma once
 
+#include <array>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -27,6 +27,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/action_queue.hpp"
 #include "core/bitfield.hpp"
 #include "core/random_fill.hpp"
 #include "core/time.hpp"
@@ -48,7 +49,7 @@ struct FetchConfig {
   Duration request_timeout = 800ms;          // a holder silent this long loses its requests to others
   Duration connect_timeout = 2s;
   int max_bad_shards = 2;                    // then the sender is dropped and avoided
-  std::size_t endgame_duplicates = 2;        // holders asked for one block in endgame
+  std::size_t endgame_duplicates = 2;        // holders asked for one block in endgame (at most 4)
   bool starts_choked = false;                // wait for an unchoke before requesting
   Duration starvation_timeout = 5s;          // a shard nobody reachable holds fails the fetch after this
 };
@@ -159,9 +160,32 @@ class FetchSession {
     PeerId peer;
     TimePoint sent;
   };
+  // A block's outstanding requests, held inline so that asking for a block
+  // allocates nothing. Invariant: size() <= kMaxRequestsPerBlock, which
+  // bounds endgame_duplicates.
+  static constexpr std::size_t kMaxRequestsPerBlock = 4;
+  class BlockRequests {
+   public:
+    const Request* begin() const { return items_.data(); }
+    const Request* end() const { return items_.data() + count_; }
+    std::size_t size() const { return count_; }
+    bool empty() const { return count_ == 0; }
+    void clear() { count_ = 0; }
+    // REQUIRES: size() < kMaxRequestsPerBlock.
+    void push_back(const Request& r) { items_[count_++] = r; }
+    void erase(const Request* r) {
+      const auto i = static_cast<std::size_t>(r - items_.data());
+      std::move(items_.begin() + static_cast<std::ptrdiff_t>(i) + 1, items_.begin() + count_, items_.begin() + static_cast<std::ptrdiff_t>(i));
+      --count_;
+    }
+
+   private:
+    std::array<Request, kMaxRequestsPerBlock> items_{};
+    std::uint8_t count_ = 0;
+  };
   struct Shard {
     core::Bitfield received;               // blocks in the destination
-    std::vector<std::vector<Request>> requests;  // per block: outstanding requests
+    std::vector<BlockRequests> requests;   // per block: outstanding requests
     std::vector<PeerId> sources;           // per block: who sent it
     std::uint32_t received_count = 0;
     bool started = false;
@@ -218,7 +242,8 @@ class FetchSession {
   std::map<PeerId, Location> candidates_;  // known holders not connected
   std::set<PeerId> banned_;
   std::map<PeerId, Neighbour> neighbours_;
-  std::deque<FetchAction> actions_;
+  std::vector<std::pair<Proximity, PeerId>> schedule_order_;  // reused by schedule()
+  core::ActionQueue<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is

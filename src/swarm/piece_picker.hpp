@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "core/bitfield.hpp"
@@ -51,6 +52,10 @@ class PiecePicker {
   std::vector<ShardIndex> pick(const core::Bitfield& has, std::size_t count,
                                const std::function<bool(ShardIndex)>& eligible = nullptr,
                                std::uint32_t min_availability = 1) const;
+
+  // The wanted shards that no neighbour holds (availability 0), in no
+  // particular order. Valid until the picker changes.
+  std::span<const ShardIndex> unavailable() const { return {pieces_.data(), start(1)}; }
 
   // The rarest availability among wanted shards (for diagnostics and tests).
   std::uint32_t min_availability() const;

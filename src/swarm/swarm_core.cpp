@@ -3,6 +3,14 @@
 #include <algorithm>
 
 namespace tensorhub::swarm {
+namespace {
+
+template <typename Requests>
+auto find_request(Requests& requests, std::uint32_t request_id) {
+  return std::find_if(requests.begin(), requests.end(), [&](const auto& r) { return r.first == request_id; });
+}
+
+}  // namespace
 
 SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed)
     : config_(config), self_(std::move(self)), self_id_(self_id), seed_(seed) {
@@ -99,7 +107,7 @@ void SwarmCore::peer_gone(TimePoint now, const PeerId& peer) {
     }
   }
   if (connections_.count(peer)) {
-    actions_.push_back(CloseConnection{peer, "the peer left the swarm"});
+    actions_.push(CloseConnection{peer, "the peer left the swarm"});
     forget_connection(now, peer);
   }
 }
@@ -108,7 +116,7 @@ void SwarmCore::peer_gone(TimePoint now, const PeerId& peer) {
 // Fetch sessions
 
 void SwarmCore::send(const PeerId& peer, SwarmMessage message) {
-  actions_.push_back(SendMessage{peer, std::move(message)});
+  actions_.push(SendMessage{peer, std::move(message)});
 }
 
 void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer) {
@@ -132,20 +140,20 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
         start_with(now, id, v, connect->peer);
       } else {
         it->second.pending.insert(id);
-        if (created) actions_.push_back(OpenConnection{connect->peer});
+        if (created) actions_.push(OpenConnection{connect->peer});
       }
     } else if (auto* disconnect = std::get_if<DisconnectAction>(&*action)) {
       // The session gave up on this neighbour: it sent bad data.
       v.sources.erase(disconnect->peer);
       if (connections_.count(disconnect->peer)) {
-        actions_.push_back(CloseConnection{disconnect->peer, disconnect->reason});
+        actions_.push(CloseConnection{disconnect->peer, disconnect->reason});
         forget_connection(now, disconnect->peer);
       }
     } else if (auto* request = std::get_if<RequestAction>(&*action)) {
       auto c = connections_.find(request->peer);
       if (c == connections_.end() || !c->second.open) continue;
       const std::uint32_t rid = c->second.next_request_id++;
-      c->second.requests[rid] = Outstanding{id, request->shard, request->block, request->offset, request->length};
+      c->second.requests.emplace_back(rid, Outstanding{id, request->shard, request->block, request->offset, request->length});
       send(request->peer, SwarmMessage{MessageType::kRequest, id, rid, request->shard, request->block, request->offset, request->length, 0, {}});
     } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
       auto c = connections_.find(cancel->peer);
@@ -158,10 +166,10 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
         }
       }
     } else if (auto* verify = std::get_if<VerifyAction>(&*action)) {
-      actions_.push_back(VerifyShard{id, verify->shard});
+      actions_.push(VerifyShard{id, verify->shard});
     } else if (auto* announce = std::get_if<AnnounceAction>(&*action)) {
       v.have.set(announce->shard.value);
-      actions_.push_back(ShardHeld{id, announce->shard});
+      actions_.push(ShardHeld{id, announce->shard});
       std::set<PeerId> told;
       for (const PeerId& peer : v.requesters) told.insert(peer);
       for (const PeerId& peer : v.sources) told.insert(peer);
@@ -180,7 +188,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
         }
       }
       v.sources.clear();
-      actions_.push_back(FetchFinished{id, status});
+      actions_.push(FetchFinished{id, status});
       break;
     }
   }
@@ -268,7 +276,7 @@ void SwarmCore::handle_request(const PeerId& peer, const SwarmMessage& m) {
     return refuse("range outside the shard");
   }
   SwarmMessage header{MessageType::kPiece, m.version, m.request_id, {}, {}, 0, m.length, 0, {}};
-  actions_.push_back(ServePiece{peer, std::move(header), m.version, m.offset, m.length});
+  actions_.push(ServePiece{peer, std::move(header), m.version, m.offset, m.length});
 }
 
 void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
@@ -318,7 +326,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       if (it == versions_.end() || !it->second.fetch) return;
       auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count);
       if (!bits || m.shard_count != it->second.layout.shard_count()) {
-        actions_.push_back(CloseConnection{peer, "a bitfield that does not match the version"});
+        actions_.push(CloseConnection{peer, "a bitfield that does not match the version"});
         forget_connection(now, peer);
         return;
       }
@@ -352,7 +360,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       handle_request(peer, m);
       return;
     case MessageType::kRefuse: {
-      auto r = c.requests.find(m.request_id);
+      auto r = find_request(c.requests, m.request_id);
       if (r == c.requests.end()) return;
       const Outstanding o = r->second;
       c.requests.erase(r);
@@ -384,7 +392,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
 std::optional<PieceTarget> SwarmCore::piece_target(const PeerId& peer, const SwarmMessage& header) const {
   auto c = connections_.find(peer);
   if (c == connections_.end()) return std::nullopt;
-  auto r = c->second.requests.find(header.request_id);
+  auto r = find_request(c->second.requests, header.request_id);
   if (r == c->second.requests.end() || r->second.version != header.version || r->second.length != header.length) {
     return std::nullopt;
   }
@@ -396,7 +404,7 @@ std::optional<PieceTarget> SwarmCore::piece_target(const PeerId& peer, const Swa
 void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
   auto c = connections_.find(peer);
   if (c == connections_.end()) return;
-  auto r = c->second.requests.find(header.request_id);
+  auto r = find_request(c->second.requests, header.request_id);
   if (r == c->second.requests.end()) {
     discarded_piece_bytes_ += header.length;
     return;
@@ -446,10 +454,7 @@ TimePoint SwarmCore::next_timeout() const {
 }
 
 std::optional<SwarmAction> SwarmCore::poll() {
-  if (actions_.empty()) return std::nullopt;
-  SwarmAction a = std::move(actions_.front());
-  actions_.pop_front();
-  return a;
+  return actions_.poll();
 }
 
 }  // namespace tensorhub::swarm

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +18,7 @@
 #include <string>
 #include <variant>
 
+#include "core/action_queue.hpp"
 #include "core/bitfield.hpp"
 #include "core/time.hpp"
 #include "swarm/fetch_session.hpp"
@@ -141,7 +141,10 @@ class SwarmCore {
   struct Connection {
     bool open = false;
     std::set<ManifestId> pending;  // versions waiting for the connection to open
-    std::map<std::uint32_t, Outstanding> requests;
+    // Sent and not yet answered, in sending order. A flat vector: a
+    // connection has a pipeline's worth (tens) outstanding, and a map node
+    // per request was an allocation per block.
+    std::vector<std::pair<std::uint32_t, Outstanding>> requests;
     std::uint32_t next_request_id = 1;
   };
 
@@ -161,7 +164,7 @@ class SwarmCore {
   std::map<ManifestId, Version> versions_;
   std::map<PeerId, Connection> connections_;
   std::map<PeerId, Location> locations_;
-  std::deque<SwarmAction> actions_;
+  core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
 };
 

@@ -26,9 +26,15 @@ std::string_view message_type_name(MessageType type) {
   return "unknown";
 }
 
-std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& m) {
+std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& message) {
   std::vector<std::uint8_t> out;
-  out.reserve(48 + m.bytes.size());
+  encode_swarm_message(message, out);
+  return out;
+}
+
+void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out) {
+  // The largest fixed part (a request: 7 fields, 32-byte id) is under 80 bytes.
+  out.reserve(out.size() + 80 + m.bytes.size());
   core::MsgpackWriter w(out);
   switch (m.type) {
     case MessageType::kBitfield:
@@ -82,7 +88,6 @@ std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& m) {
       w.write_bin(m.version.bytes);
       break;
   }
-  return out;
 }
 
 Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {

@@ -54,6 +54,8 @@ struct SwarmMessage {
 inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;
 
 std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& message);
+// Appends the encoding to `out` (whose capacity a caller may reuse).
+void encode_swarm_message(const SwarmMessage& message, std::vector<std::uint8_t>& out);
 Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes);
 
 }  // namespace tensorhub::swarm

@@ -23,7 +23,7 @@ void UploadSlots::fill(TimePoint now) {
     const PeerId next = waiting_.front();
     waiting_.pop_front();
     serving_.emplace(next, now);
-    actions_.push_back(UnchokeAction{next});
+    actions_.push(UnchokeAction{next});
   }
 }
 
@@ -35,7 +35,7 @@ void UploadSlots::handle_timeout(TimePoint now) {
     if (oldest == serving_.end() || now - oldest->second < rotation_) break;
     const PeerId yielded = oldest->first;
     serving_.erase(oldest);
-    actions_.push_back(ChokeAction{yielded});
+    actions_.push(ChokeAction{yielded});
     waiting_.push_back(yielded);
     fill(now);
   }
@@ -49,10 +49,7 @@ TimePoint UploadSlots::next_timeout() const {
 }
 
 std::optional<SlotAction> UploadSlots::poll() {
-  if (actions_.empty()) return std::nullopt;
-  SlotAction a = actions_.front();
-  actions_.pop_front();
-  return a;
+  return actions_.poll();
 }
 
 }  // namespace tensorhub::swarm

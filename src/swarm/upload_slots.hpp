@@ -14,6 +14,7 @@
 #include <optional>
 #include <variant>
 
+#include "core/action_queue.hpp"
 #include "core/time.hpp"
 #include "tensorhub/ids.hpp"
 
@@ -50,7 +51,7 @@ class UploadSlots {
   Duration rotation_;
   std::map<PeerId, TimePoint> serving_;  // peer -> since when
   std::deque<PeerId> waiting_;           // FIFO, no duplicates
-  std::deque<SlotAction> actions_;
+  core::ActionQueue<SlotAction> actions_;
 };
 
 }  // namespace tensorhub::swarm

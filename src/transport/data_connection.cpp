@@ -122,30 +122,43 @@ void DataConnection::established(ChannelKeys keys) {
 void DataConnection::send(const SwarmMessage& message) { send_piece(message, {}, nullptr); }
 
 void DataConnection::send_piece(const SwarmMessage& header, std::span<const std::byte> payload,
-                                std::function<void(bool)> done) {
+                                std::shared_ptr<PieceSource> source) {
   if (closed_ || !established_) {
-    if (done) done(false);
+    if (source) source->on_piece_sent(static_cast<std::uint32_t>(payload.size()), false);
     return;
   }
-  Outgoing out;
-  out.message = encode_swarm_message(header);
+  if (spare_.empty()) spare_.emplace_back();
+  outbox_.splice(outbox_.end(), spare_, spare_.begin());
+  Outgoing& out = outbox_.back();
+  out.message.clear();
+  encode_swarm_message(header, out.message);
   out.cancel_id = header.type == MessageType::kPiece ? header.request_id : 0;
   out.payload = payload;
-  out.done = std::move(done);
+  out.source = std::move(source);
   queued_bytes_ += out.message.size() + payload.size();
-  outbox_.push_back(std::move(out));
   if (!writing_) write_next();
 }
 
+void DataConnection::retire(std::list<Outgoing>& from, std::list<Outgoing>::iterator it, bool sent) {
+  queued_bytes_ -= it->message.size() + it->payload.size();
+  auto source = std::move(it->source);
+  const auto length = static_cast<std::uint32_t>(it->payload.size());
+  it->payload = {};
+  // A bounded pool: a burst of queued messages must not pin memory for good.
+  if (spare_.size() < 64 && it->message.capacity() <= 4096) {
+    spare_.splice(spare_.end(), from, it);
+  } else {
+    from.erase(it);
+  }
+  if (source) source->on_piece_sent(length, sent);
+}
+
 bool DataConnection::cancel_piece(std::uint32_t request_id) {
-  if (request_id == 0) return false;
+  if (request_id == 0 || outbox_.empty()) return false;
   // The front is being written (or about to be): it goes as it is.
-  for (auto it = outbox_.begin() + (outbox_.empty() ? 0 : 1); it != outbox_.end(); ++it) {
+  for (auto it = std::next(outbox_.begin()); it != outbox_.end(); ++it) {
     if (it->cancel_id != request_id) continue;
-    queued_bytes_ -= it->message.size() + it->payload.size();
-    auto done = std::move(it->done);
-    outbox_.erase(it);
-    if (done) done(false);
+    retire(outbox_, it, false);
     return true;
   }
   return false;
@@ -157,26 +170,22 @@ void DataConnection::write_next() {
   Outgoing& front = outbox_.front();
   // Sealed only now, in the order frames go out: the receiver expects the
   // frame counters in sequence, and a cancelled piece never takes one.
-  const std::vector<std::uint8_t> sealed = sealer_->seal(front.message);
-  front.frame.resize(4 + sealed.size());
-  const auto length = static_cast<std::uint32_t>(sealed.size());
-  front.frame[0] = static_cast<std::uint8_t>(length >> 24);
-  front.frame[1] = static_cast<std::uint8_t>(length >> 16);
-  front.frame[2] = static_cast<std::uint8_t>(length >> 8);
-  front.frame[3] = static_cast<std::uint8_t>(length);
-  std::copy(sealed.begin(), sealed.end(), front.frame.begin() + 4);
+  write_frame_.assign(4, 0);
+  sealer_->seal(front.message, write_frame_);
+  const auto length = static_cast<std::uint32_t>(write_frame_.size() - 4);
+  write_frame_[0] = static_cast<std::uint8_t>(length >> 24);
+  write_frame_[1] = static_cast<std::uint8_t>(length >> 16);
+  write_frame_[2] = static_cast<std::uint8_t>(length >> 8);
+  write_frame_[3] = static_cast<std::uint8_t>(length);
   // One gather write: the sealed header, then the payload from where it lives.
-  std::array<asio::const_buffer, 2> buffers = {asio::buffer(front.frame),
+  std::array<asio::const_buffer, 2> buffers = {asio::buffer(write_frame_),
                                                asio::buffer(front.payload.data(), front.payload.size())};
   auto self = shared_from_this();
   asio::async_write(socket_, buffers, [self](std::error_code ec, std::size_t n) {
     self->writing_ = false;
     if (self->outbox_.empty()) return;
-    Outgoing done = std::move(self->outbox_.front());
-    self->outbox_.pop_front();
-    self->queued_bytes_ -= done.message.size() + done.payload.size();
     self->bytes_sent_ += n;
-    if (done.done) done.done(!ec);
+    self->retire(self->outbox_, self->outbox_.begin(), !ec);
     if (ec) return self->close(Status::io_error("write failed: " + ec.message()));
     self->write_next();
   });
@@ -248,15 +257,9 @@ void DataConnection::close(const Status& why) {
   // Queued payload writes report failure, so their memory can be released.
   // The one being written stays until its (aborted) write completes: asio
   // may still hold its buffers until then.
-  std::deque<Outgoing> pending;
-  pending.swap(outbox_);
-  if (writing_ && !pending.empty()) {
-    outbox_.push_back(std::move(pending.front()));
-    pending.pop_front();
-  }
-  for (Outgoing& o : pending) {
-    if (o.done) o.done(false);
-  }
+  auto first_dropped = outbox_.begin();
+  if (writing_ && first_dropped != outbox_.end()) ++first_dropped;
+  while (first_dropped != outbox_.end()) retire(outbox_, first_dropped++, false);
   TH_LOG_DEBUG(kLog, "connection " << (established_ ? keys_.remote.short_hex() : std::string("(handshake)"))
                                    << " closed: " << why.to_string());
   handler_.on_closed(*this, why);

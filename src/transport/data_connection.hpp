@@ -13,8 +13,7 @@
 
 #include <asio.hpp>
 #include <cstdint>
-#include <deque>
-#include <functional>
+#include <list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +23,7 @@
 #include "tensorhub/identity.hpp"
 #include "tensorhub/swarm_key.hpp"
 #include "swarm/swarm_messages.hpp"
+#include "transport/piece_source.hpp"
 #include "transport/secure_channel.hpp"
 
 namespace tensorhub::transport {
@@ -57,11 +57,12 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   ~DataConnection();
 
   void send(const SwarmMessage& message);
-  // REQUIRES: payload stays valid and unchanged until `done` runs.
-  void send_piece(const SwarmMessage& header, std::span<const std::byte> payload, std::function<void(bool sent)> done);
+  // REQUIRES: `source` owns `payload`'s memory and keeps it unchanged; it is
+  // held until the piece has left or been dropped, then told which.
+  void send_piece(const SwarmMessage& header, std::span<const std::byte> payload, std::shared_ptr<PieceSource> source);
   void close(const Status& why);
   // Drops a piece not yet being written (the requester cancelled it); its
-  // `done` runs with false. Returns whether one was dropped.
+  // source hears sent = false. Returns whether one was dropped.
   bool cancel_piece(std::uint32_t request_id);
 
   bool established() const { return established_; }
@@ -74,10 +75,9 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
  private:
   struct Outgoing {
     std::vector<std::uint8_t> message;  // encoded, sealed when its turn comes
-    std::vector<std::uint8_t> frame;    // length prefix + sealed message, once writing
     std::uint32_t cancel_id = 0;        // a piece's request id (0: not cancellable)
     std::span<const std::byte> payload;
-    std::function<void(bool)> done;
+    std::shared_ptr<PieceSource> source;  // a piece's; null for a control message
   };
 
   DataConnection(asio::ip::tcp::socket socket, const Identity& identity, const SwarmKey& swarm_key,
@@ -87,6 +87,9 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   void arm_handshake_timer(Duration timeout);
   void established(ChannelKeys keys);
   void write_next();
+  // The entry at `it` is gone (sent or dropped): it moves to spare_, and its
+  // source, if any, is told.
+  void retire(std::list<Outgoing>& from, std::list<Outgoing>::iterator it, bool sent);
   void read_frame_length();
   void read_frame(std::uint32_t length);
   void read_payload(SwarmMessage header);
@@ -106,7 +109,12 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::vector<std::uint8_t> frame_buffer_;
   std::vector<std::uint8_t> plaintext_;
   std::vector<std::byte> discard_buffer_;
-  std::deque<Outgoing> outbox_;
+  // Queued frames, the front being written. Finished entries move (splice)
+  // to spare_ with their buffers and are reused, so steady sending
+  // allocates nothing.
+  std::list<Outgoing> outbox_;
+  std::list<Outgoing> spare_;
+  std::vector<std::uint8_t> write_frame_;  // the front's length prefix + sealed message, while writing
   bool writing_ = false;
   bool established_ = false;
   bool closed_ = false;

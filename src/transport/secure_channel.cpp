@@ -168,8 +168,12 @@ Status HandshakeResponder::on_finish(std::span<const std::uint8_t> finish) {
 std::vector<std::uint8_t> FrameSealer::seal(std::span<const std::uint8_t> plaintext) {
   std::vector<std::uint8_t> out;
   out.reserve(plaintext.size() + kFrameOverhead);
-  core::aead_seal(key_, counter_nonce(counter_++), {}, plaintext, out);
+  seal(plaintext, out);
   return out;
+}
+
+void FrameSealer::seal(std::span<const std::uint8_t> plaintext, std::vector<std::uint8_t>& out) {
+  core::aead_seal(key_, counter_nonce(counter_++), {}, plaintext, out);
 }
 
 bool FrameOpener::open(std::span<const std::uint8_t> sealed, std::vector<std::uint8_t>& plaintext) {

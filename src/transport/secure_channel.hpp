@@ -90,6 +90,8 @@ class FrameSealer {
  public:
   explicit FrameSealer(const core::AeadKey& key) : key_(key) {}
   std::vector<std::uint8_t> seal(std::span<const std::uint8_t> plaintext);
+  // Appends the sealed frame to `out` (whose capacity a caller may reuse).
+  void seal(std::span<const std::uint8_t> plaintext, std::vector<std::uint8_t>& out);
 
  private:
   core::AeadKey key_;

@@ -20,6 +20,8 @@ ip netns del th-probe-$$
 for seed in 1 2; do
   "$runner" --binary "$binary" --hosts 8 --size 128MiB --chaos "$seed" --timeout 150
 done
-out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --hostile --corrupt-host 3 --timeout 150)
+rc=0
+out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --hostile --corrupt-host 3 --timeout 150) || rc=$?
 echo "$out"
+[[ $rc == 0 ]] || { echo "FAIL: the hostile/corrupt run exited with $rc"; exit 1; }
 grep -q "corrupt shards detected" <<<"$out" || { echo "FAIL: the corrupt host was never caught"; exit 1; }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <functional>
 
 #include "core/random_fill.hpp"
 #include "support/gossip_network.hpp"
@@ -64,6 +65,17 @@ struct Pair {
   std::shared_ptr<DataConnection> client, server;
 };
 
+// A piece source that reports what became of its piece.
+struct ReportingSource : PieceSource {
+  explicit ReportingSource(std::function<void(bool)> on_report) : report(std::move(on_report)) {}
+  std::function<void(bool)> report;
+  void on_piece_sent(std::uint32_t, bool sent) override { report(sent); }
+};
+
+std::shared_ptr<PieceSource> reporting(std::function<void(bool)> report) {
+  return std::make_shared<ReportingSource>(std::move(report));
+}
+
 }  // namespace
 
 TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
@@ -89,7 +101,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   p.client_events.destination = &destination;
   bool sent = false;
   p.server->send_piece(SwarmMessage{MessageType::kPiece, version, 1, {}, {}, 0, 65536, 0, {}}, source,
-                       [&](bool ok) { sent = ok; });
+                       reporting([&](bool ok) { sent = ok; }));
   p.run_until([&] { return p.client_events.pieces_stored == 1; });
   CHECK(sent);
   CHECK(p.client_events.pieces_stored == 1);
@@ -123,7 +135,7 @@ TEST_CASE("data connection: a cancelled piece still queued is never sent; the st
   std::vector<int> outcome(3, -1);
   for (std::uint32_t id = 1; id <= 3; ++id) {
     p.server->send_piece(SwarmMessage{MessageType::kPiece, version, id, {}, {}, 0, 1u << 20, 0, {}}, source,
-                         [&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; });
+                         reporting([&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; }));
   }
   CHECK_FALSE(p.server->cancel_piece(1));  // already being written
   CHECK(p.server->cancel_piece(2));
