@@ -10,7 +10,7 @@
 // The goal (issue: swarm) is at least 90% of the raw rate. Memory is touched
 // before timing: untouched VM memory fills at a fraction of the speed.
 //
-// Usage: bench_transfer [--size BYTES] [--shard-size BYTES] [--block-size BYTES] [--repeat N] [--json]
+// Usage: bench_transfer [--size BYTES] [--shard-size BYTES] [--block-size BYTES] [--repeat N] [--lanes N] [--json]
 #include <algorithm>
 #include <asio.hpp>
 #include <chrono>
@@ -104,6 +104,7 @@ SwarmKey bench_swarm_key() {
 int main(int argc, char** argv) {
   std::uint64_t size = 1ull << 30, shard_size = kDefaultShardSize, block_size = 1u << 20;
   int repeat = 3;
+  std::size_t lanes = 1;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -119,9 +120,10 @@ int main(int argc, char** argv) {
     else if (a == "--shard-size") size_arg(shard_size);
     else if (a == "--block-size") size_arg(block_size);
     else if (a == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--lanes" && i + 1 < argc) lanes = static_cast<std::size_t>(std::max(1, std::atoi(argv[++i])));
     else if (a == "--json") json = true;
     else {
-      std::fprintf(stderr, "usage: %s [--size B] [--shard-size B] [--block-size B] [--repeat N] [--json]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--size B] [--shard-size B] [--block-size B] [--repeat N] [--lanes N] [--json]\n", argv[0]);
       return 2;
     }
   }
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
   ho.data_listen = "127.0.0.1:0";
   ho.shard_size = shard_size;
   ho.block_size = static_cast<std::uint32_t>(block_size);
+  ho.data_lanes = lanes;
   std::array<std::uint8_t, 32> seed{};
   seed[0] = 1;
   Identity publisher = Identity::from_seed(seed);

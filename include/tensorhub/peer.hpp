@@ -50,6 +50,9 @@ struct PeerOptions {
   std::size_t max_neighbours = 16;
   std::size_t upload_slots = 8;
   std::uint32_t block_size = 1u << 20;
+  // TCP connections to each neighbour this peer connects to (1 to 8): the
+  // extra ones carry requests and pieces, for links one connection cannot fill.
+  std::size_t data_lanes = 1;
   std::uint64_t shard_size = kDefaultShardSize;  // for versions this peer publishes
   // Retention: release() of a model's head waits while fewer than this many
   // other peers hold it complete (0: never wait), until another holder

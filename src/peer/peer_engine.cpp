@@ -69,6 +69,10 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, Identity ident
 PeerEngine::~PeerEngine() { close(); }
 
 Status PeerEngine::start() {
+  if (options_.data_lanes < 1 || options_.data_lanes > transport::kMaxLanes) {
+    return Status::invalid_argument("data lanes must be 1 to " + std::to_string(transport::kMaxLanes) + ", not " +
+                                    std::to_string(options_.data_lanes));
+  }
   auto listen = core::parse_host_port(options_.listen);
   if (!listen) return listen.status().with_context("listen");
   core::HostPort data = *listen;
@@ -125,11 +129,15 @@ void PeerEngine::close() {
   swarm_timer_.cancel();
   release_due(/*all=*/true);
   deferral_timer_.cancel();
-  auto all = connections_;
-  for (auto& [id, c] : connecting_) all.emplace(id, c);
-  for (auto& [id, c] : all) c->close(Status::cancelled("the peer is stopping"));
-  for (auto& c : accepting_) c->close(Status::cancelled("the peer is stopping"));
-  connections_.clear();
+  std::vector<std::shared_ptr<transport::DataConnection>> all = accepting_;
+  for (auto& [id, link] : links_) {
+    for (auto& lane : link.lanes) {
+      if (lane) all.push_back(lane);
+    }
+  }
+  for (auto& [id, c] : connecting_) all.push_back(c);
+  for (auto& c : all) c->close(Status::cancelled("the peer is stopping"));
+  links_.clear();
   connecting_.clear();
   accepting_.clear();
   if (gossip_) gossip_->close();
@@ -525,6 +533,17 @@ std::string PeerEngine::status_json() const {
                         {"replicas", replicas(id)}});
   }
   j["versions"] = std::move(versions);
+  nlohmann::ordered_json links = nlohmann::ordered_json::array();
+  for (const auto& [peer, link] : links_) {
+    nlohmann::ordered_json lanes = nlohmann::ordered_json::array();
+    for (std::size_t lane = 0; lane < link.lanes.size(); ++lane) {
+      const auto& c = link.lanes[lane];
+      if (!c || !c->established() || c->closed()) continue;
+      lanes.push_back({{"lane", lane}, {"bytes_sent", c->bytes_sent()}, {"bytes_received", c->bytes_received()}});
+    }
+    links.push_back({{"peer", peer.hex()}, {"lanes", std::move(lanes)}});
+  }
+  j["data_links"] = std::move(links);
   j["data_addr"] = data_bound_.to_string();
   j["discarded_piece_bytes"] = swarm_.discarded_piece_bytes();
   return j.dump();
@@ -543,11 +562,11 @@ void PeerEngine::pump_swarm() {
     if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
       open_connection(open->peer);
     } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
-      auto it = connections_.find(close->peer);
-      if (it != connections_.end()) {
+      auto it = links_.find(close->peer);
+      if (it != links_.end()) {
         TH_LOG_INFO(kLog, "disconnecting " << close->peer.short_hex() << ": " << close->reason);
-        auto c = it->second;
-        c->close(Status::cancelled(close->reason));
+        auto primary = it->second.lanes[0];
+        primary->close(Status::cancelled(close->reason));  // the other lanes follow (on_closed)
       }
     } else if (auto* send_message = std::get_if<swarm::SendMessage>(&*action)) {
       send(send_message->peer, send_message->message);
@@ -640,8 +659,9 @@ void PeerEngine::verify(const swarm::VerifyShard& request) {
 
 void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   auto v = find_version(s.version);
-  auto c = connections_.find(s.peer);
-  if (!v || c == connections_.end()) return;
+  auto link = links_.find(s.peer);
+  if (!v || link == links_.end()) return;
+  transport::DataConnection& lane = link->second.lane_for(s.header.request_id);
   if (s.offset + s.length > v->memory.size()) return;
   std::span<const std::byte> payload = v->memory.subspan(s.offset, s.length);
   ++v->pins;
@@ -656,10 +676,10 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
     copy->bytes.assign(payload.begin(), payload.end());
     copy->bytes[copy->bytes.size() / 2] ^= std::byte{0x01};
     copy->version = v;
-    c->second->send_piece(s.header, copy->bytes, copy);
+    lane.send_piece(s.header, copy->bytes, copy);
     return;
   }
-  c->second->send_piece(s.header, payload, v);
+  lane.send_piece(s.header, payload, v);
 }
 
 // --------------------------------------------------------------------------
@@ -678,21 +698,24 @@ void PeerEngine::accept_data() {
   });
 }
 
+std::optional<asio::ip::tcp::endpoint> PeerEngine::data_endpoint_of(const PeerId& peer) const {
+  auto member = gossip_->core().member(peer);
+  if (!member) return std::nullopt;
+  auto hp = core::parse_host_port(member->record->record.data_addr);
+  if (!hp) return std::nullopt;
+  std::error_code ec;
+  auto ip = asio::ip::make_address(hp->host, ec);
+  if (ec) return std::nullopt;
+  return asio::ip::tcp::endpoint(ip, hp->port);
+}
+
 void PeerEngine::open_connection(const PeerId& peer) {
-  if (connections_.count(peer)) {
+  if (links_.count(peer)) {
     swarm_.on_connected(steady_now_(), peer);
     return;
   }
   if (connecting_.count(peer)) return;
-  auto member = gossip_->core().member(peer);
-  std::optional<asio::ip::tcp::endpoint> endpoint;
-  if (member) {
-    if (auto hp = core::parse_host_port(member->record->record.data_addr)) {
-      std::error_code ec;
-      auto ip = asio::ip::make_address(hp->host, ec);
-      if (!ec) endpoint = asio::ip::tcp::endpoint(ip, hp->port);
-    }
-  }
+  auto endpoint = data_endpoint_of(peer);
   if (!endpoint) {
     swarm_.on_connect_failed(steady_now_(), peer);
     return;
@@ -701,9 +724,10 @@ void PeerEngine::open_connection(const PeerId& peer) {
 }
 
 void PeerEngine::send(const PeerId& peer, const swarm::SwarmMessage& message) {
-  auto it = connections_.find(peer);
-  if (it != connections_.end()) {
-    it->second->send(message);
+  auto it = links_.find(peer);
+  if (it != links_.end()) {
+    const DataLink& link = it->second;
+    (message.type == swarm::MessageType::kRequest ? link.lane_for(message.request_id) : link.primary()).send(message);
     return;
   }
   pending_[peer].push_back(message);
@@ -711,6 +735,7 @@ void PeerEngine::send(const PeerId& peer, const swarm::SwarmMessage& message) {
 }
 
 void PeerEngine::on_established(transport::DataConnection& connection) {
+  if (connection.lane() > 0) return attach_lane(connection);
   const PeerId remote = connection.remote();
   std::shared_ptr<transport::DataConnection> self;
   bool outbound = false;
@@ -735,20 +760,32 @@ void PeerEngine::on_established(transport::DataConnection& connection) {
     }
   }
   if (!self) return;
-  auto existing = connections_.find(remote);
-  if (existing != connections_.end()) {
+  auto existing = links_.find(remote);
+  if (existing != links_.end()) {
     // Both sides connected at once: keep the connection the smaller id opened.
     const PeerId& new_initiator = outbound ? id() : remote;
     if (new_initiator < (new_initiator == id() ? remote : id())) {
-      auto old = existing->second;
-      connections_.erase(existing);
-      old->close(Status::cancelled("a duplicate connection"));
+      auto old = std::move(existing->second.lanes);
+      links_.erase(existing);
+      for (auto& lane : old) {
+        if (lane) lane->close(Status::cancelled("a duplicate connection"));
+      }
     } else {
       connection.close(Status::cancelled("a duplicate connection"));
       return;
     }
   }
-  connections_[remote] = self;
+  DataLink& link = links_[remote];
+  link.lanes = {self};
+  if (outbound && options_.data_lanes > 1) {
+    if (auto endpoint = data_endpoint_of(remote)) {
+      link.lanes.resize(options_.data_lanes);
+      for (std::size_t lane = 1; lane < link.lanes.size(); ++lane) {
+        link.lanes[lane] = transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this,
+                                                              kHandshakeTimeout, static_cast<std::uint8_t>(lane));
+      }
+    }
+  }
   if (auto pending = pending_.find(remote); pending != pending_.end()) {
     for (const auto& m : pending->second) self->send(m);
     pending_.erase(pending);
@@ -780,7 +817,11 @@ void PeerEngine::on_message(transport::DataConnection& connection, swarm::SwarmM
       // The requester got the block elsewhere, or gave up on us: a piece still
       // queued here would cross the link for nothing (seen: a congestion
       // collapse over a slow link, 2x the version sent in vain).
-      connection.cancel_piece(message.request_id);
+      if (auto link = links_.find(remote); link != links_.end()) {
+        for (const auto& lane : link->second.lanes) {
+          if (lane && lane->cancel_piece(message.request_id)) break;
+        }
+      }
       return;
     default:
       swarm_.on_message(steady_now_(), remote, message);
@@ -803,6 +844,33 @@ void PeerEngine::on_piece(transport::DataConnection& connection, const swarm::Sw
   pump_swarm();
 }
 
+void PeerEngine::attach_lane(transport::DataConnection& connection) {
+  const PeerId remote = connection.remote();
+  const std::uint8_t lane = connection.lane();
+  auto link = links_.find(remote);
+  // An extra lane we opened: it is in its slot already.
+  if (link != links_.end() && lane < link->second.lanes.size() && link->second.lanes[lane].get() == &connection) return;
+  auto accepted = std::find_if(accepting_.begin(), accepting_.end(), [&](const auto& c) { return c.get() == &connection; });
+  if (accepted == accepting_.end()) {
+    // Opened by us towards an address whose peer is not the one gossip named.
+    connection.close(Status::verify_failed("the peer at that address is not the one gossip named"));
+    return;
+  }
+  auto self = std::move(*accepted);
+  accepting_.erase(accepted);
+  if (link == links_.end()) {
+    connection.close(Status::cancelled("an extra lane without its primary connection"));
+    return;
+  }
+  auto& lanes = link->second.lanes;
+  if (lane >= lanes.size()) lanes.resize(lane + 1);
+  if (lanes[lane] && !lanes[lane]->closed()) {
+    connection.close(Status::cancelled("a duplicate lane"));
+    return;
+  }
+  lanes[lane] = std::move(self);
+}
+
 void PeerEngine::on_closed(transport::DataConnection& connection, const Status& why) {
   if (closed_) return;
   for (auto it = connecting_.begin(); it != connecting_.end(); ++it) {
@@ -817,11 +885,25 @@ void PeerEngine::on_closed(transport::DataConnection& connection, const Status& 
     }
   }
   std::erase_if(accepting_, [&](const auto& c) { return c.get() == &connection; });
-  if (!connection.established()) return;
-  auto it = connections_.find(connection.remote());
-  if (it == connections_.end() || it->second.get() != &connection) return;
-  connections_.erase(it);
-  swarm_.on_disconnected(steady_now_(), connection.remote());
+  auto it = links_.begin();
+  while (it != links_.end() && !it->second.holds(&connection)) ++it;
+  if (it == links_.end()) return;
+  if (!connection.established()) {
+    // An extra lane that never opened: the link does without it.
+    for (auto& lane : it->second.lanes) {
+      if (lane.get() == &connection) lane.reset();
+    }
+    return;
+  }
+  // An established lane: the whole link goes, and the swarm core puts the
+  // requests it had in flight back at once.
+  const PeerId remote = it->first;
+  auto lanes = std::move(it->second.lanes);
+  links_.erase(it);
+  for (auto& lane : lanes) {
+    if (lane && lane.get() != &connection) lane->close(Status::cancelled("another lane to this peer closed"));
+  }
+  swarm_.on_disconnected(steady_now_(), remote);
   pump_swarm();
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gossip/version_vector.hpp"
+#include "peer/data_link.hpp"
 #include "peer/local_version.hpp"
 #include "swarm/retention.hpp"
 #include "swarm/swarm_core.hpp"
@@ -89,6 +90,8 @@ class PeerEngine : public transport::DataConnectionHandler {
   void pump_swarm();
   void arm_swarm_timer();
   void open_connection(const PeerId& peer);
+  std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
+  void attach_lane(transport::DataConnection& connection);
   void send(const PeerId& peer, const swarm::SwarmMessage& message);
   void serve_piece(const swarm::ServePiece& serve);
   void verify(const swarm::VerifyShard& verify);
@@ -113,7 +116,7 @@ class PeerEngine : public transport::DataConnectionHandler {
   swarm::SwarmCore swarm_;
   asio::steady_timer swarm_timer_;
   TimePoint swarm_timer_at_ = kTimeNever;
-  std::map<PeerId, std::shared_ptr<transport::DataConnection>> connections_;  // established
+  std::map<PeerId, DataLink> links_;                                           // established
   std::map<PeerId, std::shared_ptr<transport::DataConnection>> connecting_;   // outbound, in handshake
   std::vector<std::shared_ptr<transport::DataConnection>> accepting_;         // inbound, in handshake
   std::map<PeerId, std::vector<swarm::SwarmMessage>> pending_;                 // to send once connected

@@ -24,15 +24,16 @@ DataConnection::~DataConnection() = default;
 
 std::shared_ptr<DataConnection> DataConnection::connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
                                                         const Identity& identity, const SwarmKey& swarm_key,
-                                                        DataConnectionHandler& handler, Duration handshake_timeout) {
+                                                        DataConnectionHandler& handler, Duration handshake_timeout,
+                                                        std::uint8_t lane) {
   std::shared_ptr<DataConnection> c(new DataConnection(asio::ip::tcp::socket(io), identity, swarm_key, handler));
   c->arm_handshake_timer(handshake_timeout);
-  c->socket_.async_connect(to, [c, handshake_timeout](std::error_code ec) {
+  c->socket_.async_connect(to, [c, lane](std::error_code ec) {
     if (c->closed_) return;
     if (ec) return c->close(Status::unavailable("connect failed: " + ec.message()));
     std::error_code ignored;
     c->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
-    c->start_initiator(handshake_timeout);
+    c->start_initiator(lane);
   });
   return c;
 }
@@ -44,7 +45,7 @@ std::shared_ptr<DataConnection> DataConnection::accept(asio::ip::tcp::socket soc
   std::error_code ignored;
   c->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
   c->arm_handshake_timer(handshake_timeout);
-  c->start_responder(handshake_timeout);
+  c->start_responder();
   return c;
 }
 
@@ -57,8 +58,8 @@ void DataConnection::arm_handshake_timer(Duration timeout) {
   });
 }
 
-void DataConnection::start_initiator(Duration) {
-  initiator_.emplace(identity_, swarm_key_);
+void DataConnection::start_initiator(std::uint8_t lane) {
+  initiator_.emplace(identity_, swarm_key_, lane);
   auto hello = std::make_shared<std::vector<std::uint8_t>>(initiator_->hello());
   auto self = shared_from_this();
   asio::async_write(socket_, asio::buffer(*hello), [self, hello](std::error_code ec, std::size_t) {
@@ -80,7 +81,7 @@ void DataConnection::start_initiator(Duration) {
   });
 }
 
-void DataConnection::start_responder(Duration) {
+void DataConnection::start_responder() {
   responder_.emplace(identity_, swarm_key_);
   handshake_buffer_.resize(kHelloBytes);
   auto self = shared_from_this();

@@ -48,9 +48,11 @@ class DataConnectionHandler {
 
 class DataConnection : public std::enable_shared_from_this<DataConnection> {
  public:
+  // `lane`: which of the neighbour's connections this is (secure_channel.hpp).
   static std::shared_ptr<DataConnection> connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
                                                  const Identity& identity, const SwarmKey& swarm_key,
-                                                 DataConnectionHandler& handler, Duration handshake_timeout);
+                                                 DataConnectionHandler& handler, Duration handshake_timeout,
+                                                 std::uint8_t lane = 0);
   static std::shared_ptr<DataConnection> accept(asio::ip::tcp::socket socket, const Identity& identity,
                                                 const SwarmKey& swarm_key, DataConnectionHandler& handler,
                                                 Duration handshake_timeout);
@@ -68,6 +70,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   bool established() const { return established_; }
   bool closed() const { return closed_; }
   const PeerId& remote() const { return keys_.remote; }
+  std::uint8_t lane() const { return keys_.lane; }  // once established
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
   std::size_t queued_bytes() const { return queued_bytes_; }
@@ -82,8 +85,8 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
 
   DataConnection(asio::ip::tcp::socket socket, const Identity& identity, const SwarmKey& swarm_key,
                  DataConnectionHandler& handler);
-  void start_initiator(Duration timeout);
-  void start_responder(Duration timeout);
+  void start_initiator(std::uint8_t lane);
+  void start_responder();
   void arm_handshake_timer(Duration timeout);
   void established(ChannelKeys keys);
   void write_next();

@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <cassert>
 #include <cstring>
 
 #include "core/sodium_init.hpp"
@@ -9,7 +10,8 @@
 namespace tensorhub::transport {
 namespace {
 
-constexpr std::uint8_t kMagic[4] = {'T', 'H', 'd', '1'};
+constexpr std::uint8_t kMagic[3] = {'T', 'H', 'd'};
+constexpr std::uint8_t kLaneZero = '1';
 constexpr std::string_view kSigDomainInitiator{"tensorhub data initiator v1\0", 28};
 constexpr std::string_view kSigDomainResponder{"tensorhub data responder v1\0", 28};
 
@@ -55,8 +57,9 @@ core::AeadNonce counter_nonce(std::uint64_t counter) {
 
 }  // namespace
 
-HandshakeInitiator::HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key)
-    : identity_(identity), data_key_(swarm_key.derive("data")) {
+HandshakeInitiator::HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key, std::uint8_t lane)
+    : identity_(identity), data_key_(swarm_key.derive("data")), lane_(lane) {
+  assert(lane < kMaxLanes);
   core::ensure_sodium();
   crypto_kx_keypair(eph_public_.data(), eph_secret_.data());
 }
@@ -68,7 +71,8 @@ HandshakeInitiator::~HandshakeInitiator() {
 
 std::vector<std::uint8_t> HandshakeInitiator::hello() {
   std::vector<std::uint8_t> m(kHelloBytes);
-  std::memcpy(m.data(), kMagic, 4);
+  std::memcpy(m.data(), kMagic, 3);
+  m[3] = static_cast<std::uint8_t>(kLaneZero + lane_);
   std::memcpy(m.data() + 4, eph_public_.data(), 32);
   std::memcpy(m.data() + 36, identity_.public_key().bytes.data(), 32);
   const auto tag = mac(data_key_, std::span(m).first(kHelloBytes - 16));
@@ -85,6 +89,7 @@ Result<std::vector<std::uint8_t>> HandshakeInitiator::on_welcome(std::span<const
     return Status::verify_failed("handshake: the responder does not hold this swarm's key");
   }
   ChannelKeys keys;
+  keys.lane = lane_;
   std::memcpy(keys.remote.bytes.data(), welcome.data() + 32, 32);
   Signature sig;
   std::memcpy(sig.bytes.data(), welcome.data() + 64, 64);
@@ -120,7 +125,8 @@ HandshakeResponder::~HandshakeResponder() {
 }
 
 Result<std::vector<std::uint8_t>> HandshakeResponder::on_hello(std::span<const std::uint8_t> hello) {
-  if (hello.size() != kHelloBytes || std::memcmp(hello.data(), kMagic, 4) != 0) {
+  if (hello.size() != kHelloBytes || std::memcmp(hello.data(), kMagic, 3) != 0 || hello[3] < kLaneZero ||
+      hello[3] >= kLaneZero + kMaxLanes) {
     return Status::verify_failed("handshake: not a TensorHub data connection");
   }
   if (!equal_mac(mac(data_key_, hello.first(kHelloBytes - 16)).data(), hello.data() + kHelloBytes - 16)) {
@@ -146,6 +152,7 @@ Result<std::vector<std::uint8_t>> HandshakeResponder::on_hello(std::span<const s
   }
   ChannelKeys keys;
   keys.remote = initiator_;
+  keys.lane = static_cast<std::uint8_t>(hello[3] - kLaneZero);
   keys.receive = mix(data_key_, rx, transcript_);
   keys.send = mix(data_key_, tx, transcript_);
   sodium_memzero(rx, sizeof rx);

@@ -2,13 +2,17 @@
 //
 // Three messages over a fresh connection; both sides prove their peer key,
 // and both prove they hold the swarm key:
-//   1. initiator -> responder: "THd1" | eph_i (32) | id_i (32) | mac_i (16)
+//   1. initiator -> responder: "THd" lane | eph_i (32) | id_i (32) | mac_i (16)
 //   2. responder -> initiator: eph_r (32) | id_r (32) | sig_r (64) | mac_r (16)
 //   3. initiator -> responder: sig_i (64)
 // mac_x is BLAKE2b keyed with the swarm's data key over everything sent so
 // far: only members can produce it, and a responder answers nobody else. sig_x
 // is the peer's Ed25519 signature over the transcript hash, which binds both
 // ephemeral keys: a recorded message 1 replayed later cannot be completed.
+// The lane byte is '1' + the lane's number: a neighbour's first connection
+// is lane 0 ("THd1"); further lanes carry requests and pieces alongside it
+// when one TCP connection cannot fill a link (peer/data_link.hpp). It is
+// inside mac_i and the signed transcript, so it cannot be altered.
 // Session keys come from X25519 over the ephemeral keys (libsodium crypto_kx),
 // mixed with the swarm key and the transcript.
 //
@@ -39,17 +43,20 @@ namespace tensorhub::transport {
 inline constexpr std::size_t kHelloBytes = 4 + 32 + 32 + 16;
 inline constexpr std::size_t kWelcomeBytes = 32 + 32 + 64 + 16;
 inline constexpr std::size_t kFinishBytes = 64;
+inline constexpr std::uint8_t kMaxLanes = 8;  // lanes 0 .. kMaxLanes - 1 per neighbour
 
 struct ChannelKeys {
   core::AeadKey send;
   core::AeadKey receive;
   PeerId remote;
+  std::uint8_t lane = 0;
 };
 
 // The initiator's side. Use once.
 class HandshakeInitiator {
  public:
-  HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key);
+  // REQUIRES: lane < kMaxLanes.
+  HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key, std::uint8_t lane = 0);
   ~HandshakeInitiator();
   std::vector<std::uint8_t> hello();
   // Checks message 2. On success returns message 3 and sets keys().
@@ -59,6 +66,7 @@ class HandshakeInitiator {
  private:
   const Identity& identity_;
   std::array<std::uint8_t, 32> data_key_;
+  std::uint8_t lane_;
   std::array<std::uint8_t, 32> eph_public_{}, eph_secret_{};
   std::vector<std::uint8_t> transcript_;
   std::optional<ChannelKeys> keys_;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/random_fill.hpp"
@@ -146,4 +147,47 @@ TEST_CASE("peer: the last holder of the head defers its release until another pe
   const auto waited = std::chrono::steady_clock::now() - started;
   CHECK(waited >= 450ms);
   CHECK(waited < 3s);
+}
+
+TEST_CASE("peer: extra data lanes carry pieces, and the fetch verifies") {
+  const Identity publisher_id = GossipNetwork::identity_for(620);
+  auto publisher = start_peer(620, publisher_id.public_key(), {});
+  auto worker = start_peer(621, publisher_id.public_key(), {publisher->gossip_address()},
+                           [](PeerOptions& o) { o.data_lanes = 4; });
+  auto image = small_model(23, 4u << 20);
+  auto layout = parse_safetensors(image);
+  REQUIRE(layout.is_ok());
+  auto handle = publisher->publish("policy", image, layout->tensors);
+  REQUIRE(handle.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  auto f = worker->fetch("policy", 1);
+  REQUIRE(f.is_ok());
+  REQUIRE_MESSAGE(f->wait(20s).is_ok(), f->wait(0ms).to_string());
+  CHECK(std::equal(f->bytes().begin(), f->bytes().end(), image.begin(), image.end()));
+
+  // Every lane carried part of the version (requests spread by id), and the
+  // holder sees the same four lanes from its side.
+  auto lanes_of = [](const std::string& status_json) {
+    auto status = nlohmann::json::parse(status_json);
+    REQUIRE(status["data_links"].size() == 1);
+    return status["data_links"][0]["lanes"];
+  };
+  const auto fetcher_lanes = lanes_of(worker->status_json());
+  REQUIRE(fetcher_lanes.size() == 4);
+  std::uint64_t received = 0;
+  for (const auto& lane : fetcher_lanes) {
+    CHECK(lane["bytes_received"].get<std::uint64_t>() > image.size() / 8);
+    received += lane["bytes_received"].get<std::uint64_t>();
+  }
+  CHECK(received >= image.size());
+  CHECK(lanes_of(publisher->status_json()).size() == 4);
+}
+
+TEST_CASE("peer: a data lane count out of range is refused at start") {
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.data_lanes = 9;
+  auto peer = Peer::start(o, GossipNetwork::identity_for(630), swarm_key());
+  REQUIRE_FALSE(peer.is_ok());
+  CHECK(peer.status().message().find("data lanes must be 1 to 8") != std::string::npos);
 }

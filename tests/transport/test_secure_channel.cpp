@@ -113,3 +113,30 @@ TEST_CASE("secure channel: impersonation, replay and tampering do not complete")
   CHECK_FALSE(victim.on_finish(*finish).is_ok());
   CHECK(r.on_finish(*finish).is_ok());
 }
+
+TEST_CASE("secure channel: the lane number travels, authenticated, and is bounded") {
+  const Identity alice = id(7), bob = id(8);
+  const SwarmKey swarm = key(9);
+  HandshakeInitiator i(alice, swarm, 3);
+  HandshakeResponder r(bob, swarm);
+  const auto hello = i.hello();
+  auto welcome = r.on_hello(hello);
+  REQUIRE(welcome.is_ok());
+  auto finish = i.on_welcome(*welcome);
+  REQUIRE(finish.is_ok());
+  REQUIRE(r.on_finish(*finish).is_ok());
+  CHECK(i.keys().lane == 3);
+  CHECK(r.keys().lane == 3);
+
+  // Changing the lane byte breaks the hello's MAC.
+  auto altered = hello;
+  altered[3] = static_cast<std::uint8_t>(altered[3] + 1);
+  HandshakeResponder r2(bob, swarm);
+  CHECK_FALSE(r2.on_hello(altered).is_ok());
+  // A lane past the last is not a data connection at all.
+  altered[3] = static_cast<std::uint8_t>('1' + kMaxLanes);
+  HandshakeResponder r3(bob, swarm);
+  auto refused = r3.on_hello(altered);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().message().find("not a TensorHub data connection") != std::string::npos);
+}
