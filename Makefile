@@ -1,7 +1,7 @@
 # TensorHub: thin wrapper over scripts/install-deps, CMake and CTest.
 #   make demo   install what is missing, build, run the demo (tensorhub demo; DEMO_ARGS="--peers 8 --size 1GiB")
 #   make test   install what is missing, build, run the tests (plus ASan/UBSan unit tests)
-# Also: make build, make bench, make bench-cluster (root), make test-asan, make fuzz, make clean.
+# Also: make build, make bench, make bench-cluster (root), make sim, make test-asan, make fuzz, make clean.
 
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
@@ -10,7 +10,7 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build test test-fast test-asan demo demo-manifest bench bench-cluster fuzz clean
+.PHONY: all deps configure build test test-fast test-asan demo demo-manifest bench bench-cluster sim fuzz clean
 
 all: build
 
@@ -50,6 +50,12 @@ bench: build
 # Needs root: network namespaces with shaped links (bench/cluster/).
 bench-cluster: build
 	bench/cluster/run-standard $(BUILD_DIR)
+
+# The simulator on a small default scenario (SIM_SCENARIO=sim/scenarios/...).
+SIM_SCENARIO ?= sim/scenarios/cluster-8.json
+sim: build
+	$(BUILD_DIR)/sim/tensorhub-sim $(SIM_SCENARIO) --json $(BUILD_DIR)/sim-report.json
+	@echo "JSON summary: $(BUILD_DIR)/sim-report.json"
 
 fuzz: deps
 	tests/fuzz/run $(FUZZ_DIR) $(FUZZ_SECONDS)

@@ -24,7 +24,7 @@
 
 #include "core/random_fill.hpp"
 #include "core/time.hpp"
-#include "support/virtual_time_queue.hpp"
+#include "core/virtual_time_queue.hpp"
 #include "gossip/gossip_core.hpp"
 
 namespace tensorhub::testing {
@@ -151,7 +151,7 @@ class GossipNetwork {
   std::uint64_t seed_;
   std::vector<Peer> peers_;
   std::unordered_map<std::string, std::size_t> by_address_;
-  VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
+  core::VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
   std::map<std::pair<std::size_t, gossip::StreamId>, std::shared_ptr<StreamLink>> streams_;
   std::uint64_t next_inbound_stream_ = 1;
   std::shared_ptr<gossip::RecordDecoder> decoder_;

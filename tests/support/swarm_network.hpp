@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/random_fill.hpp"
-#include "support/virtual_time_queue.hpp"
+#include "core/virtual_time_queue.hpp"
 #include "swarm/swarm_core.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -98,7 +98,7 @@ class SwarmNetwork {
   Duration latency_ = std::chrono::microseconds(200);
   std::vector<Peer> peers_;
   std::map<PeerId, std::size_t> by_id_;
-  VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
+  core::VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
 };
 
 }  // namespace tensorhub::testing

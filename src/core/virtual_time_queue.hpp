@@ -1,6 +1,7 @@
-// The discrete-event loop under the in-process networks: events carry a
-// virtual time, run in time order (ties in the order they were scheduled,
-// so a run is a function of its seed), and advance the clock as they run.
+// The discrete-event loop under the in-process test networks and the
+// simulator: events carry a virtual time, run in time order (ties in the
+// order they were scheduled, so a run is a function of its seed), and
+// advance the clock as they run.
 #pragma once
 
 #include <algorithm>
@@ -11,7 +12,7 @@
 
 #include "core/time.hpp"
 
-namespace tensorhub::testing {
+namespace tensorhub::core {
 
 // REQUIRES: Event has a TimePoint member `at`.
 template <typename Event>
@@ -24,17 +25,28 @@ class VirtualTimeQueue {
   // `at`), keeping its place among events of the same time.
   void requeue(Event e) { queue_.push(Entry{current_order_, std::move(e)}); }
 
+  bool empty() const { return queue_.empty(); }
+  // REQUIRES: !empty().
+  TimePoint next_at() const { return queue_.top().event.at; }
+  // Moves the clock forward to `t` without running anything (for a driver
+  // whose other source of events, such as a network model, comes first).
+  // REQUIRES: empty() || t <= next_at().
+  void advance_to(TimePoint t) { now_ = std::max(now_, t); }
+  // Runs the earliest event. REQUIRES: !empty().
+  template <typename Dispatch>
+  void run_next(Dispatch&& dispatch) {
+    Event e = queue_.top().event;
+    current_order_ = queue_.top().order;
+    queue_.pop();
+    now_ = e.at;
+    dispatch(e);
+  }
+
   // Runs every event due by `t` through `dispatch(Event&)`, then sets the
   // clock to `t`.
   template <typename Dispatch>
   void run_until(TimePoint t, Dispatch&& dispatch) {
-    while (!queue_.empty() && queue_.top().event.at <= t) {
-      Event e = queue_.top().event;
-      current_order_ = queue_.top().order;
-      queue_.pop();
-      now_ = e.at;
-      dispatch(e);
-    }
+    while (!queue_.empty() && queue_.top().event.at <= t) run_next(dispatch);
     now_ = std::max(now_, t);
   }
 
@@ -65,4 +77,4 @@ class VirtualTimeQueue {
   TimePoint now_;
 };
 
-}  // namespace tensorhub::testing
+}  // namespace tensorhub::core

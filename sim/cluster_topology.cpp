@@ -1,0 +1,55 @@
+#include "sim/cluster_topology.hpp"
+
+namespace tensorhub::sim {
+
+ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network) : spec_(spec) {
+  node_rate_ = spec.nic_bytes_per_second * spec.nics_per_node;
+  const std::size_t dcs = spec.datacenters.size();
+  wan_.assign(dcs, std::vector<LinkId>(dcs));
+  for (std::size_t a = 0; a < dcs; ++a) {
+    for (std::size_t b = 0; b < dcs; ++b) {
+      if (a != b) wan_[a][b] = network.add_link(spec.wan_bytes_per_second, LinkClass::kWan);
+    }
+  }
+  std::uint32_t rack_number = 0;
+  for (std::uint32_t d = 0; d < dcs; ++d) {
+    const auto& dc = spec.datacenters[d];
+    for (std::uint32_t r = 0; r < dc.racks; ++r, ++rack_number) {
+      const double tor_rate = node_rate_ * dc.nodes_per_rack / spec.tor_oversubscription;
+      tor_up_.push_back(network.add_link(tor_rate, LinkClass::kTorUp));
+      tor_down_.push_back(network.add_link(tor_rate, LinkClass::kTorDown));
+      for (std::uint32_t n = 0; n < dc.nodes_per_rack; ++n) {
+        NodeInfo info;
+        info.datacenter = d;
+        info.rack = rack_number;
+        info.dc_name = dc.name;
+        info.rack_name = dc.name + "-r" + std::to_string(r);
+        info.host_name = info.rack_name + "-n" + std::to_string(n);
+        nodes_.push_back(std::move(info));
+        node_up_.push_back(network.add_link(node_rate_, LinkClass::kNicUp));
+        node_down_.push_back(network.add_link(node_rate_, LinkClass::kNicDown));
+        nvlink_.push_back(network.add_link(spec.nvlink_bytes_per_second, LinkClass::kNvlink));
+      }
+    }
+  }
+}
+
+Path ClusterTopology::path(std::uint32_t from, std::uint32_t to) const {
+  const NodeInfo& a = nodes_[from];
+  const NodeInfo& b = nodes_[to];
+  Path p;
+  if (from == to) {
+    p.links = {nvlink_[from]};
+  } else if (a.rack == b.rack) {
+    p.links = {node_up_[from], node_down_[to]};
+  } else if (a.datacenter == b.datacenter) {
+    p.links = {node_up_[from], tor_up_[a.rack], tor_down_[b.rack], node_down_[to]};
+  } else {
+    p.links = {node_up_[from], tor_up_[a.rack], wan_[a.datacenter][b.datacenter], tor_down_[b.rack], node_down_[to]};
+    p.latency += spec_.wan_latency;
+  }
+  p.latency += spec_.hop_latency * static_cast<std::int64_t>(p.links.size());
+  return p;
+}
+
+}  // namespace tensorhub::sim

@@ -1,0 +1,56 @@
+// The cluster a scenario describes, as links of a network model.
+//
+// Each node has one up and one down link (its NICs pooled: K x rate) and an
+// NVLink domain for traffic between its own GPUs. Each rack has a ToR
+// uplink and downlink of (nodes x node rate) / oversubscription. The spine
+// inside a datacenter is taken as non-blocking. Each ordered pair of
+// datacenters has a WAN link. A path is the links a flow crosses:
+//   same node:       nvlink
+//   same rack:       node up, node down
+//   same datacenter: node up, ToR up, ToR down, node down
+//   across the WAN:  node up, ToR up, WAN, ToR down, node down
+// Latency is hop_latency per link crossed, plus the WAN's latency.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/network_model.hpp"
+#include "sim/scenario.hpp"
+
+namespace tensorhub::sim {
+
+struct NodeInfo {
+  std::uint32_t datacenter = 0;
+  std::uint32_t rack = 0;  // global rack number
+  std::string dc_name, rack_name, host_name;
+};
+
+struct Path {
+  std::vector<LinkId> links;
+  Duration latency{0};
+};
+
+class ClusterTopology {
+ public:
+  // Adds the cluster's links to `network`.
+  ClusterTopology(const TopologySpec& spec, NetworkModel& network);
+
+  std::uint32_t node_count() const { return static_cast<std::uint32_t>(nodes_.size()); }
+  const NodeInfo& node(std::uint32_t n) const { return nodes_[n]; }
+  Path path(std::uint32_t from, std::uint32_t to) const;
+  // The links to take down when a node's network fails.
+  std::vector<LinkId> node_links(std::uint32_t n) const { return {node_up_[n], node_down_[n]}; }
+  double node_rate() const { return node_rate_; }
+
+ private:
+  const TopologySpec& spec_;
+  double node_rate_ = 0;
+  std::vector<NodeInfo> nodes_;
+  std::vector<LinkId> node_up_, node_down_, nvlink_;
+  std::vector<LinkId> tor_up_, tor_down_;
+  std::vector<std::vector<LinkId>> wan_;  // [from dc][to dc]
+};
+
+}  // namespace tensorhub::sim

@@ -1,0 +1,94 @@
+// Our flow-level network model: max-min fair rates, recomputed only where a
+// change can reach.
+//
+// Every flow crosses a short path of links; its rate is its max-min fair
+// share (progressive filling: the most constrained link fixes the rate of
+// its flows, whose rates are then taken off the other links they cross, and
+// so on). A flow that starts, finishes or is cancelled, or a link going
+// down or up, can only change the rates of flows connected to it through
+// shared links, so only that component is settled (bytes moved at the old
+// rates) and solved again. Completions sit in a heap keyed by time, and a
+// flow whose rate changed gets a new entry (the old one is skipped by its
+// generation number).
+//
+// Invariants (checked in debug builds by check_invariants()): each link's
+// flow list holds exactly the flows whose path crosses it; the rates on a
+// link sum to at most its capacity (or 0 when down).
+#pragma once
+
+#include <array>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "sim/network_model.hpp"
+
+namespace tensorhub::sim {
+
+class FluidNetwork final : public NetworkModel {
+ public:
+  static constexpr std::size_t kMaxPath = 8;
+
+  LinkId add_link(double bytes_per_second, LinkClass link_class) override;
+  FlowId start_flow(TimePoint now, std::span<const LinkId> path, std::uint64_t bytes) override;
+  void cancel_flow(TimePoint now, FlowId flow) override;
+  void set_link_up(TimePoint now, LinkId link, bool up) override;
+  TimePoint next_completion() const override;
+  void advance(TimePoint now, std::vector<FlowId>& completed) override;
+  std::uint64_t bytes_carried(LinkClass link_class) const override;
+  std::size_t flows_in_progress() const override { return flows_.size(); }
+  std::uint64_t work() const override { return rate_updates_; }
+
+  // The current rate of a flow in progress (bytes per second), for tests.
+  double rate_of(FlowId flow) const;
+  void check_invariants() const;
+
+ private:
+  struct Link {
+    double capacity = 0;
+    bool up = true;
+    LinkClass link_class = LinkClass::kNicUp;
+    std::vector<std::uint64_t> flows;  // ids of the flows crossing it
+    double bytes = 0;                  // carried so far
+    // Scratch for solve(): which solve saw it last, and what is left.
+    std::uint64_t epoch = 0;
+    double capacity_left = 0;
+    std::uint32_t unfixed = 0;
+    std::uint32_t heap_version = 0;
+  };
+  struct Flow {
+    std::array<LinkId, kMaxPath> path{};
+    std::uint8_t hops = 0;
+    double remaining = 0;  // bytes, as of `updated`
+    double rate = 0;       // bytes per second
+    TimePoint updated;
+    std::uint64_t generation = 0;
+    std::uint64_t epoch = 0;  // scratch for solve()
+    bool fixed = false;       // scratch for solve()
+  };
+  struct Completion {
+    TimePoint at;
+    std::uint64_t flow;
+    std::uint64_t generation;
+    bool operator>(const Completion& o) const { return at != o.at ? at > o.at : flow > o.flow; }
+  };
+
+  // Moves the flow's bytes forward to `now` at its current rate.
+  void settle(Flow& flow, TimePoint now);
+  void remove_from_links(std::uint64_t id, const Flow& flow);
+  // Settles and re-solves every flow connected to `seeds` through shared links.
+  void solve(std::span<const LinkId> seeds, TimePoint now);
+  void drop_stale_completions() const;
+
+  std::vector<Link> links_;
+  std::unordered_map<std::uint64_t, Flow> flows_;
+  std::uint64_t next_flow_ = 1;
+  std::uint64_t epoch_ = 0;
+  std::uint64_t rate_updates_ = 0;
+  mutable std::priority_queue<Completion, std::vector<Completion>, std::greater<>> completions_;
+  // solve() scratch, kept to avoid allocating per event.
+  std::vector<LinkId> component_links_;
+  std::vector<std::uint64_t> component_flows_;
+};
+
+}  // namespace tensorhub::sim

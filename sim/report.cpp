@@ -1,0 +1,156 @@
+#include "sim/report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/byte_size.hpp"
+
+namespace tensorhub::sim {
+namespace {
+
+struct VersionSummary {
+  std::size_t completed = 0;
+  std::optional<double> first, median, last;
+  std::optional<double> trainer_stall;
+  double rollout_gpu_stall = 0;  // GPU-seconds
+};
+
+VersionSummary summarize(const VersionOutcome& v, TimePoint end) {
+  VersionSummary s;
+  std::vector<double> done;
+  for (const auto& t : v.worker_done) {
+    if (t) {
+      done.push_back(to_seconds(*t - v.published));
+      s.rollout_gpu_stall += done.back();
+    } else {
+      s.rollout_gpu_stall += to_seconds(end - v.published);  // still waiting when the run ended
+    }
+  }
+  s.completed = done.size();
+  std::sort(done.begin(), done.end());
+  if (!done.empty()) {
+    s.first = done.front();
+    s.median = done[(done.size() - 1) / 2];
+  }
+  if (!done.empty() && done.size() == v.worker_done.size()) s.last = done.back();
+  if (v.replicated) s.trainer_stall = to_seconds(*v.replicated - v.published);
+  return s;
+}
+
+nlohmann::ordered_json optional_number(const std::optional<double>& v) {
+  return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
+}
+
+}  // namespace
+
+double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topology) {
+  const double size = static_cast<double>(scenario.model.size);
+  const WorkloadSpec& w = scenario.workload;
+  const std::uint32_t trainer_nodes = std::min(w.trainer_nodes, scenario.model.trainer_ranks);
+  double bound = size / (topology.node_rate() * trainer_nodes);
+  bound = std::max(bound, size / topology.node_rate());
+  // Racks and datacenters that hold rollout workers but no trainer must take
+  // the version in through their ToR downlink, and across the WAN.
+  std::set<std::uint32_t> trainer_racks, trainer_dcs;
+  for (std::uint32_t n = 0; n < trainer_nodes; ++n) {
+    trainer_racks.insert(topology.node(n).rack);
+    trainer_dcs.insert(topology.node(n).datacenter);
+  }
+  Duration farthest{0};
+  for (std::uint32_t n = w.trainer_nodes; n < topology.node_count(); ++n) {
+    const NodeInfo& node = topology.node(n);
+    if (!w.rollout_datacenters.empty() &&
+        std::find(w.rollout_datacenters.begin(), w.rollout_datacenters.end(), node.dc_name) == w.rollout_datacenters.end()) {
+      continue;
+    }
+    const auto& dc = scenario.topology.datacenters[node.datacenter];
+    if (!trainer_racks.count(node.rack)) {
+      bound = std::max(bound, size / (topology.node_rate() * dc.nodes_per_rack / scenario.topology.tor_oversubscription));
+    }
+    if (!trainer_dcs.count(node.datacenter)) bound = std::max(bound, size / scenario.topology.wan_bytes_per_second);
+    farthest = std::max(farthest, topology.path(0, n).latency);
+  }
+  return bound + to_seconds(farthest);
+}
+
+std::string report_json(const Scenario& scenario, const SimulationResult& result, double lower_bound,
+                        const RunInfo* run) {
+  using json = nlohmann::ordered_json;
+  json j;
+  j["scenario"] = scenario.name;
+  j["seed"] = scenario.seed;
+  j["network_model"] = scenario.network;
+  j["membership"] = "ideal";
+  j["workers"] = result.workers;
+  j["trainer_ranks"] = result.trainer_ranks;
+  j["model"] = {{"bytes", scenario.model.size},
+                {"shard_size", scenario.model.shard_size},
+                {"flow_size", scenario.model.flow_size}};
+  j["lower_bound_s"] = lower_bound;
+  json versions = json::array();
+  double rollout_stall = 0, trainer_stall = 0;
+  for (const VersionOutcome& v : result.versions) {
+    const VersionSummary s = summarize(v, result.end);
+    rollout_stall += s.rollout_gpu_stall;
+    const double stall = s.trainer_stall.value_or(to_seconds(result.end - v.published));
+    trainer_stall += stall * static_cast<double>(result.trainer_ranks);
+    versions.push_back({{"version", v.number},
+                        {"published_s", to_seconds(v.published)},
+                        {"completed", s.completed},
+                        {"first_s", optional_number(s.first)},
+                        {"median_s", optional_number(s.median)},
+                        {"last_s", optional_number(s.last)},
+                        {"last_over_bound", s.last ? json(*s.last / lower_bound) : json(nullptr)},
+                        {"trainer_stall_s", optional_number(s.trainer_stall)},
+                        {"rollout_gpu_stall_s", s.rollout_gpu_stall},
+                        {"publisher_bytes", v.publisher_bytes},
+                        {"publisher_upload_x", static_cast<double>(v.publisher_bytes) / static_cast<double>(scenario.model.size)}});
+  }
+  j["versions"] = std::move(versions);
+  j["gpu_stall_s"] = {{"rollout", rollout_stall}, {"trainer", trainer_stall}, {"total", rollout_stall + trainer_stall}};
+  j["bytes"] = {{"nvlink", result.bytes_by_class[static_cast<std::size_t>(LinkClass::kNvlink)]},
+                {"nic", result.bytes_by_class[static_cast<std::size_t>(LinkClass::kNicUp)]},
+                {"tor_uplink", result.bytes_by_class[static_cast<std::size_t>(LinkClass::kTorUp)]},
+                {"wan", result.bytes_by_class[static_cast<std::size_t>(LinkClass::kWan)]}};
+  j["discarded_piece_bytes"] = result.discarded_piece_bytes;
+  j["requests_timed_out"] = result.requests_timed_out;
+  j["events"] = result.events;
+  j["flows"] = result.flows;
+  j["rate_updates"] = result.model_work;
+  j["simulated_s"] = to_seconds(result.end);
+  j["timed_out"] = result.timed_out;
+  j["stalled"] = result.stalled;
+  if (run) {
+    j["run"] = {{"wall_s", run->wall_seconds},
+                {"peak_rss_bytes", run->peak_rss_bytes},
+                {"events_per_s", run->wall_seconds > 0 ? static_cast<double>(result.events) / run->wall_seconds : 0.0},
+                {"flows_per_s", run->wall_seconds > 0 ? static_cast<double>(result.flows) / run->wall_seconds : 0.0}};
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string report_line(const Scenario& scenario, const SimulationResult& result, double lower_bound,
+                        const RunInfo& run) {
+  std::string line = scenario.name + " (" + scenario.network + ", ideal membership): " + std::to_string(result.workers) +
+                     " workers, " + core::format_byte_size(scenario.model.size) + ", bound " + std::to_string(lower_bound).substr(0, 6) + " s";
+  char buffer[256];
+  for (const VersionOutcome& v : result.versions) {
+    const VersionSummary s = summarize(v, result.end);
+    if (s.last) {
+      std::snprintf(buffer, sizeof buffer, "; v%u first %.3f s, median %.3f s, last %.3f s (%.3fx), publisher sent %.2fx",
+                    v.number, *s.first, *s.median, *s.last, *s.last / lower_bound,
+                    static_cast<double>(v.publisher_bytes) / static_cast<double>(scenario.model.size));
+    } else {
+      std::snprintf(buffer, sizeof buffer, "; v%u: %zu of %zu workers complete", v.number, s.completed, v.worker_done.size());
+    }
+    line += buffer;
+  }
+  std::snprintf(buffer, sizeof buffer, "; %llu events, %llu flows in %.2f s wall%s",
+                static_cast<unsigned long long>(result.events), static_cast<unsigned long long>(result.flows),
+                run.wall_seconds, result.timed_out ? " (TIME LIMIT)" : result.stalled ? " (STALLED)" : "");
+  return line + buffer;
+}
+
+}  // namespace tensorhub::sim

@@ -1,0 +1,266 @@
+#include "sim/scenario.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+#include "core/byte_size.hpp"
+
+namespace tensorhub::sim {
+namespace {
+
+using nlohmann::json;
+
+// Reading one JSON object: each field is taken by name, with a check, and
+// whatever was not taken is an error (a misspelt field must not be ignored).
+class Fields {
+ public:
+  Fields(const json& object, std::string where) : object_(object), where_(std::move(where)) {
+    if (!object_.is_object()) fail("", "must be an object");
+  }
+
+  bool has(const std::string& key) const { return object_.contains(key); }
+
+  const json& take(const std::string& key) {
+    taken_.insert(key);
+    return object_.at(key);
+  }
+
+  void number(const std::string& key, double& out, double min, double max) {
+    if (!has(key)) return;
+    const json& v = take(key);
+    if (!v.is_number()) fail(key, "must be a number");
+    const double d = v.get<double>();
+    if (!(d >= min && d <= max)) fail(key, "must be between " + fmt(min) + " and " + fmt(max) + ", not " + fmt(d));
+    out = d;
+  }
+
+  template <typename Int>
+  void integer(const std::string& key, Int& out, std::uint64_t min, std::uint64_t max) {
+    if (!has(key)) return;
+    const json& v = take(key);
+    if (!v.is_number_unsigned()) fail(key, "must be a whole number");
+    const auto n = v.get<std::uint64_t>();
+    if (n < min || n > max) fail(key, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+    out = static_cast<Int>(n);
+  }
+
+  void text(const std::string& key, std::string& out) {
+    if (!has(key)) return;
+    const json& v = take(key);
+    if (!v.is_string()) fail(key, "must be a string");
+    out = v.get<std::string>();
+  }
+
+  void boolean(const std::string& key, bool& out) {
+    if (!has(key)) return;
+    const json& v = take(key);
+    if (!v.is_boolean()) fail(key, "must be true or false");
+    out = v.get<bool>();
+  }
+
+  template <typename Int>
+  void size(const std::string& key, Int& out, std::uint64_t min, std::uint64_t max) {
+    if (!has(key)) return;
+    const json& v = take(key);
+    std::uint64_t n = 0;
+    if (v.is_number_unsigned()) {
+      n = v.get<std::uint64_t>();
+    } else if (v.is_string()) {
+      auto parsed = core::parse_byte_size(v.get<std::string>());
+      if (!parsed) fail(key, parsed.status().message());
+      n = *parsed;
+    } else {
+      fail(key, "must be a size such as \"16MiB\"");
+    }
+    if (n < min || n > max) {
+      fail(key, "must be between " + core::format_byte_size(min) + " and " + core::format_byte_size(max));
+    }
+    out = static_cast<Int>(n);
+  }
+
+  void seconds(const std::string& key, Duration& out, double scale, double max) {
+    double value = -1;
+    number(key, value, 0, max);
+    if (value >= 0) out = Duration(static_cast<std::int64_t>(std::llround(value * scale * 1e6)));
+  }
+
+  void gbps(const std::string& key, double& bytes_per_second) {
+    double g = -1;
+    number(key, g, 1e-6, 1e6);
+    if (g > 0) bytes_per_second = g * 1e9 / 8;
+  }
+
+  void finish() const {
+    for (const auto& [key, value] : object_.items()) {
+      if (!taken_.count(key)) fail(key, "is not a known field");
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw std::invalid_argument(where_ + (key.empty() ? "" : (where_.empty() ? "" : ".") + key) + " " + why);
+  }
+
+ private:
+  static std::string fmt(double d) {
+    std::string s = std::to_string(d);
+    while (s.size() > 1 && s.back() == '0') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  }
+  const json& object_;
+  std::string where_;
+  std::set<std::string> taken_;
+};
+
+void read_topology(const json& j, TopologySpec& t) {
+  Fields f(j, "topology");
+  if (!f.has("datacenters")) f.fail("datacenters", "is required");
+  const json& dcs = f.take("datacenters");
+  if (!dcs.is_array() || dcs.empty()) f.fail("datacenters", "must be a non-empty list");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < dcs.size(); ++i) {
+    Fields d(dcs[i], "topology.datacenters[" + std::to_string(i) + "]");
+    TopologySpec::Datacenter dc;
+    dc.name = "dc" + std::to_string(i + 1);
+    d.text("name", dc.name);
+    d.integer("racks", dc.racks, 1, 100000);
+    d.integer("nodes_per_rack", dc.nodes_per_rack, 1, 100000);
+    d.finish();
+    if (!names.insert(dc.name).second) d.fail("name", "'" + dc.name + "' is used twice");
+    t.datacenters.push_back(dc);
+  }
+  f.integer("gpus_per_node", t.gpus_per_node, 1, 64);
+  f.integer("nics_per_node", t.nics_per_node, 1, 64);
+  f.gbps("nic_gbps", t.nic_bytes_per_second);
+  f.gbps("nvlink_gbps", t.nvlink_bytes_per_second);
+  f.number("tor_oversubscription", t.tor_oversubscription, 1, 1000);
+  f.seconds("hop_latency_us", t.hop_latency, 1e-6, 1e6);
+  f.gbps("wan_gbps", t.wan_bytes_per_second);
+  f.seconds("wan_latency_ms", t.wan_latency, 1e-3, 1e5);
+  f.finish();
+}
+
+void read_model(const json& j, ModelSpec& m) {
+  Fields f(j, "model");
+  if (!f.has("size")) f.fail("size", "is required");
+  f.size("size", m.size, 1, 1ull << 50);
+  f.size("shard_size", m.shard_size, 4096, 1ull << 40);
+  f.size("flow_size", m.flow_size, 4096, 1ull << 31);
+  f.integer("trainer_ranks", m.trainer_ranks, 1, 65536);
+  f.finish();
+  if (m.flow_size > m.shard_size) f.fail("flow_size", "must not exceed shard_size");
+  if ((m.size + m.shard_size - 1) / m.shard_size > (1u << 24)) f.fail("shard_size", "gives more than 2^24 shards");
+}
+
+void read_workload(const json& j, WorkloadSpec& w) {
+  Fields f(j, "workload");
+  f.text("kind", w.kind);
+  if (w.kind != "standalone") f.fail("kind", "'" + w.kind + "' is not built yet (only \"standalone\")");
+  f.integer("versions", w.versions, 1, 100000);
+  f.seconds("interval_s", w.interval, 1, 1e6);
+  f.integer("replicas", w.replicas, 0, 1u << 20);
+  f.integer("trainer_nodes", w.trainer_nodes, 1, 1u << 20);
+  if (f.has("rollout_datacenters")) {
+    const json& list = f.take("rollout_datacenters");
+    if (!list.is_array()) f.fail("rollout_datacenters", "must be a list of datacenter names");
+    for (const json& name : list) {
+      if (!name.is_string()) f.fail("rollout_datacenters", "must be a list of datacenter names");
+      w.rollout_datacenters.push_back(name.get<std::string>());
+    }
+  }
+  f.finish();
+}
+
+void read_swarm(const json& j, SwarmSpec& s) {
+  Fields f(j, "swarm");
+  f.integer("max_neighbours", s.max_neighbours, 1, 1024);
+  f.integer("upload_slots", s.upload_slots, 1, 1024);
+  f.integer("pipeline_blocks", s.pipeline_blocks, 1, 1024);
+  f.boolean("super_seed", s.super_seed);
+  f.finish();
+}
+
+void read_faults(const json& j, std::vector<FaultSpec>& faults) {
+  if (!j.is_array()) throw std::invalid_argument("faults must be a list");
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    Fields f(j[i], "faults[" + std::to_string(i) + "]");
+    FaultSpec fault;
+    Duration at{0};
+    if (!f.has("at_s")) f.fail("at_s", "is required");
+    f.seconds("at_s", at, 1, 1e7);
+    fault.at = TimePoint(at);
+    if (f.has("crash_node")) {
+      fault.kind = FaultSpec::Kind::kCrashNode;
+      f.integer("crash_node", fault.node, 0, UINT32_MAX);
+    } else if (f.has("link_down_node")) {
+      fault.kind = FaultSpec::Kind::kLinkDown;
+      f.integer("link_down_node", fault.node, 0, UINT32_MAX);
+      if (!f.has("for_s")) f.fail("for_s", "is required with link_down_node");
+      f.seconds("for_s", fault.length, 1, 1e7);
+    } else {
+      f.fail("", "needs crash_node or link_down_node");
+    }
+    f.finish();
+    faults.push_back(fault);
+  }
+}
+
+}  // namespace
+
+std::uint32_t Scenario::node_count() const {
+  std::uint64_t n = 0;
+  for (const auto& dc : topology.datacenters) n += std::uint64_t{dc.racks} * dc.nodes_per_rack;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, UINT32_MAX));
+}
+
+Result<Scenario> parse_scenario(std::string_view json_text) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    return Status::invalid_argument(std::string("scenario is not valid JSON: ") + e.what());
+  }
+  Scenario s;
+  try {
+    Fields f(j, "");
+    f.text("name", s.name);
+    f.integer("seed", s.seed, 0, UINT64_MAX);
+    f.text("network", s.network);
+    if (s.network != "fluid") f.fail("network", "'" + s.network + "' is not available (only \"fluid\")");
+    if (!f.has("topology")) f.fail("topology", "is required");
+    read_topology(f.take("topology"), s.topology);
+    if (!f.has("model")) f.fail("model", "is required");
+    read_model(f.take("model"), s.model);
+    if (f.has("workload")) read_workload(f.take("workload"), s.workload);
+    if (f.has("swarm")) read_swarm(f.take("swarm"), s.swarm);
+    f.gbps("hash_gbps", s.hash_bytes_per_second);
+    f.seconds("failure_detection_s", s.failure_detection, 1, 1e5);
+    if (f.has("faults")) read_faults(f.take("faults"), s.faults);
+    f.seconds("time_limit_s", s.time_limit, 1, 1e9);
+    f.finish();
+    const std::uint32_t nodes = s.node_count();
+    if (s.workload.trainer_nodes >= nodes && s.workload.rollout_datacenters.empty()) {
+      f.fail("workload.trainer_nodes", "leaves no node for rollout workers (" + std::to_string(nodes) + " nodes)");
+    }
+    if (s.model.trainer_ranks > std::uint64_t{s.workload.trainer_nodes} * s.topology.gpus_per_node) {
+      f.fail("model.trainer_ranks", "exceeds the trainer nodes' GPUs");
+    }
+    for (const std::string& name : s.workload.rollout_datacenters) {
+      bool known = false;
+      for (const auto& dc : s.topology.datacenters) known |= dc.name == name;
+      if (!known) f.fail("workload.rollout_datacenters", "names an unknown datacenter '" + name + "'");
+    }
+    for (const FaultSpec& fault : s.faults) {
+      if (fault.node >= nodes) f.fail("faults", "names node " + std::to_string(fault.node) + " of " + std::to_string(nodes));
+    }
+  } catch (const std::invalid_argument& e) {
+    return Status::invalid_argument(e.what());
+  } catch (const json::exception& e) {
+    return Status::invalid_argument(std::string("scenario: ") + e.what());
+  }
+  return s;
+}
+
+}  // namespace tensorhub::sim

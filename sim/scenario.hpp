@@ -1,0 +1,116 @@
+// A what-if question for the simulator, read from a JSON file.
+//
+// The format (every field but topology.datacenters and model.size has a
+// default; unknown keys are errors, so a typo is never silently ignored):
+//
+//   {
+//     "name": "standalone-64",
+//     "seed": 1,
+//     "network": "fluid",                  // the network model ("fluid")
+//     "topology": {
+//       "datacenters": [{"name": "dc1", "racks": 2, "nodes_per_rack": 4}],
+//       "gpus_per_node": 1,                // one rollout peer per GPU
+//       "nics_per_node": 1, "nic_gbps": 1, // a node's NICs, pooled into one up and one down link
+//       "nvlink_gbps": 7200,               // inside a node
+//       "tor_oversubscription": 1,         // rack uplink = nodes x NIC rate / this
+//       "hop_latency_us": 5,               // per link crossed
+//       "wan_gbps": 400, "wan_latency_ms": 10  // between datacenters, each direction
+//     },
+//     "model": {"size": "2GiB", "shard_size": "16MiB", "flow_size": "1MiB", "trainer_ranks": 1},
+//     "workload": {
+//       "kind": "standalone",
+//       "versions": 1, "interval_s": 0,   // 0: the next version once every worker has the last
+//       "replicas": 1,                    // the trainer's stall lasts until this many workers hold it
+//       "trainer_nodes": 1,               // the first nodes of the first datacenter train
+//       "rollout_datacenters": []         // where rollout workers run (default: every node not training)
+//     },
+//     "swarm": {"max_neighbours": 16, "upload_slots": 8, "pipeline_blocks": 8, "super_seed": true},
+//     "hash_gbps": 100,                   // shard verification rate per peer
+//     "failure_detection_s": 2,          // how long until the others drop a crashed peer
+//     "faults": [{"at_s": 1.5, "crash_node": 3},
+//                {"at_s": 2, "link_down_node": 4, "for_s": 3}],
+//     "time_limit_s": 3600
+//   }
+//
+// Sizes take the usual suffixes ("16MiB", "2GiB", "140GB"); rates are in
+// Gbit/s. Node numbers count from 0 across datacenters, racks, then nodes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/time.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::sim {
+
+struct TopologySpec {
+  struct Datacenter {
+    std::string name;
+    std::uint32_t racks = 1;
+    std::uint32_t nodes_per_rack = 1;
+  };
+  std::vector<Datacenter> datacenters;
+  std::uint32_t gpus_per_node = 1;
+  std::uint32_t nics_per_node = 1;
+  double nic_bytes_per_second = 1e9 / 8;
+  double nvlink_bytes_per_second = 900e9;
+  double tor_oversubscription = 1;
+  Duration hop_latency = std::chrono::microseconds(5);
+  double wan_bytes_per_second = 400e9 / 8;
+  Duration wan_latency = std::chrono::milliseconds(10);
+};
+
+struct ModelSpec {
+  std::uint64_t size = 0;
+  std::uint64_t shard_size = 16u << 20;
+  std::uint32_t flow_size = 1u << 20;  // the swarm's block: one request, one flow
+  std::uint32_t trainer_ranks = 1;
+};
+
+struct WorkloadSpec {
+  std::string kind = "standalone";
+  std::uint32_t versions = 1;
+  Duration interval{0};
+  std::uint32_t replicas = 1;
+  std::uint32_t trainer_nodes = 1;
+  std::vector<std::string> rollout_datacenters;
+};
+
+struct SwarmSpec {
+  std::size_t max_neighbours = 16;
+  std::size_t upload_slots = 8;
+  std::size_t pipeline_blocks = 8;
+  bool super_seed = true;
+};
+
+struct FaultSpec {
+  enum class Kind { kCrashNode, kLinkDown };
+  Kind kind = Kind::kCrashNode;
+  TimePoint at;
+  std::uint32_t node = 0;
+  Duration length{0};  // kLinkDown
+};
+
+struct Scenario {
+  std::string name = "unnamed";
+  std::uint64_t seed = 1;
+  std::string network = "fluid";
+  TopologySpec topology;
+  ModelSpec model;
+  WorkloadSpec workload;
+  SwarmSpec swarm;
+  double hash_bytes_per_second = 100e9 / 8;
+  Duration failure_detection = std::chrono::seconds(2);
+  std::vector<FaultSpec> faults;
+  Duration time_limit = std::chrono::hours(1);
+
+  std::uint32_t node_count() const;
+};
+
+// Parses and checks a scenario; errors name the field and say what is wrong.
+Result<Scenario> parse_scenario(std::string_view json_text);
+
+}  // namespace tensorhub::sim

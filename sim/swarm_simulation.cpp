@@ -1,0 +1,441 @@
+#include "sim/swarm_simulation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace tensorhub::sim {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+swarm::SwarmConfig swarm_config(const Scenario& s) {
+  swarm::SwarmConfig c;
+  c.fetch.block_size = s.model.flow_size;
+  c.fetch.max_neighbours = s.swarm.max_neighbours;
+  c.fetch.pipeline_blocks = s.swarm.pipeline_blocks;
+  c.upload_slots = s.swarm.upload_slots;
+  return c;
+}
+
+}  // namespace
+
+SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network)
+    : scenario_(scenario),
+      network_(network),
+      topology_(scenario.topology, network),
+      layout_{scenario.model.size, scenario.model.shard_size, scenario.model.flow_size},
+      rng_(scenario.seed),
+      link_down_until_(topology_.node_count(), kTimeZero) {
+  add_peers();
+}
+
+SwarmSimulation::~SwarmSimulation() = default;
+
+// --------------------------------------------------------------------------
+// Setting up
+
+void SwarmSimulation::add_peers() {
+  const WorkloadSpec& w = scenario_.workload;
+  const std::uint32_t gpus = scenario_.topology.gpus_per_node;
+  // Trainer ranks round-robin over the trainer nodes, so each node's NICs serve.
+  for (std::uint32_t rank = 0; rank < scenario_.model.trainer_ranks; ++rank) {
+    trainers_.push_back(add_peer(rank % w.trainer_nodes, true, rank));
+  }
+  for (std::uint32_t node = 0; node < topology_.node_count(); ++node) {
+    const NodeInfo& info = topology_.node(node);
+    const bool listed = std::find(w.rollout_datacenters.begin(), w.rollout_datacenters.end(), info.dc_name) !=
+                        w.rollout_datacenters.end();
+    if (w.rollout_datacenters.empty() ? node < w.trainer_nodes : !listed) continue;
+    if (node < w.trainer_nodes) continue;  // a node trains or rolls out, not both
+    for (std::uint32_t g = 0; g < gpus; ++g) {
+      const std::uint32_t p = add_peer(node, false, 0);
+      peers_[p].worker = static_cast<std::uint32_t>(workers_.size());
+      workers_.push_back(p);
+    }
+  }
+  // Everyone knows where everyone is (gossip's records carry the labels).
+  for (SimPeer& p : peers_) {
+    for (const SimPeer& other : peers_) {
+      if (&other != &p) p.core->set_location(other.id, other.location);
+    }
+  }
+  if (w.interval.count() > 0) {
+    for (std::uint32_t v = 1; v <= w.versions; ++v) {
+      events_.schedule(Event{TimePoint(w.interval * (v - 1)), Kind::kPublish, 0, 0, {}, v});
+    }
+  } else {
+    events_.schedule(Event{kTimeZero, Kind::kPublish, 0, 0, {}, 1});
+  }
+  for (std::size_t f = 0; f < scenario_.faults.size(); ++f) {
+    events_.schedule(Event{scenario_.faults[f].at, Kind::kFault, 0, 0, {}, f});
+  }
+}
+
+std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::uint32_t rank) {
+  SimPeer p;
+  for (std::size_t i = 0; i < p.id.bytes.size(); i += 8) {
+    const std::uint64_t r = rng_.next();
+    for (std::size_t b = 0; b < 8; ++b) p.id.bytes[i + b] = static_cast<std::uint8_t>(r >> (8 * b));
+  }
+  p.node = node;
+  const NodeInfo& info = topology_.node(node);
+  p.location = swarm::Location{info.dc_name, info.rack_name, info.host_name};
+  p.core = std::make_unique<swarm::SwarmCore>(swarm_config(scenario_), p.location, p.id, rng_.next());
+  p.trainer = trainer;
+  p.rank = rank;
+  const auto index = static_cast<std::uint32_t>(peers_.size());
+  by_id_[p.id] = index;
+  peers_.push_back(std::move(p));
+  return index;
+}
+
+ManifestId SwarmSimulation::version_id(std::uint32_t number) const {
+  ManifestId id;
+  core::SplitMix64 r(scenario_.seed * 1000003 + number);
+  for (std::size_t i = 0; i < id.bytes.size(); i += 8) {
+    const std::uint64_t v = r.next();
+    for (std::size_t b = 0; b < 8; ++b) id.bytes[i + b] = static_cast<std::uint8_t>(v >> (8 * b));
+  }
+  return id;
+}
+
+// --------------------------------------------------------------------------
+// The workload
+
+void SwarmSimulation::publish(std::uint32_t number) {
+  const ManifestId id = version_id(number);
+  version_numbers_[id] = number;
+  VersionOutcome outcome;
+  outcome.number = number;
+  outcome.published = now();
+  outcome.worker_done.resize(workers_.size());
+  outcomes_.push_back(std::move(outcome));
+  const std::uint32_t ranks = scenario_.model.trainer_ranks;
+  const std::uint32_t shards = layout_.shard_count();
+  for (std::uint32_t t : trainers_) {
+    if (!alive(t)) continue;
+    SimPeer& p = peers_[t];
+    // The trainer's weights are the new version now: the old one is gone.
+    if (number > 1) p.core->stop(now(), version_id(number - 1));
+    core::Bitfield part(shards);
+    for (std::uint32_t s = p.rank; s < shards; s += ranks) part.set(s);
+    const bool whole = ranks == 1;
+    p.core->serve(now(), id, layout_, std::move(part),
+                  whole && scenario_.swarm.super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed
+                                                      : swarm::SwarmCore::ServeMode::kPlain);
+    drain(t);
+  }
+  for (std::uint32_t w : workers_) {
+    if (!alive(w)) continue;
+    peers_[w].core->fetch(now(), id, layout_, core::Bitfield(shards));
+  }
+  // Ideal membership: every worker learns of every trainer rank and every
+  // other worker (holders to be) of this version at once.
+  for (std::uint32_t w : workers_) {
+    if (!alive(w)) continue;
+    SimPeer& p = peers_[w];
+    for (std::uint32_t t : trainers_) {
+      if (alive(t)) p.core->add_holder(now(), id, peers_[t].id);
+    }
+    for (std::uint32_t other : workers_) {
+      if (other != w && alive(other)) p.core->add_holder(now(), id, peers_[other].id);
+    }
+    drain(w);
+  }
+}
+
+void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status) {
+  auto number = version_numbers_.find(version);
+  if (number == version_numbers_.end() || !status.is_ok()) return;
+  VersionOutcome& outcome = outcomes_[number->second - 1];
+  SimPeer& p = peers_[peer];
+  if (auto progress = p.core->progress(version)) requests_timed_out_ += progress->requests_timed_out;
+  outcome.worker_done[p.worker] = now();
+  const auto held = static_cast<std::size_t>(
+      std::count_if(outcome.worker_done.begin(), outcome.worker_done.end(), [](const auto& t) { return t.has_value(); }));
+  if (!outcome.replicated && held >= scenario_.workload.replicas) outcome.replicated = now();
+  // A double buffer: the version before the one just completed is dropped.
+  if (number->second > 1) p.core->stop(now(), version_id(number->second - 1));
+  // Every live worker has it: the next version (when publishing on completion).
+  bool all = true;
+  for (std::uint32_t w : workers_) all &= !alive(w) || outcome.worker_done[peers_[w].worker].has_value();
+  if (all && number->second == outcomes_.size()) {
+    if (scenario_.workload.interval.count() == 0 && number->second < scenario_.workload.versions) {
+      events_.schedule(Event{now(), Kind::kPublish, 0, 0, {}, number->second + 1});
+    } else if (number->second == scenario_.workload.versions) {
+      finished_ = true;
+    }
+  }
+}
+
+// --------------------------------------------------------------------------
+// Faults
+
+void SwarmSimulation::fault(const FaultSpec& spec) {
+  if (spec.kind == FaultSpec::Kind::kCrashNode) {
+    for (std::uint32_t p = 0; p < peers_.size(); ++p) {
+      if (peers_[p].node == spec.node && alive(p)) crash(p);
+    }
+    return;
+  }
+  for (LinkId link : topology_.node_links(spec.node)) network_.set_link_up(now(), link, false);
+  link_down_until_[spec.node] = now() + spec.length;
+  events_.schedule(Event{now() + spec.length, Kind::kLinkUp, 0, 0, {}, spec.node});
+}
+
+void SwarmSimulation::crash(std::uint32_t peer) {
+  peers_[peer].core.reset();
+  ++peers_[peer].timer_generation;
+  for (std::uint32_t other = 0; other < peers_.size(); ++other) {
+    if (other == peer) continue;
+    close_pipes(peer, other);
+    if (!alive(other)) continue;
+    // Connections break at once (RST); gossip declares the peer dead later.
+    deliver_later(Event{now(), Kind::kDisconnected, other, peer, {}, 0});
+    events_.schedule(Event{now() + scenario_.failure_detection, Kind::kPeerGone, other, peer, {}, 0});
+  }
+  // A worker that died no longer counts towards "every worker has it".
+  if (!outcomes_.empty()) {
+    const VersionOutcome& latest = outcomes_.back();
+    bool all = true;
+    for (std::uint32_t w : workers_) all &= !alive(w) || latest.worker_done[peers_[w].worker].has_value();
+    if (all && !peers_[peer].trainer) {
+      if (scenario_.workload.interval.count() == 0 && latest.number < scenario_.workload.versions) {
+        events_.schedule(Event{now(), Kind::kPublish, 0, 0, {}, latest.number + 1});
+      } else if (latest.number == scenario_.workload.versions) {
+        finished_ = true;
+      }
+    }
+  }
+}
+
+// --------------------------------------------------------------------------
+// Carrying the cores' actions
+
+SwarmSimulation::Pipe& SwarmSimulation::pipe(std::uint32_t from, std::uint32_t to) { return pipes_[{from, to}]; }
+
+void SwarmSimulation::send_next(std::uint32_t from, std::uint32_t to) {
+  Pipe& p = pipe(from, to);
+  if (p.flow || p.queue.empty()) return;
+  p.sending = std::move(p.queue.front());
+  p.queue.pop_front();
+  const Path path = topology_.path(peers_[from].node, peers_[to].node);
+  const FlowId flow = network_.start_flow(now(), path.links, p.sending->length);
+  ++flows_started_;
+  p.flow = flow;
+  flow_pipe_[flow.value] = {from, to};
+}
+
+void SwarmSimulation::close_pipes(std::uint32_t a, std::uint32_t b) {
+  for (auto key : {std::pair{a, b}, std::pair{b, a}}) {
+    auto it = pipes_.find(key);
+    if (it == pipes_.end()) continue;
+    if (it->second.flow) {
+      network_.cancel_flow(now(), *it->second.flow);
+      flow_pipe_.erase(it->second.flow->value);
+    }
+    pipes_.erase(it);
+  }
+}
+
+void SwarmSimulation::on_flow_done(FlowId flow) {
+  auto owner = flow_pipe_.find(flow.value);
+  if (owner == flow_pipe_.end()) return;
+  const auto [from, to] = owner->second;
+  flow_pipe_.erase(owner);
+  Pipe& p = pipe(from, to);
+  QueuedPiece piece = std::move(*p.sending);
+  p.sending.reset();
+  p.flow.reset();
+  peers_[from].bytes_sent += piece.length;
+  if (peers_[from].trainer && !outcomes_.empty()) {
+    auto number = version_numbers_.find(piece.header.version);
+    if (number != version_numbers_.end()) outcomes_[number->second - 1].publisher_bytes += piece.length;
+  }
+  // The last byte reaches the fetcher one path latency after it left.
+  deliver_later(Event{now(), Kind::kPiece, to, from, std::move(piece.header), 0});
+  send_next(from, to);
+}
+
+void SwarmSimulation::deliver_later(Event e) {
+  const std::uint32_t a = peers_[e.from].node, b = peers_[e.to].node;
+  TimePoint at = std::max({e.at, link_down_until_[a], link_down_until_[b]});
+  e.at = at + topology_.path(a, b).latency;
+  events_.schedule(std::move(e));
+}
+
+void SwarmSimulation::arm(std::uint32_t peer) {
+  SimPeer& p = peers_[peer];
+  if (!p.core) return;
+  const TimePoint t = std::max(p.core->next_timeout(), now());
+  if (t == p.timer_at || t == kTimeNever) return;
+  p.timer_at = t;
+  events_.schedule(Event{t, Kind::kTimer, peer, peer, {}, ++p.timer_generation});
+}
+
+void SwarmSimulation::drain(std::uint32_t peer) {
+  SimPeer& p = peers_[peer];
+  while (p.core) {
+    auto action = p.core->poll();
+    if (!action) break;
+    if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
+      auto to = by_id_.find(open->peer);
+      if (to == by_id_.end()) continue;
+      // TCP and the data-plane handshake: about 1.5 round trips.
+      const Duration one_way = topology_.path(p.node, peers_[to->second].node).latency;
+      const bool up = alive(to->second);
+      events_.schedule(Event{now() + one_way * (up ? 3 : 20), up ? Kind::kConnected : Kind::kConnectFailed, peer,
+                             to->second, {}, 0});
+    } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
+      auto to = by_id_.find(close->peer);
+      if (to == by_id_.end()) continue;
+      close_pipes(peer, to->second);
+      deliver_later(Event{now(), Kind::kDisconnected, to->second, peer, {}, 0});
+    } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
+      auto to = by_id_.find(send->peer);
+      if (to != by_id_.end()) deliver_later(Event{now(), Kind::kMessage, to->second, peer, send->message, 0});
+    } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
+      auto to = by_id_.find(serve->peer);
+      if (to == by_id_.end()) continue;
+      pipe(peer, to->second).queue.push_back(QueuedPiece{serve->header, serve->length});
+      send_next(peer, to->second);
+    } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
+      const double bytes = static_cast<double>(layout_.shard_length(verify->shard));
+      const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / scenario_.hash_bytes_per_second));
+      Event e{now() + Duration(micros), Kind::kVerified, peer, peer, {}, verify->shard.value};
+      e.message.version = verify->version;
+      events_.schedule(std::move(e));
+    } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {
+      on_worker_done(peer, finished->version, finished->status);
+    }
+    // ShardHeld: gossip's coarse progress, which ideal membership does without.
+  }
+  arm(peer);
+}
+
+void SwarmSimulation::dispatch(Event& e) {
+  ++events_processed_;
+  switch (e.kind) {
+    case Kind::kPublish: publish(static_cast<std::uint32_t>(e.number)); return;
+    case Kind::kFault: fault(scenario_.faults[e.number]); return;
+    case Kind::kLinkUp: {
+      const auto node = static_cast<std::uint32_t>(e.number);
+      if (link_down_until_[node] > now()) return;  // down again meanwhile
+      for (LinkId link : topology_.node_links(node)) network_.set_link_up(now(), link, true);
+      return;
+    }
+    default: break;
+  }
+  SimPeer& p = peers_[e.to];
+  if (!p.core) return;
+  const bool from_the_dead = e.kind != Kind::kTimer && e.kind != Kind::kVerified && e.kind != Kind::kConnected &&
+                             e.kind != Kind::kConnectFailed && e.kind != Kind::kDisconnected &&
+                             e.kind != Kind::kPeerGone && !alive(e.from);
+  if (from_the_dead) return;
+  const PeerId& from = peers_[e.from].id;
+  switch (e.kind) {
+    case Kind::kMessage:
+      if (e.message.type == swarm::MessageType::kCancel) {
+        // As the data connection does: a piece still queued is dropped.
+        auto it = pipes_.find({e.to, e.from});
+        if (it != pipes_.end()) {
+          auto& queue = it->second.queue;
+          queue.erase(std::remove_if(queue.begin(), queue.end(),
+                                     [&](const QueuedPiece& q) { return q.header.request_id == e.message.request_id; }),
+                      queue.end());
+        }
+        return;
+      }
+      p.core->on_message(now(), from, e.message);
+      break;
+    case Kind::kPiece: {
+      auto target = p.core->piece_target(from, e.message);
+      p.core->on_piece(now(), from, e.message, target && target->length == e.message.length);
+      break;
+    }
+    case Kind::kConnected:
+      if (alive(e.from)) {
+        p.core->on_connected(now(), from);
+      } else {
+        p.core->on_connect_failed(now(), from);
+      }
+      break;
+    case Kind::kConnectFailed: p.core->on_connect_failed(now(), from); break;
+    case Kind::kDisconnected: p.core->on_disconnected(now(), from); break;
+    case Kind::kPeerGone: p.core->peer_gone(now(), from); break;
+    case Kind::kVerified:
+      p.core->on_verified(now(), e.message.version, ShardIndex{static_cast<std::uint32_t>(e.number)}, true);
+      break;
+    case Kind::kTimer:
+      if (e.number != p.timer_generation) return;
+      p.timer_at = kTimeNever;
+      p.core->handle_timeout(now());
+      break;
+    default: return;
+  }
+  drain(e.to);
+}
+
+// --------------------------------------------------------------------------
+// Running
+
+std::size_t SwarmSimulation::workers_done_with_latest() const {
+  if (outcomes_.empty()) return 0;
+  const auto& done = outcomes_.back().worker_done;
+  return static_cast<std::size_t>(std::count_if(done.begin(), done.end(), [](const auto& t) { return t.has_value(); }));
+}
+
+SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimulation&)>& progress) {
+  const TimePoint limit = kTimeZero + scenario_.time_limit;
+  std::vector<FlowId> completed;
+  auto last_report = std::chrono::steady_clock::now();
+  SimulationResult result;
+  while (!finished_) {
+    const TimePoint next_event = events_.empty() ? kTimeNever : events_.next_at();
+    const TimePoint next_flow = network_.next_completion();
+    const TimePoint next = std::min(next_event, next_flow);
+    if (next == kTimeNever) break;
+    if (next > limit) {
+      result.timed_out = true;
+      events_.advance_to(limit);
+      break;
+    }
+    if (next_flow <= next_event) {
+      events_.advance_to(next_flow);
+      completed.clear();
+      network_.advance(next_flow, completed);
+      for (FlowId f : completed) on_flow_done(f);
+      ++events_processed_;
+    } else {
+      events_.run_next([this](Event& e) { dispatch(e); });
+    }
+    // Progress only (reading the wall clock never changes the run).
+    if (progress && (events_processed_ & 0xfff) == 0) {
+      const auto wall = std::chrono::steady_clock::now();
+      if (wall - last_report >= 1s) {
+        last_report = wall;
+        progress(*this);
+      }
+    }
+  }
+  if (progress) progress(*this);
+  result.versions = outcomes_;
+  for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
+  result.events = events_processed_;
+  result.flows = flows_started_;
+  result.model_work = network_.work();
+  result.end = now();
+  result.workers = workers_.size();
+  result.trainer_ranks = trainers_.size();
+  for (const SimPeer& p : peers_) {
+    if (!p.core) continue;
+    result.discarded_piece_bytes += p.core->discarded_piece_bytes();
+  }
+  result.stalled = !finished_ && !result.timed_out;
+  result.requests_timed_out = requests_timed_out_;
+  return result;
+}
+
+}  // namespace tensorhub::sim

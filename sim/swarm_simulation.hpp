@@ -1,0 +1,148 @@
+// The simulator's driver: the real swarm cores of every peer, over a
+// network model, in virtual time.
+//
+// One SwarmCore per peer (a trainer rank or a rollout worker), exactly as
+// the runtime runs it. The driver carries control messages after the path's
+// latency (they are small; their bytes are not modelled), and every piece a
+// core serves as a flow of its length through the network model. Pieces
+// between two peers go one after another, like the bytes of one TCP
+// connection: the next starts when the previous has left. Verification
+// takes shard bytes / hash rate.
+//
+// Membership is "ideal": instead of running gossip, every worker is told of
+// every trainer rank and every other worker of a version the moment it is
+// published, and of a crashed peer failure_detection later (what gossip
+// would say, without its traffic). Deterministic: a seed gives the same run.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/random_fill.hpp"
+#include "core/virtual_time_queue.hpp"
+#include "sim/cluster_topology.hpp"
+#include "sim/network_model.hpp"
+#include "sim/scenario.hpp"
+#include "swarm/swarm_core.hpp"
+
+namespace tensorhub::sim {
+
+struct VersionOutcome {
+  std::uint32_t number = 0;
+  TimePoint published;
+  std::vector<std::optional<TimePoint>> worker_done;  // per rollout worker; empty when it never completed
+  std::optional<TimePoint> replicated;                // when `replicas` workers held it
+  std::uint64_t publisher_bytes = 0;                  // sent by trainer ranks
+};
+
+struct SimulationResult {
+  std::vector<VersionOutcome> versions;
+  std::array<std::uint64_t, kLinkClasses> bytes_by_class{};
+  std::uint64_t events = 0;
+  std::uint64_t flows = 0;
+  std::uint64_t model_work = 0;
+  TimePoint end;
+  bool timed_out = false;  // the scenario's time limit came first
+  bool stalled = false;    // nothing left to happen, and the workload unfinished
+  std::size_t workers = 0, trainer_ranks = 0;
+  std::uint64_t discarded_piece_bytes = 0;
+  std::uint64_t requests_timed_out = 0;
+};
+
+class SwarmSimulation {
+ public:
+  // REQUIRES: `scenario` and `network` outlive the simulation; nothing has
+  // been added to `network` yet.
+  SwarmSimulation(const Scenario& scenario, NetworkModel& network);
+  ~SwarmSimulation();
+
+  // Runs to the end of the workload or the scenario's time limit. `progress`
+  // (may be empty) is called now and then with the simulation so far.
+  SimulationResult run(const std::function<void(const SwarmSimulation&)>& progress = {});
+
+  TimePoint now() const { return events_.now(); }
+  std::uint64_t events_processed() const { return events_processed_; }
+  std::size_t workers() const { return workers_.size(); }
+  // Workers holding the newest published version.
+  std::size_t workers_done_with_latest() const;
+  std::uint32_t latest_version() const { return static_cast<std::uint32_t>(outcomes_.size()); }
+  const ClusterTopology& topology() const { return topology_; }
+
+ private:
+  struct SimPeer {
+    PeerId id;
+    std::uint32_t node = 0;
+    swarm::Location location;
+    std::unique_ptr<swarm::SwarmCore> core;
+    bool trainer = false;
+    std::uint32_t rank = 0;    // trainers: which part of each version
+    std::uint32_t worker = 0;  // workers: index in workers_
+    std::uint64_t bytes_sent = 0;
+    TimePoint timer_at = kTimeNever;
+    std::uint64_t timer_generation = 0;
+  };
+  // One direction of a connection: pieces leave one after another.
+  struct QueuedPiece {
+    swarm::SwarmMessage header;
+    std::uint32_t length = 0;
+  };
+  struct Pipe {
+    std::deque<QueuedPiece> queue;
+    std::optional<FlowId> flow;
+    std::optional<QueuedPiece> sending;
+  };
+  enum class Kind { kMessage, kPiece, kConnected, kConnectFailed, kDisconnected, kPeerGone, kTimer, kVerified,
+                    kPublish, kFault, kLinkUp };
+  struct Event {
+    TimePoint at;
+    Kind kind = Kind::kTimer;
+    std::uint32_t to = 0, from = 0;
+    swarm::SwarmMessage message;  // kMessage, kPiece (the header)
+    std::uint64_t number = 0;     // kTimer: generation; kVerified: shard; kPublish: version; kFault: index; kLinkUp: node
+  };
+
+  void add_peers();
+  std::uint32_t add_peer(std::uint32_t node, bool trainer, std::uint32_t rank);
+  ManifestId version_id(std::uint32_t number) const;
+  void publish(std::uint32_t number);
+  void fault(const FaultSpec& spec);
+  void crash(std::uint32_t peer);
+  void drain(std::uint32_t peer);
+  void arm(std::uint32_t peer);
+  void dispatch(Event& e);
+  void deliver_later(Event e);  // after the path's latency, and after a down link is back
+  Pipe& pipe(std::uint32_t from, std::uint32_t to);
+  void send_next(std::uint32_t from, std::uint32_t to);
+  void close_pipes(std::uint32_t a, std::uint32_t b);
+  void on_flow_done(FlowId flow);
+  void on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status);
+  bool alive(std::uint32_t peer) const { return peers_[peer].core != nullptr; }
+
+  const Scenario& scenario_;
+  NetworkModel& network_;
+  ClusterTopology topology_;
+  swarm::ShardLayout layout_;
+  core::SplitMix64 rng_;
+  std::vector<SimPeer> peers_;
+  std::map<PeerId, std::uint32_t> by_id_;
+  std::vector<std::uint32_t> trainers_, workers_;  // peer indices
+  std::map<std::pair<std::uint32_t, std::uint32_t>, Pipe> pipes_;
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> flow_pipe_;
+  std::vector<TimePoint> link_down_until_;  // per node
+  std::vector<VersionOutcome> outcomes_;
+  std::map<ManifestId, std::uint32_t> version_numbers_;
+  core::VirtualTimeQueue<Event> events_;
+  std::uint64_t events_processed_ = 0;
+  std::uint64_t flows_started_ = 0;
+  std::uint64_t requests_timed_out_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace tensorhub::sim

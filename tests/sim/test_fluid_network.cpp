@@ -1,0 +1,86 @@
+// The fluid model against rates worked out by hand.
+#include <doctest/doctest.h>
+
+#include "sim/fluid_network.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::sim;
+using namespace std::chrono_literals;
+
+namespace {
+
+TimePoint at(double seconds) { return TimePoint(Duration(static_cast<std::int64_t>(seconds * 1e6))); }
+
+std::vector<FlowId> advance_to_next(FluidNetwork& n) {
+  std::vector<FlowId> done;
+  n.advance(n.next_completion(), done);
+  return done;
+}
+
+}  // namespace
+
+TEST_CASE("fluid network: one flow takes bytes / capacity") {
+  FluidNetwork n;
+  const LinkId l = n.add_link(1e6, LinkClass::kNicUp);
+  const LinkId path[] = {l};
+  const FlowId f = n.start_flow(at(0), path, 2'000'000);
+  CHECK(n.rate_of(f) == doctest::Approx(1e6));
+  CHECK(n.next_completion() == at(2.0));
+  const auto done = advance_to_next(n);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0] == f);
+  CHECK(n.bytes_carried(LinkClass::kNicUp) == 2'000'000);
+  CHECK(n.next_completion() == kTimeNever);
+}
+
+TEST_CASE("fluid network: max-min fair shares, and the rest is given back when a flow ends") {
+  // Link A (10) carries flows 1 and 2; link B (4) carries flows 2 and 3.
+  // Max-min: B is the bottleneck, 2 and 3 get 2 each; 1 gets A's rest, 8.
+  FluidNetwork n;
+  const LinkId a = n.add_link(10, LinkClass::kNicUp);
+  const LinkId b = n.add_link(4, LinkClass::kNicDown);
+  const LinkId p1[] = {a}, p2[] = {a, b}, p3[] = {b};
+  const FlowId f1 = n.start_flow(at(0), p1, 80);
+  const FlowId f2 = n.start_flow(at(0), p2, 100);
+  const FlowId f3 = n.start_flow(at(0), p3, 8);
+  CHECK(n.rate_of(f1) == doctest::Approx(8));
+  CHECK(n.rate_of(f2) == doctest::Approx(2));
+  CHECK(n.rate_of(f3) == doctest::Approx(2));
+  n.check_invariants();
+  // Flow 3 ends at t = 4; then flow 2 has B to itself (4), and 1 gets 6.
+  auto done = advance_to_next(n);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0] == f3);
+  CHECK(n.rate_of(f2) == doctest::Approx(4));
+  CHECK(n.rate_of(f1) == doctest::Approx(6));
+  // Flow 1 had 80 - 4*8 = 48 left: 8 s more at 6.
+  CHECK(n.next_completion() == at(12));
+}
+
+TEST_CASE("fluid network: a link down stalls its flows, which resume when it is back") {
+  FluidNetwork n;
+  const LinkId l = n.add_link(100, LinkClass::kNicUp);
+  const LinkId path[] = {l};
+  const FlowId f = n.start_flow(at(0), path, 1000);
+  n.set_link_up(at(2), l, false);  // 200 sent
+  CHECK(n.rate_of(f) == 0);
+  CHECK(n.next_completion() == kTimeNever);
+  n.set_link_up(at(5), l, true);
+  CHECK(n.next_completion() == at(13));  // 800 left at 100
+  n.cancel_flow(at(6), f);
+  CHECK(n.flows_in_progress() == 0);
+  CHECK(n.bytes_carried(LinkClass::kNicUp) == 300);
+}
+
+TEST_CASE("fluid network: a change reaches only flows connected to it") {
+  FluidNetwork n;
+  const LinkId a = n.add_link(10, LinkClass::kNicUp);
+  const LinkId b = n.add_link(10, LinkClass::kNicUp);
+  const LinkId pa[] = {a}, pb[] = {b};
+  n.start_flow(at(0), pa, 100);
+  const std::uint64_t before = n.work();
+  n.start_flow(at(0), pb, 100);
+  n.start_flow(at(0), pb, 100);
+  // Two solves of link b's component (1 flow, then 2): 3 rate updates, none on a.
+  CHECK(n.work() - before == 3);
+}

@@ -1,0 +1,102 @@
+// The simulator end to end: the real swarm cores over the fluid model.
+#include <doctest/doctest.h>
+
+#include "sim/fluid_network.hpp"
+#include "sim/report.hpp"
+#include "sim/swarm_simulation.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::sim;
+
+namespace {
+
+Scenario scenario_of(const std::string& json) {
+  auto s = parse_scenario(json);
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  return *s;
+}
+
+struct Run {
+  SimulationResult result;
+  double bound = 0;
+  std::string json;
+};
+
+Run run(const Scenario& s) {
+  FluidNetwork network;
+  SwarmSimulation simulation(s, network);
+  Run r;
+  r.result = simulation.run();
+  r.bound = lower_bound_seconds(s, simulation.topology());
+  r.json = report_json(s, r.result, r.bound, nullptr);
+  return r;
+}
+
+std::size_t completed(const VersionOutcome& v) {
+  return static_cast<std::size_t>(std::count_if(v.worker_done.begin(), v.worker_done.end(), [](auto& t) { return t.has_value(); }));
+}
+
+}  // namespace
+
+TEST_CASE("simulation: two hosts, one link: the version takes size / rate plus the latency") {
+  const Scenario s = scenario_of(R"({
+    "topology": {"datacenters": [{"nodes_per_rack": 2}], "nic_gbps": 1, "hop_latency_us": 100},
+    "model": {"size": "64MiB", "shard_size": "4MiB", "flow_size": "1MiB"}})");
+  const Run r = run(s);
+  REQUIRE(r.result.versions.size() == 1);
+  const VersionOutcome& v = r.result.versions[0];
+  REQUIRE(completed(v) == 1);
+  const double analytic = (64.0 * (1 << 20)) / (1e9 / 8) + 2 * 100e-6;
+  CHECK(r.bound == doctest::Approx(analytic));
+  const double took = to_seconds(*v.worker_done[0] - v.published);
+  // The handshake and the first request add a few round trips (0.2 ms each).
+  CHECK(took >= analytic);
+  CHECK(took <= analytic + 0.005);
+  CHECK(v.publisher_bytes == s.model.size);
+}
+
+TEST_CASE("simulation: every worker of a 16-node, 2-rack cluster completes, and the swarm spares the trainer") {
+  const Scenario s = scenario_of(R"({
+    "topology": {"datacenters": [{"racks": 2, "nodes_per_rack": 8}], "gpus_per_node": 2, "nic_gbps": 10},
+    "model": {"size": "256MiB", "shard_size": "8MiB", "flow_size": "1MiB"},
+    "workload": {"versions": 2, "replicas": 3}})");
+  const Run r = run(s);
+  CHECK_FALSE(r.result.timed_out);
+  CHECK_FALSE(r.result.stalled);
+  CHECK(r.result.workers == 30);
+  REQUIRE(r.result.versions.size() == 2);
+  for (const VersionOutcome& v : r.result.versions) {
+    CHECK(completed(v) == 30);
+    CHECK(v.replicated.has_value());
+    // 30 workers, yet the trainer sends about one copy (super-seeding), not 30.
+    CHECK(static_cast<double>(v.publisher_bytes) < 1.5 * static_cast<double>(s.model.size));
+  }
+  CHECK(r.result.bytes_by_class[static_cast<std::size_t>(LinkClass::kNvlink)] > 0);  // GPU pairs share a node
+}
+
+TEST_CASE("simulation: a crashed node and a link down: the others still complete") {
+  const Scenario s = scenario_of(R"({
+    "topology": {"datacenters": [{"nodes_per_rack": 10}], "nic_gbps": 1},
+    "model": {"size": "128MiB", "shard_size": "4MiB", "flow_size": "1MiB"},
+    "failure_detection_s": 1,
+    "faults": [{"at_s": 0.4, "crash_node": 3}, {"at_s": 0.5, "link_down_node": 5, "for_s": 1.5}]})");
+  const Run r = run(s);
+  CHECK_FALSE(r.result.stalled);
+  CHECK_FALSE(r.result.timed_out);
+  const VersionOutcome& v = r.result.versions[0];
+  CHECK(completed(v) == 8);                      // all but the crashed node's worker
+  CHECK_FALSE(v.worker_done[2].has_value());     // node 3 hosts worker 2
+}
+
+TEST_CASE("simulation: the same seed gives the same report, byte for byte; another seed may not") {
+  const std::string text = R"({
+    "topology": {"datacenters": [{"racks": 2, "nodes_per_rack": 6}], "nic_gbps": 1},
+    "model": {"size": "64MiB", "shard_size": "2MiB", "flow_size": "512KiB"},
+    "faults": [{"at_s": 0.2, "crash_node": 4}]})";
+  Scenario s = scenario_of(text);
+  const std::string first = run(s).json;
+  CHECK(run(s).json == first);
+  s.seed = 99;
+  const std::string other = run(s).json;
+  CHECK(other.find("\"seed\": 99") != std::string::npos);
+}
