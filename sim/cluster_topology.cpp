@@ -32,6 +32,7 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
       }
     }
   }
+  network.seal(node_count(), [this](std::uint32_t from, std::uint32_t to) { return path(from, to).links; });
 }
 
 Path ClusterTopology::path(std::uint32_t from, std::uint32_t to) const {

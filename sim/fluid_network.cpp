@@ -195,6 +195,27 @@ void FluidNetwork::advance(TimePoint now, std::vector<FlowId>& completed) {
   if (!seeds.empty()) solve(seeds, now);
 }
 
+RunEnd FluidNetwork::run(FlowDriver& driver, TimePoint limit) {
+  std::vector<FlowId> completed;
+  TimePoint now = kTimeZero;
+  while (!driver.done()) {
+    const TimePoint next_event = driver.next_event();
+    const TimePoint next_flow = next_completion();
+    const TimePoint next = std::min(next_event, next_flow);
+    if (next == kTimeNever) break;
+    if (next > limit) return RunEnd{limit, true};
+    now = next;
+    if (next_flow <= next_event) {
+      completed.clear();
+      advance(now, completed);
+      driver.on_flows_done(now, completed);
+    } else {
+      driver.run_events_due(now);
+    }
+  }
+  return RunEnd{now, false};
+}
+
 std::uint64_t FluidNetwork::bytes_carried(LinkClass link_class) const {
   double total = 0;
   for (const Link& link : links_) {

@@ -30,14 +30,26 @@ class FluidNetwork final : public NetworkModel {
   static constexpr std::size_t kMaxPath = 8;
 
   LinkId add_link(double bytes_per_second, LinkClass link_class) override;
-  FlowId start_flow(TimePoint now, std::span<const LinkId> path, std::uint64_t bytes) override;
+  void seal(std::uint32_t, const std::function<std::vector<LinkId>(std::uint32_t, std::uint32_t)>&) override {}
+  FlowId start_flow(TimePoint now, std::uint32_t, std::uint32_t, std::span<const LinkId> path,
+                    std::uint64_t bytes) override {
+    return start_flow(now, path, bytes);
+  }
   void cancel_flow(TimePoint now, FlowId flow) override;
   void set_link_up(TimePoint now, LinkId link, bool up) override;
-  TimePoint next_completion() const override;
-  void advance(TimePoint now, std::vector<FlowId>& completed) override;
+  RunEnd run(FlowDriver& driver, TimePoint limit) override;
   std::uint64_t bytes_carried(LinkClass link_class) const override;
   std::size_t flows_in_progress() const override { return flows_.size(); }
   std::uint64_t work() const override { return rate_updates_; }
+  std::string_view name() const override { return "fluid"; }
+
+  // The model on its own (tests): flows by path, time moved by the caller.
+  FlowId start_flow(TimePoint now, std::span<const LinkId> path, std::uint64_t bytes);
+  // The earliest completion of a flow in progress, or kTimeNever.
+  TimePoint next_completion() const;
+  // Advances to `now` and appends the flows complete by then.
+  // REQUIRES: nothing else happened since a time later than `now`.
+  void advance(TimePoint now, std::vector<FlowId>& completed);
 
   // The current rate of a flow in progress (bytes per second), for tests.
   double rate_of(FlowId flow) const;

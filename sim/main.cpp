@@ -13,6 +13,7 @@
 
 #include "sim/fluid_network.hpp"
 #include "sim/report.hpp"
+#include "sim/simgrid_network.hpp"
 #include "sim/swarm_simulation.hpp"
 
 using namespace tensorhub;
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
   app.add_option("scenario", scenario_path, "Scenario file (JSON; see sim/scenario.hpp)")->required();
   app.add_option("--json", json_path, "Write the JSON summary here ('-': standard output)");
   app.add_option("--seed", seed, "Override the scenario's seed");
+  std::string network_name;
+  app.add_option("--network", network_name, "Override the scenario's network model: fluid or simgrid");
   app.add_flag("--reproducible", reproducible, "Leave wall time and memory out of the JSON (same seed, same bytes)");
   app.add_flag("--quiet", quiet, "No progress line");
   CLI11_PARSE(app, argc, argv);
@@ -43,9 +46,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (seed) scenario->seed = *seed;
-
-  FluidNetwork network;
-  SwarmSimulation simulation(*scenario, network);
+  if (!network_name.empty()) scenario->network = network_name;
+  std::unique_ptr<NetworkModel> network;
+  if (scenario->network == "fluid") {
+    network = std::make_unique<FluidNetwork>();
+  } else if (scenario->network == "simgrid" && simgrid_available()) {
+    network = std::make_unique<SimgridNetwork>(scenario->simgrid_model);
+  } else if (scenario->network == "simgrid") {
+    std::fprintf(stderr, "tensorhub-sim: this build has no SimGrid (install libsimgrid-dev and reconfigure)\n");
+    return 2;
+  } else {
+    std::fprintf(stderr, "tensorhub-sim: unknown network model '%s' (fluid or simgrid)\n", scenario->network.c_str());
+    return 2;
+  }
+  SwarmSimulation simulation(*scenario, *network);
   const double bound = lower_bound_seconds(*scenario, simulation.topology());
   const bool show_progress = !quiet && isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();

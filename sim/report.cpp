@@ -81,7 +81,7 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
   json j;
   j["scenario"] = scenario.name;
   j["seed"] = scenario.seed;
-  j["network_model"] = scenario.network;
+  j["network_model"] = scenario.network == "simgrid" ? "simgrid/" + scenario.simgrid_model : scenario.network;
   j["membership"] = "ideal";
   j["workers"] = result.workers;
   j["trainer_ranks"] = result.trainer_ranks;

@@ -228,7 +228,11 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     f.text("name", s.name);
     f.integer("seed", s.seed, 0, UINT64_MAX);
     f.text("network", s.network);
-    if (s.network != "fluid") f.fail("network", "'" + s.network + "' is not available (only \"fluid\")");
+    if (s.network != "fluid" && s.network != "simgrid") {
+      f.fail("network", "'" + s.network + "' is not available (\"fluid\" or \"simgrid\")");
+    }
+    f.text("simgrid_model", s.simgrid_model);
+    if (s.simgrid_model != "CM02" && s.simgrid_model != "LV08") f.fail("simgrid_model", "must be \"CM02\" or \"LV08\"");
     if (!f.has("topology")) f.fail("topology", "is required");
     read_topology(f.take("topology"), s.topology);
     if (!f.has("model")) f.fail("model", "is required");

@@ -6,7 +6,8 @@
 //   {
 //     "name": "standalone-64",
 //     "seed": 1,
-//     "network": "fluid",                  // the network model ("fluid")
+//     "network": "fluid",                  // the network model: "fluid" or "simgrid"
+//     "simgrid_model": "CM02",             // with simgrid: "CM02" (max-min) or "LV08" (TCP)
 //     "topology": {
 //       "datacenters": [{"name": "dc1", "racks": 2, "nodes_per_rack": 4}],
 //       "gpus_per_node": 1,                // one rollout peer per GPU
@@ -97,7 +98,8 @@ struct FaultSpec {
 struct Scenario {
   std::string name = "unnamed";
   std::uint64_t seed = 1;
-  std::string network = "fluid";
+  std::string network = "fluid";       // or "simgrid" (the reference)
+  std::string simgrid_model = "CM02";  // SimGrid's network model (simgrid_network.hpp)
   TopologySpec topology;
   ModelSpec model;
   WorkloadSpec workload;

@@ -222,7 +222,7 @@ void SwarmSimulation::send_next(std::uint32_t from, std::uint32_t to) {
   p.sending = std::move(p.queue.front());
   p.queue.pop_front();
   const Path path = topology_.path(peers_[from].node, peers_[to].node);
-  const FlowId flow = network_.start_flow(now(), path.links, p.sending->length);
+  const FlowId flow = network_.start_flow(now(), peers_[from].node, peers_[to].node, path.links, p.sending->length);
   ++flows_started_;
   p.flow = flow;
   flow_pipe_[flow.value] = {from, to};
@@ -387,40 +387,32 @@ std::size_t SwarmSimulation::workers_done_with_latest() const {
   return static_cast<std::size_t>(std::count_if(done.begin(), done.end(), [](const auto& t) { return t.has_value(); }));
 }
 
-SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimulation&)>& progress) {
-  const TimePoint limit = kTimeZero + scenario_.time_limit;
-  std::vector<FlowId> completed;
-  auto last_report = std::chrono::steady_clock::now();
-  SimulationResult result;
-  while (!finished_) {
-    const TimePoint next_event = events_.empty() ? kTimeNever : events_.next_at();
-    const TimePoint next_flow = network_.next_completion();
-    const TimePoint next = std::min(next_event, next_flow);
-    if (next == kTimeNever) break;
-    if (next > limit) {
-      result.timed_out = true;
-      events_.advance_to(limit);
-      break;
-    }
-    if (next_flow <= next_event) {
-      events_.advance_to(next_flow);
-      completed.clear();
-      network_.advance(next_flow, completed);
-      for (FlowId f : completed) on_flow_done(f);
-      ++events_processed_;
-    } else {
-      events_.run_next([this](Event& e) { dispatch(e); });
-    }
-    // Progress only (reading the wall clock never changes the run).
-    if (progress && (events_processed_ & 0xfff) == 0) {
-      const auto wall = std::chrono::steady_clock::now();
-      if (wall - last_report >= 1s) {
-        last_report = wall;
-        progress(*this);
-      }
+void SwarmSimulation::run_events_due(TimePoint now) {
+  events_.run_until(now, [this](Event& e) { dispatch(e); });
+  // Progress only: reading the wall clock never changes the run.
+  if (progress_ && ++progress_checks_ % 1024 == 0) {
+    const auto wall = std::chrono::steady_clock::now();
+    if (wall - last_progress_ >= 1s) {
+      last_progress_ = wall;
+      progress_(*this);
     }
   }
+}
+
+void SwarmSimulation::on_flows_done(TimePoint now, std::span<const FlowId> flows) {
+  events_.advance_to(now);
+  for (FlowId f : flows) on_flow_done(f);
+  ++events_processed_;
+}
+
+SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimulation&)>& progress) {
+  progress_ = progress;
+  last_progress_ = std::chrono::steady_clock::now();
+  const RunEnd end = network_.run(*this, kTimeZero + scenario_.time_limit);
+  events_.advance_to(end.at);
   if (progress) progress(*this);
+  SimulationResult result;
+  result.timed_out = end.hit_limit;
   result.versions = outcomes_;
   for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
   result.events = events_processed_;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -56,12 +57,12 @@ struct SimulationResult {
   std::uint64_t requests_timed_out = 0;
 };
 
-class SwarmSimulation {
+class SwarmSimulation final : public FlowDriver {
  public:
   // REQUIRES: `scenario` and `network` outlive the simulation; nothing has
   // been added to `network` yet.
   SwarmSimulation(const Scenario& scenario, NetworkModel& network);
-  ~SwarmSimulation();
+  ~SwarmSimulation() override;
 
   // Runs to the end of the workload or the scenario's time limit. `progress`
   // (may be empty) is called now and then with the simulation so far.
@@ -74,6 +75,12 @@ class SwarmSimulation {
   std::size_t workers_done_with_latest() const;
   std::uint32_t latest_version() const { return static_cast<std::uint32_t>(outcomes_.size()); }
   const ClusterTopology& topology() const { return topology_; }
+
+  // FlowDriver: called by the network model as the run goes.
+  TimePoint next_event() const override { return events_.empty() ? kTimeNever : events_.next_at(); }
+  void run_events_due(TimePoint now) override;
+  void on_flows_done(TimePoint now, std::span<const FlowId> flows) override;
+  bool done() const override { return finished_; }
 
  private:
   struct SimPeer {
@@ -142,6 +149,9 @@ class SwarmSimulation {
   std::uint64_t events_processed_ = 0;
   std::uint64_t flows_started_ = 0;
   std::uint64_t requests_timed_out_ = 0;
+  std::function<void(const SwarmSimulation&)> progress_;
+  std::chrono::steady_clock::time_point last_progress_;
+  std::uint64_t progress_checks_ = 0;
   bool finished_ = false;
 };
 

@@ -44,4 +44,6 @@ TEST_CASE("scenario: every mistake is named") {
                      "faults": [{"at_s": 1, "crash_node": 7}]})") == "faults names node 7 of 2");
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "network": "ns3"})").find("network 'ns3' is not available") == 0);
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
+                     "simgrid_model": "LV09"})") == "simgrid_model must be \"CM02\" or \"LV08\"");
 }
