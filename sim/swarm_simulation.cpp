@@ -301,6 +301,12 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       if (to == by_id_.end()) continue;
       pipe(peer, to->second).queue.push_back(QueuedPiece{serve->header, serve->length});
       send_next(peer, to->second);
+    } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
+      auto to = by_id_.find(drop->peer);
+      if (to == by_id_.end()) continue;
+      auto it = pipes_.find({peer, to->second});
+      if (it == pipes_.end()) continue;
+      std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.version == drop->version; });
     } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
       const double bytes = static_cast<double>(layout_.shard_length(verify->shard));
       const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / scenario_.hash_bytes_per_second));
@@ -341,10 +347,8 @@ void SwarmSimulation::dispatch(Event& e) {
         // As the data connection does: a piece still queued is dropped.
         auto it = pipes_.find({e.to, e.from});
         if (it != pipes_.end()) {
-          auto& queue = it->second.queue;
-          queue.erase(std::remove_if(queue.begin(), queue.end(),
-                                     [&](const QueuedPiece& q) { return q.header.request_id == e.message.request_id; }),
-                      queue.end());
+          std::erase_if(it->second.queue,
+                        [&](const QueuedPiece& q) { return q.header.request_id == e.message.request_id; });
         }
         return;
       }

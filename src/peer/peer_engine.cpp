@@ -572,6 +572,12 @@ void PeerEngine::pump_swarm() {
       send(send_message->peer, send_message->message);
     } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
       serve_piece(*serve);
+    } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
+      if (auto link = links_.find(drop->peer); link != links_.end()) {
+        for (const auto& lane : link->second.lanes) {
+          if (lane) lane->cancel_pieces_of(drop->version);
+        }
+      }
     } else if (auto* verify_shard = std::get_if<swarm::VerifyShard>(&*action)) {
       verify(*verify_shard);
     } else if (auto* held = std::get_if<swarm::ShardHeld>(&*action)) {

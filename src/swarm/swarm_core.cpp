@@ -59,7 +59,10 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   auto it = versions_.find(id);
   if (it == versions_.end()) return;
   for (const PeerId& peer : it->second.sources) send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
-  for (const PeerId& peer : it->second.requesters) send(peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+  for (const PeerId& peer : it->second.requesters) {
+    send(peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+    actions_.push(DropQueuedPieces{peer, id});
+  }
   // Forget its outstanding requests on every connection.
   for (auto& [peer, c] : connections_) {
     std::erase_if(c.requests, [&](const auto& r) { return r.second.version == id; });
@@ -203,6 +206,7 @@ void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
       const PeerId& choked = std::get<ChokeAction>(*action).peer;
       if (v.seeder) v.seeder->deactivate(choked);
       send(choked, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+      actions_.push(DropQueuedPieces{choked, id});
     }
   }
 }

@@ -58,6 +58,15 @@ struct ServePiece {
   std::uint64_t offset = 0;
   std::uint32_t length = 0;
 };
+// The requester was choked (or the version stopped): the pieces of this
+// version queued for it and not yet being sent are dropped, since it has
+// forgotten their requests (BitTorrent's choke semantics) and would only
+// discard them. Measured in the simulator: without this, each slot rotation
+// sent a whole request pipeline per choked requester for nothing.
+struct DropQueuedPieces {
+  PeerId peer;
+  ManifestId version;
+};
 struct VerifyShard {
   ManifestId version;
   ShardIndex shard;
@@ -70,8 +79,8 @@ struct FetchFinished {
   ManifestId version;
   Status status;
 };
-using SwarmAction =
-    std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, VerifyShard, ShardHeld, FetchFinished>;
+using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, DropQueuedPieces, VerifyShard,
+                                 ShardHeld, FetchFinished>;
 
 // Where an arriving piece's payload belongs.
 struct PieceTarget {

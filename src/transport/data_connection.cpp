@@ -134,6 +134,7 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
   out.message.clear();
   encode_swarm_message(header, out.message);
   out.cancel_id = header.type == MessageType::kPiece ? header.request_id : 0;
+  out.version = header.version;
   out.payload = payload;
   out.source = std::move(source);
   queued_bytes_ += out.message.size() + payload.size();
@@ -154,15 +155,29 @@ void DataConnection::retire(std::list<Outgoing>& from, std::list<Outgoing>::iter
   if (source) source->on_piece_sent(length, sent);
 }
 
-bool DataConnection::cancel_piece(std::uint32_t request_id) {
-  if (request_id == 0 || outbox_.empty()) return false;
+template <typename Match>
+std::size_t DataConnection::drop_queued(Match&& match, std::size_t limit) {
+  if (outbox_.empty()) return 0;
+  std::size_t dropped = 0;
   // The front is being written (or about to be): it goes as it is.
-  for (auto it = std::next(outbox_.begin()); it != outbox_.end(); ++it) {
-    if (it->cancel_id != request_id) continue;
-    retire(outbox_, it, false);
-    return true;
+  for (auto it = std::next(outbox_.begin()); it != outbox_.end() && dropped < limit;) {
+    auto next = std::next(it);
+    if (it->cancel_id != 0 && match(*it)) {
+      retire(outbox_, it, false);
+      ++dropped;
+    }
+    it = next;
   }
-  return false;
+  return dropped;
+}
+
+bool DataConnection::cancel_piece(std::uint32_t request_id) {
+  if (request_id == 0) return false;
+  return drop_queued([&](const Outgoing& o) { return o.cancel_id == request_id; }, 1) == 1;
+}
+
+std::size_t DataConnection::cancel_pieces_of(const ManifestId& version) {
+  return drop_queued([&](const Outgoing& o) { return o.version == version; }, SIZE_MAX);
 }
 
 void DataConnection::write_next() {

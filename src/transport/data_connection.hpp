@@ -66,6 +66,9 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   // Drops a piece not yet being written (the requester cancelled it); its
   // source hears sent = false. Returns whether one was dropped.
   bool cancel_piece(std::uint32_t request_id);
+  // Drops every piece of `version` not yet being written (the requester was
+  // choked); their sources hear sent = false. Returns how many.
+  std::size_t cancel_pieces_of(const ManifestId& version);
 
   bool established() const { return established_; }
   bool closed() const { return closed_; }
@@ -79,6 +82,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   struct Outgoing {
     std::vector<std::uint8_t> message;  // encoded, sealed when its turn comes
     std::uint32_t cancel_id = 0;        // a piece's request id (0: not cancellable)
+    ManifestId version;                 // a piece's version
     std::span<const std::byte> payload;
     std::shared_ptr<PieceSource> source;  // a piece's; null for a control message
   };
@@ -93,6 +97,10 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   // The entry at `it` is gone (sent or dropped): it moves to spare_, and its
   // source, if any, is told.
   void retire(std::list<Outgoing>& from, std::list<Outgoing>::iterator it, bool sent);
+  // Drops the queued pieces (never the front, which may be on the wire) that
+  // `match` accepts, up to `limit` of them.
+  template <typename Match>
+  std::size_t drop_queued(Match&& match, std::size_t limit);
   void read_frame_length();
   void read_frame(std::uint32_t length);
   void read_payload(SwarmMessage header);

@@ -124,6 +124,9 @@ void SwarmNetwork::drain(std::size_t peer) {
       p.uplink_free = std::max(p.uplink_free, now()) + send_time;
       p.bytes_served += cancel->length;
       schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, cancel->header, std::move(bytes), 0});
+    } else if (std::holds_alternative<swarm::DropQueuedPieces>(*action)) {
+      // Nothing to drop: this network times each piece's arrival when it is
+      // served (the uplink is a schedule, not a queue).
     } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
       const ShardEntry& shard = manifest_.shard(verify->shard);
       const bool good = verify_shard(manifest_, verify->shard,

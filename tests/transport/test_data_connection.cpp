@@ -193,3 +193,29 @@ TEST_CASE("data connection: garbage instead of a handshake is refused, silence t
   CHECK(timeouts == 1);
   CHECK(refused == 1);
 }
+
+TEST_CASE("data connection: a choked requester's queued pieces of that version are dropped, others go") {
+  const SwarmKey swarm = key(7);
+  Pair p(swarm, swarm);
+  p.run_until([&] { return p.client_events.established && p.server_events.established; });
+  REQUIRE(p.server_events.established);
+  std::vector<std::byte> source(1u << 20), destination(1u << 20);
+  core::fill_pseudo_random(source, 79);
+  p.client_events.destination = &destination;
+  ManifestId choked, other;
+  choked.bytes.fill(4);
+  other.bytes.fill(5);
+  std::vector<int> outcome(4, -1);
+  const ManifestId versions[] = {choked, choked, other, choked};
+  for (std::uint32_t id = 1; id <= 4; ++id) {
+    p.server->send_piece(SwarmMessage{MessageType::kPiece, versions[id - 1], id, {}, {}, 0, 1u << 20, 0, {}}, source,
+                         reporting([&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; }));
+  }
+  CHECK(p.server->cancel_pieces_of(choked) == 2);  // 2 and 4; 1 is on the wire already
+  CHECK(outcome[1] == 0);
+  CHECK(outcome[3] == 0);
+  p.run_until([&] { return p.client_events.pieces_stored == 2; });
+  CHECK(p.client_events.pieces_stored == 2);  // 1 and 3
+  CHECK(outcome[0] == 1);
+  CHECK(outcome[2] == 1);
+}
