@@ -251,6 +251,7 @@ class FetchSession {
   Duration block_rtt_ = 20ms;
   TimePoint last_scheduled_;  // requests overdue before this were already considered
   std::optional<TimePoint> starved_since_;
+  std::optional<TimePoint> connect_due_;  // new candidates wait for the burst to end
   std::uint64_t bytes_received_ = 0, bytes_from_wan_ = 0;
   std::uint32_t bad_shards_ = 0;
   std::uint64_t requests_timed_out_ = 0;
