@@ -184,9 +184,9 @@ FetchSession::Shard& FetchSession::shard_state(ShardIndex s) {
   return shards_.emplace(s.value, std::move(shard)).first->second;
 }
 
-bool FetchSession::held_nearby(ShardIndex shard) const {
+bool FetchSession::held_within(ShardIndex shard, Proximity beyond) const {
   for (const auto& [id, n] : neighbours_) {
-    if (n.proximity != Proximity::kRemote && n.has_bits && n.bits.test(shard.value)) return true;
+    if (n.proximity < beyond && n.has_bits && n.bits.test(shard.value)) return true;
   }
   return false;
 }
@@ -226,10 +226,10 @@ std::uint64_t rendezvous_score(const PeerId& peer, ShardIndex shard) {
 
 }  // namespace
 
-bool FetchSession::wan_share_is_mine(ShardIndex shard) const {
+bool FetchSession::share_is_mine(ShardIndex shard, Proximity beyond) const {
   const std::uint64_t mine = rendezvous_score(self_id_, shard);
   for (const auto& [id, n] : neighbours_) {
-    const bool fetching_mate = n.proximity != Proximity::kRemote && n.connected && !(n.has_bits && n.bits.all());
+    const bool fetching_mate = n.proximity < beyond && n.connected && !(n.has_bits && n.bits.all());
     if (fetching_mate && rendezvous_score(id, shard) > mine) return false;
   }
   return true;
@@ -240,12 +240,18 @@ bool FetchSession::allowed_from(const Neighbour& n, ShardIndex shard) const {
   // A super-seed's uplink is for shards nobody else can give us yet: a
   // second copy from it delays the first copies everyone is waiting for.
   if (n.super_seed && held_by_a_serving_peer(shard)) return false;
+  if (n.proximity == Proximity::kSameHost) return true;
+  // Across a link shared with mates (the node's NIC with the peers of the
+  // node's other GPUs; the WAN with the datacenter): only what none of them
+  // can give us, only our share of it (a mate brings the rest; when we have
+  // nothing at all in flight, we take anything rather than wait), and only so
+  // much across the WAN at once. Simulator, 12 nodes x 8 GPUs at 10 Gbit/s:
+  // without the node-level share every peer pulled the whole version through
+  // the one NIC (last 3.2x the bound); with it, 2.1x.
+  const Proximity mates = n.proximity == Proximity::kRemote ? Proximity::kRemote : Proximity::kSameRack;
+  if (held_within(shard, mates)) return false;
+  if (!share_is_mine(shard, mates) && in_flight_total() > 0) return false;
   if (n.proximity != Proximity::kRemote) return true;
-  // Across the WAN only what nobody in our datacenter can give us, only our
-  // share of it (a mate brings the rest; when we have nothing at all in
-  // flight, we take anything rather than wait), and only so much at once.
-  if (held_nearby(shard)) return false;
-  if (!wan_share_is_mine(shard) && in_flight_total() > 0) return false;
   return wan_in_flight() < config_.max_wan_requests;
 }
 

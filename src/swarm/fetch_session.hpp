@@ -214,12 +214,16 @@ class FetchSession {
   // When a request to a neighbour counts as lost: request_timeout after the
   // later of its sending and the neighbour's last delivery.
   TimePoint deadline_of(const Request& r) const;
-  bool held_nearby(ShardIndex shard) const;
+  // Whether a neighbour nearer than `beyond` (a mate on this side of the
+  // link that a source that far would use) holds the shard.
+  bool held_within(ShardIndex shard, Proximity beyond) const;
   bool held_by_a_serving_peer(ShardIndex shard) const;  // an unchoked neighbour that is not a super-seed
-  // Whether this peer, rather than a datacenter-mate fetching the version,
-  // brings `shard` across the WAN (rendezvous hashing over the mates it is
-  // connected to), so each shard crosses about once per datacenter.
-  bool wan_share_is_mine(ShardIndex shard) const;
+  // Whether this peer, rather than a mate nearer than `beyond` that is
+  // fetching the version, brings `shard` across the link to a source that
+  // far (rendezvous hashing over the mates it is connected to), so each
+  // shard crosses the WAN about once per datacenter, and a node's NIC about
+  // once per node when several GPUs' peers share it.
+  bool share_is_mine(ShardIndex shard, Proximity beyond) const;
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
   void release_requests_of(const PeerId& peer);
