@@ -51,6 +51,8 @@ double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topo
   const std::uint32_t trainer_nodes = std::min(w.trainer_nodes, scenario.model.trainer_ranks);
   double bound = size / (topology.node_rate() * trainer_nodes);
   bound = std::max(bound, size / topology.node_rate());
+  // Every worker hashes the whole version (one shard at a time).
+  bound = std::max(bound, size / scenario.hash_bytes_per_second);
   // Racks and datacenters that hold rollout workers but no trainer must take
   // the version in through their ToR downlink, and across the WAN.
   std::set<std::uint32_t> trainer_racks, trainer_dcs;

@@ -12,8 +12,8 @@ namespace tensorhub::sim {
 
 // The fastest any scheme could bring the whole version to every rollout
 // worker: the version must leave the trainer nodes' NICs, enter every rollout
-// node's NICs (and rack, and datacenter across the WAN) at least once, and
-// cross the longest path's latency.
+// node's NICs (and rack, and datacenter across the WAN) at least once, be
+// hashed by every worker, and cross the longest path's latency.
 double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topology);
 
 struct RunInfo {  // not reproducible: left out of the JSON with --reproducible

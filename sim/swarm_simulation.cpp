@@ -308,9 +308,11 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       if (it == pipes_.end()) continue;
       std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.version == drop->version; });
     } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
+      // One hasher per peer: shards wait for the previous one.
       const double bytes = static_cast<double>(layout_.shard_length(verify->shard));
       const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / scenario_.hash_bytes_per_second));
-      Event e{now() + Duration(micros), Kind::kVerified, peer, peer, {}, verify->shard.value};
+      p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
+      Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, verify->shard.value};
       e.message.version = verify->version;
       events_.schedule(std::move(e));
     } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {

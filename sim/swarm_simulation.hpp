@@ -7,7 +7,7 @@
 // core serves as a flow of its length through the network model. Pieces
 // between two peers go one after another, like the bytes of one TCP
 // connection: the next starts when the previous has left. Verification
-// takes shard bytes / hash rate.
+// takes shard bytes / hash rate, one shard after another per peer.
 //
 // Membership is "ideal": instead of running gossip, every worker is told of
 // every trainer rank and every other worker of a version the moment it is
@@ -94,6 +94,7 @@ class SwarmSimulation final : public FlowDriver {
     std::uint64_t bytes_sent = 0;
     TimePoint timer_at = kTimeNever;
     std::uint64_t timer_generation = 0;
+    TimePoint hasher_free;  // when its hasher finishes the shards queued so far
   };
   // One direction of a connection: pieces leave one after another.
   struct QueuedPiece {
