@@ -29,6 +29,7 @@ SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network
       rng_(scenario.seed),
       link_down_until_(topology_.node_count(), kTimeZero) {
   add_peers();
+  ledger_.emplace(scenario.workload, workers_.size());
 }
 
 SwarmSimulation::~SwarmSimulation() = default;
@@ -107,11 +108,7 @@ ManifestId SwarmSimulation::version_id(std::uint32_t number) const {
 void SwarmSimulation::publish(std::uint32_t number) {
   const ManifestId id = version_id(number);
   version_numbers_[id] = number;
-  VersionOutcome outcome;
-  outcome.number = number;
-  outcome.published = now();
-  outcome.worker_done.resize(workers_.size());
-  outcomes_.push_back(std::move(outcome));
+  ledger_->publish(number, now());
   const std::uint32_t ranks = scenario_.model.trainer_ranks;
   const std::uint32_t shards = layout_.shard_count();
   for (std::uint32_t t : trainers_) {
@@ -149,24 +146,21 @@ void SwarmSimulation::publish(std::uint32_t number) {
 void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status) {
   auto number = version_numbers_.find(version);
   if (number == version_numbers_.end() || !status.is_ok()) return;
-  VersionOutcome& outcome = outcomes_[number->second - 1];
   SimPeer& p = peers_[peer];
   if (auto progress = p.core->progress(version)) requests_timed_out_ += progress->requests_timed_out;
-  outcome.worker_done[p.worker] = now();
-  const auto held = static_cast<std::size_t>(
-      std::count_if(outcome.worker_done.begin(), outcome.worker_done.end(), [](const auto& t) { return t.has_value(); }));
-  if (!outcome.replicated && held >= scenario_.workload.replicas) outcome.replicated = now();
+  ledger_->worker_done(number->second, p.worker, now());
   // A double buffer: the version before the one just completed is dropped.
   if (number->second > 1) p.core->stop(now(), version_id(number->second - 1));
-  // Every live worker has it: the next version (when publishing on completion).
-  bool all = true;
-  for (std::uint32_t w : workers_) all &= !alive(w) || outcome.worker_done[peers_[w].worker].has_value();
-  if (all && number->second == outcomes_.size()) {
-    if (scenario_.workload.interval.count() == 0 && number->second < scenario_.workload.versions) {
-      events_.schedule(Event{now(), Kind::kPublish, 0, 0, {}, number->second + 1});
-    } else if (number->second == scenario_.workload.versions) {
-      finished_ = true;
-    }
+  advance_workload();
+}
+
+void SwarmSimulation::advance_workload() {
+  switch (ledger_->next([this](std::size_t w) { return alive(workers_[w]); })) {
+    case VersionLedger::Next::kPublishNext:
+      events_.schedule(Event{now(), Kind::kPublish, 0, 0, {}, ledger_->latest() + 1});
+      break;
+    case VersionLedger::Next::kFinished: finished_ = true; break;
+    case VersionLedger::Next::kWait: break;
   }
 }
 
@@ -197,18 +191,7 @@ void SwarmSimulation::crash(std::uint32_t peer) {
     events_.schedule(Event{now() + scenario_.failure_detection, Kind::kPeerGone, other, peer, {}, 0});
   }
   // A worker that died no longer counts towards "every worker has it".
-  if (!outcomes_.empty()) {
-    const VersionOutcome& latest = outcomes_.back();
-    bool all = true;
-    for (std::uint32_t w : workers_) all &= !alive(w) || latest.worker_done[peers_[w].worker].has_value();
-    if (all && !peers_[peer].trainer) {
-      if (scenario_.workload.interval.count() == 0 && latest.number < scenario_.workload.versions) {
-        events_.schedule(Event{now(), Kind::kPublish, 0, 0, {}, latest.number + 1});
-      } else if (latest.number == scenario_.workload.versions) {
-        finished_ = true;
-      }
-    }
-  }
+  advance_workload();
 }
 
 // --------------------------------------------------------------------------
@@ -250,9 +233,9 @@ void SwarmSimulation::on_flow_done(FlowId flow) {
   p.sending.reset();
   p.flow.reset();
   peers_[from].bytes_sent += piece.length;
-  if (peers_[from].trainer && !outcomes_.empty()) {
+  if (peers_[from].trainer) {
     auto number = version_numbers_.find(piece.header.version);
-    if (number != version_numbers_.end()) outcomes_[number->second - 1].publisher_bytes += piece.length;
+    if (number != version_numbers_.end()) ledger_->add_publisher_bytes(number->second, piece.length);
   }
   // The last byte reaches the fetcher one path latency after it left.
   deliver_later(Event{now(), Kind::kPiece, to, from, std::move(piece.header), 0});
@@ -387,12 +370,6 @@ void SwarmSimulation::dispatch(Event& e) {
 // --------------------------------------------------------------------------
 // Running
 
-std::size_t SwarmSimulation::workers_done_with_latest() const {
-  if (outcomes_.empty()) return 0;
-  const auto& done = outcomes_.back().worker_done;
-  return static_cast<std::size_t>(std::count_if(done.begin(), done.end(), [](const auto& t) { return t.has_value(); }));
-}
-
 void SwarmSimulation::run_events_due(TimePoint now) {
   events_.run_until(now, [this](Event& e) { dispatch(e); });
   // Progress only: reading the wall clock never changes the run.
@@ -419,7 +396,7 @@ SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimula
   if (progress) progress(*this);
   SimulationResult result;
   result.timed_out = end.hit_limit;
-  result.versions = outcomes_;
+  result.versions = ledger_->outcomes();
   for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
   result.events = events_processed_;
   result.flows = flows_started_;

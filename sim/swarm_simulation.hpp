@@ -31,17 +31,10 @@
 #include "sim/cluster_topology.hpp"
 #include "sim/network_model.hpp"
 #include "sim/scenario.hpp"
+#include "sim/version_ledger.hpp"
 #include "swarm/swarm_core.hpp"
 
 namespace tensorhub::sim {
-
-struct VersionOutcome {
-  std::uint32_t number = 0;
-  TimePoint published;
-  std::vector<std::optional<TimePoint>> worker_done;  // per rollout worker; empty when it never completed
-  std::optional<TimePoint> replicated;                // when `replicas` workers held it
-  std::uint64_t publisher_bytes = 0;                  // sent by trainer ranks
-};
 
 struct SimulationResult {
   std::vector<VersionOutcome> versions;
@@ -72,8 +65,8 @@ class SwarmSimulation final : public FlowDriver {
   std::uint64_t events_processed() const { return events_processed_; }
   std::size_t workers() const { return workers_.size(); }
   // Workers holding the newest published version.
-  std::size_t workers_done_with_latest() const;
-  std::uint32_t latest_version() const { return static_cast<std::uint32_t>(outcomes_.size()); }
+  std::size_t workers_done_with_latest() const { return ledger_->done_with_latest(); }
+  std::uint32_t latest_version() const { return ledger_->latest(); }
   const ClusterTopology& topology() const { return topology_; }
 
   // FlowDriver: called by the network model as the run goes.
@@ -131,6 +124,8 @@ class SwarmSimulation final : public FlowDriver {
   void close_pipes(std::uint32_t a, std::uint32_t b);
   void on_flow_done(FlowId flow);
   void on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status);
+  // After a completion or a crash: the next version, or the end.
+  void advance_workload();
   bool alive(std::uint32_t peer) const { return peers_[peer].core != nullptr; }
 
   const Scenario& scenario_;
@@ -144,7 +139,7 @@ class SwarmSimulation final : public FlowDriver {
   std::map<std::pair<std::uint32_t, std::uint32_t>, Pipe> pipes_;
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> flow_pipe_;
   std::vector<TimePoint> link_down_until_;  // per node
-  std::vector<VersionOutcome> outcomes_;
+  std::optional<VersionLedger> ledger_;  // once the workers are placed
   std::map<ManifestId, std::uint32_t> version_numbers_;
   core::VirtualTimeQueue<Event> events_;
   std::uint64_t events_processed_ = 0;

@@ -1,0 +1,53 @@
+// The workload's versions as the simulator drivers see them: when each was
+// published, when each worker came to hold it, and what comes next (the next
+// version once every live worker holds the newest, when versions follow
+// completion; the end after the last). Shared by the swarm and the baselines.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "core/time.hpp"
+#include "sim/scenario.hpp"
+
+namespace tensorhub::sim {
+
+struct VersionOutcome {
+  std::uint32_t number = 0;
+  TimePoint published;
+  std::vector<std::optional<TimePoint>> worker_done;  // per rollout worker; empty when it never completed
+  std::optional<TimePoint> replicated;                // when `replicas` workers held it
+  std::uint64_t publisher_bytes = 0;                  // sent by the trainer ranks
+};
+
+class VersionLedger {
+ public:
+  VersionLedger(const WorkloadSpec& workload, std::size_t workers) : workload_(workload), workers_(workers) {}
+
+  // REQUIRES: number == latest() + 1.
+  void publish(std::uint32_t number, TimePoint at);
+  // Idempotent: a worker's first completion counts.
+  void worker_done(std::uint32_t number, std::size_t worker, TimePoint at);
+  void add_publisher_bytes(std::uint32_t number, std::uint64_t bytes);
+
+  enum class Next { kWait, kPublishNext, kFinished };
+  // After a completion or a crash: whether every live worker holds the
+  // newest version, and if so what follows. kPublishNext is returned once
+  // per version (the caller schedules it).
+  Next next(const std::function<bool(std::size_t worker)>& alive);
+
+  std::uint32_t latest() const { return static_cast<std::uint32_t>(outcomes_.size()); }
+  bool known(std::uint32_t number) const { return number >= 1 && number <= outcomes_.size(); }
+  std::size_t done_with_latest() const;
+  const std::vector<VersionOutcome>& outcomes() const { return outcomes_; }
+
+ private:
+  const WorkloadSpec& workload_;
+  std::size_t workers_;
+  std::vector<VersionOutcome> outcomes_;
+  std::uint32_t next_announced_ = 0;  // the version whose kPublishNext/kFinished was returned
+};
+
+}  // namespace tensorhub::sim
