@@ -32,6 +32,22 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
       }
     }
   }
+  if (spec.storage_bytes_per_second > 0) {
+    const double rate = spec.storage_bytes_per_second;
+    NodeInfo info;
+    info.storage = true;
+    info.rack = rack_number;
+    info.dc_name = spec.datacenters[0].name;
+    info.rack_name = info.dc_name + "-storage";
+    info.host_name = info.rack_name + "-n0";
+    storage_ = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.push_back(std::move(info));
+    tor_up_.push_back(network.add_link(rate, LinkClass::kTorUp));
+    tor_down_.push_back(network.add_link(rate, LinkClass::kTorDown));
+    node_up_.push_back(network.add_link(rate, LinkClass::kNicUp));
+    node_down_.push_back(network.add_link(rate, LinkClass::kNicDown));
+    nvlink_.push_back(network.add_link(rate, LinkClass::kNvlink));
+  }
   network.seal(node_count(), [this](std::uint32_t from, std::uint32_t to) { return path(from, to).links; });
 }
 

@@ -9,10 +9,13 @@
 //   same rack:       node up, node down
 //   same datacenter: node up, ToR up, ToR down, node down
 //   across the WAN:  node up, ToR up, WAN, ToR down, node down
-// Latency is hop_latency per link crossed, plus the WAN's latency.
+// Latency is hop_latency per link crossed, plus the WAN's latency. The
+// storage baseline's service is one more node, in a rack of its own in the
+// first datacenter, whose NIC and ToR links run at the storage's rate.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,7 @@
 namespace tensorhub::sim {
 
 struct NodeInfo {
+  bool storage = false;  // the storage baseline's service, not a machine with GPUs
   std::uint32_t datacenter = 0;
   std::uint32_t rack = 0;  // global rack number
   std::string dc_name, rack_name, host_name;
@@ -37,7 +41,9 @@ class ClusterTopology {
   // Adds the cluster's links to `network`.
   ClusterTopology(const TopologySpec& spec, NetworkModel& network);
 
+  // Nodes, the storage node (when the scenario has one) last.
   std::uint32_t node_count() const { return static_cast<std::uint32_t>(nodes_.size()); }
+  std::optional<std::uint32_t> storage_node() const { return storage_; }
   const NodeInfo& node(std::uint32_t n) const { return nodes_[n]; }
   Path path(std::uint32_t from, std::uint32_t to) const;
   // The links to take down when a node's network fails.
@@ -51,6 +57,7 @@ class ClusterTopology {
   std::vector<LinkId> node_up_, node_down_, nvlink_;
   std::vector<LinkId> tor_up_, tor_down_;
   std::vector<std::vector<LinkId>> wan_;  // [from dc][to dc]
+  std::optional<std::uint32_t> storage_;
 };
 
 }  // namespace tensorhub::sim

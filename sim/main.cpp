@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "sim/baseline_simulation.hpp"
 #include "sim/fluid_network.hpp"
 #include "sim/report.hpp"
 #include "sim/simgrid_network.hpp"
@@ -27,8 +28,9 @@ int main(int argc, char** argv) {
   app.add_option("scenario", scenario_path, "Scenario file (JSON; see sim/scenario.hpp)")->required();
   app.add_option("--json", json_path, "Write the JSON summary here ('-': standard output)");
   app.add_option("--seed", seed, "Override the scenario's seed");
-  std::string network_name;
+  std::string network_name, scheme_text;
   app.add_option("--network", network_name, "Override the scenario's network model: fluid or simgrid");
+  app.add_option("--scheme", scheme_text, "Override the scenario's scheme: swarm, direct_pull, storage or broadcast");
   app.add_flag("--reproducible", reproducible, "Leave wall time and memory out of the JSON (same seed, same bytes)");
   app.add_flag("--quiet", quiet, "No progress line");
   CLI11_PARSE(app, argc, argv);
@@ -47,6 +49,18 @@ int main(int argc, char** argv) {
   }
   if (seed) scenario->seed = *seed;
   if (!network_name.empty()) scenario->network = network_name;
+  if (!scheme_text.empty()) {
+    auto scheme = parse_scheme(scheme_text);
+    if (!scheme) {
+      std::fprintf(stderr, "tensorhub-sim: --scheme: %s\n", scheme.status().message().c_str());
+      return 2;
+    }
+    scenario->scheme = *scheme;
+  }
+  if (scenario->scheme == Scheme::kStorage && scenario->topology.storage_bytes_per_second <= 0) {
+    std::fprintf(stderr, "tensorhub-sim: the storage scheme needs storage_gbps in the scenario\n");
+    return 2;
+  }
   std::unique_ptr<NetworkModel> network;
   if (scenario->network == "fluid") {
     network = std::make_unique<FluidNetwork>();
@@ -59,17 +73,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tensorhub-sim: unknown network model '%s' (fluid or simgrid)\n", scenario->network.c_str());
     return 2;
   }
-  SwarmSimulation simulation(*scenario, *network);
-  const double bound = lower_bound_seconds(*scenario, simulation.topology());
   const bool show_progress = !quiet && isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
-  const SimulationResult result = simulation.run([&](const SwarmSimulation& s) {
+  auto show = [&](const auto& s) {
     if (!show_progress) return;
     std::fprintf(stderr, "\r[%8.3f s simulated] v%u: %zu/%zu workers done, %llu events, %.0f s wall   ",
                  to_seconds(s.now()), s.latest_version(), s.workers_done_with_latest(), s.workers(),
                  static_cast<unsigned long long>(s.events_processed()),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  });
+  };
+  SimulationResult result;
+  double bound = 0;
+  if (scenario->scheme == Scheme::kSwarm) {
+    SwarmSimulation simulation(*scenario, *network);
+    bound = lower_bound_seconds(*scenario, simulation.topology());
+    result = simulation.run(show);
+  } else {
+    BaselineSimulation simulation(*scenario, *network);
+    bound = lower_bound_seconds(*scenario, simulation.topology());
+    result = simulation.run(show);
+  }
   if (show_progress) std::fprintf(stderr, "\n");
   RunInfo run;
   run.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

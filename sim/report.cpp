@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/byte_size.hpp"
+#include "sim/placement.hpp"
 
 namespace tensorhub::sim {
 namespace {
@@ -35,7 +36,11 @@ VersionSummary summarize(const VersionOutcome& v, TimePoint end) {
     s.median = done[(done.size() - 1) / 2];
   }
   if (!done.empty() && done.size() == v.worker_done.size()) s.last = done.back();
-  if (v.replicated) s.trainer_stall = to_seconds(*v.replicated - v.published);
+  if (v.trainer_free) {
+    s.trainer_stall = to_seconds(*v.trainer_free - v.published);
+  } else if (v.replicated) {
+    s.trainer_stall = to_seconds(*v.replicated - v.published);
+  }
   return s;
 }
 
@@ -61,12 +66,11 @@ double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topo
     trainer_dcs.insert(topology.node(n).datacenter);
   }
   Duration farthest{0};
-  for (std::uint32_t n = w.trainer_nodes; n < topology.node_count(); ++n) {
+  std::uint32_t last_node = UINT32_MAX;
+  for (std::uint32_t n : place_peers(scenario, topology).worker_nodes) {
+    if (n == last_node) continue;  // the node's other GPUs
+    last_node = n;
     const NodeInfo& node = topology.node(n);
-    if (!w.rollout_datacenters.empty() &&
-        std::find(w.rollout_datacenters.begin(), w.rollout_datacenters.end(), node.dc_name) == w.rollout_datacenters.end()) {
-      continue;
-    }
     const auto& dc = scenario.topology.datacenters[node.datacenter];
     if (!trainer_racks.count(node.rack)) {
       bound = std::max(bound, size / (topology.node_rate() * dc.nodes_per_rack / scenario.topology.tor_oversubscription));
@@ -84,7 +88,8 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
   j["scenario"] = scenario.name;
   j["seed"] = scenario.seed;
   j["network_model"] = scenario.network == "simgrid" ? "simgrid/" + scenario.simgrid_model : scenario.network;
-  j["membership"] = "ideal";
+  j["scheme"] = scheme_name(scenario.scheme);
+  if (scenario.scheme == Scheme::kSwarm) j["membership"] = "ideal";
   j["workers"] = result.workers;
   j["trainer_ranks"] = result.trainer_ranks;
   j["model"] = {{"bytes", scenario.model.size},
@@ -135,7 +140,8 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
 
 std::string report_line(const Scenario& scenario, const SimulationResult& result, double lower_bound,
                         const RunInfo& run) {
-  std::string line = scenario.name + " (" + scenario.network + ", ideal membership): " + std::to_string(result.workers) +
+  const std::string how = scenario.scheme == Scheme::kSwarm ? "swarm, ideal membership" : std::string(scheme_name(scenario.scheme));
+  std::string line = scenario.name + " (" + how + ", " + scenario.network + "): " + std::to_string(result.workers) +
                      " workers, " + core::format_byte_size(scenario.model.size) + ", bound " + std::to_string(lower_bound).substr(0, 6) + " s";
   char buffer[256];
   for (const VersionOutcome& v : result.versions) {

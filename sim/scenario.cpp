@@ -209,6 +209,24 @@ void read_faults(const json& j, std::vector<FaultSpec>& faults) {
 
 }  // namespace
 
+std::string_view scheme_name(Scheme scheme) {
+  switch (scheme) {
+    case Scheme::kSwarm: return "swarm";
+    case Scheme::kDirectPull: return "direct_pull";
+    case Scheme::kStorage: return "storage";
+    case Scheme::kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+Result<Scheme> parse_scheme(std::string_view name) {
+  for (Scheme s : {Scheme::kSwarm, Scheme::kDirectPull, Scheme::kStorage, Scheme::kBroadcast}) {
+    if (scheme_name(s) == name) return s;
+  }
+  return Status::invalid_argument("scheme '" + std::string(name) +
+                                  "' is not one of swarm, direct_pull, storage, broadcast");
+}
+
 std::uint32_t Scenario::node_count() const {
   std::uint64_t n = 0;
   for (const auto& dc : topology.datacenters) n += std::uint64_t{dc.racks} * dc.nodes_per_rack;
@@ -239,11 +257,26 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     read_model(f.take("model"), s.model);
     if (f.has("workload")) read_workload(f.take("workload"), s.workload);
     if (f.has("swarm")) read_swarm(f.take("swarm"), s.swarm);
+    std::string scheme = "swarm";
+    f.text("scheme", scheme);
+    auto parsed_scheme = parse_scheme(scheme);
+    if (!parsed_scheme) f.fail("scheme", "'" + scheme + "' is not one of swarm, direct_pull, storage, broadcast");
+    s.scheme = *parsed_scheme;
+    f.gbps("storage_gbps", s.topology.storage_bytes_per_second);
+    if (f.has("broadcast")) {
+      Fields b(f.take("broadcast"), "broadcast");
+      b.size("chunk", s.baseline.broadcast_chunk, 4096, 1u << 30);
+      b.seconds("rebuild_s", s.baseline.broadcast_rebuild, 1, 1e6);
+      b.finish();
+    }
     f.gbps("hash_gbps", s.hash_bytes_per_second);
     f.seconds("failure_detection_s", s.failure_detection, 1, 1e5);
     if (f.has("faults")) read_faults(f.take("faults"), s.faults);
     f.seconds("time_limit_s", s.time_limit, 1, 1e9);
     f.finish();
+    if (s.scheme == Scheme::kStorage && s.topology.storage_bytes_per_second <= 0) {
+      f.fail("storage_gbps", "is required with the storage scheme");
+    }
     const std::uint32_t nodes = s.node_count();
     if (s.workload.trainer_nodes >= nodes && s.workload.rollout_datacenters.empty()) {
       f.fail("workload.trainer_nodes", "leaves no node for rollout workers (" + std::to_string(nodes) + " nodes)");

@@ -26,6 +26,9 @@
 //       "rollout_datacenters": []         // where rollout workers run (default: every node not training)
 //     },
 //     "swarm": {"max_neighbours": 16, "upload_slots": 8, "pipeline_blocks": 8, "super_seed": true},
+//     "scheme": "swarm",                  // or a baseline: "direct_pull", "storage", "broadcast"
+//     "storage_gbps": 400,                // the storage service's aggregate rate (storage scheme)
+//     "broadcast": {"chunk": "4MiB", "rebuild_s": 10},  // the ring's chunk; a failure's rebuild cost
 //     "hash_gbps": 100,                   // shard verification rate per peer
 //     "failure_detection_s": 2,          // how long until the others drop a crashed peer
 //     "faults": [{"at_s": 1.5, "crash_node": 3},
@@ -62,6 +65,9 @@ struct TopologySpec {
   Duration hop_latency = std::chrono::microseconds(5);
   double wan_bytes_per_second = 400e9 / 8;
   Duration wan_latency = std::chrono::milliseconds(10);
+  // The storage baseline's service: one more node in the first datacenter,
+  // in a rack of its own, whose links carry this aggregate rate (0: none).
+  double storage_bytes_per_second = 0;
 };
 
 struct ModelSpec {
@@ -87,6 +93,15 @@ struct SwarmSpec {
   bool super_seed = true;
 };
 
+// Which way a version travels: our swarm, or one of the baselines
+// (sim/baseline_simulation.hpp says what each assumes).
+enum class Scheme { kSwarm, kDirectPull, kStorage, kBroadcast };
+
+struct BaselineSpec {
+  std::uint32_t broadcast_chunk = 4u << 20;         // the ring's pipelining unit
+  Duration broadcast_rebuild = std::chrono::seconds(10);  // a failure: stop the world, build a new group
+};
+
 struct FaultSpec {
   enum class Kind { kCrashNode, kLinkDown };
   Kind kind = Kind::kCrashNode;
@@ -104,6 +119,8 @@ struct Scenario {
   ModelSpec model;
   WorkloadSpec workload;
   SwarmSpec swarm;
+  Scheme scheme = Scheme::kSwarm;
+  BaselineSpec baseline;
   double hash_bytes_per_second = 100e9 / 8;
   Duration failure_detection = std::chrono::seconds(2);
   std::vector<FaultSpec> faults;
@@ -111,6 +128,9 @@ struct Scenario {
 
   std::uint32_t node_count() const;
 };
+
+std::string_view scheme_name(Scheme scheme);
+Result<Scheme> parse_scheme(std::string_view name);
 
 // Parses and checks a scenario; errors name the field and say what is wrong.
 Result<Scenario> parse_scenario(std::string_view json_text);

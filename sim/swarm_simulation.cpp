@@ -1,5 +1,7 @@
 #include "sim/swarm_simulation.hpp"
 
+#include "sim/placement.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,22 +41,14 @@ SwarmSimulation::~SwarmSimulation() = default;
 
 void SwarmSimulation::add_peers() {
   const WorkloadSpec& w = scenario_.workload;
-  const std::uint32_t gpus = scenario_.topology.gpus_per_node;
-  // Trainer ranks round-robin over the trainer nodes, so each node's NICs serve.
-  for (std::uint32_t rank = 0; rank < scenario_.model.trainer_ranks; ++rank) {
-    trainers_.push_back(add_peer(rank % w.trainer_nodes, true, rank));
+  const Placement placement = place_peers(scenario_, topology_);
+  for (std::uint32_t rank = 0; rank < placement.trainer_nodes.size(); ++rank) {
+    trainers_.push_back(add_peer(placement.trainer_nodes[rank], true, rank));
   }
-  for (std::uint32_t node = 0; node < topology_.node_count(); ++node) {
-    const NodeInfo& info = topology_.node(node);
-    const bool listed = std::find(w.rollout_datacenters.begin(), w.rollout_datacenters.end(), info.dc_name) !=
-                        w.rollout_datacenters.end();
-    if (w.rollout_datacenters.empty() ? node < w.trainer_nodes : !listed) continue;
-    if (node < w.trainer_nodes) continue;  // a node trains or rolls out, not both
-    for (std::uint32_t g = 0; g < gpus; ++g) {
-      const std::uint32_t p = add_peer(node, false, 0);
-      peers_[p].worker = static_cast<std::uint32_t>(workers_.size());
-      workers_.push_back(p);
-    }
+  for (std::uint32_t node : placement.worker_nodes) {
+    const std::uint32_t p = add_peer(node, false, 0);
+    peers_[p].worker = static_cast<std::uint32_t>(workers_.size());
+    workers_.push_back(p);
   }
   // Everyone knows where everyone is (gossip's records carry the labels).
   for (SimPeer& p : peers_) {

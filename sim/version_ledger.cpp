@@ -26,12 +26,22 @@ void VersionLedger::add_publisher_bytes(std::uint32_t number, std::uint64_t byte
   if (known(number)) outcomes_[number - 1].publisher_bytes += bytes;
 }
 
+void VersionLedger::trainer_free(std::uint32_t number, TimePoint at) {
+  if (known(number) && !outcomes_[number - 1].trainer_free) outcomes_[number - 1].trainer_free = at;
+}
+
+bool VersionLedger::all_hold(std::uint32_t number, const std::function<bool(std::size_t)>& alive) const {
+  if (!known(number)) return false;
+  const VersionOutcome& v = outcomes_[number - 1];
+  for (std::size_t w = 0; w < workers_; ++w) {
+    if (alive(w) && !v.worker_done[w]) return false;
+  }
+  return true;
+}
+
 VersionLedger::Next VersionLedger::next(const std::function<bool(std::size_t)>& alive) {
   if (outcomes_.empty() || next_announced_ == latest()) return Next::kWait;
-  const VersionOutcome& v = outcomes_.back();
-  for (std::size_t w = 0; w < workers_; ++w) {
-    if (alive(w) && !v.worker_done[w]) return Next::kWait;
-  }
+  if (!all_hold(latest(), alive)) return Next::kWait;
   next_announced_ = latest();
   if (latest() >= workload_.versions) return Next::kFinished;
   return workload_.interval.count() == 0 ? Next::kPublishNext : Next::kWait;

@@ -19,6 +19,10 @@ struct VersionOutcome {
   TimePoint published;
   std::vector<std::optional<TimePoint>> worker_done;  // per rollout worker; empty when it never completed
   std::optional<TimePoint> replicated;                // when `replicas` workers held it
+  // When the trainer was free to go on, where a scheme says so (storage:
+  // written; direct pull and broadcast: every worker has it). Unset for the
+  // swarm, whose trainer goes on at `replicated`.
+  std::optional<TimePoint> trainer_free;
   std::uint64_t publisher_bytes = 0;                  // sent by the trainer ranks
 };
 
@@ -31,6 +35,9 @@ class VersionLedger {
   // Idempotent: a worker's first completion counts.
   void worker_done(std::uint32_t number, std::size_t worker, TimePoint at);
   void add_publisher_bytes(std::uint32_t number, std::uint64_t bytes);
+  void trainer_free(std::uint32_t number, TimePoint at);
+  // Whether every live worker holds the version.
+  bool all_hold(std::uint32_t number, const std::function<bool(std::size_t worker)>& alive) const;
 
   enum class Next { kWait, kPublishNext, kFinished };
   // After a completion or a crash: whether every live worker holds the

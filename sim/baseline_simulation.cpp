@@ -1,0 +1,275 @@
+#include "sim/baseline_simulation.hpp"
+
+#include <algorithm>
+
+#include "sim/placement.hpp"
+
+namespace tensorhub::sim {
+
+using namespace std::chrono_literals;
+
+BaselineSimulation::BaselineSimulation(const Scenario& scenario, NetworkModel& network)
+    : scenario_(scenario),
+      network_(network),
+      topology_(scenario.topology, network),
+      ledger_(scenario.workload, place_peers(scenario, topology_).worker_nodes.size()),
+      link_down_until_(topology_.node_count(), kTimeZero) {
+  const Placement placement = place_peers(scenario, topology_);
+  trainer_nodes_ = placement.trainer_nodes;
+  worker_nodes_ = placement.worker_nodes;
+  worker_alive_.assign(worker_nodes_.size(), true);
+  const WorkloadSpec& w = scenario.workload;
+  if (w.interval.count() > 0) {
+    for (std::uint32_t v = 1; v <= w.versions; ++v) events_.schedule(Event{TimePoint(w.interval * (v - 1)), Kind::kPublish, v});
+  } else {
+    events_.schedule(Event{kTimeZero, Kind::kPublish, 1});
+  }
+  for (std::size_t f = 0; f < scenario.faults.size(); ++f) events_.schedule(Event{scenario.faults[f].at, Kind::kFault, f});
+}
+
+std::uint64_t BaselineSimulation::part_bytes(std::uint32_t rank) const {
+  // The shards whose index is rank mod T, as the swarm's trainer ranks hold them.
+  const std::uint64_t size = scenario_.model.size, shard = scenario_.model.shard_size;
+  const std::uint64_t shards = (size + shard - 1) / shard;
+  std::uint64_t bytes = 0;
+  for (std::uint64_t s = rank; s < shards; s += scenario_.model.trainer_ranks) bytes += std::min(shard, size - s * shard);
+  return bytes;
+}
+
+// --------------------------------------------------------------------------
+// Versions
+
+void BaselineSimulation::publish(std::uint32_t version) {
+  ledger_.publish(version, now());
+  parts_received_.assign(worker_nodes_.size(), 0);
+  parts_written_ = 0;
+  switch (scenario_.scheme) {
+    case Scheme::kDirectPull: start_pulls(version); break;
+    case Scheme::kStorage:
+      for (std::uint32_t r = 0; r < trainer_nodes_.size(); ++r) {
+        if (part_bytes(r) > 0) start(trainer_nodes_[r], *topology_.storage_node(), part_bytes(r), {Transfer::Kind::kWrite, version, 0, r, 0});
+        else ++parts_written_;
+      }
+      break;
+    case Scheme::kBroadcast: start_broadcast(version); break;
+    case Scheme::kSwarm: break;
+  }
+}
+
+void BaselineSimulation::start_pulls(std::uint32_t version) {
+  for (std::uint32_t w = 0; w < worker_nodes_.size(); ++w) {
+    if (!alive(w)) continue;
+    for (std::uint32_t r = 0; r < trainer_nodes_.size(); ++r) {
+      if (part_bytes(r) > 0) {
+        start(trainer_nodes_[r], worker_nodes_[w], part_bytes(r), {Transfer::Kind::kPull, version, w, r, 0});
+      } else {
+        worker_has_part(version, w);
+      }
+    }
+  }
+}
+
+void BaselineSimulation::start_reads(std::uint32_t version) {
+  for (std::uint32_t w = 0; w < worker_nodes_.size(); ++w) {
+    if (!alive(w) || ledger_.outcomes()[version - 1].worker_done[w]) continue;
+    start(*topology_.storage_node(), worker_nodes_[w], scenario_.model.size, {Transfer::Kind::kRead, version, w, 0, 0});
+  }
+}
+
+void BaselineSimulation::start_broadcast(std::uint32_t version) {
+  const VersionOutcome& outcome = ledger_.outcomes()[version - 1];
+  std::vector<std::uint32_t> order;
+  for (std::uint32_t w = 0; w < worker_nodes_.size(); ++w) {
+    if (alive(w) && !outcome.worker_done[w]) order.push_back(w);  // node order: hops inside a node use NVLink
+  }
+  std::fill(parts_received_.begin(), parts_received_.end(), 0);
+  rings_.clear();
+  for (std::uint32_t r = 0; r < trainer_nodes_.size(); ++r) {
+    Ring ring;
+    ring.order = order;
+    const std::uint64_t chunk = scenario_.baseline.broadcast_chunk;
+    ring.chunks = static_cast<std::uint32_t>((part_bytes(r) + chunk - 1) / chunk);
+    ring.received.assign(order.size(), 0);
+    ring.sent.assign(order.size(), 0);
+    ring.busy.assign(order.size(), false);
+    rings_.push_back(std::move(ring));
+    if (rings_.back().chunks == 0) {
+      for (std::uint32_t w : order) worker_has_part(version, w);
+    }
+  }
+  for (std::uint32_t r = 0; r < rings_.size(); ++r) {
+    if (!order.empty()) pump_ring(r, 0);
+  }
+}
+
+void BaselineSimulation::pump_ring(std::uint32_t rank, std::uint32_t hop) {
+  Ring& ring = rings_[rank];
+  if (hop >= ring.order.size() || ring.busy[hop] || ring.sent[hop] == ring.chunks) return;
+  // The sender forwards only chunks it holds whole (store and forward).
+  if (hop > 0 && ring.received[hop - 1] <= ring.sent[hop]) return;
+  const std::uint64_t chunk = scenario_.baseline.broadcast_chunk;
+  const std::uint64_t offset = std::uint64_t{ring.sent[hop]} * chunk;
+  const std::uint64_t bytes = std::min(chunk, part_bytes(rank) - offset);
+  const std::uint32_t from = hop == 0 ? trainer_nodes_[rank] : worker_nodes_[ring.order[hop - 1]];
+  ring.busy[hop] = true;
+  ++ring.sent[hop];
+  start(from, worker_nodes_[ring.order[hop]], bytes,
+        {Transfer::Kind::kChunk, ledger_.latest(), ring.order[hop], rank, hop});
+}
+
+FlowId BaselineSimulation::start(std::uint32_t from_node, std::uint32_t to_node, std::uint64_t bytes, Transfer transfer) {
+  const Path path = topology_.path(from_node, to_node);
+  const FlowId flow = network_.start_flow(now(), from_node, to_node, path.links, bytes);
+  ++flows_started_;
+  transfers_[flow.value] = transfer;
+  if ((transfer.kind == Transfer::Kind::kPull || transfer.kind == Transfer::Kind::kWrite ||
+       (transfer.kind == Transfer::Kind::kChunk && transfer.hop == 0))) {
+    ledger_.add_publisher_bytes(transfer.version, bytes);
+  }
+  return flow;
+}
+
+void BaselineSimulation::transfer_done(const Transfer& t) {
+  if (t.version != ledger_.latest()) return;  // a version given up on
+  switch (t.kind) {
+    case Transfer::Kind::kPull: worker_has_part(t.version, t.worker); break;
+    case Transfer::Kind::kWrite:
+      if (++parts_written_ == trainer_nodes_.size()) {
+        ledger_.trainer_free(t.version, now());
+        start_reads(t.version);
+      }
+      break;
+    case Transfer::Kind::kRead:
+      parts_received_[t.worker] = static_cast<std::uint32_t>(trainer_nodes_.size()) - 1;
+      worker_has_part(t.version, t.worker);
+      break;
+    case Transfer::Kind::kChunk: {
+      Ring& ring = rings_[t.rank];
+      ring.busy[t.hop] = false;
+      if (++ring.received[t.hop] == ring.chunks) worker_has_part(t.version, t.worker);
+      pump_ring(t.rank, t.hop);
+      pump_ring(t.rank, t.hop + 1);
+      break;
+    }
+  }
+}
+
+void BaselineSimulation::worker_has_part(std::uint32_t version, std::uint32_t worker) {
+  if (!alive(worker) || ++parts_received_[worker] < trainer_nodes_.size()) return;
+  ledger_.worker_done(version, worker, now());
+  if (scenario_.scheme != Scheme::kStorage && ledger_.all_hold(version, [this](std::size_t w) { return alive(w); })) {
+    ledger_.trainer_free(version, now());
+  }
+  advance_workload();
+}
+
+void BaselineSimulation::advance_workload() {
+  switch (ledger_.next([this](std::size_t w) { return alive(w); })) {
+    case VersionLedger::Next::kPublishNext: events_.schedule(Event{now(), Kind::kPublish, ledger_.latest() + 1u}); break;
+    case VersionLedger::Next::kFinished: finished_ = true; break;
+    case VersionLedger::Next::kWait: break;
+  }
+}
+
+// --------------------------------------------------------------------------
+// Faults
+
+void BaselineSimulation::crash_node(std::uint32_t node) {
+  bool any = false;
+  for (std::uint32_t w = 0; w < worker_nodes_.size(); ++w) {
+    if (worker_nodes_[w] == node && alive(w)) {
+      worker_alive_[w] = false;
+      any = true;
+    }
+  }
+  if (!any) return;  // trainer nodes do not crash in the baselines
+  std::vector<std::uint64_t> stopped;
+  for (const auto& [flow, t] : transfers_) {
+    const bool mine = t.kind != Transfer::Kind::kWrite && !alive(t.worker);
+    // A broken ring stops the whole collective.
+    if (mine || (scenario_.scheme == Scheme::kBroadcast && t.kind == Transfer::Kind::kChunk)) stopped.push_back(flow);
+  }
+  std::sort(stopped.begin(), stopped.end());  // deterministic order
+  for (std::uint64_t flow : stopped) {
+    network_.cancel_flow(now(), FlowId{flow});
+    transfers_.erase(flow);
+  }
+  if (scenario_.scheme == Scheme::kBroadcast && !ledger_.all_hold(ledger_.latest(), [this](std::size_t w) { return alive(w); })) {
+    rings_.clear();
+    events_.schedule(Event{now() + scenario_.baseline.broadcast_rebuild, Kind::kRebroadcast, ledger_.latest()});
+  }
+  advance_workload();
+}
+
+// --------------------------------------------------------------------------
+// Running
+
+void BaselineSimulation::run_events_due(TimePoint now) {
+  events_.run_until(now, [this](Event& e) {
+    ++events_processed_;
+    switch (e.kind) {
+      case Kind::kPublish: publish(static_cast<std::uint32_t>(e.number)); break;
+      case Kind::kRebroadcast:
+        if (e.number == ledger_.latest()) start_broadcast(static_cast<std::uint32_t>(e.number));
+        break;
+      case Kind::kFault: {
+        const FaultSpec& f = scenario_.faults[e.number];
+        if (f.kind == FaultSpec::Kind::kCrashNode) {
+          crash_node(f.node);
+        } else {
+          for (LinkId link : topology_.node_links(f.node)) network_.set_link_up(this->now(), link, false);
+          link_down_until_[f.node] = this->now() + f.length;
+          events_.schedule(Event{this->now() + f.length, Kind::kLinkUp, f.node});
+        }
+        break;
+      }
+      case Kind::kLinkUp: {
+        const auto node = static_cast<std::uint32_t>(e.number);
+        if (link_down_until_[node] > this->now()) break;
+        for (LinkId link : topology_.node_links(node)) network_.set_link_up(this->now(), link, true);
+        break;
+      }
+    }
+  });
+  if (progress_ && ++progress_checks_ % 1024 == 0) {
+    const auto wall = std::chrono::steady_clock::now();
+    if (wall - last_progress_ >= 1s) {
+      last_progress_ = wall;
+      progress_(*this);
+    }
+  }
+}
+
+void BaselineSimulation::on_flows_done(TimePoint now, std::span<const FlowId> flows) {
+  events_.advance_to(now);
+  ++events_processed_;
+  for (FlowId flow : flows) {
+    auto it = transfers_.find(flow.value);
+    if (it == transfers_.end()) continue;
+    const Transfer t = it->second;
+    transfers_.erase(it);
+    transfer_done(t);
+  }
+}
+
+SimulationResult BaselineSimulation::run(const std::function<void(const BaselineSimulation&)>& progress) {
+  progress_ = progress;
+  last_progress_ = std::chrono::steady_clock::now();
+  const RunEnd end = network_.run(*this, kTimeZero + scenario_.time_limit);
+  events_.advance_to(end.at);
+  if (progress) progress(*this);
+  SimulationResult result;
+  result.timed_out = end.hit_limit;
+  result.stalled = !finished_ && !end.hit_limit;
+  result.versions = ledger_.outcomes();
+  for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
+  result.events = events_processed_;
+  result.flows = flows_started_;
+  result.model_work = network_.work();
+  result.end = now();
+  result.workers = worker_nodes_.size();
+  result.trainer_ranks = trainer_nodes_.size();
+  return result;
+}
+
+}  // namespace tensorhub::sim

@@ -1,0 +1,118 @@
+// The baselines, in the same engine, topology and workload as the swarm:
+//
+// * direct_pull: every worker reads each trainer rank's part straight from
+//   that rank, all workers at once (the UCX / plain RDMA shape). One flow
+//   per (rank, worker) pair; the network shares the trainer's NICs fairly.
+//   The trainer keeps the version until the last worker has it.
+// * storage: the trainer ranks write their parts to a storage service (one
+//   node whose links run at storage_gbps), then every worker reads the whole
+//   version from it. The trainer is free once the write is done. Every
+//   byte moves twice.
+// * broadcast: a pipelined ring per trainer rank over a static group (the
+//   NCCL shape): the rank sends its part in chunks to the first worker, each
+//   worker forwards every chunk it has received to the next, one chunk at a
+//   time per hop, store-and-forward. Workers are ordered by node, so hops
+//   inside a node use NVLink. A crashed worker breaks the group: every flow
+//   of the version stops, and after broadcast.rebuild_s (building a new
+//   communicator) the version is broadcast again to the workers that lack it.
+//   The trainer takes part until the last worker has it.
+//
+// What they assume, so that the comparison is fair: the same links and
+// latencies as the swarm, no hashing (the swarm hashes every shard), no
+// protocol overhead, perfect pipelining, and no straggler effects beyond the
+// flows' fair shares. Deterministic, like the swarm driver.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "core/virtual_time_queue.hpp"
+#include "sim/cluster_topology.hpp"
+#include "sim/network_model.hpp"
+#include "sim/scenario.hpp"
+#include "sim/swarm_simulation.hpp"
+#include "sim/version_ledger.hpp"
+
+namespace tensorhub::sim {
+
+class BaselineSimulation final : public FlowDriver {
+ public:
+  // REQUIRES: scenario.scheme is a baseline; as SwarmSimulation otherwise.
+  BaselineSimulation(const Scenario& scenario, NetworkModel& network);
+
+  SimulationResult run(const std::function<void(const BaselineSimulation&)>& progress = {});
+
+  TimePoint now() const { return events_.now(); }
+  std::uint64_t events_processed() const { return events_processed_; }
+  std::size_t workers() const { return worker_nodes_.size(); }
+  std::size_t workers_done_with_latest() const { return ledger_.done_with_latest(); }
+  std::uint32_t latest_version() const { return ledger_.latest(); }
+  const ClusterTopology& topology() const { return topology_; }
+
+  TimePoint next_event() const override { return events_.empty() ? kTimeNever : events_.next_at(); }
+  void run_events_due(TimePoint now) override;
+  void on_flows_done(TimePoint now, std::span<const FlowId> flows) override;
+  bool done() const override { return finished_; }
+
+ private:
+  // Where a flow's bytes go when it completes.
+  struct Transfer {
+    enum class Kind { kPull, kWrite, kRead, kChunk } kind = Kind::kPull;
+    std::uint32_t version = 0;
+    std::uint32_t worker = 0;  // kPull, kRead: the reader; kChunk: the receiver
+    std::uint32_t rank = 0;    // kPull, kWrite, kChunk: whose part
+    std::uint32_t hop = 0;     // kChunk: position in the ring (0: from the rank)
+  };
+  // One ring of the broadcast: a rank's part through `order`.
+  struct Ring {
+    std::vector<std::uint32_t> order;      // workers
+    std::uint32_t chunks = 0;
+    std::vector<std::uint32_t> received;   // per position: chunks it holds
+    std::vector<std::uint32_t> sent;       // per hop: chunks sent on it
+    std::vector<bool> busy;                // per hop: a chunk in flight
+  };
+  enum class Kind { kPublish, kFault, kLinkUp, kRebroadcast };
+  struct Event {
+    TimePoint at;
+    Kind kind = Kind::kPublish;
+    std::uint64_t number = 0;
+  };
+
+  void publish(std::uint32_t version);
+  void start_pulls(std::uint32_t version);
+  void start_reads(std::uint32_t version);
+  void start_broadcast(std::uint32_t version);
+  void pump_ring(std::uint32_t rank, std::uint32_t hop);
+  FlowId start(std::uint32_t from_node, std::uint32_t to_node, std::uint64_t bytes, Transfer transfer);
+  void transfer_done(const Transfer& t);
+  void worker_has_part(std::uint32_t version, std::uint32_t worker);
+  void crash_node(std::uint32_t node);
+  void advance_workload();
+  std::uint64_t part_bytes(std::uint32_t rank) const;
+  bool alive(std::size_t worker) const { return worker_alive_[worker]; }
+
+  const Scenario& scenario_;
+  NetworkModel& network_;
+  ClusterTopology topology_;
+  std::vector<std::uint32_t> trainer_nodes_, worker_nodes_;
+  std::vector<bool> worker_alive_;
+  std::vector<std::uint32_t> parts_received_;  // per worker, of the current version
+  std::uint32_t parts_written_ = 0;            // storage: ranks done writing the current version
+  std::vector<Ring> rings_;
+  std::unordered_map<std::uint64_t, Transfer> transfers_;
+  VersionLedger ledger_;
+  std::vector<TimePoint> link_down_until_;
+  core::VirtualTimeQueue<Event> events_;
+  std::uint64_t events_processed_ = 0, flows_started_ = 0;
+  bool finished_ = false;
+  std::function<void(const BaselineSimulation&)> progress_;
+  std::chrono::steady_clock::time_point last_progress_;
+  std::uint64_t progress_checks_ = 0;
+};
+
+}  // namespace tensorhub::sim

@@ -1,0 +1,79 @@
+// The baselines against their closed forms on a flat cluster: 1 trainer node
+// and N worker nodes behind one switch, links of rate B, a version of size S.
+#include <doctest/doctest.h>
+
+#include "sim/baseline_simulation.hpp"
+#include "sim/fluid_network.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::sim;
+
+namespace {
+
+Scenario flat(const std::string& extra = "") {
+  auto s = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "nic_gbps": 8, "hop_latency_us": 1},
+                              "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"})" + extra + "}");
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  return *s;
+}
+
+SimulationResult run(Scenario s, Scheme scheme) {
+  s.scheme = scheme;
+  FluidNetwork network;
+  BaselineSimulation simulation(s, network);
+  return simulation.run();
+}
+
+double last_of(const VersionOutcome& v) {
+  double last = 0;
+  for (const auto& t : v.worker_done) {
+    REQUIRE(t.has_value());
+    last = std::max(last, to_seconds(*t - v.published));
+  }
+  return last;
+}
+
+constexpr double kSeconds = 1e9 / 1e9;  // S / B: 1000 MB at 8 Gbit/s (1 GB/s)
+
+}  // namespace
+
+TEST_CASE("baselines: direct pull shares the trainer's uplink: N x S / B") {
+  const SimulationResult r = run(flat(), Scheme::kDirectPull);
+  REQUIRE(r.workers == 4);
+  CHECK(last_of(r.versions[0]) == doctest::Approx(4 * kSeconds).epsilon(0.001));
+  CHECK(r.versions[0].publisher_bytes == 4 * 1'000'000'000ull);
+  CHECK(to_seconds(*r.versions[0].trainer_free - r.versions[0].published) == doctest::Approx(4 * kSeconds).epsilon(0.001));
+}
+
+TEST_CASE("baselines: storage writes once, then every worker reads through the storage's links") {
+  // Storage at 16 Gbit/s: the write takes S / B (the trainer's NIC), then 4
+  // readers share 2 GB/s: 4 S / 2 GB/s = 2 s more.
+  const SimulationResult r = run(flat(R"(, "storage_gbps": 16)"), Scheme::kStorage);
+  const VersionOutcome& v = r.versions[0];
+  CHECK(to_seconds(*v.trainer_free - v.published) == doctest::Approx(kSeconds).epsilon(0.001));
+  CHECK(last_of(v) == doctest::Approx(3 * kSeconds).epsilon(0.001));
+  CHECK(v.publisher_bytes == 1'000'000'000ull);
+}
+
+TEST_CASE("baselines: a pipelined ring takes S / B plus a chunk per hop") {
+  const SimulationResult r = run(flat(R"(, "broadcast": {"chunk": "1MB"})"), Scheme::kBroadcast);
+  // 4 hops; the last worker gets the last chunk (N - 1) chunk times after the first worker.
+  CHECK(last_of(r.versions[0]) == doctest::Approx(kSeconds + 3 * 0.001).epsilon(0.001));
+  CHECK(r.versions[0].publisher_bytes == 1'000'000'000ull);
+}
+
+TEST_CASE("baselines: a crash breaks the ring: stop the world, rebuild, broadcast again to the rest") {
+  const SimulationResult r =
+      run(flat(R"(, "broadcast": {"chunk": "1MB", "rebuild_s": 5}, "faults": [{"at_s": 0.5, "crash_node": 4}])"),
+          Scheme::kBroadcast);
+  const VersionOutcome& v = r.versions[0];
+  CHECK_FALSE(v.worker_done[3].has_value());  // node 4's worker
+  double last = 0;
+  for (std::size_t w = 0; w < 3; ++w) {
+    REQUIRE(v.worker_done[w].has_value());
+    last = std::max(last, to_seconds(*v.worker_done[w] - v.published));
+  }
+  // 0.5 s lost, 5 s to rebuild, then the whole version again over 3 hops.
+  CHECK(last == doctest::Approx(0.5 + 5 + kSeconds + 2 * 0.001).epsilon(0.001));
+  CHECK_FALSE(r.stalled);
+}
