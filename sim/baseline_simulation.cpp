@@ -12,13 +12,17 @@ BaselineSimulation::BaselineSimulation(const Scenario& scenario, NetworkModel& n
     : scenario_(scenario),
       network_(network),
       topology_(scenario.topology, network),
-      ledger_(scenario.workload, place_peers(scenario, topology_).worker_nodes.size()),
+      ledger_(scenario.workload, place_peers(scenario, topology_).worker_nodes.size(),
+              place_peers(scenario, topology_).first_spot_worker),
       link_down_until_(topology_.node_count(), kTimeZero) {
   const Placement placement = place_peers(scenario, topology_);
   trainer_nodes_ = placement.trainer_nodes;
   worker_nodes_ = placement.worker_nodes;
   worker_alive_.assign(worker_nodes_.size(), true);
+  for (std::size_t s = placement.first_spot_worker; s < worker_alive_.size(); ++s) worker_alive_[s] = false;
+  join_first_worker_ = placement.join_first_worker;
   const WorkloadSpec& w = scenario.workload;
+  for (std::size_t j = 0; j < w.joins.size(); ++j) events_.schedule(Event{w.joins[j].at, Kind::kJoin, j});
   if (w.interval.count() > 0) {
     for (std::uint32_t v = 1; v <= w.versions; ++v) events_.schedule(Event{TimePoint(w.interval * (v - 1)), Kind::kPublish, v});
   } else {
@@ -40,6 +44,14 @@ std::uint64_t BaselineSimulation::part_bytes(std::uint32_t rank) const {
 // Versions
 
 void BaselineSimulation::publish(std::uint32_t version) {
+  // The trainer's weights are the new version now: transfers of the old one
+  // stop (its stored copy, in the storage scheme, is replaced too).
+  std::vector<std::uint64_t> stale;
+  for (const auto& [flow, t] : transfers_) stale.push_back(flow);
+  std::sort(stale.begin(), stale.end());
+  for (std::uint64_t flow : stale) network_.cancel_flow(now(), FlowId{flow});
+  transfers_.clear();
+  rings_.clear();
   ledger_.publish(version, now());
   parts_received_.assign(worker_nodes_.size(), 0);
   parts_written_ = 0;
@@ -51,7 +63,9 @@ void BaselineSimulation::publish(std::uint32_t version) {
         else ++parts_written_;
       }
       break;
-    case Scheme::kBroadcast: start_broadcast(version); break;
+    case Scheme::kBroadcast:
+      if (now() >= rebuilt_at_) start_broadcast(version);  // else the rebuild's end starts it
+      break;
     case Scheme::kSwarm: break;
   }
 }
@@ -164,7 +178,7 @@ void BaselineSimulation::worker_has_part(std::uint32_t version, std::uint32_t wo
 }
 
 void BaselineSimulation::advance_workload() {
-  switch (ledger_.next([this](std::size_t w) { return alive(w); })) {
+  switch (ledger_.next([this](std::size_t w) { return alive(w); }, joins_done_ < scenario_.workload.joins.size())) {
     case VersionLedger::Next::kPublishNext: events_.schedule(Event{now(), Kind::kPublish, ledger_.latest() + 1u}); break;
     case VersionLedger::Next::kFinished: finished_ = true; break;
     case VersionLedger::Next::kWait: break;
@@ -185,19 +199,49 @@ void BaselineSimulation::crash_node(std::uint32_t node) {
   if (!any) return;  // trainer nodes do not crash in the baselines
   std::vector<std::uint64_t> stopped;
   for (const auto& [flow, t] : transfers_) {
-    const bool mine = t.kind != Transfer::Kind::kWrite && !alive(t.worker);
-    // A broken ring stops the whole collective.
-    if (mine || (scenario_.scheme == Scheme::kBroadcast && t.kind == Transfer::Kind::kChunk)) stopped.push_back(flow);
+    if (t.kind != Transfer::Kind::kWrite && !alive(t.worker)) stopped.push_back(flow);
   }
   std::sort(stopped.begin(), stopped.end());  // deterministic order
   for (std::uint64_t flow : stopped) {
     network_.cancel_flow(now(), FlowId{flow});
     transfers_.erase(flow);
   }
-  if (scenario_.scheme == Scheme::kBroadcast && !ledger_.all_hold(ledger_.latest(), [this](std::size_t w) { return alive(w); })) {
-    rings_.clear();
-    events_.schedule(Event{now() + scenario_.baseline.broadcast_rebuild, Kind::kRebroadcast, ledger_.latest()});
+  if (scenario_.scheme == Scheme::kBroadcast) rebuild_group();  // a broken ring stops the whole collective
+  advance_workload();
+}
+
+void BaselineSimulation::rebuild_group() {
+  std::vector<std::uint64_t> stopped;
+  for (const auto& [flow, t] : transfers_) {
+    if (t.kind == Transfer::Kind::kChunk) stopped.push_back(flow);
   }
+  std::sort(stopped.begin(), stopped.end());
+  for (std::uint64_t flow : stopped) {
+    network_.cancel_flow(now(), FlowId{flow});
+    transfers_.erase(flow);
+  }
+  rings_.clear();
+  rebuilt_at_ = now() + scenario_.baseline.broadcast_rebuild;
+  if (ledger_.latest() > 0) events_.schedule(Event{rebuilt_at_, Kind::kRebroadcast, ledger_.latest()});
+}
+
+void BaselineSimulation::join(std::size_t index) {
+  ++joins_done_;
+  const std::uint32_t version = ledger_.latest();
+  for (std::size_t w = join_first_worker_[index]; w < join_first_worker_[index + 1]; ++w) {
+    worker_alive_[w] = true;
+    ledger_.worker_joined(w, now());
+    if (w < parts_received_.size()) parts_received_[w] = 0;
+    if (version == 0) continue;
+    if (scenario_.scheme == Scheme::kDirectPull) {
+      for (std::uint32_t r = 0; r < trainer_nodes_.size(); ++r) {
+        if (part_bytes(r) > 0) start(trainer_nodes_[r], worker_nodes_[w], part_bytes(r), {Transfer::Kind::kPull, version, static_cast<std::uint32_t>(w), r, 0});
+      }
+    } else if (scenario_.scheme == Scheme::kStorage && parts_written_ == trainer_nodes_.size()) {
+      start(*topology_.storage_node(), worker_nodes_[w], scenario_.model.size, {Transfer::Kind::kRead, version, static_cast<std::uint32_t>(w), 0, 0});
+    }
+  }
+  if (scenario_.scheme == Scheme::kBroadcast) rebuild_group();  // the static group must grow: stop the world
   advance_workload();
 }
 
@@ -210,8 +254,11 @@ void BaselineSimulation::run_events_due(TimePoint now) {
     switch (e.kind) {
       case Kind::kPublish: publish(static_cast<std::uint32_t>(e.number)); break;
       case Kind::kRebroadcast:
-        if (e.number == ledger_.latest()) start_broadcast(static_cast<std::uint32_t>(e.number));
+        // The last rebuild's event starts the collective (an earlier one was
+        // overtaken), with the newest version.
+        if (ledger_.latest() > 0 && this->now() >= rebuilt_at_) start_broadcast(ledger_.latest());
         break;
+      case Kind::kJoin: join(e.number); break;
       case Kind::kFault: {
         const FaultSpec& f = scenario_.faults[e.number];
         if (f.kind == FaultSpec::Kind::kCrashNode) {
@@ -262,6 +309,7 @@ SimulationResult BaselineSimulation::run(const std::function<void(const Baseline
   result.timed_out = end.hit_limit;
   result.stalled = !finished_ && !end.hit_limit;
   result.versions = ledger_.outcomes();
+  result.joined = ledger_.joined();
   for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
   result.events = events_processed_;
   result.flows = flows_started_;

@@ -15,6 +15,7 @@
 //   inside a node use NVLink. A crashed worker breaks the group: every flow
 //   of the version stops, and after broadcast.rebuild_s (building a new
 //   communicator) the version is broadcast again to the workers that lack it.
+//   A joining worker breaks it the same way (the static group must grow).
 //   The trainer takes part until the last worker has it.
 //
 // What they assume, so that the comparison is fair: the same links and
@@ -76,7 +77,7 @@ class BaselineSimulation final : public FlowDriver {
     std::vector<std::uint32_t> sent;       // per hop: chunks sent on it
     std::vector<bool> busy;                // per hop: a chunk in flight
   };
-  enum class Kind { kPublish, kFault, kLinkUp, kRebroadcast };
+  enum class Kind { kPublish, kFault, kLinkUp, kRebroadcast, kJoin };
   struct Event {
     TimePoint at;
     Kind kind = Kind::kPublish;
@@ -92,6 +93,9 @@ class BaselineSimulation final : public FlowDriver {
   void transfer_done(const Transfer& t);
   void worker_has_part(std::uint32_t version, std::uint32_t worker);
   void crash_node(std::uint32_t node);
+  void join(std::size_t index);
+  // Broadcast: the group changed; stop the collective and rebuild it.
+  void rebuild_group();
   void advance_workload();
   std::uint64_t part_bytes(std::uint32_t rank) const;
   bool alive(std::size_t worker) const { return worker_alive_[worker]; }
@@ -101,6 +105,9 @@ class BaselineSimulation final : public FlowDriver {
   ClusterTopology topology_;
   std::vector<std::uint32_t> trainer_nodes_, worker_nodes_;
   std::vector<bool> worker_alive_;
+  std::vector<std::size_t> join_first_worker_;  // see Placement
+  std::size_t joins_done_ = 0;
+  TimePoint rebuilt_at_;                        // broadcast: the group is usable again
   std::vector<std::uint32_t> parts_received_;  // per worker, of the current version
   std::uint32_t parts_written_ = 0;            // storage: ranks done writing the current version
   std::vector<Ring> rings_;

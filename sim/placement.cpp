@@ -17,6 +17,15 @@ Placement place_peers(const Scenario& scenario, const ClusterTopology& topology)
     }
     for (std::uint32_t g = 0; g < scenario.topology.gpus_per_node; ++g) p.worker_nodes.push_back(node);
   }
+  const std::size_t gpus = scenario.topology.gpus_per_node;
+  const std::size_t spot_workers = std::min<std::size_t>(p.worker_nodes.size(), std::size_t{w.spot_nodes} * gpus);
+  p.first_spot_worker = p.worker_nodes.size() - spot_workers;
+  std::size_t next = p.first_spot_worker;
+  for (const auto& join : w.joins) {
+    p.join_first_worker.push_back(next);
+    next = std::min(p.worker_nodes.size(), next + std::size_t{join.nodes} * gpus);
+  }
+  p.join_first_worker.push_back(next);  // the end of the last join
   return p;
 }
 

@@ -12,22 +12,37 @@ namespace tensorhub::sim {
 namespace {
 
 struct VersionSummary {
-  std::size_t completed = 0;
+  std::size_t completed = 0, expected = 0;
   std::optional<double> first, median, last;
   std::optional<double> trainer_stall;
   double rollout_gpu_stall = 0;  // GPU-seconds
+  // Spot workers that joined while this version was the newest: from their
+  // join to holding it (the elastic workload's weight update).
+  std::size_t joiners = 0;
+  std::optional<double> joiner_median, joiner_last;
 };
 
-VersionSummary summarize(const VersionOutcome& v, TimePoint end) {
+// `until`: when the next version was published (or the run ended). A worker
+// counts for this version if it was there before then; its wait starts at
+// the later of the publication and its join.
+VersionSummary summarize(const VersionOutcome& v, TimePoint until, TimePoint end,
+                         const std::vector<std::optional<TimePoint>>& joined) {
   VersionSummary s;
-  std::vector<double> done;
-  for (const auto& t : v.worker_done) {
+  std::vector<double> done, joiner_waits;
+  for (std::size_t w = 0; w < v.worker_done.size(); ++w) {
+    const TimePoint arrived = w < joined.size() && joined[w] ? *joined[w] : kTimeZero;
+    if (arrived >= until && !v.worker_done[w]) continue;  // not there while this version was the newest
+    const TimePoint start = std::max(v.published, arrived);
+    ++s.expected;
+    const auto& t = v.worker_done[w];
     if (t) {
       done.push_back(to_seconds(*t - v.published));
-      s.rollout_gpu_stall += done.back();
+      s.rollout_gpu_stall += to_seconds(*t - start);
+      if (arrived > v.published) joiner_waits.push_back(to_seconds(*t - start));
     } else {
-      s.rollout_gpu_stall += to_seconds(end - v.published);  // still waiting when the run ended
+      s.rollout_gpu_stall += to_seconds(end - start);  // still waiting when the run ended
     }
+    if (arrived > v.published) ++s.joiners;
   }
   s.completed = done.size();
   std::sort(done.begin(), done.end());
@@ -35,7 +50,12 @@ VersionSummary summarize(const VersionOutcome& v, TimePoint end) {
     s.first = done.front();
     s.median = done[(done.size() - 1) / 2];
   }
-  if (!done.empty() && done.size() == v.worker_done.size()) s.last = done.back();
+  if (!done.empty() && done.size() == s.expected) s.last = done.back();
+  std::sort(joiner_waits.begin(), joiner_waits.end());
+  if (!joiner_waits.empty()) {
+    s.joiner_median = joiner_waits[(joiner_waits.size() - 1) / 2];
+    if (joiner_waits.size() == s.joiners) s.joiner_last = joiner_waits.back();
+  }
   if (v.trainer_free) {
     s.trainer_stall = to_seconds(*v.trainer_free - v.published);
   } else if (v.replicated) {
@@ -98,20 +118,26 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
   j["lower_bound_s"] = lower_bound;
   json versions = json::array();
   double rollout_stall = 0, trainer_stall = 0;
-  for (const VersionOutcome& v : result.versions) {
-    const VersionSummary s = summarize(v, result.end);
+  for (std::size_t i = 0; i < result.versions.size(); ++i) {
+    const VersionOutcome& v = result.versions[i];
+    const TimePoint until = i + 1 < result.versions.size() ? result.versions[i + 1].published : result.end;
+    const VersionSummary s = summarize(v, until, result.end, result.joined);
     rollout_stall += s.rollout_gpu_stall;
     const double stall = s.trainer_stall.value_or(to_seconds(result.end - v.published));
     trainer_stall += stall * static_cast<double>(result.trainer_ranks);
     versions.push_back({{"version", v.number},
                         {"published_s", to_seconds(v.published)},
                         {"completed", s.completed},
+                        {"workers", s.expected},
                         {"first_s", optional_number(s.first)},
                         {"median_s", optional_number(s.median)},
                         {"last_s", optional_number(s.last)},
                         {"last_over_bound", s.last ? json(*s.last / lower_bound) : json(nullptr)},
                         {"trainer_stall_s", optional_number(s.trainer_stall)},
                         {"rollout_gpu_stall_s", s.rollout_gpu_stall},
+                        {"joiners", s.joiners},
+                        {"joiner_median_s", optional_number(s.joiner_median)},
+                        {"joiner_last_s", optional_number(s.joiner_last)},
                         {"publisher_bytes", v.publisher_bytes},
                         {"publisher_upload_x", static_cast<double>(v.publisher_bytes) / static_cast<double>(scenario.model.size)}});
   }
@@ -144,16 +170,23 @@ std::string report_line(const Scenario& scenario, const SimulationResult& result
   std::string line = scenario.name + " (" + how + ", " + scenario.network + "): " + std::to_string(result.workers) +
                      " workers, " + core::format_byte_size(scenario.model.size) + ", bound " + std::to_string(lower_bound).substr(0, 6) + " s";
   char buffer[256];
-  for (const VersionOutcome& v : result.versions) {
-    const VersionSummary s = summarize(v, result.end);
+  for (std::size_t i = 0; i < result.versions.size(); ++i) {
+    const VersionOutcome& v = result.versions[i];
+    const TimePoint until = i + 1 < result.versions.size() ? result.versions[i + 1].published : result.end;
+    const VersionSummary s = summarize(v, until, result.end, result.joined);
     if (s.last) {
       std::snprintf(buffer, sizeof buffer, "; v%u first %.3f s, median %.3f s, last %.3f s (%.3fx), publisher sent %.2fx",
                     v.number, *s.first, *s.median, *s.last, *s.last / lower_bound,
                     static_cast<double>(v.publisher_bytes) / static_cast<double>(scenario.model.size));
     } else {
-      std::snprintf(buffer, sizeof buffer, "; v%u: %zu of %zu workers complete", v.number, s.completed, v.worker_done.size());
+      std::snprintf(buffer, sizeof buffer, "; v%u: %zu of %zu workers complete", v.number, s.completed, s.expected);
     }
     line += buffer;
+    if (s.joiner_last) {
+      std::snprintf(buffer, sizeof buffer, " (%zu joiners: median %.3f s, last %.3f s after joining)", s.joiners,
+                    *s.joiner_median, *s.joiner_last);
+      line += buffer;
+    }
   }
   std::snprintf(buffer, sizeof buffer, "; %llu events, %llu flows in %.2f s wall%s",
                 static_cast<unsigned long long>(result.events), static_cast<unsigned long long>(result.flows),

@@ -157,7 +157,9 @@ void read_model(const json& j, ModelSpec& m) {
 void read_workload(const json& j, WorkloadSpec& w) {
   Fields f(j, "workload");
   f.text("kind", w.kind);
-  if (w.kind != "standalone") f.fail("kind", "'" + w.kind + "' is not built yet (only \"standalone\")");
+  if (w.kind != "standalone" && w.kind != "elastic" && w.kind != "cross_datacenter") {
+    f.fail("kind", "'" + w.kind + "' is not one of standalone, elastic, cross_datacenter");
+  }
   f.integer("versions", w.versions, 1, 100000);
   f.seconds("interval_s", w.interval, 1, 1e6);
   f.integer("replicas", w.replicas, 0, 1u << 20);
@@ -170,7 +172,31 @@ void read_workload(const json& j, WorkloadSpec& w) {
       w.rollout_datacenters.push_back(name.get<std::string>());
     }
   }
+  f.integer("spot_nodes", w.spot_nodes, 0, 1u << 20);
+  if (f.has("joins")) {
+    const json& list = f.take("joins");
+    if (!list.is_array()) f.fail("joins", "must be a list");
+    std::uint64_t joining = 0;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      Fields entry(list[i], "workload.joins[" + std::to_string(i) + "]");
+      WorkloadSpec::Join join;
+      Duration at{0};
+      if (!entry.has("at_s")) entry.fail("at_s", "is required");
+      entry.seconds("at_s", at, 1, 1e7);
+      join.at = TimePoint(at);
+      entry.integer("nodes", join.nodes, 1, 1u << 20);
+      entry.finish();
+      joining += join.nodes;
+      w.joins.push_back(join);
+    }
+    if (joining > w.spot_nodes) f.fail("joins", "bring " + std::to_string(joining) + " nodes, more than spot_nodes");
+  }
   f.finish();
+  if (w.kind == "elastic" && w.joins.empty()) f.fail("joins", "are required by an elastic workload");
+  if (w.kind != "elastic" && w.spot_nodes > 0) f.fail("spot_nodes", "needs kind \"elastic\"");
+  if (w.kind == "cross_datacenter" && w.rollout_datacenters.empty()) {
+    f.fail("rollout_datacenters", "must name the remote datacenters of a cross_datacenter workload");
+  }
 }
 
 void read_swarm(const json& j, SwarmSpec& s) {

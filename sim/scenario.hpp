@@ -19,11 +19,13 @@
 //     },
 //     "model": {"size": "2GiB", "shard_size": "16MiB", "flow_size": "1MiB", "trainer_ranks": 1},
 //     "workload": {
-//       "kind": "standalone",
+//       "kind": "standalone",             // "elastic" (with joins) or "cross_datacenter" (rollouts remote)
 //       "versions": 1, "interval_s": 0,   // 0: the next version once every worker has the last
 //       "replicas": 1,                    // the trainer's stall lasts until this many workers hold it
 //       "trainer_nodes": 1,               // the first nodes of the first datacenter train
-//       "rollout_datacenters": []         // where rollout workers run (default: every node not training)
+//       "rollout_datacenters": [],        // where rollout workers run (default: every node not training)
+//       "spot_nodes": 0,                  // elastic: the last rollout nodes start absent...
+//       "joins": [{"at_s": 5, "nodes": 2}]  // ...and join like this
 //     },
 //     "swarm": {"max_neighbours": 16, "upload_slots": 8, "pipeline_blocks": 8, "super_seed": true},
 //     "scheme": "swarm",                  // or a baseline: "direct_pull", "storage", "broadcast"
@@ -78,12 +80,21 @@ struct ModelSpec {
 };
 
 struct WorkloadSpec {
-  std::string kind = "standalone";
+  std::string kind = "standalone";  // or "elastic" (spot nodes join) or "cross_datacenter"
   std::uint32_t versions = 1;
   Duration interval{0};
   std::uint32_t replicas = 1;
   std::uint32_t trainer_nodes = 1;
   std::vector<std::string> rollout_datacenters;
+  // Elastic: the last `spot_nodes` rollout nodes start absent and join, a
+  // few nodes at a time, as `joins` says; each joining worker must get the
+  // current head.
+  struct Join {
+    TimePoint at;
+    std::uint32_t nodes = 1;
+  };
+  std::uint32_t spot_nodes = 0;
+  std::vector<Join> joins;
 };
 
 struct SwarmSpec {

@@ -31,7 +31,7 @@ SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network
       rng_(scenario.seed),
       link_down_until_(topology_.node_count(), kTimeZero) {
   add_peers();
-  ledger_.emplace(scenario.workload, workers_.size());
+  ledger_.emplace(scenario.workload, workers_.size(), place_peers(scenario, topology_).first_spot_worker);
 }
 
 SwarmSimulation::~SwarmSimulation() = default;
@@ -50,8 +50,12 @@ void SwarmSimulation::add_peers() {
     peers_[p].worker = static_cast<std::uint32_t>(workers_.size());
     workers_.push_back(p);
   }
+  join_first_worker_ = placement.join_first_worker;
+  for (std::size_t s = placement.first_spot_worker; s < workers_.size(); ++s) peers_[workers_[s]].core.reset();  // absent until they join
+  for (std::size_t j = 0; j < w.joins.size(); ++j) events_.schedule(Event{w.joins[j].at, Kind::kJoin, 0, 0, {}, j});
   // Everyone knows where everyone is (gossip's records carry the labels).
   for (SimPeer& p : peers_) {
+    if (!p.core) continue;
     for (const SimPeer& other : peers_) {
       if (&other != &p) p.core->set_location(other.id, other.location);
     }
@@ -77,13 +81,55 @@ std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::u
   p.node = node;
   const NodeInfo& info = topology_.node(node);
   p.location = swarm::Location{info.dc_name, info.rack_name, info.host_name};
-  p.core = std::make_unique<swarm::SwarmCore>(swarm_config(scenario_), p.location, p.id, rng_.next());
+  p.core = new_core(p);
   p.trainer = trainer;
   p.rank = rank;
   const auto index = static_cast<std::uint32_t>(peers_.size());
   by_id_[p.id] = index;
   peers_.push_back(std::move(p));
   return index;
+}
+
+std::unique_ptr<swarm::SwarmCore> SwarmSimulation::new_core(const SimPeer& p) {
+  return std::make_unique<swarm::SwarmCore>(swarm_config(scenario_), p.location, p.id, rng_.next());
+}
+
+void SwarmSimulation::join(std::size_t index) {
+  ++joins_done_;
+  const std::uint32_t latest = ledger_->latest();
+  std::vector<std::uint32_t> joined;
+  for (std::size_t w = join_first_worker_[index]; w < join_first_worker_[index + 1]; ++w) {
+    const std::uint32_t peer = workers_[w];
+    SimPeer& p = peers_[peer];
+    p.core = new_core(p);
+    for (const SimPeer& other : peers_) {
+      if (&other != &p) p.core->set_location(other.id, other.location);
+    }
+    ledger_->worker_joined(w, now());
+    joined.push_back(peer);
+  }
+  if (latest == 0) return advance_workload();  // nothing published yet: they fetch with everyone
+  // Ideal membership: a joiner learns every live holder of the head at once,
+  // and the workers still fetching it learn of the joiners.
+  const ManifestId id = version_id(latest);
+  for (std::uint32_t peer : joined) {
+    SimPeer& p = peers_[peer];
+    p.core->fetch(now(), id, layout_, core::Bitfield(layout_.shard_count()));
+    const auto& done = ledger_->outcomes()[latest - 1].worker_done;
+    for (std::uint32_t t : trainers_) {
+      if (alive(t)) p.core->add_holder(now(), id, peers_[t].id, /*complete=*/true);
+    }
+    for (std::uint32_t other : workers_) {
+      if (other != peer && alive(other)) p.core->add_holder(now(), id, peers_[other].id, done[peers_[other].worker].has_value());
+    }
+    drain(peer);
+  }
+  for (std::uint32_t other : workers_) {
+    if (!alive(other) || std::find(joined.begin(), joined.end(), other) != joined.end()) continue;
+    for (std::uint32_t peer : joined) peers_[other].core->add_holder(now(), id, peers_[peer].id);
+    drain(other);
+  }
+  advance_workload();  // a join of no GPUs, or the last join after everything
 }
 
 ManifestId SwarmSimulation::version_id(std::uint32_t number) const {
@@ -128,7 +174,7 @@ void SwarmSimulation::publish(std::uint32_t number) {
     if (!alive(w)) continue;
     SimPeer& p = peers_[w];
     for (std::uint32_t t : trainers_) {
-      if (alive(t)) p.core->add_holder(now(), id, peers_[t].id);
+      if (alive(t)) p.core->add_holder(now(), id, peers_[t].id, /*complete=*/true);
     }
     for (std::uint32_t other : workers_) {
       if (other != w && alive(other)) p.core->add_holder(now(), id, peers_[other].id);
@@ -149,7 +195,7 @@ void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& versi
 }
 
 void SwarmSimulation::advance_workload() {
-  switch (ledger_->next([this](std::size_t w) { return alive(workers_[w]); })) {
+  switch (ledger_->next([this](std::size_t w) { return alive(workers_[w]); }, joins_done_ < scenario_.workload.joins.size())) {
     case VersionLedger::Next::kPublishNext:
       events_.schedule(Event{now(), Kind::kPublish, 0, 0, {}, ledger_->latest() + 1});
       break;
@@ -305,6 +351,7 @@ void SwarmSimulation::dispatch(Event& e) {
   switch (e.kind) {
     case Kind::kPublish: publish(static_cast<std::uint32_t>(e.number)); return;
     case Kind::kFault: fault(scenario_.faults[e.number]); return;
+    case Kind::kJoin: join(e.number); return;
     case Kind::kLinkUp: {
       const auto node = static_cast<std::uint32_t>(e.number);
       if (link_down_until_[node] > now()) return;  // down again meanwhile
@@ -391,6 +438,7 @@ SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimula
   SimulationResult result;
   result.timed_out = end.hit_limit;
   result.versions = ledger_->outcomes();
+  result.joined = ledger_->joined();
   for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
   result.events = events_processed_;
   result.flows = flows_started_;

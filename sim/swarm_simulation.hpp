@@ -38,6 +38,7 @@ namespace tensorhub::sim {
 
 struct SimulationResult {
   std::vector<VersionOutcome> versions;
+  std::vector<std::optional<TimePoint>> joined;  // per worker: when a spot worker joined
   std::array<std::uint64_t, kLinkClasses> bytes_by_class{};
   std::uint64_t events = 0;
   std::uint64_t flows = 0;
@@ -100,13 +101,13 @@ class SwarmSimulation final : public FlowDriver {
     std::optional<QueuedPiece> sending;
   };
   enum class Kind { kMessage, kPiece, kConnected, kConnectFailed, kDisconnected, kPeerGone, kTimer, kVerified,
-                    kPublish, kFault, kLinkUp };
+                    kPublish, kFault, kLinkUp, kJoin };
   struct Event {
     TimePoint at;
     Kind kind = Kind::kTimer;
     std::uint32_t to = 0, from = 0;
     swarm::SwarmMessage message;  // kMessage, kPiece (the header)
-    std::uint64_t number = 0;     // kTimer: generation; kVerified: shard; kPublish: version; kFault: index; kLinkUp: node
+    std::uint64_t number = 0;     // kTimer: generation; kVerified: shard; kPublish: version; kFault, kJoin: index; kLinkUp: node
   };
 
   void add_peers();
@@ -115,6 +116,8 @@ class SwarmSimulation final : public FlowDriver {
   void publish(std::uint32_t number);
   void fault(const FaultSpec& spec);
   void crash(std::uint32_t peer);
+  void join(std::size_t index);  // the workload's join `index`: its spot workers arrive
+  std::unique_ptr<swarm::SwarmCore> new_core(const SimPeer& p);
   void drain(std::uint32_t peer);
   void arm(std::uint32_t peer);
   void dispatch(Event& e);
@@ -140,6 +143,8 @@ class SwarmSimulation final : public FlowDriver {
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> flow_pipe_;
   std::vector<TimePoint> link_down_until_;  // per node
   std::optional<VersionLedger> ledger_;  // once the workers are placed
+  std::vector<std::size_t> join_first_worker_;  // see Placement
+  std::size_t joins_done_ = 0;
   std::map<ManifestId, std::uint32_t> version_numbers_;
   core::VirtualTimeQueue<Event> events_;
   std::uint64_t events_processed_ = 0;

@@ -39,12 +39,14 @@ bool VersionLedger::all_hold(std::uint32_t number, const std::function<bool(std:
   return true;
 }
 
-VersionLedger::Next VersionLedger::next(const std::function<bool(std::size_t)>& alive) {
-  if (outcomes_.empty() || next_announced_ == latest()) return Next::kWait;
-  if (!all_hold(latest(), alive)) return Next::kWait;
-  next_announced_ = latest();
-  if (latest() >= workload_.versions) return Next::kFinished;
-  return workload_.interval.count() == 0 ? Next::kPublishNext : Next::kWait;
+VersionLedger::Next VersionLedger::next(const std::function<bool(std::size_t)>& alive, bool more_to_join) {
+  if (outcomes_.empty() || !all_hold(latest(), alive)) return Next::kWait;
+  if (latest() < workload_.versions) {
+    if (workload_.interval.count() != 0 || publish_announced_ == latest()) return Next::kWait;
+    publish_announced_ = latest();
+    return Next::kPublishNext;
+  }
+  return more_to_join ? Next::kWait : Next::kFinished;
 }
 
 std::size_t VersionLedger::done_with_latest() const {

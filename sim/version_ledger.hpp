@@ -28,7 +28,11 @@ struct VersionOutcome {
 
 class VersionLedger {
  public:
-  VersionLedger(const WorkloadSpec& workload, std::size_t workers) : workload_(workload), workers_(workers) {}
+  // Workers from `first_spot_worker` on are absent until they join.
+  VersionLedger(const WorkloadSpec& workload, std::size_t workers, std::size_t first_spot_worker)
+      : workload_(workload), workers_(workers), joined_(workers) {
+    for (std::size_t w = first_spot_worker; w < workers; ++w) joined_[w] = kTimeNever;
+  }
 
   // REQUIRES: number == latest() + 1.
   void publish(std::uint32_t number, TimePoint at);
@@ -36,14 +40,18 @@ class VersionLedger {
   void worker_done(std::uint32_t number, std::size_t worker, TimePoint at);
   void add_publisher_bytes(std::uint32_t number, std::uint64_t bytes);
   void trainer_free(std::uint32_t number, TimePoint at);
+  // A spot worker joined (it counts from now on, and wants the newest version).
+  void worker_joined(std::size_t worker, TimePoint at) { joined_[worker] = at; }
+  const std::vector<std::optional<TimePoint>>& joined() const { return joined_; }
   // Whether every live worker holds the version.
   bool all_hold(std::uint32_t number, const std::function<bool(std::size_t worker)>& alive) const;
 
   enum class Next { kWait, kPublishNext, kFinished };
-  // After a completion or a crash: whether every live worker holds the
-  // newest version, and if so what follows. kPublishNext is returned once
-  // per version (the caller schedules it).
-  Next next(const std::function<bool(std::size_t worker)>& alive);
+  // After a completion, a crash or a join: whether every live worker holds
+  // the newest version, and if so what follows. kPublishNext is returned
+  // once per version (the caller schedules it); kFinished only after the
+  // last version and once no more workers are to join.
+  Next next(const std::function<bool(std::size_t worker)>& alive, bool more_to_join);
 
   std::uint32_t latest() const { return static_cast<std::uint32_t>(outcomes_.size()); }
   bool known(std::uint32_t number) const { return number >= 1 && number <= outcomes_.size(); }
@@ -54,7 +62,8 @@ class VersionLedger {
   const WorkloadSpec& workload_;
   std::size_t workers_;
   std::vector<VersionOutcome> outcomes_;
-  std::uint32_t next_announced_ = 0;  // the version whose kPublishNext/kFinished was returned
+  std::vector<std::optional<TimePoint>> joined_;  // spot workers: when they joined (kTimeNever: not yet)
+  std::uint32_t publish_announced_ = 0;  // the version whose kPublishNext was returned
 };
 
 }  // namespace tensorhub::sim

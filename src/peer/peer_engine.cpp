@@ -169,7 +169,7 @@ void PeerEngine::learn_from_record(const gossip::PeerRecord& r) {
   swarm_.set_location(r.id, swarm::Location{r.topology.dc, r.topology.rack, r.topology.host});
   for (const gossip::HoldingEntry& h : r.holdings) {
     auto v = find_version(h.manifest_id);
-    if (v) swarm_.add_holder(now, h.manifest_id, r.id);  // holding or fetching: a neighbour either way
+    if (v) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());  // holding or fetching: a neighbour either way
   }
   for (const gossip::HeadEntry& head : r.heads) {
     Model& model = models_[head.model];
@@ -365,7 +365,7 @@ void PeerEngine::start_fetch(const std::shared_ptr<LocalVersion>& v) {
     const auto& r = member.record->record;
     swarm_.set_location(r.id, swarm::Location{r.topology.dc, r.topology.rack, r.topology.host});
     for (const auto& h : r.holdings) {
-      if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id);
+      if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id, h.complete());
     }
   }
   update_holding(*v, static_cast<std::uint16_t>(1000 * have.count() / std::max<std::size_t>(1, m.shard_count())));

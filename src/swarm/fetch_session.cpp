@@ -36,9 +36,9 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
 // --------------------------------------------------------------------------
 // Neighbours
 
-void FetchSession::add_candidate(TimePoint now, const PeerId& peer, const Location& location) {
+void FetchSession::add_candidate(TimePoint now, const PeerId& peer, const Location& location, bool complete) {
   if (done_ || banned_.count(peer) || neighbours_.count(peer)) return;
-  candidates_[peer] = location;
+  candidates_[peer] = Candidate{location, complete};
   starved_since_.reset();
   // Connect at the next timeout (due now), not at once: holders arrive in
   // bursts (a fetch starting, a gossip round, a publication), and choosing
@@ -55,33 +55,52 @@ void FetchSession::remove_candidate(TimePoint now, const PeerId& peer) {
   schedule(now);
 }
 
+std::map<PeerId, FetchSession::Candidate>::iterator FetchSession::nearest_candidate(bool complete_only) {
+  auto chosen = candidates_.end();
+  Proximity best = Proximity::kRemote;
+  // Among equals the first in id order (ids are random).
+  for (auto it = candidates_.begin(); it != candidates_.end(); ++it) {
+    if (complete_only && !it->second.complete) continue;
+    const Proximity p = proximity(self_, it->second.location);
+    if (chosen == candidates_.end() || p < best) {
+      chosen = it;
+      best = p;
+    }
+  }
+  return chosen;
+}
+
+void FetchSession::connect_to(TimePoint now, std::map<PeerId, Candidate>::iterator chosen) {
+  Neighbour n;
+  n.location = chosen->second.location;
+  n.proximity = proximity(self_, n.location);
+  n.complete_source = chosen->second.complete;
+  n.connecting = true;
+  n.connect_deadline = now + config_.connect_timeout;
+  const PeerId id = chosen->first;
+  candidates_.erase(chosen);
+  neighbours_.emplace(id, std::move(n));
+  actions_.push(ConnectAction{id});
+}
+
 void FetchSession::connect_more(TimePoint now) {
   while (neighbours_.size() < config_.max_neighbours && !candidates_.empty()) {
-    auto chosen = candidates_.end();
     const std::size_t free_slots = config_.max_neighbours - neighbours_.size();
-    if (free_slots <= config_.random_neighbours) {
-      // The last slots go to random candidates, for diversity.
-      chosen = std::next(candidates_.begin(), static_cast<std::ptrdiff_t>(rng_.below(candidates_.size())));
-    } else {
-      // The nearest candidate; among equals the first in id order (ids are random).
-      Proximity best = Proximity::kRemote;
-      for (auto it = candidates_.begin(); it != candidates_.end(); ++it) {
-        const Proximity p = proximity(self_, it->second);
-        if (chosen == candidates_.end() || p < best) {
-          chosen = it;
-          best = p;
-        }
-      }
-    }
-    Neighbour n;
-    n.location = chosen->second;
-    n.proximity = proximity(self_, n.location);
-    n.connecting = true;
-    n.connect_deadline = now + config_.connect_timeout;
-    const PeerId id = chosen->first;
-    candidates_.erase(chosen);
-    neighbours_.emplace(id, std::move(n));
-    actions_.push(ConnectAction{id});
+    // The last slots go to random candidates, for diversity.
+    connect_to(now, free_slots <= config_.random_neighbours
+                        ? std::next(candidates_.begin(), static_cast<std::ptrdiff_t>(rng_.below(candidates_.size())))
+                        : nearest_candidate(/*complete_only=*/false));
+  }
+  // At least one neighbour that holds everything, when gossip names one,
+  // even past the limit: nearest-first can otherwise fill every slot with
+  // fetchers that have nothing yet while the publisher is nobody's
+  // neighbour (seen in the simulator: no flow ever started).
+  const bool have_complete = std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
+    return entry.second.complete_source || (entry.second.has_bits && entry.second.bits.all());
+  });
+  if (!have_complete) {
+    auto seed = nearest_candidate(/*complete_only=*/true);
+    if (seed != candidates_.end()) connect_to(now, seed);
   }
 }
 
@@ -501,7 +520,7 @@ TimePoint FetchSession::next_timeout() const {
 void FetchSession::check_starvation(TimePoint now) {
   if (done_) return;
   // Some wanted shard no connected neighbour holds, with nobody left to ask?
-  bool waiting = !candidates_.empty();
+  bool waiting = false;
   for (const auto& [id, n] : neighbours_) {
     if (n.connecting || (n.connected && (!n.has_bits || n.super_seed))) waiting = true;
   }
@@ -520,6 +539,16 @@ void FetchSession::check_starvation(TimePoint now) {
   }
   if (!orphan) {
     starved_since_.reset();
+    return;
+  }
+  if (!candidates_.empty()) {
+    // Nobody we are connected to has it: ask one more known holder, past
+    // the limit if need be (complete ones first), rather than wait forever.
+    starved_since_.reset();
+    if (neighbours_.size() < config_.max_neighbours + kExtraNeighbours) {
+      auto more = nearest_candidate(/*complete_only=*/true);
+      connect_to(now, more != candidates_.end() ? more : nearest_candidate(/*complete_only=*/false));
+    }
     return;
   }
   // Neighbours still fetching may yet get it: give them a while.

@@ -124,7 +124,9 @@ class FetchSession {
                std::uint64_t seed, TimePoint now);
 
   // Candidates from gossip: peers that hold or are fetching this version.
-  void add_candidate(TimePoint now, const PeerId& peer, const Location& location);
+  // `complete`: gossip says it holds the whole version (a publisher, a
+  // finished fetcher), so it can supply shards nobody else has yet.
+  void add_candidate(TimePoint now, const PeerId& peer, const Location& location, bool complete = false);
   // Gossip says the peer is dead or left: drop it everywhere.
   void remove_candidate(TimePoint now, const PeerId& peer);
 
@@ -156,6 +158,10 @@ class FetchSession {
   const ShardLayout& layout() const { return layout_; }
 
  private:
+  struct Candidate {
+    Location location;
+    bool complete = false;
+  };
   struct Request {
     PeerId peer;
     TimePoint sent;
@@ -164,6 +170,8 @@ class FetchSession {
   // allocates nothing. Invariant: size() <= kMaxRequestsPerBlock, which
   // bounds endgame_duplicates.
   static constexpr std::size_t kMaxRequestsPerBlock = 4;
+  // Neighbours allowed past max_neighbours to reach shards none of them has.
+  static constexpr std::size_t kExtraNeighbours = 4;
   class BlockRequests {
    public:
     const Request* begin() const { return items_.data(); }
@@ -193,6 +201,7 @@ class FetchSession {
   };
   struct Neighbour {
     Location location;
+    bool complete_source = false;  // named complete by gossip when it became a neighbour
     Proximity proximity = Proximity::kRemote;
     bool connecting = false, connected = false;
     bool choked = false;
@@ -229,6 +238,9 @@ class FetchSession {
   void release_requests_of(const PeerId& peer);
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
   void connect_more(TimePoint now);
+  void connect_to(TimePoint now, std::map<PeerId, Candidate>::iterator chosen);
+  // The nearest candidate (only complete ones if `complete_only`), or end().
+  std::map<PeerId, Candidate>::iterator nearest_candidate(bool complete_only);
   void check_starvation(TimePoint now);
   void finish(Status status);
   std::size_t wan_in_flight() const;
@@ -243,7 +255,7 @@ class FetchSession {
   core::SplitMix64 rng_;
   PiecePicker picker_;
   std::map<std::uint32_t, Shard> shards_;  // started, not yet verified
-  std::map<PeerId, Location> candidates_;  // known holders not connected
+  std::map<PeerId, Candidate> candidates_;  // known holders not connected
   std::set<PeerId> banned_;
   std::map<PeerId, Neighbour> neighbours_;
   std::vector<std::pair<Proximity, PeerId>> schedule_order_;  // reused by schedule()

@@ -95,10 +95,10 @@ Location SwarmCore::location_of(const PeerId& peer) const {
   return it == locations_.end() ? Location{"?" + peer.short_hex(), "", ""} : it->second;
 }
 
-void SwarmCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer) {
+void SwarmCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete) {
   auto it = versions_.find(id);
   if (it == versions_.end() || !it->second.fetch) return;
-  it->second.fetch->add_candidate(now, peer, location_of(peer));
+  it->second.fetch->add_candidate(now, peer, location_of(peer), complete);
   drain(now, id, it->second);
 }
 

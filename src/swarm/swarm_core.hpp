@@ -109,7 +109,8 @@ class SwarmCore {
 
   // What gossip says.
   void set_location(const PeerId& peer, const Location& location);
-  void add_holder(TimePoint now, const ManifestId& version, const PeerId& peer);
+  // `complete`: gossip says the peer holds the whole version.
+  void add_holder(TimePoint now, const ManifestId& version, const PeerId& peer, bool complete = false);
   void peer_gone(TimePoint now, const PeerId& peer);
 
   // Connections.

@@ -77,3 +77,31 @@ TEST_CASE("baselines: a crash breaks the ring: stop the world, rebuild, broadcas
   CHECK(last == doctest::Approx(0.5 + 5 + kSeconds + 2 * 0.001).epsilon(0.001));
   CHECK_FALSE(r.stalled);
 }
+
+TEST_CASE("elastic: joiners get the head; the swarm serves them at once, the ring stops the world to grow") {
+  auto parsed = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 7}], "nic_gbps": 8, "hop_latency_us": 1},
+      "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"}, "hash_gbps": 1000,
+      "workload": {"kind": "elastic", "spot_nodes": 2, "joins": [{"at_s": 3, "nodes": 2}]},
+      "broadcast": {"chunk": "1MB", "rebuild_s": 5}})");
+  REQUIRE_MESSAGE(parsed.is_ok(), parsed.status().to_string());
+  const Scenario s = *parsed;
+  // 6 workers; workers 4 and 5 (nodes 5, 6) join at 3 s, after the version is everywhere else.
+  Scenario swarm = s;
+  FluidNetwork network;
+  SwarmSimulation simulation(swarm, network);
+  const SimulationResult r = simulation.run();
+  CHECK_FALSE(r.stalled);
+  REQUIRE(r.joined[4].has_value());
+  CHECK(to_seconds(*r.joined[4]) == doctest::Approx(3.0));
+  for (std::size_t w : {4u, 5u}) {
+    REQUIRE(r.versions[0].worker_done[w].has_value());
+    // About S / B from the four holders, well under the ring's rebuild.
+    CHECK(to_seconds(*r.versions[0].worker_done[w]) - 3.0 < 1.5 * kSeconds);
+  }
+  const SimulationResult ring = run(s, Scheme::kBroadcast);
+  for (std::size_t w : {4u, 5u}) {
+    REQUIRE(ring.versions[0].worker_done[w].has_value());
+    // The rebuild (5 s), then the whole version down a 2-hop ring.
+    CHECK(to_seconds(*ring.versions[0].worker_done[w]) - 3.0 == doctest::Approx(5 + kSeconds + 0.001).epsilon(0.002));
+  }
+}
