@@ -54,8 +54,9 @@ bench-cluster: build
 # The simulator on a small default scenario (SIM_SCENARIO=sim/scenarios/...).
 SIM_SCENARIO ?= sim/scenarios/cluster-8.json
 sim: build
-	$(BUILD_DIR)/sim/tensorhub-sim $(SIM_SCENARIO) --json $(BUILD_DIR)/sim-report.json
-	@echo "JSON summary: $(BUILD_DIR)/sim-report.json"
+	$(BUILD_DIR)/sim/tensorhub-sim $(SIM_SCENARIO) --json $(BUILD_DIR)/sim-report.json --csv $(BUILD_DIR)/sim
+	@echo "JSON summary: $(BUILD_DIR)/sim-report.json; CSV: $(BUILD_DIR)/sim-completions.csv, $(BUILD_DIR)/sim-timeline.csv"
+	sim/plot $(BUILD_DIR)/sim "$$(basename $(SIM_SCENARIO) .json)"
 
 fuzz: deps
 	tests/fuzz/run $(FUZZ_DIR) $(FUZZ_SECONDS)

@@ -135,6 +135,9 @@ FlowId BaselineSimulation::start(std::uint32_t from_node, std::uint32_t to_node,
   const Path path = topology_.path(from_node, to_node);
   const FlowId flow = network_.start_flow(now(), from_node, to_node, path.links, bytes);
   ++flows_started_;
+  transfer.from_node = from_node;
+  transfer.to_node = to_node;
+  transfer.bytes = bytes;
   transfers_[flow.value] = transfer;
   if ((transfer.kind == Transfer::Kind::kPull || transfer.kind == Transfer::Kind::kWrite ||
        (transfer.kind == Transfer::Kind::kChunk && transfer.hop == 0))) {
@@ -295,6 +298,7 @@ void BaselineSimulation::on_flows_done(TimePoint now, std::span<const FlowId> fl
     if (it == transfers_.end()) continue;
     const Transfer t = it->second;
     transfers_.erase(it);
+    for (LinkId link : topology_.path(t.from_node, t.to_node).links) timeline_.add(now, topology_.link_class(link), t.bytes);
     transfer_done(t);
   }
 }
@@ -310,6 +314,8 @@ SimulationResult BaselineSimulation::run(const std::function<void(const Baseline
   result.stalled = !finished_ && !end.hit_limit;
   result.versions = ledger_.outcomes();
   result.joined = ledger_.joined();
+  result.timeline = timeline_;
+  result.worker_nodes = worker_nodes_;
   for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
   result.events = events_processed_;
   result.flows = flows_started_;

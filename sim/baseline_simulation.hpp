@@ -68,6 +68,8 @@ class BaselineSimulation final : public FlowDriver {
     std::uint32_t worker = 0;  // kPull, kRead: the reader; kChunk: the receiver
     std::uint32_t rank = 0;    // kPull, kWrite, kChunk: whose part
     std::uint32_t hop = 0;     // kChunk: position in the ring (0: from the rank)
+    std::uint32_t from_node = 0, to_node = 0;
+    std::uint64_t bytes = 0;
   };
   // One ring of the broadcast: a rank's part through `order`.
   struct Ring {
@@ -113,6 +115,7 @@ class BaselineSimulation final : public FlowDriver {
   std::vector<Ring> rings_;
   std::unordered_map<std::uint64_t, Transfer> transfers_;
   VersionLedger ledger_;
+  Timeline timeline_;
   std::vector<TimePoint> link_down_until_;
   core::VirtualTimeQueue<Event> events_;
   std::uint64_t events_processed_ = 0, flows_started_ = 0;

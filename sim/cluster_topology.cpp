@@ -8,7 +8,7 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
   wan_.assign(dcs, std::vector<LinkId>(dcs));
   for (std::size_t a = 0; a < dcs; ++a) {
     for (std::size_t b = 0; b < dcs; ++b) {
-      if (a != b) wan_[a][b] = network.add_link(spec.wan_bytes_per_second, LinkClass::kWan);
+      if (a != b) wan_[a][b] = add_link(network, spec.wan_bytes_per_second, LinkClass::kWan);
     }
   }
   std::uint32_t rack_number = 0;
@@ -16,8 +16,8 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
     const auto& dc = spec.datacenters[d];
     for (std::uint32_t r = 0; r < dc.racks; ++r, ++rack_number) {
       const double tor_rate = node_rate_ * dc.nodes_per_rack / spec.tor_oversubscription;
-      tor_up_.push_back(network.add_link(tor_rate, LinkClass::kTorUp));
-      tor_down_.push_back(network.add_link(tor_rate, LinkClass::kTorDown));
+      tor_up_.push_back(add_link(network, tor_rate, LinkClass::kTorUp));
+      tor_down_.push_back(add_link(network, tor_rate, LinkClass::kTorDown));
       for (std::uint32_t n = 0; n < dc.nodes_per_rack; ++n) {
         NodeInfo info;
         info.datacenter = d;
@@ -26,9 +26,9 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
         info.rack_name = dc.name + "-r" + std::to_string(r);
         info.host_name = info.rack_name + "-n" + std::to_string(n);
         nodes_.push_back(std::move(info));
-        node_up_.push_back(network.add_link(node_rate_, LinkClass::kNicUp));
-        node_down_.push_back(network.add_link(node_rate_, LinkClass::kNicDown));
-        nvlink_.push_back(network.add_link(spec.nvlink_bytes_per_second, LinkClass::kNvlink));
+        node_up_.push_back(add_link(network, node_rate_, LinkClass::kNicUp));
+        node_down_.push_back(add_link(network, node_rate_, LinkClass::kNicDown));
+        nvlink_.push_back(add_link(network, spec.nvlink_bytes_per_second, LinkClass::kNvlink));
       }
     }
   }
@@ -42,13 +42,20 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
     info.host_name = info.rack_name + "-n0";
     storage_ = static_cast<std::uint32_t>(nodes_.size());
     nodes_.push_back(std::move(info));
-    tor_up_.push_back(network.add_link(rate, LinkClass::kTorUp));
-    tor_down_.push_back(network.add_link(rate, LinkClass::kTorDown));
-    node_up_.push_back(network.add_link(rate, LinkClass::kNicUp));
-    node_down_.push_back(network.add_link(rate, LinkClass::kNicDown));
-    nvlink_.push_back(network.add_link(rate, LinkClass::kNvlink));
+    tor_up_.push_back(add_link(network, rate, LinkClass::kTorUp));
+    tor_down_.push_back(add_link(network, rate, LinkClass::kTorDown));
+    node_up_.push_back(add_link(network, rate, LinkClass::kNicUp));
+    node_down_.push_back(add_link(network, rate, LinkClass::kNicDown));
+    nvlink_.push_back(add_link(network, rate, LinkClass::kNvlink));
   }
   network.seal(node_count(), [this](std::uint32_t from, std::uint32_t to) { return path(from, to).links; });
+}
+
+LinkId ClusterTopology::add_link(NetworkModel& network, double bytes_per_second, LinkClass link_class) {
+  const LinkId id = network.add_link(bytes_per_second, link_class);
+  if (link_classes_.size() <= id.value) link_classes_.resize(id.value + 1);
+  link_classes_[id.value] = link_class;
+  return id;
 }
 
 Path ClusterTopology::path(std::uint32_t from, std::uint32_t to) const {

@@ -49,9 +49,13 @@ class ClusterTopology {
   // The links to take down when a node's network fails.
   std::vector<LinkId> node_links(std::uint32_t n) const { return {node_up_[n], node_down_[n]}; }
   double node_rate() const { return node_rate_; }
+  LinkClass link_class(LinkId link) const { return link_classes_[link.value]; }
 
  private:
+  LinkId add_link(NetworkModel& network, double bytes_per_second, LinkClass link_class);
+
   const TopologySpec& spec_;
+  std::vector<LinkClass> link_classes_;  // by LinkId
   double node_rate_ = 0;
   std::vector<NodeInfo> nodes_;
   std::vector<LinkId> node_up_, node_down_, nvlink_;

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   app.add_option("--scheme", scheme_text, "Override the scenario's scheme: swarm, direct_pull, storage or broadcast");
   app.add_flag("--reproducible", reproducible, "Leave wall time and memory out of the JSON (same seed, same bytes)");
   app.add_flag("--quiet", quiet, "No progress line");
+  std::string csv_prefix;
+  app.add_option("--csv", csv_prefix, "Write PREFIX-completions.csv and PREFIX-timeline.csv (sim/plot renders them)");
   CLI11_PARSE(app, argc, argv);
 
   std::ifstream in(scenario_path);
@@ -109,6 +111,17 @@ int main(int argc, char** argv) {
     if (!out) {
       std::fprintf(stderr, "tensorhub-sim: cannot write %s\n", json_path.c_str());
       return 1;
+    }
+  }
+  if (!csv_prefix.empty()) {
+    for (const auto& [suffix, csv] : {std::pair{"-completions.csv", completions_csv(*scenario, result)},
+                                       std::pair{"-timeline.csv", timeline_csv(result)}}) {
+      std::ofstream out(csv_prefix + suffix);
+      out << csv;
+      if (!out) {
+        std::fprintf(stderr, "tensorhub-sim: cannot write %s%s\n", csv_prefix.c_str(), suffix);
+        return 1;
+      }
     }
   }
   if (json_path != "-") std::printf("%s\n", report_line(*scenario, result, bound, run).c_str());

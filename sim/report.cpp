@@ -164,6 +164,53 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
   return j.dump(2) + "\n";
 }
 
+std::string completions_csv(const Scenario& scenario, const SimulationResult& result) {
+  std::string out = "scheme,version,worker,node,published_s,joined_s,done_s,wait_s\n";
+  char row[256];
+  for (const VersionOutcome& v : result.versions) {
+    for (std::size_t w = 0; w < v.worker_done.size(); ++w) {
+      const auto& joined = w < result.joined.size() ? result.joined[w] : std::optional<TimePoint>{};
+      if (joined && *joined == kTimeNever && !v.worker_done[w]) continue;  // never joined
+      const TimePoint start = std::max(v.published, joined.value_or(kTimeZero));
+      std::snprintf(row, sizeof row, "%s,%u,%zu,%u,%.6f,", std::string(scheme_name(scenario.scheme)).c_str(), v.number, w,
+                    w < result.worker_nodes.size() ? result.worker_nodes[w] : 0u, to_seconds(v.published));
+      out += row;
+      if (joined) out += std::to_string(to_seconds(*joined));
+      out += ',';
+      if (v.worker_done[w]) {
+        std::snprintf(row, sizeof row, "%.6f,%.6f", to_seconds(*v.worker_done[w]), to_seconds(*v.worker_done[w] - start));
+        out += row;
+      } else {
+        out += ',';
+      }
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+std::string timeline_csv(const SimulationResult& result) {
+  std::string out = "t_s,nvlink_bytes,nic_bytes,tor_uplink_bytes,wan_bytes,nic_gbps,wan_gbps,nic_cumulative_bytes\n";
+  const double width = to_seconds(result.timeline.bucket());
+  std::uint64_t cumulative = 0;
+  char row[256];
+  const auto& buckets = result.timeline.buckets();
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const auto& b = buckets[i];
+    const std::uint64_t nic = b[static_cast<std::size_t>(LinkClass::kNicUp)];
+    const std::uint64_t wan = b[static_cast<std::size_t>(LinkClass::kWan)];
+    cumulative += nic;
+    std::snprintf(row, sizeof row, "%.3f,%llu,%llu,%llu,%llu,%.3f,%.3f,%llu\n", static_cast<double>(i) * width,
+                  static_cast<unsigned long long>(b[static_cast<std::size_t>(LinkClass::kNvlink)]),
+                  static_cast<unsigned long long>(nic),
+                  static_cast<unsigned long long>(b[static_cast<std::size_t>(LinkClass::kTorUp)]),
+                  static_cast<unsigned long long>(wan), 8e-9 * static_cast<double>(nic) / width,
+                  8e-9 * static_cast<double>(wan) / width, static_cast<unsigned long long>(cumulative));
+    out += row;
+  }
+  return out;
+}
+
 std::string report_line(const Scenario& scenario, const SimulationResult& result, double lower_bound,
                         const RunInfo& run) {
   const std::string how = scenario.scheme == Scheme::kSwarm ? "swarm, ideal membership" : std::string(scheme_name(scenario.scheme));

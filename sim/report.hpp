@@ -24,6 +24,12 @@ struct RunInfo {  // not reproducible: left out of the JSON with --reproducible
 // The JSON summary (times in seconds from each version's publication).
 std::string report_json(const Scenario& scenario, const SimulationResult& result, double lower_bound,
                         const RunInfo* run);
+// CSV: one row per (version, worker): when published, joined, done.
+std::string completions_csv(const Scenario& scenario, const SimulationResult& result);
+// CSV: one row per timeline bucket: bytes delivered per link class, the NIC
+// and WAN rates over the bucket, and the cumulative bytes through NICs.
+std::string timeline_csv(const SimulationResult& result);
+
 std::string report_line(const Scenario& scenario, const SimulationResult& result, double lower_bound,
                         const RunInfo& run);
 

@@ -273,6 +273,9 @@ void SwarmSimulation::on_flow_done(FlowId flow) {
   p.sending.reset();
   p.flow.reset();
   peers_[from].bytes_sent += piece.length;
+  for (LinkId link : topology_.path(peers_[from].node, peers_[to].node).links) {
+    timeline_.add(now(), topology_.link_class(link), piece.length);
+  }
   if (peers_[from].trainer) {
     auto number = version_numbers_.find(piece.header.version);
     if (number != version_numbers_.end()) ledger_->add_publisher_bytes(number->second, piece.length);
@@ -439,6 +442,8 @@ SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimula
   result.timed_out = end.hit_limit;
   result.versions = ledger_->outcomes();
   result.joined = ledger_->joined();
+  result.timeline = timeline_;
+  for (std::uint32_t w : workers_) result.worker_nodes.push_back(peers_[w].node);
   for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
   result.events = events_processed_;
   result.flows = flows_started_;

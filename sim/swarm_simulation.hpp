@@ -31,6 +31,7 @@
 #include "sim/cluster_topology.hpp"
 #include "sim/network_model.hpp"
 #include "sim/scenario.hpp"
+#include "sim/timeline.hpp"
 #include "sim/version_ledger.hpp"
 #include "swarm/swarm_core.hpp"
 
@@ -39,6 +40,8 @@ namespace tensorhub::sim {
 struct SimulationResult {
   std::vector<VersionOutcome> versions;
   std::vector<std::optional<TimePoint>> joined;  // per worker: when a spot worker joined
+  std::vector<std::uint32_t> worker_nodes;       // per worker
+  Timeline timeline;                             // bytes delivered per class over time
   std::array<std::uint64_t, kLinkClasses> bytes_by_class{};
   std::uint64_t events = 0;
   std::uint64_t flows = 0;
@@ -150,6 +153,7 @@ class SwarmSimulation final : public FlowDriver {
   std::uint64_t events_processed_ = 0;
   std::uint64_t flows_started_ = 0;
   std::uint64_t requests_timed_out_ = 0;
+  Timeline timeline_;
   std::function<void(const SwarmSimulation&)> progress_;
   std::chrono::steady_clock::time_point last_progress_;
   std::uint64_t progress_checks_ = 0;

@@ -101,3 +101,21 @@ TEST_CASE("simulation: the same seed gives the same report, byte for byte; anoth
   const std::string other = run(s).json;
   CHECK(other.find("\"seed\": 99") != std::string::npos);
 }
+
+TEST_CASE("simulation: the CSV series have every worker and the bytes of every completed flow") {
+  const Scenario s = scenario_of(R"({
+    "topology": {"datacenters": [{"racks": 2, "nodes_per_rack": 3}], "gpus_per_node": 2, "nic_gbps": 10},
+    "model": {"size": "64MiB", "shard_size": "4MiB", "flow_size": "1MiB"}, "workload": {"versions": 2}})");
+  const Run r = run(s);
+  const std::string completions = completions_csv(s, r.result);
+  CHECK(std::count(completions.begin(), completions.end(), '\n') == 1 + 2 * 10);  // header, 2 versions x 10 workers
+  CHECK(completions.find(",\n") == std::string::npos);                            // every worker finished
+  const std::string timeline = timeline_csv(r.result);
+  // The last row's cumulative NIC bytes: every completed flow's. The model
+  // also counts the partial bytes of cancelled flows (endgame), a little more.
+  const std::string last_row = timeline.substr(timeline.rfind('\n', timeline.size() - 2) + 1);
+  const auto cumulative = static_cast<double>(std::stoull(last_row.substr(last_row.rfind(',') + 1)));
+  const auto carried = static_cast<double>(r.result.bytes_by_class[static_cast<std::size_t>(LinkClass::kNicUp)]);
+  CHECK(cumulative <= carried);
+  CHECK(cumulative >= 0.99 * carried);
+}
