@@ -38,7 +38,10 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
 
 void FetchSession::add_candidate(TimePoint now, const PeerId& peer, const Location& location, bool complete) {
   if (done_ || banned_.count(peer) || neighbours_.count(peer)) return;
-  candidates_[peer] = Candidate{location, complete};
+  auto [it, added] = candidates_.try_emplace(peer);
+  if (!added && it->second.complete) --complete_candidates_;
+  it->second = Candidate{location, proximity(self_, location), complete};
+  if (complete) ++complete_candidates_;
   starved_since_.reset();
   // Connect at the next timeout (due now), not at once: holders arrive in
   // bursts (a fetch starting, a gossip round, a publication), and choosing
@@ -49,19 +52,25 @@ void FetchSession::add_candidate(TimePoint now, const PeerId& peer, const Locati
   if (!connect_due_) connect_due_ = now;
 }
 
+void FetchSession::erase_candidate(std::map<PeerId, Candidate>::iterator it) {
+  if (it->second.complete) --complete_candidates_;
+  candidates_.erase(it);
+}
+
 void FetchSession::remove_candidate(TimePoint now, const PeerId& peer) {
-  candidates_.erase(peer);
+  if (auto it = candidates_.find(peer); it != candidates_.end()) erase_candidate(it);
   if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "the peer left the swarm");
   schedule(now);
 }
 
 std::map<PeerId, FetchSession::Candidate>::iterator FetchSession::nearest_candidate(bool complete_only) {
   auto chosen = candidates_.end();
+  if (complete_only && complete_candidates_ == 0) return chosen;
   Proximity best = Proximity::kRemote;
   // Among equals the first in id order (ids are random).
   for (auto it = candidates_.begin(); it != candidates_.end(); ++it) {
     if (complete_only && !it->second.complete) continue;
-    const Proximity p = proximity(self_, it->second.location);
+    const Proximity p = it->second.proximity;
     if (chosen == candidates_.end() || p < best) {
       chosen = it;
       best = p;
@@ -73,12 +82,12 @@ std::map<PeerId, FetchSession::Candidate>::iterator FetchSession::nearest_candid
 void FetchSession::connect_to(TimePoint now, std::map<PeerId, Candidate>::iterator chosen) {
   Neighbour n;
   n.location = chosen->second.location;
-  n.proximity = proximity(self_, n.location);
+  n.proximity = chosen->second.proximity;
   n.complete_source = chosen->second.complete;
   n.connecting = true;
   n.connect_deadline = now + config_.connect_timeout;
   const PeerId id = chosen->first;
-  candidates_.erase(chosen);
+  erase_candidate(chosen);
   neighbours_.emplace(id, std::move(n));
   actions_.push(ConnectAction{id});
 }
@@ -95,6 +104,7 @@ void FetchSession::connect_more(TimePoint now) {
   // even past the limit: nearest-first can otherwise fill every slot with
   // fetchers that have nothing yet while the publisher is nobody's
   // neighbour (seen in the simulator: no flow ever started).
+  if (complete_candidates_ == 0) return;
   const bool have_complete = std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
     return entry.second.complete_source || (entry.second.has_bits && entry.second.bits.all());
   });

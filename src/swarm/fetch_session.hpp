@@ -160,6 +160,7 @@ class FetchSession {
  private:
   struct Candidate {
     Location location;
+    Proximity proximity = Proximity::kRemote;  // from self_, computed once
     bool complete = false;
   };
   struct Request {
@@ -256,6 +257,8 @@ class FetchSession {
   PiecePicker picker_;
   std::map<std::uint32_t, Shard> shards_;  // started, not yet verified
   std::map<PeerId, Candidate> candidates_;  // known holders not connected
+  std::size_t complete_candidates_ = 0;     // of those, named complete (kept with candidates_)
+  void erase_candidate(std::map<PeerId, Candidate>::iterator it);
   std::set<PeerId> banned_;
   std::map<PeerId, Neighbour> neighbours_;
   std::vector<std::pair<Proximity, PeerId>> schedule_order_;  // reused by schedule()
