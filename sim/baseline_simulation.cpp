@@ -14,7 +14,7 @@ BaselineSimulation::BaselineSimulation(const Scenario& scenario, NetworkModel& n
       topology_(scenario.topology, network),
       ledger_(scenario.workload, place_peers(scenario, topology_).worker_nodes.size(),
               place_peers(scenario, topology_).first_spot_worker),
-      link_down_until_(topology_.node_count(), kTimeZero) {
+      link_faults_(topology_, network) {
   const Placement placement = place_peers(scenario, topology_);
   trainer_nodes_ = placement.trainer_nodes;
   worker_nodes_ = placement.worker_nodes;
@@ -267,27 +267,14 @@ void BaselineSimulation::run_events_due(TimePoint now) {
         if (f.kind == FaultSpec::Kind::kCrashNode) {
           crash_node(f.node);
         } else {
-          for (LinkId link : topology_.node_links(f.node)) network_.set_link_up(this->now(), link, false);
-          link_down_until_[f.node] = this->now() + f.length;
-          events_.schedule(Event{this->now() + f.length, Kind::kLinkUp, f.node});
+          events_.schedule(Event{link_faults_.take_down(this->now(), f.node, f.length), Kind::kLinkUp, f.node});
         }
         break;
       }
-      case Kind::kLinkUp: {
-        const auto node = static_cast<std::uint32_t>(e.number);
-        if (link_down_until_[node] > this->now()) break;
-        for (LinkId link : topology_.node_links(node)) network_.set_link_up(this->now(), link, true);
-        break;
-      }
+      case Kind::kLinkUp: link_faults_.bring_up(this->now(), static_cast<std::uint32_t>(e.number)); break;
     }
   });
-  if (progress_ && ++progress_checks_ % 1024 == 0) {
-    const auto wall = std::chrono::steady_clock::now();
-    if (wall - last_progress_ >= 1s) {
-      last_progress_ = wall;
-      progress_(*this);
-    }
-  }
+  if (progress_ && throttle_.due()) progress_(*this);
 }
 
 void BaselineSimulation::on_flows_done(TimePoint now, std::span<const FlowId> flows) {
@@ -305,23 +292,12 @@ void BaselineSimulation::on_flows_done(TimePoint now, std::span<const FlowId> fl
 
 SimulationResult BaselineSimulation::run(const std::function<void(const BaselineSimulation&)>& progress) {
   progress_ = progress;
-  last_progress_ = std::chrono::steady_clock::now();
   const RunEnd end = network_.run(*this, kTimeZero + scenario_.time_limit);
   events_.advance_to(end.at);
   if (progress) progress(*this);
-  SimulationResult result;
-  result.timed_out = end.hit_limit;
-  result.stalled = !finished_ && !end.hit_limit;
-  result.versions = ledger_.outcomes();
-  result.joined = ledger_.joined();
-  result.timeline = timeline_;
-  result.worker_nodes = worker_nodes_;
-  for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
+  SimulationResult result = SimulationResult::of_run(end, finished_, ledger_, timeline_, network_, worker_nodes_);
   result.events = events_processed_;
   result.flows = flows_started_;
-  result.model_work = network_.work();
-  result.end = now();
-  result.workers = worker_nodes_.size();
   result.trainer_ranks = trainer_nodes_.size();
   return result;
 }

@@ -35,6 +35,8 @@
 #include "core/virtual_time_queue.hpp"
 #include "sim/cluster_topology.hpp"
 #include "sim/network_model.hpp"
+#include "sim/node_link_faults.hpp"
+#include "sim/progress_throttle.hpp"
 #include "sim/scenario.hpp"
 #include "sim/swarm_simulation.hpp"
 #include "sim/version_ledger.hpp"
@@ -116,13 +118,12 @@ class BaselineSimulation final : public FlowDriver {
   std::unordered_map<std::uint64_t, Transfer> transfers_;
   VersionLedger ledger_;
   Timeline timeline_;
-  std::vector<TimePoint> link_down_until_;
+  NodeLinkFaults link_faults_;
   core::VirtualTimeQueue<Event> events_;
   std::uint64_t events_processed_ = 0, flows_started_ = 0;
   bool finished_ = false;
   std::function<void(const BaselineSimulation&)> progress_;
-  std::chrono::steady_clock::time_point last_progress_;
-  std::uint64_t progress_checks_ = 0;
+  ProgressThrottle throttle_;
 };
 
 }  // namespace tensorhub::sim

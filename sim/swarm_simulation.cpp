@@ -29,7 +29,7 @@ SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network
       topology_(scenario.topology, network),
       layout_{scenario.model.size, scenario.model.shard_size, scenario.model.flow_size},
       rng_(scenario.seed),
-      link_down_until_(topology_.node_count(), kTimeZero) {
+      link_faults_(topology_, network) {
   add_peers();
   ledger_.emplace(scenario.workload, workers_.size(), place_peers(scenario, topology_).first_spot_worker);
 }
@@ -214,9 +214,7 @@ void SwarmSimulation::fault(const FaultSpec& spec) {
     }
     return;
   }
-  for (LinkId link : topology_.node_links(spec.node)) network_.set_link_up(now(), link, false);
-  link_down_until_[spec.node] = now() + spec.length;
-  events_.schedule(Event{now() + spec.length, Kind::kLinkUp, 0, 0, {}, spec.node});
+  events_.schedule(Event{link_faults_.take_down(now(), spec.node, spec.length), Kind::kLinkUp, 0, 0, {}, spec.node});
 }
 
 void SwarmSimulation::crash(std::uint32_t peer) {
@@ -287,7 +285,7 @@ void SwarmSimulation::on_flow_done(FlowId flow) {
 
 void SwarmSimulation::deliver_later(Event e) {
   const std::uint32_t a = peers_[e.from].node, b = peers_[e.to].node;
-  TimePoint at = std::max({e.at, link_down_until_[a], link_down_until_[b]});
+  TimePoint at = std::max({e.at, link_faults_.down_until(a), link_faults_.down_until(b)});
   e.at = at + topology_.path(a, b).latency;
   events_.schedule(std::move(e));
 }
@@ -355,12 +353,7 @@ void SwarmSimulation::dispatch(Event& e) {
     case Kind::kPublish: publish(static_cast<std::uint32_t>(e.number)); return;
     case Kind::kFault: fault(scenario_.faults[e.number]); return;
     case Kind::kJoin: join(e.number); return;
-    case Kind::kLinkUp: {
-      const auto node = static_cast<std::uint32_t>(e.number);
-      if (link_down_until_[node] > now()) return;  // down again meanwhile
-      for (LinkId link : topology_.node_links(node)) network_.set_link_up(now(), link, true);
-      return;
-    }
+    case Kind::kLinkUp: link_faults_.bring_up(now(), static_cast<std::uint32_t>(e.number)); return;
     default: break;
   }
   SimPeer& p = peers_[e.to];
@@ -417,13 +410,7 @@ void SwarmSimulation::dispatch(Event& e) {
 void SwarmSimulation::run_events_due(TimePoint now) {
   events_.run_until(now, [this](Event& e) { dispatch(e); });
   // Progress only: reading the wall clock never changes the run.
-  if (progress_ && ++progress_checks_ % 1024 == 0) {
-    const auto wall = std::chrono::steady_clock::now();
-    if (wall - last_progress_ >= 1s) {
-      last_progress_ = wall;
-      progress_(*this);
-    }
-  }
+  if (progress_ && throttle_.due()) progress_(*this);
 }
 
 void SwarmSimulation::on_flows_done(TimePoint now, std::span<const FlowId> flows) {
@@ -434,28 +421,18 @@ void SwarmSimulation::on_flows_done(TimePoint now, std::span<const FlowId> flows
 
 SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimulation&)>& progress) {
   progress_ = progress;
-  last_progress_ = std::chrono::steady_clock::now();
   const RunEnd end = network_.run(*this, kTimeZero + scenario_.time_limit);
   events_.advance_to(end.at);
   if (progress) progress(*this);
-  SimulationResult result;
-  result.timed_out = end.hit_limit;
-  result.versions = ledger_->outcomes();
-  result.joined = ledger_->joined();
-  result.timeline = timeline_;
-  for (std::uint32_t w : workers_) result.worker_nodes.push_back(peers_[w].node);
-  for (std::size_t c = 0; c < kLinkClasses; ++c) result.bytes_by_class[c] = network_.bytes_carried(static_cast<LinkClass>(c));
+  std::vector<std::uint32_t> worker_nodes;
+  for (std::uint32_t w : workers_) worker_nodes.push_back(peers_[w].node);
+  SimulationResult result = SimulationResult::of_run(end, finished_, *ledger_, timeline_, network_, std::move(worker_nodes));
   result.events = events_processed_;
   result.flows = flows_started_;
-  result.model_work = network_.work();
-  result.end = now();
-  result.workers = workers_.size();
   result.trainer_ranks = trainers_.size();
   for (const SimPeer& p : peers_) {
-    if (!p.core) continue;
-    result.discarded_piece_bytes += p.core->discarded_piece_bytes();
+    if (p.core) result.discarded_piece_bytes += p.core->discarded_piece_bytes();
   }
-  result.stalled = !finished_ && !result.timed_out;
   result.requests_timed_out = requests_timed_out_;
   return result;
 }

@@ -30,29 +30,15 @@
 #include "core/virtual_time_queue.hpp"
 #include "sim/cluster_topology.hpp"
 #include "sim/network_model.hpp"
+#include "sim/node_link_faults.hpp"
+#include "sim/progress_throttle.hpp"
 #include "sim/scenario.hpp"
+#include "sim/simulation_result.hpp"
 #include "sim/timeline.hpp"
 #include "sim/version_ledger.hpp"
 #include "swarm/swarm_core.hpp"
 
 namespace tensorhub::sim {
-
-struct SimulationResult {
-  std::vector<VersionOutcome> versions;
-  std::vector<std::optional<TimePoint>> joined;  // per worker: when a spot worker joined
-  std::vector<std::uint32_t> worker_nodes;       // per worker
-  Timeline timeline;                             // bytes delivered per class over time
-  std::array<std::uint64_t, kLinkClasses> bytes_by_class{};
-  std::uint64_t events = 0;
-  std::uint64_t flows = 0;
-  std::uint64_t model_work = 0;
-  TimePoint end;
-  bool timed_out = false;  // the scenario's time limit came first
-  bool stalled = false;    // nothing left to happen, and the workload unfinished
-  std::size_t workers = 0, trainer_ranks = 0;
-  std::uint64_t discarded_piece_bytes = 0;
-  std::uint64_t requests_timed_out = 0;
-};
 
 class SwarmSimulation final : public FlowDriver {
  public:
@@ -144,7 +130,7 @@ class SwarmSimulation final : public FlowDriver {
   std::vector<std::uint32_t> trainers_, workers_;  // peer indices
   std::map<std::pair<std::uint32_t, std::uint32_t>, Pipe> pipes_;
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> flow_pipe_;
-  std::vector<TimePoint> link_down_until_;  // per node
+  NodeLinkFaults link_faults_;
   std::optional<VersionLedger> ledger_;  // once the workers are placed
   std::vector<std::size_t> join_first_worker_;  // see Placement
   std::size_t joins_done_ = 0;
@@ -155,8 +141,7 @@ class SwarmSimulation final : public FlowDriver {
   std::uint64_t requests_timed_out_ = 0;
   Timeline timeline_;
   std::function<void(const SwarmSimulation&)> progress_;
-  std::chrono::steady_clock::time_point last_progress_;
-  std::uint64_t progress_checks_ = 0;
+  ProgressThrottle throttle_;
   bool finished_ = false;
 };
 
