@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <queue>
 #include <stdexcept>
 
 namespace tensorhub::sim {
@@ -28,17 +29,47 @@ LinkId FluidNetwork::add_link(double bytes_per_second, LinkClass link_class) {
   return LinkId{static_cast<std::uint32_t>(links_.size() - 1)};
 }
 
+FluidNetwork::Flow* FluidNetwork::find(FlowId id) {
+  return const_cast<Flow*>(static_cast<const FluidNetwork*>(this)->find(id));
+}
+
+const FluidNetwork::Flow* FluidNetwork::find(FlowId id) const {
+  const auto slot = static_cast<std::uint32_t>(id.value & 0xffffffffu);
+  if (slot >= flows_.size()) return nullptr;
+  const Flow& flow = flows_[slot];
+  return flow.live && flow.serial == id.value >> 32 ? &flow : nullptr;
+}
+
 FlowId FluidNetwork::start_flow(TimePoint now, std::span<const LinkId> path, std::uint64_t bytes) {
   assert(bytes > 0 && !path.empty() && path.size() <= kMaxPath);
-  const std::uint64_t id = next_flow_++;
-  Flow& flow = flows_[id];
+  std::uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<std::uint32_t>(flows_.size());
+    flows_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  Flow& flow = flows_[slot];
+  flow = Flow{};
+  flow.live = true;
+  flow.serial = next_serial_++;
   flow.hops = static_cast<std::uint8_t>(path.size());
   std::copy(path.begin(), path.end(), flow.path.begin());
   flow.remaining = static_cast<double>(bytes);
   flow.updated = now;
-  for (LinkId l : path) links_[l.value].flows.push_back(id);
+  ++live_flows_;
+  for (LinkId l : path) links_[l.value].flows.push_back(slot);
+  const FlowId id = id_of(slot);
   solve(path, now);
-  return FlowId{id};
+  return id;
+}
+
+void FluidNetwork::release(std::uint32_t slot) {
+  heap_remove(slot);
+  flows_[slot].live = false;
+  free_slots_.push_back(slot);
+  --live_flows_;
 }
 
 void FluidNetwork::settle(Flow& flow, TimePoint now) {
@@ -49,10 +80,10 @@ void FluidNetwork::settle(Flow& flow, TimePoint now) {
   flow.updated = now;
 }
 
-void FluidNetwork::remove_from_links(std::uint64_t id, const Flow& flow) {
+void FluidNetwork::remove_from_links(std::uint32_t slot, const Flow& flow) {
   for (std::size_t h = 0; h < flow.hops; ++h) {
     auto& list = links_[flow.path[h].value].flows;
-    auto it = std::find(list.begin(), list.end(), id);
+    auto it = std::find(list.begin(), list.end(), slot);
     assert(it != list.end());
     *it = list.back();
     list.pop_back();
@@ -60,22 +91,88 @@ void FluidNetwork::remove_from_links(std::uint64_t id, const Flow& flow) {
 }
 
 void FluidNetwork::cancel_flow(TimePoint now, FlowId flow_id) {
-  auto it = flows_.find(flow_id.value);
-  if (it == flows_.end()) return;
-  settle(it->second, now);
-  const Flow flow = it->second;
-  remove_from_links(flow_id.value, flow);
-  flows_.erase(it);
+  Flow* found = find(flow_id);
+  if (!found) return;
+  const auto slot = static_cast<std::uint32_t>(flow_id.value & 0xffffffffu);
+  settle(*found, now);
+  const Flow flow = *found;
+  remove_from_links(slot, flow);
+  release(slot);
   solve(std::span(flow.path.data(), flow.hops), now);
 }
 
 void FluidNetwork::set_link_up(TimePoint now, LinkId link, bool up) {
   if (links_[link.value].up == up) return;
   // Flows crossing it move at their old rates until now.
-  for (std::uint64_t id : links_[link.value].flows) settle(flows_.at(id), now);
+  for (std::uint32_t slot : links_[link.value].flows) settle(flows_[slot], now);
   links_[link.value].up = up;
   const LinkId seeds[] = {link};
   solve(seeds, now);
+}
+
+// --------------------------------------------------------------------------
+// The completion heap
+
+void FluidNetwork::heap_place(std::size_t pos, const Completion& c) {
+  heap_[pos] = c;
+  flows_[c.slot].heap_pos = static_cast<std::uint32_t>(pos);
+}
+
+void FluidNetwork::heap_up(std::size_t pos) {
+  const Completion c = heap_[pos];
+  while (pos > 0) {
+    const std::size_t parent = (pos - 1) / 2;
+    if (!c.before(heap_[parent])) break;
+    heap_place(pos, heap_[parent]);
+    pos = parent;
+  }
+  heap_place(pos, c);
+}
+
+void FluidNetwork::heap_down(std::size_t pos) {
+  const Completion c = heap_[pos];
+  const std::size_t n = heap_.size();
+  for (;;) {
+    std::size_t child = 2 * pos + 1;
+    if (child >= n) break;
+    if (child + 1 < n && heap_[child + 1].before(heap_[child])) ++child;
+    if (!heap_[child].before(c)) break;
+    heap_place(pos, heap_[child]);
+    pos = child;
+  }
+  heap_place(pos, c);
+}
+
+void FluidNetwork::heap_set(std::uint32_t slot, TimePoint at) {
+  Flow& flow = flows_[slot];
+  const Completion c{at, flow.serial, slot};
+  if (flow.heap_pos == kNotInHeap) {
+    heap_.push_back(c);
+    flow.heap_pos = static_cast<std::uint32_t>(heap_.size() - 1);
+    heap_up(flow.heap_pos);
+    return;
+  }
+  const std::size_t pos = flow.heap_pos;
+  const bool earlier = c.before(heap_[pos]);
+  heap_[pos] = c;
+  if (earlier) {
+    heap_up(pos);
+  } else {
+    heap_down(pos);
+  }
+}
+
+void FluidNetwork::heap_remove(std::uint32_t slot) {
+  Flow& flow = flows_[slot];
+  if (flow.heap_pos == kNotInHeap) return;
+  const std::size_t pos = flow.heap_pos;
+  flow.heap_pos = kNotInHeap;
+  const Completion last = heap_.back();
+  heap_.pop_back();
+  if (pos == heap_.size()) return;
+  heap_place(pos, last);
+  heap_up(pos);
+  heap_down(flows_[last.slot].heap_pos);
 }
 
 void FluidNetwork::solve(std::span<const LinkId> seeds, TimePoint now) {
@@ -90,11 +187,11 @@ void FluidNetwork::solve(std::span<const LinkId> seeds, TimePoint now) {
     }
   }
   for (std::size_t i = 0; i < component_links_.size(); ++i) {
-    for (std::uint64_t id : links_[component_links_[i].value].flows) {
-      Flow& flow = flows_.at(id);
+    for (std::uint32_t slot : links_[component_links_[i].value].flows) {
+      Flow& flow = flows_[slot];
       if (flow.epoch == epoch_) continue;
       flow.epoch = epoch_;
-      component_flows_.push_back(id);
+      component_flows_.push_back(slot);
       for (std::size_t h = 0; h < flow.hops; ++h) {
         Link& link = links_[flow.path[h].value];
         if (link.epoch != epoch_) {
@@ -105,8 +202,8 @@ void FluidNetwork::solve(std::span<const LinkId> seeds, TimePoint now) {
     }
   }
   // 2. Bytes moved at the old rates until now.
-  for (std::uint64_t id : component_flows_) {
-    Flow& flow = flows_.at(id);
+  for (std::uint32_t slot : component_flows_) {
+    Flow& flow = flows_[slot];
     settle(flow, now);
     flow.fixed = false;
   }
@@ -132,8 +229,8 @@ void FluidNetwork::solve(std::span<const LinkId> seeds, TimePoint now) {
     Link& bottleneck = links_[top.link];
     if (top.version != bottleneck.heap_version || bottleneck.unfixed == 0) continue;
     const double share = std::max(0.0, bottleneck.capacity_left / bottleneck.unfixed);
-    for (std::uint64_t id : bottleneck.flows) {
-      Flow& flow = flows_.at(id);
+    for (std::uint32_t slot : bottleneck.flows) {
+      Flow& flow = flows_[slot];
       if (flow.fixed) continue;
       flow.fixed = true;
       flow.rate = share;
@@ -150,49 +247,40 @@ void FluidNetwork::solve(std::span<const LinkId> seeds, TimePoint now) {
     }
   }
   // 4. New completion times.
-  for (std::uint64_t id : component_flows_) {
-    Flow& flow = flows_.at(id);
-    ++flow.generation;
-    if (flow.rate <= 0) continue;  // stalled behind a link that is down
+  for (std::uint32_t slot : component_flows_) {
+    Flow& flow = flows_[slot];
+    if (flow.rate <= 0) {  // stalled behind a link that is down
+      heap_remove(slot);
+      continue;
+    }
     // Rounded up to the clock's microsecond, so a flow is done when collected.
     const double seconds = flow.remaining / flow.rate;
     const auto micros = static_cast<std::int64_t>(std::ceil(seconds * 1e6));
-    completions_.push(Completion{now + Duration(micros), id, flow.generation});
+    heap_set(slot, now + Duration(micros));
   }
 #ifdef TENSORHUB_DEBUG_INVARIANTS
   check_invariants();
 #endif
 }
 
-void FluidNetwork::drop_stale_completions() const {
-  while (!completions_.empty()) {
-    const Completion& c = completions_.top();
-    auto it = flows_.find(c.flow);
-    if (it != flows_.end() && it->second.generation == c.generation) return;
-    completions_.pop();
-  }
-}
-
 TimePoint FluidNetwork::next_completion() const {
-  drop_stale_completions();
-  return completions_.empty() ? kTimeNever : completions_.top().at;
+  return heap_.empty() ? kTimeNever : heap_.front().at;
 }
 
 void FluidNetwork::advance(TimePoint now, std::vector<FlowId>& completed) {
-  std::vector<LinkId> seeds;
-  for (drop_stale_completions(); !completions_.empty() && completions_.top().at <= now; drop_stale_completions()) {
-    const std::uint64_t id = completions_.top().flow;
-    completions_.pop();
-    Flow& flow = flows_.at(id);
+  completed_paths_.clear();
+  while (!heap_.empty() && heap_.front().at <= now) {
+    const std::uint32_t slot = heap_.front().slot;
+    Flow& flow = flows_[slot];
     settle(flow, now);
     // Whatever rounding left is carried too: the flow is complete.
     for (std::size_t h = 0; h < flow.hops; ++h) links_[flow.path[h].value].bytes += flow.remaining;
-    remove_from_links(id, flow);
-    seeds.insert(seeds.end(), flow.path.begin(), flow.path.begin() + flow.hops);
-    flows_.erase(id);
-    completed.push_back(FlowId{id});
+    remove_from_links(slot, flow);
+    completed_paths_.insert(completed_paths_.end(), flow.path.begin(), flow.path.begin() + flow.hops);
+    completed.push_back(id_of(slot));
+    release(slot);
   }
-  if (!seeds.empty()) solve(seeds, now);
+  if (!completed_paths_.empty()) solve(completed_paths_, now);
 }
 
 RunEnd FluidNetwork::run(FlowDriver& driver, TimePoint limit) {
@@ -225,22 +313,26 @@ std::uint64_t FluidNetwork::bytes_carried(LinkClass link_class) const {
 }
 
 double FluidNetwork::rate_of(FlowId flow) const {
-  auto it = flows_.find(flow.value);
-  return it == flows_.end() ? 0 : it->second.rate;
+  const Flow* f = find(flow);
+  return f ? f->rate : 0;
 }
 
 void FluidNetwork::check_invariants() const {
   for (std::size_t l = 0; l < links_.size(); ++l) {
     double sum = 0;
-    for (std::uint64_t id : links_[l].flows) {
-      const Flow& flow = flows_.at(id);
+    for (std::uint32_t slot : links_[l].flows) {
+      const Flow& flow = flows_[slot];
       bool crosses = false;
       for (std::size_t h = 0; h < flow.hops; ++h) crosses |= flow.path[h].value == l;
-      if (!crosses) throw std::logic_error("fluid network: a link lists a flow that does not cross it");
+      if (!flow.live || !crosses) throw std::logic_error("fluid network: a link lists a flow that does not cross it");
       sum += flow.rate;
     }
     const double limit = links_[l].up ? links_[l].capacity : 0;
     if (sum > limit * (1 + 1e-9) + 1e-6) throw std::logic_error("fluid network: a link is over its capacity");
+  }
+  for (std::size_t pos = 0; pos < heap_.size(); ++pos) {
+    if (flows_[heap_[pos].slot].heap_pos != pos) throw std::logic_error("fluid network: a heap entry lost its place");
+    if (pos > 0 && heap_[pos].before(heap_[(pos - 1) / 2])) throw std::logic_error("fluid network: heap order broken");
   }
 }
 

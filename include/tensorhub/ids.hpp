@@ -41,7 +41,17 @@ struct FixedBytes {
     return out;
   }
 
-  friend auto operator<=>(const FixedBytes&, const FixedBytes&) = default;
+  // Byte-wise lexicographic, as the defaulted operator would be, but
+  // inline: ids are keys of the cores' ordered maps, and random ids almost
+  // always differ in their first byte, where a libc memcmp call per
+  // comparison was a fifth of the simulator's time (perf).
+  friend constexpr std::strong_ordering operator<=>(const FixedBytes& a, const FixedBytes& b) {
+    for (std::size_t i = 0; i < N; ++i) {
+      if (a.bytes[i] != b.bytes[i]) return a.bytes[i] <=> b.bytes[i];
+    }
+    return std::strong_ordering::equal;
+  }
+  friend bool operator==(const FixedBytes&, const FixedBytes&) = default;
 };
 
 struct ManifestIdTag {};
