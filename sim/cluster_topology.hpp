@@ -1,7 +1,8 @@
 // The cluster a scenario describes, as links of a network model.
 //
 // Each node has one up and one down link (its NICs pooled: K x rate) and an
-// NVLink domain for traffic between its own GPUs. Each rack has a ToR
+// NVLink domain for traffic between its own GPUs (one link: the NVSwitch's
+// aggregate rate). Each rack has a ToR
 // uplink and downlink of (nodes x node rate) / oversubscription. The spine
 // inside a datacenter is taken as non-blocking. Each ordered pair of
 // datacenters has a WAN link. A path is the links a flow crosses:

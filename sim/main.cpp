@@ -28,9 +28,11 @@ int main(int argc, char** argv) {
   app.add_option("scenario", scenario_path, "Scenario file (JSON; see sim/scenario.hpp)")->required();
   app.add_option("--json", json_path, "Write the JSON summary here ('-': standard output)");
   app.add_option("--seed", seed, "Override the scenario's seed");
-  std::string network_name, scheme_text;
+  std::string network_name, scheme_text, membership;
   app.add_option("--network", network_name, "Override the scenario's network model: fluid or simgrid");
   app.add_option("--scheme", scheme_text, "Override the scenario's scheme: swarm, direct_pull, storage or broadcast");
+  app.add_option("--membership", membership, "Override the scenario's membership: ideal or gossip")
+      ->check(CLI::IsMember({"ideal", "gossip"}));
   app.add_flag("--reproducible", reproducible, "Leave wall time and memory out of the JSON (same seed, same bytes)");
   app.add_flag("--quiet", quiet, "No progress line");
   std::string csv_prefix;
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
   }
   if (seed) scenario->seed = *seed;
   if (!network_name.empty()) scenario->network = network_name;
+  if (!membership.empty()) scenario->membership = membership;
   if (!scheme_text.empty()) {
     auto scheme = parse_scheme(scheme_text);
     if (!scheme) {

@@ -78,6 +78,10 @@ double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topo
   bound = std::max(bound, size / topology.node_rate());
   // Every worker hashes the whole version (one shard at a time).
   bound = std::max(bound, size / scenario.hash_bytes_per_second);
+  // A node's G GPUs take G copies in, through its NICs or from each other
+  // over NVLink, and the two together carry at most their sum.
+  const double gpus = scenario.topology.gpus_per_node;
+  if (gpus > 1) bound = std::max(bound, gpus * size / (topology.node_rate() + scenario.topology.nvlink_bytes_per_second));
   // Racks and datacenters that hold rollout workers but no trainer must take
   // the version in through their ToR downlink, and across the WAN.
   std::set<std::uint32_t> trainer_racks, trainer_dcs;
@@ -109,7 +113,8 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
   j["seed"] = scenario.seed;
   j["network_model"] = scenario.network == "simgrid" ? "simgrid/" + scenario.simgrid_model : scenario.network;
   j["scheme"] = scheme_name(scenario.scheme);
-  if (scenario.scheme == Scheme::kSwarm) j["membership"] = "ideal";
+  if (scenario.scheme == Scheme::kSwarm) j["membership"] = scenario.membership;
+  if (scenario.scheme == Scheme::kSwarm && scenario.membership == "gossip") j["gossip_datagrams"] = result.gossip_datagrams;
   j["workers"] = result.workers;
   j["trainer_ranks"] = result.trainer_ranks;
   j["model"] = {{"bytes", scenario.model.size},
@@ -213,7 +218,8 @@ std::string timeline_csv(const SimulationResult& result) {
 
 std::string report_line(const Scenario& scenario, const SimulationResult& result, double lower_bound,
                         const RunInfo& run) {
-  const std::string how = scenario.scheme == Scheme::kSwarm ? "swarm, ideal membership" : std::string(scheme_name(scenario.scheme));
+  const std::string how = scenario.scheme == Scheme::kSwarm ? "swarm, " + scenario.membership + " membership"
+                                                            : std::string(scheme_name(scenario.scheme));
   std::string line = scenario.name + " (" + how + ", " + scenario.network + "): " + std::to_string(result.workers) +
                      " workers, " + core::format_byte_size(scenario.model.size) + ", bound " + std::to_string(lower_bound).substr(0, 6) + " s";
   char buffer[256];

@@ -288,6 +288,8 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     auto parsed_scheme = parse_scheme(scheme);
     if (!parsed_scheme) f.fail("scheme", "'" + scheme + "' is not one of swarm, direct_pull, storage, broadcast");
     s.scheme = *parsed_scheme;
+    f.text("membership", s.membership);
+    if (s.membership != "ideal" && s.membership != "gossip") f.fail("membership", "must be \"ideal\" or \"gossip\"");
     f.gbps("storage_gbps", s.topology.storage_bytes_per_second);
     if (f.has("broadcast")) {
       Fields b(f.take("broadcast"), "broadcast");

@@ -12,7 +12,7 @@
 //       "datacenters": [{"name": "dc1", "racks": 2, "nodes_per_rack": 4}],
 //       "gpus_per_node": 1,                // one rollout peer per GPU
 //       "nics_per_node": 1, "nic_gbps": 1, // a node's NICs, pooled into one up and one down link
-//       "nvlink_gbps": 7200,               // inside a node
+//       "nvlink_gbps": 28800,              // a node's NVSwitch, all GPUs together, each direction
 //       "tor_oversubscription": 1,         // rack uplink = nodes x NIC rate / this
 //       "hop_latency_us": 5,               // per link crossed
 //       "wan_gbps": 400, "wan_latency_ms": 10  // between datacenters, each direction
@@ -28,6 +28,7 @@
 //       "joins": [{"at_s": 5, "nodes": 2}]  // ...and join like this
 //     },
 //     "swarm": {"max_neighbours": 16, "upload_slots": 8, "pipeline_blocks": 8, "super_seed": true},
+//     "membership": "ideal",              // swarm: "ideal" (told at once) or "gossip" (the real gossip cores)
 //     "scheme": "swarm",                  // or a baseline: "direct_pull", "storage", "broadcast"
 //     "storage_gbps": 400,                // the storage service's aggregate rate (storage scheme)
 //     "broadcast": {"chunk": "4MiB", "rebuild_s": 10},  // the ring's chunk; a failure's rebuild cost
@@ -62,7 +63,9 @@ struct TopologySpec {
   std::uint32_t gpus_per_node = 1;
   std::uint32_t nics_per_node = 1;
   double nic_bytes_per_second = 1e9 / 8;
-  double nvlink_bytes_per_second = 900e9;
+  // 8 x H100 at 450 GB/s each way: NVSwitch carries the sum, so one
+  // pooled link per node models it (per-GPU ports are not modelled).
+  double nvlink_bytes_per_second = 3.6e12;
   double tor_oversubscription = 1;
   Duration hop_latency = std::chrono::microseconds(5);
   double wan_bytes_per_second = 400e9 / 8;
@@ -131,6 +134,10 @@ struct Scenario {
   WorkloadSpec workload;
   SwarmSpec swarm;
   Scheme scheme = Scheme::kSwarm;
+  // How the swarm's peers learn who holds what: "ideal" (told at once, no
+  // traffic) or "gossip" (every peer runs the real gossip core; records,
+  // SWIM probes and push-pull travel with the topology's latency).
+  std::string membership = "ideal";
   BaselineSpec baseline;
   double hash_bytes_per_second = 100e9 / 8;
   Duration failure_detection = std::chrono::seconds(2);

@@ -28,6 +28,7 @@ struct SimulationResult {
   std::size_t workers = 0, trainer_ranks = 0;
   std::uint64_t discarded_piece_bytes = 0;
   std::uint64_t requests_timed_out = 0;
+  std::uint64_t gossip_datagrams = 0;  // gossip membership: datagrams the cores sent
 
   // What every driver reports at the end of its run: how it ended, the
   // ledger's versions and joins, the timeline, the network model's totals.

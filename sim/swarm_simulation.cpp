@@ -12,6 +12,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+constexpr const char* kModel = "policy";  // gossip records name the model
+
 swarm::SwarmConfig swarm_config(const Scenario& s) {
   swarm::SwarmConfig c;
   c.fetch.block_size = s.model.flow_size;
@@ -32,6 +34,7 @@ SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network
       link_faults_(topology_, network) {
   add_peers();
   ledger_.emplace(scenario.workload, workers_.size(), place_peers(scenario, topology_).first_spot_worker);
+  if (scenario.membership == "gossip") start_gossip();
 }
 
 SwarmSimulation::~SwarmSimulation() = default;
@@ -78,6 +81,8 @@ std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::u
     const std::uint64_t r = rng_.next();
     for (std::size_t b = 0; b < 8; ++b) p.id.bytes[i + b] = static_cast<std::uint8_t>(r >> (8 * b));
   }
+  // With gossip, a peer's id is its gossip identity's key (records are signed).
+  if (scenario_.membership == "gossip") p.id = GossipNetwork::identity_for(peers_.size()).public_key();
   p.node = node;
   const NodeInfo& info = topology_.node(node);
   p.location = swarm::Location{info.dc_name, info.rack_name, info.host_name};
@@ -107,6 +112,12 @@ void SwarmSimulation::join(std::size_t index) {
     }
     ledger_->worker_joined(w, now());
     joined.push_back(peer);
+  }
+  if (gossip_) {
+    // They join through a trainer rank and learn the rest (and the head) by gossip.
+    const std::vector<std::size_t> seeds{trainers_.front()};
+    for (std::uint32_t peer : joined) gossip_->restart(peer, seeds);
+    return advance_workload();
   }
   if (latest == 0) return advance_workload();  // nothing published yet: they fetch with everyone
   // Ideal membership: a joiner learns every live holder of the head at once,
@@ -163,7 +174,13 @@ void SwarmSimulation::publish(std::uint32_t number) {
                   whole && scenario_.swarm.super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed
                                                       : swarm::SwarmCore::ServeMode::kPlain);
     drain(t);
+    if (gossip_) {
+      gossip_->core(t).set_head(gossip::HeadEntry{kModel, number, id});
+      if (number > 1) withdraw_holding(t, number - 1);
+      announce_holding(t, number, 1000);
+    }
   }
+  if (gossip_) return;  // the workers hear of it by gossip
   for (std::uint32_t w : workers_) {
     if (!alive(w)) continue;
     peers_[w].core->fetch(now(), id, layout_, core::Bitfield(shards));
@@ -191,6 +208,10 @@ void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& versi
   ledger_->worker_done(number->second, p.worker, now());
   // A double buffer: the version before the one just completed is dropped.
   if (number->second > 1) p.core->stop(now(), version_id(number->second - 1));
+  if (gossip_) {
+    if (number->second > 1) withdraw_holding(peer, number->second - 1);
+    announce_holding(peer, number->second, 1000);
+  }
   advance_workload();
 }
 
@@ -202,6 +223,79 @@ void SwarmSimulation::advance_workload() {
     case VersionLedger::Next::kFinished: finished_ = true; break;
     case VersionLedger::Next::kWait: break;
   }
+}
+
+// --------------------------------------------------------------------------
+// Gossip mode
+
+void SwarmSimulation::start_gossip() {
+  gossip_ = std::make_unique<GossipNetwork>(scenario_.seed, gossip::GossipConfig{}, NetworkConditions{}, kTimeZero);
+  gossip_->set_latency([this](std::size_t from, std::size_t to) {
+    return topology_.path(peers_[from].node, peers_[to].node).latency;
+  });
+  for (std::uint32_t p = 0; p < peers_.size(); ++p) {
+    const NodeInfo& node = topology_.node(peers_[p].node);
+    gossip_->add_peer(gossip::Topology{node.dc_name, node.rack_name, node.host_name});
+  }
+  // Spot workers are not there yet; the rest start as a converged swarm.
+  for (std::uint32_t p = 0; p < peers_.size(); ++p) {
+    if (!alive(p)) gossip_->crash(p);
+  }
+  gossip_->preload_all();
+  gossip_->on_event([this](std::size_t peer, const gossip::MemberEvent& e) {
+    on_member_event(static_cast<std::uint32_t>(peer), e);
+  });
+}
+
+void SwarmSimulation::on_member_event(std::uint32_t peer, const gossip::MemberEvent& e) {
+  SimPeer& p = peers_[peer];
+  if (!p.core) return;
+  switch (e.kind) {
+    case gossip::MemberEventKind::kDead:
+    case gossip::MemberEventKind::kLeft:
+    case gossip::MemberEventKind::kRemoved: p.core->peer_gone(now(), e.id); return drain(peer);
+    default: break;
+  }
+  if (!e.record) return;
+  const gossip::PeerRecord& r = e.record->record;
+  for (const gossip::HeadEntry& head : r.heads) {
+    auto number = version_numbers_.find(head.manifest_id);
+    if (!p.trainer && number != version_numbers_.end() && number->second > p.newest) {
+      start_fetch_from_gossip(peer, number->second);
+    }
+  }
+  for (const gossip::HoldingEntry& h : r.holdings) {
+    if (p.core->knows(h.manifest_id)) p.core->add_holder(now(), h.manifest_id, r.id, h.complete());
+  }
+  drain(peer);
+}
+
+void SwarmSimulation::start_fetch_from_gossip(std::uint32_t peer, std::uint32_t number) {
+  SimPeer& p = peers_[peer];
+  p.newest = number;
+  const ManifestId id = version_id(number);
+  p.core->fetch(now(), id, layout_, core::Bitfield(layout_.shard_count()));
+  for (const gossip::MemberView& m : gossip_->core(peer).members()) {
+    if (m.liveness != gossip::Liveness::kAlive || !m.record) continue;
+    for (const gossip::HoldingEntry& h : m.record->record.holdings) {
+      if (h.manifest_id == id) p.core->add_holder(now(), id, m.record->record.id, h.complete());
+    }
+  }
+  // As the runtime does once the manifest checks out: the head goes into its
+  // own record (so every record spreads it), and so does the fetch.
+  gossip_->core(peer).set_head(gossip::HeadEntry{kModel, number, id});
+  announce_holding(peer, number, 0);  // fetching: a neighbour for the other fetchers
+  drain(peer);
+}
+
+void SwarmSimulation::announce_holding(std::uint32_t peer, std::uint32_t number, std::uint16_t permille) {
+  gossip_->core(peer).set_holding(gossip::HoldingEntry{kModel, number, version_id(number), permille});
+  gossip_->pump(peer);
+}
+
+void SwarmSimulation::withdraw_holding(std::uint32_t peer, std::uint32_t number) {
+  gossip_->core(peer).remove_holding(kModel, number);
+  gossip_->pump(peer);
 }
 
 // --------------------------------------------------------------------------
@@ -220,13 +314,15 @@ void SwarmSimulation::fault(const FaultSpec& spec) {
 void SwarmSimulation::crash(std::uint32_t peer) {
   peers_[peer].core.reset();
   ++peers_[peer].timer_generation;
+  if (gossip_) gossip_->crash(peer);
   for (std::uint32_t other = 0; other < peers_.size(); ++other) {
     if (other == peer) continue;
     close_pipes(peer, other);
     if (!alive(other)) continue;
     // Connections break at once (RST); gossip declares the peer dead later.
     deliver_later(Event{now(), Kind::kDisconnected, other, peer, {}, 0});
-    events_.schedule(Event{now() + scenario_.failure_detection, Kind::kPeerGone, other, peer, {}, 0});
+    // Ideal membership: the news after failure_detection (with gossip, SWIM's own time).
+    if (!gossip_) events_.schedule(Event{now() + scenario_.failure_detection, Kind::kPeerGone, other, peer, {}, 0});
   }
   // A worker that died no longer counts towards "every worker has it".
   advance_workload();
@@ -342,7 +438,14 @@ void SwarmSimulation::drain(std::uint32_t peer) {
     } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {
       on_worker_done(peer, finished->version, finished->status);
     }
-    // ShardHeld: gossip's coarse progress, which ideal membership does without.
+    else if (auto* held = std::get_if<swarm::ShardHeld>(&*action); held && gossip_ && !p.trainer) {
+      // Coarse progress in the record (the gossip core coalesces re-signing).
+      auto number = version_numbers_.find(held->version);
+      const core::Bitfield* have = p.core->have(held->version);
+      if (number != version_numbers_.end() && have) {
+        announce_holding(peer, number->second, static_cast<std::uint16_t>(999 * have->count() / have->size()));
+      }
+    }
   }
   arm(peer);
 }
@@ -408,6 +511,11 @@ void SwarmSimulation::dispatch(Event& e) {
 // Running
 
 void SwarmSimulation::run_events_due(TimePoint now) {
+  if (gossip_) {
+    // Gossip's events first (each core's news reaches the swarm cores at `now`).
+    events_.advance_to(now);
+    gossip_->run_until(now);
+  }
   events_.run_until(now, [this](Event& e) { dispatch(e); });
   // Progress only: reading the wall clock never changes the run.
   if (progress_ && throttle_.due()) progress_(*this);
@@ -434,6 +542,7 @@ SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimula
     if (p.core) result.discarded_piece_bytes += p.core->discarded_piece_bytes();
   }
   result.requests_timed_out = requests_timed_out_;
+  if (gossip_) result.gossip_datagrams = gossip_->datagrams_sent();
   return result;
 }
 

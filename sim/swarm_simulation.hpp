@@ -9,10 +9,18 @@
 // connection: the next starts when the previous has left. Verification
 // takes shard bytes / hash rate, one shard after another per peer.
 //
-// Membership is "ideal": instead of running gossip, every worker is told of
-// every trainer rank and every other worker of a version the moment it is
-// published, and of a crashed peer failure_detection later (what gossip
-// would say, without its traffic). Deterministic: a seed gives the same run.
+// Membership is "ideal" or "gossip". Ideal: instead of running gossip,
+// every worker is told of every trainer rank and every other worker of a
+// version the moment it is published, and of a crashed peer
+// failure_detection later (what gossip would say, without its traffic).
+// Gossip: every peer also runs the real gossip core (sim/gossip_network.hpp,
+// messages delayed by the path's latency; their bytes are not put on the
+// links). The trainer announces each version as its head and holding; a
+// worker starts fetching a head when its gossip core reports it, takes its
+// neighbours from the holdings in the records it has, announces coarse
+// progress in its own record, and learns of a crash from SWIM. (The
+// manifest's own round trip is not modelled.) Deterministic either way: a
+// seed gives the same run.
 #pragma once
 
 #include <array>
@@ -29,6 +37,7 @@
 #include "core/random_fill.hpp"
 #include "core/virtual_time_queue.hpp"
 #include "sim/cluster_topology.hpp"
+#include "sim/gossip_network.hpp"
 #include "sim/network_model.hpp"
 #include "sim/node_link_faults.hpp"
 #include "sim/progress_throttle.hpp"
@@ -60,7 +69,10 @@ class SwarmSimulation final : public FlowDriver {
   const ClusterTopology& topology() const { return topology_; }
 
   // FlowDriver: called by the network model as the run goes.
-  TimePoint next_event() const override { return events_.empty() ? kTimeNever : events_.next_at(); }
+  TimePoint next_event() const override {
+    const TimePoint own = events_.empty() ? kTimeNever : events_.next_at();
+    return gossip_ ? std::min(own, gossip_->next_event()) : own;
+  }
   void run_events_due(TimePoint now) override;
   void on_flows_done(TimePoint now, std::span<const FlowId> flows) override;
   bool done() const override { return finished_; }
@@ -78,6 +90,7 @@ class SwarmSimulation final : public FlowDriver {
     TimePoint timer_at = kTimeNever;
     std::uint64_t timer_generation = 0;
     TimePoint hasher_free;  // when its hasher finishes the shards queued so far
+    std::uint32_t newest = 0;  // the newest version it fetched or fetches (gossip mode)
   };
   // One direction of a connection: pieces leave one after another.
   struct QueuedPiece {
@@ -118,6 +131,14 @@ class SwarmSimulation final : public FlowDriver {
   void on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status);
   // After a completion or a crash: the next version, or the end.
   void advance_workload();
+  // Gossip mode.
+  void start_gossip();
+  void on_member_event(std::uint32_t peer, const gossip::MemberEvent& event);
+  // A worker begins fetching version `number`, with every holder its gossip
+  // core knows of as a candidate.
+  void start_fetch_from_gossip(std::uint32_t peer, std::uint32_t number);
+  void announce_holding(std::uint32_t peer, std::uint32_t number, std::uint16_t permille);
+  void withdraw_holding(std::uint32_t peer, std::uint32_t number);
   bool alive(std::uint32_t peer) const { return peers_[peer].core != nullptr; }
 
   const Scenario& scenario_;
@@ -136,6 +157,7 @@ class SwarmSimulation final : public FlowDriver {
   std::size_t joins_done_ = 0;
   std::map<ManifestId, std::uint32_t> version_numbers_;
   core::VirtualTimeQueue<Event> events_;
+  std::unique_ptr<GossipNetwork> gossip_;  // gossip mode: peer i is gossip peer i
   std::uint64_t events_processed_ = 0;
   std::uint64_t flows_started_ = 0;
   std::uint64_t requests_timed_out_ = 0;

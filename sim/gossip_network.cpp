@@ -1,10 +1,10 @@
-#include "support/gossip_network.hpp"
+#include "sim/gossip_network.hpp"
 
 #include <cstring>
 #include <stdexcept>
 #include <unordered_map>
 
-namespace tensorhub::testing {
+namespace tensorhub::sim {
 namespace {
 
 using namespace std::chrono_literals;
@@ -48,11 +48,13 @@ void GossipNetwork::inject_datagram(std::size_t to, const std::string& from_addr
   schedule(Event{now() + conditions_.latency, EventKind::kDatagram, to, 0, from_address, std::move(bytes), 0});
 }
 
-GossipNetwork::GossipNetwork(std::uint64_t seed, gossip::GossipConfig config, NetworkConditions conditions)
+GossipNetwork::GossipNetwork(std::uint64_t seed, gossip::GossipConfig config, NetworkConditions conditions,
+                             TimePoint start)
     : config_(config),
       conditions_(conditions),
       rng_(seed),
       seed_(seed),
+      events_(start),
       decoder_(std::make_shared<SharedRecordDecoder>()) {}
 
 GossipNetwork::~GossipNetwork() = default;
@@ -158,8 +160,8 @@ void GossipNetwork::partition(const std::vector<std::vector<std::size_t>>& group
     auto link = it->second;
     streams_.erase({link->a, link->a_id});
     streams_.erase({link->b, link->b_id});
-    schedule(Event{now() + conditions_.latency, EventKind::kStreamClosed, link->a, 0, {}, {}, link->a_id});
-    schedule(Event{now() + conditions_.latency, EventKind::kStreamClosed, link->b, 0, {}, {}, link->b_id});
+    schedule(Event{now() + latency(link->b, link->a), EventKind::kStreamClosed, link->a, 0, {}, {}, link->a_id});
+    schedule(Event{now() + latency(link->a, link->b), EventKind::kStreamClosed, link->b, 0, {}, {}, link->b_id});
   }
 }
 
@@ -181,12 +183,12 @@ void GossipNetwork::break_streams_of(std::size_t peer) {
     streams_.erase({link->b, link->b_id});
     const std::size_t other = link->a == peer ? link->b : link->a;
     const gossip::StreamId other_id = link->a == peer ? link->b_id : link->a_id;
-    schedule(Event{now() + conditions_.latency, EventKind::kStreamClosed, other, 0, {}, {}, other_id});
+    schedule(Event{now() + latency(peer, other), EventKind::kStreamClosed, other, 0, {}, {}, other_id});
   }
 }
 
-Duration GossipNetwork::datagram_delay() {
-  Duration d = conditions_.latency;
+Duration GossipNetwork::datagram_delay(std::size_t from, std::size_t to) {
+  Duration d = latency(from, to);
   if (conditions_.jitter.count() > 0) d += Duration(static_cast<std::int64_t>(rng_.below(conditions_.jitter.count() + 1)));
   return d;
 }
@@ -210,7 +212,7 @@ void GossipNetwork::stream_send(std::size_t from, gossip::StreamId from_id, std:
   StreamLink& link = *it->second;
   const bool forward = link.a == from && link.a_id == from_id;
   TimePoint& clock = forward ? link.a_to_b_clock : link.b_to_a_clock;
-  clock = std::max(clock, now() + conditions_.latency);
+  clock = std::max(clock, now() + latency(link.a, link.b));
   schedule(Event{clock, EventKind::kStreamFrame, forward ? link.b : link.a, 0, {}, std::move(frame),
                  forward ? link.b_id : link.a_id});
 }
@@ -221,7 +223,7 @@ void GossipNetwork::stream_close(std::size_t from, gossip::StreamId from_id) {
   auto link = it->second;
   const bool forward = link->a == from && link->a_id == from_id;
   TimePoint& clock = forward ? link->a_to_b_clock : link->b_to_a_clock;
-  clock = std::max(clock, now() + conditions_.latency);
+  clock = std::max(clock, now() + latency(link->a, link->b));
   // The close follows the frames already in flight in this direction.
   schedule(Event{clock, EventKind::kStreamClosed, forward ? link->b : link->a, 0, {}, {},
                  forward ? link->b_id : link->a_id});
@@ -242,7 +244,7 @@ void GossipNetwork::drain(std::size_t peer) {
     if (datagram_tap_) datagram_tap_(peer, *to, d->bytes);
     const int copies = rng_.unit() < conditions_.duplicate ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
-      schedule(Event{now() + datagram_delay(), EventKind::kDatagram, *to, 0, p.address, d->bytes, 0});
+      schedule(Event{now() + datagram_delay(peer, *to), EventKind::kDatagram, *to, 0, p.address, d->bytes, 0});
     }
   }
   while (auto a = p.core->poll_stream()) {
@@ -251,7 +253,7 @@ void GossipNetwork::drain(std::size_t peer) {
         auto to = peer_at(a->to);
         if (!to || !peers_[*to].core || !reachable(peer, *to)) {
           // Connection refused or timed out.
-          schedule(Event{now() + conditions_.latency * 2, EventKind::kStreamClosed, peer, 0, {}, {}, a->id});
+          schedule(Event{now() + conditions_.latency * 2, EventKind::kStreamClosed, peer, 0, {}, {}, a->id});  // no route: no pair latency
           break;
         }
         auto link = std::make_shared<StreamLink>();
@@ -259,7 +261,7 @@ void GossipNetwork::drain(std::size_t peer) {
         link->a_id = a->id;
         link->b = *to;
         link->b_id = gossip::kInboundStreamBit | next_inbound_stream_++;
-        link->a_to_b_clock = now() + conditions_.latency;
+        link->a_to_b_clock = now() + latency(peer, *to);
         link->b_to_a_clock = now();
         streams_[{link->a, link->a_id}] = link;
         streams_[{link->b, link->b_id}] = link;
@@ -334,4 +336,4 @@ bool GossipNetwork::converged() const {
   return true;
 }
 
-}  // namespace tensorhub::testing
+}  // namespace tensorhub::sim
