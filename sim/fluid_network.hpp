@@ -4,10 +4,14 @@
 // Every flow crosses a short path of links; its rate is its max-min fair
 // share (progressive filling: the most constrained link fixes the rate of
 // its flows, whose rates are then taken off the other links they cross, and
-// so on). A flow that starts, finishes or is cancelled, or a link going
-// down or up, can only change the rates of flows connected to it through
-// shared links, so only that component is settled (bytes moved at the old
-// rates) and solved again. Completions sit in an indexed heap keyed by
+// so on). A change (a flow starts, finishes or is cancelled, a link goes
+// down or up) re-solves only a region around it: the new flow, then the
+// flows a fill shows to be wrong with the rest held fixed (limited by a link
+// that now has capacity to spare, above a link's new share, on a link over
+// capacity), ring by ring until none is. That is exact max-min (up to a
+// relative slack of 1e-9), and in a swarm it stays a few flows: perf at 240
+// workers, re-solving whole connected components took 75% of the run.
+// Completions sit in an indexed heap keyed by
 // time: a flow whose rate changed moves to its new place, so the heap holds
 // one entry per moving flow (a heap of stale entries was a seventh of the
 // run at 1,024 peers, perf). Flows live in a slot vector; a FlowId is the
@@ -67,6 +71,7 @@ class FluidNetwork final : public NetworkModel {
     double capacity_left = 0;
     std::uint32_t unfixed = 0;
     std::uint32_t heap_version = 0;
+    double fill_share = kNoShare;  // the share it fixed in the last fill, if it was a bottleneck
   };
   struct Flow {
     std::array<LinkId, kMaxPath> path{};
@@ -79,8 +84,11 @@ class FluidNetwork final : public NetworkModel {
     std::uint64_t serial = 0;  // FlowId's upper half; ties in the heap go to the older flow
     std::uint64_t epoch = 0;   // scratch for solve()
     std::uint32_t heap_pos = kNotInHeap;
+    LinkId bottleneck = kNoLink;  // the link that fixed its rate
   };
   static constexpr std::uint32_t kNotInHeap = UINT32_MAX;
+  static constexpr double kNoShare = -1;
+  static constexpr LinkId kNoLink{UINT32_MAX};
   struct Completion {
     TimePoint at;
     std::uint64_t serial;
@@ -96,8 +104,13 @@ class FluidNetwork final : public NetworkModel {
   // Moves the flow's bytes forward to `now` at its current rate.
   void settle(Flow& flow, TimePoint now);
   void remove_from_links(std::uint32_t slot, const Flow& flow);
-  // Settles and re-solves every flow connected to `seeds` through shared links.
+  // Settles and re-solves the flows around `seeds` (see solve()).
   void solve(std::span<const LinkId> seeds, TimePoint now);
+  void add_to_region(std::uint32_t slot, TimePoint now);
+  // Max-min rates for the region's flows, the others' rates held fixed.
+  void fill_region();
+  // Adds the flows outside whose rates the last fill made wrong; false if none.
+  bool grow_region(TimePoint now);
   // The indexed heap of completions.
   void heap_set(std::uint32_t slot, TimePoint at);
   void heap_remove(std::uint32_t slot);
@@ -114,8 +127,8 @@ class FluidNetwork final : public NetworkModel {
   std::uint64_t rate_updates_ = 0;
   std::vector<Completion> heap_;  // min-heap by (at, serial); flows_[c.slot].heap_pos is c's place
   // solve() scratch, kept to avoid allocating per event.
-  std::vector<LinkId> component_links_;
-  std::vector<std::uint32_t> component_flows_;
+  std::vector<LinkId> region_links_;
+  std::vector<std::uint32_t> region_flows_;
   std::vector<LinkId> completed_paths_;
 };
 

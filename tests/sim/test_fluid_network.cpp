@@ -77,10 +77,39 @@ TEST_CASE("fluid network: a change reaches only flows connected to it") {
   const LinkId a = n.add_link(10, LinkClass::kNicUp);
   const LinkId b = n.add_link(10, LinkClass::kNicUp);
   const LinkId pa[] = {a}, pb[] = {b};
-  n.start_flow(at(0), pa, 100);
+  const FlowId on_a = n.start_flow(at(0), pa, 100);
   const std::uint64_t before = n.work();
-  n.start_flow(at(0), pb, 100);
-  n.start_flow(at(0), pb, 100);
-  // Two solves of link b's component (1 flow, then 2): 3 rate updates, none on a.
-  CHECK(n.work() - before == 3);
+  const FlowId first_on_b = n.start_flow(at(0), pb, 100);
+  const FlowId second_on_b = n.start_flow(at(0), pb, 100);
+  // The first flow on b: one update. The second: itself, then (its fill
+  // leaves the first above the new share) both again: 1 + 1 + 2, none on a.
+  CHECK(n.work() - before == 4);
+  CHECK(n.rate_of(on_a) == 10);
+  CHECK(n.rate_of(first_on_b) == 5);
+  CHECK(n.rate_of(second_on_b) == 5);
+}
+
+TEST_CASE("fluid network: max-min rates after a change stay exact when the region grows") {
+  // Flows x (links 1, 2), y (link 2), z (links 2, 3), w (link 3); link 3 is
+  // narrow. Max-min: z and w get 1 each on link 3; x and y split the 9
+  // left of link 2. When w ends, z may take 2 of link 3, and x, y (which
+  // were not touched) must give up their share of link 2 to it.
+  FluidNetwork n;
+  const LinkId l1 = n.add_link(100, LinkClass::kNicUp);
+  const LinkId l2 = n.add_link(10, LinkClass::kNicUp);
+  const LinkId l3 = n.add_link(2, LinkClass::kNicUp);
+  const LinkId px[] = {l1, l2}, py[] = {l2}, pz[] = {l2, l3}, pw[] = {l3};
+  const FlowId x = n.start_flow(at(0), px, 1000);
+  const FlowId y = n.start_flow(at(0), py, 1000);
+  const FlowId z = n.start_flow(at(0), pz, 1000);
+  const FlowId w = n.start_flow(at(0), pw, 1000);
+  CHECK(n.rate_of(z) == doctest::Approx(1));
+  CHECK(n.rate_of(w) == doctest::Approx(1));
+  CHECK(n.rate_of(x) == doctest::Approx(4.5));
+  CHECK(n.rate_of(y) == doctest::Approx(4.5));
+  n.cancel_flow(at(1), w);
+  CHECK(n.rate_of(z) == doctest::Approx(2));
+  CHECK(n.rate_of(x) == doctest::Approx(4));
+  CHECK(n.rate_of(y) == doctest::Approx(4));
+  n.check_invariants();
 }
