@@ -106,7 +106,7 @@ void FetchSession::connect_more(TimePoint now) {
   // neighbour (seen in the simulator: no flow ever started).
   if (complete_candidates_ == 0) return;
   const bool have_complete = std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
-    return entry.second.complete_source || (entry.second.has_bits && entry.second.bits.all());
+    return entry.second.complete_source || entry.second.holds_all;
   });
   if (!have_complete) {
     auto seed = nearest_candidate(/*complete_only=*/true);
@@ -160,6 +160,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   if (it == neighbours_.end()) return;
   release_requests_of(peer);
   if (it->second.has_bits) picker_.remove_peer(it->second.bits);
+  in_flight_total_ -= it->second.in_flight;
   neighbours_.erase(it);
   if (ban) banned_.insert(peer);
   if (!reason.empty()) actions_.push(DisconnectAction{peer, reason});
@@ -178,6 +179,7 @@ void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bi
   if (n.has_bits) picker_.remove_peer(n.bits);
   n.bits = bits;
   n.has_bits = true;
+  n.holds_all = n.bits.all();
   picker_.add_peer(n.bits);
   schedule(now);
 }
@@ -192,6 +194,7 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
   }
   if (!n.bits.test(shard.value)) {
     n.bits.set(shard.value);
+    n.holds_all = n.bits.all();
     picker_.increment(shard);
   }
   starved_since_.reset();
@@ -221,9 +224,12 @@ bool FetchSession::held_within(ShardIndex shard, Proximity beyond) const {
 }
 
 std::size_t FetchSession::in_flight_total() const {
+#ifdef TENSORHUB_DEBUG_INVARIANTS
   std::size_t total = 0;
   for (const auto& [id, n] : neighbours_) total += n.in_flight;
-  return total;
+  assert(total == in_flight_total_);
+#endif
+  return in_flight_total_;
 }
 
 std::size_t FetchSession::wan_in_flight() const {
@@ -258,7 +264,7 @@ std::uint64_t rendezvous_score(const PeerId& peer, ShardIndex shard) {
 bool FetchSession::share_is_mine(ShardIndex shard, Proximity beyond) const {
   const std::uint64_t mine = rendezvous_score(self_id_, shard);
   for (const auto& [id, n] : neighbours_) {
-    const bool fetching_mate = n.proximity < beyond && n.connected && !(n.has_bits && n.bits.all());
+    const bool fetching_mate = n.proximity < beyond && n.connected && !n.holds_all;
     if (fetching_mate && rendezvous_score(id, shard) > mine) return false;
   }
   return true;
@@ -290,6 +296,7 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   if (requests.empty()) --unrequested_;
   requests.push_back(Request{id, now});
   ++n.in_flight;
+  ++in_flight_total_;
   actions_.push(RequestAction{id, shard, block, layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
                                    layout_.block_length(shard, block)});
 }
@@ -357,7 +364,10 @@ void FetchSession::drop_request(ShardIndex shard, BlockIndex block, const PeerId
   auto r = std::find_if(requests.begin(), requests.end(), [&](const Request& q) { return q.peer == peer; });
   if (r == requests.end()) return;
   requests.erase(r);
-  if (auto n = neighbours_.find(peer); n != neighbours_.end() && n->second.in_flight > 0) --n->second.in_flight;
+  if (auto n = neighbours_.find(peer); n != neighbours_.end() && n->second.in_flight > 0) {
+    --n->second.in_flight;
+    --in_flight_total_;
+  }
   if (requests.empty() && !it->second.received.test(block.value)) ++unrequested_;
 }
 
@@ -396,7 +406,10 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   }
   for (const Request& other : s.requests[block.value]) {
     actions_.push(CancelAction{other.peer, shard, block});
-    if (auto n = neighbours_.find(other.peer); n != neighbours_.end() && n->second.in_flight > 0) --n->second.in_flight;
+    if (auto n = neighbours_.find(other.peer); n != neighbours_.end() && n->second.in_flight > 0) {
+      --n->second.in_flight;
+      --in_flight_total_;
+    }
   }
   s.requests[block.value].clear();
   s.received.set(block.value);

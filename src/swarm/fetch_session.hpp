@@ -212,6 +212,7 @@ class FetchSession {
     Duration delivery_gap{};  // smoothed time between its blocks (1/8 per sample)
     core::Bitfield bits;
     bool has_bits = false;
+    bool holds_all = false;  // bits.all(), kept with bits (asked per shard per neighbour)
     std::size_t in_flight = 0;
     int bad_shards = 0;
     std::uint64_t bytes = 0;
@@ -264,6 +265,7 @@ class FetchSession {
   std::vector<std::pair<Proximity, PeerId>> schedule_order_;  // reused by schedule()
   core::ActionQueue<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
+  std::size_t in_flight_total_ = 0;  // the sum of the neighbours' in_flight
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
   // waste, and with small versions every block is "in flight" at once.
