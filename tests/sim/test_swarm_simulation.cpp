@@ -119,3 +119,58 @@ TEST_CASE("simulation: the CSV series have every worker and the bytes of every c
   CHECK(cumulative <= carried);
   CHECK(cumulative >= 0.99 * carried);
 }
+
+TEST_CASE("simulation with full gossip: workers learn the head from gossip, fetch it, and the run is deterministic") {
+  const std::string text = R"({
+    "membership": "gossip",
+    "topology": {"datacenters": [{"racks": 2, "nodes_per_rack": 4}], "gpus_per_node": 2, "nic_gbps": 10,
+                 "hop_latency_us": 50},
+    "model": {"size": "128MiB", "shard_size": "4MiB", "flow_size": "1MiB"},
+    "workload": {"versions": 2}})";
+  const Scenario s = scenario_of(text);
+  const Run r = run(s);
+  CHECK_FALSE(r.result.stalled);
+  CHECK_FALSE(r.result.timed_out);
+  REQUIRE(r.result.versions.size() == 2);
+  for (const VersionOutcome& v : r.result.versions) CHECK(completed(v) == 14);
+  CHECK(r.result.gossip_datagrams > 0);
+  CHECK(r.json.find("\"membership\": \"gossip\"") != std::string::npos);
+  // The news travels by gossip rounds, so it takes longer than being told.
+  Scenario ideal = s;
+  ideal.membership = "ideal";
+  const Run told = run(ideal);
+  const VersionOutcome& a = r.result.versions[0];
+  const VersionOutcome& b = told.result.versions[0];
+  CHECK(*std::max_element(a.worker_done.begin(), a.worker_done.end()) >
+        *std::max_element(b.worker_done.begin(), b.worker_done.end()));
+  CHECK(run(s).json == r.json);
+}
+
+TEST_CASE("simulation with full gossip: a holder crashes mid-version and the others still complete") {
+  const Scenario s = scenario_of(R"({
+    "membership": "gossip",
+    "topology": {"datacenters": [{"nodes_per_rack": 10}], "nic_gbps": 1},
+    "model": {"size": "128MiB", "shard_size": "4MiB", "flow_size": "1MiB"},
+    "faults": [{"at_s": 0.6, "crash_node": 3}]})");
+  const Run r = run(s);
+  CHECK_FALSE(r.result.stalled);
+  CHECK_FALSE(r.result.timed_out);
+  const VersionOutcome& v = r.result.versions[0];
+  CHECK(completed(v) == 8);
+  CHECK_FALSE(v.worker_done[2].has_value());
+}
+
+TEST_CASE("simulation with full gossip: spot workers join through a trainer and get the head") {
+  const Scenario s = scenario_of(R"({
+    "membership": "gossip",
+    "topology": {"datacenters": [{"nodes_per_rack": 8}], "gpus_per_node": 2, "nic_gbps": 10},
+    "model": {"size": "128MiB", "shard_size": "4MiB", "flow_size": "1MiB"},
+    "workload": {"kind": "elastic", "versions": 2, "interval_s": 2, "spot_nodes": 2,
+                 "joins": [{"at_s": 0.5, "nodes": 2}]}})");
+  const Run r = run(s);
+  CHECK_FALSE(r.result.stalled);
+  CHECK_FALSE(r.result.timed_out);
+  for (const VersionOutcome& v : r.result.versions) CHECK(completed(v) == v.worker_done.size());
+  REQUIRE(r.result.versions.size() == 2);
+  CHECK(r.result.versions[1].worker_done.size() == 14);  // the 4 joiners are there for the second
+}
