@@ -536,8 +536,15 @@ TimePoint FetchSession::next_timeout() const {
     }
   }
   if (starved_since_) t = std::min(t, *starved_since_ + config_.starvation_timeout);
+  if (swap_due_) t = std::min(t, *swap_due_);  // always later than when it was set
   if (connect_due_) t = std::min(t, *connect_due_);
   return t;
+}
+
+void FetchSession::clear_starvation() {
+  starved_since_.reset();
+  trade_since_.reset();
+  swap_due_.reset();
 }
 
 void FetchSession::check_starvation(TimePoint now) {
@@ -548,7 +555,7 @@ void FetchSession::check_starvation(TimePoint now) {
     if (n.connecting || (n.connected && (!n.has_bits || n.super_seed))) waiting = true;
   }
   if (waiting) {
-    starved_since_.reset();
+    clear_starvation();
     return;
   }
   // Only the wanted shards of availability 0 are looked at, not every shard:
@@ -561,20 +568,57 @@ void FetchSession::check_starvation(TimePoint now) {
     }
   }
   if (!orphan) {
-    starved_since_.reset();
+    clear_starvation();
     return;
   }
   if (!candidates_.empty()) {
     // Nobody we are connected to has it: ask one more known holder, past
     // the limit if need be (complete ones first), rather than wait forever.
-    starved_since_.reset();
     if (neighbours_.size() < config_.max_neighbours + kExtraNeighbours) {
+      clear_starvation();
       auto more = nearest_candidate(/*complete_only=*/true);
       connect_to(now, more != candidates_.end() ? more : nearest_candidate(/*complete_only=*/false));
+      return;
+    }
+    // Past that too, once starved for a request_timeout: trade a neighbour
+    // that holds nothing we want for a candidate, complete ones first, at
+    // most every request_timeout / 4 (swap_due_ wakes us for it).
+    // Stopping here instead was a silent hang: simulator, 8 trainer ranks
+    // each holding an eighth, standalone seed 7: one rank's shards reached
+    // no worker.
+    if (!trade_since_) trade_since_ = now;
+    const TimePoint due = std::max(*trade_since_ + config_.request_timeout, last_swap_ + config_.request_timeout / 4);
+    if (now < due) {
+      swap_due_ = due;
+      return;
+    }
+    swap_due_ = now + config_.request_timeout / 4;  // the next try, whether or not this one trades
+    auto holds_something_wanted = [&](const Neighbour& n) {
+      for (std::uint32_t s = 0; s < n.bits.size(); ++s) {
+        if (n.bits.test(s) && !have_.test(s)) return true;
+      }
+      return false;
+    };
+    for (auto it = neighbours_.rbegin(); it != neighbours_.rend(); ++it) {
+      const Neighbour& n = it->second;
+      if (n.in_flight != 0 || n.complete_source || n.super_seed || n.proximity == Proximity::kSameHost) continue;
+      if (!n.has_bits || holds_something_wanted(n)) continue;  // it can still give us something
+      const PeerId idle = it->first;
+      last_swap_ = now;
+      trade_since_ = now;  // a new neighbour: give it a request_timeout
+      lose_neighbour(now, idle, /*ban=*/false, /*reason=*/"");
+      actions_.push(ReleaseAction{idle});
+      auto more = nearest_candidate(/*complete_only=*/true);
+      connect_to(now, more != candidates_.end()
+                          ? more
+                          : std::next(candidates_.begin(), static_cast<std::ptrdiff_t>(rng_.below(candidates_.size()))));
+      return;
     }
     return;
   }
   // Neighbours still fetching may yet get it: give them a while.
+  trade_since_.reset();
+  swap_due_.reset();
   if (!starved_since_) starved_since_ = now;
   if (now - *starved_since_ >= config_.starvation_timeout) {
     finish(Status::unavailable("no reachable peer holds shard " + std::to_string(orphan->value) + " (bytes " +

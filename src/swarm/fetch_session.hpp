@@ -79,6 +79,11 @@ struct DisconnectAction {
   PeerId peer;
   std::string reason;
 };
+// Stop fetching this version from the neighbour (it cannot help), keeping
+// the connection: it may serve or fetch other things.
+struct ReleaseAction {
+  PeerId peer;
+};
 struct RequestAction {
   PeerId peer;
   ShardIndex shard;
@@ -101,7 +106,8 @@ struct DoneAction {
   Status status;  // ok, or why the fetch failed
 };
 using FetchAction =
-    std::variant<ConnectAction, DisconnectAction, RequestAction, CancelAction, VerifyAction, AnnounceAction, DoneAction>;
+    std::variant<ConnectAction, DisconnectAction, ReleaseAction, RequestAction, CancelAction, VerifyAction, AnnounceAction,
+                 DoneAction>;
 
 struct FetchProgress {
   std::uint64_t bytes_verified = 0;
@@ -244,6 +250,7 @@ class FetchSession {
   // The nearest candidate (only complete ones if `complete_only`), or end().
   std::map<PeerId, Candidate>::iterator nearest_candidate(bool complete_only);
   void check_starvation(TimePoint now);
+  void clear_starvation();
   void finish(Status status);
   std::size_t wan_in_flight() const;
   std::size_t in_flight_total() const;
@@ -273,6 +280,9 @@ class FetchSession {
   TimePoint last_scheduled_;  // requests overdue before this were already considered
   std::optional<TimePoint> starved_since_;
   std::optional<TimePoint> connect_due_;  // new candidates wait for the burst to end
+  TimePoint last_swap_;                   // an idle neighbour last traded for a candidate (starvation)
+  std::optional<TimePoint> trade_since_;  // starved past the neighbour limit since
+  std::optional<TimePoint> swap_due_;     // when to try the next trade (cleared with the starvation)
   std::uint64_t bytes_received_ = 0, bytes_from_wan_ = 0;
   std::uint32_t bad_shards_ = 0;
   std::uint64_t requests_timed_out_ = 0;

@@ -152,6 +152,12 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
         actions_.push(CloseConnection{disconnect->peer, disconnect->reason});
         forget_connection(now, disconnect->peer);
       }
+    } else if (auto* release = std::get_if<ReleaseAction>(&*action)) {
+      v.sources.erase(release->peer);
+      auto c = connections_.find(release->peer);
+      if (c != connections_.end() && c->second.open) {
+        send(release->peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+      }
     } else if (auto* request = std::get_if<RequestAction>(&*action)) {
       auto c = connections_.find(request->peer);
       if (c == connections_.end() || !c->second.open) continue;

@@ -82,6 +82,7 @@ class Driver {
   std::map<std::pair<std::uint32_t, std::uint32_t>, int> requests_per_block;
   std::map<std::uint32_t, std::set<PeerId>> shard_senders;  // for verification
   std::vector<std::pair<PeerId, std::string>> disconnects;
+  std::vector<PeerId> releases;
   std::set<std::uint32_t> announced;
 
  private:
@@ -107,6 +108,7 @@ class Driver {
     session.on_bitfield(now, a.peer, h.bits);
   }
   void handle(DisconnectAction& a) { disconnects.emplace_back(a.peer, a.reason); }
+  void handle(ReleaseAction& a) { releases.push_back(a.peer); }
   void handle(RequestAction& a) {
     ++requests;
     ++requests_per_block[{a.shard.value, a.block.value}];
