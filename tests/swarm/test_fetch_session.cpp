@@ -310,3 +310,28 @@ TEST_CASE("fetch session: with no candidate at all, the fetch fails after the st
   CHECK(d.result->code() == StatusCode::kUnavailable);
   CHECK(d.now >= TimePoint(3s));
 }
+
+TEST_CASE("fetch session: past its neighbour limit, a starved fetch trades a useless neighbour for another candidate") {
+  // Seven nearby holders have only shard 0; the one that has shard 1 is
+  // farther, so nearest-first never picks it, and the extra neighbours a
+  // starved fetch may add are spent on the nearby ones. Waiting there was
+  // a silent hang (found by the simulator).
+  FetchConfig config;
+  config.max_neighbours = 2;
+  config.random_neighbours = 0;
+  Driver d(layout(2), config);
+  for (std::uint64_t n = 1; n <= 7; ++n) {
+    Holder h;
+    h.location = {"dc1", "r1", "h" + std::to_string(n)};
+    h.bits = Bitfield(2);
+    h.bits.set(0);
+    d.add_holder(n, h);
+  }
+  d.add_holder(9, full(2, {"dc1", "r7", "h9"}));
+  d.run(20s);
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK_FALSE(d.releases.empty());
+  CHECK(std::find(d.releases.begin(), d.releases.end(), peer(9)) == d.releases.end());
+  CHECK(d.now < TimePoint(1s) + 10s);
+}
