@@ -174,3 +174,16 @@ TEST_CASE("simulation with full gossip: spot workers join through a trainer and 
   REQUIRE(r.result.versions.size() == 2);
   CHECK(r.result.versions[1].worker_done.size() == 14);  // the 4 joiners are there for the second
 }
+
+TEST_CASE("simulation: the lower bound counts a node's GPUs taking copies through NICs and NVLink together") {
+  // 8 GPUs per node, NIC 10 Gbit/s, NVLink 30 Gbit/s: 8 copies of 1 GB need
+  // at least 8 GB / 5 GB/s = 1.6 s, more than the NIC's own 0.8 s.
+  const Scenario s = scenario_of(R"({
+    "topology": {"datacenters": [{"nodes_per_rack": 3}], "gpus_per_node": 8, "nic_gbps": 10, "nvlink_gbps": 30,
+                 "hop_latency_us": 0},
+    "model": {"size": "1GB", "shard_size": "64MiB", "flow_size": "16MiB"},
+    "hash_gbps": 1000})");
+  FluidNetwork network;
+  SwarmSimulation simulation(s, network);
+  CHECK(lower_bound_seconds(s, simulation.topology()) == doctest::Approx(8 * 1e9 / (10e9 / 8 + 30e9 / 8)));
+}
