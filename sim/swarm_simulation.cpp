@@ -480,7 +480,7 @@ void SwarmSimulation::dispatch(Event& e) {
       p.core->on_message(now(), from, e.message);
       break;
     case Kind::kPiece: {
-      auto target = p.core->piece_target(from, e.message);
+      auto target = p.core->begin_piece(now(), from, e.message);
       p.core->on_piece(now(), from, e.message, target && target->length == e.message.length);
       break;
     }

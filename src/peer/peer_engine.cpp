@@ -838,8 +838,9 @@ void PeerEngine::on_message(transport::DataConnection& connection, swarm::SwarmM
 
 std::span<std::byte> PeerEngine::piece_destination(transport::DataConnection& connection,
                                                    const swarm::SwarmMessage& header) {
-  auto target = swarm_.piece_target(connection.remote(), header);
+  auto target = swarm_.begin_piece(steady_now_(), connection.remote(), header);
   if (!target) return {};
+  arm_swarm_timer();  // the landing has a deadline
   auto v = find_version(target->version);
   if (!v || target->offset + target->length > v->destination.size()) return {};
   return v->destination.subspan(target->offset, target->length);

@@ -377,21 +377,32 @@ void FetchSession::release_requests_of(const PeerId& peer) {
   }
 }
 
-void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
+bool FetchSession::wants_block(ShardIndex shard, BlockIndex block) const {
+  auto it = shards_.find(shard.value);
+  return it != shards_.end() && block.value < it->second.requests.size() && !it->second.verifying &&
+         !it->second.received.test(block.value);
+}
+
+void FetchSession::note_delivery(TimePoint now, const PeerId& peer) {
   if (auto n = neighbours_.find(peer); n != neighbours_.end()) {
     Neighbour& from = n->second;
     if (from.last_delivery != TimePoint{}) from.delivery_gap += (std::min(now - from.last_delivery, config_.request_timeout * 8) - from.delivery_gap) / 8;
     from.last_delivery = now;
   }
-  auto it = shards_.find(shard.value);
-  if (it == shards_.end() || block.value >= it->second.requests.size()) return;
-  Shard& s = it->second;
-  if (s.received.test(block.value) || s.verifying) {
-    duplicate_bytes_ += layout_.block_length(shard, block);
-    drop_request(shard, block, peer);  // a duplicate from endgame, or late
-    schedule(now);
-    return;
-  }
+}
+
+void FetchSession::on_block_superseded(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
+  note_delivery(now, peer);
+  if (!shards_.count(shard.value) || block.value >= layout_.block_count(shard)) return;
+  duplicate_bytes_ += layout_.block_length(shard, block);
+  drop_request(shard, block, peer);  // a duplicate from endgame, or late
+  schedule(now);
+}
+
+void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
+  if (!wants_block(shard, block)) return on_block_superseded(now, peer, shard, block);
+  note_delivery(now, peer);
+  Shard& s = shards_.find(shard.value)->second;
   for (const Request& r : s.requests[block.value]) {
     if (r.peer == peer) {
       // An exponentially weighted average, 1/8 per sample (as TCP's SRTT).

@@ -148,8 +148,15 @@ class FetchSession {
   // The neighbour holds every shard but reveals them gradually: shards
   // nobody has shown us are not lost while it is connected.
   void on_super_seed(TimePoint now, const PeerId& peer);
+  // Whether a payload for this block may be written into the destination
+  // now: the block is still missing and its shard is not being verified.
+  // (The caller also makes sure no other payload for it is landing.)
+  bool wants_block(ShardIndex shard, BlockIndex block) const;
   // The block's bytes are in the destination (the driver wrote them there).
   void on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
+  // The peer's copy arrived but was turned away unwritten: the block was
+  // received already, or another copy of it was landing.
+  void on_block_superseded(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
   // The peer will not serve it (not held, or busy).
   void on_block_refused(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
   void on_verified(TimePoint now, ShardIndex shard, bool good);
@@ -243,6 +250,8 @@ class FetchSession {
   bool share_is_mine(ShardIndex shard, Proximity beyond) const;
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
+  // The neighbour delivered a block (wanted or not): its delivery pace.
+  void note_delivery(TimePoint now, const PeerId& peer);
   void release_requests_of(const PeerId& peer);
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
   void connect_more(TimePoint now);

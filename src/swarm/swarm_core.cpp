@@ -10,6 +10,8 @@ auto find_request(Requests& requests, std::uint32_t request_id) {
   return std::find_if(requests.begin(), requests.end(), [&](const auto& r) { return r.first == request_id; });
 }
 
+std::uint64_t block_key(ShardIndex shard, BlockIndex block) { return std::uint64_t{shard.value} << 32 | block.value; }
+
 }  // namespace
 
 SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed)
@@ -25,7 +27,7 @@ SwarmCore::~SwarmCore() = default;
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
   auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}});
+                                                          UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}, {}});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
@@ -44,7 +46,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (it == versions_.end()) {
     it = versions_
              .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
-                                  UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}})
+                                  UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}, {}})
              .first;
   }
   Version& v = it->second;
@@ -58,6 +60,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
 void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   auto it = versions_.find(id);
   if (it == versions_.end()) return;
+  abort_landings(now, id, "the fetch of a version it was sending stopped");
   for (const PeerId& peer : it->second.sources) send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
   for (const PeerId& peer : it->second.requesters) {
     send(peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
@@ -69,7 +72,6 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
     c.pending.erase(id);
   }
   versions_.erase(it);
-  (void)now;
 }
 
 const core::Bitfield* SwarmCore::have(const ManifestId& id) const {
@@ -162,13 +164,16 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       auto c = connections_.find(request->peer);
       if (c == connections_.end() || !c->second.open) continue;
       const std::uint32_t rid = c->second.next_request_id++;
-      c->second.requests.emplace_back(rid, Outstanding{id, request->shard, request->block, request->offset, request->length});
+      c->second.requests.emplace_back(rid, Outstanding{id, request->shard, request->block, request->offset, request->length, false, false, {}});
       send(request->peer, SwarmMessage{MessageType::kRequest, id, rid, request->shard, request->block, request->offset, request->length, 0, {}});
     } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
       auto c = connections_.find(cancel->peer);
       if (c == connections_.end()) continue;
       for (auto r = c->second.requests.begin(); r != c->second.requests.end(); ++r) {
         if (r->second.version == id && r->second.shard == cancel->shard && r->second.block == cancel->block) {
+          // A landing payload is on the wire already: it keeps its request,
+          // and the session takes its bytes if they are still wanted.
+          if (r->second.landing) break;
           send(cancel->peer, SwarmMessage{MessageType::kCancel, id, r->first, {}, {}, 0, 0, 0, {}});
           c->second.requests.erase(r);
           break;
@@ -197,6 +202,9 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
         }
       }
       v.sources.clear();
+      // Before the driver hears that the fetch is over (and lets the
+      // destination go), no payload may still be writing into it.
+      if (!status.is_ok()) abort_landings(now, id, "the fetch of a version it was sending failed");
       actions_.push(FetchFinished{id, status});
       break;
     }
@@ -247,7 +255,10 @@ void SwarmCore::on_connect_failed(TimePoint now, const PeerId& peer) {
 }
 
 void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
-  connections_.erase(peer);
+  if (auto c = connections_.find(peer); c != connections_.end()) {
+    for (const auto& [rid, o] : c->second.requests) end_landing(o);  // the driver stopped their writes
+    connections_.erase(c);
+  }
   for (auto& [id, v] : versions_) {
     if (v.seeder) v.seeder->remove_requester(peer);
     const bool was_requester = v.requesters.erase(peer) != 0;
@@ -392,23 +403,40 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       return;
     case MessageType::kCancel:        // a piece already queued is sent anyway; it is cheap to ignore
-    case MessageType::kPiece:         // handled through piece_target/on_piece
+    case MessageType::kPiece:         // handled through begin_piece/on_piece
     case MessageType::kGetManifest:   // manifests are the layer above's business
     case MessageType::kManifest:
       return;
   }
 }
 
-std::optional<PieceTarget> SwarmCore::piece_target(const PeerId& peer, const SwarmMessage& header) const {
+std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
   auto c = connections_.find(peer);
   if (c == connections_.end()) return std::nullopt;
   auto r = find_request(c->second.requests, header.request_id);
-  if (r == c->second.requests.end() || r->second.version != header.version || r->second.length != header.length) {
+  if (r == c->second.requests.end() || r->second.version != header.version || r->second.length != header.length ||
+      r->second.landing) {
     return std::nullopt;
   }
   auto v = versions_.find(header.version);
   if (v == versions_.end() || !v->second.fetch) return std::nullopt;
-  return PieceTarget{header.version, r->second.offset, r->second.length};
+  Outstanding& o = r->second;
+  // Two payloads writing one block could leave a liar's bytes over an
+  // honest copy that has verified; one landing at a time cannot.
+  if (!v->second.fetch->wants_block(o.shard, o.block) || !v->second.landing.insert(block_key(o.shard, o.block)).second) {
+    o.superseded = true;
+    return std::nullopt;
+  }
+  o.landing = true;
+  o.landing_since = now;
+  ++landing_count_;
+  return PieceTarget{header.version, o.offset, o.length};
+}
+
+void SwarmCore::end_landing(const Outstanding& o) {
+  if (!o.landing) return;
+  --landing_count_;
+  if (auto v = versions_.find(o.version); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
 }
 
 void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
@@ -421,14 +449,42 @@ void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& 
   }
   const Outstanding o = r->second;
   c->second.requests.erase(r);
+  end_landing(o);
   auto v = versions_.find(o.version);
   if (v == versions_.end() || !v->second.fetch) return;
-  if (stored) {
+  if (stored && o.landing) {
     v->second.fetch->on_block(now, peer, o.shard, o.block);
+  } else if (o.superseded) {
+    v->second.fetch->on_block_superseded(now, peer, o.shard, o.block);
   } else {
     v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
   }
   drain(now, o.version, v->second);
+}
+
+void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::string& reason) {
+  if (landing_count_ == 0) return;
+  std::vector<PeerId> landing_from;
+  for (const auto& [peer, c] : connections_) {
+    if (std::any_of(c.requests.begin(), c.requests.end(), [&](const auto& r) { return r.second.landing && r.second.version == id; })) {
+      landing_from.push_back(peer);
+    }
+  }
+  for (const PeerId& peer : landing_from) {
+    actions_.push(CloseConnection{peer, reason});
+    forget_connection(now, peer);
+  }
+}
+
+TimePoint SwarmCore::next_landing_deadline() const {
+  TimePoint t = kTimeNever;
+  if (landing_count_ == 0) return t;
+  for (const auto& [peer, c] : connections_) {
+    for (const auto& [rid, o] : c.requests) {
+      if (o.landing) t = std::min(t, o.landing_since + config_.fetch.request_timeout * kLandingLimitTimeouts);
+    }
+  }
+  return t;
 }
 
 void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, bool good) {
@@ -442,6 +498,24 @@ void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shar
 // Time and output
 
 void SwarmCore::handle_timeout(TimePoint now) {
+  if (landing_count_ > 0 && now >= next_landing_deadline()) {
+    // A payload begun and not finished for this long holds its block
+    // hostage (nobody else's copy may land): the sender is stalled, or
+    // stalling on purpose.
+    std::vector<PeerId> stalled;
+    for (const auto& [peer, c] : connections_) {
+      for (const auto& [rid, o] : c.requests) {
+        if (o.landing && now >= o.landing_since + config_.fetch.request_timeout * kLandingLimitTimeouts) {
+          stalled.push_back(peer);
+          break;
+        }
+      }
+    }
+    for (const PeerId& peer : stalled) {
+      actions_.push(CloseConnection{peer, "a piece stalled mid-payload"});
+      forget_connection(now, peer);
+    }
+  }
   for (auto& [id, v] : versions_) {
     v.slots.handle_timeout(now);
     drain_slots(now, id, v);
@@ -454,7 +528,7 @@ void SwarmCore::handle_timeout(TimePoint now) {
 }
 
 TimePoint SwarmCore::next_timeout() const {
-  TimePoint t = kTimeNever;
+  TimePoint t = next_landing_deadline();
   for (const auto& [id, v] : versions_) {
     t = std::min(t, v.slots.next_timeout());
     if (v.seeder) t = std::min(t, v.seeder->next_timeout());

@@ -83,6 +83,9 @@ using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, S
                                  ShardHeld, FetchFinished>;
 
 // Where an arriving piece's payload belongs.
+// A landing payload that has taken this many request timeouts is stalled.
+inline constexpr int kLandingLimitTimeouts = 8;
+
 struct PieceTarget {
   ManifestId version;
   std::uint64_t offset = 0;
@@ -118,7 +121,19 @@ class SwarmCore {
   void on_connect_failed(TimePoint now, const PeerId& peer);
   void on_disconnected(TimePoint now, const PeerId& peer);
   void on_message(TimePoint now, const PeerId& peer, const SwarmMessage& message);
-  std::optional<PieceTarget> piece_target(const PeerId& peer, const SwarmMessage& header) const;
+  // A piece's header has arrived and its payload follows: where to write
+  // it, or nothing (discard it). From here until on_piece (or the
+  // connection's end) the payload is *landing*: at most one payload per
+  // block lands at a time, and never into a block already received or a
+  // shard being verified, so bytes that verified stay as they were. A
+  // landing payload keeps its request even when the fetch gives up on it
+  // (it is on the wire already), and one that stalls past
+  // kLandingLimitTimeouts request timeouts closes its connection.
+  // REQUIRES: the driver stops writing a payload when it closes the
+  // connection (CloseConnection, or a close of its own before on_disconnected).
+  std::optional<PieceTarget> begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header);
+  // The payload begun by begin_piece is complete: `stored` when it went to
+  // the target begin_piece gave.
   void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored);
   void on_verified(TimePoint now, const ManifestId& version, ShardIndex shard, bool good);
 
@@ -140,6 +155,9 @@ class SwarmCore {
     UploadSlots slots;
     std::set<PeerId> requesters;          // neighbours that fetch it from us
     std::set<PeerId> sources;             // neighbours we fetch it from
+    // Blocks with a payload landing, as shard << 32 | block. Invariant: one
+    // entry per Outstanding with landing set for this version.
+    std::set<std::uint64_t> landing;
   };
   struct Outstanding {
     ManifestId version;
@@ -147,6 +165,9 @@ class SwarmCore {
     BlockIndex block;
     std::uint64_t offset = 0;
     std::uint32_t length = 0;
+    bool landing = false;     // its payload is being written into the destination
+    bool superseded = false;  // its payload was turned away (the block was taken)
+    TimePoint landing_since;
   };
   struct Connection {
     bool open = false;
@@ -165,6 +186,12 @@ class SwarmCore {
   void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
   void handle_request(const PeerId& peer, const SwarmMessage& m);
   void forget_connection(TimePoint now, const PeerId& peer);
+  // Ends the landing of `o` (its payload arrived, or will not).
+  void end_landing(const Outstanding& o);
+  // Closes the connections that still land payloads of `id`, whose fetch
+  // is over: its destination may be reused once the driver hears so.
+  void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
+  TimePoint next_landing_deadline() const;
   Location location_of(const PeerId& peer) const;
 
   SwarmConfig config_;
@@ -176,6 +203,7 @@ class SwarmCore {
   std::map<PeerId, Location> locations_;
   core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
+  std::size_t landing_count_ = 0;  // Outstanding with landing set, over all connections
 };
 
 }  // namespace tensorhub::swarm

@@ -41,6 +41,9 @@ class DataConnectionHandler {
   virtual void on_established(DataConnection& connection) = 0;
   virtual void on_message(DataConnection& connection, SwarmMessage message) = 0;
   // Where a piece's payload goes; a span of another length discards it.
+  // The payload is written there as it arrives, until on_piece; a close
+  // stops the writes at once (the read is aborted on this thread), and then
+  // on_piece never comes.
   virtual std::span<std::byte> piece_destination(DataConnection& connection, const SwarmMessage& header) = 0;
   virtual void on_piece(DataConnection& connection, const SwarmMessage& header, bool stored) = 0;
   virtual void on_closed(DataConnection& connection, const Status& why) = 0;

@@ -69,6 +69,7 @@ void SwarmNetwork::crash(std::size_t peer) {
   ++peers_[peer].timer_generation;
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
+    drop_landings(i, peer);
     schedule(Event{now() + latency_, Kind::kDisconnected, i, peer, {}, {}, 0});
     // Gossip would declare it dead within seconds; here at once.
     peers_[i].core->peer_gone(now() + latency_, peers_[peer].id);
@@ -85,6 +86,13 @@ std::optional<std::size_t> SwarmNetwork::index_of(const PeerId& id) const {
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return std::nullopt;
   return it->second;
+}
+
+void SwarmNetwork::drop_landings(std::size_t a, std::size_t b) {
+  std::erase_if(landings_, [&](const auto& entry) {
+    const Landing& l = entry.second;
+    return (l.to == a && l.from == b) || (l.to == b && l.from == a);
+  });
 }
 
 void SwarmNetwork::schedule(Event e) {
@@ -110,7 +118,10 @@ void SwarmNetwork::drain(std::size_t peer) {
       schedule(Event{now() + latency_ * (ok ? 2 : 10), ok ? Kind::kConnected : Kind::kConnectFailed, peer,
                      to.value_or(peer), {}, {}, 0});
     } else if (auto* disconnect = std::get_if<swarm::CloseConnection>(&*action)) {
-      if (auto to = index_of(disconnect->peer)) schedule(Event{now() + latency_, Kind::kDisconnected, *to, peer, {}, {}, 0});
+      if (auto to = index_of(disconnect->peer)) {
+        drop_landings(peer, *to);
+        schedule(Event{now() + latency_, Kind::kDisconnected, *to, peer, {}, {}, 0});
+      }
     } else if (auto* request = std::get_if<swarm::SendMessage>(&*action)) {
       if (auto to = index_of(request->peer)) schedule(Event{now() + latency_, Kind::kMessage, *to, peer, request->message, {}, 0});
     } else if (auto* cancel = std::get_if<swarm::ServePiece>(&*action)) {
@@ -121,9 +132,12 @@ void SwarmNetwork::drain(std::size_t peer) {
       if (p.corrupt && !bytes.empty()) bytes[bytes.size() / 2] ^= std::byte{0x5a};
       // The uplink sends one piece after another at its rate.
       const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(cancel->length) / p.uplink));
-      p.uplink_free = std::max(p.uplink_free, now()) + send_time;
+      const TimePoint first_byte = std::max(p.uplink_free, now());
+      p.uplink_free = first_byte + send_time;
       p.bytes_served += cancel->length;
-      schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, cancel->header, std::move(bytes), 0});
+      const std::uint64_t serial = next_piece_serial_++;
+      schedule(Event{first_byte + latency_, Kind::kPieceHeader, *to, peer, cancel->header, {}, serial});
+      schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, cancel->header, std::move(bytes), serial});
     } else if (std::holds_alternative<swarm::DropQueuedPieces>(*action)) {
       // Nothing to drop: this network times each piece's arrival when it is
       // served (the uplink is a schedule, not a queue).
@@ -154,8 +168,14 @@ void SwarmNetwork::dispatch(Event& e) {
   const PeerId& from = peers_[e.from].id;
   switch (e.kind) {
     case Kind::kMessage: p.core->on_message(now(), from, e.message); break;
+    case Kind::kPieceHeader:
+      landings_[e.generation] = Landing{e.to, e.from, p.core->begin_piece(now(), from, e.message)};
+      break;
     case Kind::kPiece: {
-      auto target = p.core->piece_target(from, e.message);
+      auto landing = landings_.find(e.generation);
+      if (landing == landings_.end()) return;  // its connection closed meanwhile
+      const std::optional<swarm::PieceTarget> target = landing->second.target;
+      landings_.erase(landing);
       const bool stored = target && target->length == e.payload.size();
       if (stored) std::memcpy(p.image.data() + target->offset, e.payload.data(), e.payload.size());
       p.core->on_piece(now(), from, e.message, stored);
@@ -169,7 +189,10 @@ void SwarmNetwork::dispatch(Event& e) {
       }
       break;
     case Kind::kConnectFailed: p.core->on_connect_failed(now(), from); break;
-    case Kind::kDisconnected: p.core->on_disconnected(now(), from); break;
+    case Kind::kDisconnected:
+      drop_landings(e.to, e.from);
+      p.core->on_disconnected(now(), from);
+      break;
     case Kind::kTimer:
       if (e.generation != p.timer_generation) return;
       p.timer_at = kTimeNever;

@@ -4,7 +4,9 @@
 // holders, being filled for fetchers). Messages arrive after a latency;
 // pieces also wait for the sender's uplink (bytes / uplink rate, one piece
 // after another), so a publisher's uplink is a real bottleneck and the swarm
-// effect is visible. Shards are verified with the manifest's real hashes;
+// effect is visible. As on a real connection, a piece's header arrives when
+// its first byte does (begin_piece) and its payload is written when its last
+// byte does (on_piece); closing the connection in between drops it. Shards are verified with the manifest's real hashes;
 // a "corrupt" holder flips a byte in everything it serves. Peers can crash
 // and join at any time. Gossip is not simulated here: every peer learns the
 // holders and fetchers of a version from the network (the gossip tests cover
@@ -72,7 +74,13 @@ class SwarmNetwork {
     TimePoint timer_at = kTimeNever;
     std::uint64_t timer_generation = 0;
   };
-  enum class Kind { kMessage, kPiece, kConnected, kConnectFailed, kDisconnected, kTimer };
+  enum class Kind { kMessage, kPieceHeader, kPiece, kConnected, kConnectFailed, kDisconnected, kTimer };
+  // A piece between its header and its last byte, by the serial its two
+  // events share (in Event::generation).
+  struct Landing {
+    std::size_t to = 0, from = 0;
+    std::optional<swarm::PieceTarget> target;
+  };
   struct Event {
     TimePoint at;
     Kind kind;
@@ -89,6 +97,8 @@ class SwarmNetwork {
   void arm(std::size_t peer);
   void dispatch(Event& e);
   std::optional<std::size_t> index_of(const PeerId& id) const;
+  // The connection between the two is gone: pieces on it stop landing.
+  void drop_landings(std::size_t a, std::size_t b);
 
   const Manifest& manifest_;
   std::vector<std::byte> image_;
@@ -98,6 +108,8 @@ class SwarmNetwork {
   Duration latency_ = std::chrono::microseconds(200);
   std::vector<Peer> peers_;
   std::map<PeerId, std::size_t> by_id_;
+  std::map<std::uint64_t, Landing> landings_;
+  std::uint64_t next_piece_serial_ = 1;
   core::VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
 };
 

@@ -94,6 +94,26 @@ TEST_CASE("swarm cluster: a holder serving corrupted data is detected and avoide
   }
 }
 
+TEST_CASE("swarm cluster: a slow corrupt holder's late copies never overwrite bytes that verified") {
+  // The liar's pieces take about a second each: its requests time out and
+  // go to the honest holder, whose copies land and verify while the liar's
+  // are still arriving. A late payload written over a verified block left
+  // fetches "complete" with corrupted images (seen in cli.swarm_peers).
+  Version v(2u << 20);
+  SwarmNetwork net(5, *v.manifest, v.image, config());
+  net.add_holder(rack(0), 20 * kMBps);
+  const std::size_t liar = net.add_holder(rack(0), 0.07 * kMBps);
+  net.corrupt(liar);
+  for (std::size_t i = 2; i <= 9; ++i) net.add_fetcher(rack(i), 20 * kMBps);
+  REQUIRE(net.run_until([&] { return net.count_finished() == 8; }, 120s));
+  // Until the last of the liar's payloads has arrived.
+  net.run_until(net.now() + std::chrono::seconds(static_cast<int>(net.bytes_served(liar) / (0.07 * kMBps)) + 1));
+  for (std::size_t i = 2; i <= 9; ++i) {
+    CHECK(net.complete(i));
+    CHECK(net.image_matches(i));
+  }
+}
+
 TEST_CASE("swarm cluster: a peer joining mid-distribution completes") {
   Version v;
   SwarmNetwork net(4, *v.manifest, v.image, config());
