@@ -21,21 +21,26 @@ SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uin
 
 SwarmCore::~SwarmCore() = default;
 
+std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) const {
+  std::uint64_t seed = seed_ ^ salt;
+  for (auto b : id.bytes) seed = seed * 131 + b;
+  return seed;
+}
+
 // --------------------------------------------------------------------------
 // Versions
 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
   auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}, {}});
+                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
     // pipelines, so its connection to us never runs dry; at least two.
     const std::uint64_t pipeline = std::uint64_t{config_.fetch.pipeline_blocks} * layout.block_size;
     const std::uint64_t ahead = (2 * pipeline + layout.shard_size - 1) / layout.shard_size;
-    std::uint64_t seed = seed_ ^ 0x5eed;
-    for (auto b : id.bytes) seed = seed * 131 + b;
+    const std::uint64_t seed = version_seed(id, 0x5eed);
     it->second.seeder = std::make_unique<SeedScheduler>(layout.shard_count(), std::max<std::uint64_t>(2, ahead), seed);
   }
   (void)now;
@@ -46,13 +51,12 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (it == versions_.end()) {
     it = versions_
              .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
-                                  UploadSlots(config_.upload_slots, config_.slot_rotation), {}, {}, {}})
+                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}})
              .first;
   }
   Version& v = it->second;
   if (v.fetch) return;
-  std::uint64_t seed = seed_;
-  for (auto b : id.bytes) seed = seed * 131 + b;
+  const std::uint64_t seed = version_seed(id, 0);
   v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now);
   drain(now, id, v);
 }

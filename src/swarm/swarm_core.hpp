@@ -193,6 +193,8 @@ class SwarmCore {
   void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
   TimePoint next_landing_deadline() const;
   Location location_of(const PeerId& peer) const;
+  // This peer's random stream for one purpose (`salt`) in one version.
+  std::uint64_t version_seed(const ManifestId& id, std::uint64_t salt) const;
 
   SwarmConfig config_;
   Location self_;

@@ -20,32 +20,49 @@ void UploadSlots::on_gone(TimePoint now, const PeerId& peer) {
 
 void UploadSlots::fill(TimePoint now) {
   while (serving_.size() < slots_ && !waiting_.empty()) {
-    const PeerId next = waiting_.front();
-    waiting_.pop_front();
-    serving_.emplace(next, now);
-    actions_.push(UnchokeAction{next});
+    auto next = waiting_.begin() + static_cast<std::ptrdiff_t>(rng_.below(waiting_.size()));
+    const PeerId peer = *next;
+    waiting_.erase(next);
+    serving_.emplace(peer, now);
+    actions_.push(UnchokeAction{peer});
   }
 }
 
-void UploadSlots::handle_timeout(TimePoint now) {
-  // Rotate: whoever has been served longest yields to the next in line.
-  while (!waiting_.empty()) {
-    auto oldest = std::min_element(serving_.begin(), serving_.end(),
-                                   [](const auto& a, const auto& b) { return a.second < b.second; });
-    if (oldest == serving_.end() || now - oldest->second < rotation_) break;
-    const PeerId yielded = oldest->first;
-    serving_.erase(oldest);
-    actions_.push(ChokeAction{yielded});
-    waiting_.push_back(yielded);
-    fill(now);
-  }
-}
-
-TimePoint UploadSlots::next_timeout() const {
+TimePoint UploadSlots::turn_over() const {
   if (waiting_.empty() || serving_.empty()) return kTimeNever;
   TimePoint oldest = kTimeNever;
   for (const auto& [peer, since] : serving_) oldest = std::min(oldest, since);
-  return oldest + rotation_;
+  return std::max(oldest + rotation_, next_handover_);
+}
+
+void UploadSlots::handle_timeout(TimePoint now) {
+  if (now < turn_over()) return;
+  // One handover: a requester served longest (drawn among equals) yields.
+  TimePoint oldest = kTimeNever;
+  std::size_t ties = 0;
+  for (const auto& [peer, since] : serving_) {
+    if (since < oldest) {
+      oldest = since;
+      ties = 1;
+    } else if (since == oldest) {
+      ++ties;
+    }
+  }
+  std::size_t pick = rng_.below(ties);
+  auto yielded = serving_.begin();
+  for (; yielded != serving_.end(); ++yielded) {
+    if (yielded->second == oldest && pick-- == 0) break;
+  }
+  const PeerId peer = yielded->first;
+  serving_.erase(yielded);
+  actions_.push(ChokeAction{peer});
+  fill(now);
+  waiting_.push_back(peer);  // after the fill: it does not win its own slot back
+  next_handover_ = now + rotation_ / static_cast<std::int64_t>(slots_);
+}
+
+TimePoint UploadSlots::next_timeout() const {
+  return turn_over();
 }
 
 std::optional<SlotAction> UploadSlots::poll() {
