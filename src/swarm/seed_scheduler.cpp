@@ -40,8 +40,16 @@ std::vector<Reveal> SeedScheduler::activate(TimePoint now, const PeerId& peer) {
   auto it = requesters_.find(peer);
   if (it == requesters_.end()) return out;
   it->second.active = true;
+  it->second.finishing = false;
   top_up(now, peer, it->second, out);
   return out;
+}
+
+void SeedScheduler::finish(const PeerId& peer) {
+  auto it = requesters_.find(peer);
+  if (it == requesters_.end()) return;
+  it->second.finishing = true;
+  it->second.waiting = false;
 }
 
 void SeedScheduler::deactivate(const PeerId& peer) {
@@ -50,6 +58,7 @@ void SeedScheduler::deactivate(const PeerId& peer) {
   Requester& r = it->second;
   r.active = false;
   r.waiting = false;
+  r.finishing = false;
   for (std::uint32_t s = 0; s < shard_count_ && r.pending > 0; ++s) {
     if (r.revealed.test(s) && !r.has.test(s)) {
       r.revealed.reset(s);
@@ -116,7 +125,7 @@ void SeedScheduler::top_up_waiting(TimePoint now, std::vector<Reveal>& out) {
 
 void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out) {
   r.waiting = false;
-  while (r.active && r.pending < reveal_ahead_) {
+  while (r.active && !r.finishing && r.pending < reveal_ahead_) {
     // The shard with the fewest copies that this requester neither holds nor
     // has been shown; ties in the picker's random order.
     auto picked = copies_.pick(

@@ -61,6 +61,9 @@ class SeedScheduler {
   // The seed stops serving it (choked): what was revealed to it and not yet
   // held stops counting as a copy, so other requesters are shown it instead.
   void deactivate(const PeerId& peer);
+  // The seed means to stop serving it once it holds what was revealed to it
+  // (its turn is over): nothing more is revealed to it meanwhile.
+  void finish(const PeerId& peer);
   // The requester now holds `shard`. Returns what to reveal (to it, or to
   // others when this was the last shard nobody held).
   std::vector<Reveal> on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
@@ -85,6 +88,7 @@ class SeedScheduler {
     std::size_t pending = 0;  // revealed, not held; invariant: == count(revealed & ~has)
     bool active = false;
     bool waiting = false;     // has quota left, held back by the no-second-copies rule
+    bool finishing = false;   // its turn is over: it gets what was revealed, nothing more
   };
   void top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out);
   void top_up_waiting(TimePoint now, std::vector<Reveal>& out);

@@ -33,7 +33,7 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
   auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}});
+                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
@@ -51,7 +51,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (it == versions_.end()) {
     it = versions_
              .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
-                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}})
+                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}})
              .first;
   }
   Version& v = it->second;
@@ -218,15 +218,31 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
 void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
   while (auto action = v.slots.poll()) {
     if (auto* u = std::get_if<UnchokeAction>(&*action)) {
-      send(u->peer, SwarmMessage{MessageType::kUnchoke, id, 0, {}, {}, 0, 0, 0, {}});
+      // One still finishing its last turn was never choked.
+      if (v.finishing.erase(u->peer) == 0) send(u->peer, SwarmMessage{MessageType::kUnchoke, id, 0, {}, {}, 0, 0, 0, {}});
       if (v.seeder) reveal(id, v.seeder->activate(now, u->peer));
     } else {
-      const PeerId& choked = std::get<ChokeAction>(*action).peer;
-      if (v.seeder) v.seeder->deactivate(choked);
-      send(choked, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
-      actions_.push(DropQueuedPieces{choked, id});
+      const PeerId choked = std::get<ChokeAction>(*action).peer;
+      if (v.seeder && v.seeder->pending(choked) > 0) {
+        // A super-seed's requester holds first copies in the making, which
+        // only the seed can complete: choked now, their blocks already sent
+        // were wasted and the shards went out again to someone else (16
+        // hosts: the publisher sent 1.47x the version). It finishes them
+        // first, shown nothing new, and is choked when it has them.
+        v.seeder->finish(choked);
+        v.finishing.emplace(choked, now);
+      } else {
+        choke(id, v, choked);
+      }
     }
   }
+}
+
+void SwarmCore::choke(const ManifestId& id, Version& v, const PeerId& peer) {
+  v.finishing.erase(peer);
+  if (v.seeder) v.seeder->deactivate(peer);
+  send(peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+  actions_.push(DropQueuedPieces{peer, id});
 }
 
 // --------------------------------------------------------------------------
@@ -265,6 +281,7 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
   }
   for (auto& [id, v] : versions_) {
     if (v.seeder) v.seeder->remove_requester(peer);
+    v.finishing.erase(peer);
     const bool was_requester = v.requesters.erase(peer) != 0;
     if (was_requester) {
       v.slots.on_gone(now, peer);
@@ -292,7 +309,7 @@ void SwarmCore::handle_request(const PeerId& peer, const SwarmMessage& m) {
   auto it = versions_.find(m.version);
   if (it == versions_.end()) return refuse("unknown version");
   Version& v = it->second;
-  if (!v.slots.unchoked(peer)) return refuse("choked");
+  if (!v.slots.unchoked(peer) && !v.finishing.count(peer)) return refuse("choked");
   const ShardLayout& l = v.layout;
   if (m.shard.value >= l.shard_count()) return refuse("no such shard");
   if (!v.have.test(m.shard.value)) return refuse("shard not held");
@@ -342,6 +359,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     }
     case MessageType::kNotInterested:
       if (it != versions_.end() && it->second.seeder) it->second.seeder->remove_requester(peer);
+      if (it != versions_.end()) it->second.finishing.erase(peer);
       if (it != versions_.end() && it->second.requesters.erase(peer)) {
         it->second.slots.on_gone(now, peer);
         drain_slots(now, m.version, it->second);
@@ -361,7 +379,9 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     }
     case MessageType::kHave:
       if (it != versions_.end() && it->second.seeder && m.shard.value < it->second.layout.shard_count()) {
-        reveal(m.version, it->second.seeder->on_have(now, peer, m.shard));
+        Version& v = it->second;
+        reveal(m.version, v.seeder->on_have(now, peer, m.shard));
+        if (v.finishing.count(peer) && v.seeder->pending(peer) == 0) choke(m.version, v, peer);
       }
       if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
         it->second.fetch->on_have(now, peer, m.shard);
@@ -521,6 +541,14 @@ void SwarmCore::handle_timeout(TimePoint now) {
     }
   }
   for (auto& [id, v] : versions_) {
+    // A finishing requester gets kFinishingRotations more at most: at 1/8
+    // of a 1 Gbit/s uplink, its two revealed 16 MiB shards take 2.2 s, and
+    // cut off after one rotation they were revealed again to others.
+    std::vector<PeerId> overdue;
+    for (const auto& [peer, since] : v.finishing) {
+      if (now >= since + config_.slot_rotation * kFinishingRotations) overdue.push_back(peer);
+    }
+    for (const PeerId& peer : overdue) choke(id, v, peer);
     v.slots.handle_timeout(now);
     drain_slots(now, id, v);
     if (v.seeder && now >= v.seeder->next_timeout()) reveal(id, v.seeder->handle_timeout(now));
@@ -535,6 +563,7 @@ TimePoint SwarmCore::next_timeout() const {
   TimePoint t = next_landing_deadline();
   for (const auto& [id, v] : versions_) {
     t = std::min(t, v.slots.next_timeout());
+    for (const auto& [peer, since] : v.finishing) t = std::min(t, since + config_.slot_rotation * kFinishingRotations);
     if (v.seeder) t = std::min(t, v.seeder->next_timeout());
     if (v.fetch) t = std::min(t, v.fetch->next_timeout());
   }

@@ -31,6 +31,10 @@
 
 namespace tensorhub::swarm {
 
+// How long a super-seed's requester whose turn is over may still finish the
+// shards revealed to it, in slot rotations.
+inline constexpr int kFinishingRotations = 2;
+
 struct SwarmConfig {
   FetchConfig fetch;
   std::size_t upload_slots = 8;    // requesters served at once, per version
@@ -158,6 +162,9 @@ class SwarmCore {
     // Blocks with a payload landing, as shard << 32 | block. Invariant: one
     // entry per Outstanding with landing set for this version.
     std::set<std::uint64_t> landing;
+    // A super-seed's requesters whose turn is over, served until they hold
+    // what was revealed to them (kFinishingRotations at most): since when.
+    std::map<PeerId, TimePoint> finishing;
   };
   struct Outstanding {
     ManifestId version;
@@ -181,6 +188,8 @@ class SwarmCore {
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
   void drain_slots(TimePoint now, const ManifestId& id, Version& v);
+  // Stops serving `peer` this version now.
+  void choke(const ManifestId& id, Version& v, const PeerId& peer);
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
   void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
