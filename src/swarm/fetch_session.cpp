@@ -240,8 +240,9 @@ std::size_t FetchSession::wan_in_flight() const {
   return total;
 }
 
-bool FetchSession::held_by_a_serving_peer(ShardIndex shard) const {
+bool FetchSession::held_by_a_serving_peer(ShardIndex shard, bool count_remote) const {
   for (const auto& [id, n] : neighbours_) {
+    if (!count_remote && n.proximity == Proximity::kRemote) continue;
     if (!n.super_seed && n.connected && !n.choked && n.has_bits && n.bits.test(shard.value)) return true;
   }
   return false;
@@ -274,7 +275,11 @@ bool FetchSession::allowed_from(const Neighbour& n, ShardIndex shard) const {
   if (!n.has_bits || !n.bits.test(shard.value)) return false;
   // A super-seed's uplink is for shards nobody else can give us yet: a
   // second copy from it delays the first copies everyone is waiting for.
-  if (n.super_seed && held_by_a_serving_peer(shard)) return false;
+  // A holder across the WAN does not count when the seed is nearer: the
+  // WAN rule below refuses that holder because the seed holds the shard,
+  // and with each rule deferring to the other, the namespace cluster's two
+  // datacenters left three hosts at 63 of 65 shards for good.
+  if (n.super_seed && held_by_a_serving_peer(shard, /*count_remote=*/n.proximity == Proximity::kRemote)) return false;
   if (n.proximity == Proximity::kSameHost) return true;
   // Across a link shared with mates (the node's NIC with the peers of the
   // node's other GPUs; the WAN with the datacenter): only what none of them

@@ -241,7 +241,9 @@ class FetchSession {
   // Whether a neighbour nearer than `beyond` (a mate on this side of the
   // link that a source that far would use) holds the shard.
   bool held_within(ShardIndex shard, Proximity beyond) const;
-  bool held_by_a_serving_peer(ShardIndex shard) const;  // an unchoked neighbour that is not a super-seed
+  // An unchoked neighbour that is not a super-seed holds the shard (one
+  // across the WAN only if `count_remote`).
+  bool held_by_a_serving_peer(ShardIndex shard, bool count_remote) const;
   // Whether this peer, rather than a mate nearer than `beyond` that is
   // fetching the version, brings `shard` across the link to a source that
   // far (rendezvous hashing over the mates it is connected to), so each

@@ -25,6 +25,7 @@ struct Holder {
   bool corrupt = false;
   bool alive = true;
   bool refuses = false;
+  bool super_seed = false;  // says so on connecting; `bits` are what it revealed
   Duration block_time = 1ms;
 };
 
@@ -105,6 +106,7 @@ class Driver {
       return;
     }
     session.on_connected(now, a.peer);
+    if (h.super_seed) session.on_super_seed(now, a.peer);
     session.on_bitfield(now, a.peer, h.bits);
   }
   void handle(DisconnectAction& a) { disconnects.emplace_back(a.peer, a.reason); }
@@ -334,4 +336,34 @@ TEST_CASE("fetch session: past its neighbour limit, a starved fetch trades a use
   CHECK_FALSE(d.releases.empty());
   CHECK(std::find(d.releases.begin(), d.releases.end(), peer(9)) == d.releases.end());
   CHECK(d.now < TimePoint(1s) + 10s);
+}
+
+TEST_CASE("fetch session: a shard held by a super-seed in the rack and by a holder across the WAN is fetched") {
+  // The super-seed rule skipped the seed because a serving holder had the
+  // shard; the WAN rule skipped that holder because a nearer one (the seed)
+  // had it. Nothing was ever requested, and with a super-seed connected
+  // nothing counted as starvation: the namespace cluster's two datacenters
+  // left three hosts at 63 of 65 shards for good.
+  FetchConfig config;
+  config.block_size = 64 << 10;
+  config.pipeline_blocks = 1;
+  Driver d(ShardLayout{128 << 10, 64 << 10, 64 << 10}, config, Location{"dc1", "r1", "h0"});
+  Bitfield revealed(2);
+  revealed.set(0);
+  Holder seed{{"dc1", "r1", "h1"}, revealed};
+  seed.super_seed = true;
+  seed.block_time = 100ms;
+  d.add_holder(1, seed);
+  d.add_holder(2, Holder{{"dc2", "r1", "h2"}, Bitfield(2)});
+  d.run(10ms);  // connected; shard 0 asked of the seed, whose pipeline is now full
+  REQUIRE(d.requests == 1);
+  // Shard 1 appears at both while the fetcher cannot ask anyone for more.
+  d.holders[peer(1)].bits.set(1);
+  d.holders[peer(2)].bits.set(1);
+  d.session.on_have(d.now, peer(1), ShardIndex{1});
+  d.session.on_have(d.now, peer(2), ShardIndex{1});
+  d.pump();
+  d.run(10s);
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
 }
