@@ -81,6 +81,16 @@ class Trio {
     }
   }
 
+  // The one piece served at the start, its payload begun (landing).
+  Served begin_first() {
+    REQUIRE(served.size() == 1);
+    const Served first = served[0];
+    auto target = fetcher->begin_piece(now, first.from, first.header);
+    REQUIRE(target.has_value());
+    CHECK(target->length == kBlock);
+    return first;
+  }
+
   void advance(Duration d) {
     now += d;
     fetcher->handle_timeout(now);
@@ -104,12 +114,8 @@ class Trio {
 
 TEST_CASE("piece landing: a request given up while its payload lands keeps it, and the other copy is turned away") {
   Trio t;
-  REQUIRE(t.served.size() == 1);
-  const Served first = t.served[0];
+  const Served first = t.begin_first();
   const PeerId other = first.from == t.a ? t.b : t.a;
-  auto target = t.fetcher->begin_piece(t.now, first.from, first.header);
-  REQUIRE(target.has_value());
-  CHECK(target->length == Trio::kBlock);
 
   // The payload is slow: its request times out and goes to the other holder.
   t.advance(150ms);
@@ -160,9 +166,7 @@ TEST_CASE("piece landing: nothing lands in a block already received, or once its
 
 TEST_CASE("piece landing: a payload stalled mid-way closes its connection, and then another copy may land") {
   Trio t;
-  REQUIRE(t.served.size() == 1);
-  const Served first = t.served[0];
-  REQUIRE(t.fetcher->begin_piece(t.now, first.from, first.header).has_value());
+  const Served first = t.begin_first();
   const TimePoint deadline = t.now + t.config.fetch.request_timeout * kLandingLimitTimeouts;
   CHECK(t.fetcher->next_timeout() <= deadline);
   // Time passes in request-timeout steps; the block is re-asked elsewhere
@@ -202,9 +206,7 @@ TEST_CASE("piece landing: a payload stalled mid-way closes its connection, and t
 
 TEST_CASE("piece landing: stopping a fetch closes the connections still landing its payloads") {
   Trio t;
-  REQUIRE(t.served.size() == 1);
-  const Served first = t.served[0];
-  REQUIRE(t.fetcher->begin_piece(t.now, first.from, first.header).has_value());
+  const Served first = t.begin_first();
   t.fetcher->stop(t.now, t.version);
   t.pump();
   // The application may reuse the destination once told the fetch is over:
