@@ -391,7 +391,8 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kChoke:
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_choked(now, peer);
-        std::erase_if(c.requests, [&](const auto& r) { return r.second.version == m.version; });
+        // A payload already landing (on another lane) still arrives.
+        std::erase_if(c.requests, [&](const auto& r) { return r.second.version == m.version && !r.second.landing; });
         drain(now, m.version, it->second);
       }
       return;

@@ -144,6 +144,22 @@ TEST_CASE("piece landing: a request given up while its payload lands keeps it, a
   CHECK(t.finished);
 }
 
+TEST_CASE("piece landing: a choke that arrives while a payload lands (another lane) leaves that payload its request") {
+  Trio t;
+  const Served first = t.begin_first();
+  // The choke forgets the requests the holder will not answer, but this
+  // payload is arriving: forgotten, its block would stay "landing" for good
+  // and every other copy of it would be turned away.
+  t.fetcher->on_message(t.now, first.from, SwarmMessage{MessageType::kChoke, t.version, 0, {}, {}, 0, 0, 0, {}});
+  t.pump();
+  t.fetcher->on_piece(t.now, first.from, first.header, true);
+  t.pump();
+  CHECK(t.verifies.size() == 1);
+  auto progress = t.fetcher->progress(t.version);
+  REQUIRE(progress.has_value());
+  CHECK(progress->bytes_received == Trio::kBlock);
+}
+
 TEST_CASE("piece landing: nothing lands in a block already received, or once its shard is verifying") {
   Trio t;
   REQUIRE(t.served.size() == 1);
