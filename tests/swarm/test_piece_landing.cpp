@@ -91,6 +91,17 @@ class Trio {
     return first;
   }
 
+  // `piece`'s payload, begun earlier, has arrived whole: the block counts
+  // and its (one-block) shard goes to verification, once.
+  void finish_landing(const Served& piece) {
+    fetcher->on_piece(now, piece.from, piece.header, true);
+    pump();
+    CHECK(verifies.size() == 1);
+    auto progress = fetcher->progress(version);
+    REQUIRE(progress.has_value());
+    CHECK(progress->bytes_received == kBlock);
+  }
+
   void advance(Duration d) {
     now += d;
     fetcher->handle_timeout(now);
@@ -132,13 +143,8 @@ TEST_CASE("piece landing: a request given up while its payload lands keeps it, a
 
   // The first payload completes: its bytes count although its request had
   // been given up, and the shard goes to verification once.
-  t.fetcher->on_piece(t.now, first.from, first.header, true);
-  t.pump();
-  CHECK(t.verifies.size() == 1);
-  auto progress = t.fetcher->progress(t.version);
-  REQUIRE(progress.has_value());
-  CHECK(progress->bytes_received == Trio::kBlock);
-  CHECK(progress->duplicate_bytes == Trio::kBlock);  // the copy turned away
+  t.finish_landing(first);
+  CHECK(t.fetcher->progress(t.version)->duplicate_bytes == Trio::kBlock);  // the copy turned away
   t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, true);
   t.pump();
   CHECK(t.finished);
@@ -152,12 +158,7 @@ TEST_CASE("piece landing: a choke that arrives while a payload lands (another la
   // and every other copy of it would be turned away.
   t.fetcher->on_message(t.now, first.from, SwarmMessage{MessageType::kChoke, t.version, 0, {}, {}, 0, 0, 0, {}});
   t.pump();
-  t.fetcher->on_piece(t.now, first.from, first.header, true);
-  t.pump();
-  CHECK(t.verifies.size() == 1);
-  auto progress = t.fetcher->progress(t.version);
-  REQUIRE(progress.has_value());
-  CHECK(progress->bytes_received == Trio::kBlock);
+  t.finish_landing(first);
 }
 
 TEST_CASE("piece landing: nothing lands in a block already received, or once its shard is verifying") {
