@@ -56,13 +56,6 @@ void SwarmSimulation::add_peers() {
   join_first_worker_ = placement.join_first_worker;
   for (std::size_t s = placement.first_spot_worker; s < workers_.size(); ++s) peers_[workers_[s]].core.reset();  // absent until they join
   for (std::size_t j = 0; j < w.joins.size(); ++j) events_.schedule(Event{w.joins[j].at, Kind::kJoin, 0, 0, {}, j});
-  // Everyone knows where everyone is (gossip's records carry the labels).
-  for (SimPeer& p : peers_) {
-    if (!p.core) continue;
-    for (const SimPeer& other : peers_) {
-      if (&other != &p) p.core->set_location(other.id, other.location);
-    }
-  }
   if (w.interval.count() > 0) {
     for (std::uint32_t v = 1; v <= w.versions; ++v) {
       events_.schedule(Event{TimePoint(w.interval * (v - 1)), Kind::kPublish, 0, 0, {}, v});
@@ -86,6 +79,9 @@ std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::u
   p.node = node;
   const NodeInfo& info = topology_.node(node);
   p.location = swarm::Location{info.dc_name, info.rack_name, info.host_name};
+  // Everyone knows where everyone is (gossip's records carry the labels):
+  // one book that every core reads.
+  locations_->set(p.id, p.location);
   p.core = new_core(p);
   p.trainer = trainer;
   p.rank = rank;
@@ -96,7 +92,7 @@ std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::u
 }
 
 std::unique_ptr<swarm::SwarmCore> SwarmSimulation::new_core(const SimPeer& p) {
-  return std::make_unique<swarm::SwarmCore>(swarm_config(scenario_), p.location, p.id, rng_.next());
+  return std::make_unique<swarm::SwarmCore>(swarm_config(scenario_), p.location, p.id, rng_.next(), locations_);
 }
 
 void SwarmSimulation::join(std::size_t index) {
@@ -107,9 +103,6 @@ void SwarmSimulation::join(std::size_t index) {
     const std::uint32_t peer = workers_[w];
     SimPeer& p = peers_[peer];
     p.core = new_core(p);
-    for (const SimPeer& other : peers_) {
-      if (&other != &p) p.core->set_location(other.id, other.location);
-    }
     ledger_->worker_joined(w, now());
     joined.push_back(peer);
   }

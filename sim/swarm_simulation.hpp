@@ -146,6 +146,7 @@ class SwarmSimulation final : public FlowDriver {
   ClusterTopology topology_;
   swarm::ShardLayout layout_;
   core::SplitMix64 rng_;
+  std::shared_ptr<swarm::LocationBook> locations_ = std::make_shared<swarm::LocationBook>();  // shared by every core
   std::vector<SimPeer> peers_;
   std::map<PeerId, std::uint32_t> by_id_;
   std::vector<std::uint32_t> trainers_, workers_;  // peer indices

@@ -13,7 +13,8 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
       self_id_(self_id),
       config_(config),
       rng_(seed),
-      picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull) {
+      picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull),
+      candidates_(std::max<std::size_t>(config.max_candidates, 4)) {
   assert(have_.size() == layout_.shard_count());
   config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, kMaxRequestsPerBlock);
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
@@ -36,12 +37,9 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
 // --------------------------------------------------------------------------
 // Neighbours
 
-void FetchSession::add_candidate(TimePoint now, const PeerId& peer, const Location& location, bool complete) {
+void FetchSession::add_candidate(TimePoint now, const PeerId& peer, Proximity proximity, bool complete) {
   if (done_ || banned_.count(peer) || neighbours_.count(peer)) return;
-  auto [it, added] = candidates_.try_emplace(peer);
-  if (!added && it->second.complete) --complete_candidates_;
-  it->second = Candidate{location, proximity(self_, location), complete};
-  if (complete) ++complete_candidates_;
+  candidates_.add(peer, CandidateList::Entry{proximity, complete}, rng_);
   starved_since_.reset();
   // Connect at the next timeout (due now), not at once: holders arrive in
   // bursts (a fetch starting, a gossip round, a publication), and choosing
@@ -52,65 +50,41 @@ void FetchSession::add_candidate(TimePoint now, const PeerId& peer, const Locati
   if (!connect_due_) connect_due_ = now;
 }
 
-void FetchSession::erase_candidate(std::map<PeerId, Candidate>::iterator it) {
-  if (it->second.complete) --complete_candidates_;
-  candidates_.erase(it);
-}
-
 void FetchSession::remove_candidate(TimePoint now, const PeerId& peer) {
-  if (auto it = candidates_.find(peer); it != candidates_.end()) erase_candidate(it);
+  candidates_.take(peer);
   if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "the peer left the swarm");
   schedule(now);
 }
 
-std::map<PeerId, FetchSession::Candidate>::iterator FetchSession::nearest_candidate(bool complete_only) {
-  auto chosen = candidates_.end();
-  if (complete_only && complete_candidates_ == 0) return chosen;
-  Proximity best = Proximity::kRemote;
-  // Among equals the first in id order (ids are random).
-  for (auto it = candidates_.begin(); it != candidates_.end(); ++it) {
-    if (complete_only && !it->second.complete) continue;
-    const Proximity p = it->second.proximity;
-    if (chosen == candidates_.end() || p < best) {
-      chosen = it;
-      best = p;
-    }
-  }
-  return chosen;
-}
-
-void FetchSession::connect_to(TimePoint now, std::map<PeerId, Candidate>::iterator chosen) {
+void FetchSession::connect_to(TimePoint now, const PeerId& chosen) {
+  const std::optional<CandidateList::Entry> candidate = candidates_.take(chosen);
+  assert(candidate);
   Neighbour n;
-  n.location = chosen->second.location;
-  n.proximity = chosen->second.proximity;
-  n.complete_source = chosen->second.complete;
+  n.proximity = candidate->proximity;
+  n.complete_source = candidate->complete;
   n.connecting = true;
   n.connect_deadline = now + config_.connect_timeout;
-  const PeerId id = chosen->first;
-  erase_candidate(chosen);
-  neighbours_.emplace(id, std::move(n));
-  actions_.push(ConnectAction{id});
+  neighbours_.emplace(chosen, std::move(n));
+  actions_.push(ConnectAction{chosen});
 }
 
 void FetchSession::connect_more(TimePoint now) {
   while (neighbours_.size() < config_.max_neighbours && !candidates_.empty()) {
     const std::size_t free_slots = config_.max_neighbours - neighbours_.size();
     // The last slots go to random candidates, for diversity.
-    connect_to(now, free_slots <= config_.random_neighbours
-                        ? std::next(candidates_.begin(), static_cast<std::ptrdiff_t>(rng_.below(candidates_.size())))
-                        : nearest_candidate(/*complete_only=*/false));
+    connect_to(now, free_slots <= config_.random_neighbours ? candidates_.any(rng_)
+                                                            : *candidates_.nearest(/*complete_only=*/false));
   }
   // At least one neighbour that holds everything, when gossip names one,
   // even past the limit: nearest-first can otherwise fill every slot with
   // fetchers that have nothing yet while the publisher is nobody's
   // neighbour (seen in the simulator: no flow ever started).
-  if (complete_candidates_ == 0) return;
+  if (candidates_.complete_count() == 0) return;
   const bool have_complete = std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
     return entry.second.complete_source || entry.second.holds_all;
   });
   if (!have_complete) {
-    auto seed = nearest_candidate(/*complete_only=*/true);
-    if (seed != candidates_.end()) connect_to(now, seed);
+    if (auto seed = candidates_.nearest(/*complete_only=*/true)) connect_to(now, *seed);
   }
 }
 
@@ -592,8 +566,8 @@ void FetchSession::check_starvation(TimePoint now) {
     // the limit if need be (complete ones first), rather than wait forever.
     if (neighbours_.size() < config_.max_neighbours + kExtraNeighbours) {
       clear_starvation();
-      auto more = nearest_candidate(/*complete_only=*/true);
-      connect_to(now, more != candidates_.end() ? more : nearest_candidate(/*complete_only=*/false));
+      auto more = candidates_.nearest(/*complete_only=*/true);
+      connect_to(now, more ? *more : *candidates_.nearest(/*complete_only=*/false));
       return;
     }
     // Past that too, once starved for a request_timeout: trade a neighbour
@@ -624,10 +598,8 @@ void FetchSession::check_starvation(TimePoint now) {
       trade_since_ = now;  // a new neighbour: give it a request_timeout
       lose_neighbour(now, idle, /*ban=*/false, /*reason=*/"");
       actions_.push(ReleaseAction{idle});
-      auto more = nearest_candidate(/*complete_only=*/true);
-      connect_to(now, more != candidates_.end()
-                          ? more
-                          : std::next(candidates_.begin(), static_cast<std::ptrdiff_t>(rng_.below(candidates_.size()))));
+      auto more = candidates_.nearest(/*complete_only=*/true);
+      connect_to(now, more ? *more : candidates_.any(rng_));
       return;
     }
     return;

@@ -31,6 +31,7 @@
 #include "core/bitfield.hpp"
 #include "core/random_fill.hpp"
 #include "core/time.hpp"
+#include "swarm/candidate_list.hpp"
 #include "swarm/piece_picker.hpp"
 #include "swarm/topology.hpp"
 #include "tensorhub/ids.hpp"
@@ -44,6 +45,7 @@ struct FetchConfig {
   std::uint32_t block_size = 1u << 20;       // the unit of a request
   std::size_t max_neighbours = 16;           // data connections for this version
   std::size_t random_neighbours = 2;         // of those, chosen at random for diversity
+  std::size_t max_candidates = 1024;         // known holders kept to choose neighbours from (>= 4)
   std::size_t pipeline_blocks = 8;           // requests in flight per neighbour
   std::size_t max_wan_requests = 8;          // requests in flight across the WAN, all neighbours
   Duration request_timeout = 800ms;          // a holder silent this long loses its requests to others
@@ -132,7 +134,10 @@ class FetchSession {
   // Candidates from gossip: peers that hold or are fetching this version.
   // `complete`: gossip says it holds the whole version (a publisher, a
   // finished fetcher), so it can supply shards nobody else has yet.
-  void add_candidate(TimePoint now, const PeerId& peer, const Location& location, bool complete = false);
+  void add_candidate(TimePoint now, const PeerId& peer, Proximity proximity, bool complete = false);
+  void add_candidate(TimePoint now, const PeerId& peer, const Location& location, bool complete = false) {
+    add_candidate(now, peer, proximity(self_, location), complete);
+  }
   // Gossip says the peer is dead or left: drop it everywhere.
   void remove_candidate(TimePoint now, const PeerId& peer);
 
@@ -171,11 +176,6 @@ class FetchSession {
   const ShardLayout& layout() const { return layout_; }
 
  private:
-  struct Candidate {
-    Location location;
-    Proximity proximity = Proximity::kRemote;  // from self_, computed once
-    bool complete = false;
-  };
   struct Request {
     PeerId peer;
     TimePoint sent;
@@ -214,7 +214,6 @@ class FetchSession {
     bool verifying = false;
   };
   struct Neighbour {
-    Location location;
     bool complete_source = false;  // named complete by gossip when it became a neighbour
     Proximity proximity = Proximity::kRemote;
     bool connecting = false, connected = false;
@@ -257,9 +256,8 @@ class FetchSession {
   void release_requests_of(const PeerId& peer);
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
   void connect_more(TimePoint now);
-  void connect_to(TimePoint now, std::map<PeerId, Candidate>::iterator chosen);
-  // The nearest candidate (only complete ones if `complete_only`), or end().
-  std::map<PeerId, Candidate>::iterator nearest_candidate(bool complete_only);
+  // REQUIRES: candidates_.contains(chosen).
+  void connect_to(TimePoint now, const PeerId& chosen);
   void check_starvation(TimePoint now);
   void clear_starvation();
   void finish(Status status);
@@ -275,9 +273,7 @@ class FetchSession {
   core::SplitMix64 rng_;
   PiecePicker picker_;
   std::map<std::uint32_t, Shard> shards_;  // started, not yet verified
-  std::map<PeerId, Candidate> candidates_;  // known holders not connected
-  std::size_t complete_candidates_ = 0;     // of those, named complete (kept with candidates_)
-  void erase_candidate(std::map<PeerId, Candidate>::iterator it);
+  CandidateList candidates_;  // known holders not connected
   std::set<PeerId> banned_;
   std::map<PeerId, Neighbour> neighbours_;
   std::vector<std::pair<Proximity, PeerId>> schedule_order_;  // reused by schedule()

@@ -14,8 +14,13 @@ std::uint64_t block_key(ShardIndex shard, BlockIndex block) { return std::uint64
 
 }  // namespace
 
-SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed)
-    : config_(config), self_(std::move(self)), self_id_(self_id), seed_(seed) {
+SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed,
+                     std::shared_ptr<LocationBook> locations)
+    : config_(config),
+      self_(std::move(self)),
+      self_id_(self_id),
+      seed_(seed),
+      locations_(locations ? std::move(locations) : std::make_shared<LocationBook>()) {
   config_.fetch.starts_choked = true;  // holders grant upload slots explicitly
 }
 
@@ -93,18 +98,17 @@ std::optional<FetchProgress> SwarmCore::progress(const ManifestId& id) const {
 // --------------------------------------------------------------------------
 // Gossip input
 
-void SwarmCore::set_location(const PeerId& peer, const Location& location) { locations_[peer] = location; }
+void SwarmCore::set_location(const PeerId& peer, const Location& location) { locations_->set(peer, location); }
 
-Location SwarmCore::location_of(const PeerId& peer) const {
-  auto it = locations_.find(peer);
-  // An unknown peer counts as remote: it is never preferred over a known neighbour.
-  return it == locations_.end() ? Location{"?" + peer.short_hex(), "", ""} : it->second;
+Proximity SwarmCore::proximity_of(const PeerId& peer) const {
+  const Location* location = locations_->find(peer);
+  return location ? proximity(self_, *location) : Proximity::kRemote;
 }
 
 void SwarmCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete) {
   auto it = versions_.find(id);
   if (it == versions_.end() || !it->second.fetch) return;
-  it->second.fetch->add_candidate(now, peer, location_of(peer), complete);
+  it->second.fetch->add_candidate(now, peer, proximity_of(peer), complete);
   drain(now, id, it->second);
 }
 
@@ -333,7 +337,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       Version& v = it->second;
       v.requesters.insert(peer);
-      if (v.seeder && proximity(self_, location_of(peer)) != Proximity::kRemote) {
+      if (v.seeder && proximity_of(peer) != Proximity::kRemote) {
         // Tell it we super-seed; it is shown shards (HAVE) once unchoked.
         // (Another datacenter sees everything: its fetchers share the WAN
         // work among themselves, and each shard should cross once.)
@@ -352,7 +356,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       drain_slots(now, m.version, v);
       // A peer fetching what we fetch is a neighbour for us too.
       if (v.fetch && !v.sources.count(peer)) {
-        v.fetch->add_candidate(now, peer, location_of(peer));
+        v.fetch->add_candidate(now, peer, proximity_of(peer));
         drain(now, m.version, v);
       }
       return;

@@ -22,6 +22,7 @@
 #include "core/bitfield.hpp"
 #include "core/time.hpp"
 #include "swarm/fetch_session.hpp"
+#include "swarm/location_book.hpp"
 #include "swarm/seed_scheduler.hpp"
 #include "swarm/swarm_messages.hpp"
 #include "swarm/topology.hpp"
@@ -98,7 +99,10 @@ struct PieceTarget {
 
 class SwarmCore {
  public:
-  SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed);
+  // `locations`: where peers sit, shared with other cores that see the same
+  // world (the simulator's); nullptr: this core keeps a book of its own.
+  SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed,
+            std::shared_ptr<LocationBook> locations = nullptr);
   ~SwarmCore();
 
   // Versions. `have` has one bit per shard of `layout`.
@@ -115,6 +119,7 @@ class SwarmCore {
   std::optional<FetchProgress> progress(const ManifestId& version) const;
 
   // What gossip says.
+  // Writes to the book this core reads (shared ones too).
   void set_location(const PeerId& peer, const Location& location);
   // `complete`: gossip says the peer holds the whole version.
   void add_holder(TimePoint now, const ManifestId& version, const PeerId& peer, bool complete = false);
@@ -201,7 +206,9 @@ class SwarmCore {
   // is over: its destination may be reused once the driver hears so.
   void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
   TimePoint next_landing_deadline() const;
-  Location location_of(const PeerId& peer) const;
+  // How near a peer is; an unknown peer counts as remote (it is never
+  // preferred over a known neighbour).
+  Proximity proximity_of(const PeerId& peer) const;
   // This peer's random stream for one purpose (`salt`) in one version.
   std::uint64_t version_seed(const ManifestId& id, std::uint64_t salt) const;
 
@@ -211,7 +218,7 @@ class SwarmCore {
   std::uint64_t seed_;
   std::map<ManifestId, Version> versions_;
   std::map<PeerId, Connection> connections_;
-  std::map<PeerId, Location> locations_;
+  std::shared_ptr<LocationBook> locations_;  // never null
   core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
   std::size_t landing_count_ = 0;  // Outstanding with landing set, over all connections
