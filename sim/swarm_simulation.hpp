@@ -148,7 +148,7 @@ class SwarmSimulation final : public FlowDriver {
   core::SplitMix64 rng_;
   std::shared_ptr<swarm::LocationBook> locations_ = std::make_shared<swarm::LocationBook>();  // shared by every core
   std::vector<SimPeer> peers_;
-  std::map<PeerId, std::uint32_t> by_id_;
+  std::unordered_map<PeerId, std::uint32_t> by_id_;
   std::vector<std::uint32_t> trainers_, workers_;  // peer indices
   std::map<std::pair<std::uint32_t, std::uint32_t>, Pipe> pipes_;
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> flow_pipe_;

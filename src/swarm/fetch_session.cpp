@@ -63,8 +63,11 @@ void FetchSession::connect_to(TimePoint now, const PeerId& chosen) {
   n.proximity = candidate->proximity;
   n.complete_source = candidate->complete;
   n.connecting = true;
+  ++connecting_count_;
   n.connect_deadline = now + config_.connect_timeout;
-  neighbours_.emplace(chosen, std::move(n));
+  const bool added = neighbours_.emplace(chosen, std::move(n)).second;
+  assert(added);  // a candidate is never a neighbour (add_candidate refuses them)
+  (void)added;
   actions_.push(ConnectAction{chosen});
 }
 
@@ -91,6 +94,7 @@ void FetchSession::connect_more(TimePoint now) {
 void FetchSession::on_connected(TimePoint now, const PeerId& peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
+  if (it->second.connecting) --connecting_count_;
   it->second.connecting = false;
   it->second.connected = true;
   it->second.choked = config_.starts_choked;
@@ -135,6 +139,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   release_requests_of(peer);
   if (it->second.has_bits) picker_.remove_peer(it->second.bits);
   in_flight_total_ -= it->second.in_flight;
+  if (it->second.connecting) --connecting_count_;
   neighbours_.erase(it);
   if (ban) banned_.insert(peer);
   if (!reason.empty()) actions_.push(DisconnectAction{peer, reason});
@@ -172,7 +177,17 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
     picker_.increment(shard);
   }
   starved_since_.reset();
-  schedule(now);
+  if (done_ || have_.test(shard.value)) return;  // nothing new to ask anyone for
+  // Only the sender can be asked for more. News of a holder never lets
+  // another neighbour give what it could not: each rule of allowed_from
+  // forbids more as holders appear (a mate holding the shard, a serving
+  // peer holding what a super-seed would give), and a mate that now holds
+  // everything gives all of it itself. A full schedule per HAVE was most of
+  // the simulator's time at 10,240 peers (a HAVE goes to every neighbour
+  // and requester of the version). Endgame duplicates due for others wait
+  // for their timer, which last_scheduled_ still sets.
+  fill(now, peer, n);
+  check_starvation(now);
 }
 
 // --------------------------------------------------------------------------
@@ -328,11 +343,13 @@ void FetchSession::schedule(TimePoint now) {
   if (done_) return;
   last_scheduled_ = now;
   connect_more(now);
-  // Nearest neighbours choose first, so they take what they can give.
+  // Nearest neighbours choose first, so they take what they can give
+  // (equals in id order: the map's order, kept by the stable sort).
   schedule_order_.clear();
-  for (const auto& [id, n] : neighbours_) schedule_order_.emplace_back(n.proximity, id);
-  std::sort(schedule_order_.begin(), schedule_order_.end());
-  for (const auto& [p, id] : schedule_order_) fill(now, id, neighbours_.at(id));
+  for (auto& entry : neighbours_) schedule_order_.push_back(&entry);
+  std::stable_sort(schedule_order_.begin(), schedule_order_.end(),
+                   [](const auto* a, const auto* b) { return a->second.proximity < b->second.proximity; });
+  for (auto* entry : schedule_order_) fill(now, entry->first, entry->second);
   check_starvation(now);
 }
 
@@ -510,8 +527,10 @@ void FetchSession::handle_timeout(TimePoint now) {
 TimePoint FetchSession::next_timeout() const {
   TimePoint t = kTimeNever;
   if (done_) return t;
-  for (const auto& [id, n] : neighbours_) {
-    if (n.connecting) t = std::min(t, n.connect_deadline);
+  if (connecting_count_ != 0) {
+    for (const auto& [id, n] : neighbours_) {
+      if (n.connecting) t = std::min(t, n.connect_deadline);
+    }
   }
   for (const auto& [index, s] : shards_) {
     for (const auto& requests : s.requests) {

@@ -276,10 +276,11 @@ class FetchSession {
   CandidateList candidates_;  // known holders not connected
   std::set<PeerId> banned_;
   std::map<PeerId, Neighbour> neighbours_;
-  std::vector<std::pair<Proximity, PeerId>> schedule_order_;  // reused by schedule()
+  std::vector<std::pair<const PeerId, Neighbour>*> schedule_order_;  // reused by schedule()
   core::ActionQueue<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
   std::size_t in_flight_total_ = 0;  // the sum of the neighbours' in_flight
+  std::size_t connecting_count_ = 0;  // neighbours with connecting set
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
   // waste, and with small versions every block is "in flight" at once.

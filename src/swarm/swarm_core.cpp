@@ -458,13 +458,13 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   }
   o.landing = true;
   o.landing_since = now;
-  ++landing_count_;
+  landing_since_.insert(now);
   return PieceTarget{header.version, o.offset, o.length};
 }
 
 void SwarmCore::end_landing(const Outstanding& o) {
   if (!o.landing) return;
-  --landing_count_;
+  landing_since_.erase(landing_since_.find(o.landing_since));
   if (auto v = versions_.find(o.version); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
 }
 
@@ -492,7 +492,7 @@ void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& 
 }
 
 void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::string& reason) {
-  if (landing_count_ == 0) return;
+  if (landing_since_.empty()) return;
   std::vector<PeerId> landing_from;
   for (const auto& [peer, c] : connections_) {
     if (std::any_of(c.requests.begin(), c.requests.end(), [&](const auto& r) { return r.second.landing && r.second.version == id; })) {
@@ -506,14 +506,8 @@ void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::s
 }
 
 TimePoint SwarmCore::next_landing_deadline() const {
-  TimePoint t = kTimeNever;
-  if (landing_count_ == 0) return t;
-  for (const auto& [peer, c] : connections_) {
-    for (const auto& [rid, o] : c.requests) {
-      if (o.landing) t = std::min(t, o.landing_since + config_.fetch.request_timeout * kLandingLimitTimeouts);
-    }
-  }
-  return t;
+  if (landing_since_.empty()) return kTimeNever;
+  return *landing_since_.begin() + config_.fetch.request_timeout * kLandingLimitTimeouts;
 }
 
 void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, bool good) {
@@ -527,7 +521,7 @@ void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shar
 // Time and output
 
 void SwarmCore::handle_timeout(TimePoint now) {
-  if (landing_count_ > 0 && now >= next_landing_deadline()) {
+  if (now >= next_landing_deadline()) {
     // A payload begun and not finished for this long holds its block
     // hostage (nobody else's copy may land): the sender is stalled, or
     // stalling on purpose.

@@ -26,13 +26,17 @@ void UploadSlots::fill(TimePoint now) {
     serving_.emplace(peer, now);
     actions_.push(UnchokeAction{peer});
   }
+  note_serving_changed();
+}
+
+void UploadSlots::note_serving_changed() {
+  oldest_since_ = kTimeNever;
+  for (const auto& [peer, since] : serving_) oldest_since_ = std::min(oldest_since_, since);
 }
 
 TimePoint UploadSlots::turn_over() const {
   if (waiting_.empty() || serving_.empty()) return kTimeNever;
-  TimePoint oldest = kTimeNever;
-  for (const auto& [peer, since] : serving_) oldest = std::min(oldest, since);
-  return std::max(oldest + rotation_, next_handover_);
+  return std::max(oldest_since_ + rotation_, next_handover_);
 }
 
 void UploadSlots::handle_timeout(TimePoint now) {

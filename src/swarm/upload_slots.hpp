@@ -60,11 +60,16 @@ class UploadSlots {
   void fill(TimePoint now);
   // When the longest-served requester's turn is over (kTimeNever: none).
   TimePoint turn_over() const;
+  // Recomputes oldest_since_. fill() calls it, and every change of
+  // serving_ ends with a fill (turn_over runs at every timer the driver
+  // arms; a walk of serving_ there was 4% of the simulator's time).
+  void note_serving_changed();
 
   std::size_t slots_;
   Duration rotation_;
   core::SplitMix64 rng_;
   std::map<PeerId, TimePoint> serving_;  // peer -> since when
+  TimePoint oldest_since_ = kTimeNever;  // the earliest since in serving_
   std::deque<PeerId> waiting_;           // no duplicates
   TimePoint next_handover_{};            // slots change hands no sooner than this
   core::ActionQueue<SlotAction> actions_;
