@@ -6,9 +6,11 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <span>
 #include <string>
@@ -41,17 +43,51 @@ struct FixedBytes {
     return out;
   }
 
-  // Byte-wise lexicographic, as the defaulted operator would be, but
-  // inline: ids are keys of the cores' ordered maps, and random ids almost
-  // always differ in their first byte, where a libc memcmp call per
-  // comparison was a fifth of the simulator's time (perf).
+  // Byte-wise lexicographic, as the defaulted operators would be, but
+  // inline and eight bytes at a time: ids are keys of the cores' ordered and
+  // hashed maps, and a libc memcmp call per comparison was a fifth of the
+  // simulator's time (perf), then a byte loop over equal keys a tenth.
   friend constexpr std::strong_ordering operator<=>(const FixedBytes& a, const FixedBytes& b) {
+    if (!std::is_constant_evaluated()) {
+      std::size_t i = 0;
+      for (; i + 8 <= N; i += 8) {
+        const std::uint64_t x = a.big_endian_word(i), y = b.big_endian_word(i);
+        if (x != y) return x <=> y;
+      }
+      for (; i < N; ++i) {
+        if (a.bytes[i] != b.bytes[i]) return a.bytes[i] <=> b.bytes[i];
+      }
+      return std::strong_ordering::equal;
+    }
     for (std::size_t i = 0; i < N; ++i) {
       if (a.bytes[i] != b.bytes[i]) return a.bytes[i] <=> b.bytes[i];
     }
     return std::strong_ordering::equal;
   }
-  friend bool operator==(const FixedBytes&, const FixedBytes&) = default;
+  friend constexpr bool operator==(const FixedBytes& a, const FixedBytes& b) {
+    if (!std::is_constant_evaluated()) {
+      std::size_t i = 0;
+      for (; i + 8 <= N; i += 8) {
+        if (a.big_endian_word(i) != b.big_endian_word(i)) return false;
+      }
+      for (; i < N; ++i) {
+        if (a.bytes[i] != b.bytes[i]) return false;
+      }
+      return true;
+    }
+    return a.bytes == b.bytes;
+  }
+
+ private:
+  // Bytes [i, i + 8) as a big-endian integer: integers compare as the bytes do.
+  std::uint64_t big_endian_word(std::size_t i) const {
+    std::uint64_t w;
+    std::memcpy(&w, bytes.data() + i, sizeof(w));
+    if constexpr (std::endian::native == std::endian::little) w = __builtin_bswap64(w);
+    return w;
+  }
+
+ public:
 };
 
 struct ManifestIdTag {};

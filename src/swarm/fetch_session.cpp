@@ -559,16 +559,8 @@ void FetchSession::clear_starvation() {
 void FetchSession::check_starvation(TimePoint now) {
   if (done_) return;
   // Some wanted shard no connected neighbour holds, with nobody left to ask?
-  bool waiting = false;
-  for (const auto& [id, n] : neighbours_) {
-    if (n.connecting || (n.connected && (!n.has_bits || n.super_seed))) waiting = true;
-  }
-  if (waiting) {
-    clear_starvation();
-    return;
-  }
   // Only the wanted shards of availability 0 are looked at, not every shard:
-  // this runs after every block.
+  // this runs after every block and every HAVE.
   std::optional<ShardIndex> orphan;
   for (const ShardIndex s : picker_.unavailable()) {
     if (!shards_.count(s.value)) {
@@ -576,7 +568,13 @@ void FetchSession::check_starvation(TimePoint now) {
       break;
     }
   }
-  if (!orphan) {
+  // A neighbour yet to say what it holds (or a super-seed, which shows
+  // shards as it goes) may still have it.
+  auto may_yet_have_it = [](const auto& entry) {
+    const Neighbour& n = entry.second;
+    return n.connecting || (n.connected && (!n.has_bits || n.super_seed));
+  };
+  if (!orphan || std::any_of(neighbours_.begin(), neighbours_.end(), may_yet_have_it)) {
     clear_starvation();
     return;
   }

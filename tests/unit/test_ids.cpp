@@ -39,3 +39,31 @@ TEST_CASE("ids: strong indices compare and hash") {
   keys.insert(k1);
   CHECK(keys.size() == 2);
 }
+
+TEST_CASE("ids: ordering and equality are byte-wise lexicographic at every position") {
+  // The operators compare eight bytes at a time; a difference in any byte,
+  // in either direction, must order as the bytes do. 64-byte signatures
+  // and 32-byte keys alike.
+  auto check_all_positions = [](auto zero) {
+    using Id = decltype(zero);
+    for (std::size_t pos = 0; pos < Id::kSize; ++pos) {
+      Id low, high;
+      for (std::size_t i = 0; i < Id::kSize; ++i) low.bytes[i] = high.bytes[i] = static_cast<std::uint8_t>(0x80 + i);
+      low.bytes[pos] = 0x7f;
+      high.bytes[pos] = 0x81;
+      // Bytes after the difference order the other way: they must not count.
+      if (pos + 1 < Id::kSize) low.bytes[pos + 1] = 0xff, high.bytes[pos + 1] = 0x00;
+      CHECK(low < high);
+      CHECK(high > low);
+      CHECK(low != high);
+      CHECK((low <=> high) == std::lexicographical_compare_three_way(low.bytes.begin(), low.bytes.end(),
+                                                                      high.bytes.begin(), high.bytes.end()));
+      Id copy = low;
+      CHECK(copy == low);
+      CHECK((copy <=> low) == std::strong_ordering::equal);
+    }
+  };
+  check_all_positions(PublicKey{});
+  check_all_positions(Signature{});
+  static_assert(PublicKey{} == PublicKey{});  // still usable in constant expressions
+}
