@@ -87,10 +87,23 @@ std::optional<CandidateList::Entry> CandidateList::take(const PeerId& peer) {
   return entry;
 }
 
-std::optional<PeerId> CandidateList::nearest(bool complete_only) const {
+std::optional<PeerId> CandidateList::nearest(bool complete_only, core::SplitMix64* draw) const {
   for (std::uint8_t best = 0; best < kRanks; best += 2) {
     // The ranks of one proximity: complete (best) and, unless excluded, the rest.
     const std::uint8_t last = complete_only ? best : static_cast<std::uint8_t>(best + 1);
+    std::size_t count = 0;
+    for (std::uint8_t r = best; r <= last; ++r) count += buckets_[kNear][r].size() + buckets_[kSample][r].size();
+    if (count == 0) continue;
+    if (draw) {
+      std::size_t n = static_cast<std::size_t>(draw->below(count));
+      for (std::uint8_t r = best; r <= last; ++r) {
+        for (const Part part : {kNear, kSample}) {
+          const auto& bucket = buckets_[part][r];
+          if (n < bucket.size()) return bucket[n];
+          n -= bucket.size();
+        }
+      }
+    }
     const PeerId* first = nullptr;
     for (std::uint8_t r = best; r <= last; ++r) {
       for (const Part part : {kNear, kSample}) {
@@ -99,7 +112,7 @@ std::optional<PeerId> CandidateList::nearest(bool complete_only) const {
         }
       }
     }
-    if (first) return *first;
+    return *first;
   }
   return std::nullopt;
 }

@@ -19,10 +19,13 @@
 // A holder dropped from both is forgotten; gossip names holders again on
 // every update of their records.
 //
-// The nearest holder is the first in id order among the nearest, so every
-// fetcher that knows it makes the same choice; the simulator measured that
-// better than a draw per fetcher (standalone, seeds 5 and 6: the last worker
-// at 0.28 s against 0.55 s; why is not yet understood). `any` draws.
+// To fill its neighbourhood a fetcher takes the first in id order among the
+// nearest, so fetchers that know the same holders make the same choice; the
+// simulator measured that better than a draw per fetcher (standalone, seeds
+// 5 and 6: the last worker at 0.28 s against 0.55 s; why is not yet
+// understood). To find a holder of a shard no neighbour has, it draws
+// instead: there, the same choice everywhere is the same wrong guess
+// everywhere. `any` draws from the whole list.
 //
 // Sans-I/O, deterministic for a given sequence of calls and generator.
 #pragma once
@@ -62,9 +65,10 @@ class CandidateList {
   std::size_t complete_count() const { return complete_count_; }
   std::size_t capacity() const { return near_capacity_ + sample_capacity_; }
 
-  // The first in id order among the nearest listed (only complete ones if
-  // `complete_only`), or nothing if none qualifies. Linear in the size.
-  std::optional<PeerId> nearest(bool complete_only) const;
+  // Among the nearest listed (only complete ones if `complete_only`): the
+  // first in id order, or with `draw`, one drawn at random; nothing if none
+  // qualifies. Linear in the size.
+  std::optional<PeerId> nearest(bool complete_only, core::SplitMix64* draw = nullptr) const;
   // A holder drawn uniformly from the whole list. REQUIRES: !empty().
   PeerId any(core::SplitMix64& rng) const;
 

@@ -583,8 +583,13 @@ void FetchSession::check_starvation(TimePoint now) {
     // the limit if need be (complete ones first), rather than wait forever.
     if (neighbours_.size() < config_.max_neighbours + kExtraNeighbours) {
       clear_starvation();
-      auto more = candidates_.nearest(/*complete_only=*/true);
-      connect_to(now, more ? *more : *candidates_.nearest(/*complete_only=*/false));
+      // Drawn, not the first in id order: gossip does not say which shards
+      // a holder has, and with every fetcher asking the same holder first a
+      // trainer rank that holds an eighth of the version could be nobody's
+      // neighbour until the trade below (simulator, agreement-256 seeds 2
+      // and 5: every worker waited 0.8 s).
+      auto more = candidates_.nearest(/*complete_only=*/true, &rng_);
+      connect_to(now, more ? *more : *candidates_.nearest(/*complete_only=*/false, &rng_));
       return;
     }
     // Past that too, once starved for a request_timeout: trade a neighbour
@@ -615,7 +620,7 @@ void FetchSession::check_starvation(TimePoint now) {
       trade_since_ = now;  // a new neighbour: give it a request_timeout
       lose_neighbour(now, idle, /*ban=*/false, /*reason=*/"");
       actions_.push(ReleaseAction{idle});
-      auto more = candidates_.nearest(/*complete_only=*/true);
+      auto more = candidates_.nearest(/*complete_only=*/true, &rng_);
       connect_to(now, more ? *more : candidates_.any(rng_));
       return;
     }

@@ -138,3 +138,20 @@ TEST_CASE("candidate list: random adds and takes keep it consistent with what wa
     if (!list.empty()) CHECK(list.contains(list.any(rng)));
   }
 }
+
+TEST_CASE("candidate list: a drawn nearest is any of the nearest, never a farther one") {
+  core::SplitMix64 rng(6);
+  CandidateList list(64);
+  for (std::uint64_t n = 0; n < 6; ++n) list.add(peer(n), at(Proximity::kSameRack, /*complete=*/true), rng);
+  for (std::uint64_t n = 10; n < 20; ++n) list.add(peer(n), at(Proximity::kSameRack), rng);
+  list.add(peer(30), at(Proximity::kSameDc, /*complete=*/true), rng);
+  std::set<PeerId> complete_drawn, any_drawn;
+  for (int i = 0; i < 1000; ++i) {
+    complete_drawn.insert(*list.nearest(/*complete_only=*/true, &rng));
+    any_drawn.insert(*list.nearest(/*complete_only=*/false, &rng));
+  }
+  CHECK(complete_drawn.size() == 6);  // the six complete rack mates, not the farther one
+  CHECK_FALSE(complete_drawn.count(peer(30)));
+  CHECK(any_drawn.size() == 16);  // every rack mate, complete or not
+  CHECK_FALSE(any_drawn.count(peer(30)));
+}
