@@ -70,10 +70,19 @@ Path ClusterTopology::path(std::uint32_t from, std::uint32_t to) const {
     p.links = {node_up_[from], tor_up_[a.rack], tor_down_[b.rack], node_down_[to]};
   } else {
     p.links = {node_up_[from], tor_up_[a.rack], wan_[a.datacenter][b.datacenter], tor_down_[b.rack], node_down_[to]};
-    p.latency += spec_.wan_latency;
   }
-  p.latency += spec_.hop_latency * static_cast<std::int64_t>(p.links.size());
+  p.latency = latency(from, to);
   return p;
+}
+
+Duration ClusterTopology::latency(std::uint32_t from, std::uint32_t to) const {
+  const NodeInfo& a = nodes_[from];
+  const NodeInfo& b = nodes_[to];
+  // Hops as path() lays the links out: NVLink; node up and down; and the
+  // ToR up and down; and the WAN link.
+  const std::int64_t hops = from == to ? 1 : a.rack == b.rack ? 2 : a.datacenter == b.datacenter ? 4 : 5;
+  const Duration wan = a.datacenter == b.datacenter ? Duration{} : spec_.wan_latency;
+  return wan + spec_.hop_latency * hops;
 }
 
 }  // namespace tensorhub::sim

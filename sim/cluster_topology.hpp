@@ -47,6 +47,8 @@ class ClusterTopology {
   std::optional<std::uint32_t> storage_node() const { return storage_; }
   const NodeInfo& node(std::uint32_t n) const { return nodes_[n]; }
   Path path(std::uint32_t from, std::uint32_t to) const;
+  // path(from, to).latency without building the path (every message's delay).
+  Duration latency(std::uint32_t from, std::uint32_t to) const;
   // The links to take down when a node's network fails.
   std::vector<LinkId> node_links(std::uint32_t n) const { return {node_up_[n], node_down_[n]}; }
   double node_rate() const { return node_rate_; }

@@ -224,7 +224,7 @@ void SwarmSimulation::advance_workload() {
 void SwarmSimulation::start_gossip() {
   gossip_ = std::make_unique<GossipNetwork>(scenario_.seed, gossip::GossipConfig{}, NetworkConditions{}, kTimeZero);
   gossip_->set_latency([this](std::size_t from, std::size_t to) {
-    return topology_.path(peers_[from].node, peers_[to].node).latency;
+    return topology_.latency(peers_[from].node, peers_[to].node);
   });
   for (std::uint32_t p = 0; p < peers_.size(); ++p) {
     const NodeInfo& node = topology_.node(peers_[p].node);
@@ -375,7 +375,7 @@ void SwarmSimulation::on_flow_done(FlowId flow) {
 void SwarmSimulation::deliver_later(Event e) {
   const std::uint32_t a = peers_[e.from].node, b = peers_[e.to].node;
   TimePoint at = std::max({e.at, link_faults_.down_until(a), link_faults_.down_until(b)});
-  e.at = at + topology_.path(a, b).latency;
+  e.at = at + topology_.latency(a, b);
   events_.schedule(std::move(e));
 }
 
@@ -397,7 +397,7 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       auto to = by_id_.find(open->peer);
       if (to == by_id_.end()) continue;
       // TCP and the data-plane handshake: about 1.5 round trips.
-      const Duration one_way = topology_.path(p.node, peers_[to->second].node).latency;
+      const Duration one_way = topology_.latency(p.node, peers_[to->second].node);
       const bool up = alive(to->second);
       events_.schedule(Event{now() + one_way * (up ? 3 : 20), up ? Kind::kConnected : Kind::kConnectFailed, peer,
                              to->second, {}, 0});
