@@ -373,6 +373,18 @@ void FetchSession::release_requests_of(const PeerId& peer) {
   }
 }
 
+bool FetchSession::known_holder_of(const PeerId& peer, ShardIndex shard) const {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end()) return false;
+  const Neighbour& n = it->second;
+  return !n.super_seed && n.has_bits && shard.value < n.bits.size() && n.bits.test(shard.value);
+}
+
+bool FetchSession::is_super_seed(const PeerId& peer) const {
+  auto it = neighbours_.find(peer);
+  return it != neighbours_.end() && it->second.super_seed;
+}
+
 bool FetchSession::wants_block(ShardIndex shard, BlockIndex block) const {
   auto it = shards_.find(shard.value);
   return it != shards_.end() && block.value < it->second.requests.size() && !it->second.verifying &&

@@ -172,6 +172,11 @@ class FetchSession {
 
   bool done() const { return done_; }
   const core::Bitfield& have() const { return have_; }
+  // Whether a neighbour has shown us it holds the shard and needs no HAVE
+  // of it from us. Never for a super-seed: its reveals are paced by the
+  // HAVEs of what it revealed.
+  bool known_holder_of(const PeerId& peer, ShardIndex shard) const;
+  bool is_super_seed(const PeerId& peer) const;
   FetchProgress progress() const;
   const ShardLayout& layout() const { return layout_; }
 
