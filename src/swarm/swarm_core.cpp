@@ -1,6 +1,7 @@
 #include "swarm/swarm_core.hpp"
 
 #include <algorithm>
+#include <cassert>
 
 namespace tensorhub::swarm {
 namespace {
@@ -476,7 +477,10 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
 
 void SwarmCore::end_landing(const Outstanding& o) {
   if (!o.landing) return;
-  landing_since_.erase(landing_since_.find(o.landing_since));
+  // Invariant: every landing Outstanding has its start in landing_since_.
+  const auto since = landing_since_.find(o.landing_since);
+  assert(since != landing_since_.end());
+  if (since != landing_since_.end()) landing_since_.erase(since);
   if (auto v = versions_.find(o.version); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
 }
 
