@@ -19,13 +19,15 @@ SwarmNetwork::SwarmNetwork(std::uint64_t seed, const Manifest& manifest, std::ve
   if (image_.size() != manifest.total_size()) throw std::invalid_argument("image does not match the manifest");
 }
 
-std::size_t SwarmNetwork::add_holder(swarm::Location where, double uplink) { return add_peer(std::move(where), uplink, true); }
+std::size_t SwarmNetwork::add_holder(swarm::Location where, double uplink, swarm::SwarmCore::ServeMode mode) {
+  return add_peer(std::move(where), uplink, true, mode);
+}
 
 std::size_t SwarmNetwork::add_fetcher(swarm::Location where, double uplink) {
   return add_peer(std::move(where), uplink, false);
 }
 
-std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool holder) {
+std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool holder, swarm::SwarmCore::ServeMode mode) {
   const std::size_t index = peers_.size();
   Peer p;
   p.id = GossipNetwork::identity_for(5000 + index).public_key();
@@ -43,7 +45,7 @@ std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool ho
   }
   const core::Bitfield bits(layout_.shard_count(), holder);
   if (holder) {
-    me.core->serve(now(), manifest_.id(), layout_, bits, swarm::SwarmCore::ServeMode::kSuperSeed);
+    me.core->serve(now(), manifest_.id(), layout_, bits, mode);
   } else {
     me.core->fetch(now(), manifest_.id(), layout_, bits);
   }
@@ -123,7 +125,10 @@ void SwarmNetwork::drain(std::size_t peer) {
         schedule(Event{now() + latency_, Kind::kDisconnected, *to, peer, {}, {}, 0});
       }
     } else if (auto* request = std::get_if<swarm::SendMessage>(&*action)) {
-      if (auto to = index_of(request->peer)) schedule(Event{now() + latency_, Kind::kMessage, *to, peer, request->message, {}, 0});
+      if (auto to = index_of(request->peer)) {
+        ++messages_[{peer, *to, request->message.type}];
+        schedule(Event{now() + latency_, Kind::kMessage, *to, peer, request->message, {}, 0});
+      }
     } else if (auto* cancel = std::get_if<swarm::ServePiece>(&*action)) {
       auto to = index_of(cancel->peer);
       if (!to) continue;

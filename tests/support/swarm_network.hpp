@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/random_fill.hpp"
@@ -33,8 +34,10 @@ class SwarmNetwork {
   SwarmNetwork(std::uint64_t seed, const Manifest& manifest, std::vector<std::byte> image,
                swarm::SwarmConfig config = {});
 
-  // A peer that holds the whole version (the publisher, say).
-  std::size_t add_holder(swarm::Location where, double uplink_bytes_per_second);
+  // A peer that holds the whole version (the publisher, say), super-seeding
+  // unless told otherwise.
+  std::size_t add_holder(swarm::Location where, double uplink_bytes_per_second,
+                         swarm::SwarmCore::ServeMode mode = swarm::SwarmCore::ServeMode::kSuperSeed);
   // A peer that starts fetching now.
   std::size_t add_fetcher(swarm::Location where, double uplink_bytes_per_second);
   void crash(std::size_t peer);
@@ -55,6 +58,11 @@ class SwarmNetwork {
   bool complete(std::size_t peer) const;
   bool image_matches(std::size_t peer) const { return peers_[peer].image == image_; }
   std::uint64_t bytes_served(std::size_t peer) const { return peers_[peer].bytes_served; }
+  // Messages of a type one peer sent another so far.
+  std::size_t messages(std::size_t from, std::size_t to, swarm::MessageType type) const {
+    auto it = messages_.find({from, to, type});
+    return it == messages_.end() ? 0 : it->second;
+  }
   std::size_t count_complete() const;
   std::size_t count_finished() const;
 
@@ -90,7 +98,8 @@ class SwarmNetwork {
     std::uint64_t generation = 0;
   };
 
-  std::size_t add_peer(swarm::Location where, double uplink, bool holder);
+  std::size_t add_peer(swarm::Location where, double uplink, bool holder,
+                       swarm::SwarmCore::ServeMode mode = swarm::SwarmCore::ServeMode::kSuperSeed);
   void introduce(std::size_t peer);
   void schedule(Event e);
   void drain(std::size_t peer);
@@ -108,6 +117,7 @@ class SwarmNetwork {
   Duration latency_ = std::chrono::microseconds(200);
   std::vector<Peer> peers_;
   std::map<PeerId, std::size_t> by_id_;
+  std::map<std::tuple<std::size_t, std::size_t, swarm::MessageType>, std::size_t> messages_;
   std::map<std::uint64_t, Landing> landings_;
   std::uint64_t next_piece_serial_ = 1;
   core::VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};

@@ -155,3 +155,35 @@ TEST_CASE("swarm cluster: when the last holder of a shard dies, fetches fail cle
     CHECK(net.result(i)->message().find("no reachable peer holds shard") != std::string::npos);
   }
 }
+
+TEST_CASE("swarm cluster: a HAVE goes to peers fetching from us and to a super-seed, never to a plain holder") {
+  // A plain holder only serves: it has no use for news of shards. A
+  // super-seed paces its reveals by them. Two fetchers in one rack fetch
+  // from the holder and from each other.
+  using swarm::MessageType;
+  using Mode = swarm::SwarmCore::ServeMode;
+  Version v;
+  const std::size_t shards = v.manifest->shard_count();
+  for (const Mode mode : {Mode::kPlain, Mode::kSuperSeed}) {
+    CAPTURE(static_cast<int>(mode));
+    SwarmNetwork net(7, *v.manifest, v.image, config());
+    const std::size_t holder = net.add_holder(rack(0), 50 * kMBps, mode);
+    const std::size_t f1 = net.add_fetcher(rack(4), 50 * kMBps);
+    const std::size_t f2 = net.add_fetcher(rack(8), 50 * kMBps);
+    REQUIRE(net.run_until([&] { return net.count_finished() == 2; }, 60s));
+    CHECK(net.image_matches(f1));
+    CHECK(net.image_matches(f2));
+    for (const std::size_t f : {f1, f2}) {
+      if (mode == Mode::kPlain) {
+        CHECK(net.messages(f, holder, MessageType::kHave) == 0);
+      } else {
+        CHECK(net.messages(f, holder, MessageType::kHave) > 0);
+        CHECK(net.messages(f, holder, MessageType::kHave) <= shards);
+      }
+    }
+    // The fetchers tell each other, each shard at most once.
+    CHECK(net.messages(f1, f2, MessageType::kHave) + net.messages(f2, f1, MessageType::kHave) > 0);
+    CHECK(net.messages(f1, f2, MessageType::kHave) <= shards);
+    CHECK(net.messages(f2, f1, MessageType::kHave) <= shards);
+  }
+}
