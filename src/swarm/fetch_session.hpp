@@ -4,7 +4,8 @@
 // plus a random few), keeps their bitfields, and turns them into block
 // requests: rarest shard first, started shards before new ones, a pipeline
 // of requests per neighbour, the nearest holder preferred, and no shard
-// pulled across the WAN while a holder inside the datacenter has it. When
+// pulled across the WAN while a holder inside the datacenter has it, or
+// while the holder across it says a mate is bringing it over. When
 // every missing block is in flight it enters endgame and asks a second
 // holder, cancelling the loser. Completed shards are verified (by the
 // driver, which owns the bytes); a good shard is announced, a bad one is
@@ -164,6 +165,9 @@ class FetchSession {
   void on_block_superseded(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
   // The peer will not serve it (not held, or busy).
   void on_block_refused(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
+  // The holder, across the WAN, sends this shard to a mate of ours in this
+  // datacenter: it is not asked across the WAN for a while.
+  void on_block_deferred(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
   void on_verified(TimePoint now, ShardIndex shard, bool good);
   void handle_timeout(TimePoint now);
   TimePoint next_timeout() const;
@@ -238,7 +242,7 @@ class FetchSession {
   void schedule(TimePoint now);
   void fill(TimePoint now, const PeerId& id, Neighbour& n);
   bool request_next(TimePoint now, const PeerId& id, Neighbour& n);
-  bool allowed_from(const Neighbour& n, ShardIndex shard) const;
+  bool allowed_from(TimePoint now, const Neighbour& n, ShardIndex shard) const;
   // When a request to a neighbour counts as lost: request_timeout after the
   // later of its sending and the neighbour's last delivery.
   TimePoint deadline_of(const Request& r) const;
@@ -301,6 +305,9 @@ class FetchSession {
   std::uint64_t requests_timed_out_ = 0;
   std::uint64_t duplicate_bytes_ = 0;
   bool endgame_ = false;
+  // Shards a WAN holder deferred to a mate: not asked across the WAN before
+  // then. Invariant after handle_timeout: every entry is in the future.
+  std::map<std::uint32_t, TimePoint> wan_deferred_until_;
   bool done_ = false;
 };
 

@@ -171,6 +171,15 @@ class SwarmCore {
     // A super-seed's requesters whose turn is over, served until they hold
     // what was revealed to them (kFinishingRotations at most): since when.
     std::map<PeerId, TimePoint> finishing;
+    // Shards this holder sends into other datacenters: per (datacenter,
+    // shard), the requester carrying it across and when it last asked for
+    // it. Bounded by shards x datacenters; a carrier's entries go when it is
+    // choked or its connection closes.
+    struct WanCarrier {
+      PeerId peer;
+      TimePoint last_asked;
+    };
+    std::map<std::pair<std::string, std::uint32_t>, WanCarrier> wan_carriers;
   };
   struct Outstanding {
     ManifestId version;
@@ -199,7 +208,15 @@ class SwarmCore {
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
   void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
-  void handle_request(const PeerId& peer, const SwarmMessage& m);
+  void handle_request(TimePoint now, const PeerId& peer, const SwarmMessage& m);
+  // Whether another requester in `peer`'s datacenter (across the WAN from
+  // us) carries `shard` over now, so `peer` should get it from that mate; if
+  // not, `peer` becomes its carrier. A carrier stops counting
+  // 4 x request_timeout after its last request for the shard, when it is
+  // choked, and when its connection closes: a lost carrier costs a deferral,
+  // not the shard.
+  bool carried_by_a_mate(TimePoint now, Version& v, const PeerId& peer, ShardIndex shard);
+  void forget_carrier(Version& v, const PeerId& peer);
   void forget_connection(TimePoint now, const PeerId& peer);
   // Ends the landing of `o` (its payload arrived, or will not).
   void end_landing(const Outstanding& o);

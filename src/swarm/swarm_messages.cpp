@@ -22,6 +22,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kManifest: return "manifest";
     case MessageType::kNoManifest: return "no-manifest";
     case MessageType::kSuperSeed: return "super-seed";
+    case MessageType::kDeferred: return "deferred";
   }
   return "unknown";
 }
@@ -62,6 +63,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       w.write_uint(m.length);
       break;
     case MessageType::kCancel:
+    case MessageType::kDeferred:
       w.write_array_header(3);
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
@@ -96,7 +98,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   std::uint32_t fields = 0;
   std::uint64_t type = 0;
   r.read_array_header("data message", fields, 7);
-  if (r.read_uint("type", type) && (type < 1 || type > 14)) r.fail("type", "unknown data message type " + std::to_string(type));
+  if (r.read_uint("type", type) && (type < 1 || type > 15)) r.fail("type", "unknown data message type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
   r.read_bin_exact("version", m.version.bytes);
   if (!r.ok()) return r.status();
@@ -128,6 +130,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
       if (r.read_uint("length", v, kMaxBlockBytes)) m.length = static_cast<std::uint32_t>(v);
       break;
     case MessageType::kCancel:
+    case MessageType::kDeferred:
       expect_fields(3);
       if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
       break;

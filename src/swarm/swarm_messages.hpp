@@ -35,6 +35,7 @@ enum class MessageType : std::uint8_t {
   kManifest = 12,      // manifest bytes
   kNoManifest = 13,
   kSuperSeed = 14,     // the sender holds every shard and reveals them a few at a time (HAVE)
+  kDeferred = 15,      // request id: a mate in the requester's datacenter brings this shard across; get it there
 };
 
 std::string_view message_type_name(MessageType type);

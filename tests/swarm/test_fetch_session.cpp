@@ -25,6 +25,7 @@ struct Holder {
   bool corrupt = false;
   bool alive = true;
   bool refuses = false;
+  std::set<std::uint32_t> defers;  // shards it says a mate of ours carries (kDeferred)
   bool super_seed = false;  // says so on connecting; `bits` are what it revealed
   bool named_complete = false;  // gossip names it a holder of everything (true or not)
   Duration block_time = 1ms;
@@ -82,6 +83,7 @@ class Driver {
   std::optional<Status> result;
   std::size_t requests = 0, cancels = 0, blocks_delivered = 0;
   std::map<std::pair<std::uint32_t, std::uint32_t>, int> requests_per_block;
+  std::vector<std::tuple<TimePoint, PeerId, std::uint32_t>> request_log;  // when, to whom, which shard
   std::map<std::uint32_t, std::set<PeerId>> shard_senders;  // for verification
   std::vector<std::pair<PeerId, std::string>> disconnects;
   std::vector<PeerId> releases;
@@ -122,6 +124,11 @@ class Driver {
     Holder& h = holders[a.peer];
     REQUIRE(h.bits.test(a.shard.value));  // never asked for what it does not have
     cancelled.erase({a.peer, a.shard.value, a.block.value});
+    request_log.emplace_back(now, a.peer, a.shard.value);
+    if (h.defers.count(a.shard.value)) {
+      session.on_block_deferred(now, a.peer, a.shard, a.block);
+      return;
+    }
     if (h.refuses) {
       session.on_block_refused(now, a.peer, a.shard, a.block);
       return;
@@ -273,6 +280,69 @@ TEST_CASE("fetch session: nothing crosses the WAN that the datacenter has") {
   const auto p = d.session.progress();
   // Shards 6..9 exist only across the WAN; 0..5 came from the local holder.
   CHECK(p.bytes_from_wan == 4ull * d.layout.shard_size - d.layout.block_size / 2);
+}
+
+TEST_CASE("fetch session: a shard deferred to a mate is not asked across the WAN until the deferral ends") {
+  FetchConfig config;
+  Driver d(layout(2), config, Location{"dc1", "r1", "h0"});
+  Holder remote = full(2, {"dc2", "r1", "h1"});
+  remote.defers = {0};
+  d.add_holder(1, remote);
+  // When the WAN holder was last asked for a block of a shard.
+  auto last_asked = [&](std::uint64_t who, std::uint32_t shard) {
+    std::optional<TimePoint> last;
+    for (const auto& [when, to, s] : d.request_log) {
+      if (to == peer(who) && s == shard) last = when;
+    }
+    return last;
+  };
+  const TimePoint start = d.now;
+  d.run(config.request_timeout / 2);
+  REQUIRE(last_asked(1, 0).has_value());
+  CHECK(*last_asked(1, 0) == start);  // asked once (a pipeline of blocks), deferred, not asked again
+  CHECK(d.session.have().test(1));    // the other shard came across meanwhile
+  CHECK_FALSE(d.session.have().test(0));
+
+  SUBCASE("the mate shows the shard: it comes from the mate, never again across the WAN") {
+    Holder mate;
+    mate.location = {"dc1", "r2", "h2"};
+    mate.bits = Bitfield(2);
+    mate.bits.set(0);
+    d.add_holder(2, mate);
+    d.run();
+    REQUIRE(d.result.has_value());
+    CHECK(d.result->is_ok());
+    CHECK(*last_asked(1, 0) == start);
+    CHECK(last_asked(2, 0).has_value());
+  }
+  SUBCASE("no mate shows it: once the deferral ends the holder is asked again") {
+    d.holders[peer(1)].defers.clear();
+    d.run();
+    REQUIRE(d.result.has_value());
+    CHECK(d.result->is_ok());
+    CHECK(*last_asked(1, 0) >= start + config.request_timeout);
+  }
+}
+
+TEST_CASE("fetch session: a shard begun across the WAN is finished by whoever began it") {
+  // Thirty mates in the datacenter fetch the same version, so almost no
+  // shard is this fetcher's share to bring across. With nothing in flight
+  // it takes one anyway (rather than wait); it must then finish that shard,
+  // not leave it begun while it takes another: a shard begun by several
+  // fetchers crosses the WAN several times.
+  FetchConfig config;
+  config.max_neighbours = 40;
+  config.pipeline_blocks = 2;
+  config.max_wan_requests = 2;
+  Driver d(layout(6, 4), config, Location{"dc1", "r1", "h0"});
+  for (std::uint64_t n = 1; n <= 30; ++n) d.add_holder(n, Holder{{"dc1", "r2", "h" + std::to_string(n)}, Bitfield(6)});
+  Holder remote = full(6, {"dc2", "r1", "h99"});
+  remote.block_time = 10ms;
+  d.add_holder(99, remote);
+  d.run(200ms);
+  REQUIRE(d.request_log.size() >= 4);
+  const std::uint32_t first = std::get<2>(d.request_log.front());
+  for (std::size_t i = 0; i < 4; ++i) CHECK(std::get<2>(d.request_log[i]) == first);
 }
 
 TEST_CASE("fetch session: endgame asks a second holder and cancels the loser") {

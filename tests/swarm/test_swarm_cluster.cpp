@@ -187,3 +187,33 @@ TEST_CASE("swarm cluster: a HAVE goes to peers fetching from us and to a super-s
     CHECK(net.messages(f2, f1, MessageType::kHave) <= shards);
   }
 }
+
+TEST_CASE("swarm cluster: each shard crosses the WAN once; the remote datacenter shares it among itself") {
+  // A holder in dc1 and eight fetchers in dc2. Every fetcher starts with
+  // nothing in flight, so each would take a shard across the WAN at once;
+  // the holder sends a shard into dc2 to one carrier and defers the others
+  // to it, and the carrier finishes the shard it began.
+  using Mode = swarm::SwarmCore::ServeMode;
+  Version v;
+  for (const Mode mode : {Mode::kPlain, Mode::kSuperSeed}) {
+    CAPTURE(static_cast<int>(mode));
+    SwarmNetwork net(3, *v.manifest, v.image, config());
+    const std::size_t holder = net.add_holder({"dc1", "rack0", "host0"}, 40 * kMBps, mode);
+    std::vector<std::size_t> remote;
+    for (std::size_t i = 1; i <= 8; ++i) {
+      remote.push_back(net.add_fetcher({"dc2", "rack" + std::to_string(i % 2), "host" + std::to_string(i)}, 40 * kMBps));
+    }
+    REQUIRE(net.run_until([&] { return net.count_finished() == remote.size(); }, 60s));
+    for (const std::size_t f : remote) {
+      CHECK(net.complete(f));
+      CHECK(net.image_matches(f));
+    }
+    const double crossed = static_cast<double>(net.bytes_served(holder)) / static_cast<double>(v.image.size());
+    MESSAGE("the WAN carried " << crossed << "x the version");
+    CHECK(crossed >= 1.0);
+    CHECK(crossed <= 1.05);
+    CHECK(net.messages(holder, remote[0], swarm::MessageType::kDeferred) +
+              net.messages(holder, remote[1], swarm::MessageType::kDeferred) + net.messages(holder, remote[2], swarm::MessageType::kDeferred) >
+          0);
+  }
+}

@@ -25,12 +25,14 @@ std::vector<SwarmMessage> samples() {
   out.push_back(m);
   m = SwarmMessage{MessageType::kPiece, v, 99, {}, {}, 0, 1u << 20, 0, {}};
   out.push_back(m);
+  m = SwarmMessage{MessageType::kDeferred, v, 42, {}, {}, 0, 0, 0, {}};
+  out.push_back(m);
   m = SwarmMessage{MessageType::kRefuse, v, 7, {}, {}, 0, 0, 0, {'n', 'o'}};
   out.push_back(m);
   m = SwarmMessage{MessageType::kManifest, v, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(3000, 1)};
   out.push_back(m);
   for (auto t : {MessageType::kInterested, MessageType::kNotInterested, MessageType::kChoke,
-                 MessageType::kUnchoke, MessageType::kGetManifest, MessageType::kNoManifest}) {
+                 MessageType::kUnchoke, MessageType::kGetManifest, MessageType::kNoManifest, MessageType::kSuperSeed}) {
     out.push_back(SwarmMessage{t, v, 0, {}, {}, 0, 0, 0, {}});
   }
   return out;
