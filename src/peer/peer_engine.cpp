@@ -12,6 +12,8 @@ namespace {
 
 constexpr const char* kLog = "peer";
 constexpr Duration kHandshakeTimeout = std::chrono::seconds(5);
+// A manifest asked for and not here after this is asked of another peer.
+constexpr Duration kManifestRetry = std::chrono::seconds(2);
 
 std::uint64_t wall_clock_ms() {
   return static_cast<std::uint64_t>(
@@ -174,7 +176,9 @@ void PeerEngine::learn_from_record(const gossip::PeerRecord& r) {
   for (const gossip::HeadEntry& head : r.heads) {
     Model& model = models_[head.model];
     const bool newer = !model.head || head.version > model.head->version;
-    if (newer && !model.manifests.count(head.manifest_id) && !model.asked.count(head.manifest_id)) {
+    auto asked = model.asked.find(head.manifest_id);
+    const bool waiting = asked != model.asked.end() && now - asked->second < kManifestRetry;
+    if (newer && !model.manifests.count(head.manifest_id) && !waiting) {
       request_manifest(head.model, head, r.id);
     }
   }
@@ -182,7 +186,7 @@ void PeerEngine::learn_from_record(const gossip::PeerRecord& r) {
 }
 
 void PeerEngine::request_manifest(const std::string& model, const gossip::HeadEntry& head, const PeerId& from) {
-  models_[model].asked.insert(head.manifest_id);
+  models_[model].asked[head.manifest_id] = steady_now_();
   TH_LOG_DEBUG(kLog, "asking " << from.short_hex() << " for the manifest of " << model << " v" << head.version);
   send(from, message_of(swarm::MessageType::kGetManifest, head.manifest_id));
 }
@@ -203,6 +207,7 @@ Status PeerEngine::accept_manifest(const Manifest& m) {
     }
   }
   model.manifests.emplace(m.id(), m);
+  model.asked.erase(m.id());
   if (!model.head || m.version() > model.head->version) {
     model.head = VersionInfo{m.model(), m.version(), m.id(), m.total_size()};
     gossip_->core().set_head(gossip::HeadEntry{m.model(), m.version(), m.id()});

@@ -77,7 +77,12 @@ class PeerEngine : public transport::DataConnectionHandler {
     std::optional<VersionInfo> head;                 // newest verified
     std::map<ManifestId, Manifest> manifests;        // verified manifests we know
     std::vector<std::function<void(const VersionInfo&)>> subscribers;
-    std::set<ManifestId> asked;                      // manifests being fetched
+    // Manifests asked for and not yet here: when. An answer can be lost
+    // (the peer asked dies, or its connection fails), so a manifest asked
+    // longer than kManifestRetry ago is asked again of the next peer whose
+    // record names it. (Namespace cluster, chaos seed 2: a worker asked a
+    // peer that was SIGKILLed a moment later and never fetched the version.)
+    std::map<ManifestId, TimePoint> asked;
   };
 
   void accept_data();
