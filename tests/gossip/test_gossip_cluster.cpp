@@ -87,6 +87,31 @@ TEST_CASE("gossip cluster: a new record reaches every peer") {
   }
 }
 
+TEST_CASE("gossip cluster: a new head is pushed at once, so it crosses the swarm within a gossip interval") {
+  // Each peer that first sees a newer head re-signs (if it is its own) and
+  // sends a round at once, instead of waiting up to min_resign_interval and
+  // gossip_interval per hop. Without that, 50 peers took 0.62 s.
+  for (const std::uint64_t seed : {102u, 103u, 104u}) {
+    CAPTURE(seed);
+    GossipNetwork net(seed, GossipConfig{});
+    start(net, 50);
+    const TimePoint published = net.now();
+    net.core(7).set_head(HeadEntry{"policy", 3, id_of(3)});
+    net.pump(7);
+    auto everyone_knows = [&] {
+      for (std::size_t i = 0; i < net.size(); ++i) {
+        auto head = net.core(i).known_heads().head("policy");
+        if (!head || head->version != 3) return false;
+      }
+      return true;
+    };
+    REQUIRE(net.run_until(everyone_knows, 10s, 1ms));
+    const double seconds = to_seconds(net.now() - published);
+    MESSAGE("head reached all 50 peers in " << seconds << " s");
+    CHECK(seconds < to_seconds(GossipConfig{}.gossip_interval) / 2);
+  }
+}
+
 TEST_CASE("gossip cluster: every peer detects a crashed peer") {
   GossipNetwork net(103, GossipConfig{});
   start(net, 50);
