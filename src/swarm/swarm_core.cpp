@@ -355,7 +355,7 @@ void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMes
   // nothing in flight, and each would take a shard across at once.
   // Simulator, cross-dc (256 remote GPUs): the WAN carried 1.79x the
   // version, now 1.00x; namespace cluster, two datacenters at 200 Mbit/s:
-  // 1.17-1.25x, now 1.05x (headers included).
+  // 1.17-1.25x, now 1.05-1.14x over four runs (headers included).
   if (carried_by_a_mate(now, v, peer, m.shard)) {
     send(peer, SwarmMessage{MessageType::kDeferred, m.version, m.request_id, {}, {}, 0, 0, 0, {}});
     return;
@@ -448,18 +448,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kRequest:
       handle_request(now, peer, m);
       return;
-    case MessageType::kRefuse: {
-      auto r = find_request(c.requests, m.request_id);
-      if (r == c.requests.end()) return;
-      const Outstanding o = r->second;
-      c.requests.erase(r);
-      auto v = versions_.find(o.version);
-      if (v != versions_.end() && v->second.fetch) {
-        v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
-        drain(now, o.version, v->second);
-      }
-      return;
-    }
+    case MessageType::kRefuse:
     case MessageType::kDeferred: {
       auto r = find_request(c.requests, m.request_id);
       if (r == c.requests.end()) return;
@@ -467,7 +456,11 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       c.requests.erase(r);
       auto v = versions_.find(o.version);
       if (v != versions_.end() && v->second.fetch) {
-        v->second.fetch->on_block_deferred(now, peer, o.shard, o.block);
+        if (m.type == MessageType::kDeferred) {
+          v->second.fetch->on_block_deferred(now, peer, o.shard, o.block);
+        } else {
+          v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
+        }
         drain(now, o.version, v->second);
       }
       return;

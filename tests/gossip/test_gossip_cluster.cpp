@@ -31,6 +31,15 @@ bool all_see(const GossipNetwork& net, std::size_t subject, Liveness state, std:
   return true;
 }
 
+// Every peer's version vector has `model` at `version`.
+bool all_know_head(GossipNetwork& net, const std::string& model, std::uint64_t version) {
+  for (std::size_t i = 0; i < net.size(); ++i) {
+    auto head = net.core(i).known_heads().head(model);
+    if (!head || head->version != version) return false;
+  }
+  return true;
+}
+
 ManifestId id_of(std::uint8_t b) {
   ManifestId id;
   id.bytes.fill(b);
@@ -65,13 +74,7 @@ TEST_CASE("gossip cluster: a new record reaches every peer") {
   start(net, 50);
   const TimePoint published = net.now();
   net.core(7).set_head(HeadEntry{"policy", 3, id_of(3)});
-  auto everyone_knows = [&] {
-    for (std::size_t i = 0; i < net.size(); ++i) {
-      auto head = net.core(i).known_heads().head("policy");
-      if (!head || head->version != 3) return false;
-    }
-    return true;
-  };
+  auto everyone_knows = [&] { return all_know_head(net, "policy", 3); };
   REQUIRE(net.run_until(everyone_knows, 10s, 10ms));
   const double seconds = to_seconds(net.now() - published);
   MESSAGE("head reached all 50 peers in " << seconds << " s");
@@ -98,13 +101,7 @@ TEST_CASE("gossip cluster: a new head is pushed at once, so it crosses the swarm
     const TimePoint published = net.now();
     net.core(7).set_head(HeadEntry{"policy", 3, id_of(3)});
     net.pump(7);
-    auto everyone_knows = [&] {
-      for (std::size_t i = 0; i < net.size(); ++i) {
-        auto head = net.core(i).known_heads().head("policy");
-        if (!head || head->version != 3) return false;
-      }
-      return true;
-    };
+    auto everyone_knows = [&] { return all_know_head(net, "policy", 3); };
     REQUIRE(net.run_until(everyone_knows, 10s, 1ms));
     const double seconds = to_seconds(net.now() - published);
     MESSAGE("head reached all 50 peers in " << seconds << " s");
