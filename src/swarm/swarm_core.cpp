@@ -39,7 +39,7 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
   auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}});
+                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
@@ -57,7 +57,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (it == versions_.end()) {
     it = versions_
              .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
-                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}})
+                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}})
              .first;
   }
   Version& v = it->second;
