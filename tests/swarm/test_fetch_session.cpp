@@ -25,7 +25,7 @@ struct Holder {
   bool corrupt = false;
   bool alive = true;
   bool refuses = false;
-  std::set<std::uint32_t> defers;  // shards it says a mate of ours carries (kDeferred)
+  std::set<std::uint32_t> defers{};  // shards it says a mate of ours carries (kDeferred)
   bool super_seed = false;  // says so on connecting; `bits` are what it revealed
   bool named_complete = false;  // gossip names it a holder of everything (true or not)
   Duration block_time = 1ms;
