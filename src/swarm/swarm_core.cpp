@@ -330,6 +330,22 @@ bool SwarmCore::carried_by_a_mate(TimePoint now, Version& v, const PeerId& peer,
   return false;
 }
 
+void SwarmCore::introduce_requesters(const ManifestId& id, const Version& v, const PeerId& newcomer) {
+  const Location* where = locations_->find(newcomer);
+  if (!where || v.requesters.size() < 2) return;
+  std::vector<std::pair<Proximity, const PeerId*>> others;
+  for (const PeerId& r : v.requesters) {
+    const Location* at = r == newcomer ? nullptr : locations_->find(r);
+    if (at) others.emplace_back(proximity(*where, *at), &r);
+  }
+  const std::size_t n = std::min(others.size(), kMaxPeersListed);
+  std::partial_sort(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(n), others.end(),
+                    [](const auto& a, const auto& b) { return a.first < b.first; });
+  SwarmMessage m{MessageType::kPeers, id, 0, {}, {}, 0, 0, 0, {}};
+  for (std::size_t i = 0; i < n; ++i) m.bytes.insert(m.bytes.end(), others[i].second->bytes.begin(), others[i].second->bytes.end());
+  if (!m.bytes.empty()) send(newcomer, std::move(m));
+}
+
 void SwarmCore::forget_carrier(Version& v, const PeerId& peer) {
   std::erase_if(v.wan_carriers, [&](const auto& entry) { return entry.second.peer == peer; });
 }
@@ -392,6 +408,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
         send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()});
       }
       v.slots.on_interested(now, peer);
+      introduce_requesters(m.version, v, peer);
       drain_slots(now, m.version, v);
       // A peer fetching what we fetch is a neighbour for us too.
       if (v.fetch && !v.sources.count(peer)) {
@@ -465,6 +482,19 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       return;
     }
+    case MessageType::kPeers:
+      // Only from a holder we fetch from, and only peers gossip knows (their
+      // data endpoints come from their records).
+      if (it != versions_.end() && it->second.fetch && it->second.sources.count(peer)) {
+        for (std::size_t at = 0; at + PeerId::kSize <= m.bytes.size(); at += PeerId::kSize) {
+          PeerId other;
+          std::copy_n(m.bytes.begin() + static_cast<std::ptrdiff_t>(at), PeerId::kSize, other.bytes.begin());
+          if (other == self_id_ || other == peer || !locations_->find(other)) continue;
+          it->second.fetch->add_candidate(now, other, proximity_of(other));
+        }
+        drain(now, m.version, it->second);
+      }
+      return;
     case MessageType::kSuperSeed:
       if (it != versions_.end() && it->second.fetch) it->second.fetch->on_super_seed(now, peer);
       return;

@@ -209,6 +209,11 @@ class SwarmCore {
   void send(const PeerId& peer, SwarmMessage message);
   void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
   void handle_request(TimePoint now, const PeerId& peer, const SwarmMessage& m);
+  // Peer exchange: tells a new requester of up to kMaxPeersListed others
+  // that fetch the version from us, nearest to it first. Fetchers otherwise
+  // find each other only as their gossip records spread (a round per hop),
+  // and meanwhile all pull from the holders gossip named first.
+  void introduce_requesters(const ManifestId& id, const Version& v, const PeerId& newcomer);
   // Whether another requester in `peer`'s datacenter (across the WAN from
   // us) carries `shard` over now, so `peer` should get it from that mate; if
   // not, `peer` becomes its carrier. A carrier stops counting

@@ -23,6 +23,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kNoManifest: return "no-manifest";
     case MessageType::kSuperSeed: return "super-seed";
     case MessageType::kDeferred: return "deferred";
+    case MessageType::kPeers: return "peers";
   }
   return "unknown";
 }
@@ -44,6 +45,12 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       w.write_uint(static_cast<std::uint8_t>(m.type));
       w.write_bin(m.version.bytes);
       w.write_uint(m.shard_count);
+      w.write_bin(m.bytes);
+      break;
+    case MessageType::kPeers:
+      w.write_array_header(3);
+      w.write_uint(static_cast<std::uint8_t>(m.type));
+      w.write_bin(m.version.bytes);
       w.write_bin(m.bytes);
       break;
     case MessageType::kHave:
@@ -98,7 +105,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   std::uint32_t fields = 0;
   std::uint64_t type = 0;
   r.read_array_header("data message", fields, 7);
-  if (r.read_uint("type", type) && (type < 1 || type > 15)) r.fail("type", "unknown data message type " + std::to_string(type));
+  if (r.read_uint("type", type) && (type < 1 || type > 16)) r.fail("type", "unknown data message type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
   r.read_bin_exact("version", m.version.bytes);
   if (!r.ok()) return r.status();
@@ -114,6 +121,13 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
       if (r.read_uint("shard count", v, kMaxShards)) m.shard_count = static_cast<std::uint32_t>(v);
       if (r.read_bin("bitfield", blob, (kMaxShards + 7) / 8)) {
         if (blob.size() != (std::uint64_t{m.shard_count} + 7) / 8) r.fail("bitfield", "length does not match the shard count");
+        m.bytes.assign(blob.begin(), blob.end());
+      }
+      break;
+    case MessageType::kPeers:
+      expect_fields(3);
+      if (r.read_bin("peers", blob, kMaxPeersListed * PeerId::kSize)) {
+        if (blob.size() % PeerId::kSize != 0) r.fail("peers", "length is not a whole number of peer ids");
         m.bytes.assign(blob.begin(), blob.end());
       }
       break;

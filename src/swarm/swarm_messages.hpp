@@ -36,6 +36,7 @@ enum class MessageType : std::uint8_t {
   kNoManifest = 13,
   kSuperSeed = 14,     // the sender holds every shard and reveals them a few at a time (HAVE)
   kDeferred = 15,      // request id: a mate in the requester's datacenter brings this shard across; get it there
+  kPeers = 16,         // bytes: up to kMaxPeersListed peer ids (32 bytes each) that fetch the version too
 };
 
 std::string_view message_type_name(MessageType type);
@@ -49,10 +50,11 @@ struct SwarmMessage {
   std::uint64_t offset = 0;
   std::uint32_t length = 0;
   std::uint32_t shard_count = 0;       // kBitfield, kInterested: how many bits
-  std::vector<std::uint8_t> bytes;     // kBitfield/kInterested bits (wire form), kManifest encoding, kRefuse reason
+  std::vector<std::uint8_t> bytes;     // kBitfield/kInterested bits (wire form), kManifest encoding, kRefuse reason, kPeers ids
 };
 
 inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;
+inline constexpr std::size_t kMaxPeersListed = 16;
 
 std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& message);
 // Appends the encoding to `out` (whose capacity a caller may reuse).
