@@ -27,6 +27,8 @@ std::vector<SwarmMessage> samples() {
   out.push_back(m);
   m = SwarmMessage{MessageType::kDeferred, v, 42, {}, {}, 0, 0, 0, {}};
   out.push_back(m);
+  m = SwarmMessage{MessageType::kPeers, v, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(2 * PeerId::kSize, 0x5a)};
+  out.push_back(m);
   m = SwarmMessage{MessageType::kRefuse, v, 7, {}, {}, 0, 0, 0, {'n', 'o'}};
   out.push_back(m);
   m = SwarmMessage{MessageType::kManifest, v, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(3000, 1)};
@@ -66,6 +68,11 @@ TEST_CASE("data messages: bounds and shapes are enforced") {
   auto bytes = encode_swarm_message(samples()[1]);
   bytes[1] = 99;  // an unknown type
   CHECK(decode_swarm_message(bytes).status().message().find("unknown data message type") != std::string::npos);
+  SwarmMessage peers{MessageType::kPeers, m.version, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(PeerId::kSize + 1, 1)};
+  CHECK(decode_swarm_message(encode_swarm_message(peers)).status().message().find("whole number of peer ids") !=
+        std::string::npos);
+  peers.bytes.assign((kMaxPeersListed + 1) * PeerId::kSize, 1);
+  CHECK_FALSE(decode_swarm_message(encode_swarm_message(peers)).is_ok());
   bytes = encode_swarm_message(samples()[1]);
   bytes.push_back(0);
   CHECK(decode_swarm_message(bytes).status().message().find("trailing") != std::string::npos);
