@@ -38,31 +38,29 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
   // The largest fixed part (a request: 7 fields, 32-byte id) is under 80 bytes.
   out.reserve(out.size() + 80 + m.bytes.size());
   core::MsgpackWriter w(out);
+  // Every message opens [type, version, ...]; `fields` counts those two.
+  auto open = [&](std::uint32_t fields) {
+    w.write_array_header(fields);
+    w.write_uint(static_cast<std::uint8_t>(m.type));
+    w.write_bin(m.version.bytes);
+  };
   switch (m.type) {
     case MessageType::kBitfield:
     case MessageType::kInterested:
-      w.write_array_header(4);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(4);
       w.write_uint(m.shard_count);
       w.write_bin(m.bytes);
       break;
     case MessageType::kPeers:
-      w.write_array_header(3);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(3);
       w.write_bin(m.bytes);
       break;
     case MessageType::kHave:
-      w.write_array_header(3);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(3);
       w.write_uint(m.shard.value);
       break;
     case MessageType::kRequest:
-      w.write_array_header(7);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(7);
       w.write_uint(m.request_id);
       w.write_uint(m.shard.value);
       w.write_uint(m.block.value);
@@ -71,30 +69,22 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       break;
     case MessageType::kCancel:
     case MessageType::kDeferred:
-      w.write_array_header(3);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(3);
       w.write_uint(m.request_id);
       break;
     case MessageType::kPiece:
-      w.write_array_header(4);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(4);
       w.write_uint(m.request_id);
       w.write_uint(m.length);
       break;
     case MessageType::kRefuse:
     case MessageType::kManifest:
-      w.write_array_header(4);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(4);
       w.write_uint(m.request_id);
       w.write_bin(m.bytes);
       break;
     default:  // not-interested, choke, unchoke, get-manifest, no-manifest, super-seed
-      w.write_array_header(2);
-      w.write_uint(static_cast<std::uint8_t>(m.type));
-      w.write_bin(m.version.bytes);
+      open(2);
       break;
   }
 }
