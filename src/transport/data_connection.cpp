@@ -129,11 +129,23 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
     return;
   }
   if (spare_.empty()) spare_.emplace_back();
-  outbox_.splice(outbox_.end(), spare_, spare_.begin());
-  Outgoing& out = outbox_.back();
+  // Control messages (requests, HAVEs, chokes) go ahead of queued pieces,
+  // in their own order: behind a neighbour's pipeline of pieces (megabytes
+  // at a share of the link) a request or a HAVE waited for a good part of a
+  // second, and the peers it steered sat idle meanwhile. Pieces keep their
+  // order, and the front may be on the wire already, so it stays first.
+  const bool piece = header.type == MessageType::kPiece;
+  auto at = outbox_.end();
+  if (!piece && !outbox_.empty()) {
+    at = std::next(outbox_.begin());
+    while (at != outbox_.end() && !at->piece) ++at;
+  }
+  outbox_.splice(at, spare_, spare_.begin());
+  Outgoing& out = *std::prev(at);
   out.message.clear();
   encode_swarm_message(header, out.message);
-  out.cancel_id = header.type == MessageType::kPiece ? header.request_id : 0;
+  out.piece = piece;
+  out.cancel_id = piece ? header.request_id : 0;
   out.version = header.version;
   out.payload = payload;
   out.source = std::move(source);

@@ -61,6 +61,9 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
                                                 Duration handshake_timeout);
   ~DataConnection();
 
+  // A control message goes out before the pieces still queued (the one
+  // being written finishes first); control messages keep their order, and
+  // so do pieces.
   void send(const SwarmMessage& message);
   // REQUIRES: `source` owns `payload`'s memory and keeps it unchanged; it is
   // held until the piece has left or been dropped, then told which.
@@ -84,6 +87,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
  private:
   struct Outgoing {
     std::vector<std::uint8_t> message;  // encoded, sealed when its turn comes
+    bool piece = false;                 // a piece (its payload follows), not a control message
     std::uint32_t cancel_id = 0;        // a piece's request id (0: not cancellable)
     ManifestId version;                 // a piece's version
     std::span<const std::byte> payload;
@@ -123,7 +127,8 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::vector<std::uint8_t> frame_buffer_;
   std::vector<std::uint8_t> plaintext_;
   std::vector<std::byte> discard_buffer_;
-  // Queued frames, the front being written. Finished entries move (splice)
+  // Queued frames, the front being written; after the front, control
+  // messages before pieces (each kind in the order sent). Finished entries move (splice)
   // to spare_ with their buffers and are reused, so steady sending
   // allocates nothing.
   std::list<Outgoing> outbox_;

@@ -24,6 +24,7 @@ SwarmKey key(std::uint8_t fill) {
 
 struct Recorder : DataConnectionHandler {
   std::vector<SwarmMessage> messages;
+  std::vector<std::string> arrivals;  // "piece <request id>" or "message <type>", in order
   std::vector<std::byte>* destination = nullptr;
   int pieces_stored = 0, pieces_discarded = 0;
   bool established = false;
@@ -34,12 +35,18 @@ struct Recorder : DataConnectionHandler {
     established = true;
     remote = c.remote();
   }
-  void on_message(DataConnection&, SwarmMessage m) override { messages.push_back(std::move(m)); }
+  void on_message(DataConnection&, SwarmMessage m) override {
+    arrivals.push_back("message " + std::to_string(static_cast<int>(m.type)));
+    messages.push_back(std::move(m));
+  }
   std::span<std::byte> piece_destination(DataConnection&, const SwarmMessage& header) override {
     if (destination == nullptr) return {};
     return std::span(*destination).subspan(0, std::min<std::size_t>(header.length, destination->size()));
   }
-  void on_piece(DataConnection&, const SwarmMessage&, bool stored) override { ++(stored ? pieces_stored : pieces_discarded); }
+  void on_piece(DataConnection&, const SwarmMessage& header, bool stored) override {
+    arrivals.push_back("piece " + std::to_string(header.request_id));
+    ++(stored ? pieces_stored : pieces_discarded);
+  }
   void on_closed(DataConnection&, const Status& why) override { closed = why; }
 };
 
@@ -142,8 +149,10 @@ TEST_CASE("data connection: a cancelled piece still queued is never sent; the st
   CHECK_FALSE(p.server->cancel_piece(2));
   CHECK(outcome[1] == 0);
   p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{9}, {}, 0, 0, 0, {}});
-  p.run_until([&] { return !p.client_events.messages.empty(); });
-  CHECK(p.client_events.pieces_stored == 2);  // 1 and 3, and then the HAVE, all decrypted in order
+  p.run_until([&] { return p.client_events.arrivals.size() == 3; });
+  // 1 was on the wire, the HAVE passed 3; every frame decrypted in order.
+  CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "piece 3"});
+  CHECK(p.client_events.pieces_stored == 2);
   REQUIRE(p.client_events.messages.size() == 1);
   CHECK(p.client_events.messages[0].shard == ShardIndex{9});
   CHECK(outcome[0] == 1);
@@ -218,4 +227,29 @@ TEST_CASE("data connection: a choked requester's queued pieces of that version a
   CHECK(p.client_events.pieces_stored == 2);  // 1 and 3
   CHECK(outcome[0] == 1);
   CHECK(outcome[2] == 1);
+}
+
+TEST_CASE("data connection: control messages pass queued pieces, each kind in the order sent") {
+  const SwarmKey swarm = key(8);
+  Pair p(swarm, swarm);
+  p.run_until([&] { return p.client_events.established && p.server_events.established; });
+  REQUIRE(p.server_events.established);
+  std::vector<std::byte> source(1u << 20), destination(1u << 20);
+  core::fill_pseudo_random(source, 79);
+  p.client_events.destination = &destination;
+  ManifestId version;
+  version.bytes.fill(4);
+  // A request pipeline's worth of pieces, then a HAVE and a request: the
+  // two control messages must not wait behind megabytes of payload.
+  for (std::uint32_t id = 1; id <= 4; ++id) {
+    p.server->send_piece(SwarmMessage{MessageType::kPiece, version, id, {}, {}, 0, 1u << 20, 0, {}}, source, nullptr);
+  }
+  p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{7}, {}, 0, 0, 0, {}});
+  p.server->send(SwarmMessage{MessageType::kRequest, version, 11, ShardIndex{1}, BlockIndex{0}, 0, 4096, 0, {}});
+  p.server->send_piece(SwarmMessage{MessageType::kPiece, version, 5, {}, {}, 0, 1u << 20, 0, {}}, source, nullptr);
+  p.run_until([&] { return p.client_events.arrivals.size() == 7; });
+  CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "message 7", "piece 2", "piece 3",
+                                                              "piece 4", "piece 5"});
+  CHECK(p.client_events.pieces_stored == 5);
+  CHECK(destination == source);
 }
