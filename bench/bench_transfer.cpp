@@ -102,7 +102,7 @@ SwarmKey bench_swarm_key() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::uint64_t size = 1ull << 30, shard_size = kDefaultShardSize, block_size = 1u << 20;
+  std::uint64_t size = 1ull << 30, shard_size = 16ull << 20, block_size = 1u << 20;
   int repeat = 3;
   std::size_t lanes = 1;
   bool json = false;

@@ -53,7 +53,7 @@ struct PeerOptions {
   // TCP connections to each neighbour this peer connects to (1 to 8): the
   // extra ones carry requests and pieces, for links one connection cannot fill.
   std::size_t data_lanes = 1;
-  std::uint64_t shard_size = kDefaultShardSize;  // for versions this peer publishes
+  std::uint64_t shard_size = kAutoShardSize;  // for versions this peer publishes (auto_shard_size)
   // Retention: release() of a model's head waits while fewer than this many
   // other peers hold it complete (0: never wait), until another holder
   // completes, a newer head appears, or max_release_deferral passes.

@@ -7,6 +7,7 @@
 
 #include "core/byte_size.hpp"
 #include "core/host_port.hpp"
+#include "tensorhub/manifest.hpp"
 
 namespace tensorhub::cli {
 
@@ -30,6 +31,28 @@ CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::uint64
                 },
                 help)
       ->type_name("SIZE");
+}
+
+CLI::Option* add_shard_size_option(CLI::App& app, std::uint64_t& out, const std::string& what) {
+  return app.add_option_function<std::string>(
+                "--shard-size",
+                [&out](const std::string& text) {
+                  if (text == "auto") {
+                    out = kAutoShardSize;
+                    return;
+                  }
+                  auto size = core::parse_byte_size(text);
+                  if (!size) throw CLI::ValidationError("--shard-size", size.status().message());
+                  if (*size == kAutoShardSize) throw CLI::ValidationError("--shard-size", "0 bytes; give a size or auto");
+                  out = *size;
+                },
+                "Shard size of " + what +
+                    ": a power of two from 64KiB to 1GiB, or auto (default): at least 512 shards, 1MiB to 256MiB")
+      ->type_name("SIZE|auto");
+}
+
+std::string describe_shard_size(std::uint64_t shard_size) {
+  return shard_size == kAutoShardSize ? "auto" : core::format_byte_size(shard_size);
 }
 
 Result<std::string> resolve_control_path(const std::string& control, const std::string& peer) {

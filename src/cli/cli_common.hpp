@@ -29,6 +29,11 @@ int report_error(const Status& status);
 
 // Adds an option that takes a byte size such as 16MiB and stores it in `out`.
 CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::uint64_t& out, const std::string& help);
+// --shard-size: a byte size, or "auto" (stored as kAutoShardSize: chosen from
+// the version's size by auto_shard_size).
+CLI::Option* add_shard_size_option(CLI::App& app, std::uint64_t& out, const std::string& what);
+// "auto" or the size, for messages.
+std::string describe_shard_size(std::uint64_t shard_size);
 
 std::uint64_t unix_time_ms();
 

@@ -29,6 +29,7 @@
 #include "core/hash.hpp"
 #include "manifest/synthetic_model.hpp"
 #include "tensorhub/identity.hpp"
+#include "tensorhub/manifest.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/swarm_key.hpp"
 #include "tensorhub/safetensors.hpp"
@@ -47,7 +48,7 @@ struct DemoArgs {
   std::size_t peers = 8;
   std::uint64_t size = 256ull << 20;
   std::size_t versions = 3;
-  std::uint64_t shard_size = 16ull << 20;
+  std::uint64_t shard_size = kAutoShardSize;
   std::size_t replicas = 2;
   double change = 0.25;
   bool json = false;
@@ -175,7 +176,7 @@ int run_demo(const DemoArgs& a) {
   }
   say("demo: " + std::to_string(a.peers) + " peers on loopback (1 trainer, " + std::to_string(a.peers - 1) +
       " rollout workers), " + std::to_string(a.versions) + " versions of " + core::format_byte_size(a.size) +
-      ", shards of " + core::format_byte_size(a.shard_size) + ", release after " + std::to_string(a.replicas) +
+      ", shards of " + describe_shard_size(a.shard_size) + ", release after " + std::to_string(a.replicas) +
       " replicas; working in " + dir.string());
   SyntheticModelSpec spec;
   spec.data_bytes = a.size;
@@ -196,7 +197,8 @@ int run_demo(const DemoArgs& a) {
     p.control = (dir / (p.name + ".sock")).string();
     std::vector<std::string> args = {exe, "peer", "--listen", "127.0.0.1:" + std::to_string(port), "--data-listen",
                                      "127.0.0.1:" + std::to_string(data_port), "--key", key_files[i], "--swarm-key", swarm_key, "--control",
-                                     p.control, "--trust", publisher_hex, "--shard-size", std::to_string(a.shard_size),
+                                     p.control, "--trust", publisher_hex, "--shard-size",
+                                     a.shard_size == kAutoShardSize ? std::string("auto") : std::to_string(a.shard_size),
                                      "--host", p.name, "--rack", "rack" + std::to_string(i % 2)};
     if (i > 0) {
       args.push_back("--seed");
@@ -341,7 +343,7 @@ void add_demo_command(CLI::App& app, int& exit_code) {
   d->add_option("--peers", args->peers, "Peers, the trainer included (default 8)");
   add_size_option(*d, "--size", args->size, "Version size (default 256MiB)");
   d->add_option("--versions", args->versions, "Versions to publish (default 3)");
-  add_size_option(*d, "--shard-size", args->shard_size, "Shard size (default 16MiB)");
+  add_shard_size_option(*d, args->shard_size, "the demo's versions");
   d->add_option("--replicas", args->replicas, "The trainer releases each version after this many replicas (default 2)");
   d->add_option("--change", args->change, "Fraction of tensors changed per version (default 0.25)");
   d->add_flag("--json", args->json, "The report as JSON");

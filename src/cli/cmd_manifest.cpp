@@ -71,7 +71,7 @@ Json manifest_json(const Manifest& m, bool with_tables) {
 struct CreateArgs {
   std::string model_file, model, key, parent, out, hash = "xxh3-128";
   std::uint64_t version = 0;
-  std::uint64_t shard_size = kDefaultShardSize;
+  std::uint64_t shard_size = kAutoShardSize;
   unsigned threads = 0;
 };
 
@@ -272,8 +272,7 @@ void add_manifest_command(CLI::App& app, int& exit_code) {
   c->add_option("--version", create->version, "Version number (larger than the parent's)")->required();
   c->add_option("--key", create->key, "Publisher key file (from tensorhub keygen)")->required();
   c->add_option("--parent", create->parent, "The previous version's manifest, to chain to")->check(CLI::ExistingFile);
-  add_size_option(*c, "--shard-size", create->shard_size,
-                  "Shard size, a power of two from 64KiB to 1GiB (default 16MiB)");
+  add_shard_size_option(*c, create->shard_size, "the version");
   c->add_option("--hash", create->hash, "Shard hash: xxh3-128 (fast) or blake2b-256 (secure mode)")
       ->check(CLI::IsMember({"xxh3-128", "blake2b-256"}));
   c->add_option("--threads", create->threads, "Hashing threads (default: one per core)");

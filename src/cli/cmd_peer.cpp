@@ -83,7 +83,7 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--dc", args->peer.dc, "Topology label: datacenter");
   p->add_option("--rack", args->peer.rack, "Topology label: rack");
   p->add_option("--host", args->peer.host, "Topology label: host");
-  add_size_option(*p, "--shard-size", args->peer.shard_size, "Shard size of versions this peer publishes (default 16MiB)");
+  add_shard_size_option(*p, args->peer.shard_size, "versions this peer publishes");
   p->add_option("--data-lanes", args->peer.data_lanes,
                 "TCP connections to each neighbour this peer opens (1-8, default 1): more for links one cannot fill");
   p->add_option("--retain-replicas", args->peer.retain_head_replicas,

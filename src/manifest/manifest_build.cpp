@@ -6,6 +6,14 @@
 
 namespace tensorhub {
 
+std::uint64_t auto_shard_size(std::uint64_t image_size) {
+  constexpr std::uint64_t kTargetShards = 512;
+  constexpr std::uint64_t kSmallest = 1ull << 20, kLargest = 256ull << 20;
+  std::uint64_t size = kSmallest;
+  while (size < kLargest && (size << 1) * kTargetShards <= image_size) size <<= 1;
+  return size;
+}
+
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors, const Identity& publisher) {
   ManifestBody body;
@@ -15,7 +23,7 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
   body.created_unix_ms = options.created_unix_ms;
   body.publisher = publisher.public_key();
   body.shard_hash = options.shard_hash;
-  body.shard_size = options.shard_size;
+  body.shard_size = options.shard_size == kAutoShardSize ? auto_shard_size(image.size()) : options.shard_size;
   body.total_size = image.size();
   std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return std::pair(a.byte_offset, a.byte_length) < std::pair(b.byte_offset, b.byte_length);
@@ -24,15 +32,15 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
 
   // Cheap checks first, so a bad argument fails before hashing gigabytes.
   ManifestBody shape_only = body;
-  const bool shard_size_ok = options.shard_size >= kMinShardSize && options.shard_size <= kMaxShardSize;
+  const bool shard_size_ok = body.shard_size >= kMinShardSize && body.shard_size <= kMaxShardSize;
   if (shard_size_ok && image.size() > 0 && image.size() <= kMaxImageSize) {
-    const std::uint64_t count = (image.size() + options.shard_size - 1) / options.shard_size;
+    const std::uint64_t count = (image.size() + body.shard_size - 1) / body.shard_size;
     if (count <= kMaxShards) {
       shape_only.shards.resize(count);
       for (std::uint64_t i = 0; i < count; ++i) {
         ShardEntry& s = shape_only.shards[i];
-        s.byte_offset = i * options.shard_size;
-        s.byte_length = std::min<std::uint64_t>(options.shard_size, image.size() - s.byte_offset);
+        s.byte_offset = i * body.shard_size;
+        s.byte_length = std::min<std::uint64_t>(body.shard_size, image.size() - s.byte_offset);
         s.digest.size = static_cast<std::uint8_t>(shard_hash_size(options.shard_hash));
       }
     }

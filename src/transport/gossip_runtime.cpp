@@ -148,18 +148,35 @@ Result<std::unique_ptr<GossipRuntime>> GossipRuntime::start(asio::io_context& io
     return Status::invalid_argument("listen host '" + rt->options_.listen.host +
                                     "' is not an IP address (bind to one address, e.g. 127.0.0.1 or 0.0.0.0)");
   }
-  const asio::ip::udp::endpoint udp_endpoint(address, rt->options_.listen.port);
-  rt->udp_.open(udp_endpoint.protocol(), ec);
-  if (!ec) rt->udp_.bind(udp_endpoint, ec);
-  if (ec) return Status::unavailable("cannot bind UDP " + rt->options_.listen.to_string() + ": " + ec.message());
-  const std::uint16_t port = rt->udp_.local_endpoint().port();
-  const asio::ip::tcp::endpoint tcp_endpoint(address, port);
-  rt->acceptor_.open(tcp_endpoint.protocol(), ec);
-  if (!ec) rt->acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
-  if (!ec) rt->acceptor_.bind(tcp_endpoint, ec);
-  if (!ec) rt->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Status::unavailable("cannot listen on TCP " + tcp_endpoint.address().to_string() + ":" +
-                                     std::to_string(port) + ": " + ec.message());
+  // Gossip takes one port number for UDP and TCP. With port 0 the kernel
+  // picks a free UDP port, which TCP may still hold (another socket's
+  // ephemeral port: a rare failed start in parallel tests), so a few picks
+  // are tried.
+  const int attempts = rt->options_.listen.port == 0 ? 8 : 1;
+  std::uint16_t port = 0;
+  Status bound = Status::ok();
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    rt->udp_.close(ec);
+    rt->acceptor_.close(ec);
+    ec.clear();
+    const asio::ip::udp::endpoint udp_endpoint(address, rt->options_.listen.port);
+    rt->udp_.open(udp_endpoint.protocol(), ec);
+    if (!ec) rt->udp_.bind(udp_endpoint, ec);
+    if (ec) return Status::unavailable("cannot bind UDP " + rt->options_.listen.to_string() + ": " + ec.message());
+    port = rt->udp_.local_endpoint().port();
+    const asio::ip::tcp::endpoint tcp_endpoint(address, port);
+    rt->acceptor_.open(tcp_endpoint.protocol(), ec);
+    if (!ec) rt->acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+    if (!ec) rt->acceptor_.bind(tcp_endpoint, ec);
+    if (!ec) rt->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) {
+      bound = Status::ok();
+      break;
+    }
+    bound = Status::unavailable("cannot listen on TCP " + tcp_endpoint.address().to_string() + ":" +
+                                std::to_string(port) + ": " + ec.message());
+  }
+  if (!bound.is_ok()) return bound;
   rt->udp_.non_blocking(true, ec);
   rt->bound_ = core::HostPort{rt->options_.listen.host, port};
   if (rt->options_.advertise.empty()) rt->options_.advertise = rt->bound_.to_string();

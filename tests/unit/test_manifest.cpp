@@ -31,6 +31,34 @@ TEST_CASE("manifest: build, encode, decode round trip") {
         std::vector<std::uint8_t>(m.encoded().begin(), m.encoded().end()));
 }
 
+TEST_CASE("manifest: the automatic shard size gives at least 512 shards, from 1 MiB to 256 MiB") {
+  constexpr std::uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
+  CHECK(auto_shard_size(0) == MiB);
+  CHECK(auto_shard_size(1) == MiB);
+  CHECK(auto_shard_size(512 * MiB) == MiB);
+  CHECK(auto_shard_size(1 * GiB - 1) == MiB);
+  CHECK(auto_shard_size(1 * GiB) == 2 * MiB);
+  CHECK(auto_shard_size(2 * GiB) == 4 * MiB);
+  CHECK(auto_shard_size(2 * GiB + 4096) == 4 * MiB);  // a safetensors header does not double it
+  CHECK(auto_shard_size(14'000'000'000) == 16 * MiB);
+  CHECK(auto_shard_size(128 * GiB) == 256 * MiB);
+  CHECK(auto_shard_size(1ull << 40) == 256 * MiB);
+  for (std::uint64_t size = 512 * MiB; size <= 128 * GiB; size = size * 3 / 2) {
+    const std::uint64_t shard = auto_shard_size(size);
+    CHECK((shard & (shard - 1)) == 0);
+    CHECK(size / shard >= 512);
+    CHECK(size / (shard * 2) < 512);  // the largest such power of two
+  }
+
+  // A build given no shard size uses it.
+  const auto image = small_model(1, 3u << 20);
+  ManifestBuildOptions options = small_options();
+  options.shard_size = kAutoShardSize;
+  const Manifest m = build_small(image, test_identity(), options);
+  CHECK(m.shard_size() == MiB);
+  CHECK(m.shard_count() == 4);  // 3 MiB of data and the header
+}
+
 TEST_CASE("manifest: the id is BLAKE2b-256 of the body bytes, without the signature") {
   const auto image = small_model();
   const Manifest m = build_small(image, test_identity());
@@ -233,7 +261,7 @@ TEST_CASE("manifest: the builder rejects bad arguments before hashing") {
   bad = o;
   bad.model = "/abs";
   CHECK(try_build(bad, image, layout->tensors).find("starts with") != std::string::npos);
-  for (std::uint64_t size : {0ull, 1000ull, 32ull << 10, (64ull << 10) + 1, 2ull << 30}) {
+  for (std::uint64_t size : {1000ull, 32ull << 10, (64ull << 10) + 1, 2ull << 30}) {  // 0 is kAutoShardSize
     bad = o;
     bad.shard_size = size;
     CHECK(try_build(bad, image, layout->tensors).find("power of two") != std::string::npos);
