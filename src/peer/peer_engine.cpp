@@ -59,6 +59,7 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, Identity ident
             c.fetch.block_size = options_.block_size;
             c.fetch.max_neighbours = options_.max_neighbours;
             c.upload_slots = options_.upload_slots;
+            c.serve_fetched = options_.serve_fetched;
             return c;
           }(),
           swarm::Location{options_.dc, options_.rack, options_.host}, identity_.public_key(), wall_clock_ms()),

@@ -39,7 +39,7 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
   auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}});
+                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}, true});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
@@ -57,7 +57,8 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (it == versions_.end()) {
     it = versions_
              .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
-                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}})
+                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {},
+                                  config_.serve_fetched})
              .first;
   }
   Version& v = it->second;
@@ -359,6 +360,7 @@ void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMes
   auto it = versions_.find(m.version);
   if (it == versions_.end()) return refuse("unknown version");
   Version& v = it->second;
+  if (!v.offered) return refuse("not served here");
   if (!v.slots.unchoked(peer) && !v.finishing.count(peer)) return refuse("choked");
   const ShardLayout& l = v.layout;
   if (m.shard.value >= l.shard_count()) return refuse("no such shard");
@@ -391,25 +393,26 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
         return;
       }
       Version& v = it->second;
-      v.requesters.insert(peer);
-      if (v.seeder && proximity_of(peer) != Proximity::kRemote) {
-        // Tell it we super-seed; it is shown shards (HAVE) once unchoked.
-        // (Another datacenter sees everything: its fetchers share the WAN
-        // work among themselves, and each shard should cross once.)
+      // A super-seed shows shards (HAVE) once it unchokes the peer. Another
+      // datacenter sees everything: its fetchers share the WAN work among
+      // themselves, and each shard should cross once. A leech shows nothing.
+      const bool super_seeds = v.offered && v.seeder && proximity_of(peer) != Proximity::kRemote;
+      if (super_seeds) {
         core::Bitfield holds(v.layout.shard_count());
         if (m.shard_count == v.layout.shard_count()) {
           if (auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count)) holds = std::move(*bits);
         }
         v.seeder->add_requester(peer, holds);
         send(peer, SwarmMessage{MessageType::kSuperSeed, m.version, 0, {}, {}, 0, 0, 0, {}});
-        const core::Bitfield none(v.layout.shard_count());
-        send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), none.to_bytes()});
-      } else {
-        send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()});
       }
-      v.slots.on_interested(now, peer);
-      introduce_requesters(m.version, v, peer);
-      drain_slots(now, m.version, v);
+      const core::Bitfield shown = v.offered && !super_seeds ? v.have : core::Bitfield(v.layout.shard_count());
+      send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), shown.to_bytes()});
+      if (v.offered) {
+        v.requesters.insert(peer);
+        v.slots.on_interested(now, peer);
+        introduce_requesters(m.version, v, peer);
+        drain_slots(now, m.version, v);
+      }
       // A peer fetching what we fetch is a neighbour for us too.
       if (v.fetch && !v.sources.count(peer)) {
         v.fetch->add_candidate(now, peer, proximity_of(peer));

@@ -41,6 +41,12 @@ struct SwarmConfig {
   FetchConfig fetch;
   std::size_t upload_slots = 8;    // requesters served at once, per version
   Duration slot_rotation = 2s;     // then the longest-served yields to the next
+  // false: a leech. What this core fetches it shows and serves to nobody
+  // (an empty bitfield, requests refused), though it still tells a
+  // super-seed what it holds; what it serves by serve() it serves. The
+  // central baseline's workers run so, and peer exchange must not turn
+  // them into a swarm.
+  bool serve_fetched = true;
 };
 
 // --- actions for the driver ---
@@ -180,6 +186,7 @@ class SwarmCore {
       TimePoint last_asked;
     };
     std::map<std::pair<std::string, std::uint32_t>, WanCarrier> wan_carriers;
+    bool offered = true;  // shown and served to requesters (false: fetched by a leech)
   };
   struct Outstanding {
     ManifestId version;

@@ -217,3 +217,30 @@ TEST_CASE("swarm cluster: each shard crosses the WAN once; the remote datacenter
           0);
   }
 }
+
+TEST_CASE("swarm cluster: leeches (serve_fetched off) serve nothing, so every byte comes from the publisher") {
+  // The central baseline's shape. Fetchers know each other here (and peer
+  // exchange names them to each other), yet none may serve another.
+  Version v;
+  for (const bool leeches : {false, true}) {
+    CAPTURE(leeches);
+    swarm::SwarmConfig c = config();
+    c.serve_fetched = !leeches;
+    SwarmNetwork net(9, *v.manifest, v.image, c);
+    const std::size_t publisher = net.add_holder(rack(0), 100 * kMBps);
+    for (std::size_t i = 1; i <= 6; ++i) net.add_fetcher(rack(i), 100 * kMBps);
+    REQUIRE(net.run_until([&] { return net.count_finished() == 6; }, 60s));
+    std::uint64_t served_by_fetchers = 0;
+    for (std::size_t i = 1; i <= 6; ++i) {
+      CHECK(net.complete(i));
+      CHECK(net.image_matches(i));
+      served_by_fetchers += net.bytes_served(i);
+    }
+    if (leeches) {
+      CHECK(served_by_fetchers == 0);
+      CHECK(net.bytes_served(publisher) >= 6 * v.image.size());
+    } else {
+      CHECK(served_by_fetchers > 2 * v.image.size());  // the swarm, for contrast
+    }
+  }
+}
