@@ -72,6 +72,25 @@ struct Pair {
   std::shared_ptr<DataConnection> client, server;
 };
 
+// An established pair whose client lands 1 MiB pieces in `destination`,
+// and the server's 1 MiB `source` to send them from.
+struct MegabytePieces : Pair {
+  MegabytePieces(std::uint8_t key_fill, std::uint64_t seed)
+      : Pair(key(key_fill), key(key_fill)), source(1u << 20), destination(1u << 20) {
+    run_until([&] { return client_events.established && server_events.established; });
+    REQUIRE(server_events.established);
+    core::fill_pseudo_random(source, seed);
+    client_events.destination = &destination;
+    version.bytes.fill(key_fill);
+  }
+  SwarmMessage piece(std::uint32_t id, const ManifestId& of) const {
+    return SwarmMessage{MessageType::kPiece, of, id, {}, {}, 0, 1u << 20, 0, {}};
+  }
+  SwarmMessage piece(std::uint32_t id) const { return piece(id, version); }
+  std::vector<std::byte> source, destination;
+  ManifestId version;
+};
+
 // A piece source that reports what became of its piece.
 struct ReportingSource : PieceSource {
   explicit ReportingSource(std::function<void(bool)> on_report) : report(std::move(on_report)) {}
@@ -130,19 +149,11 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 }
 
 TEST_CASE("data connection: a cancelled piece still queued is never sent; the stream stays in step") {
-  const SwarmKey swarm = key(6);
-  Pair p(swarm, swarm);
-  p.run_until([&] { return p.client_events.established && p.server_events.established; });
-  REQUIRE(p.server_events.established);
-  std::vector<std::byte> source(1u << 20), destination(1u << 20);
-  core::fill_pseudo_random(source, 78);
-  p.client_events.destination = &destination;
-  ManifestId version;
-  version.bytes.fill(3);
+  MegabytePieces p(6, 78);
+  const ManifestId version = p.version;
   std::vector<int> outcome(3, -1);
   for (std::uint32_t id = 1; id <= 3; ++id) {
-    p.server->send_piece(SwarmMessage{MessageType::kPiece, version, id, {}, {}, 0, 1u << 20, 0, {}}, source,
-                         reporting([&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; }));
+    p.server->send_piece(p.piece(id), p.source, reporting([&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; }));
   }
   CHECK_FALSE(p.server->cancel_piece(1));  // already being written
   CHECK(p.server->cancel_piece(2));
@@ -204,20 +215,14 @@ TEST_CASE("data connection: garbage instead of a handshake is refused, silence t
 }
 
 TEST_CASE("data connection: a choked requester's queued pieces of that version are dropped, others go") {
-  const SwarmKey swarm = key(7);
-  Pair p(swarm, swarm);
-  p.run_until([&] { return p.client_events.established && p.server_events.established; });
-  REQUIRE(p.server_events.established);
-  std::vector<std::byte> source(1u << 20), destination(1u << 20);
-  core::fill_pseudo_random(source, 79);
-  p.client_events.destination = &destination;
-  ManifestId choked, other;
-  choked.bytes.fill(4);
+  MegabytePieces p(7, 79);
+  const ManifestId choked = p.version;
+  ManifestId other;
   other.bytes.fill(5);
   std::vector<int> outcome(4, -1);
   const ManifestId versions[] = {choked, choked, other, choked};
   for (std::uint32_t id = 1; id <= 4; ++id) {
-    p.server->send_piece(SwarmMessage{MessageType::kPiece, versions[id - 1], id, {}, {}, 0, 1u << 20, 0, {}}, source,
+    p.server->send_piece(p.piece(id, versions[id - 1]), p.source,
                          reporting([&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; }));
   }
   CHECK(p.server->cancel_pieces_of(choked) == 2);  // 2 and 4; 1 is on the wire already
@@ -230,26 +235,17 @@ TEST_CASE("data connection: a choked requester's queued pieces of that version a
 }
 
 TEST_CASE("data connection: control messages pass queued pieces, each kind in the order sent") {
-  const SwarmKey swarm = key(8);
-  Pair p(swarm, swarm);
-  p.run_until([&] { return p.client_events.established && p.server_events.established; });
-  REQUIRE(p.server_events.established);
-  std::vector<std::byte> source(1u << 20), destination(1u << 20);
-  core::fill_pseudo_random(source, 79);
-  p.client_events.destination = &destination;
-  ManifestId version;
-  version.bytes.fill(4);
+  MegabytePieces p(8, 80);
+  const ManifestId version = p.version;
   // A request pipeline's worth of pieces, then a HAVE and a request: the
   // two control messages must not wait behind megabytes of payload.
-  for (std::uint32_t id = 1; id <= 4; ++id) {
-    p.server->send_piece(SwarmMessage{MessageType::kPiece, version, id, {}, {}, 0, 1u << 20, 0, {}}, source, nullptr);
-  }
+  for (std::uint32_t id = 1; id <= 4; ++id) p.server->send_piece(p.piece(id), p.source, nullptr);
   p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{7}, {}, 0, 0, 0, {}});
   p.server->send(SwarmMessage{MessageType::kRequest, version, 11, ShardIndex{1}, BlockIndex{0}, 0, 4096, 0, {}});
-  p.server->send_piece(SwarmMessage{MessageType::kPiece, version, 5, {}, {}, 0, 1u << 20, 0, {}}, source, nullptr);
+  p.server->send_piece(p.piece(5), p.source, nullptr);
   p.run_until([&] { return p.client_events.arrivals.size() == 7; });
   CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "message 7", "piece 2", "piece 3",
                                                               "piece 4", "piece 5"});
   CHECK(p.client_events.pieces_stored == 5);
-  CHECK(destination == source);
+  CHECK(p.destination == p.source);
 }
