@@ -70,6 +70,10 @@ class FluidNetwork final : public NetworkModel {
     std::uint64_t epoch = 0;
     double capacity_left = 0;
     std::uint32_t unfixed = 0;
+    std::uint32_t limited = 0;     // live flows whose rate it fixed (their bottleneck)
+    std::uint32_t fixed_here = 0;  // scratch: region flows the last fill fixed here
+    double frozen_rate = 0;                   // taken by the flows outside the region
+    std::vector<std::uint32_t> region_flows;  // the region's flows that cross it
     std::uint32_t heap_version = 0;
     double fill_share = kNoShare;  // the share it fixed in the last fill, if it was a bottleneck
   };
@@ -107,6 +111,7 @@ class FluidNetwork final : public NetworkModel {
   // Settles and re-solves the flows around `seeds` (see solve()).
   void solve(std::span<const LinkId> seeds, TimePoint now);
   void add_to_region(std::uint32_t slot, TimePoint now);
+  void add_link_to_region(LinkId link);
   // Max-min rates for the region's flows, the others' rates held fixed.
   void fill_region();
   // Adds the flows outside whose rates the last fill made wrong; false if none.
