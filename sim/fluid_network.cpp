@@ -293,7 +293,10 @@ bool FluidNetwork::grow_region(TimePoint now) {
       if (flow.epoch == epoch_) continue;
       const bool limited_here = flow.bottleneck == l;
       const bool above_share = link.fill_share != kNoShare && flow.rate > link.fill_share * (1 + kSlack) + 1e-6;
-      if (over || (spare && limited_here) || above_share || capacity == 0) add_to_region(slot, now);
+      // Limited here, yet below what this link now gives the region's flows.
+      const bool below_share =
+          limited_here && link.fill_share != kNoShare && flow.rate < link.fill_share * (1 - kSlack) - 1e-6;
+      if (over || (spare && limited_here) || above_share || below_share || capacity == 0) add_to_region(slot, now);
     }
   }
   return region_flows_.size() != before;

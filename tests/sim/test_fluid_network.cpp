@@ -1,6 +1,9 @@
 // The fluid model against rates worked out by hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "sim/fluid_network.hpp"
 
 using namespace tensorhub;
@@ -112,4 +115,103 @@ TEST_CASE("fluid network: max-min rates after a change stay exact when the regio
   CHECK(n.rate_of(x) == doctest::Approx(4));
   CHECK(n.rate_of(y) == doctest::Approx(4));
   n.check_invariants();
+}
+
+namespace {
+
+// Max-min rates from scratch (progressive filling over every flow), the
+// reference for the model's incremental re-solves.
+std::vector<double> max_min_from_scratch(const std::vector<double>& capacity,
+                                         const std::vector<std::vector<LinkId>>& paths) {
+  std::vector<double> rate(paths.size(), 0), left = capacity;
+  std::vector<bool> fixed(paths.size(), false);
+  std::size_t unfixed_total = paths.size();
+  while (unfixed_total > 0) {
+    std::vector<std::size_t> unfixed(capacity.size(), 0);
+    for (std::size_t f = 0; f < paths.size(); ++f) {
+      if (!fixed[f]) {
+        for (LinkId l : paths[f]) ++unfixed[l.value];
+      }
+    }
+    std::size_t bottleneck = 0;
+    double share = -1;
+    for (std::size_t l = 0; l < capacity.size(); ++l) {
+      if (unfixed[l] == 0) continue;
+      const double s = std::max(0.0, left[l]) / static_cast<double>(unfixed[l]);
+      if (share < 0 || s < share) {
+        share = s;
+        bottleneck = l;
+      }
+    }
+    for (std::size_t f = 0; f < paths.size(); ++f) {
+      if (fixed[f]) continue;
+      bool crosses = false;
+      for (LinkId l : paths[f]) crosses |= l.value == bottleneck;
+      if (!crosses) continue;
+      fixed[f] = true;
+      rate[f] = share;
+      --unfixed_total;
+      for (LinkId l : paths[f]) left[l.value] -= share;
+    }
+  }
+  return rate;
+}
+
+// Random starts, cancels and completions on a few shared links; after each
+// change, every flow's rate against the reference.
+void check_against_scratch(std::uint64_t seed) {
+  CAPTURE(seed);
+  std::mt19937_64 rng(seed);
+  FluidNetwork n;
+  std::vector<double> capacity;
+  for (int l = 0; l < 10; ++l) {
+    capacity.push_back(static_cast<double>(1 + rng() % 100));
+    n.add_link(capacity.back(), LinkClass::kNicUp);
+  }
+  std::vector<FlowId> ids;
+  std::vector<std::vector<LinkId>> paths;
+  TimePoint now = at(0);
+  for (int step = 0; step < 400; ++step) {
+    const auto op = rng() % 10;
+    if (op < 6 || ids.empty()) {
+      std::vector<LinkId> path;
+      const auto hops = 1 + rng() % 3;
+      while (path.size() < hops) {
+        const LinkId l{static_cast<std::uint32_t>(rng() % capacity.size())};
+        if (std::find(path.begin(), path.end(), l) == path.end()) path.push_back(l);
+      }
+      ids.push_back(n.start_flow(now, path, 1 + rng() % 1000));
+      paths.push_back(path);
+    } else if (op < 8) {
+      const std::size_t f = rng() % ids.size();
+      n.cancel_flow(now, ids[f]);
+      ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(f));
+      paths.erase(paths.begin() + static_cast<std::ptrdiff_t>(f));
+    } else if (n.next_completion() != kTimeNever) {
+      now = n.next_completion();
+      std::vector<FlowId> done;
+      n.advance(now, done);
+      REQUIRE(!done.empty());
+      for (FlowId d : done) {
+        const auto it = std::find(ids.begin(), ids.end(), d);
+        REQUIRE(it != ids.end());
+        paths.erase(paths.begin() + (it - ids.begin()));
+        ids.erase(it);
+      }
+    }
+    const std::vector<double> expected = max_min_from_scratch(capacity, paths);
+    for (std::size_t f = 0; f < ids.size(); ++f) {
+      CHECK(n.rate_of(ids[f]) == doctest::Approx(expected[f]).epsilon(1e-9));
+    }
+    n.check_invariants();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fluid network: incremental re-solves give the max-min rates of a solve from scratch") {
+  // Regions grow, frozen flows join them and bottlenecks move. Before the
+  // below-share rule, a frozen flow limited at a link whose share the fill
+  // raised kept its old rate (up to 10% of the assertions failed).
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) check_against_scratch(seed);
 }
