@@ -7,9 +7,10 @@
 // so on). A change (a flow starts, finishes or is cancelled, a link goes
 // down or up) re-solves only a region around it: the new flow, then the
 // flows a fill shows to be wrong with the rest held fixed (limited by a link
-// that now has capacity to spare, above a link's new share, on a link over
-// capacity), ring by ring until none is. That is exact max-min (up to a
-// relative slack of 1e-9), and in a swarm it stays a few flows: perf at 240
+// that now has capacity to spare, or below its new share; above a link's new
+// share; on a link over capacity), ring by ring until none is. That is exact
+// max-min (up to a relative slack of 1e-9; a test checks it against a solve
+// from scratch), and in a swarm it stays a few flows: perf at 240
 // workers, re-solving whole connected components took 75% of the run.
 // Completions sit in an indexed heap keyed by
 // time: a flow whose rate changed moves to its new place, so the heap holds
