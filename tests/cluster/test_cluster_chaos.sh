@@ -17,6 +17,13 @@ if [[ $(id -u) != 0 ]] || ! ip netns add th-probe-$$ 2>/dev/null; then
   exit 77
 fi
 ip netns del th-probe-$$
+# A second run while one holds the cluster's namespaces is refused at once
+# (it used to tear the first one's hosts down).
+refused=$(flock /run/tensorhub-cluster.lock "$runner" --binary "$binary" --hosts 2 --size 1MiB 2>&1) &&
+  { echo "FAIL: a second run-cluster started while the lock was held"; exit 1; }
+grep -q "another run-cluster holds" <<<"$refused" || { echo "FAIL: unexpected refusal: $refused"; exit 1; }
+shopt -s nullglob
+before=(/dev/shm/tensorhub-cluster-* /tmp/tensorhub-cluster-*)
 for seed in 1 2; do
   "$runner" --binary "$binary" --hosts 8 --size 128MiB --chaos "$seed" --timeout 150
 done
@@ -25,3 +32,5 @@ out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --hostile --corrupt-h
 echo "$out"
 [[ $rc == 0 ]] || { echo "FAIL: the hostile/corrupt run exited with $rc"; exit 1; }
 grep -q "corrupt shards detected" <<<"$out" || { echo "FAIL: the corrupt host was never caught"; exit 1; }
+after=(/dev/shm/tensorhub-cluster-* /tmp/tensorhub-cluster-*)
+((${#after[@]} <= ${#before[@]})) || { echo "FAIL: runs left working directories: ${after[*]}"; exit 1; }
