@@ -86,7 +86,10 @@ void GossipCore::resign_if_due(TimePoint now) {
   if (self_dirty_ && (head_changed_ || now >= last_signed_ + config_.min_resign_interval)) {
     ++self_.seq;
     resign(now);
-    if (head_changed_ && note_heads(self_.heads)) eager_round_due_ = true;
+    if (head_changed_ && note_heads(self_.heads)) {
+      eager_round_due_ = true;
+      head_news_ = self_signed_;
+    }
     head_changed_ = false;
   }
 }
@@ -218,13 +221,16 @@ Duration GossipCore::push_pull_interval() const {
   return std::chrono::duration_cast<Duration>(config_.push_pull_interval * multiplier);
 }
 
-void GossipCore::send_packet(const std::string& to, Packet packet, std::span<const OutgoingItem> must_include) {
+void GossipCore::send_packet(const std::string& to, Packet packet, std::span<const OutgoingItem> must_include,
+                             bool piggyback) {
   if (to.empty()) return;
   packet.sender = self_id();
   std::size_t budget = config_.max_datagram_bytes - kSealOverhead - kPacketHeaderBytes;
   std::vector<OutgoingItem> items(must_include.begin(), must_include.end());
   for (const auto& item : items) budget -= std::min(budget, encoded_item_size(item));
-  for (auto& item : broadcasts_.take(budget, retransmit_limit())) items.push_back(std::move(item));
+  if (piggyback) {
+    for (auto& item : broadcasts_.take(budget, retransmit_limit())) items.push_back(std::move(item));
+  }
   OutgoingDatagram d{to, sealer_.seal_packet(packet, items)};
   ++stats_.datagrams_out;
   stats_.bytes_out += d.bytes.size();
@@ -389,7 +395,10 @@ void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::ve
     case RecordOutcome::kLeft: emit(MemberEventKind::kLeft, r.id, *record, r.incarnation); break;
   }
   broadcasts_.enqueue(*record);  // news spreads further
-  if (note_heads(r.heads)) eager_round_due_ = true;
+  if (note_heads(r.heads)) {
+    eager_round_due_ = true;
+    head_news_ = *record;
+  }
 }
 
 void GossipCore::preload(TimePoint now, std::span<const RecordPtr> records) {
@@ -522,6 +531,8 @@ void GossipCore::handle_timeout(TimePoint now) {
     // rounds keep their pace.
     run_gossip(now, static_cast<std::size_t>(config_.gossip_fanout) * 2);
   }
+  if (head_news_) push_to_host_mates(*head_news_);
+  head_news_.reset();
   eager_round_due_ = false;
   if (now >= next_push_pull_at_) {
     if (!self_.leaving) run_push_pull(now);
@@ -632,6 +643,21 @@ void GossipCore::run_gossip(TimePoint now, std::size_t fanout) {
     p.kind = PacketKind::kGossip;
     send_packet(m->record->record.gossip_addr, p);
     if (self_.leaving) ++leave_sends_;
+  }
+}
+
+void GossipCore::push_to_host_mates(const RecordPtr& news) {
+  if (self_.topology.host.empty()) return;
+  // A walk over the members, once per new head: little next to fetching
+  // the head, and no index to keep as records change their labels.
+  const OutgoingItem item = news;
+  for (std::size_t i = 0; i < table_.live().size(); ++i) {
+    const Member* m = table_.find(table_.live().at(i));
+    const PeerRecord& r = m->record->record;
+    if (r.topology != self_.topology || r.id == news->record.id) continue;
+    Packet p;
+    p.kind = PacketKind::kGossip;
+    send_packet(r.gossip_addr, p, std::span<const OutgoingItem>(&item, 1), /*piggyback=*/false);
   }
 }
 
