@@ -59,6 +59,12 @@ class CandidateList {
   // Removes the holder if listed; returns what was known of it.
   std::optional<Entry> take(const PeerId& peer);
   bool contains(const PeerId& peer) const { return index_.count(peer) != 0; }
+  // Whether some listed holder is exactly this near. O(1).
+  bool any_at(Proximity proximity) const {
+    const auto complete = rank_of(Entry{proximity, true}), partial = rank_of(Entry{proximity, false});
+    return !buckets_[kNear][complete].empty() || !buckets_[kNear][partial].empty() ||
+           !buckets_[kSample][complete].empty() || !buckets_[kSample][partial].empty();
+  }
 
   std::size_t size() const { return index_.size(); }
   bool empty() const { return index_.empty(); }

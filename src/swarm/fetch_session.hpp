@@ -44,7 +44,7 @@ using namespace std::chrono_literals;
 
 struct FetchConfig {
   std::uint32_t block_size = 1u << 20;       // the unit of a request
-  std::size_t max_neighbours = 16;           // data connections for this version
+  std::size_t max_neighbours = 16;           // data connections for this version (host mates may exceed it)
   std::size_t random_neighbours = 2;         // of those, chosen at random for diversity
   std::size_t max_candidates = 1024;         // known holders kept to choose neighbours from (>= 4)
   std::size_t pipeline_blocks = 8;           // requests in flight per neighbour
@@ -195,6 +195,9 @@ class FetchSession {
   static constexpr std::size_t kMaxRequestsPerBlock = 4;
   // Neighbours allowed past max_neighbours to reach shards none of them has.
   static constexpr std::size_t kExtraNeighbours = 4;
+  // Host mates are connected past max_neighbours, up to this many (a host
+  // has a peer per GPU: 8 or 16, not hundreds).
+  static constexpr std::size_t kMaxHostMates = 32;
   class BlockRequests {
    public:
     const Request* begin() const { return items_.data(); }
@@ -290,6 +293,7 @@ class FetchSession {
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
   std::size_t in_flight_total_ = 0;  // the sum of the neighbours' in_flight
   std::size_t connecting_count_ = 0;  // neighbours with connecting set
+  std::size_t host_mates_ = 0;        // neighbours with proximity kSameHost
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
   // waste, and with small versions every block is "in flight" at once.

@@ -386,6 +386,34 @@ TEST_CASE("fetch session: with no candidate at all, the fetch fails after the st
   CHECK(d.now >= TimePoint(3s));
 }
 
+TEST_CASE("fetch session: host mates named after the neighbour limit is reached still become neighbours") {
+  // Gossip names holders as their records spread, so the slots can be full
+  // of far holders before the mates on this host are known. The limit
+  // guards the NIC, which a mate's blocks never cross (simulator: 3.4 of 7
+  // mates were neighbours, and 1.6x the NIC bytes of ideal membership).
+  FetchConfig config;
+  config.max_neighbours = 2;
+  config.random_neighbours = 0;
+  Driver d(layout(4), config);
+  auto settle = [&] {
+    d.session.handle_timeout(d.now);
+    d.pump();
+  };
+  d.add_holder(1, full(4, {"dc1", "r2", "h1"}));
+  d.add_holder(2, full(4, {"dc1", "r3", "h2"}));
+  settle();
+  REQUIRE(d.connects.size() == 2);
+  for (std::uint64_t n = 3; n <= 5; ++n) d.add_holder(n, full(4, {"dc1", "r1", "h0"}));  // our host
+  d.add_holder(6, full(4, {"dc1", "r1", "h6"}));  // our rack: nearer, but not a mate
+  settle();
+  const std::set<PeerId> connected(d.connects.begin(), d.connects.end());
+  for (std::uint64_t n = 3; n <= 5; ++n) CHECK_MESSAGE(connected.count(peer(n)), "host mate " << n << " is not a neighbour");
+  CHECK_FALSE(connected.count(peer(6)));  // the limit still holds for the rest
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+}
+
 TEST_CASE("fetch session: past its neighbour limit, a starved fetch trades a useless neighbour for another candidate") {
   // Seven nearby holders have only shard 0; the one that has shard 1 is
   // farther, so nearest-first never picks it, and the extra neighbours a
