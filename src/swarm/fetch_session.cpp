@@ -16,6 +16,7 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
       picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull),
       candidates_(std::max<std::size_t>(config.max_candidates, 4)) {
   assert(have_.size() == layout_.shard_count());
+  for (auto& counts : near_holders_) counts.assign(layout_.shard_count(), 0);
   config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, kMaxRequestsPerBlock);
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
     const ShardIndex shard{s};
@@ -149,7 +150,10 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
   release_requests_of(peer);
-  if (it->second.has_bits) picker_.remove_peer(it->second.bits);
+  if (it->second.has_bits) {
+    picker_.remove_peer(it->second.bits);
+    count_holdings(it->second, -1);
+  }
   in_flight_total_ -= it->second.in_flight;
   if (it->second.connecting) --connecting_count_;
   if (it->second.proximity == Proximity::kSameHost) --host_mates_;
@@ -168,11 +172,15 @@ void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bi
     schedule(now);
     return;
   }
-  if (n.has_bits) picker_.remove_peer(n.bits);
+  if (n.has_bits) {
+    picker_.remove_peer(n.bits);
+    count_holdings(n, -1);
+  }
   n.bits = bits;
   n.has_bits = true;
   n.holds_all = n.bits.all();
   picker_.add_peer(n.bits);
+  count_holdings(n, +1);
   schedule(now);
 }
 
@@ -188,6 +196,7 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
     n.bits.set(shard.value);
     n.holds_all = n.bits.all();
     picker_.increment(shard);
+    count_holder(n, shard, +1);
   }
   starved_since_.reset();
   if (done_ || have_.test(shard.value)) return;  // nothing new to ask anyone for
@@ -218,11 +227,32 @@ FetchSession::Shard& FetchSession::shard_state(ShardIndex s) {
   return shards_.emplace(s.value, std::move(shard)).first->second;
 }
 
-bool FetchSession::held_within(ShardIndex shard, Proximity beyond) const {
-  for (const auto& [id, n] : neighbours_) {
-    if (n.proximity < beyond && n.has_bits && n.bits.test(shard.value)) return true;
+void FetchSession::count_holder(const Neighbour& n, ShardIndex shard, int delta) {
+  if (n.proximity == Proximity::kRemote) return;
+  auto& count = near_holders_[static_cast<std::size_t>(n.proximity)][shard.value];
+  assert(delta > 0 || count > 0);
+  count = static_cast<std::uint16_t>(count + delta);
+}
+
+void FetchSession::count_holdings(const Neighbour& n, int delta) {
+  for (std::size_t s = n.bits.find_next(0, true); s < n.bits.size(); s = n.bits.find_next(s + 1, true)) {
+    count_holder(n, ShardIndex{static_cast<std::uint32_t>(s)}, delta);
   }
-  return false;
+}
+
+bool FetchSession::held_within(ShardIndex shard, Proximity beyond) const {
+  bool held = false;
+  for (std::size_t p = 0; p < near_holders_.size() && p < static_cast<std::size_t>(beyond); ++p) {
+    held = held || near_holders_[p][shard.value] != 0;
+  }
+#ifdef TENSORHUB_DEBUG_INVARIANTS
+  const bool scanned = std::any_of(neighbours_.begin(), neighbours_.end(), [&](const auto& entry) {
+    const Neighbour& n = entry.second;
+    return n.proximity < beyond && n.has_bits && n.bits.test(shard.value);
+  });
+  assert(held == scanned);
+#endif
+  return held;
 }
 
 std::size_t FetchSession::in_flight_total() const {
@@ -474,6 +504,7 @@ void FetchSession::on_block_refused(TimePoint now, const PeerId& peer, ShardInde
   if (auto n = neighbours_.find(peer); n != neighbours_.end() && n->second.has_bits && n->second.bits.test(shard.value)) {
     n->second.bits.reset(shard.value);
     picker_.decrement(shard);
+    count_holder(n->second, shard, -1);
   }
   schedule(now);
 }

@@ -251,7 +251,12 @@ class FetchSession {
   TimePoint deadline_of(const Request& r) const;
   // Whether a neighbour nearer than `beyond` (a mate on this side of the
   // link that a source that far would use) holds the shard.
+  // O(1): near_holders_ keeps the counts.
   bool held_within(ShardIndex shard, Proximity beyond) const;
+  // Adds `delta` to the near-holder count of one shard, or of every shard
+  // the neighbour's bits hold.
+  void count_holder(const Neighbour& n, ShardIndex shard, int delta);
+  void count_holdings(const Neighbour& n, int delta);
   // An unchoked neighbour that is not a super-seed holds the shard (one
   // across the WAN only if `count_remote`).
   bool held_by_a_serving_peer(ShardIndex shard, bool count_remote) const;
@@ -294,6 +299,12 @@ class FetchSession {
   std::size_t in_flight_total_ = 0;  // the sum of the neighbours' in_flight
   std::size_t connecting_count_ = 0;  // neighbours with connecting set
   std::size_t host_mates_ = 0;        // neighbours with proximity kSameHost
+  // Per proximity inside the datacenter (host, rack, dc), per shard: the
+  // neighbours whose bits hold it. held_within was a walk over the
+  // neighbours per shard considered, a tenth of the simulator's time.
+  // Invariant: matches the neighbours' bits (checked in held_within in
+  // debug builds).
+  std::array<std::vector<std::uint16_t>, 3> near_holders_;
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
   // waste, and with small versions every block is "in flight" at once.
