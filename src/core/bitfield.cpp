@@ -9,21 +9,6 @@ Bitfield::Bitfield(std::size_t size, bool value) : size_(size), words_((size + 6
   if (value) set_all();
 }
 
-bool Bitfield::test(std::size_t index) const {
-  assert(index < size_);
-  return (words_[index / 64] >> (index % 64)) & 1;
-}
-
-void Bitfield::set(std::size_t index) {
-  assert(index < size_);
-  words_[index / 64] |= std::uint64_t{1} << (index % 64);
-}
-
-void Bitfield::reset(std::size_t index) {
-  assert(index < size_);
-  words_[index / 64] &= ~(std::uint64_t{1} << (index % 64));
-}
-
 void Bitfield::set_all() {
   for (auto& w : words_) w = ~std::uint64_t{0};
   if (size_ % 64 != 0) words_.back() = (std::uint64_t{1} << (size_ % 64)) - 1;

@@ -1,6 +1,7 @@
 // A fixed-size set of bits: which shards a peer holds, which blocks arrived.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -18,9 +19,20 @@ class Bitfield {
   explicit Bitfield(std::size_t size, bool value = false);
 
   std::size_t size() const { return size_; }
-  bool test(std::size_t index) const;  // REQUIRES: index < size()
-  void set(std::size_t index);          // REQUIRES: index < size()
-  void reset(std::size_t index);        // REQUIRES: index < size()
+  // Inline: the piece picker and the fetch ask a bit per shard considered.
+  // REQUIRES: index < size() (all three).
+  bool test(std::size_t index) const {
+    assert(index < size_);
+    return (words_[index / 64] >> (index % 64)) & 1;
+  }
+  void set(std::size_t index) {
+    assert(index < size_);
+    words_[index / 64] |= std::uint64_t{1} << (index % 64);
+  }
+  void reset(std::size_t index) {
+    assert(index < size_);
+    words_[index / 64] &= ~(std::uint64_t{1} << (index % 64));
+  }
   void set_all();
   void reset_all();
   std::size_t count() const;  // set bits, O(size/64)
