@@ -150,6 +150,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
   release_requests_of(peer);
+  drop_claims_of(peer);
   if (it->second.has_bits) {
     picker_.remove_peer(it->second.bits);
     count_holdings(it->second, -1);
@@ -191,6 +192,9 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
   if (!n.has_bits) {
     n.bits = core::Bitfield(layout_.shard_count());
     n.has_bits = true;
+  }
+  if (auto claim = mate_claims_.find(shard.value); claim != mate_claims_.end() && claim->second.peer == peer) {
+    mate_claims_.erase(claim);
   }
   if (!n.bits.test(shard.value)) {
     n.bits.set(shard.value);
@@ -303,6 +307,56 @@ bool FetchSession::share_is_mine(ShardIndex shard, Proximity beyond) const {
   return true;
 }
 
+bool FetchSession::left_to_a_mate(TimePoint now, ShardIndex shard) const {
+  if (mate_claims_.empty()) return false;
+  auto claim = mate_claims_.find(shard.value);
+  if (claim == mate_claims_.end()) return false;
+  if (shards_.count(shard.value) != 0 && rendezvous_score(self_id_, shard) > rendezvous_score(claim->second.peer, shard)) {
+    return false;
+  }
+  return in_flight_total() != 0 || now - claim->second.since < config_.request_timeout;
+}
+
+void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardIndex shard) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || it->second.proximity != Proximity::kSameHost) return;
+  if (shard.value >= layout_.shard_count() || have_.test(shard.value) || done_) return;
+  auto [claim, added] = mate_claims_.try_emplace(shard.value, MateClaim{peer, now});
+  // Two mates at once: the same one wins everywhere.
+  if (!added && claim->second.peer != peer &&
+      rendezvous_score(peer, shard) > rendezvous_score(claim->second.peer, shard)) {
+    claim->second = MateClaim{peer, now};
+  }
+  // We began it too, in the same instant (a HAVE or an unchoke reaches all
+  // mates at once, and each picks the one new shard): the loser cancels
+  // what it asked beyond the host, and gets the rest from the winner.
+  // Simulator, agreement-64: the NICs carried 325 GB without this, 272 GB
+  // with it (one copy per node is 256 GB; the rest is pieces already on
+  // the wire when cancelled).
+  auto begun = shards_.find(shard.value);
+  if (begun == shards_.end() || !left_to_a_mate(now, shard)) return;
+  bool yielded = false;
+  for (std::uint32_t b = 0; b < begun->second.requests.size(); ++b) {
+    std::vector<PeerId> beyond_host;
+    for (const Request& r : begun->second.requests[b]) {
+      auto n = neighbours_.find(r.peer);
+      const bool over_nic = n != neighbours_.end() && n->second.proximity != Proximity::kSameHost &&
+                            n->second.proximity != Proximity::kRemote;
+      if (over_nic) beyond_host.push_back(r.peer);
+    }
+    for (const PeerId& holder : beyond_host) {
+      drop_request(shard, BlockIndex{b}, holder);
+      actions_.push(CancelAction{holder, shard, BlockIndex{b}});
+      yielded = true;
+    }
+  }
+  if (yielded) schedule(now);
+}
+
+void FetchSession::drop_claims_of(const PeerId& peer) {
+  std::erase_if(mate_claims_, [&](const auto& entry) { return entry.second.peer == peer; });
+}
+
 bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex shard) const {
   if (!n.has_bits || !n.bits.test(shard.value)) return false;
   // A super-seed's uplink is for shards nobody else can give us yet: a
@@ -315,21 +369,30 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   if (n.proximity == Proximity::kSameHost) return true;
   // Across a link shared with mates (the node's NIC with the peers of the
   // node's other GPUs; the WAN with the datacenter): only what none of them
-  // can give us, only our share of it (a mate brings the rest; when we have
-  // nothing at all in flight, we take anything rather than wait), and only so
-  // much across the WAN at once. Simulator, 12 nodes x 8 GPUs at 10 Gbit/s:
-  // without the node-level share every peer pulled the whole version through
-  // the one NIC (last 3.2x the bound); with it, 2.1x.
-  // A shard begun across the WAN is finished by whoever began it: left
-  // half-done while its taker turned to its share, it was begun again by
-  // other idle mates (simulator, cross-dc: with the WAN holders' deferrals
-  // of SwarmCore, 1.00x the version over the WAN either way, but the last worker
-  // at 0.97 s against 0.68 s when begun shards wait).
+  // can give us. Simulator, 12 nodes x 8 GPUs at 10 Gbit/s: without that
+  // every peer pulled the whole version through the one NIC (last 3.2x the
+  // bound); with it and a rendezvous share, 2.1x.
   const Proximity mates = n.proximity == Proximity::kRemote ? Proximity::kRemote : Proximity::kSameRack;
   if (held_within(shard, mates)) return false;
-  const bool begun_across = n.proximity == Proximity::kRemote && shards_.count(shard.value) != 0;
+  // The node's NIC: what a host mate brings across, the others leave to it
+  // (its kFetching claim). A rendezvous share alone left a fetcher idle
+  // whenever no neighbour held its share, and an idle fetcher took
+  // anything, mates' shards in flight included (simulator, standalone: 60%
+  // of the NIC's requests; the NICs carried 1.25x the version per node,
+  // now 1.00x).
+  // The WAN keeps the share, and the holder's deferrals (kDeferred): a
+  // carrier that yielded to a claim would leave its mates deferred to it
+  // (cross-dc: every worker waited a request timeout). Only our share of
+  // it (a mate brings the rest; when we have nothing at all in flight, we
+  // take anything rather than wait), and only so much at once. A shard
+  // begun across the WAN is finished by whoever began it: left half-done
+  // while its taker turned to its share, it was begun again by other idle
+  // mates (simulator, cross-dc: with the WAN holders' deferrals of
+  // SwarmCore, 1.00x the version over the WAN either way, but the last
+  // worker at 0.97 s against 0.68 s when begun shards wait).
+  if (n.proximity != Proximity::kRemote) return !left_to_a_mate(now, shard);
+  const bool begun_across = shards_.count(shard.value) != 0;
   if (!begun_across && !share_is_mine(shard, mates) && in_flight_total() > 0) return false;
-  if (n.proximity != Proximity::kRemote) return true;
   // The holder said a mate carries it into this datacenter (kDeferred).
   if (auto d = wan_deferred_until_.find(shard.value); d != wan_deferred_until_.end() && now < d->second) return false;
   return wan_in_flight() < config_.max_wan_requests;
@@ -337,6 +400,10 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
 
 void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block) {
   Shard& s = shard_state(shard);
+  if (!s.claimed && n.proximity != Proximity::kSameHost) {
+    s.claimed = true;
+    actions_.push(ClaimAction{shard});
+  }
   auto& requests = s.requests[block.value];
   if (requests.empty()) --unrequested_;
   requests.push_back(Request{id, now});
@@ -537,6 +604,7 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
   if (it == shards_.end() || !it->second.verifying) return;
   if (good) {
     shards_.erase(it);
+    mate_claims_.erase(shard.value);
     have_.set(shard.value);
     picker_.drop(shard);
     actions_.push(AnnounceAction{shard});
@@ -636,6 +704,13 @@ TimePoint FetchSession::next_timeout() const {
   if (swap_due_) t = std::min(t, *swap_due_);  // always later than when it was set
   if (connect_due_) t = std::min(t, *connect_due_);
   for (const auto& [shard, until] : wan_deferred_until_) t = std::min(t, until);  // the expired are gone
+  // With nothing in flight, when a mate's claim stops binding.
+  if (in_flight_total_ == 0) {
+    for (const auto& [shard, claim] : mate_claims_) {
+      const TimePoint lapses = claim.since + config_.request_timeout;
+      if (lapses > last_scheduled_) t = std::min(t, lapses);
+    }
+  }
   return t;
 }
 

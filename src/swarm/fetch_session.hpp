@@ -25,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -105,12 +106,17 @@ struct VerifyAction {
 struct AnnounceAction {  // HAVE to every neighbour
   ShardIndex shard;
 };
+// This fetch has begun bringing the shard across its host's NIC (or the
+// WAN): tell the host mates fetching from us, so they leave it to us.
+struct ClaimAction {
+  ShardIndex shard;
+};
 struct DoneAction {
   Status status;  // ok, or why the fetch failed
 };
 using FetchAction =
     std::variant<ConnectAction, DisconnectAction, ReleaseAction, RequestAction, CancelAction, VerifyAction, AnnounceAction,
-                 DoneAction>;
+                 ClaimAction, DoneAction>;
 
 struct FetchProgress {
   std::uint64_t bytes_verified = 0;
@@ -154,6 +160,15 @@ class FetchSession {
   // The neighbour holds every shard but reveals them gradually: shards
   // nobody has shown us are not lost while it is connected.
   void on_super_seed(TimePoint now, const PeerId& peer);
+  // A host mate has begun bringing `shard` across the NIC we share (kFetching):
+  // it is not asked across the NIC here while the mate is at it, so each
+  // shard crosses a node's NIC once. The claim lasts until the mate holds
+  // the shard or goes; once it is a request_timeout old and this fetch has
+  // nothing in flight, it no longer binds (the mate may have stalled).
+  // When both began it, the higher rendezvous score keeps it, and the other
+  // cancels its requests for it beyond the host.
+  // Ignored unless `peer` is a neighbour on this host.
+  void on_mate_fetching(TimePoint now, const PeerId& peer, ShardIndex shard);
   // Whether a payload for this block may be written into the destination
   // now: the block is still missing and its shard is not being verified.
   // (The caller also makes sure no other payload for it is landing.)
@@ -224,6 +239,7 @@ class FetchSession {
     std::uint32_t received_count = 0;
     bool started = false;
     bool verifying = false;
+    bool claimed = false;  // host mates told (ClaimAction): it was asked beyond the host
   };
   struct Neighbour {
     bool complete_source = false;  // named complete by gossip when it became a neighbour
@@ -263,9 +279,14 @@ class FetchSession {
   // Whether this peer, rather than a mate nearer than `beyond` that is
   // fetching the version, brings `shard` across the link to a source that
   // far (rendezvous hashing over the mates it is connected to), so each
-  // shard crosses the WAN about once per datacenter, and a node's NIC about
-  // once per node when several GPUs' peers share it.
+  // shard crosses the WAN about once per datacenter. (A node's NIC is
+  // shared by claims instead: on_mate_fetching.)
   bool share_is_mine(ShardIndex shard, Proximity beyond) const;
+  // A host mate's claim (on_mate_fetching) keeps us from asking for `shard`
+  // beyond the host now. When both began it at once, the higher rendezvous
+  // score keeps it.
+  bool left_to_a_mate(TimePoint now, ShardIndex shard) const;
+  void drop_claims_of(const PeerId& peer);
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
   // The neighbour delivered a block (wanted or not): its delivery pace.
@@ -323,6 +344,14 @@ class FetchSession {
   // Shards a WAN holder deferred to a mate: not asked across the WAN before
   // then. Invariant after handle_timeout: every entry is in the future.
   std::map<std::uint32_t, TimePoint> wan_deferred_until_;
+  // Host mates' claims by shard. Invariant: the claimant is a neighbour on
+  // this host, and we do not hold the shard. At most a few per mate (the
+  // shards it has in flight).
+  struct MateClaim {
+    PeerId peer;
+    TimePoint since;
+  };
+  std::unordered_map<std::uint32_t, MateClaim> mate_claims_;
   bool done_ = false;
 };
 

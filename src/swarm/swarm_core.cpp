@@ -214,6 +214,16 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
           send(peer, SwarmMessage{MessageType::kHave, id, 0, announce->shard, {}, 0, 0, 0, {}});
         }
       }
+    } else if (auto* claim = std::get_if<ClaimAction>(&*action)) {
+      // The host mates fetching from us: they would otherwise bring it
+      // across the NIC we share as well.
+      for (const PeerId& peer : v.requesters) {
+        if (proximity_of(peer) != Proximity::kSameHost) continue;
+        auto c = connections_.find(peer);
+        if (c != connections_.end() && c->second.open) {
+          send(peer, SwarmMessage{MessageType::kFetching, id, 0, claim->shard, {}, 0, 0, 0, {}});
+        }
+      }
     } else if (auto* done = std::get_if<DoneAction>(&*action)) {
       Status status = done->status;
       v.finished = v.fetch->progress();
@@ -448,6 +458,12 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
         it->second.fetch->on_have(now, peer, m.shard);
+        drain(now, m.version, it->second);
+      }
+      return;
+    case MessageType::kFetching:
+      if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
+        it->second.fetch->on_mate_fetching(now, peer, m.shard);
         drain(now, m.version, it->second);
       }
       return;

@@ -24,6 +24,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kSuperSeed: return "super-seed";
     case MessageType::kDeferred: return "deferred";
     case MessageType::kPeers: return "peers";
+    case MessageType::kFetching: return "fetching";
   }
   return "unknown";
 }
@@ -56,6 +57,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       w.write_bin(m.bytes);
       break;
     case MessageType::kHave:
+    case MessageType::kFetching:
       open(3);
       w.write_uint(m.shard.value);
       break;
@@ -95,7 +97,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   std::uint32_t fields = 0;
   std::uint64_t type = 0;
   r.read_array_header("data message", fields, 7);
-  if (r.read_uint("type", type) && (type < 1 || type > 16)) r.fail("type", "unknown data message type " + std::to_string(type));
+  if (r.read_uint("type", type) && (type < 1 || type > 17)) r.fail("type", "unknown data message type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
   r.read_bin_exact("version", m.version.bytes);
   if (!r.ok()) return r.status();
@@ -122,6 +124,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
       }
       break;
     case MessageType::kHave:
+    case MessageType::kFetching:
       expect_fields(3);
       if (r.read_uint("shard", v, kMaxShards - 1)) m.shard = ShardIndex{static_cast<std::uint32_t>(v)};
       break;

@@ -37,6 +37,7 @@ enum class MessageType : std::uint8_t {
   kSuperSeed = 14,     // the sender holds every shard and reveals them a few at a time (HAVE)
   kDeferred = 15,      // request id: a mate in the requester's datacenter brings this shard across; get it there
   kPeers = 16,         // bytes: up to kMaxPeersListed peer ids (32 bytes each) that fetch the version too
+  kFetching = 17,      // shard: the sender (a host mate) brings it across its NIC; leave it to the sender
 };
 
 std::string_view message_type_name(MessageType type);

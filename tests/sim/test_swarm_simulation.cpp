@@ -135,14 +135,13 @@ TEST_CASE("simulation with full gossip: workers learn the head from gossip, fetc
   for (const VersionOutcome& v : r.result.versions) CHECK(completed(v) == 14);
   CHECK(r.result.gossip_datagrams > 0);
   CHECK(r.json.find("\"membership\": \"gossip\"") != std::string::npos);
-  // The news travels by gossip rounds, so it takes longer than being told.
+  // A worker fetches only once its gossip core reports the head, so every
+  // completion above came through gossip. Since the eager head push the
+  // news arrives microseconds after ideal membership's, and which run ends
+  // first follows the swarm's choices, not the news; the runs still differ.
   Scenario ideal = s;
   ideal.membership = "ideal";
-  const Run told = run(ideal);
-  const VersionOutcome& a = r.result.versions[0];
-  const VersionOutcome& b = told.result.versions[0];
-  CHECK(*std::max_element(a.worker_done.begin(), a.worker_done.end()) >
-        *std::max_element(b.worker_done.begin(), b.worker_done.end()));
+  CHECK(run(ideal).json != r.json);
   CHECK(run(s).json == r.json);
 }
 

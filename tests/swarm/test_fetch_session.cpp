@@ -89,6 +89,7 @@ class Driver {
   std::vector<PeerId> releases;
   std::vector<PeerId> connects;  // in order
   std::set<std::uint32_t> announced;
+  std::vector<std::uint32_t> claimed;  // ClaimAction, in order
 
  private:
   struct Delivery {
@@ -146,6 +147,7 @@ class Driver {
     session.on_verified(now, a.shard, !bad);
   }
   void handle(AnnounceAction& a) { announced.insert(a.shard.value); }
+  void handle(ClaimAction& a) { claimed.push_back(a.shard.value); }
   void handle(DoneAction& a) { result = a.status; }
 
   std::priority_queue<Delivery, std::vector<Delivery>, std::greater<>> deliveries;
@@ -412,6 +414,94 @@ TEST_CASE("fetch session: host mates named after the neighbour limit is reached 
   d.run();
   REQUIRE(d.result.has_value());
   CHECK(d.result->is_ok());
+}
+
+TEST_CASE("fetch session: a shard a host mate brings across the NIC is left to it") {
+  // Eight GPUs' peers share one node's NIC. A rendezvous share alone left a
+  // fetcher idle whenever no neighbour held its share, and an idle one took
+  // anything, mates' shards in flight included (simulator, standalone: the
+  // NICs carried 1.25x the version per node). A mate's kFetching claim
+  // keeps the shard off this NIC while the mate is at it.
+  FetchConfig config;
+  config.pipeline_blocks = 2;
+  Driver d(layout(10), config, Location{"dc1", "r1", "h0"});
+  Holder mate;  // fetching too: holds nothing yet
+  mate.location = {"dc1", "r1", "h0"};
+  mate.bits = Bitfield(10);
+  d.add_holder(1, mate);
+  d.run(1ms);  // connected (candidates wait for the end of a burst)
+  for (std::uint32_t s = 0; s < 9; ++s) d.session.on_mate_fetching(d.now, peer(1), ShardIndex{s});
+  Holder far = full(10, {"dc1", "r2", "h9"});
+  far.block_time = 5ms;
+  d.add_holder(2, far);
+  auto asked_far = [&](std::uint32_t shard) {
+    return std::any_of(d.request_log.begin(), d.request_log.end(),
+                       [&](const auto& r) { return std::get<1>(r) == peer(2) && std::get<2>(r) == shard; });
+  };
+  d.run(100ms);
+  CHECK(asked_far(9));
+  for (std::uint32_t s = 0; s < 9; ++s) CHECK_MESSAGE(!asked_far(s), "shard " << s << " crossed the NIC twice");
+  CHECK(d.claimed == std::vector<std::uint32_t>{9});  // what it brings across, its mates are told of once
+
+  SUBCASE("the mate's HAVEs: the shards come from the mate") {
+    for (std::uint32_t s = 0; s < 9; ++s) {
+      d.holders[peer(1)].bits.set(s);
+      d.session.on_have(d.now, peer(1), ShardIndex{s});
+      d.pump();
+    }
+    d.run();
+    REQUIRE(d.result.has_value());
+    CHECK(d.result->is_ok());
+    for (std::uint32_t s = 0; s < 9; ++s) CHECK(!asked_far(s));
+    CHECK(d.claimed == std::vector<std::uint32_t>{9});
+  }
+  SUBCASE("the mate stalls: with nothing else to do, its claims lapse after a request timeout") {
+    const TimePoint claimed_at = d.now - 100ms;
+    d.run();
+    REQUIRE(d.result.has_value());
+    CHECK(d.result->is_ok());
+    for (const auto& [when, to, shard] : d.request_log) {
+      if (to == peer(2) && shard < 9) CHECK(when >= claimed_at + config.request_timeout);
+    }
+  }
+  SUBCASE("a mate that goes takes its claims with it") {
+    d.kill(1);
+    d.run(config.request_timeout / 2);
+    REQUIRE(d.result.has_value());
+    CHECK(d.result->is_ok());
+  }
+}
+
+TEST_CASE("fetch session: two mates that begin one shard at once: the higher rendezvous score keeps it") {
+  // Both began it before either's claim arrived. Each yields to a mate
+  // that outranks it for the shard, so exactly one goes on: over thirty
+  // mates, some outrank us (we stop) and some do not (we finish it).
+  FetchConfig config;
+  config.pipeline_blocks = 1;
+  std::size_t yielded = 0, kept = 0;
+  for (std::uint64_t n = 10; n < 40; ++n) {
+    Driver d(layout(1, 8), config, Location{"dc1", "r1", "h0"});
+    Holder far = full(1, {"dc1", "r2", "h9"});
+    far.block_time = 5ms;
+    d.add_holder(n, Holder{{"dc1", "r1", "h0"}, Bitfield(1)});
+    d.add_holder(2, far);
+    d.run(1ms);  // both connected, block 0 of shard 0 asked of the far holder
+    REQUIRE(d.claimed == std::vector<std::uint32_t>{0});
+    REQUIRE(d.request_log.size() == 1);
+    d.session.on_mate_fetching(d.now, peer(n), ShardIndex{0});
+    d.run(30ms);
+    const bool goes_on = d.request_log.size() > 1;
+    (goes_on ? kept : yielded) += 1;
+    if (goes_on) {
+      d.run();
+      REQUIRE(d.result.has_value());
+      CHECK(d.result->is_ok());
+    } else {
+      CHECK(d.request_log.size() == 1);
+    }
+  }
+  CHECK(yielded > 0);
+  CHECK(kept > 0);
 }
 
 TEST_CASE("fetch session: past its neighbour limit, a starved fetch trades a useless neighbour for another candidate") {

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "support/gossip_network.hpp"
+#include "support/swarm_core_fixture.hpp"
 #include "swarm/swarm_core.hpp"
 
 using namespace tensorhub;
@@ -16,21 +16,13 @@ using namespace std::chrono_literals;
 
 namespace {
 
-PeerId peer_id(std::uint64_t n) { return testing::GossipNetwork::identity_for(800 + n).public_key(); }
+PeerId peer_id(std::uint64_t n) { return testing::swarm_peer(800 + n); }
 
-const ShardLayout kLayout{4u << 20, 1u << 20, 1u << 20};
+const ShardLayout kLayout = testing::kFourShards;
 
-ManifestId version_id() {
-  ManifestId id;
-  id.bytes[0] = 0x77;
-  return id;
-}
+ManifestId version_id() { return testing::version_tagged(0x77); }
 
-SwarmMessage interested() {
-  SwarmMessage m{MessageType::kInterested, version_id(), 0, {}, {}, 0, 0, kLayout.shard_count(), {}};
-  m.bytes = core::Bitfield(kLayout.shard_count()).to_bytes();
-  return m;
-}
+SwarmMessage interested() { return testing::interested_in(version_id(), kLayout); }
 
 // The peer ids a kPeers message lists, in order.
 std::vector<PeerId> listed(const SwarmMessage& m) {
