@@ -48,7 +48,7 @@ struct PeerOptions {
   std::vector<PublicKey> trusted_publishers;  // manifests signed by others are refused
   // Limits and tuning (defaults are sensible).
   std::size_t max_neighbours = 16;
-  std::size_t upload_slots = 8;
+  std::size_t upload_slots = 8;  // per host: peers with the same host label divide them
   std::uint32_t block_size = 1u << 20;
   // TCP connections to each neighbour this peer connects to (1 to 8): the
   // extra ones carry requests and pieces, for links one connection cannot fill.

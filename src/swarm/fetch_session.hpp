@@ -106,8 +106,9 @@ struct VerifyAction {
 struct AnnounceAction {  // HAVE to every neighbour
   ShardIndex shard;
 };
-// This fetch has begun bringing the shard across its host's NIC (or the
-// WAN): tell the host mates fetching from us, so they leave it to us.
+// This fetch has begun bringing the shard across its host's NIC from a
+// holder in its datacenter: tell the host mates fetching from us, so they
+// leave it to us.
 struct ClaimAction {
   ShardIndex shard;
 };

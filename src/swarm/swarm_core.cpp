@@ -39,7 +39,7 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
   auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}, true});
+                                                          UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}, true});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
@@ -57,7 +57,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (it == versions_.end()) {
     it = versions_
              .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
-                                  UploadSlots(config_.upload_slots, config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {},
+                                  UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {},
                                   config_.serve_fetched})
              .first;
   }
@@ -266,6 +266,17 @@ void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
   }
 }
 
+bool SwarmCore::served_outside_slots(const Version& v, const PeerId& peer) const {
+  return !v.seeder && proximity_of(peer) == Proximity::kSameHost;
+}
+
+std::size_t SwarmCore::upload_slots_here() const {
+  std::size_t on_host = locations_->peers_on_host(self_);
+  const Location* listed = locations_->find(self_id_);
+  if (listed && listed->dc == self_.dc && listed->rack == self_.rack && listed->host == self_.host && on_host > 0) --on_host;
+  return std::max<std::size_t>(1, config_.upload_slots / (on_host + 1));
+}
+
 void SwarmCore::choke(const ManifestId& id, Version& v, const PeerId& peer) {
   v.finishing.erase(peer);
   forget_carrier(v, peer);
@@ -371,7 +382,7 @@ void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMes
   if (it == versions_.end()) return refuse("unknown version");
   Version& v = it->second;
   if (!v.offered) return refuse("not served here");
-  if (!v.slots.unchoked(peer) && !v.finishing.count(peer)) return refuse("choked");
+  if (!v.slots.unchoked(peer) && !v.finishing.count(peer) && !served_outside_slots(v, peer)) return refuse("choked");
   const ShardLayout& l = v.layout;
   if (m.shard.value >= l.shard_count()) return refuse("no such shard");
   if (!v.have.test(m.shard.value)) return refuse("shard not held");
@@ -419,7 +430,11 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), shown.to_bytes()});
       if (v.offered) {
         v.requesters.insert(peer);
-        v.slots.on_interested(now, peer);
+        if (served_outside_slots(v, peer)) {
+          send(peer, SwarmMessage{MessageType::kUnchoke, m.version, 0, {}, {}, 0, 0, 0, {}});
+        } else {
+          v.slots.on_interested(now, peer);
+        }
         introduce_requesters(m.version, v, peer);
         drain_slots(now, m.version, v);
       }

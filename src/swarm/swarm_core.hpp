@@ -39,7 +39,10 @@ inline constexpr int kFinishingRotations = 2;
 
 struct SwarmConfig {
   FetchConfig fetch;
-  std::size_t upload_slots = 8;    // requesters served at once, per version
+  // Requesters served at once, per version, per host: the peers on one
+  // host (by the location book) divide them, at least one each, and serve
+  // their host mates outside them (the NIC they share out is not crossed).
+  std::size_t upload_slots = 8;
   Duration slot_rotation = 2s;     // then the longest-served yields to the next
   // false: a leech. What this core fetches it shows and serves to nobody
   // (an empty bitfield, requests refused), though it still tells a
@@ -210,6 +213,14 @@ class SwarmCore {
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
   void drain_slots(TimePoint now, const ManifestId& id, Version& v);
+  // A host mate: served whenever it asks, outside the upload slots, which
+  // share out the NIC that its blocks never cross. (Not by a super-seed,
+  // whose reveals follow its slots.)
+  bool served_outside_slots(const Version& v, const PeerId& peer) const;
+  // This peer's part of the host's upload slots: the peers on one host
+  // share its NIC, so they divide config_.upload_slots among them (at
+  // least one each), counted in the location book when a version starts.
+  std::size_t upload_slots_here() const;
   // Stops serving `peer` this version now.
   void choke(const ManifestId& id, Version& v, const PeerId& peer);
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
