@@ -39,7 +39,7 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
   auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}, true});
+                                                          UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}, true, {}});
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
@@ -58,7 +58,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
     it = versions_
              .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
                                   UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {},
-                                  config_.serve_fetched})
+                                  config_.serve_fetched, {}})
              .first;
   }
   Version& v = it->second;
@@ -217,8 +217,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
     } else if (auto* claim = std::get_if<ClaimAction>(&*action)) {
       // The host mates fetching from us: they would otherwise bring it
       // across the NIC we share as well.
-      for (const PeerId& peer : v.requesters) {
-        if (proximity_of(peer) != Proximity::kSameHost) continue;
+      for (const PeerId& peer : v.host_mate_requesters) {
         auto c = connections_.find(peer);
         if (c != connections_.end() && c->second.open) {
           send(peer, SwarmMessage{MessageType::kFetching, id, 0, claim->shard, {}, 0, 0, 0, {}});
@@ -324,6 +323,7 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
     if (v.seeder) v.seeder->remove_requester(peer);
     v.finishing.erase(peer);
     const bool was_requester = v.requesters.erase(peer) != 0;
+    std::erase(v.host_mate_requesters, peer);
     if (was_requester) {
       v.slots.on_gone(now, peer);
       drain_slots(now, id, v);
@@ -429,7 +429,8 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       const core::Bitfield shown = v.offered && !super_seeds ? v.have : core::Bitfield(v.layout.shard_count());
       send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), shown.to_bytes()});
       if (v.offered) {
-        v.requesters.insert(peer);
+        const bool new_requester = v.requesters.insert(peer).second;
+        if (new_requester && proximity_of(peer) == Proximity::kSameHost) v.host_mate_requesters.push_back(peer);
         if (served_outside_slots(v, peer)) {
           send(peer, SwarmMessage{MessageType::kUnchoke, m.version, 0, {}, {}, 0, 0, 0, {}});
         } else {
@@ -449,6 +450,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       if (it != versions_.end() && it->second.seeder) it->second.seeder->remove_requester(peer);
       if (it != versions_.end()) it->second.finishing.erase(peer);
       if (it != versions_.end() && it->second.requesters.erase(peer)) {
+        std::erase(it->second.host_mate_requesters, peer);
         it->second.slots.on_gone(now, peer);
         drain_slots(now, m.version, it->second);
       }

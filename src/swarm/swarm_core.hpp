@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 #include <variant>
+#include <vector>
 
 #include "core/action_queue.hpp"
 #include "core/bitfield.hpp"
@@ -190,6 +191,9 @@ class SwarmCore {
     };
     std::map<std::pair<std::string, std::uint32_t>, WanCarrier> wan_carriers;
     bool offered = true;  // shown and served to requesters (false: fetched by a leech)
+    // Those of the requesters on our host, whom our claims (kFetching) concern.
+    // Invariant: exactly the members of requesters on our host.
+    std::vector<PeerId> host_mate_requesters;
   };
   struct Outstanding {
     ManifestId version;
