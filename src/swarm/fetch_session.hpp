@@ -266,6 +266,9 @@ class FetchSession {
   // When a request to a neighbour counts as lost: request_timeout after the
   // later of its sending and the neighbour's last delivery.
   TimePoint deadline_of(const Request& r) const;
+  // The same, with the request's neighbour found already (nullptr: gone).
+  TimePoint deadline_of(const Request& r, const Neighbour* n) const;
+  const Neighbour* find_neighbour(const PeerId& peer) const;
   // Whether a neighbour nearer than `beyond` (a mate on this side of the
   // link that a source that far would use) holds the shard.
   // O(1): near_holders_ keeps the counts.
