@@ -296,6 +296,11 @@ std::uint64_t rendezvous_score(const PeerId& peer, ShardIndex shard) {
   return x ^ (x >> 31);
 }
 
+// Whether `a` rather than `b` brings `shard` across, when both could.
+bool outranks(const PeerId& a, const PeerId& b, ShardIndex shard) {
+  return rendezvous_score(a, shard) > rendezvous_score(b, shard);
+}
+
 }  // namespace
 
 bool FetchSession::share_is_mine(ShardIndex shard, Proximity beyond) const {
@@ -311,9 +316,7 @@ bool FetchSession::left_to_a_mate(TimePoint now, ShardIndex shard) const {
   if (mate_claims_.empty()) return false;
   auto claim = mate_claims_.find(shard.value);
   if (claim == mate_claims_.end()) return false;
-  if (shards_.count(shard.value) != 0 && rendezvous_score(self_id_, shard) > rendezvous_score(claim->second.peer, shard)) {
-    return false;
-  }
+  if (shards_.count(shard.value) != 0 && outranks(self_id_, claim->second.peer, shard)) return false;
   return in_flight_total() != 0 || now - claim->second.since < config_.request_timeout;
 }
 
@@ -323,8 +326,7 @@ void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardInde
   if (shard.value >= layout_.shard_count() || have_.test(shard.value) || done_) return;
   auto [claim, added] = mate_claims_.try_emplace(shard.value, MateClaim{peer, now});
   // Two mates at once: the same one wins everywhere.
-  if (!added && claim->second.peer != peer &&
-      rendezvous_score(peer, shard) > rendezvous_score(claim->second.peer, shard)) {
+  if (!added && claim->second.peer != peer && outranks(peer, claim->second.peer, shard)) {
     claim->second = MateClaim{peer, now};
   }
   // We began it too, in the same instant (a HAVE or an unchoke reaches all
