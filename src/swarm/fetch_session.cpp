@@ -156,6 +156,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
     count_holdings(it->second, -1);
   }
   in_flight_total_ -= it->second.in_flight;
+  std::erase(busy_, &it->second);
   if (it->second.connecting) --connecting_count_;
   if (it->second.proximity == Proximity::kSameHost) --host_mates_;
   neighbours_.erase(it);
@@ -414,6 +415,11 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   auto& requests = s.requests[block.value];
   if (requests.empty()) --unrequested_;
   requests.push_back(Request{id, now});
+  recent_requests_.push_back(SentRequest{now, shard, block, id});
+  if (n.in_flight == 0) {
+    n.first_sent = now;
+    busy_.push_back(&n);
+  }
   ++n.in_flight;
   ++in_flight_total_;
   actions_.push(RequestAction{id, shard, block, layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
@@ -467,6 +473,13 @@ void FetchSession::fill(TimePoint now, const PeerId& id, Neighbour& n) {
 void FetchSession::schedule(TimePoint now) {
   if (done_) return;
   last_scheduled_ = now;
+  // What is overdue now is considered below (request_next); what left
+  // flight never will be.
+  while (!recent_requests_.empty()) {
+    const SentRequest& r = recent_requests_.front();
+    if (r.sent + block_rtt_ * 2 > now && still_in_flight(r)) break;
+    recent_requests_.pop_front();
+  }
   connect_more(now);
   // Nearest neighbours choose first, so they take what they can give
   // (equals in id order: the map's order, kept by the stable sort).
@@ -485,11 +498,15 @@ void FetchSession::drop_request(ShardIndex shard, BlockIndex block, const PeerId
   auto r = std::find_if(requests.begin(), requests.end(), [&](const Request& q) { return q.peer == peer; });
   if (r == requests.end()) return;
   requests.erase(r);
-  if (auto n = neighbours_.find(peer); n != neighbours_.end() && n->second.in_flight > 0) {
-    --n->second.in_flight;
-    --in_flight_total_;
-  }
+  one_less_in_flight(peer);
   if (requests.empty() && !it->second.received.test(block.value)) ++unrequested_;
+}
+
+void FetchSession::one_less_in_flight(const PeerId& peer) {
+  auto n = neighbours_.find(peer);
+  if (n == neighbours_.end() || n->second.in_flight == 0) return;
+  --in_flight_total_;
+  if (--n->second.in_flight == 0) std::erase(busy_, &n->second);
 }
 
 void FetchSession::release_requests_of(const PeerId& peer) {
@@ -551,10 +568,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   const bool cancels_others = !s.requests[block.value].empty();
   for (const Request& other : s.requests[block.value]) {
     actions_.push(CancelAction{other.peer, shard, block});
-    if (auto n = neighbours_.find(other.peer); n != neighbours_.end() && n->second.in_flight > 0) {
-      --n->second.in_flight;
-      --in_flight_total_;
-    }
+    one_less_in_flight(other.peer);
   }
   s.requests[block.value].clear();
   s.received.set(block.value);
@@ -641,22 +655,18 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
 // --------------------------------------------------------------------------
 // Time
 
-TimePoint FetchSession::deadline_of(const Request& r) const {
-  // A holder answers a connection's requests in order, and a busy one has a
-  // queue: what counts is how long it has gone without delivering anything,
-  // not how old this request is. (A fixed deadline per request re-asked 328
-  // blocks elsewhere in one 8-host run, and the first answers still came:
-  // 0.16x the version carried for nothing.)
-  return deadline_of(r, find_neighbour(r.peer));
-}
-
 const FetchSession::Neighbour* FetchSession::find_neighbour(const PeerId& peer) const {
   auto n = neighbours_.find(peer);
   return n == neighbours_.end() ? nullptr : &n->second;
 }
 
-TimePoint FetchSession::deadline_of(const Request& r, const Neighbour* n) const {
-  if (n == nullptr) return r.sent + config_.request_timeout;
+TimePoint FetchSession::deadline_of(TimePoint sent, const Neighbour* n) const {
+  // A holder answers a connection's requests in order, and a busy one has a
+  // queue: what counts is how long it has gone without delivering anything,
+  // not how old this request is. (A fixed deadline per request re-asked 328
+  // blocks elsewhere in one 8-host run, and the first answers still came:
+  // 0.16x the version carried for nothing.)
+  if (n == nullptr) return sent + config_.request_timeout;
   // Across the WAN the link is thinner and shared by every mate's flows, so a
   // healthy holder's gaps are longer (measured: 17 false timeouts at 200
   // Mbit/s with the plain timeout).
@@ -666,7 +676,73 @@ TimePoint FetchSession::deadline_of(const Request& r, const Neighbour* n) const 
   // re-requests: 499 timeouts, 2x the version wasted).
   const Duration base = config_.request_timeout * (n->proximity == Proximity::kRemote ? 4 : 1);
   const Duration timeout = std::max(base, n->delivery_gap * 6);
-  return std::max(r.sent, n->last_delivery) + timeout;
+  return std::max(sent, n->last_delivery) + timeout;
+}
+
+TimePoint FetchSession::first_request_deadline() const {
+  TimePoint t = kTimeNever;
+  for (const Neighbour* n : busy_) t = std::min(t, deadline_of(n->first_sent, n));
+#ifdef TENSORHUB_DEBUG_INVARIANTS
+  for (const auto& [id, n] : neighbours_) {
+    assert((n.in_flight != 0) == (std::count(busy_.begin(), busy_.end(), &n) == 1));
+  }
+  assert(busy_.size() <= neighbours_.size());
+  // Every request's deadline is at or after its neighbour's (first_sent is
+  // a lower bound on what is in flight to it).
+  for (const auto& [index, s] : shards_) {
+    for (const auto& requests : s.requests) {
+      for (const Request& r : requests) {
+        const Neighbour* n = find_neighbour(r.peer);
+        assert(n != nullptr && n->in_flight != 0 && n->first_sent <= r.sent);
+        assert(t <= deadline_of(r.sent, n));
+      }
+    }
+  }
+#endif
+  return t;
+}
+
+void FetchSession::refresh_first_sent() {
+  for (auto& [id, n] : neighbours_) n.first_sent = kTimeNever;
+  // Consecutive requests are mostly to one neighbour (a pipeline): one
+  // lookup per run of them.
+  const PeerId* looked_up = nullptr;
+  Neighbour* neighbour = nullptr;
+  for (const auto& [index, s] : shards_) {
+    for (const auto& requests : s.requests) {
+      for (const Request& r : requests) {
+        if (looked_up == nullptr || !(*looked_up == r.peer)) {
+          looked_up = &r.peer;
+          auto it = neighbours_.find(r.peer);
+          neighbour = it == neighbours_.end() ? nullptr : &it->second;
+        }
+        if (neighbour) neighbour->first_sent = std::min(neighbour->first_sent, r.sent);
+      }
+    }
+  }
+}
+
+bool FetchSession::still_in_flight(const SentRequest& r) const {
+  auto it = shards_.find(r.shard.value);
+  if (it == shards_.end()) return false;
+  const BlockRequests& requests = it->second.requests[r.block.value];
+  return std::any_of(requests.begin(), requests.end(), [&](const Request& q) { return q.peer == r.peer && q.sent == r.sent; });
+}
+
+bool FetchSession::may_be_duplicated(const SentRequest& r) const {
+  auto it = shards_.find(r.shard.value);
+  return it != shards_.end() && it->second.requests[r.block.value].size() < config_.endgame_duplicates && still_in_flight(r);
+}
+
+TimePoint FetchSession::next_endgame_duplicate() const {
+  if (unrequested_ != 0) return kTimeNever;
+  // The first one that may be duplicated is the earliest: the queue is in
+  // the order sent.
+  for (const SentRequest& r : recent_requests_) {
+    const TimePoint overdue_at = r.sent + block_rtt_ * 2;
+    if (overdue_at > last_scheduled_ && may_be_duplicated(r)) return overdue_at;
+  }
+  return kTimeNever;
 }
 
 void FetchSession::handle_timeout(TimePoint now) {
@@ -683,7 +759,7 @@ void FetchSession::handle_timeout(TimePoint now) {
   for (const auto& [index, s] : shards_) {
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
       for (const Request& r : s.requests[b]) {
-        if (now >= deadline_of(r)) expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
+        if (now >= deadline_of(r.sent, find_neighbour(r.peer))) expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
       }
     }
   }
@@ -692,6 +768,7 @@ void FetchSession::handle_timeout(TimePoint now) {
     drop_request(shard, block, peer);
     actions_.push(CancelAction{peer, shard, block});
   }
+  refresh_first_sent();
   schedule(now);
 }
 
@@ -703,27 +780,8 @@ TimePoint FetchSession::next_timeout() const {
       if (n.connecting) t = std::min(t, n.connect_deadline);
     }
   }
-  // Consecutive requests are mostly to one neighbour (a pipeline): one
-  // lookup per run of them. A lookup per request was a tenth of the
-  // simulator's instructions (callgrind, agreement-256).
-  const PeerId* looked_up = nullptr;
-  const Neighbour* neighbour = nullptr;
-  for (const auto& [index, s] : shards_) {
-    for (const auto& requests : s.requests) {
-      for (const Request& r : requests) {
-        if (looked_up == nullptr || !(*looked_up == r.peer)) {
-          looked_up = &r.peer;
-          neighbour = find_neighbour(r.peer);
-        }
-        t = std::min(t, deadline_of(r, neighbour));
-        // In endgame, when this request becomes overdue for a duplicate.
-        const TimePoint overdue_at = r.sent + block_rtt_ * 2;
-        if (unrequested_ == 0 && requests.size() < config_.endgame_duplicates && overdue_at > last_scheduled_) {
-          t = std::min(t, overdue_at);
-        }
-      }
-    }
-  }
+  t = std::min(t, first_request_deadline());
+  t = std::min(t, next_endgame_duplicate());
   if (starved_since_) t = std::min(t, *starved_since_ + config_.starvation_timeout);
   if (swap_due_) t = std::min(t, *swap_due_);  // always later than when it was set
   if (connect_due_) t = std::min(t, *connect_due_);
@@ -828,6 +886,7 @@ void FetchSession::check_starvation(TimePoint now) {
 void FetchSession::finish(Status status) {
   if (done_) return;
   done_ = true;
+  recent_requests_.clear();
   for (auto& [index, s] : shards_) {
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
       for (const Request& r : s.requests[b]) actions_.push(CancelAction{r.peer, ShardIndex{index}, BlockIndex{b}});

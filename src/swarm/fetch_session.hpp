@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -138,6 +139,9 @@ class FetchSession {
   // copied locally). REQUIRES: have.size() == layout.shard_count().
   FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id, FetchConfig config,
                std::uint64_t seed, TimePoint now);
+  // Not copied: busy_ points into neighbours_.
+  FetchSession(const FetchSession&) = delete;
+  FetchSession& operator=(const FetchSession&) = delete;
 
   // Candidates from gossip: peers that hold or are fetching this version.
   // `complete`: gossip says it holds the whole version (a publisher, a
@@ -255,6 +259,10 @@ class FetchSession {
     bool has_bits = false;
     bool holds_all = false;  // bits.all(), kept with bits (asked per shard per neighbour)
     std::size_t in_flight = 0;
+    // No request in flight to it was sent before this: exact after
+    // handle_timeout, a lower bound after a request is dropped (its
+    // deadline can only come early, and the wakeup makes it exact).
+    TimePoint first_sent;
     int bad_shards = 0;
     std::uint64_t bytes = 0;
   };
@@ -264,10 +272,26 @@ class FetchSession {
   bool request_next(TimePoint now, const PeerId& id, Neighbour& n);
   bool allowed_from(TimePoint now, const Neighbour& n, ShardIndex shard) const;
   // When a request to a neighbour counts as lost: request_timeout after the
-  // later of its sending and the neighbour's last delivery.
-  TimePoint deadline_of(const Request& r) const;
-  // The same, with the request's neighbour found already (nullptr: gone).
-  TimePoint deadline_of(const Request& r, const Neighbour* n) const;
+  // later of its sending and the neighbour's last delivery (nullptr: gone).
+  TimePoint deadline_of(TimePoint sent, const Neighbour* n) const;
+  // The earliest deadline_of of any request in flight, or kTimeNever: one
+  // per neighbour, from its first_sent (a walk over the requests was a
+  // tenth of the simulator's time).
+  TimePoint first_request_deadline() const;
+  // Sets every neighbour's first_sent exactly.
+  void refresh_first_sent();
+  // The earliest moment a request becomes overdue for an endgame duplicate.
+  TimePoint next_endgame_duplicate() const;
+  struct SentRequest {
+    TimePoint sent;
+    ShardIndex shard;
+    BlockIndex block;
+    PeerId peer;
+  };
+  // Whether the request is still in flight; and whether its block may
+  // take another holder's copy (fewer than endgame_duplicates asked).
+  bool still_in_flight(const SentRequest& r) const;
+  bool may_be_duplicated(const SentRequest& r) const;
   const Neighbour* find_neighbour(const PeerId& peer) const;
   // Whether a neighbour nearer than `beyond` (a mate on this side of the
   // link that a source that far would use) holds the shard.
@@ -293,6 +317,8 @@ class FetchSession {
   void drop_claims_of(const PeerId& peer);
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
+  // A request to `peer` left flight (answered, cancelled or dropped).
+  void one_less_in_flight(const PeerId& peer);
   // The neighbour delivered a block (wanted or not): its delivery pace.
   void note_delivery(TimePoint now, const PeerId& peer);
   void release_requests_of(const PeerId& peer);
@@ -319,6 +345,9 @@ class FetchSession {
   std::set<PeerId> banned_;
   std::map<PeerId, Neighbour> neighbours_;
   std::vector<std::pair<const PeerId, Neighbour>*> schedule_order_;  // reused by schedule()
+  // The neighbours with requests in flight (a few of dozens: the timer looks
+  // only at them). Invariant: exactly those with in_flight != 0.
+  std::vector<const Neighbour*> busy_;
   core::ActionQueue<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
   std::size_t in_flight_total_ = 0;  // the sum of the neighbours' in_flight
@@ -335,6 +364,11 @@ class FetchSession {
   // waste, and with small versions every block is "in flight" at once.
   Duration block_rtt_ = 20ms;
   TimePoint last_scheduled_;  // requests overdue before this were already considered
+  // The requests that may still become overdue for an endgame duplicate,
+  // in the order sent (so by `sent`). Invariant after schedule(): the front
+  // is in flight and not yet overdue. (Walking every started shard for the
+  // next overdue request was 7% of the simulator's time, scale-1024.)
+  std::deque<SentRequest> recent_requests_;
   std::optional<TimePoint> starved_since_;
   std::optional<TimePoint> connect_due_;  // new candidates wait for the burst to end
   TimePoint last_swap_;                   // an idle neighbour last traded for a candidate (starvation)
