@@ -439,9 +439,9 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
     }
   }
   // 2. A new shard, rarest first.
-  auto picked = picker_.pick(n.bits, 1, [&](ShardIndex s) { return !shards_.count(s.value) && allowed_from(now, n, s); });
-  if (!picked.empty()) {
-    send_request(now, id, n, picked.front(), BlockIndex{0});
+  auto picked = picker_.pick_one(n.bits, [&](ShardIndex s) { return !shards_.count(s.value) && allowed_from(now, n, s); });
+  if (picked) {
+    send_request(now, id, n, *picked, BlockIndex{0});
     return true;
   }
   // 3. Endgame: every missing block is in flight; ask a second holder.

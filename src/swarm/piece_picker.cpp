@@ -109,10 +109,10 @@ std::vector<ShardIndex> PiecePicker::pick(const core::Bitfield& has, std::size_t
                                           std::uint32_t min_availability) const {
   std::vector<ShardIndex> out;
   if (count == 0) return out;
-  for (std::uint32_t i = start(min_availability); i < size() && out.size() < count; ++i) {
-    const ShardIndex s = pieces_[i];
-    if (has.test(s.value) && (!eligible || eligible(s))) out.push_back(s);
-  }
+  for_each_held_rarest_first(has, min_availability, [&](ShardIndex s) {
+    if (!eligible || eligible(s)) out.push_back(s);
+    return out.size() < count;
+  });
   return out;
 }
 

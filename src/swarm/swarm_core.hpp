@@ -265,6 +265,7 @@ class SwarmCore {
   // Hashed: a publisher has a connection per fetcher (a thousand in the
   // simulator), and the tree walk on every message was a tenth of its time.
   std::unordered_map<PeerId, Connection> connections_;
+  std::vector<PeerId> told_;  // reused by drain(): who hears of a shard we verified
   std::shared_ptr<LocationBook> locations_;  // never null
   core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
