@@ -148,7 +148,10 @@ Result<FixedBytes<N, Tag>> FixedBytes<N, Tag>::from_hex(std::string_view text) {
 
 template <std::size_t N, typename Tag>
 struct std::hash<tensorhub::FixedBytes<N, Tag>> {
-  std::size_t operator()(const tensorhub::FixedBytes<N, Tag>& v) const noexcept {
+  // Not noexcept, on purpose: libstdc++'s unordered containers then keep each
+  // node's hash, and a lookup compares hashes before 32-byte keys and walks a
+  // bucket without rehashing every node it passes.
+  std::size_t operator()(const tensorhub::FixedBytes<N, Tag>& v) const {
     // The ids are hashes or keys already: their leading bytes are uniform.
     std::size_t h = 0;
     for (std::size_t i = 0; i < sizeof(h) && i < N; ++i) h = (h << 8) | v.bytes[i];
