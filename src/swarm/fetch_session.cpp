@@ -65,6 +65,7 @@ void FetchSession::connect_to(TimePoint now, const PeerId& chosen) {
   n.complete_source = candidate->complete;
   n.connecting = true;
   ++connecting_count_;
+  ++may_yet_show_;
   n.connect_deadline = now + config_.connect_timeout;
   if (n.proximity == Proximity::kSameHost) ++host_mates_;
   const bool added = neighbours_.emplace(chosen, std::move(n)).second;
@@ -108,8 +109,10 @@ void FetchSession::on_connected(TimePoint now, const PeerId& peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
   if (it->second.connecting) --connecting_count_;
-  it->second.connecting = false;
-  it->second.connected = true;
+  recount_may_yet_show(it->second, [&](Neighbour& n) {
+    n.connecting = false;
+    n.connected = true;
+  });
   it->second.choked = config_.starts_choked;
   schedule(now);
 }
@@ -117,7 +120,7 @@ void FetchSession::on_connected(TimePoint now, const PeerId& peer) {
 void FetchSession::on_super_seed(TimePoint now, const PeerId& peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
-  it->second.super_seed = true;
+  recount_may_yet_show(it->second, [](Neighbour& n) { n.super_seed = true; });
   schedule(now);
 }
 
@@ -157,6 +160,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   }
   in_flight_total_ -= it->second.in_flight;
   std::erase(busy_, &it->second);
+  may_yet_show_ -= may_yet_show(it->second);
   if (it->second.connecting) --connecting_count_;
   if (it->second.proximity == Proximity::kSameHost) --host_mates_;
   neighbours_.erase(it);
@@ -179,7 +183,7 @@ void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bi
     count_holdings(n, -1);
   }
   n.bits = bits;
-  n.has_bits = true;
+  recount_may_yet_show(n, [](Neighbour& m) { m.has_bits = true; });
   n.holds_all = n.bits.all();
   picker_.add_peer(n.bits);
   count_holdings(n, +1);
@@ -192,7 +196,7 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
   Neighbour& n = it->second;
   if (!n.has_bits) {
     n.bits = core::Bitfield(layout_.shard_count());
-    n.has_bits = true;
+    recount_may_yet_show(n, [](Neighbour& m) { m.has_bits = true; });
   }
   if (auto claim = mate_claims_.find(shard.value); claim != mate_claims_.end() && claim->second.peer == peer) {
     mate_claims_.erase(claim);
@@ -816,11 +820,11 @@ void FetchSession::check_starvation(TimePoint now) {
   }
   // A neighbour yet to say what it holds (or a super-seed, which shows
   // shards as it goes) may still have it.
-  auto may_yet_have_it = [](const auto& entry) {
-    const Neighbour& n = entry.second;
-    return n.connecting || (n.connected && (!n.has_bits || n.super_seed));
-  };
-  if (!orphan || std::any_of(neighbours_.begin(), neighbours_.end(), may_yet_have_it)) {
+#ifdef TENSORHUB_DEBUG_INVARIANTS
+  assert(may_yet_show_ == static_cast<std::size_t>(std::count_if(
+                              neighbours_.begin(), neighbours_.end(), [](const auto& e) { return may_yet_show(e.second); })));
+#endif
+  if (!orphan || may_yet_show_ != 0) {
     clear_starvation();
     return;
   }
