@@ -498,19 +498,27 @@ void FetchSession::schedule(TimePoint now) {
 void FetchSession::drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer) {
   auto it = shards_.find(shard.value);
   if (it == shards_.end()) return;
-  auto& requests = it->second.requests[block.value];
+  auto n = neighbours_.find(peer);
+  drop_request(it->second, block, peer, n == neighbours_.end() ? nullptr : &n->second);
+}
+
+void FetchSession::drop_request(Shard& s, BlockIndex block, const PeerId& peer, Neighbour* n) {
+  auto& requests = s.requests[block.value];
   auto r = std::find_if(requests.begin(), requests.end(), [&](const Request& q) { return q.peer == peer; });
   if (r == requests.end()) return;
   requests.erase(r);
-  one_less_in_flight(peer);
-  if (requests.empty() && !it->second.received.test(block.value)) ++unrequested_;
+  if (n) one_less_in_flight(*n);
+  if (requests.empty() && !s.received.test(block.value)) ++unrequested_;
 }
 
 void FetchSession::one_less_in_flight(const PeerId& peer) {
-  auto n = neighbours_.find(peer);
-  if (n == neighbours_.end() || n->second.in_flight == 0) return;
+  if (auto n = neighbours_.find(peer); n != neighbours_.end()) one_less_in_flight(n->second);
+}
+
+void FetchSession::one_less_in_flight(Neighbour& n) {
+  if (n.in_flight == 0) return;
   --in_flight_total_;
-  if (--n->second.in_flight == 0) std::erase(busy_, &n->second);
+  if (--n.in_flight == 0) std::erase(busy_, &n);
 }
 
 void FetchSession::release_requests_of(const PeerId& peer) {
@@ -538,11 +546,12 @@ bool FetchSession::wants_block(ShardIndex shard, BlockIndex block) const {
 }
 
 void FetchSession::note_delivery(TimePoint now, const PeerId& peer) {
-  if (auto n = neighbours_.find(peer); n != neighbours_.end()) {
-    Neighbour& from = n->second;
-    if (from.last_delivery != TimePoint{}) from.delivery_gap += (std::min(now - from.last_delivery, config_.request_timeout * 8) - from.delivery_gap) / 8;
-    from.last_delivery = now;
-  }
+  if (auto n = neighbours_.find(peer); n != neighbours_.end()) note_delivery(now, n->second);
+}
+
+void FetchSession::note_delivery(TimePoint now, Neighbour& from) {
+  if (from.last_delivery != TimePoint{}) from.delivery_gap += (std::min(now - from.last_delivery, config_.request_timeout * 8) - from.delivery_gap) / 8;
+  from.last_delivery = now;
 }
 
 void FetchSession::on_block_superseded(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
@@ -555,15 +564,18 @@ void FetchSession::on_block_superseded(TimePoint now, const PeerId& peer, ShardI
 
 void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
   if (!wants_block(shard, block)) return on_block_superseded(now, peer, shard, block);
-  note_delivery(now, peer);
+  // One lookup each of the shard and the sender (a block is most events).
   Shard& s = shards_.find(shard.value)->second;
+  auto sender = neighbours_.find(peer);
+  Neighbour* from = sender == neighbours_.end() ? nullptr : &sender->second;
+  if (from) note_delivery(now, *from);
   for (const Request& r : s.requests[block.value]) {
     if (r.peer == peer) {
       // An exponentially weighted average, 1/8 per sample (as TCP's SRTT).
       block_rtt_ += (std::chrono::duration_cast<Duration>(now - r.sent) - block_rtt_) / 8;
     }
   }
-  drop_request(shard, block, peer);
+  drop_request(s, block, peer, from);
   // Whether or not it was still asked of this peer, its bytes are here now.
   if (s.requests[block.value].empty()) {
     // drop_request counted it as unrequested again; it is received instead.
@@ -580,10 +592,9 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   ++s.received_count;
   const std::uint32_t length = layout_.block_length(shard, block);
   bytes_received_ += length;
-  auto sender = neighbours_.find(peer);
-  if (sender != neighbours_.end()) {
-    sender->second.bytes += length;
-    if (sender->second.proximity == Proximity::kRemote) bytes_from_wan_ += length;
+  if (from) {
+    from->bytes += length;
+    if (from->proximity == Proximity::kRemote) bytes_from_wan_ += length;
   }
   if (s.received_count == layout_.block_count(shard)) {
     s.verifying = true;
@@ -595,11 +606,10 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   // a block across the WAN frees WAN budget, and with nothing left in
   // flight a fetcher takes shards outside its share. A full schedule per
   // block was a quarter of the simulator's instructions (agreement-256).
-  if (cancels_others || sender == neighbours_.end() || sender->second.proximity == Proximity::kRemote ||
-      in_flight_total_ == 0) {
+  if (cancels_others || !from || from->proximity == Proximity::kRemote || in_flight_total_ == 0) {
     return schedule(now);
   }
-  fill(now, peer, sender->second);
+  fill(now, peer, *from);
   check_starvation(now);
 }
 

@@ -317,10 +317,14 @@ class FetchSession {
   void drop_claims_of(const PeerId& peer);
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
+  // The same, with the shard and the neighbour (nullptr: gone) found.
+  void drop_request(Shard& s, BlockIndex block, const PeerId& peer, Neighbour* n);
   // A request to `peer` left flight (answered, cancelled or dropped).
   void one_less_in_flight(const PeerId& peer);
+  void one_less_in_flight(Neighbour& n);
   // The neighbour delivered a block (wanted or not): its delivery pace.
   void note_delivery(TimePoint now, const PeerId& peer);
+  void note_delivery(TimePoint now, Neighbour& from);
   void release_requests_of(const PeerId& peer);
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
   void connect_more(TimePoint now);
