@@ -69,6 +69,7 @@ void FetchSession::connect_to(TimePoint now, const PeerId& chosen) {
   n.connect_deadline = now + config_.connect_timeout;
   if (n.proximity == Proximity::kSameHost) ++host_mates_;
   const bool added = neighbours_.emplace(chosen, std::move(n)).second;
+  schedule_order_stale_ = true;
   assert(added);  // a candidate is never a neighbour (add_candidate refuses them)
   (void)added;
   actions_.push(ConnectAction{chosen});
@@ -164,6 +165,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   if (it->second.connecting) --connecting_count_;
   if (it->second.proximity == Proximity::kSameHost) --host_mates_;
   neighbours_.erase(it);
+  schedule_order_stale_ = true;
   if (ban) banned_.insert(peer);
   if (!reason.empty()) actions_.push(DisconnectAction{peer, reason});
   (void)now;
@@ -487,10 +489,13 @@ void FetchSession::schedule(TimePoint now) {
   connect_more(now);
   // Nearest neighbours choose first, so they take what they can give
   // (equals in id order: the map's order, kept by the stable sort).
-  schedule_order_.clear();
-  for (auto& entry : neighbours_) schedule_order_.push_back(&entry);
-  std::stable_sort(schedule_order_.begin(), schedule_order_.end(),
-                   [](const auto* a, const auto* b) { return a->second.proximity < b->second.proximity; });
+  if (schedule_order_stale_) {
+    schedule_order_.clear();
+    for (auto& entry : neighbours_) schedule_order_.push_back(&entry);
+    std::stable_sort(schedule_order_.begin(), schedule_order_.end(),
+                     [](const auto* a, const auto* b) { return a->second.proximity < b->second.proximity; });
+    schedule_order_stale_ = false;
+  }
   for (auto* entry : schedule_order_) fill(now, entry->first, entry->second);
   check_starvation(now);
 }
@@ -527,16 +532,27 @@ void FetchSession::release_requests_of(const PeerId& peer) {
   }
 }
 
-bool FetchSession::known_holder_of(const PeerId& peer, ShardIndex shard) const {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return false;
-  const Neighbour& n = it->second;
-  return !n.super_seed && n.has_bits && shard.value < n.bits.size() && n.bits.test(shard.value);
-}
-
-bool FetchSession::is_super_seed(const PeerId& peer) const {
-  auto it = neighbours_.find(peer);
-  return it != neighbours_.end() && it->second.super_seed;
+void FetchSession::audience_of_have(ShardIndex shard, const std::set<PeerId>& requesters, const std::set<PeerId>& sources,
+                                    std::vector<PeerId>& out) const {
+  out.clear();
+  // Calls keep(peer, neighbour or nullptr) for each of `peers`, walking the
+  // neighbours alongside.
+  auto walk = [&](const std::set<PeerId>& peers, auto&& keep) {
+    auto n = neighbours_.begin();
+    for (const PeerId& peer : peers) {
+      while (n != neighbours_.end() && n->first < peer) ++n;
+      const Neighbour* known = n != neighbours_.end() && n->first == peer ? &n->second : nullptr;
+      if (keep(known)) out.push_back(peer);
+    }
+  };
+  walk(requesters, [&](const Neighbour* n) {
+    const bool holds = n && !n->super_seed && n->has_bits && shard.value < n->bits.size() && n->bits.test(shard.value);
+    return !holds;
+  });
+  const auto from_requesters = static_cast<std::ptrdiff_t>(out.size());
+  walk(sources, [](const Neighbour* n) { return n && n->super_seed; });
+  std::inplace_merge(out.begin(), out.begin() + from_requesters, out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
 }
 
 bool FetchSession::wants_block(ShardIndex shard, BlockIndex block) const {

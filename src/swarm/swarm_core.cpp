@@ -201,17 +201,8 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       // does nothing with them, and a peer that starts fetching from us
       // gets our whole bitfield then. A HAVE to every connection was most
       // of the simulator's events (35 per flow at 10,240 peers).
-      // (In id order, once each; told_ is reused: a set per shard was a
-      // tree of allocations.)
-      told_.clear();
-      for (const PeerId& peer : v.requesters) {
-        if (!v.fetch->known_holder_of(peer, announce->shard)) told_.push_back(peer);
-      }
-      for (const PeerId& peer : v.sources) {
-        if (v.fetch->is_super_seed(peer)) told_.push_back(peer);
-      }
-      std::sort(told_.begin(), told_.end());
-      told_.erase(std::unique(told_.begin(), told_.end()), told_.end());
+      // (told_ is reused: a set per shard was a tree of allocations.)
+      v.fetch->audience_of_have(announce->shard, v.requesters, v.sources, told_);
       for (const PeerId& peer : told_) {
         auto c = connections_.find(peer);
         if (c != connections_.end() && c->second.open) {
