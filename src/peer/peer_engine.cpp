@@ -11,7 +11,7 @@ namespace tensorhub::peer {
 namespace {
 
 constexpr const char* kLog = "peer";
-constexpr Duration kHandshakeTimeout = std::chrono::seconds(5);
+constexpr transport::DataConnectionTimeouts kDataTimeouts{};
 // A manifest asked for and not here after this is asked of another peer.
 constexpr Duration kManifestRetry = std::chrono::seconds(2);
 
@@ -702,7 +702,7 @@ void PeerEngine::accept_data() {
     if (closed_) return;
     if (!ec) {
       accepting_.push_back(
-          transport::DataConnection::accept(std::move(socket), identity_, swarm_key_, *this, kHandshakeTimeout));
+          transport::DataConnection::accept(std::move(socket), identity_, swarm_key_, *this, kDataTimeouts));
     } else if (ec != asio::error::operation_aborted) {
       TH_LOG_WARN(kLog, "data accept failed: " << ec.message());
     }
@@ -732,7 +732,7 @@ void PeerEngine::open_connection(const PeerId& peer) {
     swarm_.on_connect_failed(steady_now_(), peer);
     return;
   }
-  connecting_[peer] = transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this, kHandshakeTimeout);
+  connecting_[peer] = transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this, kDataTimeouts);
 }
 
 void PeerEngine::send(const PeerId& peer, const swarm::SwarmMessage& message) {
@@ -794,7 +794,7 @@ void PeerEngine::on_established(transport::DataConnection& connection) {
       link.lanes.resize(options_.data_lanes);
       for (std::size_t lane = 1; lane < link.lanes.size(); ++lane) {
         link.lanes[lane] = transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this,
-                                                              kHandshakeTimeout, static_cast<std::uint8_t>(lane));
+                                                              kDataTimeouts, static_cast<std::uint8_t>(lane));
       }
     }
   }

@@ -1,5 +1,9 @@
 #include "transport/data_connection.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include "core/log.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -13,26 +17,27 @@ constexpr std::size_t kMaxFrameBytes = kMaxManifestBytes + 4096;
 }  // namespace
 
 DataConnection::DataConnection(asio::ip::tcp::socket socket, const Identity& identity, const SwarmKey& swarm_key,
-                               DataConnectionHandler& handler)
+                               DataConnectionHandler& handler, DataConnectionTimeouts timeouts)
     : socket_(std::move(socket)),
       identity_(identity),
       swarm_key_(swarm_key),
       handler_(handler),
-      handshake_timer_(socket_.get_executor()) {}
+      timeouts_(timeouts),
+      timer_(socket_.get_executor()) {}
 
 DataConnection::~DataConnection() = default;
 
 std::shared_ptr<DataConnection> DataConnection::connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
                                                         const Identity& identity, const SwarmKey& swarm_key,
-                                                        DataConnectionHandler& handler, Duration handshake_timeout,
+                                                        DataConnectionHandler& handler, DataConnectionTimeouts timeouts,
                                                         std::uint8_t lane) {
-  std::shared_ptr<DataConnection> c(new DataConnection(asio::ip::tcp::socket(io), identity, swarm_key, handler));
-  c->arm_handshake_timer(handshake_timeout);
+  std::shared_ptr<DataConnection> c(
+      new DataConnection(asio::ip::tcp::socket(io), identity, swarm_key, handler, timeouts));
+  c->arm_handshake_timer();
   c->socket_.async_connect(to, [c, lane](std::error_code ec) {
     if (c->closed_) return;
     if (ec) return c->close(Status::unavailable("connect failed: " + ec.message()));
-    std::error_code ignored;
-    c->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+    c->configure_socket();
     c->start_initiator(lane);
   });
   return c;
@@ -40,21 +45,49 @@ std::shared_ptr<DataConnection> DataConnection::connect(asio::io_context& io, co
 
 std::shared_ptr<DataConnection> DataConnection::accept(asio::ip::tcp::socket socket, const Identity& identity,
                                                        const SwarmKey& swarm_key, DataConnectionHandler& handler,
-                                                       Duration handshake_timeout) {
-  std::shared_ptr<DataConnection> c(new DataConnection(std::move(socket), identity, swarm_key, handler));
-  std::error_code ignored;
-  c->socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
-  c->arm_handshake_timer(handshake_timeout);
+                                                       DataConnectionTimeouts timeouts) {
+  std::shared_ptr<DataConnection> c(new DataConnection(std::move(socket), identity, swarm_key, handler, timeouts));
+  c->configure_socket();
+  c->arm_handshake_timer();
   c->start_responder();
   return c;
 }
 
-void DataConnection::arm_handshake_timer(Duration timeout) {
-  handshake_timer_.expires_after(timeout);
-  handshake_timer_.async_wait([self = weak_from_this()](std::error_code ec) {
+void DataConnection::configure_socket() {
+  std::error_code ignored;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  const auto milliseconds =
+      static_cast<unsigned int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.unacknowledged).count());
+  // Best effort: without it a vanished peer still goes when gossip says so.
+  ::setsockopt(socket_.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &milliseconds, sizeof milliseconds);
+}
+
+void DataConnection::arm_handshake_timer() {
+  timer_.expires_after(timeouts_.handshake);
+  timer_.async_wait([self = weak_from_this()](std::error_code ec) {
     auto c = self.lock();
     if (!c || ec || c->established_ || c->closed_) return;
     c->close(Status::timeout("handshake timed out"));
+  });
+}
+
+void DataConnection::arm_keepalive_timer() {
+  timer_.expires_after(timeouts_.keepalive);
+  timer_.async_wait([self = weak_from_this()](std::error_code ec) {
+    auto c = self.lock();
+    if (!c || ec || c->closed_) return;
+    if (!c->wrote_since_tick_ && !c->writing_ && c->outbox_.empty()) {
+      if (c->spare_.empty()) c->spare_.emplace_back();
+      c->outbox_.splice(c->outbox_.end(), c->spare_, c->spare_.begin());
+      Outgoing& keepalive = c->outbox_.back();
+      keepalive.message.clear();  // seals nothing
+      keepalive.piece = false;
+      keepalive.cancel_id = 0;
+      ++c->keepalives_sent_;
+      c->write_next();
+    }
+    c->wrote_since_tick_ = false;
+    c->arm_keepalive_timer();
   });
 }
 
@@ -111,13 +144,14 @@ void DataConnection::established(ChannelKeys keys) {
   sealer_.emplace(keys_.send);
   opener_.emplace(keys_.receive);
   established_ = true;
-  handshake_timer_.cancel();
+  timer_.cancel();
   initiator_.reset();
   responder_.reset();
   handler_.on_established(*this);
   if (closed_) return;
   read_frame_length();
   write_next();
+  arm_keepalive_timer();
 }
 
 void DataConnection::send(const SwarmMessage& message) { send_piece(message, {}, nullptr); }
@@ -195,6 +229,7 @@ std::size_t DataConnection::cancel_pieces_of(const ManifestId& version) {
 void DataConnection::write_next() {
   if (closed_ || !established_ || writing_ || outbox_.empty()) return;
   writing_ = true;
+  wrote_since_tick_ = true;
   Outgoing& front = outbox_.front();
   // Sealed only now, in the order frames go out: the receiver expects the
   // frame counters in sequence, and a cancelled piece never takes one.
@@ -246,6 +281,10 @@ void DataConnection::read_frame(std::uint32_t length) {
     if (!self->opener_->open(self->frame_buffer_, self->plaintext_)) {
       return self->close(Status::verify_failed("a frame failed authentication"));
     }
+    if (self->plaintext_.empty()) {  // a keepalive
+      ++self->keepalives_received_;
+      return self->read_frame_length();
+    }
     auto message = decode_swarm_message(self->plaintext_);
     if (!message) return self->close(message.status());
     if (message->type == MessageType::kPiece) {
@@ -279,7 +318,7 @@ void DataConnection::close(const Status& why) {
   if (closed_) return;
   closed_ = true;
   std::error_code ignored;
-  handshake_timer_.cancel();
+  timer_.cancel();
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   // Queued payload writes report failure, so their memory can be released.

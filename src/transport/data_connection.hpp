@@ -1,7 +1,8 @@
 // One authenticated data-plane TCP connection (asio).
 //
 // It runs the handshake of secure_channel.hpp, then carries length-prefixed
-// sealed control frames ([u32 big-endian length][sealed message]). A piece
+// sealed control frames ([u32 big-endian length][sealed message]). A frame
+// that seals nothing is a keepalive, skipped by the reader. A piece
 // header is followed by its payload: sent with one scatter-gather write
 // straight from the holder's memory, and read straight into the destination
 // span the handler names, so the payload is never copied in between.
@@ -35,6 +36,22 @@ using swarm::encode_swarm_message;
 
 class DataConnection;
 
+// How long a connection may take to prove its peer a member, and how it
+// finds out that an established one is dead.
+struct DataConnectionTimeouts {
+  Duration handshake = std::chrono::seconds(5);
+  // With nothing written for this long, a keepalive goes out. A peer that
+  // closed its socket while the path was down (gossip had declared us dead)
+  // sent a reset that was lost, and its kernel says so again only when
+  // something arrives: without the keepalive, a fetcher choked by that peer
+  // has nothing to send and waits on the dead connection forever (the
+  // cluster chaos test, a host's link down for 3 s).
+  Duration keepalive = std::chrono::seconds(2);
+  // Bytes written and unacknowledged for this long close the connection
+  // (TCP_USER_TIMEOUT): a peer that vanished without a reset.
+  Duration unacknowledged = std::chrono::seconds(30);
+};
+
 class DataConnectionHandler {
  public:
   virtual ~DataConnectionHandler() = default;
@@ -54,11 +71,11 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   // `lane`: which of the neighbour's connections this is (secure_channel.hpp).
   static std::shared_ptr<DataConnection> connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
                                                  const Identity& identity, const SwarmKey& swarm_key,
-                                                 DataConnectionHandler& handler, Duration handshake_timeout,
+                                                 DataConnectionHandler& handler, DataConnectionTimeouts timeouts,
                                                  std::uint8_t lane = 0);
   static std::shared_ptr<DataConnection> accept(asio::ip::tcp::socket socket, const Identity& identity,
                                                 const SwarmKey& swarm_key, DataConnectionHandler& handler,
-                                                Duration handshake_timeout);
+                                                DataConnectionTimeouts timeouts);
   ~DataConnection();
 
   // A control message goes out before the pieces still queued (the one
@@ -83,6 +100,8 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
   std::size_t queued_bytes() const { return queued_bytes_; }
+  std::uint64_t keepalives_sent() const { return keepalives_sent_; }
+  std::uint64_t keepalives_received() const { return keepalives_received_; }
 
  private:
   struct Outgoing {
@@ -95,10 +114,14 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   };
 
   DataConnection(asio::ip::tcp::socket socket, const Identity& identity, const SwarmKey& swarm_key,
-                 DataConnectionHandler& handler);
+                 DataConnectionHandler& handler, DataConnectionTimeouts timeouts);
+  // TCP options, once the socket is connected.
+  void configure_socket();
   void start_initiator(std::uint8_t lane);
   void start_responder();
-  void arm_handshake_timer(Duration timeout);
+  void arm_handshake_timer();
+  // Established: every `keepalive`, a keepalive if nothing was written since.
+  void arm_keepalive_timer();
   void established(ChannelKeys keys);
   void write_next();
   // The entry at `it` is gone (sent or dropped): it moves to spare_, and its
@@ -116,7 +139,8 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   const Identity& identity_;
   const SwarmKey swarm_key_;  // a copy: the connection may outlive whoever opened it
   DataConnectionHandler& handler_;
-  asio::steady_timer handshake_timer_;
+  const DataConnectionTimeouts timeouts_;
+  asio::steady_timer timer_;  // the handshake's deadline, then the keepalive's tick
   std::optional<HandshakeInitiator> initiator_;
   std::optional<HandshakeResponder> responder_;
   std::vector<std::uint8_t> handshake_buffer_;
@@ -135,10 +159,12 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::list<Outgoing> spare_;
   std::vector<std::uint8_t> write_frame_;  // the front's length prefix + sealed message, while writing
   bool writing_ = false;
+  bool wrote_since_tick_ = false;
   bool established_ = false;
   bool closed_ = false;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
   std::size_t queued_bytes_ = 0;
+  std::uint64_t keepalives_sent_ = 0, keepalives_received_ = 0;
 };
 
 }  // namespace tensorhub::transport

@@ -52,13 +52,14 @@ struct Recorder : DataConnectionHandler {
 
 struct Pair {
   // The keys are copied: the accept handler runs after the constructor.
-  explicit Pair(const SwarmKey& client_key, const SwarmKey& server_key_in)
+  explicit Pair(const SwarmKey& client_key, const SwarmKey& server_key_in,
+                DataConnectionTimeouts timeouts = {.handshake = 2s})
       : acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), server_key(server_key_in) {
-    acceptor.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
+    acceptor.async_accept([this, timeouts](std::error_code ec, asio::ip::tcp::socket socket) {
       REQUIRE_FALSE(ec);
-      server = DataConnection::accept(std::move(socket), server_id, server_key, server_events, 2s);
+      server = DataConnection::accept(std::move(socket), server_id, server_key, server_events, timeouts);
     });
-    client = DataConnection::connect(io, acceptor.local_endpoint(), client_id, client_key, client_events, 2s);
+    client = DataConnection::connect(io, acceptor.local_endpoint(), client_id, client_key, client_events, timeouts);
   }
   void run_until(const std::function<bool()>& done) {
     for (int i = 0; i < 2000 && !done(); ++i) io.run_for(std::chrono::milliseconds(5));
@@ -190,7 +191,8 @@ TEST_CASE("data connection: garbage instead of a handshake is refused, silence t
   std::function<void()> accept_next = [&] {
     acceptor.async_accept([&](std::error_code ec, asio::ip::tcp::socket socket) {
       if (ec) return;
-      servers[accepted] = DataConnection::accept(std::move(socket), server_id, swarm, events[accepted], 300ms);
+      servers[accepted] = DataConnection::accept(std::move(socket), server_id, swarm, events[accepted],
+                                                   {.handshake = 300ms});
       ++accepted;
       if (accepted < 2) accept_next();
     });
@@ -248,4 +250,104 @@ TEST_CASE("data connection: control messages pass queued pieces, each kind in th
                                                               "piece 4", "piece 5"});
   CHECK(p.client_events.pieces_stored == 5);
   CHECK(p.destination == p.source);
+}
+
+TEST_CASE("data connection: an idle connection sends keepalives, which the reader skips in step") {
+  Pair p(key(9), key(9), {.handshake = 2s, .keepalive = 20ms});
+  p.run_until([&] {
+    return p.client_events.established && p.server_events.established && p.client->keepalives_received() >= 3 &&
+           p.server->keepalives_received() >= 3;
+  });
+  CHECK(p.client->keepalives_received() >= 3);
+  CHECK(p.server->keepalives_received() >= 3);
+  CHECK(p.client->keepalives_received() <= p.server->keepalives_sent());
+  CHECK(p.server_events.arrivals.empty());  // no message was made up
+  ManifestId version;
+  p.client->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{5}, {}, 0, 0, 0, {}});
+  p.run_until([&] { return !p.server_events.messages.empty(); });
+  REQUIRE(p.server_events.messages.size() == 1);  // the frame counters still agree
+  CHECK(p.server_events.messages[0].shard == ShardIndex{5});
+  CHECK_FALSE(p.client_events.closed.has_value());
+  CHECK_FALSE(p.server_events.closed.has_value());
+}
+
+namespace {
+
+// Between a client and a server: forwards bytes until cut(). Then it closes
+// the server's side and goes silent towards the client, and resets the
+// client's connection when anything more arrives from it. That is what the
+// client sees when the server closed while the path was down: its FIN or
+// reset was lost, and its kernel answers the next segment with a reset
+// (measured in the namespace cluster: such a socket stays ESTABLISHED for as
+// long as its owner sends nothing).
+struct LostResetPath {
+  explicit LostResetPath(asio::io_context& io, asio::ip::tcp::endpoint server)
+      : acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), client_side(io), server_side(io) {
+    acceptor.async_accept(client_side, [this, server](std::error_code ec) {
+      REQUIRE_FALSE(ec);
+      server_side.connect(server);
+      forward(client_side, server_side, up);
+      forward(server_side, client_side, down);
+    });
+  }
+  void forward(asio::ip::tcp::socket& from, asio::ip::tcp::socket& to, std::array<std::uint8_t, 65536>& buffer) {
+    from.async_read_some(asio::buffer(buffer), [this, &from, &to, &buffer](std::error_code ec, std::size_t n) {
+      if (ec) return;
+      if (cut_) {
+        if (&from == &client_side) {  // the "dead" server's kernel answers with a reset
+          client_side.set_option(asio::socket_base::linger(true, 0));
+          client_side.close();
+          ++resets;
+        }
+        return;
+      }
+      asio::write(to, asio::buffer(buffer.data(), n));
+      forward(from, to, buffer);
+    });
+  }
+  void cut() {
+    cut_ = true;
+    server_side.close();
+  }
+  asio::ip::tcp::endpoint endpoint() const { return acceptor.local_endpoint(); }
+  asio::ip::tcp::acceptor acceptor;
+  asio::ip::tcp::socket client_side, server_side;
+  std::array<std::uint8_t, 65536> up{}, down{};
+  bool cut_ = false;
+  int resets = 0;
+};
+
+}  // namespace
+
+TEST_CASE("data connection: a keepalive finds a peer whose reset was lost; without one the wait is forever") {
+  for (const bool keepalive : {true, false}) {
+    CAPTURE(keepalive);
+    asio::io_context io;
+    asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    const SwarmKey swarm = key(10);
+    const Identity client_id = testing::GossipNetwork::identity_for(404), server_id = testing::GossipNetwork::identity_for(405);
+    const DataConnectionTimeouts timeouts{.handshake = 2s, .keepalive = keepalive ? 30ms : 3600s};
+    Recorder client_events, server_events;
+    std::shared_ptr<DataConnection> server;
+    acceptor.async_accept([&](std::error_code ec, asio::ip::tcp::socket socket) {
+      REQUIRE_FALSE(ec);
+      server = DataConnection::accept(std::move(socket), server_id, swarm, server_events, timeouts);
+    });
+    LostResetPath path(io, acceptor.local_endpoint());
+    auto client = DataConnection::connect(io, path.endpoint(), client_id, swarm, client_events, timeouts);
+    for (int i = 0; i < 400 && !(client_events.established && server_events.established); ++i) io.run_for(5ms);
+    REQUIRE(client_events.established);
+    path.cut();
+    for (int i = 0; i < 100 && !client_events.closed; ++i) io.run_for(5ms);
+    CHECK(server_events.closed.has_value());  // the server's side did close
+    if (keepalive) {
+      REQUIRE(client_events.closed.has_value());
+      CHECK(path.resets == 1);
+      CHECK(client_events.closed->message().find("reset") != std::string::npos);
+    } else {
+      CHECK_FALSE(client_events.closed.has_value());  // half-open: the hang the keepalive prevents
+      client->close(Status::cancelled("test over"));
+    }
+    if (server) server->close(Status::cancelled("test over"));
+  }
 }
