@@ -146,7 +146,18 @@ void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
 }
 
 void FetchSession::on_disconnected(TimePoint now, const PeerId& peer) {
-  if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
+  auto it = neighbours_.find(peer);
+  if (it != neighbours_.end()) {
+    // The connection went, not the peer (gossip says that: remove_candidate),
+    // so it is a holder to come back to. Gossip names a holder again only
+    // when its record changes, and a complete one's never does: a fetcher
+    // whose neighbours closed on it (they had declared it dead while its
+    // link was down) was left with nobody to ask.
+    const bool was_connected = it->second.connected;
+    const CandidateList::Entry known{it->second.proximity, it->second.complete_source || it->second.holds_all};
+    lose_neighbour(now, peer, /*ban=*/false, "");
+    if (was_connected) add_candidate(now, peer, known.proximity, known.complete);
+  }
   schedule(now);
 }
 

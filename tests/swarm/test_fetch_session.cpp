@@ -29,6 +29,7 @@ struct Holder {
   bool super_seed = false;  // says so on connecting; `bits` are what it revealed
   bool named_complete = false;  // gossip names it a holder of everything (true or not)
   Duration block_time = 1ms;
+  int connection = 0;  // which connection to it: blocks on a broken one never arrive
 };
 
 class Driver {
@@ -47,6 +48,12 @@ class Driver {
     session.on_disconnected(now, peer(n));
     pump();
   }
+  // The connection breaks; the holder lives on.
+  void break_connection(std::uint64_t n) {
+    ++holders[peer(n)].connection;
+    session.on_disconnected(now, peer(n));
+    pump();
+  }
 
   // Runs until done or `limit` of virtual time.
   void run(Duration limit = 60s) {
@@ -60,7 +67,7 @@ class Driver {
         Delivery d = deliveries.top();
         deliveries.pop();
         const Holder& h = holders[d.from];
-        if (!h.alive || cancelled.count(key(d))) continue;
+        if (!h.alive || h.connection != d.connection || cancelled.count(key(d))) continue;
         session.on_block(now, d.from, d.shard, d.block);
         ++blocks_delivered;
         pump();
@@ -98,6 +105,7 @@ class Driver {
     PeerId from;
     ShardIndex shard;
     BlockIndex block;
+    int connection;
     bool operator>(const Delivery& o) const { return at != o.at ? at > o.at : order > o.order; }
   };
   static std::tuple<PeerId, std::uint32_t, std::uint32_t> key(const Delivery& d) {
@@ -135,7 +143,7 @@ class Driver {
       return;
     }
     if (h.corrupt) shard_senders[a.shard.value].insert(a.peer);
-    deliveries.push(Delivery{now + h.block_time, order_++, a.peer, a.shard, a.block});
+    deliveries.push(Delivery{now + h.block_time, order_++, a.peer, a.shard, a.block, h.connection});
   }
   void handle(CancelAction& a) {
     ++cancels;
@@ -229,6 +237,23 @@ TEST_CASE("fetch session: a holder lost mid-transfer; its blocks go elsewhere at
   REQUIRE(d.result.has_value());
   CHECK(d.result->is_ok());
   CHECK(d.session.have().all());
+}
+
+TEST_CASE("fetch session: a connection lost while its holder lives; the holder is connected again") {
+  Driver d(layout(12), FetchConfig{.starvation_timeout = 2s});
+  Holder only = full(12, {"dc1", "r1", "h1"});
+  only.block_time = 20ms;
+  d.add_holder(1, only);  // complete, and gossip will not name it again
+  d.run(50ms);
+  REQUIRE(d.connects.size() == 1);
+  REQUIRE_FALSE(d.session.have().all());
+  d.break_connection(1);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(d.session.have().all());
+  CHECK(d.connects.size() == 2);
+  CHECK(d.now - TimePoint(1s) < 1s);  // not after a starvation
 }
 
 TEST_CASE("fetch session: a silent holder times out; requests move on") {
