@@ -782,6 +782,14 @@ void PeerEngine::on_established(transport::DataConnection& connection) {
       for (auto& lane : old) {
         if (lane) lane->close(Status::cancelled("a duplicate connection"));
       }
+      // What was in flight on the old link went with it: its requests, and
+      // a payload half landed. Unsaid, the swarm core waited for them, and
+      // the landing held its block hostage until it counted as stalled
+      // (cluster chaos: a host after its link came back took 6.4 s more,
+      // while every other copy of that block was sent and discarded, 6x
+      // the version).
+      TH_LOG_INFO(kLog, "replacing the connection to " << remote.short_hex() << " (both sides connected)");
+      swarm_.on_disconnected(steady_now_(), remote);
     } else {
       connection.close(Status::cancelled("a duplicate connection"));
       return;
