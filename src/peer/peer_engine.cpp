@@ -536,6 +536,7 @@ std::string PeerEngine::status_json() const {
                         {"bad_shards", v->bad_shards},
                         {"requests_timed_out", swarm_progress ? swarm_progress->requests_timed_out : 0},
                         {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},
+                        {"endgame", swarm_progress ? swarm_progress->endgame : false},
                         {"replicas", replicas(id)}});
   }
   j["versions"] = std::move(versions);

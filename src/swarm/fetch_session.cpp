@@ -436,6 +436,8 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   if (n.in_flight == 0) {
     n.first_sent = now;
     busy_.push_back(&n);
+  } else {
+    n.first_sent = std::min(n.first_sent, now);  // kTimeNever while all it has in flight lands
   }
   ++n.in_flight;
   ++in_flight_total_;
@@ -472,7 +474,7 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
       if (s.received.test(b) || requests.size() >= config_.endgame_duplicates) continue;
       const bool already = std::any_of(requests.begin(), requests.end(), [&](const Request& r) { return r.peer == id; });
       const bool overdue = std::all_of(requests.begin(), requests.end(),
-                                       [&](const Request& r) { return now - r.sent >= block_rtt_ * 2; });
+                                       [&](const Request& r) { return !r.landing && now - r.sent >= block_rtt_ * 2; });
       if (!already && overdue) {
         send_request(now, id, n, shard, BlockIndex{b});
         return true;
@@ -587,6 +589,13 @@ void FetchSession::on_block_superseded(TimePoint now, const PeerId& peer, ShardI
   duplicate_bytes_ += layout_.block_length(shard, block);
   drop_request(shard, block, peer);  // a duplicate from endgame, or late
   schedule(now);
+}
+
+void FetchSession::on_block_landing(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
+  (void)now;
+  auto it = shards_.find(shard.value);
+  if (it == shards_.end() || block.value >= it->second.requests.size()) return;
+  if (Request* r = it->second.requests[block.value].find(peer)) r->landing = true;
 }
 
 void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
@@ -722,7 +731,9 @@ TimePoint FetchSession::deadline_of(TimePoint sent, const Neighbour* n) const {
 
 TimePoint FetchSession::first_request_deadline() const {
   TimePoint t = kTimeNever;
-  for (const Neighbour* n : busy_) t = std::min(t, deadline_of(n->first_sent, n));
+  for (const Neighbour* n : busy_) {
+    if (n->first_sent != kTimeNever) t = std::min(t, deadline_of(n->first_sent, n));  // else: all landing
+  }
 #ifdef TENSORHUB_DEBUG_INVARIANTS
   for (const auto& [id, n] : neighbours_) {
     assert((n.in_flight != 0) == (std::count(busy_.begin(), busy_.end(), &n) == 1));
@@ -734,7 +745,7 @@ TimePoint FetchSession::first_request_deadline() const {
     for (const auto& requests : s.requests) {
       for (const Request& r : requests) {
         const Neighbour* n = find_neighbour(r.peer);
-        assert(n != nullptr && n->in_flight != 0 && n->first_sent <= r.sent);
+        assert(n != nullptr && n->in_flight != 0 && (r.landing || n->first_sent <= r.sent));
         assert(t <= deadline_of(r.sent, n));
       }
     }
@@ -752,6 +763,7 @@ void FetchSession::refresh_first_sent() {
   for (const auto& [index, s] : shards_) {
     for (const auto& requests : s.requests) {
       for (const Request& r : requests) {
+        if (r.landing) continue;  // no deadline
         if (looked_up == nullptr || !(*looked_up == r.peer)) {
           looked_up = &r.peer;
           auto it = neighbours_.find(r.peer);
@@ -770,9 +782,15 @@ bool FetchSession::still_in_flight(const SentRequest& r) const {
   return std::any_of(requests.begin(), requests.end(), [&](const Request& q) { return q.peer == r.peer && q.sent == r.sent; });
 }
 
+bool FetchSession::block_landing(const BlockRequests& requests) {
+  return std::any_of(requests.begin(), requests.end(), [](const Request& q) { return q.landing; });
+}
+
 bool FetchSession::may_be_duplicated(const SentRequest& r) const {
   auto it = shards_.find(r.shard.value);
-  return it != shards_.end() && it->second.requests[r.block.value].size() < config_.endgame_duplicates && still_in_flight(r);
+  if (it == shards_.end()) return false;
+  const BlockRequests& requests = it->second.requests[r.block.value];
+  return requests.size() < config_.endgame_duplicates && !block_landing(requests) && still_in_flight(r);
 }
 
 TimePoint FetchSession::next_endgame_duplicate() const {
@@ -800,7 +818,9 @@ void FetchSession::handle_timeout(TimePoint now) {
   for (const auto& [index, s] : shards_) {
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
       for (const Request& r : s.requests[b]) {
-        if (now >= deadline_of(r.sent, find_neighbour(r.peer))) expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
+        if (!r.landing && now >= deadline_of(r.sent, find_neighbour(r.peer))) {
+          expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
+        }
       }
     }
   }

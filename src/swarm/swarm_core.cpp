@@ -564,6 +564,7 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   o.landing = true;
   o.landing_since = now;
   landing_since_.insert(now);
+  v->second.fetch->on_block_landing(now, peer, o.shard, o.block);
   return PieceTarget{header.version, o.offset, o.length};
 }
 

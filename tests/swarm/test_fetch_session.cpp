@@ -30,6 +30,7 @@ struct Holder {
   bool named_complete = false;  // gossip names it a holder of everything (true or not)
   Duration block_time = 1ms;
   int connection = 0;  // which connection to it: blocks on a broken one never arrive
+  bool stalls_landing = false;  // each payload begins to land and never ends
 };
 
 class Driver {
@@ -140,6 +141,10 @@ class Driver {
     }
     if (h.refuses) {
       session.on_block_refused(now, a.peer, a.shard, a.block);
+      return;
+    }
+    if (h.stalls_landing) {
+      session.on_block_landing(now, a.peer, a.shard, a.block);
       return;
     }
     if (h.corrupt) shard_senders[a.shard.value].insert(a.peer);
@@ -254,6 +259,31 @@ TEST_CASE("fetch session: a connection lost while its holder lives; the holder i
   CHECK(d.session.have().all());
   CHECK(d.connects.size() == 2);
   CHECK(d.now - TimePoint(1s) < 1s);  // not after a starvation
+}
+
+TEST_CASE("fetch session: a landing payload is neither timed out nor duplicated; its connection's end frees it") {
+  Driver d(layout(8), FetchConfig{.request_timeout = 200ms});
+  Holder stalling = full(8, {"dc1", "r1", "h1"});
+  stalling.stalls_landing = true;
+  d.add_holder(1, stalling);
+  d.add_holder(2, full(8, {"dc1", "r2", "h2"}));
+  d.run(5s);  // 25 request timeouts
+  REQUIRE_FALSE(d.result.has_value());
+  std::set<std::uint32_t> landing;
+  for (const auto& [when, to, shard] : d.request_log) {
+    if (to == peer(1)) landing.insert(shard);
+  }
+  REQUIRE_FALSE(landing.empty());
+  for (const std::uint32_t shard : landing) {
+    CHECK(d.requests_per_block[{shard, 0}] == 1);  // nobody else was asked
+    CHECK_FALSE(d.session.have().test(shard));
+  }
+  CHECK(d.cancels == 0);
+  d.holders[peer(1)].stalls_landing = false;
+  d.break_connection(1);  // what the driver does to a payload stalled too long
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
 }
 
 TEST_CASE("fetch session: a silent holder times out; requests move on") {

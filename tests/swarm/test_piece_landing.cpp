@@ -123,26 +123,41 @@ class Trio {
 
 }  // namespace
 
-TEST_CASE("piece landing: a request given up while its payload lands keeps it, and the other copy is turned away") {
+TEST_CASE("piece landing: a payload that lands slowly keeps its request; nobody else is asked meanwhile") {
   Trio t;
   const Served first = t.begin_first();
-  const PeerId other = first.from == t.a ? t.b : t.a;
 
-  // The payload is slow: its request times out and goes to the other holder.
+  // Long past the request timeout: a copy from the other holder could not
+  // land while this one does (whichever finished last would win, and a liar
+  // finishing last would overwrite good bytes), so asking for it would only
+  // carry it for nothing. That loop once ran at link speed.
   t.advance(150ms);
+  t.advance(150ms);
+  CHECK(t.served.size() == 1);
+  CHECK(t.closed.empty());
+
+  // The payload completes; the shard goes to verification once.
+  t.finish_landing(first);
+  CHECK(t.fetcher->progress(t.version)->duplicate_bytes == 0);
+  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, true);
+  t.pump();
+  CHECK(t.finished);
+}
+
+TEST_CASE("piece landing: an endgame copy is turned away while another lands") {
+  Trio t;
+  t.advance(50ms);  // overdue (twice the block time): endgame asks the other holder too
   REQUIRE(t.served.size() == 2);
-  const Served second = t.served[1];
-  CHECK(second.from == other);
-  // The other copy must not write while the first lands: whichever finished
-  // last would win, and a liar finishing last would overwrite good bytes.
+  const Served first = t.served[0], second = t.served[1];
+  CHECK_FALSE(second.from == first.from);
+  REQUIRE(t.fetcher->begin_piece(t.now, first.from, first.header).has_value());
+  // It must not write while the first lands: whichever finished last would
+  // win, and a liar finishing last would overwrite good bytes.
   CHECK_FALSE(t.fetcher->begin_piece(t.now, second.from, second.header).has_value());
   t.fetcher->on_piece(t.now, second.from, second.header, false);
   t.pump();
   CHECK(t.verifies.empty());
-  CHECK(t.closed.empty());
-
-  // The first payload completes: its bytes count although its request had
-  // been given up, and the shard goes to verification once.
+  CHECK(t.served.size() == 2);  // and it is not asked again while the first lands
   t.finish_landing(first);
   CHECK(t.fetcher->progress(t.version)->duplicate_bytes == Trio::kBlock);  // the copy turned away
   t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, true);
