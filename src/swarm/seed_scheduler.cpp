@@ -52,6 +52,17 @@ void SeedScheduler::finish(const PeerId& peer) {
   it->second.waiting = false;
 }
 
+void SeedScheduler::forget_revealed(Requester& r) {
+  for (std::uint32_t s = 0; s < shard_count_ && r.pending > 0; ++s) {
+    if (r.revealed.test(s) && !r.has.test(s)) {
+      r.revealed.reset(s);
+      if (!r.suspended) copies_.decrement(ShardIndex{s});
+      --r.pending;
+      --total_pending_;
+    }
+  }
+}
+
 void SeedScheduler::deactivate(const PeerId& peer) {
   auto it = requesters_.find(peer);
   if (it == requesters_.end()) return;
@@ -59,13 +70,43 @@ void SeedScheduler::deactivate(const PeerId& peer) {
   r.active = false;
   r.waiting = false;
   r.finishing = false;
-  for (std::uint32_t s = 0; s < shard_count_ && r.pending > 0; ++s) {
-    if (r.revealed.test(s) && !r.has.test(s)) {
-      r.revealed.reset(s);
-      copies_.decrement(ShardIndex{s});
-      --r.pending;
-    }
+  forget_revealed(r);
+}
+
+std::vector<Reveal> SeedScheduler::suspend(TimePoint now, const PeerId& peer) {
+  std::vector<Reveal> out;
+  auto it = requesters_.find(peer);
+  if (it == requesters_.end() || it->second.suspended) return out;
+  Requester& r = it->second;
+  r.waiting = false;
+  forget_revealed(r);
+  for (std::uint32_t s = 0; s < shard_count_; ++s) {
+    if (r.has.test(s)) copies_.decrement(ShardIndex{s});
   }
+  remove_held(r.has);
+  r.suspended = true;
+  top_up_waiting(now, out);
+  return out;
+}
+
+std::vector<Reveal> SeedScheduler::resume(TimePoint now, const PeerId& peer) {
+  std::vector<Reveal> out;
+  auto it = requesters_.find(peer);
+  if (it == requesters_.end() || !it->second.suspended) return out;
+  restore(it->second);
+  top_up(now, peer, it->second, out);
+  return out;
+}
+
+void SeedScheduler::restore(Requester& r) {
+  r.suspended = false;
+  copies_.add_peer(r.has);
+  add_held(r.has);
+}
+
+bool SeedScheduler::suspended(const PeerId& peer) const {
+  auto it = requesters_.find(peer);
+  return it != requesters_.end() && it->second.suspended;
 }
 
 std::vector<Reveal> SeedScheduler::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) {
@@ -74,9 +115,11 @@ std::vector<Reveal> SeedScheduler::on_have(TimePoint now, const PeerId& peer, Sh
   if (it == requesters_.end() || shard.value >= shard_count_) return out;
   Requester& r = it->second;
   if (r.has.test(shard.value)) return out;
+  if (r.suspended) restore(r);  // heard from: top_up below shows it more
   r.has.set(shard.value);
   if (r.revealed.test(shard.value)) {
     --r.pending;  // its copy was counted when it was revealed
+    --total_pending_;
   } else {
     copies_.increment(shard);  // it got this one elsewhere
   }
@@ -92,10 +135,13 @@ std::vector<Reveal> SeedScheduler::on_have(TimePoint now, const PeerId& peer, Sh
 void SeedScheduler::remove_requester(const PeerId& peer) {
   auto it = requesters_.find(peer);
   if (it == requesters_.end()) return;
-  for (std::uint32_t s = 0; s < shard_count_; ++s) {
-    if (it->second.has.test(s) || it->second.revealed.test(s)) copies_.decrement(ShardIndex{s});
+  total_pending_ -= it->second.pending;
+  if (!it->second.suspended) {  // else its copies are uncounted already
+    for (std::uint32_t s = 0; s < shard_count_; ++s) {
+      if (it->second.has.test(s) || it->second.revealed.test(s)) copies_.decrement(ShardIndex{s});
+    }
+    remove_held(it->second.has);
   }
-  remove_held(it->second.has);
   requesters_.erase(it);
 }
 
@@ -125,7 +171,7 @@ void SeedScheduler::top_up_waiting(TimePoint now, std::vector<Reveal>& out) {
 
 void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out) {
   r.waiting = false;
-  while (r.active && !r.finishing && r.pending < reveal_ahead_) {
+  while (r.active && !r.finishing && !r.suspended && r.pending < reveal_ahead_) {
     // The shard with the fewest copies that this requester neither holds nor
     // has been shown; ties in the picker's random order.
     auto picked = copies_.pick(
@@ -140,6 +186,7 @@ void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::v
     }
     r.revealed.set(s.value);
     ++r.pending;
+    ++total_pending_;
     copies_.increment(s);
     if (first_copy) last_progress_ = now;
     out.push_back(Reveal{id, s});

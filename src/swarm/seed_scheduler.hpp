@@ -25,7 +25,11 @@
 // Copies are counted over the current requesters: a requester contributes
 // one copy of every shard it holds or has been revealed. A requester that
 // leaves, or is choked, takes its copies with it, so what only it had is
-// revealed to others again.
+// revealed to others again. So does one that goes silent with shards
+// revealed to it (suspend: a stopped process, a link down), until it is
+// heard from again: the swarm otherwise waited for it (cluster chaos: four
+// workers sat at 240 of 257 shards until a SIGSTOPped one resumed, since
+// the shards it had been shown were never shown to anyone else).
 //
 // Sans-I/O: time comes in; the caller turns reveals into messages.
 #pragma once
@@ -68,6 +72,15 @@ class SeedScheduler {
   // others when this was the last shard nobody held).
   std::vector<Reveal> on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
   void remove_requester(const PeerId& peer);
+  // It has gone silent: what it holds or was shown stops counting as a
+  // copy (the shown are forgotten), and it is shown nothing until resumed.
+  // Returns what to reveal to the requesters that were waiting for first
+  // copies to complete: some of its shards have no copy now.
+  std::vector<Reveal> suspend(TimePoint now, const PeerId& peer);
+  // Heard from again: what it holds counts again. Returns what to reveal
+  // to it (if it is served now).
+  std::vector<Reveal> resume(TimePoint now, const PeerId& peer);
+  bool suspended(const PeerId& peer) const;
 
   // When the no-second-copies rule may lapse for a waiting requester.
   TimePoint next_timeout() const;
@@ -80,6 +93,8 @@ class SeedScheduler {
   std::size_t pending(const PeerId& peer) const;
   // Shards no requester holds yet.
   std::uint32_t unheld() const { return unheld_; }
+  // Shown to some requester and not yet held by it, over all requesters.
+  std::size_t total_pending() const { return total_pending_; }
 
  private:
   struct Requester {
@@ -89,7 +104,12 @@ class SeedScheduler {
     bool active = false;
     bool waiting = false;     // has quota left, held back by the no-second-copies rule
     bool finishing = false;   // its turn is over: it gets what was revealed, nothing more
+    bool suspended = false;   // silent: counts no copies, is shown nothing
   };
+  // Forgets what was shown to `r` and not yet held.
+  void forget_revealed(Requester& r);
+  // Ends a suspension: what `r` holds counts again.
+  void restore(Requester& r);
   void top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out);
   void top_up_waiting(TimePoint now, std::vector<Reveal>& out);
   void add_held(const core::Bitfield& has);
@@ -102,6 +122,7 @@ class SeedScheduler {
   core::Bitfield everything_;        // the seed holds every shard
   std::vector<std::uint32_t> held_;  // per shard: requesters holding it
   std::uint32_t unheld_;
+  std::size_t total_pending_ = 0;    // invariant: the sum of the requesters' pending
   TimePoint last_progress_{};        // a first copy revealed or completed
   std::map<PeerId, Requester> requesters_;
 };

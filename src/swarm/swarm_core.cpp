@@ -285,6 +285,7 @@ void SwarmCore::choke(const ManifestId& id, Version& v, const PeerId& peer) {
 void SwarmCore::on_connected(TimePoint now, const PeerId& peer) {
   Connection& c = connections_[peer];
   c.open = true;
+  c.last_heard = now;
   const std::set<ManifestId> pending = std::move(c.pending);
   c.pending.clear();
   for (const ManifestId& id : pending) {
@@ -401,7 +402,11 @@ void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMes
 void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
   Connection& c = connections_[peer];
   c.open = true;  // an inbound connection opens with its first message
+  c.last_heard = now;
   auto it = versions_.find(m.version);
+  if (it != versions_.end() && it->second.seeder && it->second.seeder->suspended(peer)) {
+    reveal(m.version, it->second.seeder->resume(now, peer));
+  }
   switch (m.type) {
     case MessageType::kInterested: {
       if (it == versions_.end()) {
@@ -660,6 +665,7 @@ void SwarmCore::handle_timeout(TimePoint now) {
     v.slots.handle_timeout(now);
     drain_slots(now, id, v);
     if (v.seeder && now >= v.seeder->next_timeout()) reveal(id, v.seeder->handle_timeout(now));
+    if (v.seeder && v.seeder->total_pending() > 0 && now >= v.next_silence_check) check_silence(now, id, v);
     if (v.fetch && now >= v.fetch->next_timeout()) {
       v.fetch->handle_timeout(now);
       drain(now, id, v);
@@ -673,9 +679,23 @@ TimePoint SwarmCore::next_timeout() const {
     t = std::min(t, v.slots.next_timeout());
     for (const auto& [peer, since] : v.finishing) t = std::min(t, since + config_.slot_rotation * kFinishingRotations);
     if (v.seeder) t = std::min(t, v.seeder->next_timeout());
+    if (v.seeder && v.seeder->total_pending() > 0) t = std::min(t, v.next_silence_check);
     if (v.fetch) t = std::min(t, v.fetch->next_timeout());
   }
   return t;
+}
+
+void SwarmCore::check_silence(TimePoint now, const ManifestId& id, Version& v) {
+  for (const PeerId& peer : v.requesters) {
+    if (v.seeder->pending(peer) == 0) continue;
+    auto c = connections_.find(peer);
+    if (c == connections_.end()) continue;
+    const Duration limit = config_.fetch.request_timeout * (proximity_of(peer) == Proximity::kRemote ? 8 : 2);
+    if (now - c->second.last_heard >= limit) reveal(id, v.seeder->suspend(now, peer));
+  }
+  // A check per request timeout while shards are shown: the first lapses
+  // at once, and a silent requester is found within 3 request timeouts.
+  v.next_silence_check = now + config_.fetch.request_timeout;
 }
 
 std::optional<SwarmAction> SwarmCore::poll() {

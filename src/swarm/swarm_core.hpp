@@ -194,6 +194,9 @@ class SwarmCore {
     // Those of the requesters on our host, whom our claims (kFetching) concern.
     // Invariant: exactly the members of requesters on our host.
     std::vector<PeerId> host_mate_requesters;
+    // A super-seed looks for requesters gone silent with shards shown to
+    // them (check_silence) this often, while any are shown.
+    TimePoint next_silence_check{};
   };
   struct Outstanding {
     ManifestId version;
@@ -213,6 +216,7 @@ class SwarmCore {
     // per request was an allocation per block.
     std::vector<std::pair<std::uint32_t, Outstanding>> requests;
     std::uint32_t next_request_id = 1;
+    TimePoint last_heard;  // its last message
   };
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
@@ -230,6 +234,10 @@ class SwarmCore {
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
   void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
+  // A super-seed's requester with shards shown to it that has said nothing
+  // for a while (2 request timeouts; 8 across the WAN, where a block takes
+  // longer) is suspended (SeedScheduler::suspend) until it speaks again.
+  void check_silence(TimePoint now, const ManifestId& id, Version& v);
   void handle_request(TimePoint now, const PeerId& peer, const SwarmMessage& m);
   // Peer exchange: tells a new requester of up to kMaxPeersListed others
   // that fetch the version from us, nearest to it first. Fetchers otherwise

@@ -140,3 +140,44 @@ TEST_CASE("seed scheduler: no second copy while a first copy is in flight, unles
     CHECK(seeder.next_timeout() == kTimeNever);
   }
 }
+
+TEST_CASE("seed scheduler: a suspended requester's shards, held or shown, go to others until it speaks") {
+  SeedScheduler seeder(2, 1, 6);
+  core::Bitfield holds_first(2);
+  holds_first.set(0);
+  seeder.add_requester(peer(1), holds_first);  // the only copy of shard 0
+  seeder.add_requester(peer(2), core::Bitfield(2));
+  seeder.add_requester(peer(3), core::Bitfield(2));
+  auto shown = shards_for(seeder.activate(t0, peer(1)), peer(1));
+  REQUIRE(shown.size() == 1);
+  CHECK(shown[0] == ShardIndex{1});
+  CHECK(seeder.total_pending() == 1);
+  // It goes silent (stopped mid-shard).
+  CHECK(seeder.suspend(t0, peer(1)).empty());  // nobody was waiting
+  CHECK(seeder.suspended(peer(1)));
+  CHECK(seeder.total_pending() == 0);
+  CHECK(seeder.copies(ShardIndex{0}) == 0);
+  CHECK(seeder.copies(ShardIndex{1}) == 0);
+  CHECK(seeder.unheld() == 2);
+  // Neither of its shards has a copy now: the next requesters are shown them.
+  std::set<std::uint32_t> to_others;
+  for (const std::uint8_t p : {2, 3}) {
+    for (ShardIndex s : shards_for(seeder.activate(t0, peer(p)), peer(p))) to_others.insert(s.value);
+  }
+  CHECK(to_others == std::set<std::uint32_t>{0, 1});
+  CHECK(seeder.activate(t0, peer(1)).empty());  // served, but silent: shown nothing
+  // It speaks again: what it holds counts once more.
+  CHECK(seeder.resume(t0, peer(1)).empty());  // shard 1's first copy is on its way elsewhere
+  CHECK_FALSE(seeder.suspended(peer(1)));
+  CHECK(seeder.copies(ShardIndex{0}) == 2);
+  CHECK(seeder.unheld() == 1);
+  // A HAVE from a suspended requester resumes it too; leaving then counts right.
+  seeder.suspend(t0, peer(2));
+  seeder.on_have(t0, peer(2), ShardIndex{1});
+  CHECK_FALSE(seeder.suspended(peer(2)));
+  CHECK(seeder.unheld() == 0);
+  for (const std::uint8_t p : {1, 2, 3}) seeder.remove_requester(peer(p));
+  for (std::uint32_t s = 0; s < 2; ++s) CHECK(seeder.copies(ShardIndex{s}) == 0);
+  CHECK(seeder.unheld() == 2);
+  CHECK(seeder.total_pending() == 0);
+}

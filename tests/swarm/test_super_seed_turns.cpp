@@ -19,8 +19,9 @@ PeerId peer_id(std::uint64_t n) { return testing::GossipNetwork::identity_for(80
 
 class Publisher {
  public:
-  explicit Publisher(std::uint64_t seed = 9) {
-    config.upload_slots = 1;
+  explicit Publisher(std::uint64_t seed = 9, std::size_t slots = 1, Duration request_timeout = FetchConfig{}.request_timeout) {
+    config.upload_slots = slots;
+    config.fetch.request_timeout = request_timeout;  // a requester is silent after two
     config.slot_rotation = 1s;
     config.fetch.block_size = kBlock;
     config.fetch.pipeline_blocks = 1;  // two shards revealed ahead (the core's minimum) of 16
@@ -30,11 +31,12 @@ class Publisher {
     core->serve(now, version, layout, core::Bitfield(layout.shard_count(), true), SwarmCore::ServeMode::kSuperSeed);
   }
 
-  void say(const PeerId& from, MessageType type, ShardIndex shard = {}, std::uint32_t request_id = 0) {
+  void say(const PeerId& from, MessageType type, ShardIndex shard = {}, std::uint32_t request_id = 0,
+           const core::Bitfield* holds = nullptr) {
     SwarmMessage m{type, version, request_id, shard, {}, 0, 0, 0, {}};
     if (type == MessageType::kInterested) {
       m.shard_count = layout.shard_count();
-      m.bytes = core::Bitfield(layout.shard_count()).to_bytes();
+      m.bytes = holds ? holds->to_bytes() : core::Bitfield(layout.shard_count()).to_bytes();
     }
     if (type == MessageType::kRequest) {
       m.offset = layout.shard_offset(shard);
@@ -157,4 +159,32 @@ TEST_CASE("super-seed: a requester that does not finish is choked after kFinishi
     checked = true;
   }
   CHECK(checked);
+}
+
+TEST_CASE("super-seed: the shards of a requester gone silent are shown to one waiting for them") {
+  Publisher p(9, /*slots=*/2, /*request_timeout=*/200ms);
+  const PeerId a = peer_id(1), b = peer_id(2);
+  p.say(b, MessageType::kInterested);
+  const auto to_b = p.told(b, MessageType::kHave);
+  REQUIRE(to_b.size() >= 2);
+  // A holds every shard but those shown to B: it waits, since a second copy
+  // of a first copy in flight would only slow that copy down.
+  core::Bitfield holds(p.layout.shard_count(), true);
+  for (const SwarmMessage& m : to_b) holds.reset(m.shard.value);
+  p.say(a, MessageType::kInterested, {}, 0, &holds);
+  REQUIRE(p.told(a, MessageType::kUnchoke).size() == 1);
+  CHECK(p.told(a, MessageType::kHave).empty());
+  // B says nothing (stopped, or its link is down). Within 3 request
+  // timeouts its shards have no copy, and A is shown them.
+  p.sent.clear();
+  p.advance(100ms);
+  CHECK(p.told(a, MessageType::kHave).empty());  // not silent yet
+  for (int i = 0; i < 6; ++i) p.advance(100ms);
+  const auto to_a = p.told(a, MessageType::kHave);
+  CHECK(to_a.size() == to_b.size());
+  for (const SwarmMessage& m : to_a) CHECK_FALSE(holds.test(m.shard.value));
+  // B speaks again: it is served as before (its request is answered).
+  p.say(b, MessageType::kRequest, to_b[0].shard, 3);
+  CHECK(p.told(b, MessageType::kRefuse).empty());
+  CHECK(p.served.size() == 1);
 }
