@@ -1,5 +1,7 @@
 #include "swarm/seed_scheduler.hpp"
 
+#include <cassert>
+
 namespace tensorhub::swarm {
 
 SeedScheduler::SeedScheduler(std::uint32_t shard_count, std::size_t reveal_ahead, std::uint64_t seed,
@@ -151,6 +153,14 @@ std::size_t SeedScheduler::pending(const PeerId& peer) const {
 }
 
 TimePoint SeedScheduler::next_timeout() const {
+#ifdef TENSORHUB_DEBUG_INVARIANTS
+  std::size_t pending_sum = 0;
+  for (const auto& [id, r] : requesters_) {
+    pending_sum += r.pending;
+    assert(!r.suspended || r.pending == 0);  // a suspended requester is shown nothing
+  }
+  assert(pending_sum == total_pending_);
+#endif
   for (const auto& [id, r] : requesters_) {
     if (r.waiting) return last_progress_ + stall_timeout_;
   }
