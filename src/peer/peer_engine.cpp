@@ -866,6 +866,11 @@ void PeerEngine::on_piece(transport::DataConnection& connection, const swarm::Sw
   pump_swarm();
 }
 
+void PeerEngine::on_piece_progress(transport::DataConnection& connection, const swarm::SwarmMessage& header) {
+  swarm_.on_piece_progress(steady_now_(), connection.remote(), header);
+  arm_swarm_timer();  // the landing's deadline moved
+}
+
 void PeerEngine::attach_lane(transport::DataConnection& connection) {
   const PeerId remote = connection.remote();
   const std::uint8_t lane = connection.lane();

@@ -70,6 +70,7 @@ class PeerEngine : public transport::DataConnectionHandler {
   std::span<std::byte> piece_destination(transport::DataConnection& connection,
                                          const swarm::SwarmMessage& header) override;
   void on_piece(transport::DataConnection& connection, const swarm::SwarmMessage& header, bool stored) override;
+  void on_piece_progress(transport::DataConnection& connection, const swarm::SwarmMessage& header) override;
   void on_closed(transport::DataConnection& connection, const Status& why) override;
 
  private:

@@ -582,6 +582,19 @@ void SwarmCore::end_landing(const Outstanding& o) {
   if (auto v = versions_.find(o.version); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
 }
 
+void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
+  auto c = connections_.find(peer);
+  if (c == connections_.end()) return;
+  auto r = find_request(c->second.requests, header.request_id);
+  if (r == c->second.requests.end() || !r->second.landing) return;
+  Outstanding& o = r->second;
+  const auto since = landing_since_.find(o.landing_since);
+  assert(since != landing_since_.end());
+  if (since != landing_since_.end()) landing_since_.erase(since);
+  o.landing_since = now;
+  landing_since_.insert(now);
+}
+
 void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
   auto c = connections_.find(peer);
   if (c == connections_.end()) return;

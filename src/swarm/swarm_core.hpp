@@ -99,8 +99,9 @@ using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, S
                                  ShardHeld, FetchFinished>;
 
 // Where an arriving piece's payload belongs.
-// A landing payload that has taken this many request timeouts is stalled.
-inline constexpr int kLandingLimitTimeouts = 8;
+// A landing payload that has made no progress for this many request
+// timeouts is stalled (a driver that reports no progress: since it began).
+inline constexpr int kLandingLimitTimeouts = 3;
 
 struct PieceTarget {
   ManifestId version;
@@ -155,6 +156,11 @@ class SwarmCore {
   // The payload begun by begin_piece is complete: `stored` when it went to
   // the target begin_piece gave.
   void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored);
+  // Bytes of the payload begun by begin_piece arrived: its stall limit
+  // counts from now. (Measured from the payload's start, a payload that
+  // stopped mid-way, its holder SIGSTOPped, held its block for 6.4 s while
+  // the healthy hosts waited; a slow one needs the time.)
+  void on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header);
   void on_verified(TimePoint now, const ManifestId& version, ShardIndex shard, bool good);
 
   void handle_timeout(TimePoint now);
@@ -277,8 +283,8 @@ class SwarmCore {
   std::shared_ptr<LocationBook> locations_;  // never null
   core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
-  // When each payload still landing began (Outstanding with landing set,
-  // over all connections): the earliest is the next stall deadline, found
+  // When each payload still landing began or last made progress
+  // (Outstanding with landing set, over all connections): the earliest is the next stall deadline, found
   // without walking every connection at each timer.
   std::multiset<TimePoint> landing_since_;
 };

@@ -298,20 +298,43 @@ void DataConnection::read_frame(std::uint32_t length) {
 
 void DataConnection::read_payload(SwarmMessage header) {
   std::span<std::byte> destination = handler_.piece_destination(*this, header);
-  const bool stored = destination.size() == header.length;
-  if (!stored) {
+  payload_stored_ = destination.size() == header.length;
+  if (!payload_stored_) {
     discard_buffer_.resize(header.length);  // bounded by kMaxBlockBytes
     destination = discard_buffer_;
   }
+  payload_header_ = std::move(header);
+  payload_destination_ = destination;
+  payload_done_ = 0;
+  payload_progress_reported_ = std::chrono::steady_clock::now();
+  read_payload_rest();
+}
+
+void DataConnection::read_payload_rest() {
+  if (payload_done_ == payload_destination_.size()) {
+    handler_.on_piece(*this, payload_header_, payload_stored_);
+    if (!closed_) read_frame_length();
+    return;
+  }
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(destination.data(), destination.size()),
-                   [self, header = std::move(header), stored](std::error_code ec, std::size_t n) {
-                     if (self->closed_) return;
-                     if (ec) return self->close(Status::io_error("read failed: " + ec.message()));
-                     self->bytes_received_ += n;
-                     self->handler_.on_piece(*self, header, stored);
-                     if (!self->closed_) self->read_frame_length();
-                   });
+  const std::span<std::byte> rest = payload_destination_.subspan(payload_done_);
+  socket_.async_read_some(asio::buffer(rest.data(), rest.size()), [self](std::error_code ec, std::size_t n) {
+    if (self->closed_) return;
+    if (ec) return self->close(Status::io_error("read failed: " + ec.message()));
+    self->bytes_received_ += n;
+    self->payload_done_ += n;
+    // The payload is moving: a holder stopped mid-payload is told apart from
+    // a slow one by this, not by the payload's age.
+    if (self->payload_stored_ && self->payload_done_ < self->payload_destination_.size()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - self->payload_progress_reported_ >= self->timeouts_.piece_progress) {
+        self->payload_progress_reported_ = now;
+        self->handler_.on_piece_progress(*self, self->payload_header_);
+        if (self->closed_) return;
+      }
+    }
+    self->read_payload_rest();
+  });
 }
 
 void DataConnection::close(const Status& why) {

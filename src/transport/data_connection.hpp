@@ -50,6 +50,8 @@ struct DataConnectionTimeouts {
   // Bytes written and unacknowledged for this long close the connection
   // (TCP_USER_TIMEOUT): a peer that vanished without a reset.
   Duration unacknowledged = std::chrono::seconds(30);
+  // A payload arriving is reported moving at most this often.
+  Duration piece_progress = std::chrono::milliseconds(100);
 };
 
 class DataConnectionHandler {
@@ -63,6 +65,9 @@ class DataConnectionHandler {
   // on_piece never comes.
   virtual std::span<std::byte> piece_destination(DataConnection& connection, const SwarmMessage& header) = 0;
   virtual void on_piece(DataConnection& connection, const SwarmMessage& header, bool stored) = 0;
+  // Bytes of a stored piece's payload arrived, and more are to come: the
+  // payload is moving (at most one call per DataConnectionTimeouts::piece_progress).
+  virtual void on_piece_progress(DataConnection& /*connection*/, const SwarmMessage& /*header*/) {}
   virtual void on_closed(DataConnection& connection, const Status& why) = 0;
 };
 
@@ -134,6 +139,8 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   void read_frame_length();
   void read_frame(std::uint32_t length);
   void read_payload(SwarmMessage header);
+  // Reads the rest of payload_ into payload_destination_ past payload_done_.
+  void read_payload_rest();
 
   asio::ip::tcp::socket socket_;
   const Identity& identity_;
@@ -151,6 +158,12 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::vector<std::uint8_t> frame_buffer_;
   std::vector<std::uint8_t> plaintext_;
   std::vector<std::byte> discard_buffer_;
+  // The payload being read: its header, where it goes, how much has come.
+  SwarmMessage payload_header_;
+  std::span<std::byte> payload_destination_;
+  std::size_t payload_done_ = 0;
+  bool payload_stored_ = false;
+  std::chrono::steady_clock::time_point payload_progress_reported_;
   // Queued frames, the front being written; after the front, control
   // messages before pieces (each kind in the order sent). Finished entries move (splice)
   // to spare_ with their buffers and are reused, so steady sending

@@ -131,8 +131,10 @@ TEST_CASE("piece landing: a payload that lands slowly keeps its request; nobody 
   // land while this one does (whichever finished last would win, and a liar
   // finishing last would overwrite good bytes), so asking for it would only
   // carry it for nothing. That loop once ran at link speed.
-  t.advance(150ms);
-  t.advance(150ms);
+  for (int step = 0; step < 4; ++step) {  // 4 request timeouts; its bytes keep coming
+    t.advance(100ms);
+    t.fetcher->on_piece_progress(t.now, first.from, first.header);
+  }
   CHECK(t.served.size() == 1);
   CHECK(t.closed.empty());
 
@@ -234,6 +236,29 @@ TEST_CASE("piece landing: a payload stalled mid-way closes its connection, and t
   }
   CHECK(landed);
   CHECK(t.verifies.size() == 1);
+}
+
+TEST_CASE("piece landing: a payload that keeps moving is never stalled; the limit counts from its last progress") {
+  Trio t;
+  const Served first = t.begin_first();
+  const Duration limit = t.config.fetch.request_timeout * kLandingLimitTimeouts;
+  // A slow payload: bytes keep coming, for 4 times the limit.
+  const TimePoint slow_until = t.now + limit * 4;
+  while (t.now < slow_until) {
+    t.advance(50ms);
+    t.fetcher->on_piece_progress(t.now, first.from, first.header);
+    REQUIRE(t.closed.empty());
+  }
+  // Then it stops: stalled once the limit has passed since the last bytes.
+  const TimePoint stalled_at = t.now + limit;
+  CHECK(t.fetcher->next_timeout() <= stalled_at);
+  while (t.now + 50ms < stalled_at) {
+    t.advance(50ms);
+    REQUIRE(t.closed.empty());
+  }
+  t.advance(stalled_at - t.now);
+  REQUIRE(t.closed.size() == 1);
+  CHECK(t.closed[0] == first.from);
 }
 
 TEST_CASE("piece landing: stopping a fetch closes the connections still landing its payloads") {

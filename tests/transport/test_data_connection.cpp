@@ -43,6 +43,9 @@ struct Recorder : DataConnectionHandler {
     if (destination == nullptr) return {};
     return std::span(*destination).subspan(0, std::min<std::size_t>(header.length, destination->size()));
   }
+  void on_piece_progress(DataConnection&, const SwarmMessage& header) override {
+    arrivals.push_back("progress " + std::to_string(header.request_id));
+  }
   void on_piece(DataConnection&, const SwarmMessage& header, bool stored) override {
     arrivals.push_back("piece " + std::to_string(header.request_id));
     ++(stored ? pieces_stored : pieces_discarded);
@@ -76,8 +79,8 @@ struct Pair {
 // An established pair whose client lands 1 MiB pieces in `destination`,
 // and the server's 1 MiB `source` to send them from.
 struct MegabytePieces : Pair {
-  MegabytePieces(std::uint8_t key_fill, std::uint64_t seed)
-      : Pair(key(key_fill), key(key_fill)), source(1u << 20), destination(1u << 20) {
+  MegabytePieces(std::uint8_t key_fill, std::uint64_t seed, DataConnectionTimeouts timeouts = {.handshake = 2s})
+      : Pair(key(key_fill), key(key_fill), timeouts), source(1u << 20), destination(1u << 20) {
     run_until([&] { return client_events.established && server_events.established; });
     REQUIRE(server_events.established);
     core::fill_pseudo_random(source, seed);
@@ -350,4 +353,16 @@ TEST_CASE("data connection: a keepalive finds a peer whose reset was lost; witho
     }
     if (server) server->close(Status::cancelled("test over"));
   }
+}
+
+TEST_CASE("data connection: a stored payload reports progress while it arrives, never after it lands") {
+  MegabytePieces p(11, 81, {.handshake = 2s, .piece_progress = 0ms});  // every read reports
+  p.server->send_piece(p.piece(1), p.source, nullptr);
+  p.run_until([&] { return p.client_events.pieces_stored == 1; });
+  REQUIRE(p.client_events.pieces_stored == 1);
+  const auto& a = p.client_events.arrivals;
+  REQUIRE(a.size() >= 2);  // 1 MiB over loopback takes several reads
+  CHECK(a.back() == "piece 1");
+  for (std::size_t i = 0; i + 1 < a.size(); ++i) CHECK(a[i] == "progress 1");
+  CHECK(p.destination == p.source);
 }
