@@ -573,12 +573,16 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   return PieceTarget{header.version, o.offset, o.length};
 }
 
-void SwarmCore::end_landing(const Outstanding& o) {
-  if (!o.landing) return;
-  // Invariant: every landing Outstanding has its start in landing_since_.
+void SwarmCore::unlist_landing_since(const Outstanding& o) {
+  // Invariant: every landing Outstanding has its landing_since in landing_since_.
   const auto since = landing_since_.find(o.landing_since);
   assert(since != landing_since_.end());
   if (since != landing_since_.end()) landing_since_.erase(since);
+}
+
+void SwarmCore::end_landing(const Outstanding& o) {
+  if (!o.landing) return;
+  unlist_landing_since(o);
   if (auto v = versions_.find(o.version); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
 }
 
@@ -588,9 +592,7 @@ void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const Swarm
   auto r = find_request(c->second.requests, header.request_id);
   if (r == c->second.requests.end() || !r->second.landing) return;
   Outstanding& o = r->second;
-  const auto since = landing_since_.find(o.landing_since);
-  assert(since != landing_since_.end());
-  if (since != landing_since_.end()) landing_since_.erase(since);
+  unlist_landing_since(o);
   o.landing_since = now;
   landing_since_.insert(now);
 }

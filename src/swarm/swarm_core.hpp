@@ -261,6 +261,8 @@ class SwarmCore {
   void forget_connection(TimePoint now, const PeerId& peer);
   // Ends the landing of `o` (its payload arrived, or will not).
   void end_landing(const Outstanding& o);
+  // Takes o's landing_since out of landing_since_. REQUIRES: o.landing.
+  void unlist_landing_since(const Outstanding& o);
   // Closes the connections that still land payloads of `id`, whose fetch
   // is over: its destination may be reused once the driver hears so.
   void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
