@@ -140,6 +140,14 @@ void FetchSession::on_unchoked(TimePoint now, const PeerId& peer) {
   schedule(now);
 }
 
+std::size_t FetchSession::slot_sources() const {
+  std::size_t n = 0;
+  for (const auto& [peer, nb] : neighbours_) {
+    if (nb.connected && !nb.choked && !nb.super_seed && nb.proximity != Proximity::kSameHost) ++n;
+  }
+  return n;
+}
+
 void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
   if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
   schedule(now);

@@ -161,6 +161,16 @@ class FetchSession {
   // unchoked unless `starts_choked` was set; choking drops its requests.
   void on_choked(TimePoint now, const PeerId& peer);
   void on_unchoked(TimePoint now, const PeerId& peer);
+  // Neighbours serving us through one of their upload slots right now:
+  // connected and unchoked, neither a host mate (served outside the slots)
+  // nor a super-seed (a publisher's slots carry what nobody else has yet).
+  // One with nothing we want counts too: counting only those with requests
+  // in flight, fetchers took every unchoke of their first moments, when
+  // nothing is in flight yet (simulator, standalone: last worker 0.218 s
+  // against 0.202 s).
+  std::size_t slot_sources() const;
+  // Requests sent and not yet answered, to every neighbour.
+  std::size_t in_flight_total() const;
   void on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
   // The neighbour holds every shard but reveals them gradually: shards
   // nobody has shown us are not lost while it is connected.
@@ -367,7 +377,6 @@ class FetchSession {
   void clear_starvation();
   void finish(Status status);
   std::size_t wan_in_flight() const;
-  std::size_t in_flight_total() const;
   Shard& shard_state(ShardIndex s);
 
   ShardLayout layout_;

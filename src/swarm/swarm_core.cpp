@@ -137,8 +137,40 @@ void SwarmCore::send(const PeerId& peer, SwarmMessage message) {
 void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer) {
   v.sources.insert(peer);
   v.fetch->on_connected(now, peer);
+  send(peer, interested(id, v));
+}
+
+SwarmMessage SwarmCore::interested(const ManifestId& id, const Version& v) const {
   // What we hold already travels along, so a super-seed does not reveal it.
-  send(peer, SwarmMessage{MessageType::kInterested, id, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()});
+  return SwarmMessage{MessageType::kInterested, id, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()};
+}
+
+bool SwarmCore::holds_its_share_of_slots(const Version& v) const {
+  return v.fetch->slot_sources() + v.asked_again.size() >= upload_slots_here();
+}
+
+bool SwarmCore::decline_slot(const ManifestId& id, Version& v, const PeerId& peer) {
+  const bool asked_starving = v.asked_again.erase(peer) != 0 && v.fetch->in_flight_total() == 0;
+  if (asked_starving || proximity_of(peer) == Proximity::kSameHost || !holds_its_share_of_slots(v)) return false;
+  send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+  if (std::find(v.declined.begin(), v.declined.end(), peer) == v.declined.end()) v.declined.push_back(peer);
+  return true;
+}
+
+void SwarmCore::ask_declined_again(const ManifestId& id, Version& v) {
+  // Starved, the slots we hold give us nothing to ask for: every holder
+  // handed back is asked again, and we wait in all their queues, as we did
+  // before declining any. (One at a time, a fetcher could wait on a holder
+  // whose slot stays taken for a whole rotation.)
+  const bool starved = v.fetch && v.fetch->in_flight_total() == 0;
+  while (!v.declined.empty() && v.fetch && (starved || !holds_its_share_of_slots(v))) {
+    const PeerId peer = v.declined.front();
+    v.declined.pop_front();
+    auto c = connections_.find(peer);
+    if (c == connections_.end() || !c->second.open) continue;
+    send(peer, interested(id, v));
+    v.asked_again.insert(peer);
+  }
 }
 
 void SwarmCore::reveal(const ManifestId& id, const std::vector<Reveal>& reveals) {
@@ -166,6 +198,9 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       }
     } else if (auto* release = std::get_if<ReleaseAction>(&*action)) {
       v.sources.erase(release->peer);
+      std::erase(v.declined, release->peer);
+      v.asked_again.erase(release->peer);
+      ask_declined_again(id, v);
       auto c = connections_.find(release->peer);
       if (c != connections_.end() && c->second.open) {
         send(release->peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
@@ -228,6 +263,8 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
         }
       }
       v.sources.clear();
+      v.declined.clear();
+      v.asked_again.clear();
       // Before the driver hears that the fetch is over (and lets the
       // destination go), no payload may still be writing into it.
       if (!status.is_ok()) abort_landings(now, id, "the fetch of a version it was sending failed");
@@ -235,6 +272,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       break;
     }
   }
+  if (!v.declined.empty() && v.fetch && v.fetch->in_flight_total() == 0) ask_declined_again(id, v);
 }
 
 void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
@@ -326,7 +364,10 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
     }
     if (v.fetch) {
       v.sources.erase(peer);
+      std::erase(v.declined, peer);
+      v.asked_again.erase(peer);
       v.fetch->on_disconnected(now, peer);
+      ask_declined_again(id, v);
     }
   }
   for (auto& [id, v] : versions_) drain(now, id, v);
@@ -487,12 +528,18 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kChoke:
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_choked(now, peer);
+        it->second.asked_again.erase(peer);
+        ask_declined_again(m.version, it->second);
         // A payload already landing (on another lane) still arrives.
         std::erase_if(c.requests, [&](const auto& r) { return r.second.version == m.version && !r.second.landing; });
         drain(now, m.version, it->second);
       }
       return;
     case MessageType::kUnchoke:
+      if (it != versions_.end() && it->second.fetch && decline_slot(m.version, it->second, peer)) {
+        ask_declined_again(m.version, it->second);  // when the slots we hold give us nothing to ask
+        return;
+      }
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_unchoked(now, peer);
         drain(now, m.version, it->second);

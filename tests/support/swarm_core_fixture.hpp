@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "core/bitfield.hpp"
 #include "support/gossip_network.hpp"
@@ -26,6 +29,35 @@ inline swarm::SwarmMessage interested_in(const ManifestId& version, const swarm:
   swarm::SwarmMessage m{swarm::MessageType::kInterested, version, 0, {}, {}, 0, 0, layout.shard_count(), {}};
   m.bytes = core::Bitfield(layout.shard_count()).to_bytes();
   return m;
+}
+
+// kBitfield: the holder shows `bits` of `version`.
+inline swarm::SwarmMessage bitfield_of(const ManifestId& version, const core::Bitfield& bits) {
+  return swarm::SwarmMessage{swarm::MessageType::kBitfield, version, 0, {}, {}, 0, 0, static_cast<std::uint32_t>(bits.size()), bits.to_bytes()};
+}
+
+// What a core asked the driver to send and to open, in order.
+struct Sent {
+  std::vector<std::pair<PeerId, swarm::SwarmMessage>> messages;
+  std::vector<PeerId> opened;
+};
+
+inline Sent drain(swarm::SwarmCore& core) {
+  Sent out;
+  while (auto action = core.poll()) {
+    if (auto* send = std::get_if<swarm::SendMessage>(&*action)) out.messages.emplace_back(send->peer, send->message);
+    if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) out.opened.push_back(open->peer);
+  }
+  return out;
+}
+
+// Who was sent a message of `type`, in sending order.
+inline std::vector<PeerId> recipients(const Sent& sent, swarm::MessageType type) {
+  std::vector<PeerId> out;
+  for (const auto& [to, m] : sent.messages) {
+    if (m.type == type) out.push_back(to);
+  }
+  return out;
 }
 
 }  // namespace tensorhub::testing

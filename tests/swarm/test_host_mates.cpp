@@ -19,34 +19,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
+using testing::drain;
 using testing::kFourShards;
+using testing::recipients;
+using testing::Sent;
 
 const ManifestId kVersion = testing::version_tagged(0x5c);
 
 SwarmMessage bitfield(const core::Bitfield& bits) {
-  return SwarmMessage{MessageType::kBitfield, kVersion, 0, {}, {}, 0, 0, kFourShards.shard_count(), bits.to_bytes()};
-}
-
-struct Sent {
-  std::vector<std::pair<PeerId, SwarmMessage>> messages;
-  std::vector<PeerId> opened;
-};
-
-Sent drain(SwarmCore& core) {
-  Sent out;
-  while (auto action = core.poll()) {
-    if (auto* send = std::get_if<SendMessage>(&*action)) out.messages.emplace_back(send->peer, send->message);
-    if (auto* open = std::get_if<OpenConnection>(&*action)) out.opened.push_back(open->peer);
-  }
-  return out;
-}
-
-std::vector<PeerId> recipients(const Sent& sent, MessageType type) {
-  std::vector<PeerId> out;
-  for (const auto& [to, m] : sent.messages) {
-    if (m.type == type) out.push_back(to);
-  }
-  return out;
+  return testing::bitfield_of(kVersion, bits);
 }
 
 }  // namespace

@@ -1,0 +1,112 @@
+// A fetcher holds at most as many of other holders' upload slots as it
+// offers: an unchoke beyond that share is handed back (kNotInterested), and
+// the holders handed back are asked again (kInterested) once the slots it
+// holds give it nothing to ask for. One real SwarmCore; messages carried by
+// hand.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "support/swarm_core_fixture.hpp"
+#include "swarm/swarm_core.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::swarm;
+using namespace std::chrono_literals;
+
+namespace {
+
+const ManifestId kVersion = testing::version_tagged(0x51);
+
+SwarmMessage of_type(MessageType type) { return SwarmMessage{type, kVersion, 0, {}, {}, 0, 0, 0, {}}; }
+
+// Requests were sent, and only to `holder`.
+bool requests_only_to(const testing::Sent& sent, const PeerId& holder) {
+  const std::vector<PeerId> to = testing::recipients(sent, MessageType::kRequest);
+  return !to.empty() && std::count(to.begin(), to.end(), holder) == static_cast<std::ptrdiff_t>(to.size());
+}
+
+// A fetcher with one upload slot of its own, connected to three holders on
+// other hosts, none of which has unchoked it yet.
+struct SlotShare {
+  TimePoint now{1s};
+  SwarmCore fetcher;
+  PeerId a = testing::swarm_peer(701), b = testing::swarm_peer(702), c = testing::swarm_peer(703);
+
+  static SwarmConfig config() {
+    SwarmConfig config;
+    config.upload_slots = 1;
+    config.fetch.random_neighbours = 0;
+    return config;
+  }
+
+  SlotShare() : fetcher(config(), Location{"dc1", "r1", "h1"}, testing::swarm_peer(700), 5) {
+    fetcher.set_location(a, Location{"dc1", "r2", "h2"});
+    fetcher.set_location(b, Location{"dc1", "r3", "h3"});
+    fetcher.set_location(c, Location{"dc1", "r4", "h4"});
+    fetcher.fetch(now, kVersion, testing::kFourShards, core::Bitfield(testing::kFourShards.shard_count()));
+    for (const PeerId& p : {a, b, c}) fetcher.add_holder(now, kVersion, p, /*complete=*/false);
+    now += 1ms;
+    fetcher.handle_timeout(now);
+    const testing::Sent sent = testing::drain(fetcher);
+    REQUIRE(sent.opened.size() == 3);
+    for (const PeerId& p : sent.opened) fetcher.on_connected(now, p);
+    REQUIRE(testing::recipients(testing::drain(fetcher), MessageType::kInterested).size() == 3);
+  }
+
+  testing::Sent shows(const PeerId& holder, bool everything) {
+    fetcher.on_message(now, holder, testing::bitfield_of(kVersion, core::Bitfield(testing::kFourShards.shard_count(), everything)));
+    return testing::drain(fetcher);
+  }
+  testing::Sent says(const PeerId& holder, MessageType type) {
+    fetcher.on_message(now, holder, of_type(type));
+    return testing::drain(fetcher);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("slot share: an unchoke beyond the fetcher's share is handed back, and asked again when its slots end") {
+  SlotShare s;
+  for (const PeerId& p : {s.a, s.b, s.c}) s.shows(p, /*everything=*/true);
+
+  testing::Sent sent = s.says(s.a, MessageType::kUnchoke);
+  CHECK(requests_only_to(sent, s.a));
+
+  // A second holder's slot would be one more than the fetcher offers.
+  sent = s.says(s.b, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kNotInterested) == std::vector<PeerId>{s.b});
+  CHECK(testing::recipients(sent, MessageType::kRequest).empty());
+  sent = s.says(s.c, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kNotInterested) == std::vector<PeerId>{s.c});
+
+  // The slot it held ends, and with it everything in flight: it waits in
+  // the queues of both holders it handed back. The first slot it gets it
+  // keeps; the second is again one too many.
+  sent = s.says(s.a, MessageType::kChoke);
+  CHECK(testing::recipients(sent, MessageType::kInterested) == std::vector<PeerId>{s.b, s.c});
+  sent = s.says(s.c, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kNotInterested).empty());
+  CHECK(requests_only_to(sent, s.c));
+  sent = s.says(s.b, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kNotInterested) == std::vector<PeerId>{s.b});
+  CHECK(testing::recipients(sent, MessageType::kRequest).empty());
+}
+
+TEST_CASE("slot share: a fetcher whose slots give it nothing to ask for asks a holder it handed back at once") {
+  SlotShare s;
+  s.shows(s.a, /*everything=*/false);  // unchokes, but holds nothing yet
+  s.shows(s.b, /*everything=*/true);
+  testing::Sent sent = s.says(s.a, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kRequest).empty());
+
+  // Declined, since the slot held counts; but with nothing in flight the
+  // fetcher is starved, and asks again straight away.
+  sent = s.says(s.b, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kNotInterested) == std::vector<PeerId>{s.b});
+  CHECK(testing::recipients(sent, MessageType::kInterested) == std::vector<PeerId>{s.b});
+  sent = s.says(s.b, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kNotInterested).empty());
+  CHECK(requests_only_to(sent, s.b));
+}
