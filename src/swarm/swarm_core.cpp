@@ -173,6 +173,12 @@ void SwarmCore::ask_declined_again(const ManifestId& id, Version& v) {
   }
 }
 
+void SwarmCore::slot_ended(const ManifestId& id, Version& v, const PeerId& peer) {
+  std::erase(v.declined, peer);
+  v.asked_again.erase(peer);
+  ask_declined_again(id, v);
+}
+
 void SwarmCore::reveal(const ManifestId& id, const std::vector<Reveal>& reveals) {
   for (const Reveal& r : reveals) send(r.peer, SwarmMessage{MessageType::kHave, id, 0, r.shard, {}, 0, 0, 0, {}});
 }
@@ -198,9 +204,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       }
     } else if (auto* release = std::get_if<ReleaseAction>(&*action)) {
       v.sources.erase(release->peer);
-      std::erase(v.declined, release->peer);
-      v.asked_again.erase(release->peer);
-      ask_declined_again(id, v);
+      slot_ended(id, v, release->peer);
       auto c = connections_.find(release->peer);
       if (c != connections_.end() && c->second.open) {
         send(release->peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
@@ -364,10 +368,8 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
     }
     if (v.fetch) {
       v.sources.erase(peer);
-      std::erase(v.declined, peer);
-      v.asked_again.erase(peer);
       v.fetch->on_disconnected(now, peer);
-      ask_declined_again(id, v);
+      slot_ended(id, v, peer);
     }
   }
   for (auto& [id, v] : versions_) drain(now, id, v);
@@ -528,8 +530,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kChoke:
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_choked(now, peer);
-        it->second.asked_again.erase(peer);
-        ask_declined_again(m.version, it->second);
+        slot_ended(m.version, it->second, peer);
         // A payload already landing (on another lane) still arrives.
         std::erase_if(c.requests, [&](const auto& r) { return r.second.version == m.version && !r.second.landing; });
         drain(now, m.version, it->second);

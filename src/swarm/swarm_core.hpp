@@ -260,6 +260,9 @@ class SwarmCore {
   // Slots held (slot_sources) and asked for again reach upload_slots_here.
   bool holds_its_share_of_slots(const Version& v) const;
   void ask_declined_again(const ManifestId& id, Version& v);
+  // `peer` serves us no more (choked, released or gone): it is neither a
+  // slot held nor one handed back, and others may be asked again.
+  void slot_ended(const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
   void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
   // A super-seed's requester with shards shown to it that has said nothing
