@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <vector>
 
 #include "support/swarm_core_fixture.hpp"
@@ -27,12 +28,13 @@ bool requests_only_to(const testing::Sent& sent, const PeerId& holder) {
   return !to.empty() && std::count(to.begin(), to.end(), holder) == static_cast<std::ptrdiff_t>(to.size());
 }
 
-// A fetcher with one upload slot of its own, connected to three holders on
+// A fetcher with one upload slot of its own, connected to four holders on
 // other hosts, none of which has unchoked it yet.
 struct SlotShare {
   TimePoint now{1s};
   SwarmCore fetcher;
-  PeerId a = testing::swarm_peer(701), b = testing::swarm_peer(702), c = testing::swarm_peer(703);
+  PeerId a = testing::swarm_peer(701), b = testing::swarm_peer(702), c = testing::swarm_peer(703),
+         d = testing::swarm_peer(704);
 
   static SwarmConfig config() {
     SwarmConfig config;
@@ -45,16 +47,23 @@ struct SlotShare {
     fetcher.set_location(a, Location{"dc1", "r2", "h2"});
     fetcher.set_location(b, Location{"dc1", "r3", "h3"});
     fetcher.set_location(c, Location{"dc1", "r4", "h4"});
+    fetcher.set_location(d, Location{"dc1", "r5", "h5"});
     fetcher.fetch(now, kVersion, testing::kFourShards, core::Bitfield(testing::kFourShards.shard_count()));
-    for (const PeerId& p : {a, b, c}) fetcher.add_holder(now, kVersion, p, /*complete=*/false);
+    for (const PeerId& p : {a, b, c, d}) fetcher.add_holder(now, kVersion, p, /*complete=*/false);
     now += 1ms;
     fetcher.handle_timeout(now);
     const testing::Sent sent = testing::drain(fetcher);
-    REQUIRE(sent.opened.size() == 3);
+    REQUIRE(sent.opened.size() == 4);
     for (const PeerId& p : sent.opened) fetcher.on_connected(now, p);
-    REQUIRE(testing::recipients(testing::drain(fetcher), MessageType::kInterested).size() == 3);
+    REQUIRE(testing::recipients(testing::drain(fetcher), MessageType::kInterested).size() == 4);
   }
 
+  testing::Sent shows_shards(const PeerId& holder, std::initializer_list<std::uint32_t> shards) {
+    core::Bitfield bits(testing::kFourShards.shard_count());
+    for (std::uint32_t shard : shards) bits.set(shard);
+    fetcher.on_message(now, holder, testing::bitfield_of(kVersion, bits));
+    return testing::drain(fetcher);
+  }
   testing::Sent shows(const PeerId& holder, bool everything) {
     fetcher.on_message(now, holder, testing::bitfield_of(kVersion, core::Bitfield(testing::kFourShards.shard_count(), everything)));
     return testing::drain(fetcher);
@@ -105,6 +114,30 @@ TEST_CASE("slot share: a fetcher whose slots give it nothing to ask for asks a h
   // fetcher is starved, and asks again straight away.
   sent = s.says(s.b, MessageType::kUnchoke);
   CHECK(testing::recipients(sent, MessageType::kNotInterested) == std::vector<PeerId>{s.b});
+  CHECK(testing::recipients(sent, MessageType::kInterested) == std::vector<PeerId>{s.b});
+  sent = s.says(s.b, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kNotInterested).empty());
+  CHECK(requests_only_to(sent, s.b));
+}
+
+TEST_CASE("slot share: with requests still in flight elsewhere, one holder handed back is asked again per slot that ends") {
+  SlotShare s;
+  // c is a super-seed: its unchoke is no slot of the share, and the shard it
+  // reveals keeps a request in flight through what follows.
+  s.says(s.c, MessageType::kSuperSeed);
+  s.shows_shards(s.c, {});
+  s.says(s.c, MessageType::kUnchoke);
+  s.fetcher.on_message(s.now, s.c, SwarmMessage{MessageType::kHave, kVersion, 0, ShardIndex{3}, {}, 0, 0, 0, {}});
+  REQUIRE(requests_only_to(testing::drain(s.fetcher), s.c));
+  for (const PeerId& p : {s.a, s.b, s.d}) s.shows_shards(p, {0, 1, 2});
+
+  CHECK(requests_only_to(s.says(s.a, MessageType::kUnchoke), s.a));
+  CHECK(testing::recipients(s.says(s.b, MessageType::kUnchoke), MessageType::kNotInterested) == std::vector<PeerId>{s.b});
+  CHECK(testing::recipients(s.says(s.d, MessageType::kUnchoke), MessageType::kNotInterested) == std::vector<PeerId>{s.d});
+
+  // Not starved (c's request is in flight): the slot that ended is replaced
+  // by one holder, the first handed back, not by both.
+  testing::Sent sent = s.says(s.a, MessageType::kChoke);
   CHECK(testing::recipients(sent, MessageType::kInterested) == std::vector<PeerId>{s.b});
   sent = s.says(s.b, MessageType::kUnchoke);
   CHECK(testing::recipients(sent, MessageType::kNotInterested).empty());
