@@ -130,6 +130,7 @@ void FetchSession::on_choked(TimePoint now, const PeerId& peer) {
   if (it == neighbours_.end() || it->second.choked) return;
   it->second.choked = true;
   release_requests_of(peer);  // a choking holder drops what we asked
+  withdraw_stranded_claims();
   schedule(now);
 }
 
@@ -183,7 +184,9 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   may_yet_show_ -= may_yet_show(it->second);
   if (it->second.connecting) --connecting_count_;
   if (it->second.proximity == Proximity::kSameHost) --host_mates_;
+  const bool beyond_host = it->second.proximity != Proximity::kSameHost;
   neighbours_.erase(it);
+  if (beyond_host) withdraw_stranded_claims();
   schedule_order_stale_ = true;
   if (ban) banned_.insert(peer);
   if (!reason.empty()) actions_.push(DisconnectAction{peer, reason});
@@ -379,6 +382,27 @@ void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardInde
     }
   }
   if (yielded) schedule(now);
+}
+
+void FetchSession::on_mate_not_fetching(TimePoint now, const PeerId& peer, ShardIndex shard) {
+  auto claim = mate_claims_.find(shard.value);
+  if (claim == mate_claims_.end() || claim->second.peer != peer) return;
+  mate_claims_.erase(claim);
+  schedule(now);
+}
+
+void FetchSession::withdraw_stranded_claims() {
+  for (auto& [index, s] : shards_) {
+    if (!s.claimed || s.verifying) continue;
+    const bool reachable = std::any_of(neighbours_.begin(), neighbours_.end(), [&](const auto& entry) {
+      const Neighbour& n = entry.second;
+      return n.connected && !n.choked && n.proximity != Proximity::kSameHost && n.proximity != Proximity::kRemote &&
+             n.has_bits && n.bits.test(index);
+    });
+    if (reachable) continue;
+    s.claimed = false;  // claimed again when it is asked beyond the host again
+    actions_.push(UnclaimAction{ShardIndex{index}});
+  }
 }
 
 void FetchSession::drop_claims_of(const PeerId& peer) {

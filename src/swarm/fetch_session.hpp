@@ -113,12 +113,18 @@ struct AnnounceAction {  // HAVE to every neighbour
 struct ClaimAction {
   ShardIndex shard;
 };
+// The claim is withdrawn: this fetch has no holder beyond the host serving
+// it that holds the shard now (choked, or the holder went). Tell the same
+// mates as the claim.
+struct UnclaimAction {
+  ShardIndex shard;
+};
 struct DoneAction {
   Status status;  // ok, or why the fetch failed
 };
 using FetchAction =
     std::variant<ConnectAction, DisconnectAction, ReleaseAction, RequestAction, CancelAction, VerifyAction, AnnounceAction,
-                 ClaimAction, DoneAction>;
+                 ClaimAction, UnclaimAction, DoneAction>;
 
 struct FetchProgress {
   std::uint64_t bytes_verified = 0;
@@ -184,6 +190,12 @@ class FetchSession {
   // cancels its requests for it beyond the host.
   // Ignored unless `peer` is a neighbour on this host.
   void on_mate_fetching(TimePoint now, const PeerId& peer, ShardIndex shard);
+  // The mate withdrew its claim on `shard` (kNotFetching). A mate choked
+  // mid-shard kept the others from the shard until its claim lapsed, a
+  // request timeout (simulator, standalone with slots changing hands every
+  // 1/16 of the version: 200 of 240 workers idle for 0.6 s, the trainer
+  // ranks' slots held by mates of the choked claimer).
+  void on_mate_not_fetching(TimePoint now, const PeerId& peer, ShardIndex shard);
   // Whether a payload for this block may be written into the destination
   // now: the block is still missing and its shard is not being verified.
   // (The caller also makes sure no other payload for it is landing.)
@@ -348,6 +360,9 @@ class FetchSession {
   // score keeps it.
   bool left_to_a_mate(TimePoint now, ShardIndex shard) const;
   void drop_claims_of(const PeerId& peer);
+  // Withdraws (UnclaimAction) our claims on started shards that no
+  // neighbour beyond the host and serving us holds.
+  void withdraw_stranded_claims();
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
   // The same, with the shard and the neighbour (nullptr: gone) found.

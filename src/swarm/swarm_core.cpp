@@ -179,6 +179,13 @@ void SwarmCore::slot_ended(const ManifestId& id, Version& v, const PeerId& peer)
   ask_declined_again(id, v);
 }
 
+void SwarmCore::tell_host_mate_requesters(const ManifestId& id, const Version& v, MessageType type, ShardIndex shard) {
+  for (const PeerId& peer : v.host_mate_requesters) {
+    auto c = connections_.find(peer);
+    if (c != connections_.end() && c->second.open) send(peer, SwarmMessage{type, id, 0, shard, {}, 0, 0, 0, {}});
+  }
+}
+
 void SwarmCore::reveal(const ManifestId& id, const std::vector<Reveal>& reveals) {
   for (const Reveal& r : reveals) send(r.peer, SwarmMessage{MessageType::kHave, id, 0, r.shard, {}, 0, 0, 0, {}});
 }
@@ -251,12 +258,9 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
     } else if (auto* claim = std::get_if<ClaimAction>(&*action)) {
       // The host mates fetching from us: they would otherwise bring it
       // across the NIC we share as well.
-      for (const PeerId& peer : v.host_mate_requesters) {
-        auto c = connections_.find(peer);
-        if (c != connections_.end() && c->second.open) {
-          send(peer, SwarmMessage{MessageType::kFetching, id, 0, claim->shard, {}, 0, 0, 0, {}});
-        }
-      }
+      tell_host_mate_requesters(id, v, MessageType::kFetching, claim->shard);
+    } else if (auto* unclaim = std::get_if<UnclaimAction>(&*action)) {
+      tell_host_mate_requesters(id, v, MessageType::kNotFetching, unclaim->shard);
     } else if (auto* done = std::get_if<DoneAction>(&*action)) {
       Status status = done->status;
       v.finished = v.fetch->progress();
@@ -522,8 +526,13 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       return;
     case MessageType::kFetching:
+    case MessageType::kNotFetching:
       if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
-        it->second.fetch->on_mate_fetching(now, peer, m.shard);
+        if (m.type == MessageType::kFetching) {
+          it->second.fetch->on_mate_fetching(now, peer, m.shard);
+        } else {
+          it->second.fetch->on_mate_not_fetching(now, peer, m.shard);
+        }
         drain(now, m.version, it->second);
       }
       return;

@@ -264,6 +264,9 @@ class SwarmCore {
   // slot held nor one handed back, and others may be asked again.
   void slot_ended(const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
+  // A claim (kFetching) or its withdrawal (kNotFetching), to the host mates
+  // that fetch from us: they alone would bring the shard across our NIC too.
+  void tell_host_mate_requesters(const ManifestId& id, const Version& v, MessageType type, ShardIndex shard);
   void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
   // A super-seed's requester with shards shown to it that has said nothing
   // for a while (2 request timeouts; 8 across the WAN, where a block takes

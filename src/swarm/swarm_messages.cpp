@@ -25,6 +25,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kDeferred: return "deferred";
     case MessageType::kPeers: return "peers";
     case MessageType::kFetching: return "fetching";
+    case MessageType::kNotFetching: return "not-fetching";
   }
   return "unknown";
 }
@@ -58,6 +59,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       break;
     case MessageType::kHave:
     case MessageType::kFetching:
+    case MessageType::kNotFetching:
       open(3);
       w.write_uint(m.shard.value);
       break;
@@ -97,7 +99,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   std::uint32_t fields = 0;
   std::uint64_t type = 0;
   r.read_array_header("data message", fields, 7);
-  if (r.read_uint("type", type) && (type < 1 || type > 17)) r.fail("type", "unknown data message type " + std::to_string(type));
+  if (r.read_uint("type", type) && (type < 1 || type > 18)) r.fail("type", "unknown data message type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
   r.read_bin_exact("version", m.version.bytes);
   if (!r.ok()) return r.status();
@@ -125,6 +127,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
       break;
     case MessageType::kHave:
     case MessageType::kFetching:
+    case MessageType::kNotFetching:
       expect_fields(3);
       if (r.read_uint("shard", v, kMaxShards - 1)) m.shard = ShardIndex{static_cast<std::uint32_t>(v)};
       break;

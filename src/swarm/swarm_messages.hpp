@@ -38,6 +38,7 @@ enum class MessageType : std::uint8_t {
   kDeferred = 15,      // request id: a mate in the requester's datacenter brings this shard across; get it there
   kPeers = 16,         // bytes: up to kMaxPeersListed peer ids (32 bytes each) that fetch the version too
   kFetching = 17,      // shard: the sender (a host mate) brings it across its NIC; leave it to the sender
+  kNotFetching = 18,   // shard: the sender's kFetching is withdrawn (it has nobody to bring it from now)
 };
 
 std::string_view message_type_name(MessageType type);

@@ -98,6 +98,7 @@ class Driver {
   std::vector<PeerId> connects;  // in order
   std::set<std::uint32_t> announced;
   std::vector<std::uint32_t> claimed;  // ClaimAction, in order
+  std::vector<std::uint32_t> unclaimed;  // UnclaimAction, in order
 
  private:
   struct Delivery {
@@ -161,6 +162,7 @@ class Driver {
   }
   void handle(AnnounceAction& a) { announced.insert(a.shard.value); }
   void handle(ClaimAction& a) { claimed.push_back(a.shard.value); }
+  void handle(UnclaimAction& a) { unclaimed.push_back(a.shard.value); }
   void handle(DoneAction& a) { result = a.status; }
 
   std::priority_queue<Delivery, std::vector<Delivery>, std::greater<>> deliveries;
@@ -525,6 +527,73 @@ TEST_CASE("fetch session: a shard a host mate brings across the NIC is left to i
     REQUIRE(d.result.has_value());
     CHECK(d.result->is_ok());
   }
+}
+
+TEST_CASE("fetch session: a claim is withdrawn when no holder beyond the host serves the shard, and mates take it up") {
+  // A fetcher choked mid-shard kept its claim, and its mates left the shard
+  // to it until the claim lapsed, a request timeout (simulator, standalone
+  // with slots changing hands often: 200 of 240 workers idle for 0.6 s).
+  FetchConfig config;
+  config.pipeline_blocks = 1;
+  Driver d(layout(1, 8), config, Location{"dc1", "r1", "h0"});
+  Holder far = full(1, {"dc1", "r2", "h9"});
+  far.block_time = 5ms;
+  d.add_holder(2, far);
+  d.run(1ms);
+  REQUIRE(d.claimed == std::vector<std::uint32_t>{0});
+
+  SUBCASE("choked by the only holder: withdrawn") {
+    d.session.on_choked(d.now, peer(2));
+    d.pump();
+    CHECK(d.unclaimed == std::vector<std::uint32_t>{0});
+    d.session.on_unchoked(d.now, peer(2));  // asked again beyond the host: claimed again
+    d.pump();
+    CHECK(d.claimed == std::vector<std::uint32_t>{0, 0});
+  }
+  SUBCASE("another holder beyond the host still serves it: kept") {
+    Holder other = full(1, {"dc1", "r3", "h8"});
+    other.block_time = 5ms;
+    d.add_holder(3, other);
+    d.run(2ms);
+    d.session.on_choked(d.now, peer(2));
+    d.pump();
+    CHECK(d.unclaimed.empty());
+    d.kill(3);  // and when that one goes too
+    d.pump();
+    CHECK(d.unclaimed == std::vector<std::uint32_t>{0});
+  }
+}
+
+TEST_CASE("fetch session: a mate's withdrawn claim frees the shard at once") {
+  FetchConfig config;
+  config.pipeline_blocks = 2;
+  Driver d(layout(10), config, Location{"dc1", "r1", "h0"});
+  Holder mate;
+  mate.location = {"dc1", "r1", "h0"};
+  mate.bits = Bitfield(10);
+  d.add_holder(1, mate);
+  d.run(1ms);
+  for (std::uint32_t s = 0; s < 9; ++s) d.session.on_mate_fetching(d.now, peer(1), ShardIndex{s});
+  Holder far = full(10, {"dc1", "r2", "h9"});
+  far.block_time = 5ms;
+  d.add_holder(2, far);
+  d.run(100ms);
+  auto first_asked_far = [&](std::uint32_t shard) {
+    for (const auto& [when, to, asked] : d.request_log) {
+      if (to == peer(2) && asked == shard) return when;
+    }
+    return kTimeNever;
+  };
+  CHECK(first_asked_far(3) == kTimeNever);
+  const TimePoint withdrawn = d.now;
+  d.session.on_mate_not_fetching(d.now, peer(3), ShardIndex{3});  // not the claimer: no effect
+  d.session.on_mate_not_fetching(d.now, peer(1), ShardIndex{3});
+  d.pump();
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(first_asked_far(3) < withdrawn + 50ms);  // not a request timeout later
+  CHECK(first_asked_far(4) >= withdrawn + config.request_timeout - 100ms);  // still claimed: the claim lapses
 }
 
 TEST_CASE("fetch session: two mates that begin one shard at once: the higher rendezvous score keeps it") {

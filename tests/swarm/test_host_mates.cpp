@@ -60,6 +60,11 @@ TEST_CASE("host mate claims: a shard begun beyond the host is claimed to the hos
   REQUIRE(recipients(sent, MessageType::kRequest) == std::vector<PeerId>{holder});
   CHECK(recipients(sent, MessageType::kFetching) == std::vector<PeerId>{mate});
 
+  SUBCASE("choked by the only holder serving the shard: the claim is withdrawn to the same mates") {
+    fetcher.on_message(now, holder, SwarmMessage{MessageType::kChoke, kVersion, 0, {}, {}, 0, 0, 0, {}});
+    sent = drain(fetcher);
+    CHECK(recipients(sent, MessageType::kNotFetching) == std::vector<PeerId>{mate});
+  }
   SUBCASE("the mate's claim keeps the other shards it names off the NIC here") {
     // The mate claims every shard but one: once the first arrives, that one
     // is all that is asked of the far holder.

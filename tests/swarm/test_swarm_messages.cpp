@@ -35,6 +35,8 @@ std::vector<SwarmMessage> samples() {
   out.push_back(m);
   m = SwarmMessage{MessageType::kFetching, v, 0, ShardIndex{4}, {}, 0, 0, 0, {}};
   out.push_back(m);
+  m = SwarmMessage{MessageType::kNotFetching, v, 0, ShardIndex{4}, {}, 0, 0, 0, {}};
+  out.push_back(m);
   for (auto t : {MessageType::kInterested, MessageType::kNotInterested, MessageType::kChoke,
                  MessageType::kUnchoke, MessageType::kGetManifest, MessageType::kNoManifest, MessageType::kSuperSeed}) {
     out.push_back(SwarmMessage{t, v, 0, {}, {}, 0, 0, 0, {}});
