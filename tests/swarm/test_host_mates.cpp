@@ -65,6 +65,12 @@ TEST_CASE("host mate claims: a shard begun beyond the host is claimed to the hos
     sent = drain(fetcher);
     CHECK(recipients(sent, MessageType::kNotFetching) == std::vector<PeerId>{mate});
   }
+  SUBCASE("a withdrawal naming a shard past the version's end is ignored") {
+    fetcher.on_message(now, mate, SwarmMessage{MessageType::kNotFetching, kVersion, 0, ShardIndex{kFourShards.shard_count()}, {}, 0, 0, 0, {}});
+    fetcher.on_message(now, mate, SwarmMessage{MessageType::kNotFetching, kVersion, 0, ShardIndex{0xffffffffu}, {}, 0, 0, 0, {}});
+    sent = drain(fetcher);
+    CHECK(sent.messages.empty());
+  }
   SUBCASE("the mate's claim keeps the other shards it names off the NIC here") {
     // The mate claims every shard but one: once the first arrives, that one
     // is all that is asked of the far holder.
