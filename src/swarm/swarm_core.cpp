@@ -65,6 +65,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (v.fetch) return;
   const std::uint64_t seed = version_seed(id, 0);
   v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now);
+  v.fetch->set_slot_share(now, upload_slots_here());
   drain(now, id, v);
 }
 
@@ -775,3 +776,4 @@ std::optional<SwarmAction> SwarmCore::poll() {
 }
 
 }  // namespace tensorhub::swarm
+

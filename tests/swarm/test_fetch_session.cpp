@@ -710,3 +710,53 @@ TEST_CASE("fetch session: fetchers missing a shard draw which named-complete hol
   }
   CHECK(second_picks.size() >= 5);
 }
+
+TEST_CASE("fetch session: short of its slot share, a fetch probes more candidates and gives up those that keep it waiting") {
+  FetchConfig config;
+  config.starts_choked = true;  // holders grant slots explicitly, and these grant none
+  config.max_neighbours = 2;
+  config.random_neighbours = 0;
+  Driver d(layout(4), config);
+  d.session.set_slot_share(d.now, 1);
+  for (std::uint64_t n = 1; n <= 8; ++n) d.add_holder(n, full(4, {"dc1", "r1", "h" + std::to_string(n)}));
+  d.run(config.slot_probe_after / 2);
+  CHECK(d.connects.size() == 2);  // the neighbours, and no probe yet: a wait that short is not starving
+  d.run(config.slot_probe_after * 3);
+  CHECK(d.connects.size() > 2);
+  REQUIRE_FALSE(d.releases.empty());  // probes that never unchoked us went back
+  for (const PeerId& released : d.releases) {
+    CHECK(std::find(d.connects.begin(), d.connects.begin() + 2, released) == d.connects.begin() + 2);
+  }
+  // A probe unchokes us: the share is held, and probing stops.
+  const PeerId granted = d.connects.back();
+  d.session.on_unchoked(d.now, granted);
+  d.pump();
+  const std::size_t connects = d.connects.size();
+  const std::size_t releases = d.releases.size();
+  d.run(config.slot_probe_after * 5);
+  CHECK(d.connects.size() == connects);
+  CHECK(d.releases.size() == releases);
+  CHECK(std::find(d.releases.begin(), d.releases.end(), granted) == d.releases.end());
+  CHECK(d.blocks_delivered > 0);
+}
+
+TEST_CASE("fetch session: holding more slots than its share, a fetch hands back the one with the fewest requests in flight") {
+  FetchConfig config;  // neighbours start unchoked: both holders grant a slot at once
+  Driver d(layout(4), config);
+  d.session.set_slot_share(d.now, 1);
+  d.add_holder(1, full(4, {"dc1", "r1", "h1"}));
+  d.add_holder(2, full(4, {"dc1", "r1", "h2"}));
+  d.run(60s);
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  REQUIRE(d.releases.size() == 1);
+  CHECK(d.session.slot_sources() <= 1);
+
+  // Without a share, both slots are kept.
+  Driver unlimited(layout(4), config);
+  unlimited.add_holder(1, full(4, {"dc1", "r1", "h1"}));
+  unlimited.add_holder(2, full(4, {"dc1", "r1", "h2"}));
+  unlimited.run(60s);
+  REQUIRE(unlimited.result.has_value());
+  CHECK(unlimited.releases.empty());
+}
