@@ -602,7 +602,9 @@ void FetchSession::keep_slot_share(TimePoint now) {
   slot_hungry_since_ = now;
   std::vector<PeerId> unanswered;
   for (const auto& [peer, since] : slot_probes_) {
-    if (now >= since + config_.slot_probe_after) unanswered.push_back(peer);
+    // One still connecting is kept: given up then, its holder would hear
+    // our interest after the release and might grant a slot nobody uses.
+    if (now >= since + config_.slot_probe_after && !neighbours_.at(peer).connecting) unanswered.push_back(peer);
   }
   for (const PeerId& peer : unanswered) {
     slot_probes_.erase(peer);
