@@ -194,6 +194,11 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   (void)now;
 }
 
+void FetchSession::release_neighbour(TimePoint now, const PeerId& peer) {
+  lose_neighbour(now, peer, /*ban=*/false, /*reason=*/"");
+  actions_.push(ReleaseAction{peer});
+}
+
 void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bitfield& bits) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
@@ -586,8 +591,7 @@ void FetchSession::keep_slot_share(TimePoint now) {
       }
     }
     const PeerId handed_back = *surplus;
-    lose_neighbour(now, handed_back, /*ban=*/false, "");
-    actions_.push(ReleaseAction{handed_back});
+    release_neighbour(now, handed_back);
     --held;
   }
   if (config_.slot_probes == 0 || unrequested_ == 0 || held >= slot_share_ || !waiting || candidates_.empty()) {
@@ -608,8 +612,7 @@ void FetchSession::keep_slot_share(TimePoint now) {
   }
   for (const PeerId& peer : unanswered) {
     slot_probes_.erase(peer);
-    lose_neighbour(now, peer, /*ban=*/false, "");
-    actions_.push(ReleaseAction{peer});
+    release_neighbour(now, peer);
   }
   while (slot_probes_.size() < config_.slot_probes && !candidates_.empty()) {
     const PeerId probe = *candidates_.nearest(/*complete_only=*/false, &rng_);
@@ -1031,8 +1034,7 @@ void FetchSession::check_starvation(TimePoint now) {
       const PeerId idle = it->first;
       last_swap_ = now;
       trade_since_ = now;  // a new neighbour: give it a request_timeout
-      lose_neighbour(now, idle, /*ban=*/false, /*reason=*/"");
-      actions_.push(ReleaseAction{idle});
+      release_neighbour(now, idle);
       auto more = candidates_.nearest(/*complete_only=*/true, &rng_);
       connect_to(now, more ? *more : candidates_.any(rng_));
       return;

@@ -385,6 +385,9 @@ class FetchSession {
   void note_delivery(TimePoint now, Neighbour& from);
   void release_requests_of(const PeerId& peer);
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
+  // Drops the neighbour and stops fetching from it, keeping the connection
+  // (ReleaseAction): traded away, a surplus slot, or a probe unanswered.
+  void release_neighbour(TimePoint now, const PeerId& peer);
   void connect_more(TimePoint now);
   // REQUIRES: candidates_.contains(chosen).
   void connect_to(TimePoint now, const PeerId& chosen);
