@@ -31,23 +31,23 @@ TEST_CASE("manifest: build, encode, decode round trip") {
         std::vector<std::uint8_t>(m.encoded().begin(), m.encoded().end()));
 }
 
-TEST_CASE("manifest: the automatic shard size gives at least 512 shards, from 1 MiB to 256 MiB") {
+TEST_CASE("manifest: the automatic shard size gives at least 2,048 shards, from 1 MiB to 256 MiB") {
   constexpr std::uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
   CHECK(auto_shard_size(0) == MiB);
   CHECK(auto_shard_size(1) == MiB);
-  CHECK(auto_shard_size(512 * MiB) == MiB);
-  CHECK(auto_shard_size(1 * GiB - 1) == MiB);
-  CHECK(auto_shard_size(1 * GiB) == 2 * MiB);
-  CHECK(auto_shard_size(2 * GiB) == 4 * MiB);
-  CHECK(auto_shard_size(2 * GiB + 4096) == 4 * MiB);  // a safetensors header does not double it
-  CHECK(auto_shard_size(14'000'000'000) == 16 * MiB);
-  CHECK(auto_shard_size(128 * GiB) == 256 * MiB);
+  CHECK(auto_shard_size(2 * GiB) == MiB);
+  CHECK(auto_shard_size(4 * GiB - 1) == MiB);
+  CHECK(auto_shard_size(4 * GiB) == 2 * MiB);
+  CHECK(auto_shard_size(4 * GiB + 4096) == 2 * MiB);  // a safetensors header does not double it
+  CHECK(auto_shard_size(14'000'000'000) == 4 * MiB);
+  CHECK(auto_shard_size(128 * GiB) == 64 * MiB);
+  CHECK(auto_shard_size(512 * GiB) == 256 * MiB);
   CHECK(auto_shard_size(1ull << 40) == 256 * MiB);
-  for (std::uint64_t size = 512 * MiB; size <= 128 * GiB; size = size * 3 / 2) {
+  for (std::uint64_t size = 2 * GiB; size <= 512 * GiB; size = size * 3 / 2) {
     const std::uint64_t shard = auto_shard_size(size);
     CHECK((shard & (shard - 1)) == 0);
-    CHECK(size / shard >= 512);
-    CHECK(size / (shard * 2) < 512);  // the largest such power of two
+    CHECK(size / shard >= 2048);
+    CHECK(size / (shard * 2) < 2048);  // the largest such power of two
   }
 
   // A build given no shard size uses it.
