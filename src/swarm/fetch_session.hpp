@@ -447,12 +447,11 @@ class FetchSession {
   // them after every block and HAVE: 4% of the simulator's time).
   std::size_t may_yet_show_ = 0;
   std::size_t host_mates_ = 0;        // neighbours with proximity kSameHost
-  // Per proximity inside the datacenter (host, rack, dc), per shard: the
-  // neighbours whose bits hold it. held_within was a walk over the
-  // neighbours per shard considered, a tenth of the simulator's time.
-  // Invariant: matches the neighbours' bits (checked in held_within in
-  // debug builds).
-  std::array<std::vector<std::uint16_t>, 3> near_holders_;
+  // Per proximity (host, rack, dc, remote), per shard: the neighbours whose
+  // bits hold it. held_within was a walk over the neighbours per shard
+  // considered, a tenth of the simulator's time. Invariant: matches the
+  // neighbours' bits (checked in held_within in debug builds).
+  std::array<std::vector<std::uint16_t>, 4> near_holders_;
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
   // waste, and with small versions every block is "in flight" at once.

@@ -404,6 +404,45 @@ TEST_CASE("fetch session: a shard begun across the WAN is finished by whoever be
   for (std::size_t i = 0; i < 4; ++i) CHECK(std::get<2>(d.request_log[i]) == first);
 }
 
+TEST_CASE("fetch session: a shard that one holder across the WAN alone shows is asked beyond the share") {
+  // Thirty fetching mates in the datacenter, so almost no shard is this
+  // fetcher's share to bring across. A sole WAN holder defers second copies
+  // into the datacenter itself, so the fetcher keeps its WAN pipeline full
+  // from it; where two WAN holders show every shard, it keeps to its share
+  // while it has something in flight. (The first wave goes out as the first
+  // holder's bits arrive, when it is still the only one; the waves after it
+  // tell the two apart.)
+  FetchConfig config;
+  config.max_neighbours = 40;
+  config.pipeline_blocks = 4;
+  config.max_wan_requests = 4;
+  for (const std::uint64_t wan_holders : {1u, 2u}) {
+    CAPTURE(wan_holders);
+    Driver d(layout(16, 1), config, Location{"dc1", "r1", "h0"});
+    for (std::uint64_t n = 1; n <= 30; ++n) d.add_holder(n, Holder{{"dc1", "r2", "h" + std::to_string(n)}, Bitfield(16)});
+    d.run(1ms);  // the mates are connected
+    REQUIRE(d.session.progress().neighbours == 30);
+    for (std::uint64_t n = 0; n < wan_holders; ++n) {
+      Holder remote = full(16, {"dc2", "r1", "h" + std::to_string(90 + n)});
+      remote.block_time = 10ms;
+      d.add_holder(90 + n, remote);
+    }
+    const TimePoint start = d.now;
+    d.run(25ms);  // two waves of answers
+    std::map<TimePoint, std::set<std::uint32_t>> asked_at;
+    for (const auto& [when, to, shard] : d.request_log) {
+      if (when > start) asked_at[when].insert(shard);
+    }
+    std::size_t widest = 0;
+    for (const auto& [when, shards] : asked_at) widest = std::max(widest, shards.size());
+    if (wan_holders == 1) {
+      CHECK(widest == config.max_wan_requests);
+    } else {
+      CHECK(widest < config.max_wan_requests);
+    }
+  }
+}
+
 TEST_CASE("fetch session: endgame asks a second holder and cancels the loser") {
   FetchConfig config;
   config.pipeline_blocks = 2;
