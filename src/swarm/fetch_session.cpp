@@ -278,19 +278,23 @@ void FetchSession::count_holdings(const Neighbour& n, int delta) {
   }
 }
 
-bool FetchSession::held_within(ShardIndex shard, Proximity beyond) const {
-  bool held = false;
-  for (std::size_t p = 0; p < near_holders_.size() && p < static_cast<std::size_t>(beyond); ++p) {
-    held = held || near_holders_[p][shard.value] != 0;
-  }
+std::size_t FetchSession::holders_at(ShardIndex shard, Proximity proximity) const {
+  const std::size_t counted = near_holders_[static_cast<std::size_t>(proximity)][shard.value];
 #ifdef TENSORHUB_DEBUG_INVARIANTS
-  const bool scanned = std::any_of(neighbours_.begin(), neighbours_.end(), [&](const auto& entry) {
+  const auto scanned = std::count_if(neighbours_.begin(), neighbours_.end(), [&](const auto& entry) {
     const Neighbour& n = entry.second;
-    return n.proximity < beyond && n.has_bits && n.bits.test(shard.value);
+    return n.proximity == proximity && n.has_bits && n.bits.test(shard.value);
   });
-  assert(held == scanned);
+  assert(counted == static_cast<std::size_t>(scanned));
 #endif
-  return held;
+  return counted;
+}
+
+bool FetchSession::held_within(ShardIndex shard, Proximity beyond) const {
+  for (std::size_t p = 0; p < static_cast<std::size_t>(beyond); ++p) {
+    if (holders_at(shard, static_cast<Proximity>(p)) != 0) return true;
+  }
+  return false;
 }
 
 std::size_t FetchSession::in_flight_total() const {
@@ -459,7 +463,7 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   // it, each defers only its own duplicates, and the share keeps them apart
   // (namespace cluster, two datacenters: 1.08x the version across with it,
   // 1.10-1.11x without).
-  const bool sole_holder_across = near_holders_[static_cast<std::size_t>(Proximity::kRemote)][shard.value] == 1;
+  const bool sole_holder_across = holders_at(shard, Proximity::kRemote) == 1;
   if (!begun_across && !sole_holder_across && !share_is_mine(shard, mates) && in_flight_total() > 0) return false;
   // The holder said a mate carries it into this datacenter (kDeferred).
   if (auto d = wan_deferred_until_.find(shard.value); d != wan_deferred_until_.end() && now < d->second) return false;

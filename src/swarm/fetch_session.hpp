@@ -352,6 +352,9 @@ class FetchSession {
   // link that a source that far would use) holds the shard.
   // O(1): near_holders_ keeps the counts.
   bool held_within(ShardIndex shard, Proximity beyond) const;
+  // Neighbours at exactly `proximity` whose bits hold the shard. O(1):
+  // near_holders_ (checked against a walk in debug builds).
+  std::size_t holders_at(ShardIndex shard, Proximity proximity) const;
   // Adds `delta` to the near-holder count of one shard, or of every shard
   // the neighbour's bits hold.
   void count_holder(const Neighbour& n, ShardIndex shard, int delta);
@@ -450,7 +453,7 @@ class FetchSession {
   // Per proximity (host, rack, dc, remote), per shard: the neighbours whose
   // bits hold it. held_within was a walk over the neighbours per shard
   // considered, a tenth of the simulator's time. Invariant: matches the
-  // neighbours' bits (checked in held_within in debug builds).
+  // neighbours' bits (checked in holders_at in debug builds).
   std::array<std::vector<std::uint16_t>, 4> near_holders_;
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
