@@ -267,11 +267,12 @@ void BaselineSimulation::run_events_due(TimePoint now) {
         if (f.kind == FaultSpec::Kind::kCrashNode) {
           crash_node(f.node);
         } else {
-          events_.schedule(Event{link_faults_.take_down(this->now(), f.node, f.length), Kind::kLinkUp, f.node});
+          const TimePoint until = link_faults_.degrade(this->now(), f.node, f.rate_fraction, f.length);
+          if (until != kTimeNever) events_.schedule(Event{until, Kind::kLinkRestore, f.node});
         }
         break;
       }
-      case Kind::kLinkUp: link_faults_.bring_up(this->now(), static_cast<std::uint32_t>(e.number)); break;
+      case Kind::kLinkRestore: link_faults_.restore(this->now(), static_cast<std::uint32_t>(e.number)); break;
     }
   });
   if (progress_ && throttle_.due()) progress_(*this);

@@ -21,7 +21,10 @@
 // What they assume, so that the comparison is fair: the same links and
 // latencies as the swarm, no hashing (the swarm hashes every shard), no
 // protocol overhead, perfect pipelining, and no straggler effects beyond the
-// flows' fair shares. Deterministic, like the swarm driver.
+// flows' fair shares. A ring's hops buffer without bound, so a slow worker
+// (a slow_node fault) holds back itself and the workers after it in the
+// ring, never those before it (NCCL's fixed buffers would stall those too).
+// Deterministic, like the swarm driver.
 #pragma once
 
 #include <cstdint>
@@ -81,7 +84,7 @@ class BaselineSimulation final : public FlowDriver {
     std::vector<std::uint32_t> sent;       // per hop: chunks sent on it
     std::vector<bool> busy;                // per hop: a chunk in flight
   };
-  enum class Kind { kPublish, kFault, kLinkUp, kRebroadcast, kJoin };
+  enum class Kind { kPublish, kFault, kLinkRestore, kRebroadcast, kJoin };
   struct Event {
     TimePoint at;
     Kind kind = Kind::kPublish;

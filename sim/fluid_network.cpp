@@ -102,11 +102,12 @@ void FluidNetwork::cancel_flow(TimePoint now, FlowId flow_id) {
   solve(std::span(flow.path.data(), flow.hops), now);
 }
 
-void FluidNetwork::set_link_up(TimePoint now, LinkId link, bool up) {
-  if (links_[link.value].up == up) return;
+void FluidNetwork::set_link_rate(TimePoint now, LinkId link, double fraction) {
+  if (!(fraction >= 0 && fraction <= 1)) throw std::invalid_argument("a link's rate fraction must be in [0, 1]");
+  if (links_[link.value].fraction == fraction) return;
   // Flows crossing it move at their old rates until now.
   for (std::uint32_t slot : links_[link.value].flows) settle(flows_[slot], now);
-  links_[link.value].up = up;
+  links_[link.value].fraction = fraction;
   const LinkId seeds[] = {link};
   solve(seeds, now);
 }
@@ -223,7 +224,7 @@ void FluidNetwork::fill_region() {
   std::priority_queue<Share, std::vector<Share>, std::greater<>> shares;
   for (LinkId l : region_links_) {
     Link& link = links_[l.value];
-    link.capacity_left = (link.up ? link.capacity : 0) - link.frozen_rate;
+    link.capacity_left = link.rate() - link.frozen_rate;
     link.unfixed = static_cast<std::uint32_t>(link.region_flows.size());
     link.fill_share = kNoShare;
     link.fixed_here = 0;
@@ -279,7 +280,7 @@ bool FluidNetwork::grow_region(TimePoint now) {
   for (std::size_t i = 0, n = region_links_.size(); i < n; ++i) {
     const LinkId l = region_links_[i];
     const Link& link = links_[l.value];
-    const double capacity = link.up ? link.capacity : 0;
+    const double capacity = link.rate();
     const bool spare = link.capacity_left > kSlack * link.capacity + 1e-6;
     const bool over = link.capacity_left < -(kSlack * link.capacity + 1e-6);
     // Most region links need no look at their flows: not over, not a
@@ -405,7 +406,7 @@ void FluidNetwork::check_invariants() const {
       if (!flow.live || !crosses) throw std::logic_error("fluid network: a link lists a flow that does not cross it");
       sum += flow.rate;
     }
-    const double limit = links_[l].up ? links_[l].capacity : 0;
+    const double limit = links_[l].rate();
     if (sum > limit * (1 + 1e-9) + 1e-6) throw std::logic_error("fluid network: a link is over its capacity");
   }
   std::vector<std::uint32_t> limited(links_.size(), 0);

@@ -41,7 +41,7 @@ class FluidNetwork final : public NetworkModel {
     return start_flow(now, path, bytes);
   }
   void cancel_flow(TimePoint now, FlowId flow) override;
-  void set_link_up(TimePoint now, LinkId link, bool up) override;
+  void set_link_rate(TimePoint now, LinkId link, double fraction) override;
   RunEnd run(FlowDriver& driver, TimePoint limit) override;
   std::uint64_t bytes_carried(LinkClass link_class) const override;
   std::size_t flows_in_progress() const override { return live_flows_; }
@@ -63,7 +63,8 @@ class FluidNetwork final : public NetworkModel {
  private:
   struct Link {
     double capacity = 0;
-    bool up = true;
+    double fraction = 1;  // of capacity it runs at now: 0 while down, below 1 while slow
+    double rate() const { return capacity * fraction; }
     LinkClass link_class = LinkClass::kNicUp;
     std::vector<std::uint32_t> flows;  // slots of the flows crossing it
     double bytes = 0;                  // carried so far

@@ -64,8 +64,10 @@ class NetworkModel {
                             std::uint64_t bytes) = 0;
   // Stops a flow (its peer crashed); its bytes so far stay counted.
   virtual void cancel_flow(TimePoint now, FlowId flow) = 0;
-  // A link down carries nothing; its flows stall until it is up again.
-  virtual void set_link_up(TimePoint now, LinkId link, bool up) = 0;
+  // Runs the link at `fraction` of its capacity from `now`: 1 as built, 0
+  // down (its flows stall until it is back), in between slow.
+  // REQUIRES: 0 <= fraction <= 1.
+  virtual void set_link_rate(TimePoint now, LinkId link, double fraction) = 0;
 
   // Runs `driver` and the flows it starts, in time order, until
   // driver.done(), nothing is left to happen, or the next thing is past `limit`.

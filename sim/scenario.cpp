@@ -225,8 +225,15 @@ void read_faults(const json& j, std::vector<FaultSpec>& faults) {
       f.integer("link_down_node", fault.node, 0, UINT32_MAX);
       if (!f.has("for_s")) f.fail("for_s", "is required with link_down_node");
       f.seconds("for_s", fault.length, 1, 1e7);
+    } else if (f.has("slow_node")) {
+      fault.kind = FaultSpec::Kind::kSlowNode;
+      f.integer("slow_node", fault.node, 0, UINT32_MAX);
+      if (!f.has("rate_fraction")) f.fail("rate_fraction", "is required with slow_node (its NICs' rate over their full rate, e.g. 0.25)");
+      f.number("rate_fraction", fault.rate_fraction, 1e-6, 0.999999);
+      fault.length = Duration::max();
+      if (f.has("for_s")) f.seconds("for_s", fault.length, 1, 1e7);
     } else {
-      f.fail("", "needs crash_node or link_down_node");
+      f.fail("", "needs crash_node, link_down_node or slow_node");
     }
     f.finish();
     faults.push_back(fault);

@@ -35,7 +35,8 @@
 //     "hash_gbps": 100,                   // shard verification rate per peer
 //     "failure_detection_s": 2,          // how long until the others drop a crashed peer
 //     "faults": [{"at_s": 1.5, "crash_node": 3},
-//                {"at_s": 2, "link_down_node": 4, "for_s": 3}],
+//                {"at_s": 2, "link_down_node": 4, "for_s": 3},
+//                {"at_s": 0, "slow_node": 5, "rate_fraction": 0.25}],  // NICs at a quarter; "for_s" optional
 //     "time_limit_s": 3600
 //   }
 //
@@ -117,11 +118,14 @@ struct BaselineSpec {
 };
 
 struct FaultSpec {
-  enum class Kind { kCrashNode, kLinkDown };
+  // kLinkDown and kSlowNode act on the node's NIC links: down, or running
+  // at rate_fraction of their rate (a degraded NIC, a host that is slow).
+  enum class Kind { kCrashNode, kLinkDown, kSlowNode };
   Kind kind = Kind::kCrashNode;
   TimePoint at;
   std::uint32_t node = 0;
-  Duration length{0};  // kLinkDown
+  Duration length{0};        // kLinkDown, kSlowNode: how long; Duration::max() for the rest of the run
+  double rate_fraction = 0;  // kLinkDown: 0; kSlowNode: in (0, 1)
 };
 
 struct Scenario {

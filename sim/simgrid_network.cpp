@@ -8,6 +8,7 @@
 #include <simgrid/s4u/Link.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <unordered_map>
@@ -167,8 +168,9 @@ void SimgridNetwork::cancel_flow(TimePoint, FlowId flow_id) {
   impl_->flows.erase(it);
 }
 
-void SimgridNetwork::set_link_up(TimePoint, LinkId link, bool up) {
-  impl_->links[link.value]->set_bandwidth(up ? impl_->capacity[link.value] : impl_->capacity[link.value] * 1e-9);
+void SimgridNetwork::set_link_rate(TimePoint, LinkId link, double fraction) {
+  // SimGrid takes no zero bandwidth; a billionth stalls a flow as well.
+  impl_->links[link.value]->set_bandwidth(impl_->capacity[link.value] * std::max(fraction, 1e-9));
 }
 
 RunEnd SimgridNetwork::run(FlowDriver& driver, TimePoint limit) {

@@ -32,7 +32,7 @@ class SimgridNetwork final : public NetworkModel {
   FlowId start_flow(TimePoint now, std::uint32_t from, std::uint32_t to, std::span<const LinkId> path,
                     std::uint64_t bytes) override;
   void cancel_flow(TimePoint now, FlowId flow) override;
-  void set_link_up(TimePoint now, LinkId link, bool up) override;
+  void set_link_rate(TimePoint now, LinkId link, double fraction) override;
   RunEnd run(FlowDriver& driver, TimePoint limit) override;
   std::uint64_t bytes_carried(LinkClass link_class) const override;
   std::size_t flows_in_progress() const override;

@@ -18,7 +18,7 @@ FlowId SimgridNetwork::start_flow(TimePoint, std::uint32_t, std::uint32_t, std::
   return {};
 }
 void SimgridNetwork::cancel_flow(TimePoint, FlowId) {}
-void SimgridNetwork::set_link_up(TimePoint, LinkId, bool) {}
+void SimgridNetwork::set_link_rate(TimePoint, LinkId, double) {}
 RunEnd SimgridNetwork::run(FlowDriver&, TimePoint) { return {}; }
 std::uint64_t SimgridNetwork::bytes_carried(LinkClass) const { return 0; }
 std::size_t SimgridNetwork::flows_in_progress() const { return 0; }

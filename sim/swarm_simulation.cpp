@@ -307,7 +307,8 @@ void SwarmSimulation::fault(const FaultSpec& spec) {
     }
     return;
   }
-  events_.schedule(Event{link_faults_.take_down(now(), spec.node, spec.length), Kind::kLinkUp, 0, 0, {}, spec.node});
+  const TimePoint until = link_faults_.degrade(now(), spec.node, spec.rate_fraction, spec.length);
+  if (until != kTimeNever) events_.schedule(Event{until, Kind::kLinkRestore, 0, 0, {}, spec.node});
 }
 
 void SwarmSimulation::crash(std::uint32_t peer) {
@@ -455,7 +456,7 @@ void SwarmSimulation::dispatch(Event& e) {
     case Kind::kPublish: publish(static_cast<std::uint32_t>(e.number)); return;
     case Kind::kFault: fault(scenario_.faults[e.number]); return;
     case Kind::kJoin: join(e.number); return;
-    case Kind::kLinkUp: link_faults_.bring_up(now(), static_cast<std::uint32_t>(e.number)); return;
+    case Kind::kLinkRestore: link_faults_.restore(now(), static_cast<std::uint32_t>(e.number)); return;
     default: break;
   }
   SimPeer& p = peers_[e.to];

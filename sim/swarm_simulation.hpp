@@ -103,13 +103,13 @@ class SwarmSimulation final : public FlowDriver {
     std::optional<QueuedPiece> sending;
   };
   enum class Kind { kMessage, kPiece, kConnected, kConnectFailed, kDisconnected, kPeerGone, kTimer, kVerified,
-                    kPublish, kFault, kLinkUp, kJoin };
+                    kPublish, kFault, kLinkRestore, kJoin };
   struct Event {
     TimePoint at;
     Kind kind = Kind::kTimer;
     std::uint32_t to = 0, from = 0;
     swarm::SwarmMessage message;  // kMessage, kPiece (the header)
-    std::uint64_t number = 0;     // kTimer: generation; kVerified: shard; kPublish: version; kFault, kJoin: index; kLinkUp: node
+    std::uint64_t number = 0;     // kTimer: generation; kVerified: shard; kPublish: version; kFault, kJoin: index; kLinkRestore: node
   };
 
   void add_peers();

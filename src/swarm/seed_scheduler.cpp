@@ -1,5 +1,6 @@
 #include "swarm/seed_scheduler.hpp"
 
+#include <algorithm>
 #include <cassert>
 
 namespace tensorhub::swarm {
@@ -28,7 +29,10 @@ void SeedScheduler::remove_held(const core::Bitfield& has) {
 
 void SeedScheduler::add_requester(const PeerId& peer, const core::Bitfield& has) {
   remove_requester(peer);  // a second arrival replaces the first
-  Requester r{core::Bitfield(shard_count_), core::Bitfield(shard_count_), 0, false, false};
+  Requester r;
+  r.has = core::Bitfield(shard_count_);
+  r.revealed = core::Bitfield(shard_count_);
+  r.lapsed = core::Bitfield(shard_count_);
   if (has.size() == shard_count_) {
     r.has = has;
     copies_.add_peer(has);
@@ -58,11 +62,14 @@ void SeedScheduler::forget_revealed(Requester& r) {
   for (std::uint32_t s = 0; s < shard_count_ && r.pending > 0; ++s) {
     if (r.revealed.test(s) && !r.has.test(s)) {
       r.revealed.reset(s);
-      if (!r.suspended) copies_.decrement(ShardIndex{s});
+      if (!r.suspended && !r.lapsed.test(s)) copies_.decrement(ShardIndex{s});  // a lapsed one is uncounted already
       --r.pending;
       --total_pending_;
     }
   }
+  r.first_copies.clear();
+  r.lapsed.reset_all();
+  r.lapsed_count = 0;
 }
 
 void SeedScheduler::deactivate(const PeerId& peer) {
@@ -120,8 +127,19 @@ std::vector<Reveal> SeedScheduler::on_have(TimePoint now, const PeerId& peer, Sh
   if (r.suspended) restore(r);  // heard from: top_up below shows it more
   r.has.set(shard.value);
   if (r.revealed.test(shard.value)) {
-    --r.pending;  // its copy was counted when it was revealed
+    --r.pending;  // its copy was counted when it was revealed...
     --total_pending_;
+    if (r.lapsed.test(shard.value)) {  // ...unless it lapsed
+      r.lapsed.reset(shard.value);
+      --r.lapsed_count;
+      copies_.increment(shard);
+    } else if (r.lapsed_count == 0) {
+      // A gap of a requester that keeps up: the usual gap learns from it.
+      const Duration gap = now - r.gap_start;
+      usual_gap_ = usual_gap_ == Duration{0} ? gap : (usual_gap_ * 7 + gap) / 8;
+    }
+    std::erase(r.first_copies, shard);
+    r.gap_start = now;
   } else {
     copies_.increment(shard);  // it got this one elsewhere
   }
@@ -139,8 +157,9 @@ void SeedScheduler::remove_requester(const PeerId& peer) {
   if (it == requesters_.end()) return;
   total_pending_ -= it->second.pending;
   if (!it->second.suspended) {  // else its copies are uncounted already
+    const Requester& r = it->second;
     for (std::uint32_t s = 0; s < shard_count_; ++s) {
-      if (it->second.has.test(s) || it->second.revealed.test(s)) copies_.decrement(ShardIndex{s});
+      if (r.has.test(s) || (r.revealed.test(s) && !r.lapsed.test(s))) copies_.decrement(ShardIndex{s});
     }
     remove_held(it->second.has);
   }
@@ -160,28 +179,87 @@ TimePoint SeedScheduler::next_timeout() const {
     assert(!r.suspended || r.pending == 0);  // a suspended requester is shown nothing
   }
   assert(pending_sum == total_pending_);
-#endif
   for (const auto& [id, r] : requesters_) {
-    if (r.waiting) return last_progress_ + stall_timeout_;
+    assert(r.lapsed_count == r.lapsed.count());
+    for (ShardIndex s : r.first_copies) assert(r.revealed.test(s.value) && !r.has.test(s.value) && !r.lapsed.test(s.value));
   }
-  return kTimeNever;
+#endif
+  TimePoint t = kTimeNever;
+  for (const auto& [id, r] : requesters_) {
+    if (r.waiting) t = std::min(t, last_progress_ + stall_timeout_);
+    t = std::min(t, lapse_due(r));
+  }
+  return t;
+}
+
+TimePoint SeedScheduler::lapse_due(const Requester& r) const {
+  if (r.first_copies.empty() || r.suspended) return kTimeNever;
+  // Until a gap has been seen, only a requester stuck for the stall timeout lags.
+  const Duration allowed = usual_gap_ == Duration{0}
+                               ? stall_timeout_
+                               : std::clamp<Duration>(usual_gap_ * kLapseGaps, std::chrono::milliseconds(1), stall_timeout_);
+  return r.gap_start + allowed;
+}
+
+void SeedScheduler::lapse(Requester& r) {
+  for (ShardIndex s : r.first_copies) {
+    copies_.decrement(s);
+    r.lapsed.set(s.value);
+    ++r.lapsed_count;
+  }
+  r.first_copies.clear();
 }
 
 std::vector<Reveal> SeedScheduler::handle_timeout(TimePoint now) {
   std::vector<Reveal> out;
-  if (now >= last_progress_ + stall_timeout_) top_up_waiting(now, out);
+  bool lapsed = false;
+  for (auto& [id, r] : requesters_) {
+    if (now >= lapse_due(r)) {
+      lapse(r);
+      lapsed = true;
+    }
+  }
+  if (lapsed) {
+    // Lapsed first copies have no copy now: shown first, to those that keep up.
+    top_up_in_turn(now, out, [](const Requester& r) { return r.lapsed_count == 0; });
+  } else if (now >= last_progress_ + stall_timeout_) {
+    top_up_waiting(now, out);  // past the stall timeout duplicates go too
+  }
   return out;
 }
 
+bool SeedScheduler::lagging(const PeerId& peer) const {
+  auto it = requesters_.find(peer);
+  return it != requesters_.end() && it->second.lapsed_count > 0;
+}
+
 void SeedScheduler::top_up_waiting(TimePoint now, std::vector<Reveal>& out) {
+  top_up_in_turn(now, out, [](const Requester& r) { return r.waiting; });
+}
+
+void SeedScheduler::top_up_in_turn(TimePoint now, std::vector<Reveal>& out,
+                                   const std::function<bool(const Requester&)>& who) {
+  std::vector<std::pair<const PeerId*, Requester*>> turn;
   for (auto& [id, r] : requesters_) {
-    if (r.waiting) top_up(now, id, r, out);
+    if (who(r)) turn.emplace_back(&id, &r);
+  }
+  // A reveal each per round: the few shards that have just come free spread
+  // over as many requesters, which then serve them to each other, instead of
+  // filling the first requester's quota (measured: the last 8 MiB of a run
+  // with a lagging requester went out through two peers' uplinks).
+  for (bool revealed = true; revealed;) {
+    revealed = false;
+    for (auto [id, r] : turn) {
+      const std::size_t before = out.size();
+      top_up(now, *id, *r, out, 1);
+      revealed = revealed || out.size() > before;
+    }
   }
 }
 
-void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out) {
+void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out, std::size_t limit) {
   r.waiting = false;
-  while (r.active && !r.finishing && !r.suspended && r.pending < reveal_ahead_) {
+  for (std::size_t given = 0; given < limit && r.active && !r.finishing && !r.suspended && r.pending < reveal_ahead_; ++given) {
     // The shard with the fewest copies that this requester neither holds nor
     // has been shown; ties in the picker's random order.
     auto picked = copies_.pick(
@@ -194,11 +272,19 @@ void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::v
       r.waiting = true;  // first copies are still on their way: no duplicates yet
       break;
     }
+    if (first_copy && r.lapsed_count > 0) {
+      r.waiting = true;  // it lags: first copies go to those that keep up
+      break;
+    }
+    if (r.pending == 0) r.gap_start = now;
     r.revealed.set(s.value);
     ++r.pending;
     ++total_pending_;
     copies_.increment(s);
-    if (first_copy) last_progress_ = now;
+    if (first_copy) {
+      last_progress_ = now;
+      r.first_copies.push_back(s);
+    }
     out.push_back(Reveal{id, s});
   }
 }

@@ -19,8 +19,19 @@
 // been revealed to someone, nothing more is revealed until every shard is
 // held somewhere, so the last first copies get the whole uplink instead of
 // sharing it with duplicates (measured: the publisher sent 1.05x the
-// version). If no first copy completes for `stall_timeout` (a stopped or
-// slow requester), the rule lapses and second copies go out.
+// version). If no first copy completes for `stall_timeout` (a stopped
+// requester), the rule lapses and second copies go out.
+//
+// A slow requester (a degraded NIC, a busy host) must not hold first copies
+// that everyone else then waits for: with one worker's NICs at a twentieth
+// of their rate, all nine workers of a simulated run finished with it, 5.2x
+// later than without it, since each HAVE it sent counted as progress. So a
+// requester that has gone `kLapseGaps` times the usual gap between two
+// completions of revealed shards without one lags: its first copies in
+// flight stop counting as copies (they lapse), so they are revealed to
+// others as first copies, and it is shown no first copies while it holds a
+// lapsed one. It may still complete them. The usual gap is smoothed over
+// the requesters that do not lag.
 //
 // Copies are counted over the current requesters: a requester contributes
 // one copy of every shard it holds or has been revealed. A requester that
@@ -36,6 +47,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -82,7 +94,8 @@ class SeedScheduler {
   std::vector<Reveal> resume(TimePoint now, const PeerId& peer);
   bool suspended(const PeerId& peer) const;
 
-  // When the no-second-copies rule may lapse for a waiting requester.
+  // When the no-second-copies rule may lapse for a waiting requester, or a
+  // requester with first copies in flight comes to lag.
   TimePoint next_timeout() const;
   std::vector<Reveal> handle_timeout(TimePoint now);
 
@@ -95,6 +108,10 @@ class SeedScheduler {
   std::uint32_t unheld() const { return unheld_; }
   // Shown to some requester and not yet held by it, over all requesters.
   std::size_t total_pending() const { return total_pending_; }
+  // Whether it lags (holds a lapsed first copy).
+  bool lagging(const PeerId& peer) const;
+
+  static constexpr int kLapseGaps = 4;
 
  private:
   struct Requester {
@@ -105,14 +122,29 @@ class SeedScheduler {
     bool waiting = false;     // has quota left, held back by the no-second-copies rule
     bool finishing = false;   // its turn is over: it gets what was revealed, nothing more
     bool suspended = false;   // silent: counts no copies, is shown nothing
+    // First copies shown to it, not yet held and not lapsed.
+    std::vector<ShardIndex> first_copies;
+    // Shown, not held, and no longer counted as a copy (it lagged).
+    // invariant: lapsed is a subset of revealed & ~has; lapsed_count == count(lapsed)
+    core::Bitfield lapsed;
+    std::size_t lapsed_count = 0;
+    // Since when it has completed no revealed shard (set when the first of
+    // its pending ones was revealed, and at each completion).
+    TimePoint gap_start{};
   };
   // Forgets what was shown to `r` and not yet held.
   void forget_revealed(Requester& r);
   // Ends a suspension: what `r` holds counts again.
   void restore(Requester& r);
-  void top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out);
+  // Reveals to `r` up to `limit` shards, until its quota is full.
+  void top_up(TimePoint now, const PeerId& id, Requester& r, std::vector<Reveal>& out, std::size_t limit = SIZE_MAX);
   void top_up_waiting(TimePoint now, std::vector<Reveal>& out);
+  // Tops up the requesters `who` picks, one reveal each in turn.
+  void top_up_in_turn(TimePoint now, std::vector<Reveal>& out, const std::function<bool(const Requester&)>& who);
   void add_held(const core::Bitfield& has);
+  // When `r`'s first copies in flight lapse (kTimeNever: it has none).
+  TimePoint lapse_due(const Requester& r) const;
+  void lapse(Requester& r);
   void remove_held(const core::Bitfield& has);
 
   std::uint32_t shard_count_;
@@ -124,6 +156,7 @@ class SeedScheduler {
   std::uint32_t unheld_;
   std::size_t total_pending_ = 0;    // invariant: the sum of the requesters' pending
   TimePoint last_progress_{};        // a first copy revealed or completed
+  Duration usual_gap_{0};            // smoothed gap between completions of revealed shards; 0: none seen
   std::map<PeerId, Requester> requesters_;
 };
 

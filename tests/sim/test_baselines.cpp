@@ -105,3 +105,15 @@ TEST_CASE("elastic: joiners get the head; the swarm serves them at once, the rin
     CHECK(to_seconds(*ring.versions[0].worker_done[w]) - 3.0 == doctest::Approx(5 + kSeconds + 0.001).epsilon(0.002));
   }
 }
+
+TEST_CASE("baselines: a slow node in the ring holds back every worker after it, not those before") {
+  // Node 2 (the second worker in ring order) at a quarter of the rate: the
+  // first worker is unaffected; it and every worker downstream take S / (B/4).
+  const SimulationResult r = run(flat(R"(, "broadcast": {"chunk": "1MB"}, "faults": [{"at_s": 0, "slow_node": 2, "rate_fraction": 0.25}])"),
+                                 Scheme::kBroadcast);
+  const VersionOutcome& v = r.versions[0];
+  CHECK(to_seconds(*v.worker_done[0] - v.published) == doctest::Approx(kSeconds + 0.000).epsilon(0.002));
+  for (std::size_t w = 1; w < 4; ++w) {
+    CHECK(to_seconds(*v.worker_done[w] - v.published) == doctest::Approx(4 * kSeconds).epsilon(0.01));
+  }
+}

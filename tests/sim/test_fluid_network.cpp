@@ -65,14 +65,35 @@ TEST_CASE("fluid network: a link down stalls its flows, which resume when it is 
   const LinkId l = n.add_link(100, LinkClass::kNicUp);
   const LinkId path[] = {l};
   const FlowId f = n.start_flow(at(0), path, 1000);
-  n.set_link_up(at(2), l, false);  // 200 sent
+  n.set_link_rate(at(2), l, 0);  // 200 sent
   CHECK(n.rate_of(f) == 0);
   CHECK(n.next_completion() == kTimeNever);
-  n.set_link_up(at(5), l, true);
+  n.set_link_rate(at(5), l, 1);
   CHECK(n.next_completion() == at(13));  // 800 left at 100
   n.cancel_flow(at(6), f);
   CHECK(n.flows_in_progress() == 0);
   CHECK(n.bytes_carried(LinkClass::kNicUp) == 300);
+}
+
+TEST_CASE("fluid network: a slow link carries its fraction, shared max-min with its other links") {
+  FluidNetwork n;
+  const LinkId slow = n.add_link(100, LinkClass::kNicDown);
+  const LinkId other = n.add_link(100, LinkClass::kNicDown);
+  const LinkId shared = n.add_link(100, LinkClass::kNicUp);
+  const LinkId path_a[] = {shared, slow};
+  const LinkId path_b[] = {shared, other};
+  const FlowId a = n.start_flow(at(0), path_a, 1000);
+  const FlowId b = n.start_flow(at(0), path_b, 1000);
+  CHECK(n.rate_of(a) == doctest::Approx(50));
+  n.set_link_rate(at(2), slow, 0.2);  // 100 each sent; a is held to 20, b takes the rest of the shared 100
+  CHECK(n.rate_of(a) == doctest::Approx(20));
+  CHECK(n.rate_of(b) == doctest::Approx(80));
+  CHECK(n.next_completion() == at(13.25));  // b: 900 left at 80
+  n.set_link_rate(at(3), slow, 1);           // a sent 120, b 180
+  CHECK(n.rate_of(a) == doctest::Approx(50));
+  CHECK(n.next_completion() == at(3 + 820.0 / 50));
+  CHECK_THROWS_AS(n.set_link_rate(at(3), slow, 1.5), std::invalid_argument);
+  n.check_invariants();
 }
 
 TEST_CASE("fluid network: a change reaches only flows connected to it") {

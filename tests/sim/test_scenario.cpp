@@ -43,6 +43,13 @@ TEST_CASE("scenario: every mistake is named") {
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "faults": [{"at_s": 1, "crash_node": 7}]})") == "faults names node 7 of 2");
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
+                     "faults": [{"at_s": 1, "slow_node": 1}]})") ==
+        "faults[0].rate_fraction is required with slow_node (its NICs' rate over their full rate, e.g. 0.25)");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
+                     "faults": [{"at_s": 1, "slow_node": 1, "rate_fraction": 1.5}]})").find("faults[0].rate_fraction must be between") == 0);
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
+                     "faults": [{"at_s": 1}]})") == "faults[0] needs crash_node, link_down_node or slow_node");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "network": "ns3"})").find("network 'ns3' is not available") == 0);
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "simgrid_model": "LV09"})") == "simgrid_model must be \"CM02\" or \"LV08\"");

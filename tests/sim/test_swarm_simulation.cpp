@@ -55,6 +55,46 @@ TEST_CASE("simulation: two hosts, one link: the version takes size / rate plus t
   CHECK(v.publisher_bytes == s.model.size);
 }
 
+TEST_CASE("simulation: two hosts, the worker's NIC slow from the start: size / (rate x fraction) plus the latency") {
+  const Scenario s = scenario_of(R"({
+    "topology": {"datacenters": [{"nodes_per_rack": 2}], "nic_gbps": 1, "hop_latency_us": 100},
+    "model": {"size": "64MiB", "shard_size": "4MiB", "flow_size": "1MiB"},
+    "faults": [{"at_s": 0, "slow_node": 1, "rate_fraction": 0.25}]})");
+  const Run r = run(s);
+  const VersionOutcome& v = r.result.versions[0];
+  REQUIRE(completed(v) == 1);
+  const double analytic = (64.0 * (1 << 20)) / (0.25e9 / 8) + 2 * 100e-6;
+  const double took = to_seconds(*v.worker_done[0] - v.published);
+  CHECK(took >= analytic);
+  CHECK(took <= analytic + 0.005);
+}
+
+TEST_CASE("simulation: a slow node for a while: the swarm routes around it, and it completes once it is fast again") {
+  // 9 workers at 1 Gbit/s; node 5's NICs run at a twentieth from the start
+  // for 3 s. The others must not wait for it: each takes at most a little
+  // over the time of a run without it, while node 5 takes about the 3 s.
+  const std::string base = R"({
+    "topology": {"datacenters": [{"nodes_per_rack": 10}], "nic_gbps": 1},
+    "model": {"size": "64MiB", "shard_size": "2MiB", "flow_size": "512KiB"})";
+  const Run healthy = run(scenario_of(base + "}"));
+  const Run slowed = run(scenario_of(base + R"(, "faults": [{"at_s": 0, "slow_node": 5, "rate_fraction": 0.05, "for_s": 3}]})"));
+  CHECK_FALSE(slowed.result.stalled);
+  const VersionOutcome& h = healthy.result.versions[0];
+  const VersionOutcome& v = slowed.result.versions[0];
+  REQUIRE(completed(v) == 9);
+  double healthy_last = 0;
+  for (const auto& t : h.worker_done) healthy_last = std::max(healthy_last, to_seconds(*t - h.published));
+  for (std::size_t w = 0; w < 9; ++w) {
+    const double took = to_seconds(*v.worker_done[w] - v.published);
+    if (w == 4) {  // node 5 hosts worker 4: 64 MiB at 50 Mbit/s would be 10.7 s; it gets 3 s of that, then full speed
+      CHECK(took > 3.0);
+      CHECK(took < 3.0 + healthy_last);
+    } else {
+      CHECK(took <= 1.25 * healthy_last);
+    }
+  }
+}
+
 TEST_CASE("simulation: every worker of a 16-node, 2-rack cluster completes, and the swarm spares the trainer") {
   const Scenario s = scenario_of(R"({
     "topology": {"datacenters": [{"racks": 2, "nodes_per_rack": 8}], "gpus_per_node": 2, "nic_gbps": 10},

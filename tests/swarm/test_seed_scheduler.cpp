@@ -3,6 +3,7 @@
 // choked or leaves.
 #include <doctest/doctest.h>
 
+#include <map>
 #include <set>
 
 #include "swarm/seed_scheduler.hpp"
@@ -124,12 +125,16 @@ TEST_CASE("seed scheduler: no second copy while a first copy is in flight, unles
     // Requester 1 has its shard; the only one it lacks is still on its way
     // to requester 2: a second copy of it would slow that first copy down.
     CHECK(seeder.on_have(t0 + std::chrono::milliseconds(500), peer(1), a[0]).empty());
-    CHECK(seeder.next_timeout() == t0 + std::chrono::milliseconds(2500));
+    // Requester 1 completed its shard in 500 ms: requester 2 lags once it has
+    // gone kLapseGaps times that (2 s, the stall timeout too) without one.
+    CHECK(seeder.next_timeout() == t0 + std::chrono::milliseconds(500 * SeedScheduler::kLapseGaps));
     std::vector<Reveal> later;
     if (stalls) {
-      // Requester 2 is stuck: after the stall timeout the rule lapses.
-      CHECK(seeder.handle_timeout(t0 + std::chrono::milliseconds(2400)).empty());
-      later = seeder.handle_timeout(t0 + std::chrono::milliseconds(2500));
+      // Requester 2 is stuck: its first copy lapses and goes to requester 1.
+      CHECK(seeder.handle_timeout(t0 + std::chrono::milliseconds(1900)).empty());
+      later = seeder.handle_timeout(t0 + std::chrono::milliseconds(2000));
+      CHECK(seeder.lagging(peer(2)));
+      CHECK(seeder.copies(b[0]) == 1);  // requester 1's; requester 2's no longer counts
     } else {
       // Requester 2 completes it: every shard is held, duplicates may go.
       later = seeder.on_have(t0 + std::chrono::seconds(1), peer(2), b[0]);
@@ -137,7 +142,9 @@ TEST_CASE("seed scheduler: no second copy while a first copy is in flight, unles
     const auto for_one = shards_for(later, peer(1));
     REQUIRE(for_one.size() == 1);
     CHECK(for_one[0] == b[0]);
-    CHECK(seeder.next_timeout() == kTimeNever);
+    // Completed, it is a second copy and times nothing; lapsed, it is a
+    // first copy, timed like any other.
+    CHECK((seeder.next_timeout() == kTimeNever) == !stalls);
   }
 }
 
@@ -180,4 +187,50 @@ TEST_CASE("seed scheduler: a suspended requester's shards, held or shown, go to 
   for (std::uint32_t s = 0; s < 2; ++s) CHECK(seeder.copies(ShardIndex{s}) == 0);
   CHECK(seeder.unheld() == 2);
   CHECK(seeder.total_pending() == 0);
+}
+
+TEST_CASE("seed scheduler: a requester that lags loses its first copies to those that keep up, and may still finish them") {
+  // Ten shards, four requesters, a shard each at a time. Three complete
+  // theirs every 100 ms; requester 4 (a slow NIC) completes nothing.
+  SeedScheduler seeder(10, 1, 7);
+  std::map<std::uint8_t, ShardIndex> shown;
+  for (std::uint8_t p = 1; p <= 4; ++p) {
+    seeder.add_requester(peer(p), core::Bitfield(10));
+    auto s = shards_for(seeder.activate(t0, peer(p)), peer(p));
+    REQUIRE(s.size() == 1);
+    shown[p] = s[0];
+  }
+  const ShardIndex stuck = shown[4];
+  for (int round = 1; round <= 3; ++round) {
+    const TimePoint now = t0 + std::chrono::milliseconds(100 * round);
+    for (std::uint8_t p = 1; p <= 3; ++p) {
+      auto next = shards_for(seeder.on_have(now, peer(p), shown[p]), peer(p));
+      // Rounds 1 and 2 show the last six shards; then only the stuck one
+      // lacks a holder, and no second copies go out while it is on its way.
+      REQUIRE(next.size() == (round < 3 ? 1u : 0u));
+      if (!next.empty()) shown[p] = next[0];
+    }
+  }
+  CHECK(seeder.unheld() == 1);
+  CHECK_FALSE(seeder.lagging(peer(4)));
+  // 4 x the usual 100 ms gap after it was shown its shard, it lags, and its
+  // first copy goes to one of the waiting (they take turns).
+  CHECK(seeder.next_timeout() == t0 + std::chrono::milliseconds(400));
+  CHECK(seeder.handle_timeout(t0 + std::chrono::milliseconds(399)).empty());
+  CHECK_FALSE(seeder.lagging(peer(4)));
+  const auto reveals = seeder.handle_timeout(t0 + std::chrono::milliseconds(400));
+  CHECK(seeder.lagging(peer(4)));
+  REQUIRE(reveals.size() == 1);
+  CHECK(reveals[0].shard == stuck);
+  CHECK(reveals[0].peer == peer(1));
+  CHECK(seeder.copies(stuck) == 1);  // requester 1's; requester 4's no longer counts
+  // When the laggard completes it after all, its copy counts again and it
+  // keeps up once more.
+  CHECK(seeder.pending(peer(4)) == 1);
+  seeder.on_have(t0 + std::chrono::milliseconds(450), peer(4), stuck);
+  CHECK_FALSE(seeder.lagging(peer(4)));
+  CHECK(seeder.copies(stuck) == 2);
+  CHECK(seeder.unheld() == 0);
+  seeder.remove_requester(peer(4));
+  CHECK(seeder.copies(stuck) == 1);
 }
