@@ -4,7 +4,10 @@
 #  - two chaos runs (fixed seeds): two workers SIGKILLed (one restarted with
 #    its key), one SIGSTOPped for 5 s, one link down for 3 s;
 #  - a host without the swarm key sending garbage to every port, while a
-#    member serves corrupted shards.
+#    member serves corrupted shards;
+#  - a slow host (its link at 100 Mbit/s): the others must not wait for it
+#    (before the publisher stopped waiting for a lagging requester's first
+#    copies they finished at 10-11x S/B, with it; now 1.2-1.4x).
 # Every live host must end with a verified, byte-identical copy within the
 # bound. Skips (exit 77) where network namespaces cannot be made (not root).
 # Usage: test_cluster_chaos.sh PATH/TO/tensorhub
@@ -32,5 +35,11 @@ out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --hostile --corrupt-h
 echo "$out"
 [[ $rc == 0 ]] || { echo "FAIL: the hostile/corrupt run exited with $rc"; exit 1; }
 grep -q "corrupt shards detected" <<<"$out" || { echo "FAIL: the corrupt host was never caught"; exit 1; }
+out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --slow-host 5 --slow-rate 100mbit --timeout 150)
+echo "$out"
+others_x=$(sed -n "s/.*the others' last [0-9.]* s (\([0-9.]*\)x).*/\1/p" <<<"$out")
+[[ -n $others_x ]] || { echo "FAIL: no result for the hosts other than the slow one"; exit 1; }
+awk -v x="$others_x" 'BEGIN { exit !(x <= 2.0) }' ||
+  { echo "FAIL: the others waited for the slow host: their last at ${others_x}x S/B (limit 2.0x)"; exit 1; }
 after=(/dev/shm/tensorhub-cluster-* /tmp/tensorhub-cluster-*)
 ((${#after[@]} <= ${#before[@]})) || { echo "FAIL: runs left working directories: ${after[*]}"; exit 1; }
