@@ -121,6 +121,11 @@ void BaselineSimulation::pump_ring(std::uint32_t rank, std::uint32_t hop) {
   if (hop >= ring.order.size() || ring.busy[hop] || ring.sent[hop] == ring.chunks) return;
   // The sender forwards only chunks it holds whole (store and forward).
   if (hop > 0 && ring.received[hop - 1] <= ring.sent[hop]) return;
+  // Fixed buffers: the receiver keeps each chunk until it has passed it on,
+  // and has room for buffer_chunks (0: without bound). So a slow hop holds
+  // back the hops before it too, as NCCL's do.
+  const std::uint32_t buffer = scenario_.baseline.broadcast_buffer_chunks;
+  if (buffer > 0 && hop + 1 < ring.order.size() && ring.sent[hop] - ring.received[hop + 1] >= buffer) return;
   const std::uint64_t chunk = scenario_.baseline.broadcast_chunk;
   const std::uint64_t offset = std::uint64_t{ring.sent[hop]} * chunk;
   const std::uint64_t bytes = std::min(chunk, part_bytes(rank) - offset);
@@ -166,6 +171,7 @@ void BaselineSimulation::transfer_done(const Transfer& t) {
       if (++ring.received[t.hop] == ring.chunks) worker_has_part(t.version, t.worker);
       pump_ring(t.rank, t.hop);
       pump_ring(t.rank, t.hop + 1);
+      if (t.hop > 0) pump_ring(t.rank, t.hop - 1);  // a buffer slot is free again
       break;
     }
   }

@@ -21,9 +21,11 @@
 // What they assume, so that the comparison is fair: the same links and
 // latencies as the swarm, no hashing (the swarm hashes every shard), no
 // protocol overhead, perfect pipelining, and no straggler effects beyond the
-// flows' fair shares. A ring's hops buffer without bound, so a slow worker
-// (a slow_node fault) holds back itself and the workers after it in the
-// ring, never those before it (NCCL's fixed buffers would stall those too).
+// flows' fair shares. A worker buffers broadcast.buffer_chunks chunks it has
+// not yet passed on (NCCL's fixed buffers; default 2, double buffering), so a
+// slow worker (a slow_node fault) holds back the whole ring, as it does in
+// NCCL; with 0 the hops buffer without bound and only the workers after it
+// wait.
 // Deterministic, like the swarm driver.
 #pragma once
 

@@ -302,6 +302,7 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
       Fields b(f.take("broadcast"), "broadcast");
       b.size("chunk", s.baseline.broadcast_chunk, 4096, 1u << 30);
       b.seconds("rebuild_s", s.baseline.broadcast_rebuild, 1, 1e6);
+      b.integer("buffer_chunks", s.baseline.broadcast_buffer_chunks, 0, 1u << 20);
       b.finish();
     }
     f.gbps("hash_gbps", s.hash_bytes_per_second);

@@ -31,7 +31,8 @@
 //     "membership": "ideal",              // swarm: "ideal" (told at once) or "gossip" (the real gossip cores)
 //     "scheme": "swarm",                  // or a baseline: "direct_pull", "storage", "broadcast"
 //     "storage_gbps": 400,                // the storage service's aggregate rate (storage scheme)
-//     "broadcast": {"chunk": "4MiB", "rebuild_s": 10},  // the ring's chunk; a failure's rebuild cost
+//     "broadcast": {"chunk": "4MiB", "rebuild_s": 10,   // the ring's chunk; a failure's rebuild cost;
+//                   "buffer_chunks": 2},                 // chunks a worker buffers (0: without bound)
 //     "hash_gbps": 100,                   // shard verification rate per peer
 //     "failure_detection_s": 2,          // how long until the others drop a crashed peer
 //     "faults": [{"at_s": 1.5, "crash_node": 3},
@@ -115,6 +116,9 @@ enum class Scheme { kSwarm, kDirectPull, kStorage, kBroadcast };
 struct BaselineSpec {
   std::uint32_t broadcast_chunk = 4u << 20;         // the ring's pipelining unit
   Duration broadcast_rebuild = std::chrono::seconds(10);  // a failure: stop the world, build a new group
+  // Chunks a worker holds before it has passed them on (NCCL's fixed
+  // buffers; 2 is double buffering); 0 buffers without bound.
+  std::uint32_t broadcast_buffer_chunks = 2;
 };
 
 struct FaultSpec {
