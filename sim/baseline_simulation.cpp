@@ -272,7 +272,7 @@ void BaselineSimulation::run_events_due(TimePoint now) {
         const FaultSpec& f = scenario_.faults[e.number];
         if (f.kind == FaultSpec::Kind::kCrashNode) {
           crash_node(f.node);
-        } else {
+        } else if (f.rate_fraction < 1) {  // the baselines do not hash: a slow hasher costs them nothing
           const TimePoint until = link_faults_.degrade(this->now(), f.node, f.rate_fraction, f.length);
           if (until != kTimeNever) events_.schedule(Event{until, Kind::kLinkRestore, f.node});
         }

@@ -228,8 +228,12 @@ void read_faults(const json& j, std::vector<FaultSpec>& faults) {
     } else if (f.has("slow_node")) {
       fault.kind = FaultSpec::Kind::kSlowNode;
       f.integer("slow_node", fault.node, 0, UINT32_MAX);
-      if (!f.has("rate_fraction")) f.fail("rate_fraction", "is required with slow_node (its NICs' rate over their full rate, e.g. 0.25)");
+      if (!f.has("rate_fraction") && !f.has("hash_fraction")) {
+        f.fail("rate_fraction", "or hash_fraction is required with slow_node (its NICs' or its hashing's rate over the full rate, e.g. 0.25)");
+      }
+      fault.rate_fraction = 1;
       f.number("rate_fraction", fault.rate_fraction, 1e-6, 0.999999);
+      f.number("hash_fraction", fault.hash_fraction, 1e-6, 0.999999);
       fault.length = Duration::max();
       if (f.has("for_s")) f.seconds("for_s", fault.length, 1, 1e7);
     } else {

@@ -37,7 +37,8 @@
 //     "failure_detection_s": 2,          // how long until the others drop a crashed peer
 //     "faults": [{"at_s": 1.5, "crash_node": 3},
 //                {"at_s": 2, "link_down_node": 4, "for_s": 3},
-//                {"at_s": 0, "slow_node": 5, "rate_fraction": 0.25}],  // NICs at a quarter; "for_s" optional
+//                {"at_s": 0, "slow_node": 5, "rate_fraction": 0.25},   // NICs at a quarter; "for_s" optional
+//                {"at_s": 0, "slow_node": 6, "hash_fraction": 0.1}],   // hashing at a tenth (a busy CPU)
 //     "time_limit_s": 3600
 //   }
 //
@@ -124,12 +125,14 @@ struct BaselineSpec {
 struct FaultSpec {
   // kLinkDown and kSlowNode act on the node's NIC links: down, or running
   // at rate_fraction of their rate (a degraded NIC, a host that is slow).
+  // kSlowNode may also slow the node's hashing (hash_fraction).
   enum class Kind { kCrashNode, kLinkDown, kSlowNode };
   Kind kind = Kind::kCrashNode;
   TimePoint at;
   std::uint32_t node = 0;
   Duration length{0};        // kLinkDown, kSlowNode: how long; Duration::max() for the rest of the run
-  double rate_fraction = 0;  // kLinkDown: 0; kSlowNode: in (0, 1)
+  double rate_fraction = 0;  // kLinkDown: 0; kSlowNode: in (0, 1], 1 leaving the NICs as they are
+  double hash_fraction = 1;  // kSlowNode: its peers verify shards at this fraction of hash_gbps (a busy CPU)
 };
 
 struct Scenario {

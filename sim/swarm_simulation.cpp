@@ -307,8 +307,24 @@ void SwarmSimulation::fault(const FaultSpec& spec) {
     }
     return;
   }
+  if (spec.hash_fraction < 1) {
+    if (slow_hashing_.size() <= spec.node) slow_hashing_.resize(spec.node + 1);
+    const TimePoint until = spec.length == Duration::max() ? kTimeNever : now() + spec.length;
+    slow_hashing_[spec.node].push_back({until, spec.hash_fraction});
+  }
+  if (spec.rate_fraction >= 1) return;
   const TimePoint until = link_faults_.degrade(now(), spec.node, spec.rate_fraction, spec.length);
   if (until != kTimeNever) events_.schedule(Event{until, Kind::kLinkRestore, 0, 0, {}, spec.node});
+}
+
+double SwarmSimulation::hash_fraction(std::uint32_t node) const {
+  double fraction = 1;
+  if (node < slow_hashing_.size()) {
+    for (const auto& [until, f] : slow_hashing_[node]) {
+      if (now() < until) fraction = std::min(fraction, f);
+    }
+  }
+  return fraction;
 }
 
 void SwarmSimulation::crash(std::uint32_t peer) {
@@ -428,9 +444,11 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       if (it == pipes_.end()) continue;
       std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.version == drop->version; });
     } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
-      // One hasher per peer: shards wait for the previous one.
+      // One hasher per peer: shards wait for the previous one. A slow host's
+      // rate when the shard is handed over holds for the whole shard.
       const double bytes = static_cast<double>(layout_.shard_length(verify->shard));
-      const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / scenario_.hash_bytes_per_second));
+      const double rate = scenario_.hash_bytes_per_second * hash_fraction(p.node);
+      const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / rate));
       p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
       Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, verify->shard.value};
       e.message.version = verify->version;

@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/random_fill.hpp"
@@ -117,6 +118,8 @@ class SwarmSimulation final : public FlowDriver {
   ManifestId version_id(std::uint32_t number) const;
   void publish(std::uint32_t number);
   void fault(const FaultSpec& spec);
+  // The fraction of hash_gbps the node's peers verify at now (slow hosts).
+  double hash_fraction(std::uint32_t node) const;
   void crash(std::uint32_t peer);
   void join(std::size_t index);  // the workload's join `index`: its spot workers arrive
   std::unique_ptr<swarm::SwarmCore> new_core(const SimPeer& p);
@@ -153,6 +156,9 @@ class SwarmSimulation final : public FlowDriver {
   std::map<std::pair<std::uint32_t, std::uint32_t>, Pipe> pipes_;
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> flow_pipe_;
   NodeLinkFaults link_faults_;
+  // Per node, the slow_node faults that slow its hashing: until when, and
+  // the fraction; the lowest in force applies.
+  std::vector<std::vector<std::pair<TimePoint, double>>> slow_hashing_;
   std::optional<VersionLedger> ledger_;  // once the workers are placed
   std::vector<std::size_t> join_first_worker_;  // see Placement
   std::size_t joins_done_ = 0;

@@ -44,7 +44,9 @@ TEST_CASE("scenario: every mistake is named") {
                      "faults": [{"at_s": 1, "crash_node": 7}]})") == "faults names node 7 of 2");
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "faults": [{"at_s": 1, "slow_node": 1}]})") ==
-        "faults[0].rate_fraction is required with slow_node (its NICs' rate over their full rate, e.g. 0.25)");
+        "faults[0].rate_fraction or hash_fraction is required with slow_node (its NICs' or its hashing's rate over the full rate, e.g. 0.25)");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
+                     "faults": [{"at_s": 1, "slow_node": 1, "hash_fraction": 0}]})").find("faults[0].hash_fraction must be between") == 0);
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "faults": [{"at_s": 1, "slow_node": 1, "rate_fraction": 1.5}]})").find("faults[0].rate_fraction must be between") == 0);
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},

@@ -69,6 +69,26 @@ TEST_CASE("simulation: two hosts, the worker's NIC slow from the start: size / (
   CHECK(took <= analytic + 0.005);
 }
 
+TEST_CASE("simulation: two hosts, the worker's hashing slow: the first shard's arrival plus size / (hash rate x fraction)") {
+  // Hashing at 2 Gbit/s outruns the 1 Gbit/s link; at a tenth of that it is
+  // the bottleneck: each shard waits for the one before it in the hasher.
+  const std::string base = R"({
+    "topology": {"datacenters": [{"nodes_per_rack": 2}], "nic_gbps": 1, "hop_latency_us": 100},
+    "model": {"size": "64MiB", "shard_size": "4MiB", "flow_size": "1MiB"}, "hash_gbps": 2)";
+  const Run healthy = run(scenario_of(base + "}"));
+  const Run slowed = run(scenario_of(base + R"(, "faults": [{"at_s": 0, "slow_node": 1, "hash_fraction": 0.1}]})"));
+  const VersionOutcome& h = healthy.result.versions[0];
+  const VersionOutcome& v = slowed.result.versions[0];
+  REQUIRE(completed(h) == 1);
+  REQUIRE(completed(v) == 1);
+  const double healthy_took = to_seconds(*h.worker_done[0] - h.published);
+  CHECK(healthy_took <= (64.0 * (1 << 20)) / (1e9 / 8) + (4.0 * (1 << 20)) / (2e9 / 8) + 0.005);
+  const double analytic = (4.0 * (1 << 20)) / (1e9 / 8) + (64.0 * (1 << 20)) / (0.2e9 / 8) + 2 * 100e-6;
+  const double took = to_seconds(*v.worker_done[0] - v.published);
+  CHECK(took >= analytic);
+  CHECK(took <= analytic + 0.005);
+}
+
 TEST_CASE("simulation: a slow node for a while: the swarm routes around it, and it completes once it is fast again") {
   // 9 workers at 1 Gbit/s; node 5's NICs run at a twentieth from the start
   // for 3 s. The others must not wait for it: each takes at most a little
