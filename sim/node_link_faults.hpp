@@ -14,6 +14,7 @@
 
 #include "sim/cluster_topology.hpp"
 #include "sim/network_model.hpp"
+#include "sim/slowdowns.hpp"
 
 namespace tensorhub::sim {
 
@@ -28,15 +29,14 @@ class NodeLinkFaults {
   // REQUIRES: 0 <= fraction < 1.
   TimePoint degrade(TimePoint now, std::uint32_t node, double fraction, Duration length) {
     const TimePoint until = length == kForGood ? kTimeNever : now + length;
-    nodes_[node].conditions.push_back(Condition{until, fraction});
+    nodes_[node].slowdowns.add(until, fraction);
     if (fraction == 0) nodes_[node].down_until = std::max(nodes_[node].down_until, until);
     apply(now, node);
     return until;
   }
   // Ends the conditions that are over by now and sets the rate the others leave.
   void restore(TimePoint now, std::uint32_t node) {
-    auto& conditions = nodes_[node].conditions;
-    std::erase_if(conditions, [now](const Condition& c) { return c.until <= now; });
+    nodes_[node].slowdowns.forget_over(now);
     apply(now, node);
   }
   // Until when the node is unreachable (a time past when it is reachable).
@@ -45,20 +45,15 @@ class NodeLinkFaults {
   static constexpr Duration kForGood = Duration::max();
 
  private:
-  struct Condition {
-    TimePoint until;
-    double fraction = 1;
-  };
   struct NodeState {
-    std::vector<Condition> conditions;
+    Slowdowns slowdowns;
     double applied = 1;  // the fraction the links run at now
     TimePoint down_until = kTimeZero;
   };
 
   void apply(TimePoint now, std::uint32_t node) {
     NodeState& state = nodes_[node];
-    double fraction = 1;
-    for (const Condition& c : state.conditions) fraction = std::min(fraction, c.fraction);
+    const double fraction = state.slowdowns.fraction(now);
     if (fraction == state.applied) return;
     state.applied = fraction;
     for (LinkId link : topology_.node_links(node)) network_.set_link_rate(now, link, fraction);

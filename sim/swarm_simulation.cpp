@@ -310,7 +310,7 @@ void SwarmSimulation::fault(const FaultSpec& spec) {
   if (spec.hash_fraction < 1) {
     if (slow_hashing_.size() <= spec.node) slow_hashing_.resize(spec.node + 1);
     const TimePoint until = spec.length == Duration::max() ? kTimeNever : now() + spec.length;
-    slow_hashing_[spec.node].push_back({until, spec.hash_fraction});
+    slow_hashing_[spec.node].add(until, spec.hash_fraction);
   }
   if (spec.rate_fraction >= 1) return;
   const TimePoint until = link_faults_.degrade(now(), spec.node, spec.rate_fraction, spec.length);
@@ -318,13 +318,7 @@ void SwarmSimulation::fault(const FaultSpec& spec) {
 }
 
 double SwarmSimulation::hash_fraction(std::uint32_t node) const {
-  double fraction = 1;
-  if (node < slow_hashing_.size()) {
-    for (const auto& [until, f] : slow_hashing_[node]) {
-      if (now() < until) fraction = std::min(fraction, f);
-    }
-  }
-  return fraction;
+  return node < slow_hashing_.size() ? slow_hashing_[node].fraction(now()) : 1.0;
 }
 
 void SwarmSimulation::crash(std::uint32_t peer) {

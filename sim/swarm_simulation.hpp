@@ -32,7 +32,6 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "core/random_fill.hpp"
@@ -41,6 +40,7 @@
 #include "sim/gossip_network.hpp"
 #include "sim/network_model.hpp"
 #include "sim/node_link_faults.hpp"
+#include "sim/slowdowns.hpp"
 #include "sim/progress_throttle.hpp"
 #include "sim/scenario.hpp"
 #include "sim/simulation_result.hpp"
@@ -156,9 +156,8 @@ class SwarmSimulation final : public FlowDriver {
   std::map<std::pair<std::uint32_t, std::uint32_t>, Pipe> pipes_;
   std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> flow_pipe_;
   NodeLinkFaults link_faults_;
-  // Per node, the slow_node faults that slow its hashing: until when, and
-  // the fraction; the lowest in force applies.
-  std::vector<std::vector<std::pair<TimePoint, double>>> slow_hashing_;
+  // Per node, the slow_node faults that slow its hashing.
+  std::vector<Slowdowns> slow_hashing_;
   std::optional<VersionLedger> ledger_;  // once the workers are placed
   std::vector<std::size_t> join_first_worker_;  // see Placement
   std::size_t joins_done_ = 0;
