@@ -29,6 +29,12 @@ BaselineSimulation::BaselineSimulation(const Scenario& scenario, NetworkModel& n
     events_.schedule(Event{kTimeZero, Kind::kPublish, 1});
   }
   for (std::size_t f = 0; f < scenario.faults.size(); ++f) events_.schedule(Event{scenario.faults[f].at, Kind::kFault, f});
+  if (scenario.scheme == Scheme::kBroadcast && scenario.baseline.broadcast_root == BaselineSpec::Root::kRankZero) {
+    const TopologySpec& t = scenario.topology;
+    const double gpu_nics = std::max<std::uint32_t>(1, t.nics_per_node / t.gpus_per_node);
+    const double share = std::min(1.0, gpu_nics / t.nics_per_node);
+    if (share < 1) link_faults_.degrade(kTimeZero, trainer_nodes_[0], share, NodeLinkFaults::kForGood);
+  }
 }
 
 std::uint64_t BaselineSimulation::part_bytes(std::uint32_t rank) const {
@@ -77,7 +83,7 @@ void BaselineSimulation::start_pulls(std::uint32_t version) {
       if (part_bytes(r) > 0) {
         start(trainer_nodes_[r], worker_nodes_[w], part_bytes(r), {Transfer::Kind::kPull, version, w, r, 0});
       } else {
-        worker_has_part(version, w);
+        worker_has_parts(version, w);
       }
     }
   }
@@ -98,26 +104,34 @@ void BaselineSimulation::start_broadcast(std::uint32_t version) {
   }
   std::fill(parts_received_.begin(), parts_received_.end(), 0);
   rings_.clear();
-  for (std::uint32_t r = 0; r < trainer_nodes_.size(); ++r) {
+  auto add_ring = [&](std::uint32_t source, std::uint64_t bytes, std::uint32_t parts) {
     Ring ring;
+    ring.source = source;
+    ring.bytes = bytes;
+    ring.parts = parts;
     ring.order = order;
     const std::uint64_t chunk = scenario_.baseline.broadcast_chunk;
-    ring.chunks = static_cast<std::uint32_t>((part_bytes(r) + chunk - 1) / chunk);
+    ring.chunks = static_cast<std::uint32_t>((bytes + chunk - 1) / chunk);
     ring.received.assign(order.size(), 0);
     ring.sent.assign(order.size(), 0);
     ring.busy.assign(order.size(), false);
     rings_.push_back(std::move(ring));
-    if (rings_.back().chunks == 0) {
-      for (std::uint32_t w : order) worker_has_part(version, w);
+    if (bytes == 0) {
+      for (std::uint32_t w : order) worker_has_parts(version, w, parts);
     }
+  };
+  if (scenario_.baseline.broadcast_root == BaselineSpec::Root::kRankZero) {
+    add_ring(trainer_nodes_[0], scenario_.model.size, static_cast<std::uint32_t>(trainer_nodes_.size()));
+  } else {
+    for (std::uint32_t r = 0; r < trainer_nodes_.size(); ++r) add_ring(trainer_nodes_[r], part_bytes(r), 1);
   }
   for (std::uint32_t r = 0; r < rings_.size(); ++r) {
     if (!order.empty()) pump_ring(r, 0);
   }
 }
 
-void BaselineSimulation::pump_ring(std::uint32_t rank, std::uint32_t hop) {
-  Ring& ring = rings_[rank];
+void BaselineSimulation::pump_ring(std::uint32_t ring_index, std::uint32_t hop) {
+  Ring& ring = rings_[ring_index];
   if (hop >= ring.order.size() || ring.busy[hop] || ring.sent[hop] == ring.chunks) return;
   // The sender forwards only chunks it holds whole (store and forward).
   if (hop > 0 && ring.received[hop - 1] <= ring.sent[hop]) return;
@@ -128,12 +142,14 @@ void BaselineSimulation::pump_ring(std::uint32_t rank, std::uint32_t hop) {
   if (buffer > 0 && hop + 1 < ring.order.size() && ring.sent[hop] - ring.received[hop + 1] >= buffer) return;
   const std::uint64_t chunk = scenario_.baseline.broadcast_chunk;
   const std::uint64_t offset = std::uint64_t{ring.sent[hop]} * chunk;
-  const std::uint64_t bytes = std::min(chunk, part_bytes(rank) - offset);
-  const std::uint32_t from = hop == 0 ? trainer_nodes_[rank] : worker_nodes_[ring.order[hop - 1]];
+  const std::uint64_t bytes = std::min(chunk, ring.bytes - offset);
+  const std::uint32_t from = hop == 0 ? ring.source : worker_nodes_[ring.order[hop - 1]];
   ring.busy[hop] = true;
   ++ring.sent[hop];
-  start(from, worker_nodes_[ring.order[hop]], bytes,
-        {Transfer::Kind::kChunk, ledger_.latest(), ring.order[hop], rank, hop});
+  Transfer transfer{Transfer::Kind::kChunk, ledger_.latest(), ring.order[hop]};
+  transfer.ring = ring_index;
+  transfer.hop = hop;
+  start(from, worker_nodes_[ring.order[hop]], bytes, transfer);
 }
 
 FlowId BaselineSimulation::start(std::uint32_t from_node, std::uint32_t to_node, std::uint64_t bytes, Transfer transfer) {
@@ -154,7 +170,7 @@ FlowId BaselineSimulation::start(std::uint32_t from_node, std::uint32_t to_node,
 void BaselineSimulation::transfer_done(const Transfer& t) {
   if (t.version != ledger_.latest()) return;  // a version given up on
   switch (t.kind) {
-    case Transfer::Kind::kPull: worker_has_part(t.version, t.worker); break;
+    case Transfer::Kind::kPull: worker_has_parts(t.version, t.worker); break;
     case Transfer::Kind::kWrite:
       if (++parts_written_ == trainer_nodes_.size()) {
         ledger_.trainer_free(t.version, now());
@@ -163,22 +179,24 @@ void BaselineSimulation::transfer_done(const Transfer& t) {
       break;
     case Transfer::Kind::kRead:
       parts_received_[t.worker] = static_cast<std::uint32_t>(trainer_nodes_.size()) - 1;
-      worker_has_part(t.version, t.worker);
+      worker_has_parts(t.version, t.worker);
       break;
     case Transfer::Kind::kChunk: {
-      Ring& ring = rings_[t.rank];
+      Ring& ring = rings_[t.ring];
       ring.busy[t.hop] = false;
-      if (++ring.received[t.hop] == ring.chunks) worker_has_part(t.version, t.worker);
-      pump_ring(t.rank, t.hop);
-      pump_ring(t.rank, t.hop + 1);
-      if (t.hop > 0) pump_ring(t.rank, t.hop - 1);  // a buffer slot is free again
+      if (++ring.received[t.hop] == ring.chunks) worker_has_parts(t.version, t.worker, ring.parts);
+      pump_ring(t.ring, t.hop);
+      pump_ring(t.ring, t.hop + 1);
+      if (t.hop > 0) pump_ring(t.ring, t.hop - 1);  // a buffer slot is free again
       break;
     }
   }
 }
 
-void BaselineSimulation::worker_has_part(std::uint32_t version, std::uint32_t worker) {
-  if (!alive(worker) || ++parts_received_[worker] < trainer_nodes_.size()) return;
+void BaselineSimulation::worker_has_parts(std::uint32_t version, std::uint32_t worker, std::uint32_t parts) {
+  if (!alive(worker)) return;
+  parts_received_[worker] += parts;
+  if (parts_received_[worker] < trainer_nodes_.size()) return;
   ledger_.worker_done(version, worker, now());
   if (scenario_.scheme != Scheme::kStorage && ledger_.all_hold(version, [this](std::size_t w) { return alive(w); })) {
     ledger_.trainer_free(version, now());

@@ -12,7 +12,13 @@
 //   NCCL shape): the rank sends its part in chunks to the first worker, each
 //   worker forwards every chunk it has received to the next, one chunk at a
 //   time per hop, store-and-forward. Workers are ordered by node, so hops
-//   inside a node use NVLink. A crashed worker breaks the group: every flow
+//   inside a node use NVLink. With broadcast.root "rank0", rank 0 alone
+//   broadcasts the whole version in one ring, as RL frameworks that gather
+//   the weights on rank 0 do; its GPU is the only one of its node in the
+//   group, so it sends through that GPU's own NICs (nics_per_node /
+//   gpus_per_node of them, at least one): the node's links run at that
+//   share, which a fault on the node lowers no further unless it is lower
+//   (faults overlap as NodeLinkFaults says). The gather is taken as free. A crashed worker breaks the group: every flow
 //   of the version stops, and after broadcast.rebuild_s (building a new
 //   communicator) the version is broadcast again to the workers that lack it.
 //   A joining worker breaks it the same way (the static group must grow).
@@ -73,13 +79,18 @@ class BaselineSimulation final : public FlowDriver {
     enum class Kind { kPull, kWrite, kRead, kChunk } kind = Kind::kPull;
     std::uint32_t version = 0;
     std::uint32_t worker = 0;  // kPull, kRead: the reader; kChunk: the receiver
-    std::uint32_t rank = 0;    // kPull, kWrite, kChunk: whose part
-    std::uint32_t hop = 0;     // kChunk: position in the ring (0: from the rank)
+    std::uint32_t rank = 0;    // kPull, kWrite: whose part
+    std::uint32_t ring = 0;    // kChunk: which ring
+    std::uint32_t hop = 0;     // kChunk: position in the ring (0: from its source)
     std::uint32_t from_node = 0, to_node = 0;
     std::uint64_t bytes = 0;
   };
-  // One ring of the broadcast: a rank's part through `order`.
+  // One ring of the broadcast: a rank's part (or, broadcast from rank 0,
+  // the whole version) from `source` through `order`.
   struct Ring {
+    std::uint32_t source = 0;              // node
+    std::uint64_t bytes = 0;
+    std::uint32_t parts = 1;               // the ranks' parts it carries
     std::vector<std::uint32_t> order;      // workers
     std::uint32_t chunks = 0;
     std::vector<std::uint32_t> received;   // per position: chunks it holds
@@ -97,10 +108,10 @@ class BaselineSimulation final : public FlowDriver {
   void start_pulls(std::uint32_t version);
   void start_reads(std::uint32_t version);
   void start_broadcast(std::uint32_t version);
-  void pump_ring(std::uint32_t rank, std::uint32_t hop);
+  void pump_ring(std::uint32_t ring_index, std::uint32_t hop);
   FlowId start(std::uint32_t from_node, std::uint32_t to_node, std::uint64_t bytes, Transfer transfer);
   void transfer_done(const Transfer& t);
-  void worker_has_part(std::uint32_t version, std::uint32_t worker);
+  void worker_has_parts(std::uint32_t version, std::uint32_t worker, std::uint32_t parts = 1);
   void crash_node(std::uint32_t node);
   void join(std::size_t index);
   // Broadcast: the group changed; stop the collective and rebuild it.

@@ -307,6 +307,13 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
       b.size("chunk", s.baseline.broadcast_chunk, 4096, 1u << 30);
       b.seconds("rebuild_s", s.baseline.broadcast_rebuild, 1, 1e6);
       b.integer("buffer_chunks", s.baseline.broadcast_buffer_chunks, 0, 1u << 20);
+      std::string root = "every_rank";
+      b.text("root", root);
+      if (root == "rank0") {
+        s.baseline.broadcast_root = BaselineSpec::Root::kRankZero;
+      } else if (root != "every_rank") {
+        b.fail("root", "'" + root + "' is not one of every_rank, rank0");
+      }
       b.finish();
     }
     f.gbps("hash_gbps", s.hash_bytes_per_second);

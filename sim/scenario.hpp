@@ -32,7 +32,8 @@
 //     "scheme": "swarm",                  // or a baseline: "direct_pull", "storage", "broadcast"
 //     "storage_gbps": 400,                // the storage service's aggregate rate (storage scheme)
 //     "broadcast": {"chunk": "4MiB", "rebuild_s": 10,   // the ring's chunk; a failure's rebuild cost;
-//                   "buffer_chunks": 2},                 // chunks a worker buffers (0: without bound)
+//                   "buffer_chunks": 2,                  // chunks a worker buffers (0: without bound);
+//                   "root": "every_rank"},               // or "rank0": one ring from rank 0's GPU
 //     "hash_gbps": 100,                   // shard verification rate per peer
 //     "failure_detection_s": 2,          // how long until the others drop a crashed peer
 //     "faults": [{"at_s": 1.5, "crash_node": 3},
@@ -120,6 +121,12 @@ struct BaselineSpec {
   // Chunks a worker holds before it has passed them on (NCCL's fixed
   // buffers; 2 is double buffering); 0 buffers without bound.
   std::uint32_t broadcast_buffer_chunks = 2;
+  // Who broadcasts: every trainer rank its own part, each in a ring of its
+  // own (the best NCCL shape), or rank 0 alone, the whole version in one
+  // ring from its one GPU (the shape of RL frameworks that gather the
+  // weights on rank 0 and broadcast from there).
+  enum class Root { kEveryRank, kRankZero };
+  Root broadcast_root = Root::kEveryRank;
 };
 
 struct FaultSpec {

@@ -128,3 +128,25 @@ TEST_CASE("baselines: with buffers without bound a slow node holds back the work
     CHECK(to_seconds(*v.worker_done[w] - v.published) == doctest::Approx(4 * kSeconds).epsilon(0.01));
   }
 }
+
+TEST_CASE("baselines: broadcast from rank 0 sends the whole version through that one GPU's NICs") {
+  // 2 GPUs and 4 NICs of 2 Gbit/s a node (1 GB/s pooled; a GPU's own two
+  // NICs give 0.5 GB/s), 2 trainer ranks on the trainer node.
+  const std::string cluster = R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "gpus_per_node": 2,
+      "nics_per_node": 4, "nic_gbps": 2, "hop_latency_us": 1},
+      "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB", "trainer_ranks": 2},
+      "broadcast": {"chunk": "1MB", "root": ")";
+  auto every_rank = parse_scenario(cluster + R"(every_rank"}})");
+  auto rank0 = parse_scenario(cluster + R"(rank0"}})");
+  REQUIRE_MESSAGE(every_rank.is_ok(), every_rank.status().to_string());
+  REQUIRE_MESSAGE(rank0.is_ok(), rank0.status().to_string());
+  // Every rank: two rings of 500 MB share the trainer node's 1 GB/s.
+  const SimulationResult both = run(*every_rank, Scheme::kBroadcast);
+  REQUIRE(both.workers == 8);
+  CHECK(last_of(both.versions[0]) == doctest::Approx(kSeconds).epsilon(0.02));
+  // Rank 0: one ring of 1000 MB out of a GPU's 0.5 GB/s.
+  const SimulationResult one = run(*rank0, Scheme::kBroadcast);
+  CHECK(last_of(one.versions[0]) == doctest::Approx(2 * kSeconds).epsilon(0.02));
+  CHECK(one.versions[0].publisher_bytes == 1'000'000'000ull);
+  CHECK(to_seconds(*one.versions[0].trainer_free - one.versions[0].published) == doctest::Approx(last_of(one.versions[0])));
+}

@@ -57,4 +57,6 @@ TEST_CASE("scenario: every mistake is named") {
                      "simgrid_model": "LV09"})") == "simgrid_model must be \"CM02\" or \"LV08\"");
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "broadcast": {"buffer_chunks": -1}})") == "broadcast.buffer_chunks must be a whole number");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
+                     "broadcast": {"root": "rank1"}})") == "broadcast.root 'rank1' is not one of every_rank, rank0");
 }
