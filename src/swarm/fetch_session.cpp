@@ -150,6 +150,13 @@ std::size_t FetchSession::slot_sources() const {
   return n;
 }
 
+bool FetchSession::pulls_across_wan() const {
+  return std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
+    const Neighbour& n = entry.second;
+    return n.proximity == Proximity::kRemote && !n.super_seed;
+  });
+}
+
 void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
   if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
   schedule(now);
@@ -582,14 +589,13 @@ void FetchSession::keep_slot_share(TimePoint now) {
   // (share_is_mine), which probes coming and going would unsettle
   // (simulator, cross-dc: last worker 0.668 -> 0.702 s).
   std::size_t held = 0;
-  bool waiting = false, across_wan = false;
+  bool waiting = false;
   for (const auto& [peer, n] : neighbours_) {
     if (n.proximity == Proximity::kSameHost || n.super_seed) continue;
-    if (n.proximity == Proximity::kRemote) across_wan = true;
     if (n.connecting || (n.connected && n.choked)) waiting = true;
     if (n.connected && !n.choked) ++held;
   }
-  if (done_ || slot_share_ == 0 || across_wan) {
+  if (done_ || slot_share_ == 0 || pulls_across_wan()) {
     slot_hungry_since_.reset();
     return;
   }

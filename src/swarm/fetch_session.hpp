@@ -185,6 +185,9 @@ class FetchSession {
   // default: no limit. With a share, the fetch keeps to it
   // (keep_slot_share), unless it pulls across the WAN.
   void set_slot_share(TimePoint now, std::size_t share);
+  // Some neighbour beyond the host, other than a super-seed, is across the
+  // WAN: what this fetch brings across is paced by the WAN, not by slots.
+  bool pulls_across_wan() const;
   // Requests sent and not yet answered, to every neighbour.
   std::size_t in_flight_total() const;
   void on_have(TimePoint now, const PeerId& peer, ShardIndex shard);

@@ -255,7 +255,8 @@ class SwarmCore {
   // fetchers unevenly and stayed there for a whole transfer that is
   // shorter than a rotation. One fetcher held 8 holders' slots while
   // another node's 8 peers held 2 between them, and that node downloaded
-  // at 37% of its NIC throughout. Returns whether it was declined.
+  // at 37% of its NIC throughout. A starved fetch that pulls across the
+  // WAN takes the slot. Returns whether it was declined.
   bool decline_slot(const ManifestId& id, Version& v, const PeerId& peer);
   // Slots held (slot_sources) and asked for again reach upload_slots_here.
   bool holds_its_share_of_slots(const Version& v) const;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "support/swarm_core_fixture.hpp"
@@ -29,7 +30,8 @@ bool requests_only_to(const testing::Sent& sent, const PeerId& holder) {
 }
 
 // A fetcher with one upload slot of its own, connected to four holders on
-// other hosts, none of which has unchoked it yet.
+// other hosts (in its datacenter, or across the WAN in `holders_dc`), none
+// of which has unchoked it yet.
 struct SlotShare {
   TimePoint now{1s};
   SwarmCore fetcher;
@@ -43,11 +45,12 @@ struct SlotShare {
     return config;
   }
 
-  SlotShare() : fetcher(config(), Location{"dc1", "r1", "h1"}, testing::swarm_peer(700), 5) {
-    fetcher.set_location(a, Location{"dc1", "r2", "h2"});
-    fetcher.set_location(b, Location{"dc1", "r3", "h3"});
-    fetcher.set_location(c, Location{"dc1", "r4", "h4"});
-    fetcher.set_location(d, Location{"dc1", "r5", "h5"});
+  explicit SlotShare(const std::string& holders_dc = "dc1")
+      : fetcher(config(), Location{"dc1", "r1", "h1"}, testing::swarm_peer(700), 5) {
+    fetcher.set_location(a, Location{holders_dc, "r2", "h2"});
+    fetcher.set_location(b, Location{holders_dc, "r3", "h3"});
+    fetcher.set_location(c, Location{holders_dc, "r4", "h4"});
+    fetcher.set_location(d, Location{holders_dc, "r5", "h5"});
     fetcher.fetch(now, kVersion, testing::kFourShards, core::Bitfield(testing::kFourShards.shard_count()));
     for (const PeerId& p : {a, b, c, d}) fetcher.add_holder(now, kVersion, p, /*complete=*/false);
     now += 1ms;
@@ -120,6 +123,22 @@ TEST_CASE("slot share: a fetcher whose slots give it nothing to ask for asks a h
   // Two slots now, one more than the share: the one with nothing in
   // flight (a, which has nothing to give) is handed back.
   CHECK(testing::recipients(sent, MessageType::kNotInterested) == std::vector<PeerId>{s.a});
+}
+
+TEST_CASE("slot share: a starved fetcher that pulls across the WAN takes the slot") {
+  // As above, with the holders across the WAN: handing the slot back and
+  // asking again would leave it idle for a WAN round trip. (Across the WAN
+  // the fetch keeps both: the WAN paces it, not slots.)
+  SlotShare s("dc2");
+  s.shows(s.a, /*everything=*/false);
+  s.shows(s.b, /*everything=*/true);
+  testing::Sent sent = s.says(s.a, MessageType::kUnchoke);
+  CHECK(testing::recipients(sent, MessageType::kRequest).empty());
+
+  sent = s.says(s.b, MessageType::kUnchoke);
+  CHECK(requests_only_to(sent, s.b));
+  CHECK(testing::recipients(sent, MessageType::kInterested).empty());
+  CHECK(testing::recipients(sent, MessageType::kNotInterested).empty());
 }
 
 TEST_CASE("slot share: with requests still in flight elsewhere, one holder handed back is asked again per slot that ends") {
