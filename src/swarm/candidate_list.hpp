@@ -59,6 +59,12 @@ class CandidateList {
   // Removes the holder if listed; returns what was known of it.
   std::optional<Entry> take(const PeerId& peer);
   bool contains(const PeerId& peer) const { return index_.count(peer) != 0; }
+  // What is known of a listed holder, which stays listed.
+  std::optional<Entry> find(const PeerId& peer) const {
+    auto it = index_.find(peer);
+    if (it == index_.end()) return std::nullopt;
+    return entry_of(it->second.rank);
+  }
   // Whether some listed holder is exactly this near. O(1).
   bool any_at(Proximity proximity) const {
     const auto complete = rank_of(Entry{proximity, true}), partial = rank_of(Entry{proximity, false});

@@ -492,6 +492,7 @@ class FetchSession {
   std::size_t slot_share_ = 0;
   std::optional<TimePoint> slot_hungry_since_;  // short of the share and waiting since (or the last probe)
   std::map<PeerId, TimePoint> slot_probes_;  // probes not yet unchoking us: since when
+  bool probe_far_ = false;                   // the next probe is drawn from the whole list
   bool done_ = false;
 };
 

@@ -779,6 +779,26 @@ TEST_CASE("fetch session: short of its slot share, a fetch probes more candidate
   CHECK(d.blocks_delivered > 0);
 }
 
+TEST_CASE("fetch session: short of its slot share, every other probe looks beyond the nearest holders") {
+  // The free slots can be a few among many peers, in other racks: probing
+  // only its own rack, a fetch never found them (simulator, scale-1024).
+  FetchConfig config;
+  config.starts_choked = true;
+  config.max_neighbours = 2;
+  config.random_neighbours = 0;
+  Driver d(layout(4), config);
+  d.session.set_slot_share(d.now, 1);
+  for (std::uint64_t n = 1; n <= 4; ++n) d.add_holder(n, full(4, {"dc1", "r1", "h" + std::to_string(n)}));
+  for (std::uint64_t n = 5; n <= 44; ++n) d.add_holder(n, full(4, {"dc1", "r2", "h" + std::to_string(n)}));
+  d.run(config.slot_probe_after * 3 / 2);
+  REQUIRE(d.connects.size() == 4);  // two neighbours, then the first two probes
+  auto in_rack_r1 = [&](const PeerId& p) { return d.holders.at(p).location.rack == "r1"; };
+  CHECK(in_rack_r1(d.connects[0]));  // the neighbours: the nearest
+  CHECK(in_rack_r1(d.connects[1]));
+  CHECK(in_rack_r1(d.connects[2]));  // a probe among the nearest (two are left)
+  CHECK_FALSE(in_rack_r1(d.connects[3]));  // and one drawn from the whole list: another rack
+}
+
 TEST_CASE("fetch session: holding more slots than its share, a fetch hands back the one with the fewest requests in flight") {
   FetchConfig config;  // neighbours start unchoked: both holders grant a slot at once
   Driver d(layout(4), config);
