@@ -18,9 +18,10 @@
 //   group, so it sends through that GPU's own NICs (nics_per_node /
 //   gpus_per_node of them, at least one): the node's links run at that
 //   share, which a fault on the node lowers no further unless it is lower
-//   (faults overlap as NodeLinkFaults says). The gather is taken as free. A crashed worker breaks the group: every flow
-//   of the version stops, and after broadcast.rebuild_s (building a new
-//   communicator) the version is broadcast again to the workers that lack it.
+//   (faults overlap as NodeLinkFaults says). The gather is taken as free.
+//   A crashed worker breaks the group: every flow of the version stops, and
+//   after broadcast.rebuild_s (building a new communicator) the version is
+//   broadcast again to the workers that lack it.
 //   A joining worker breaks it the same way (the static group must grow).
 //   The trainer takes part until the last worker has it.
 //
