@@ -750,11 +750,22 @@ TEST_CASE("fetch session: fetchers missing a shard draw which named-complete hol
   CHECK(second_picks.size() >= 5);
 }
 
-TEST_CASE("fetch session: short of its slot share, a fetch probes more candidates and gives up those that keep it waiting") {
+namespace {
+
+// Holders grant slots explicitly (and the tests' holders grant none unless
+// told); two neighbours, none drawn at random.
+FetchConfig probing_config() {
   FetchConfig config;
-  config.starts_choked = true;  // holders grant slots explicitly, and these grant none
+  config.starts_choked = true;
   config.max_neighbours = 2;
   config.random_neighbours = 0;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("fetch session: short of its slot share, a fetch probes more candidates and gives up those that keep it waiting") {
+  const FetchConfig config = probing_config();
   Driver d(layout(4), config);
   d.session.set_slot_share(d.now, 1);
   for (std::uint64_t n = 1; n <= 8; ++n) d.add_holder(n, full(4, {"dc1", "r1", "h" + std::to_string(n)}));
@@ -782,10 +793,7 @@ TEST_CASE("fetch session: short of its slot share, a fetch probes more candidate
 TEST_CASE("fetch session: short of its slot share, every other probe looks beyond the nearest holders") {
   // The free slots can be a few among many peers, in other racks: probing
   // only its own rack, a fetch never found them (simulator, scale-1024).
-  FetchConfig config;
-  config.starts_choked = true;
-  config.max_neighbours = 2;
-  config.random_neighbours = 0;
+  const FetchConfig config = probing_config();
   Driver d(layout(4), config);
   d.session.set_slot_share(d.now, 1);
   for (std::uint64_t n = 1; n <= 4; ++n) d.add_holder(n, full(4, {"dc1", "r1", "h" + std::to_string(n)}));
