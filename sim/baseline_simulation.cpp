@@ -57,7 +57,7 @@ void BaselineSimulation::publish(std::uint32_t version) {
   std::sort(stale.begin(), stale.end());
   for (std::uint64_t flow : stale) network_.cancel_flow(now(), FlowId{flow});
   transfers_.clear();
-  rings_.clear();
+  clear_rings();
   ledger_.publish(version, now());
   parts_received_.assign(worker_nodes_.size(), 0);
   parts_written_ = 0;
@@ -103,7 +103,7 @@ void BaselineSimulation::start_broadcast(std::uint32_t version) {
     if (alive(w) && !outcome.worker_done[w]) order.push_back(w);  // node order: hops inside a node use NVLink
   }
   std::fill(parts_received_.begin(), parts_received_.end(), 0);
-  rings_.clear();
+  clear_rings();
   auto add_ring = [&](std::uint32_t source, std::uint64_t bytes, std::uint32_t parts) {
     Ring ring;
     ring.source = source;
@@ -114,6 +114,7 @@ void BaselineSimulation::start_broadcast(std::uint32_t version) {
     ring.chunks = static_cast<std::uint32_t>((bytes + chunk - 1) / chunk);
     ring.received.assign(order.size(), 0);
     ring.sent.assign(order.size(), 0);
+    ring.freed.assign(order.size(), 0);
     ring.busy.assign(order.size(), false);
     rings_.push_back(std::move(ring));
     if (bytes == 0) {
@@ -136,20 +137,35 @@ void BaselineSimulation::pump_ring(std::uint32_t ring_index, std::uint32_t hop) 
   // The sender forwards only chunks it holds whole (store and forward).
   if (hop > 0 && ring.received[hop - 1] <= ring.sent[hop]) return;
   // Fixed buffers: the receiver keeps each chunk until it has passed it on,
-  // and has room for buffer_chunks (0: without bound). So a slow hop holds
-  // back the hops before it too, as NCCL's do.
+  // and has room for buffer_chunks (0: without bound); the sender counts a
+  // chunk in flight as taking a slot, and a slot as free once the credit
+  // is back. So a slow hop holds back the hops before it too, and a hop
+  // carries at most buffer_chunks chunks per round trip, as NCCL's do.
   const std::uint32_t buffer = scenario_.baseline.broadcast_buffer_chunks;
-  if (buffer > 0 && hop + 1 < ring.order.size() && ring.sent[hop] - ring.received[hop + 1] >= buffer) return;
+  if (buffer > 0 && ring.sent[hop] - ring.freed[hop] >= buffer) return;
   const std::uint64_t chunk = scenario_.baseline.broadcast_chunk;
   const std::uint64_t offset = std::uint64_t{ring.sent[hop]} * chunk;
   const std::uint64_t bytes = std::min(chunk, ring.bytes - offset);
-  const std::uint32_t from = hop == 0 ? ring.source : worker_nodes_[ring.order[hop - 1]];
   ring.busy[hop] = true;
   ++ring.sent[hop];
+  const Transfer transfer = hop_transfer(ring_index, hop);
+  start(transfer.from_node, transfer.to_node, bytes, transfer);
+}
+
+BaselineSimulation::Transfer BaselineSimulation::hop_transfer(std::uint32_t ring_index, std::uint32_t hop) const {
+  const Ring& ring = rings_[ring_index];
   Transfer transfer{Transfer::Kind::kChunk, ledger_.latest(), ring.order[hop]};
   transfer.ring = ring_index;
   transfer.hop = hop;
-  start(from, worker_nodes_[ring.order[hop]], bytes, transfer);
+  transfer.rings_built = rings_built_;
+  transfer.from_node = hop == 0 ? ring.source : worker_nodes_[ring.order[hop - 1]];
+  transfer.to_node = worker_nodes_[ring.order[hop]];
+  return transfer;
+}
+
+void BaselineSimulation::clear_rings() {
+  rings_.clear();
+  ++rings_built_;
 }
 
 FlowId BaselineSimulation::start(std::uint32_t from_node, std::uint32_t to_node, std::uint64_t bytes, Transfer transfer) {
@@ -167,6 +183,34 @@ FlowId BaselineSimulation::start(std::uint32_t from_node, std::uint32_t to_node,
   return flow;
 }
 
+void BaselineSimulation::flow_done(const Transfer& t) {
+  if (t.kind == Transfer::Kind::kChunk && t.rings_built == rings_built_) {
+    rings_[t.ring].busy[t.hop] = false;
+    // The hop's sender (a worker, past the first hop) has passed a chunk on.
+    if (t.hop > 0) send_credit(hop_transfer(t.ring, t.hop - 1));
+    pump_ring(t.ring, t.hop);
+  }
+  deliver_later(t, false);
+}
+
+void BaselineSimulation::deliver_later(const Transfer& t, bool credit) {
+  const std::uint64_t number = next_in_transit_++;
+  in_transit_.emplace(number, InTransit{t, credit});
+  events_.schedule(Event{now() + topology_.latency(t.from_node, t.to_node), Kind::kArrival, number});
+}
+
+void BaselineSimulation::send_credit(const Transfer& hop_transfer) { deliver_later(hop_transfer, true); }
+
+void BaselineSimulation::chunk_arrived(const Transfer& t) {
+  if (t.rings_built != rings_built_) return;  // the ring was stopped
+  Ring& ring = rings_[t.ring];
+  const bool complete = ++ring.received[t.hop] == ring.chunks;
+  // The last worker takes each chunk out of its buffer at once.
+  if (t.hop + 1 == ring.order.size()) send_credit(t);
+  pump_ring(t.ring, t.hop + 1);
+  if (complete) worker_has_parts(t.version, t.worker, ring.parts);
+}
+
 void BaselineSimulation::transfer_done(const Transfer& t) {
   if (t.version != ledger_.latest()) return;  // a version given up on
   switch (t.kind) {
@@ -181,15 +225,7 @@ void BaselineSimulation::transfer_done(const Transfer& t) {
       parts_received_[t.worker] = static_cast<std::uint32_t>(trainer_nodes_.size()) - 1;
       worker_has_parts(t.version, t.worker);
       break;
-    case Transfer::Kind::kChunk: {
-      Ring& ring = rings_[t.ring];
-      ring.busy[t.hop] = false;
-      if (++ring.received[t.hop] == ring.chunks) worker_has_parts(t.version, t.worker, ring.parts);
-      pump_ring(t.ring, t.hop);
-      pump_ring(t.ring, t.hop + 1);
-      if (t.hop > 0) pump_ring(t.ring, t.hop - 1);  // a buffer slot is free again
-      break;
-    }
+    case Transfer::Kind::kChunk: chunk_arrived(t); break;
   }
 }
 
@@ -247,7 +283,7 @@ void BaselineSimulation::rebuild_group() {
     network_.cancel_flow(now(), FlowId{flow});
     transfers_.erase(flow);
   }
-  rings_.clear();
+  clear_rings();
   rebuilt_at_ = now() + scenario_.baseline.broadcast_rebuild;
   if (ledger_.latest() > 0) events_.schedule(Event{rebuilt_at_, Kind::kRebroadcast, ledger_.latest()});
 }
@@ -297,6 +333,18 @@ void BaselineSimulation::run_events_due(TimePoint now) {
         break;
       }
       case Kind::kLinkRestore: link_faults_.restore(this->now(), static_cast<std::uint32_t>(e.number)); break;
+      case Kind::kArrival: {
+        auto it = in_transit_.find(e.number);
+        const InTransit item = std::move(it->second);
+        in_transit_.erase(it);
+        if (!item.credit) {
+          transfer_done(item.transfer);
+        } else if (item.transfer.rings_built == rings_built_) {
+          ++rings_[item.transfer.ring].freed[item.transfer.hop];
+          pump_ring(item.transfer.ring, item.transfer.hop);
+        }
+        break;
+      }
     }
   });
   if (progress_ && throttle_.due()) progress_(*this);
@@ -311,7 +359,7 @@ void BaselineSimulation::on_flows_done(TimePoint now, std::span<const FlowId> fl
     const Transfer t = it->second;
     transfers_.erase(it);
     for (LinkId link : topology_.path(t.from_node, t.to_node).links) timeline_.add(now, topology_.link_class(link), t.bytes);
-    transfer_done(t);
+    flow_done(t);
   }
 }
 

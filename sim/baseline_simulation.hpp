@@ -26,13 +26,17 @@
 //   The trainer takes part until the last worker has it.
 //
 // What they assume, so that the comparison is fair: the same links and
-// latencies as the swarm, no hashing (the swarm hashes every shard), no
-// protocol overhead, perfect pipelining, and no straggler effects beyond the
-// flows' fair shares. A worker buffers broadcast.buffer_chunks chunks it has
-// not yet passed on (NCCL's fixed buffers; default 2, double buffering), so a
-// slow worker (a slow_node fault) holds back the whole ring, as it does in
-// NCCL; with 0 the hops buffer without bound and only the workers after it
-// wait.
+// latencies as the swarm (a flow's bytes arrive one path latency after they
+// leave), no hashing (the swarm hashes every shard), no protocol overhead
+// (no request precedes a pull or a read; the swarm asks for every block),
+// perfect pipelining, and no straggler effects beyond the flows' fair
+// shares. A worker buffers broadcast.buffer_chunks chunks it has not yet
+// passed on (NCCL's fixed buffers; default 2, double buffering), and its
+// sender learns of a freed slot one path latency after it is freed (NCCL's
+// credits): a hop carries at most buffer_chunks chunks per round trip, so a
+// ring across a long link is window-limited as NCCL's is, and a slow worker
+// (a slow_node fault) holds back the whole ring. With 0 the hops buffer
+// without bound: no window, and only the workers after a slow one wait.
 // Deterministic, like the swarm driver.
 #pragma once
 
@@ -83,6 +87,7 @@ class BaselineSimulation final : public FlowDriver {
     std::uint32_t rank = 0;    // kPull, kWrite: whose part
     std::uint32_t ring = 0;    // kChunk: which ring
     std::uint32_t hop = 0;     // kChunk: position in the ring (0: from its source)
+    std::uint32_t rings_built = 0;  // kChunk: the rings_ it belongs to (see rings_built_)
     std::uint32_t from_node = 0, to_node = 0;
     std::uint64_t bytes = 0;
   };
@@ -96,9 +101,18 @@ class BaselineSimulation final : public FlowDriver {
     std::uint32_t chunks = 0;
     std::vector<std::uint32_t> received;   // per position: chunks it holds
     std::vector<std::uint32_t> sent;       // per hop: chunks sent on it
-    std::vector<bool> busy;                // per hop: a chunk in flight
+    // Per hop: buffer slots its receiver has freed (passed the chunk on, or,
+    // the last, taken it), as far as the hop's sender knows so far.
+    std::vector<std::uint32_t> freed;
+    std::vector<bool> busy;                // per hop: a chunk leaving the sender
   };
-  enum class Kind { kPublish, kFault, kLinkRestore, kRebroadcast, kJoin };
+  // A completed flow's bytes on their way (kArrival), or a freed buffer
+  // slot's credit on its way back to the hop's sender (kCredit).
+  struct InTransit {
+    Transfer transfer;
+    bool credit = false;
+  };
+  enum class Kind { kPublish, kFault, kLinkRestore, kRebroadcast, kJoin, kArrival };
   struct Event {
     TimePoint at;
     Kind kind = Kind::kPublish;
@@ -110,8 +124,18 @@ class BaselineSimulation final : public FlowDriver {
   void start_reads(std::uint32_t version);
   void start_broadcast(std::uint32_t version);
   void pump_ring(std::uint32_t ring_index, std::uint32_t hop);
+  // The chunk transfer of hop `hop`, from its sender to its receiver.
+  Transfer hop_transfer(std::uint32_t ring_index, std::uint32_t hop) const;
   FlowId start(std::uint32_t from_node, std::uint32_t to_node, std::uint64_t bytes, Transfer transfer);
+  // The flow of `t` has left its sender; its bytes arrive a path latency later.
+  void flow_done(const Transfer& t);
   void transfer_done(const Transfer& t);
+  void chunk_arrived(const Transfer& t);
+  // Hop `hop` of the ring's receiver freed a slot: its sender learns of it
+  // one path latency later.
+  void send_credit(const Transfer& hop_transfer);
+  void deliver_later(const Transfer& t, bool credit);
+  void clear_rings();
   void worker_has_parts(std::uint32_t version, std::uint32_t worker, std::uint32_t parts = 1);
   void crash_node(std::uint32_t node);
   void join(std::size_t index);
@@ -132,6 +156,9 @@ class BaselineSimulation final : public FlowDriver {
   std::vector<std::uint32_t> parts_received_;  // per worker, of the current version
   std::uint32_t parts_written_ = 0;            // storage: ranks done writing the current version
   std::vector<Ring> rings_;
+  std::uint32_t rings_built_ = 0;  // bumped whenever rings_ is cleared: chunks still on their way belong to no ring
+  std::map<std::uint64_t, InTransit> in_transit_;  // by kArrival event number
+  std::uint64_t next_in_transit_ = 0;
   std::unordered_map<std::uint64_t, Transfer> transfers_;
   VersionLedger ledger_;
   Timeline timeline_;

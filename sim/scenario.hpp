@@ -32,7 +32,8 @@
 //     "scheme": "swarm",                  // or a baseline: "direct_pull", "storage", "broadcast"
 //     "storage_gbps": 400,                // the storage service's aggregate rate (storage scheme)
 //     "broadcast": {"chunk": "4MiB", "rebuild_s": 10,   // the ring's chunk; a failure's rebuild cost;
-//                   "buffer_chunks": 2,                  // chunks a worker buffers (0: without bound);
+//                   "buffer_chunks": 2,                  // chunks a worker buffers, the hop's window
+//                                                        // per round trip (0: without bound);
 //                   "root": "every_rank"},               // or "rank0": one ring from rank 0's GPU
 //     "hash_gbps": 100,                   // shard verification rate per peer
 //     "failure_detection_s": 2,          // how long until the others drop a crashed peer
@@ -119,7 +120,9 @@ struct BaselineSpec {
   std::uint32_t broadcast_chunk = 4u << 20;         // the ring's pipelining unit
   Duration broadcast_rebuild = std::chrono::seconds(10);  // a failure: stop the world, build a new group
   // Chunks a worker holds before it has passed them on (NCCL's fixed
-  // buffers; 2 is double buffering); 0 buffers without bound.
+  // buffers; 2 is double buffering); 0 buffers without bound. A freed slot
+  // is known upstream a path latency later, so each hop carries at most
+  // buffer_chunks x chunk per round trip.
   std::uint32_t broadcast_buffer_chunks = 2;
   // Who broadcasts: every trainer rank its own part, each in a ring of its
   // own (the best NCCL shape), or rank 0 alone, the whole version in one

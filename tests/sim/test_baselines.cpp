@@ -150,3 +150,29 @@ TEST_CASE("baselines: broadcast from rank 0 sends the whole version through that
   CHECK(one.versions[0].publisher_bytes == 1'000'000'000ull);
   CHECK(to_seconds(*one.versions[0].trainer_free - one.versions[0].published) == doctest::Approx(last_of(one.versions[0])));
 }
+
+TEST_CASE("baselines: a ring's fixed buffers over a long link carry buffer x chunk per round trip") {
+  // 5 ms a link, so 10 ms each way between two nodes. A chunk (1 MB) leaves
+  // in 1 ms, arrives 10 ms later, is passed on in 1 ms, and the credit for
+  // its slot is back 10 ms after that: a hop carries `buffer` chunks per
+  // 22 ms, however fast its links.
+  auto ring_over_long_links = [](int buffer_chunks) {
+    auto s = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "nic_gbps": 8, "hop_latency_us": 5000},
+        "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"},
+        "broadcast": {"chunk": "1MB", "buffer_chunks": )" + std::to_string(buffer_chunks) + "}}");
+    REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+    return last_of(run(*s, Scheme::kBroadcast).versions[0]);
+  };
+  CHECK(ring_over_long_links(2) == doctest::Approx(1000 / 2 * 0.022).epsilon(0.02));
+  CHECK(ring_over_long_links(8) == doctest::Approx(1000 / 8 * 0.022).epsilon(0.02));
+  // Without bound the ring streams at the links' rate: S / B, then a chunk
+  // and a latency per hop.
+  CHECK(ring_over_long_links(0) == doctest::Approx(kSeconds + 3 * 0.001 + 4 * 0.010).epsilon(0.002));
+}
+
+TEST_CASE("baselines: a pulled part arrives one path latency after it leaves") {
+  auto s = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "nic_gbps": 8, "hop_latency_us": 5000},
+      "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"}})");
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  CHECK(last_of(run(*s, Scheme::kDirectPull).versions[0]) == doctest::Approx(4 * kSeconds + 0.010).epsilon(0.0005));
+}
