@@ -12,10 +12,10 @@ BaselineSimulation::BaselineSimulation(const Scenario& scenario, NetworkModel& n
     : scenario_(scenario),
       network_(network),
       topology_(scenario.topology, network),
-      ledger_(scenario.workload, place_peers(scenario, topology_).worker_nodes.size(),
-              place_peers(scenario, topology_).first_spot_worker),
+      ledger_(scenario.workload, place_peers(scenario).worker_nodes.size(),
+              place_peers(scenario).first_spot_worker),
       link_faults_(topology_, network) {
-  const Placement placement = place_peers(scenario, topology_);
+  const Placement placement = place_peers(scenario);
   trainer_nodes_ = placement.trainer_nodes;
   worker_nodes_ = placement.worker_nodes;
   worker_alive_.assign(worker_nodes_.size(), true);
@@ -256,6 +256,7 @@ void BaselineSimulation::crash_node(std::uint32_t node) {
   for (std::uint32_t w = 0; w < worker_nodes_.size(); ++w) {
     if (worker_nodes_[w] == node && alive(w)) {
       worker_alive_[w] = false;
+      ledger_.worker_left(w, now());
       any = true;
     }
   }

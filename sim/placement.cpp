@@ -4,17 +4,11 @@
 
 namespace tensorhub::sim {
 
-Placement place_peers(const Scenario& scenario, const ClusterTopology& topology) {
+Placement place_peers(const Scenario& scenario) {
   const WorkloadSpec& w = scenario.workload;
   Placement p;
   for (std::uint32_t rank = 0; rank < scenario.model.trainer_ranks; ++rank) p.trainer_nodes.push_back(rank % w.trainer_nodes);
-  for (std::uint32_t node = w.trainer_nodes; node < topology.node_count(); ++node) {
-    const NodeInfo& info = topology.node(node);
-    if (info.storage) continue;
-    if (!w.rollout_datacenters.empty() &&
-        std::find(w.rollout_datacenters.begin(), w.rollout_datacenters.end(), info.dc_name) == w.rollout_datacenters.end()) {
-      continue;
-    }
+  for (std::uint32_t node : scenario.rollout_nodes()) {
     for (std::uint32_t g = 0; g < scenario.topology.gpus_per_node; ++g) p.worker_nodes.push_back(node);
   }
   const std::size_t gpus = scenario.topology.gpus_per_node;

@@ -1,14 +1,14 @@
 // Where a scenario's peers run: trainer rank r on trainer node r mod
 // trainer_nodes (so every trainer node's NICs serve), and one rollout worker
-// per GPU of every other node (only in rollout_datacenters when given; never
-// on the storage node); the last spot_nodes rollout nodes are spot nodes.
+// per GPU of every rollout node (Scenario::rollout_nodes: every other node,
+// only in rollout_datacenters when given; never the storage node, which
+// comes after them); the last spot_nodes rollout nodes are spot nodes.
 // Shared by the swarm, the baselines and the bound.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "sim/cluster_topology.hpp"
 #include "sim/scenario.hpp"
 
 namespace tensorhub::sim {
@@ -23,6 +23,6 @@ struct Placement {
   std::vector<std::size_t> join_first_worker;
 };
 
-Placement place_peers(const Scenario& scenario, const ClusterTopology& topology);
+Placement place_peers(const Scenario& scenario);
 
 }  // namespace tensorhub::sim

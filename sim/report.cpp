@@ -16,6 +16,7 @@ struct VersionSummary {
   std::optional<double> first, median, last;
   std::optional<double> trainer_stall;
   double rollout_gpu_stall = 0;  // GPU-seconds
+  std::size_t left = 0;          // workers whose node crashed while they waited for it
   // Spot workers that joined while this version was the newest: from their
   // join to holding it (the elastic workload's weight update).
   std::size_t joiners = 0;
@@ -23,26 +24,34 @@ struct VersionSummary {
 };
 
 // `until`: when the next version was published (or the run ended). A worker
-// counts for this version if it was there before then; its wait starts at
-// the later of the publication and its join.
-VersionSummary summarize(const VersionOutcome& v, TimePoint until, TimePoint end,
-                         const std::vector<std::optional<TimePoint>>& joined) {
+// counts for this version if it was there before then, and is expected to
+// complete it unless its node crashed first. Its wait for this version runs
+// from the later of the publication and its join to the earliest of its
+// completion, its crash and `until`: from then on it waits for the next
+// version, which counts that wait, so no second of it counts twice.
+VersionSummary summarize(const VersionOutcome& v, TimePoint until, const std::vector<std::optional<TimePoint>>& joined,
+                         const std::vector<std::optional<TimePoint>>& left) {
   VersionSummary s;
   std::vector<double> done, joiner_waits;
   for (std::size_t w = 0; w < v.worker_done.size(); ++w) {
     const TimePoint arrived = w < joined.size() && joined[w] ? *joined[w] : kTimeZero;
-    if (arrived >= until && !v.worker_done[w]) continue;  // not there while this version was the newest
-    const TimePoint start = std::max(v.published, arrived);
-    ++s.expected;
+    const TimePoint departed = w < left.size() && left[w] ? *left[w] : kTimeNever;
     const auto& t = v.worker_done[w];
+    if (!t && (arrived >= until || departed <= v.published)) continue;  // not there while this version was the newest
+    const TimePoint start = std::max(v.published, arrived);
+    const TimePoint waited_until = std::min({t.value_or(kTimeNever), departed, until});
+    if (waited_until > start) s.rollout_gpu_stall += to_seconds(waited_until - start);
+    if (arrived > v.published) ++s.joiners;
+    if (!t && departed < until) {
+      ++s.left;  // crashed waiting: expected no more
+      if (arrived > v.published) --s.joiners;
+      continue;
+    }
+    ++s.expected;
     if (t) {
       done.push_back(to_seconds(*t - v.published));
-      s.rollout_gpu_stall += to_seconds(*t - start);
       if (arrived > v.published) joiner_waits.push_back(to_seconds(*t - start));
-    } else {
-      s.rollout_gpu_stall += to_seconds(end - start);  // still waiting when the run ended
     }
-    if (arrived > v.published) ++s.joiners;
   }
   s.completed = done.size();
   std::sort(done.begin(), done.end());
@@ -91,7 +100,7 @@ double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topo
   }
   Duration farthest{0};
   std::uint32_t last_node = UINT32_MAX;
-  for (std::uint32_t n : place_peers(scenario, topology).worker_nodes) {
+  for (std::uint32_t n : place_peers(scenario).worker_nodes) {
     if (n == last_node) continue;  // the node's other GPUs
     last_node = n;
     const NodeInfo& node = topology.node(n);
@@ -126,7 +135,7 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
   for (std::size_t i = 0; i < result.versions.size(); ++i) {
     const VersionOutcome& v = result.versions[i];
     const TimePoint until = i + 1 < result.versions.size() ? result.versions[i + 1].published : result.end;
-    const VersionSummary s = summarize(v, until, result.end, result.joined);
+    const VersionSummary s = summarize(v, until, result.joined, result.left);
     rollout_stall += s.rollout_gpu_stall;
     const double stall = s.trainer_stall.value_or(to_seconds(result.end - v.published));
     trainer_stall += stall * static_cast<double>(result.trainer_ranks);
@@ -134,6 +143,7 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
                         {"published_s", to_seconds(v.published)},
                         {"completed", s.completed},
                         {"workers", s.expected},
+                        {"crashed_waiting", s.left},
                         {"first_s", optional_number(s.first)},
                         {"median_s", optional_number(s.median)},
                         {"last_s", optional_number(s.last)},
@@ -226,7 +236,7 @@ std::string report_line(const Scenario& scenario, const SimulationResult& result
   for (std::size_t i = 0; i < result.versions.size(); ++i) {
     const VersionOutcome& v = result.versions[i];
     const TimePoint until = i + 1 < result.versions.size() ? result.versions[i + 1].published : result.end;
-    const VersionSummary s = summarize(v, until, result.end, result.joined);
+    const VersionSummary s = summarize(v, until, result.joined, result.left);
     if (s.last) {
       std::snprintf(buffer, sizeof buffer, "; v%u first %.3f s, median %.3f s, last %.3f s (%.3fx), publisher sent %.2fx",
                     v.number, *s.first, *s.median, *s.last, *s.last / lower_bound,
@@ -235,6 +245,10 @@ std::string report_line(const Scenario& scenario, const SimulationResult& result
       std::snprintf(buffer, sizeof buffer, "; v%u: %zu of %zu workers complete", v.number, s.completed, s.expected);
     }
     line += buffer;
+    if (s.left > 0) {
+      std::snprintf(buffer, sizeof buffer, " (%zu crashed waiting)", s.left);
+      line += buffer;
+    }
     if (s.joiner_last) {
       std::snprintf(buffer, sizeof buffer, " (%zu joiners: median %.3f s, last %.3f s after joining)", s.joiners,
                     *s.joiner_median, *s.joiner_last);

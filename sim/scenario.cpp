@@ -1,11 +1,13 @@
 #include "sim/scenario.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
 #include "core/byte_size.hpp"
+#include "core/random_fill.hpp"
 
 namespace tensorhub::sim {
 namespace {
@@ -191,8 +193,28 @@ void read_workload(const json& j, WorkloadSpec& w) {
     }
     if (joining > w.spot_nodes) f.fail("joins", "bring " + std::to_string(joining) + " nodes, more than spot_nodes");
   }
+  if (f.has("churn")) {
+    Fields c(f.take("churn"), "workload.churn");
+    WorkloadSpec::Churn churn;
+    c.number("joins_per_s", churn.joins_per_s, 0, 1e6);
+    c.number("leaves_per_s", churn.leaves_per_s, 0, 1e6);
+    Duration from{0}, until{0};
+    c.seconds("from_s", from, 1, 1e7);
+    if (!c.has("until_s")) c.fail("until_s", "is required");
+    c.seconds("until_s", until, 1, 1e7);
+    c.finish();
+    if (until <= from) c.fail("until_s", "must be after from_s");
+    if (churn.joins_per_s <= 0 && churn.leaves_per_s <= 0) c.fail("joins_per_s", "or leaves_per_s must be above 0");
+    // Bounds the draws (and the memory they take) before any is made.
+    const double expected = (churn.joins_per_s + churn.leaves_per_s) * to_seconds(until - from);
+    if (expected > 1e6) c.fail("", "expects " + std::to_string(static_cast<std::uint64_t>(expected)) + " arrivals, more than 1,000,000");
+    churn.from = TimePoint(from);
+    churn.until = TimePoint(until);
+    w.churn = churn;
+  }
   f.finish();
-  if (w.kind == "elastic" && w.joins.empty()) f.fail("joins", "are required by an elastic workload");
+  if (w.kind == "elastic" && w.joins.empty() && !w.churn) f.fail("joins", "or churn are required by an elastic workload");
+  if (w.kind != "elastic" && w.churn) f.fail("churn", "needs kind \"elastic\"");
   if (w.kind != "elastic" && w.spot_nodes > 0) f.fail("spot_nodes", "needs kind \"elastic\"");
   if (w.kind == "cross_datacenter" && w.rollout_datacenters.empty()) {
     f.fail("rollout_datacenters", "must name the remote datacenters of a cross_datacenter workload");
@@ -244,6 +266,75 @@ void read_faults(const json& j, std::vector<FaultSpec>& faults) {
   }
 }
 
+// Poisson arrivals at `rate` per second in [from, until).
+std::vector<TimePoint> draw_arrivals(core::SplitMix64& rng, double rate, TimePoint from, TimePoint until) {
+  std::vector<TimePoint> at;
+  if (rate <= 0) return at;
+  double t = to_seconds(from);
+  const double end = to_seconds(until);
+  for (;;) {
+    t -= std::log(1 - rng.unit()) / rate;  // unit() < 1, so the log is finite
+    if (t >= end) return at;
+    at.push_back(TimePoint(Duration(static_cast<std::int64_t>(std::llround(t * 1e6)))));
+  }
+}
+
+// Draws workload.churn into joins and crash faults (WorkloadSpec::Churn).
+// A leave takes a node present at its time: a rollout node that is not a
+// spot node still absent and has not crashed (listed crashes count).
+void draw_churn(Scenario& s, Fields& f) {
+  WorkloadSpec& w = s.workload;
+  const WorkloadSpec::Churn& churn = *w.churn;
+  core::SplitMix64 rng(s.seed ^ 0x636875726e2d7631ull);  // its own stream: "churn-v1"
+  const std::vector<TimePoint> joins = draw_arrivals(rng, churn.joins_per_s, churn.from, churn.until);
+  const std::vector<TimePoint> leaves = draw_arrivals(rng, churn.leaves_per_s, churn.from, churn.until);
+  std::uint64_t joining = joins.size();
+  for (const auto& join : w.joins) joining += join.nodes;
+  if (joining > w.spot_nodes) {
+    f.fail("workload.churn", "draws " + std::to_string(joins.size()) + " joins, which with the listed joins bring " +
+                                 std::to_string(joining) + " nodes, more than spot_nodes (" + std::to_string(w.spot_nodes) + ")");
+  }
+  for (TimePoint at : joins) w.joins.push_back({at, 1});
+  // Replay every join and crash in time order to know who is present.
+  const std::vector<std::uint32_t> rollout = s.rollout_nodes();
+  if (w.spot_nodes > rollout.size()) f.fail("workload.spot_nodes", "exceeds the rollout nodes (" + std::to_string(rollout.size()) + ")");
+  const std::size_t first_spot = rollout.size() - w.spot_nodes;
+  enum class Step { kJoin, kCrash, kLeave };  // at the same moment, in this order
+  struct Event {
+    TimePoint at;
+    Step step;
+    std::size_t index;  // kJoin: into w.joins; kCrash: into s.faults; kLeave: into leaves
+  };
+  std::vector<Event> events;
+  for (std::size_t j = 0; j < w.joins.size(); ++j) events.push_back({w.joins[j].at, Step::kJoin, j});
+  for (std::size_t c = 0; c < s.faults.size(); ++c) {
+    if (s.faults[c].kind == FaultSpec::Kind::kCrashNode) events.push_back({s.faults[c].at, Step::kCrash, c});
+  }
+  for (std::size_t l = 0; l < leaves.size(); ++l) events.push_back({leaves[l], Step::kLeave, l});
+  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return a.at != b.at ? a.at < b.at : a.step < b.step;
+  });
+  std::vector<std::size_t> join_first(w.joins.size());  // as place_peers assigns them: in list order
+  for (std::size_t j = 0, next = first_spot; j < w.joins.size(); next += w.joins[j].nodes, ++j) join_first[j] = next;
+  std::set<std::uint32_t> present(rollout.begin(), rollout.begin() + static_cast<std::ptrdiff_t>(first_spot));
+  for (const Event& e : events) {
+    if (e.step == Step::kJoin) {
+      for (std::size_t n = 0; n < w.joins[e.index].nodes; ++n) present.insert(rollout[join_first[e.index] + n]);
+    } else if (e.step == Step::kCrash) {
+      present.erase(s.faults[e.index].node);
+    } else if (!present.empty()) {  // a leave with nobody present reclaims nothing
+      auto reclaimed = present.begin();
+      std::advance(reclaimed, static_cast<std::ptrdiff_t>(rng.below(present.size())));
+      FaultSpec crash;
+      crash.kind = FaultSpec::Kind::kCrashNode;
+      crash.at = e.at;
+      crash.node = *reclaimed;
+      s.faults.push_back(crash);
+      present.erase(reclaimed);
+    }
+  }
+}
+
 }  // namespace
 
 std::string_view scheme_name(Scheme scheme) {
@@ -262,6 +353,20 @@ Result<Scheme> parse_scheme(std::string_view name) {
   }
   return Status::invalid_argument("scheme '" + std::string(name) +
                                   "' is not one of swarm, direct_pull, storage, broadcast");
+}
+
+std::vector<std::uint32_t> Scenario::rollout_nodes() const {
+  std::vector<std::uint32_t> nodes;
+  std::uint32_t node = 0;
+  for (const auto& dc : topology.datacenters) {
+    const bool rollout = workload.rollout_datacenters.empty() ||
+                         std::find(workload.rollout_datacenters.begin(), workload.rollout_datacenters.end(), dc.name) !=
+                             workload.rollout_datacenters.end();
+    for (std::uint64_t n = 0; n < std::uint64_t{dc.racks} * dc.nodes_per_rack; ++n, ++node) {
+      if (rollout && node >= workload.trainer_nodes) nodes.push_back(node);
+    }
+  }
+  return nodes;
 }
 
 std::uint32_t Scenario::node_count() const {
@@ -339,6 +444,7 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     for (const FaultSpec& fault : s.faults) {
       if (fault.node >= nodes) f.fail("faults", "names node " + std::to_string(fault.node) + " of " + std::to_string(nodes));
     }
+    if (s.workload.churn) draw_churn(s, f);
   } catch (const std::invalid_argument& e) {
     return Status::invalid_argument(e.what());
   } catch (const json::exception& e) {

@@ -25,7 +25,10 @@
 //       "trainer_nodes": 1,               // the first nodes of the first datacenter train
 //       "rollout_datacenters": [],        // where rollout workers run (default: every node not training)
 //       "spot_nodes": 0,                  // elastic: the last rollout nodes start absent...
-//       "joins": [{"at_s": 5, "nodes": 2}]  // ...and join like this
+//       "joins": [{"at_s": 5, "nodes": 2}], // ...and join like this,
+//       "churn": {"joins_per_s": 0.5,       // and/or one at a time at random, with rollout
+//                 "leaves_per_s": 0.5,      // nodes reclaimed (crashed) at random, as Poisson
+//                 "from_s": 0, "until_s": 12} // arrivals drawn from the seed
 //     },
 //     "swarm": {"max_neighbours": 16, "upload_slots": 8, "pipeline_blocks": 8, "super_seed": true},
 //     "membership": "ideal",              // swarm: "ideal" (told at once) or "gossip" (the real gossip cores)
@@ -49,6 +52,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -103,6 +107,17 @@ struct WorkloadSpec {
   };
   std::uint32_t spot_nodes = 0;
   std::vector<Join> joins;
+  // Spot churn: spot nodes join at joins_per_s and rollout nodes present at
+  // the time are reclaimed at leaves_per_s, as Poisson arrivals drawn from
+  // the scenario's seed, from `from` until `until`. parse_scenario draws
+  // them into one-node joins (after those listed, so they take the spot
+  // nodes those leave) and crash faults; what the simulations see is only
+  // `joins` and `faults`.
+  struct Churn {
+    double joins_per_s = 0, leaves_per_s = 0;
+    TimePoint from, until;
+  };
+  std::optional<Churn> churn;
 };
 
 struct SwarmSpec {
@@ -166,6 +181,10 @@ struct Scenario {
   Duration time_limit = std::chrono::hours(1);
 
   std::uint32_t node_count() const;
+  // The nodes that run rollout workers, in node order: every node past the
+  // trainer nodes, only in rollout_datacenters when those are named. The
+  // last workload.spot_nodes of them are the spot nodes.
+  std::vector<std::uint32_t> rollout_nodes() const;
 };
 
 std::string_view scheme_name(Scheme scheme);

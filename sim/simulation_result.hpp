@@ -16,6 +16,7 @@ namespace tensorhub::sim {
 struct SimulationResult {
   std::vector<VersionOutcome> versions;
   std::vector<std::optional<TimePoint>> joined;  // per worker: when a spot worker joined
+  std::vector<std::optional<TimePoint>> left;    // per worker: when its node crashed
   std::vector<std::uint32_t> worker_nodes;       // per worker
   Timeline timeline;                             // bytes delivered per class over time
   std::array<std::uint64_t, kLinkClasses> bytes_by_class{};
@@ -40,6 +41,7 @@ struct SimulationResult {
     r.stalled = !finished && !run.hit_limit;
     r.versions = ledger.outcomes();
     r.joined = ledger.joined();
+    r.left = ledger.left();
     r.timeline = timeline;
     r.worker_nodes = std::move(worker_nodes);
     r.workers = r.worker_nodes.size();

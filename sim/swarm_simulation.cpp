@@ -33,7 +33,7 @@ SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network
       rng_(scenario.seed),
       link_faults_(topology_, network) {
   add_peers();
-  ledger_.emplace(scenario.workload, workers_.size(), place_peers(scenario, topology_).first_spot_worker);
+  ledger_.emplace(scenario.workload, workers_.size(), place_peers(scenario).first_spot_worker);
   if (scenario.membership == "gossip") start_gossip();
 }
 
@@ -44,7 +44,7 @@ SwarmSimulation::~SwarmSimulation() = default;
 
 void SwarmSimulation::add_peers() {
   const WorkloadSpec& w = scenario_.workload;
-  const Placement placement = place_peers(scenario_, topology_);
+  const Placement placement = place_peers(scenario_);
   for (std::uint32_t rank = 0; rank < placement.trainer_nodes.size(); ++rank) {
     trainers_.push_back(add_peer(placement.trainer_nodes[rank], true, rank));
   }
@@ -302,6 +302,9 @@ void SwarmSimulation::withdraw_holding(std::uint32_t peer, std::uint32_t number)
 
 void SwarmSimulation::fault(const FaultSpec& spec) {
   if (spec.kind == FaultSpec::Kind::kCrashNode) {
+    for (std::size_t w = 0; w < workers_.size(); ++w) {
+      if (peers_[workers_[w]].node == spec.node && alive(workers_[w])) ledger_->worker_left(w, now());
+    }
     for (std::uint32_t p = 0; p < peers_.size(); ++p) {
       if (peers_[p].node == spec.node && alive(p)) crash(p);
     }

@@ -30,7 +30,7 @@ class VersionLedger {
  public:
   // Workers from `first_spot_worker` on are absent until they join.
   VersionLedger(const WorkloadSpec& workload, std::size_t workers, std::size_t first_spot_worker)
-      : workload_(workload), workers_(workers), joined_(workers) {
+      : workload_(workload), workers_(workers), joined_(workers), left_(workers) {
     for (std::size_t w = first_spot_worker; w < workers; ++w) joined_[w] = kTimeNever;
   }
 
@@ -43,6 +43,9 @@ class VersionLedger {
   // A spot worker joined (it counts from now on, and wants the newest version).
   void worker_joined(std::size_t worker, TimePoint at) { joined_[worker] = at; }
   const std::vector<std::optional<TimePoint>>& joined() const { return joined_; }
+  // A worker's node crashed or was reclaimed: it waits for no version from now on.
+  void worker_left(std::size_t worker, TimePoint at) { left_[worker] = at; }
+  const std::vector<std::optional<TimePoint>>& left() const { return left_; }
   // Whether every live worker holds the version.
   bool all_hold(std::uint32_t number, const std::function<bool(std::size_t worker)>& alive) const;
 
@@ -63,6 +66,7 @@ class VersionLedger {
   std::size_t workers_;
   std::vector<VersionOutcome> outcomes_;
   std::vector<std::optional<TimePoint>> joined_;  // spot workers: when they joined (kTimeNever: not yet)
+  std::vector<std::optional<TimePoint>> left_;    // when a worker's node crashed
   std::uint32_t publish_announced_ = 0;  // the version whose kPublishNext was returned
 };
 

@@ -2,8 +2,11 @@
 // and N worker nodes behind one switch, links of rate B, a version of size S.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/baseline_simulation.hpp"
 #include "sim/fluid_network.hpp"
+#include "sim/report.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::sim;
@@ -175,4 +178,40 @@ TEST_CASE("baselines: a pulled part arrives one path latency after it leaves") {
       "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"}})");
   REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
   CHECK(last_of(run(*s, Scheme::kDirectPull).versions[0]) == doctest::Approx(4 * kSeconds + 0.010).epsilon(0.0005));
+}
+
+namespace {
+
+nlohmann::json report_of(const Scenario& s, const SimulationResult& r) {
+  return nlohmann::json::parse(report_json(s, r, 1.0, nullptr));
+}
+
+}  // namespace
+
+TEST_CASE("report: a worker waiting when the next version comes waits for that one; no second counts twice") {
+  // Direct pull takes 4 s a version; the second version comes at 1 s and
+  // replaces the first, so every worker waits from 0 to 5 s: 4 x 5 GPU-s.
+  Scenario s = flat(R"(, "workload": {"versions": 2, "interval_s": 1})");
+  s.scheme = Scheme::kDirectPull;
+  const SimulationResult r = run(s, Scheme::kDirectPull);
+  const nlohmann::json j = report_of(s, r);
+  REQUIRE(j["versions"].size() == 2);
+  CHECK(j["versions"][0]["completed"] == 0);
+  CHECK(j["versions"][0]["rollout_gpu_stall_s"].get<double>() == doctest::Approx(4 * 1.0).epsilon(0.001));
+  CHECK(j["versions"][1]["last_s"].get<double>() == doctest::Approx(4 * kSeconds).epsilon(0.001));
+  CHECK(j["gpu_stall_s"]["rollout"].get<double>() == doctest::Approx(4 * 5.0).epsilon(0.001));
+}
+
+TEST_CASE("report: a worker whose node crashes while it waits stops waiting and is not expected to complete") {
+  // Node 4's worker crashes at 0.5 s, when each worker holds 125 MB; the
+  // other three take the remaining 3 x 875 MB at 1 GB/s: done at 3.125 s.
+  Scenario s = flat(R"(, "faults": [{"at_s": 0.5, "crash_node": 4}])");
+  s.scheme = Scheme::kDirectPull;
+  const SimulationResult r = run(s, Scheme::kDirectPull);
+  const nlohmann::json v = report_of(s, r)["versions"][0];
+  CHECK(v["workers"] == 3);
+  CHECK(v["completed"] == 3);
+  CHECK(v["crashed_waiting"] == 1);
+  CHECK(v["last_s"].get<double>() == doctest::Approx(3.125).epsilon(0.001));
+  CHECK(v["rollout_gpu_stall_s"].get<double>() == doctest::Approx(3 * 3.125 + 0.5).epsilon(0.001));
 }

@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include "sim/scenario.hpp"
 
 using namespace tensorhub;
@@ -59,4 +61,64 @@ TEST_CASE("scenario: every mistake is named") {
                      "broadcast": {"buffer_chunks": -1}})") == "broadcast.buffer_chunks must be a whole number");
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "broadcast": {"root": "rank1"}})") == "broadcast.root 'rank1' is not one of every_rank, rank0");
+}
+
+TEST_CASE("scenario: churn is drawn from the seed into joins and crashes of nodes present at the time") {
+  // 1 trainer node and 31 rollout nodes; the last 20 are spot nodes, absent
+  // until they join. Over 20 s, about 10 join and 10 leave.
+  const std::string churned = R"({"seed": 9, "topology": {"datacenters": [{"racks": 4, "nodes_per_rack": 8}]},
+      "model": {"size": "1GiB"}, "faults": [{"at_s": 3, "crash_node": 2}],
+      "workload": {"kind": "elastic", "spot_nodes": 20, "joins": [{"at_s": 1, "nodes": 2}],
+                   "churn": {"joins_per_s": 0.5, "leaves_per_s": 0.5, "from_s": 2, "until_s": 22}}})";
+  auto s = parse_scenario(churned);
+  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
+  const auto& joins = s->workload.joins;
+  REQUIRE(joins.size() > 3);
+  CHECK(joins.size() < 1 + 25);
+  CHECK(joins[0].nodes == 2);  // the listed join first: it takes the first spot nodes
+  for (std::size_t j = 1; j < joins.size(); ++j) {
+    CHECK(joins[j].nodes == 1);
+    CHECK(joins[j].at >= TimePoint(std::chrono::seconds(2)));
+    CHECK(joins[j].at < TimePoint(std::chrono::seconds(22)));
+    CHECK(joins[j - 1].at <= joins[j].at);
+  }
+  REQUIRE(s->faults.size() > 3);
+  // Replay: every crash names a rollout node present at its time (spot node
+  // k, 0-based, is node 12 + k and is present once its join has come).
+  const std::vector<std::uint32_t> rollout = s->rollout_nodes();
+  REQUIRE(rollout.size() == 31);
+  CHECK(rollout.front() == 1);
+  std::map<std::uint32_t, TimePoint> arrived, crashed;
+  for (std::uint32_t n = 1; n < 12; ++n) arrived[n] = kTimeZero;
+  std::uint32_t next_spot = 12;
+  for (const auto& join : joins) {
+    for (std::uint32_t k = 0; k < join.nodes; ++k) arrived[next_spot++] = join.at;
+  }
+  for (const FaultSpec& f : s->faults) {
+    REQUIRE(f.kind == FaultSpec::Kind::kCrashNode);
+    REQUIRE(arrived.count(f.node) == 1);
+    CHECK(arrived[f.node] <= f.at);
+    CHECK(crashed.count(f.node) == 0);  // no node leaves twice
+    crashed[f.node] = f.at;
+  }
+  // The same seed draws the same churn; another draws another.
+  auto again = parse_scenario(churned);
+  REQUIRE(again.is_ok());
+  CHECK(again->faults.size() == s->faults.size());
+  CHECK(again->workload.joins.size() == joins.size());
+  auto other = parse_scenario(std::string(churned).replace(churned.find("\"seed\": 9"), 9, "\"seed\": 8"));
+  REQUIRE(other.is_ok());
+  CHECK((other->workload.joins.size() != joins.size() || other->workload.joins.back().at != joins.back().at));
+}
+
+TEST_CASE("scenario: churn's mistakes are named") {
+  const std::string cluster = R"({"topology": {"datacenters": [{"racks": 1, "nodes_per_rack": 8}]}, "model": {"size": "1GiB"},
+      "workload": {"kind": "elastic", "spot_nodes": 2, "churn": )";
+  CHECK(error_of(cluster + R"({"joins_per_s": 1}}})") == "workload.churn.until_s is required");
+  CHECK(error_of(cluster + R"({"until_s": 5}}})") == "workload.churn.joins_per_s or leaves_per_s must be above 0");
+  CHECK(error_of(cluster + R"({"joins_per_s": 1, "from_s": 5, "until_s": 5}}})") == "workload.churn.until_s must be after from_s");
+  CHECK(error_of(cluster + R"({"joins_per_s": 1000000, "until_s": 5}}})").find("more than 1,000,000") != std::string::npos);
+  CHECK(error_of(cluster + R"({"joins_per_s": 10, "until_s": 5}}})").find("more than spot_nodes (2)") != std::string::npos);
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 8}]}, "model": {"size": "1GiB"},
+                     "workload": {"churn": {"leaves_per_s": 1, "until_s": 5}}})") == "workload.churn needs kind \"elastic\"");
 }

@@ -246,3 +246,23 @@ TEST_CASE("simulation: the lower bound counts a node's GPUs taking copies throug
   SwarmSimulation simulation(s, network);
   CHECK(lower_bound_seconds(s, simulation.topology()) == doctest::Approx(8 * 1e9 / (10e9 / 8 + 30e9 / 8)));
 }
+
+TEST_CASE("simulation: spot churn: nodes come and go, and every worker there at the end holds the last version") {
+  const Scenario s = scenario_of(R"({"seed": 4,
+    "topology": {"datacenters": [{"racks": 2, "nodes_per_rack": 8}], "nic_gbps": 4},
+    "model": {"size": "64MiB", "shard_size": "4MiB", "flow_size": "1MiB"},
+    "failure_detection_s": 0.5,
+    "workload": {"kind": "elastic", "versions": 4, "interval_s": 1, "spot_nodes": 12,
+                 "churn": {"joins_per_s": 1.5, "leaves_per_s": 1.5, "until_s": 3.5}}})");
+  REQUIRE(s.faults.size() >= 2);
+  REQUIRE(s.workload.joins.size() >= 2);
+  const Run r = run(s);
+  CHECK_FALSE(r.result.stalled);
+  CHECK_FALSE(r.result.timed_out);
+  const VersionOutcome& last = r.result.versions.back();
+  REQUIRE(last.number == 4);
+  for (std::size_t w = 0; w < last.worker_done.size(); ++w) {
+    const bool there = r.result.joined[w] != kTimeNever && !r.result.left[w];
+    CHECK_MESSAGE(last.worker_done[w].has_value() == there, "worker ", w);
+  }
+}
