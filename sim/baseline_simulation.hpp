@@ -106,8 +106,8 @@ class BaselineSimulation final : public FlowDriver {
     std::vector<std::uint32_t> freed;
     std::vector<bool> busy;                // per hop: a chunk leaving the sender
   };
-  // A completed flow's bytes on their way (kArrival), or a freed buffer
-  // slot's credit on its way back to the hop's sender (kCredit).
+  // What a kArrival event brings: a completed flow's bytes, or (credit) a
+  // freed buffer slot's credit on its way back to the hop's sender.
   struct InTransit {
     Transfer transfer;
     bool credit = false;

@@ -41,12 +41,11 @@ VersionSummary summarize(const VersionOutcome& v, TimePoint until, const std::ve
     const TimePoint start = std::max(v.published, arrived);
     const TimePoint waited_until = std::min({t.value_or(kTimeNever), departed, until});
     if (waited_until > start) s.rollout_gpu_stall += to_seconds(waited_until - start);
-    if (arrived > v.published) ++s.joiners;
     if (!t && departed < until) {
       ++s.left;  // crashed waiting: expected no more
-      if (arrived > v.published) --s.joiners;
       continue;
     }
+    if (arrived > v.published) ++s.joiners;
     ++s.expected;
     if (t) {
       done.push_back(to_seconds(*t - v.published));
@@ -137,8 +136,10 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
     const TimePoint until = i + 1 < result.versions.size() ? result.versions[i + 1].published : result.end;
     const VersionSummary s = summarize(v, until, result.joined, result.left);
     rollout_stall += s.rollout_gpu_stall;
-    const double stall = s.trainer_stall.value_or(to_seconds(result.end - v.published));
-    trainer_stall += stall * static_cast<double>(result.trainer_ranks);
+    // As a worker's, the trainer's wait for a version ends when the next is
+    // published at the latest.
+    const double window = to_seconds(until - v.published);
+    trainer_stall += std::min(s.trainer_stall.value_or(window), window) * static_cast<double>(result.trainer_ranks);
     versions.push_back({{"version", v.number},
                         {"published_s", to_seconds(v.published)},
                         {"completed", s.completed},

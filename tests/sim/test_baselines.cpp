@@ -200,6 +200,8 @@ TEST_CASE("report: a worker waiting when the next version comes waits for that o
   CHECK(j["versions"][0]["rollout_gpu_stall_s"].get<double>() == doctest::Approx(4 * 1.0).epsilon(0.001));
   CHECK(j["versions"][1]["last_s"].get<double>() == doctest::Approx(4 * kSeconds).epsilon(0.001));
   CHECK(j["gpu_stall_s"]["rollout"].get<double>() == doctest::Approx(4 * 5.0).epsilon(0.001));
+  // The trainer serves the first version until the second comes, then the second.
+  CHECK(j["gpu_stall_s"]["trainer"].get<double>() == doctest::Approx(5.0).epsilon(0.001));
 }
 
 TEST_CASE("report: a worker whose node crashes while it waits stops waiting and is not expected to complete") {
