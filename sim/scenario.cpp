@@ -142,6 +142,14 @@ void read_topology(const json& j, TopologySpec& t) {
   f.gbps("wan_gbps", t.wan_bytes_per_second);
   f.seconds("wan_latency_ms", t.wan_latency, 1e-3, 1e5);
   f.finish();
+  // Bounds what a run allocates per node and per GPU before any of it is
+  // (the largest scenario measured has 1,288 nodes and 10,304 GPUs).
+  std::uint64_t nodes = 0;
+  for (const auto& dc : t.datacenters) nodes += std::uint64_t{dc.racks} * dc.nodes_per_rack;
+  if (nodes > 1'000'000) f.fail("datacenters", "hold " + std::to_string(nodes) + " nodes, more than 1,000,000");
+  if (nodes * t.gpus_per_node > (1u << 20)) {
+    f.fail("gpus_per_node", "gives " + std::to_string(nodes * t.gpus_per_node) + " GPUs, more than 1,048,576");
+  }
 }
 
 void read_model(const json& j, ModelSpec& m) {

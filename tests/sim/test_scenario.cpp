@@ -61,6 +61,10 @@ TEST_CASE("scenario: every mistake is named") {
                      "broadcast": {"buffer_chunks": -1}})") == "broadcast.buffer_chunks must be a whole number");
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
                      "broadcast": {"root": "rank1"}})") == "broadcast.root 'rank1' is not one of every_rank, rank0");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"racks": 100000, "nodes_per_rack": 100000}]}, "model": {"size": 4096}})") ==
+        "topology.datacenters hold 10000000000 nodes, more than 1,000,000");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"racks": 1000, "nodes_per_rack": 1000}], "gpus_per_node": 8},
+                     "model": {"size": 4096}})") == "topology.gpus_per_node gives 8000000 GPUs, more than 1,048,576");
 }
 
 TEST_CASE("scenario: churn is drawn from the seed into joins and crashes of nodes present at the time") {
