@@ -1,8 +1,10 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "sim/scenario.hpp"
+#include "support/mutator.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::sim;
@@ -125,4 +127,86 @@ TEST_CASE("scenario: churn's mistakes are named") {
   CHECK(error_of(cluster + R"({"joins_per_s": 10, "until_s": 5}}})").find("more than spot_nodes (2)") != std::string::npos);
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 8}]}, "model": {"size": "1GiB"},
                      "workload": {"churn": {"leaves_per_s": 1, "until_s": 5}}})") == "workload.churn needs kind \"elastic\"");
+}
+
+TEST_CASE("mutation: scenario parser") {
+  // Mutants of scenarios that use most fields: each parses to a scenario
+  // whose sizes are bounded and whose nodes exist, or to a one-line error.
+  const std::vector<std::string> scenarios = {
+      R"({"name": "churn", "seed": 3, "topology": {"datacenters": [{"name": "dc1", "racks": 4, "nodes_per_rack": 8}],
+          "gpus_per_node": 4, "nic_gbps": 100, "hop_latency_us": 10},
+          "model": {"size": "8GiB", "shard_size": "64MiB", "flow_size": "4MiB"},
+          "workload": {"kind": "elastic", "versions": 4, "interval_s": 4, "spot_nodes": 10,
+                       "joins": [{"at_s": 1, "nodes": 2}],
+                       "churn": {"joins_per_s": 0.3, "leaves_per_s": 0.3, "from_s": 0, "until_s": 16}},
+          "storage_gbps": 400, "broadcast": {"chunk": "4MiB", "rebuild_s": 10, "buffer_chunks": 2},
+          "faults": [{"at_s": 2, "crash_node": 3}, {"at_s": 1, "slow_node": 4, "rate_fraction": 0.5, "for_s": 2}],
+          "hash_gbps": 4000})",
+      R"({"name": "wan", "topology": {"datacenters": [{"name": "train", "racks": 1, "nodes_per_rack": 2},
+          {"name": "rollout", "racks": 4, "nodes_per_rack": 8}], "gpus_per_node": 8, "nics_per_node": 8,
+          "nic_gbps": 200, "hop_latency_us": 5, "wan_gbps": 400, "wan_latency_ms": 10},
+          "model": {"size": "28GB", "shard_size": "32MiB", "flow_size": "32MiB", "trainer_ranks": 8},
+          "workload": {"kind": "cross_datacenter", "versions": 2, "trainer_nodes": 2, "rollout_datacenters": ["rollout"]},
+          "broadcast": {"chunk": "32MiB", "root": "rank0"}, "membership": "gossip",
+          "faults": [{"at_s": 0.1, "link_down_node": 5, "for_s": 0.2}]})"};
+  const std::uint64_t seed = testing::mutation_seed(0x5eed0005);
+  INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
+  core::SplitMix64 rng(seed);
+  constexpr int kMutants = 3000;
+  int accepted = 0;
+  for (int i = 0; i < kMutants; ++i) {
+    const std::string& original = scenarios[static_cast<std::size_t>(i) % scenarios.size()];
+    const std::vector<char> mutant = testing::mutate(std::vector<char>(original.begin(), original.end()), rng);
+    auto parsed = parse_scenario(std::string_view(mutant.data(), mutant.size()));
+    if (!parsed.is_ok()) {
+      CHECK(!parsed.status().message().empty());
+      CHECK(parsed.status().message().find('\n') == std::string::npos);
+      continue;
+    }
+    ++accepted;
+    const std::uint32_t nodes = parsed->node_count();
+    CHECK(nodes <= 1'000'000);
+    CHECK(std::uint64_t{nodes} * parsed->topology.gpus_per_node <= (1u << 20));
+    CHECK(parsed->rollout_nodes().size() <= nodes);
+    std::uint64_t joining = 0;
+    for (const auto& join : parsed->workload.joins) joining += join.nodes;
+    CHECK(joining <= parsed->workload.spot_nodes);
+    for (const FaultSpec& fault : parsed->faults) CHECK(fault.node < nodes);
+  }
+  MESSAGE(kMutants << " scenario mutants, " << accepted << " accepted");
+  // Byte mutants mostly break the JSON; these keep it and put boundary
+  // values, wrong types or nothing in place of one or two of its values.
+  const std::vector<nlohmann::json> values = {0, -1, 1, 2, 0.5, 1e-9, 100000, 1e6, 1e9, 4294967296.0, 1e18, -1e18, 1e300,
+                                              "", "x", "0GiB", "1e30GiB", "-1MiB", "rank0", true, nullptr,
+                                              nlohmann::json::array(), nlohmann::json::object()};
+  int value_accepted = 0;
+  for (int i = 0; i < kMutants; ++i) {
+    nlohmann::json j = nlohmann::json::parse(scenarios[static_cast<std::size_t>(i) % scenarios.size()]);
+    std::vector<nlohmann::json*> leaves;
+    std::vector<nlohmann::json*> stack = {&j};
+    while (!stack.empty()) {
+      nlohmann::json* node = stack.back();
+      stack.pop_back();
+      if (node->is_structured()) {
+        for (auto& child : *node) stack.push_back(&child);
+      } else {
+        leaves.push_back(node);
+      }
+    }
+    const int changes = 1 + static_cast<int>(rng.below(2));
+    for (int c = 0; c < changes; ++c) *leaves[rng.below(leaves.size())] = values[rng.below(values.size())];
+    const std::string text = j.dump();
+    auto parsed = parse_scenario(text);
+    if (!parsed.is_ok()) {
+      CHECK(!parsed.status().message().empty());
+      CHECK(parsed.status().message().find('\n') == std::string::npos);
+      continue;
+    }
+    ++value_accepted;
+    const std::uint32_t nodes = parsed->node_count();
+    CHECK(nodes <= 1'000'000);
+    CHECK(std::uint64_t{nodes} * parsed->topology.gpus_per_node <= (1u << 20));
+    for (const FaultSpec& fault : parsed->faults) CHECK(fault.node < nodes);
+  }
+  MESSAGE(kMutants << " value mutants, " << value_accepted << " accepted");
 }
