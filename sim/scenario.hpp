@@ -1,7 +1,8 @@
 // A what-if question for the simulator, read from a JSON file.
 //
 // The format (every field but topology.datacenters and model.size has a
-// default; unknown keys are errors, so a typo is never silently ignored):
+// default; unknown keys are errors, so a typo is never silently ignored; a
+// cluster of more than 1,000,000 nodes or 1,048,576 GPUs is refused):
 //
 //   {
 //     "name": "standalone-64",
