@@ -83,6 +83,15 @@ class CandidateList {
   std::optional<PeerId> nearest(bool complete_only, core::SplitMix64* draw = nullptr) const;
   // A holder drawn uniformly from the whole list. REQUIRES: !empty().
   PeerId any(core::SplitMix64& rng) const;
+  // Calls visit(peer) for each listed holder exactly this near that gossip
+  // did not name complete (still fetching, as far as it was told).
+  template <typename Visit>
+  void for_each_partial_at(Proximity proximity, Visit&& visit) const {
+    const std::uint8_t rank = rank_of(Entry{proximity, false});
+    for (const auto& part : buckets_) {
+      for (const PeerId& peer : part[rank]) visit(peer);
+    }
+  }
 
  private:
   enum Part : std::uint8_t { kNear = 0, kSample = 1 };

@@ -349,12 +349,22 @@ bool outranks(const PeerId& a, const PeerId& b, ShardIndex shard) {
 }  // namespace
 
 bool FetchSession::share_is_mine(ShardIndex shard, Proximity beyond) const {
+  // Over every fetching mate we know of, neighbour or not: over neighbours
+  // alone, each of a datacenter's 512 fetchers shared a shard with its 20
+  // or so neighbours, so some 25 took each shard across the WAN (simulator,
+  // whatif-half-remote).
   const std::uint64_t mine = rendezvous_score(self_id_, shard);
   for (const auto& [id, n] : neighbours_) {
     const bool fetching_mate = n.proximity < beyond && n.connected && !n.holds_all;
     if (fetching_mate && rendezvous_score(id, shard) > mine) return false;
   }
-  return true;
+  bool outranked = false;
+  for (std::size_t p = 0; p < static_cast<std::size_t>(beyond) && !outranked; ++p) {
+    candidates_.for_each_partial_at(static_cast<Proximity>(p), [&](const PeerId& peer) {
+      outranked = outranked || rendezvous_score(peer, shard) > mine;
+    });
+  }
+  return !outranked;
 }
 
 bool FetchSession::left_to_a_mate(TimePoint now, ShardIndex shard) const {
@@ -452,7 +462,8 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   // carrier that yielded to a claim would leave its mates deferred to it
   // (cross-dc: every worker waited a request timeout). Only our share of
   // it (a mate brings the rest; when we have nothing at all in flight, we
-  // take anything rather than wait), and only so much at once. A shard
+  // take anything from a complete source rather than wait, and from other
+  // holders after a request timeout), and only so much at once. A shard
   // begun across the WAN is finished by whoever began it: left half-done
   // while its taker turned to its share, it was begun again by other idle
   // mates (simulator, cross-dc: with the WAN holders' deferrals of
@@ -460,6 +471,22 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   // worker at 0.97 s against 0.68 s when begun shards wait).
   if (n.proximity != Proximity::kRemote) return !left_to_a_mate(now, shard);
   const bool begun_across = shards_.count(shard.value) != 0;
+  // Only a source gossip named complete (the publisher's ranks) defers a
+  // second copy into our datacenter to its carrier; a holder that fetched
+  // the shard itself defers only its own duplicates. With rollout workers
+  // on both sides, 512 such holders each sent the same shard across once
+  // (whatif-half-remote: the WAN carried 4.3x the version, the last worker
+  // 12.2 s against a 2.8 s bound). So across the WAN a shard that a
+  // complete source we are connected to holds is asked of it alone, and
+  // the exemptions from the share below hold only for complete sources.
+  if (!begun_across && !n.complete_source) {
+    for (const auto& [id, other] : neighbours_) {
+      if (other.proximity == Proximity::kRemote && other.complete_source && other.connected && other.has_bits &&
+          other.bits.test(shard.value)) {
+        return false;
+      }
+    }
+  }
   // A shard that one holder across the WAN alone shows us is no share of
   // anyone's: that holder sends each shard into a datacenter once and defers
   // other askers to its carrier (kDeferred), so asking it costs no second
@@ -470,8 +497,13 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   // it, each defers only its own duplicates, and the share keeps them apart
   // (namespace cluster, two datacenters: 1.08x the version across with it,
   // 1.10-1.11x without).
-  const bool sole_holder_across = holders_at(shard, Proximity::kRemote) == 1;
-  if (!begun_across && !sole_holder_across && !share_is_mine(shard, mates) && in_flight_total() > 0) return false;
+  const bool sole_holder_across = holders_at(shard, Proximity::kRemote) == 1 && n.complete_source;
+  // With nothing in flight we take anything rather than wait: at once from
+  // a complete source, from another holder only after a request timeout
+  // (the mate whose share it is may not be bringing it).
+  const bool idle = in_flight_total() == 0 &&
+                    (n.complete_source || (idle_since_ && now >= *idle_since_ + config_.request_timeout));
+  if (!begun_across && !sole_holder_across && !idle && !share_is_mine(shard, mates)) return false;
   // The holder said a mate carries it into this datacenter (kDeferred).
   if (auto d = wan_deferred_until_.find(shard.value); d != wan_deferred_until_.end() && now < d->second) return false;
   return wan_in_flight() < config_.max_wan_requests;
@@ -551,6 +583,11 @@ void FetchSession::fill(TimePoint now, const PeerId& id, Neighbour& n) {
 void FetchSession::schedule(TimePoint now) {
   if (done_) return;
   last_scheduled_ = now;
+  if (in_flight_total_ != 0) {
+    idle_since_.reset();
+  } else if (!idle_since_) {
+    idle_since_ = now;
+  }
   // What is overdue now is considered below (request_next); what left
   // flight never will be.
   while (!recent_requests_.empty()) {
@@ -986,6 +1023,9 @@ TimePoint FetchSession::next_timeout() const {
   if (swap_due_) t = std::min(t, *swap_due_);  // always later than when it was set
   if (connect_due_) t = std::min(t, *connect_due_);
   if (slot_hungry_since_) t = std::min(t, *slot_hungry_since_ + config_.slot_probe_after);
+  if (idle_since_ && pulls_across_wan() && *idle_since_ + config_.request_timeout > last_scheduled_) {
+    t = std::min(t, *idle_since_ + config_.request_timeout);  // allowed_from's idle rule
+  }
   for (const auto& [shard, until] : wan_deferred_until_) t = std::min(t, until);  // the expired are gone
   // With nothing in flight, when a mate's claim stops binding.
   if (in_flight_total_ == 0) {

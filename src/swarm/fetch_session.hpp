@@ -469,6 +469,7 @@ class FetchSession {
   // next overdue request was 7% of the simulator's time, scale-1024.)
   std::deque<SentRequest> recent_requests_;
   std::optional<TimePoint> starved_since_;
+  std::optional<TimePoint> idle_since_;  // nothing in flight since (set by schedule)
   std::optional<TimePoint> connect_due_;  // new candidates wait for the burst to end
   TimePoint last_swap_;                   // an idle neighbour last traded for a candidate (starvation)
   std::optional<TimePoint> trade_since_;  // starved past the neighbour limit since

@@ -54,13 +54,14 @@ std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool ho
   return index;
 }
 
-// Plays gossip: everyone fetching learns of everyone holding or fetching.
+// Plays gossip: everyone fetching learns of everyone holding or fetching,
+// holders named complete, as their records say.
 void SwarmNetwork::introduce(std::size_t peer) {
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
-    if (!peers_[peer].holder) peers_[peer].core->add_holder(now(), manifest_.id(), peers_[i].id);
+    if (!peers_[peer].holder) peers_[peer].core->add_holder(now(), manifest_.id(), peers_[i].id, peers_[i].holder);
     if (!peers_[i].result && !peers_[i].holder) {
-      peers_[i].core->add_holder(now(), manifest_.id(), peers_[peer].id);
+      peers_[i].core->add_holder(now(), manifest_.id(), peers_[peer].id, peers_[peer].holder);
       drain(i);
     }
   }

@@ -182,6 +182,23 @@ Holder full(std::uint32_t shards, Location where = {"dc1", "r2", "h9"}) {
   return h;
 }
 
+
+// Thirty mates in the fetcher's datacenter (dc1, another rack) fetching the
+// same version and holding nothing yet, so almost no shard is the fetcher's
+// share to bring across the WAN. REQUIRES: the fetcher's layout has `shards`.
+void add_fetching_mates(Driver& d, std::uint32_t shards) {
+  for (std::uint64_t n = 1; n <= 30; ++n) d.add_holder(n, Holder{{"dc1", "r2", "h" + std::to_string(n)}, Bitfield(shards)});
+}
+
+// A fetcher with room for the mates and a WAN pipeline of `wan_requests`.
+FetchConfig wan_share_config(std::size_t wan_requests) {
+  FetchConfig config;
+  config.max_neighbours = 40;
+  config.pipeline_blocks = wan_requests;
+  config.max_wan_requests = wan_requests;
+  return config;
+}
+
 }  // namespace
 
 TEST_CASE("fetch session: one holder, every block requested once, verified, announced") {
@@ -389,12 +406,9 @@ TEST_CASE("fetch session: a shard begun across the WAN is finished by whoever be
   // it takes one anyway (rather than wait); it must then finish that shard,
   // not leave it begun while it takes another: a shard begun by several
   // fetchers crosses the WAN several times.
-  FetchConfig config;
-  config.max_neighbours = 40;
-  config.pipeline_blocks = 2;
-  config.max_wan_requests = 2;
+  const FetchConfig config = wan_share_config(2);
   Driver d(layout(6, 4), config, Location{"dc1", "r1", "h0"});
-  for (std::uint64_t n = 1; n <= 30; ++n) d.add_holder(n, Holder{{"dc1", "r2", "h" + std::to_string(n)}, Bitfield(6)});
+  add_fetching_mates(d, 6);
   Holder remote = full(6, {"dc2", "r1", "h99"});
   remote.block_time = 10ms;
   d.add_holder(99, remote);
@@ -406,25 +420,24 @@ TEST_CASE("fetch session: a shard begun across the WAN is finished by whoever be
 
 TEST_CASE("fetch session: a shard that one holder across the WAN alone shows is asked beyond the share") {
   // Thirty fetching mates in the datacenter, so almost no shard is this
-  // fetcher's share to bring across. A sole WAN holder defers second copies
-  // into the datacenter itself, so the fetcher keeps its WAN pipeline full
-  // from it; where two WAN holders show every shard, it keeps to its share
+  // fetcher's share to bring across. A sole WAN holder that is a complete
+  // source (the publisher) defers second copies into the datacenter itself,
+  // so the fetcher keeps its WAN pipeline full from it; where two WAN
+  // holders show every shard, it keeps to its share
   // while it has something in flight. (The first wave goes out as the first
   // holder's bits arrive, when it is still the only one; the waves after it
   // tell the two apart.)
-  FetchConfig config;
-  config.max_neighbours = 40;
-  config.pipeline_blocks = 4;
-  config.max_wan_requests = 4;
+  const FetchConfig config = wan_share_config(4);
   for (const std::uint64_t wan_holders : {1u, 2u}) {
     CAPTURE(wan_holders);
     Driver d(layout(16, 1), config, Location{"dc1", "r1", "h0"});
-    for (std::uint64_t n = 1; n <= 30; ++n) d.add_holder(n, Holder{{"dc1", "r2", "h" + std::to_string(n)}, Bitfield(16)});
+    add_fetching_mates(d, 16);
     d.run(1ms);  // the mates are connected
     REQUIRE(d.session.progress().neighbours == 30);
     for (std::uint64_t n = 0; n < wan_holders; ++n) {
       Holder remote = full(16, {"dc2", "r1", "h" + std::to_string(90 + n)});
       remote.block_time = 10ms;
+      remote.named_complete = true;
       d.add_holder(90 + n, remote);
     }
     const TimePoint start = d.now;
@@ -826,4 +839,33 @@ TEST_CASE("fetch session: holding more slots than its share, a fetch hands back 
   unlimited.run(60s);
   REQUIRE(unlimited.result.has_value());
   CHECK(unlimited.releases.empty());
+}
+
+TEST_CASE("fetch session: a holder across the WAN that fetched the version itself is asked only for our share") {
+  // Such a holder defers only its own duplicates into our datacenter, and a
+  // datacenter's fetchers each asking it (or one of its many peers) for any
+  // shard sent each across many times (simulator, whatif-half-remote: the
+  // WAN carried 4.3x the version). Unlike a complete source, it is asked
+  // only for this fetcher's share, even when it alone shows the shard and
+  // the fetcher is idle, until the fetcher has idled a request timeout.
+  const FetchConfig config = wan_share_config(4);
+  Driver d(layout(16, 1), config, Location{"dc1", "r1", "h0"});
+  add_fetching_mates(d, 16);
+  d.run(1ms);  // the mates are connected
+  Holder fetched = full(16, {"dc2", "r1", "h90"});
+  fetched.block_time = 10ms;
+  d.add_holder(90, fetched);
+  const TimePoint start = d.now;
+  d.run(config.request_timeout / 2);
+  std::size_t asked = 0;
+  for (const auto& [when, to, shard] : d.request_log) {
+    if (when > start && to == peer(90)) ++asked;
+  }
+  CHECK(asked <= 2);  // its share of 16 shards among 31 fetchers, not a pipeline of 4 and more
+  d.run(config.request_timeout * 2);
+  std::size_t later = 0;
+  for (const auto& [when, to, shard] : d.request_log) {
+    if (to == peer(90)) ++later;
+  }
+  CHECK(later > asked);  // idle a request timeout, it takes the rest rather than wait
 }
