@@ -1023,7 +1023,7 @@ TimePoint FetchSession::next_timeout() const {
   if (swap_due_) t = std::min(t, *swap_due_);  // always later than when it was set
   if (connect_due_) t = std::min(t, *connect_due_);
   if (slot_hungry_since_) t = std::min(t, *slot_hungry_since_ + config_.slot_probe_after);
-  if (idle_since_ && pulls_across_wan() && *idle_since_ + config_.request_timeout > last_scheduled_) {
+  if (idle_since_ && *idle_since_ + config_.request_timeout > last_scheduled_ && pulls_across_wan()) {
     t = std::min(t, *idle_since_ + config_.request_timeout);  // allowed_from's idle rule
   }
   for (const auto& [shard, until] : wan_deferred_until_) t = std::min(t, until);  // the expired are gone
