@@ -129,6 +129,31 @@ TEST_CASE("scenario: churn's mistakes are named") {
                      "workload": {"churn": {"leaves_per_s": 1, "until_s": 5}}})") == "workload.churn needs kind \"elastic\"");
 }
 
+namespace {
+
+// A mutant either parses to a scenario whose sizes are bounded, whose joins
+// fit its spot nodes and whose faults name its nodes, or is refused with a
+// one-line reason. Returns whether it parsed.
+bool parsed_or_refused(std::string_view text) {
+  auto parsed = parse_scenario(text);
+  if (!parsed.is_ok()) {
+    CHECK(!parsed.status().message().empty());
+    CHECK(parsed.status().message().find('\n') == std::string::npos);
+    return false;
+  }
+  const std::uint32_t nodes = parsed->node_count();
+  CHECK(nodes <= 1'000'000);
+  CHECK(std::uint64_t{nodes} * parsed->topology.gpus_per_node <= (1u << 20));
+  CHECK(parsed->rollout_nodes().size() <= nodes);
+  std::uint64_t joining = 0;
+  for (const auto& join : parsed->workload.joins) joining += join.nodes;
+  CHECK(joining <= parsed->workload.spot_nodes);
+  for (const FaultSpec& fault : parsed->faults) CHECK(fault.node < nodes);
+  return true;
+}
+
+}  // namespace
+
 TEST_CASE("mutation: scenario parser") {
   // Mutants of scenarios that use most fields: each parses to a scenario
   // whose sizes are bounded and whose nodes exist, or to a one-line error.
@@ -157,21 +182,7 @@ TEST_CASE("mutation: scenario parser") {
   for (int i = 0; i < kMutants; ++i) {
     const std::string& original = scenarios[static_cast<std::size_t>(i) % scenarios.size()];
     const std::vector<char> mutant = testing::mutate(std::vector<char>(original.begin(), original.end()), rng);
-    auto parsed = parse_scenario(std::string_view(mutant.data(), mutant.size()));
-    if (!parsed.is_ok()) {
-      CHECK(!parsed.status().message().empty());
-      CHECK(parsed.status().message().find('\n') == std::string::npos);
-      continue;
-    }
-    ++accepted;
-    const std::uint32_t nodes = parsed->node_count();
-    CHECK(nodes <= 1'000'000);
-    CHECK(std::uint64_t{nodes} * parsed->topology.gpus_per_node <= (1u << 20));
-    CHECK(parsed->rollout_nodes().size() <= nodes);
-    std::uint64_t joining = 0;
-    for (const auto& join : parsed->workload.joins) joining += join.nodes;
-    CHECK(joining <= parsed->workload.spot_nodes);
-    for (const FaultSpec& fault : parsed->faults) CHECK(fault.node < nodes);
+    accepted += parsed_or_refused(std::string_view(mutant.data(), mutant.size()));
   }
   MESSAGE(kMutants << " scenario mutants, " << accepted << " accepted");
   // Byte mutants mostly break the JSON; these keep it and put boundary
@@ -195,18 +206,7 @@ TEST_CASE("mutation: scenario parser") {
     }
     const int changes = 1 + static_cast<int>(rng.below(2));
     for (int c = 0; c < changes; ++c) *leaves[rng.below(leaves.size())] = values[rng.below(values.size())];
-    const std::string text = j.dump();
-    auto parsed = parse_scenario(text);
-    if (!parsed.is_ok()) {
-      CHECK(!parsed.status().message().empty());
-      CHECK(parsed.status().message().find('\n') == std::string::npos);
-      continue;
-    }
-    ++value_accepted;
-    const std::uint32_t nodes = parsed->node_count();
-    CHECK(nodes <= 1'000'000);
-    CHECK(std::uint64_t{nodes} * parsed->topology.gpus_per_node <= (1u << 20));
-    for (const FaultSpec& fault : parsed->faults) CHECK(fault.node < nodes);
+    value_accepted += parsed_or_refused(j.dump());
   }
   MESSAGE(kMutants << " value mutants, " << value_accepted << " accepted");
 }
