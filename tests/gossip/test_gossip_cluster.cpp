@@ -153,7 +153,7 @@ TEST_CASE("gossip cluster: every peer detects a crashed peer") {
   CHECK(deaths.false_deaths == 0);
 }
 
-TEST_CASE("gossip cluster: no false death under 10% loss; the TCP fallback probe prevents false suspicion") {
+TEST_CASE("gossip cluster: no false death under 10% loss, the TCP fallback probe prevents false suspicion") {
   // Runs the same seed with and without the fallback: UDP loss alone raises
   // suspicions (and refutation traffic) without it, none with it.
   auto run = [](bool tcp_fallback) {

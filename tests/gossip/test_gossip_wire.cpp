@@ -36,7 +36,7 @@ core::AeadKey key_bytes(std::uint8_t fill) {
 
 }  // namespace
 
-TEST_CASE("records: sign, decode, verify; the exact bytes travel") {
+TEST_CASE("records: sign, decode, verify, the exact bytes travel") {
   const Identity id = identity(1);
   auto signed_record = sign_record(sample_record(id), id);
   REQUIRE(signed_record.is_ok());
@@ -52,7 +52,7 @@ TEST_CASE("records: sign, decode, verify; the exact bytes travel") {
   CHECK(version->seq == 4);
 }
 
-TEST_CASE("records: any flipped bit is rejected; only the owner can sign") {
+TEST_CASE("records: any flipped bit is rejected, only the owner can sign") {
   const Identity id = identity(2);
   auto signed_record = sign_record(sample_record(id), id);
   REQUIRE(signed_record.is_ok());

@@ -81,7 +81,7 @@ TEST_CASE("baselines: a crash breaks the ring: stop the world, rebuild, broadcas
   CHECK_FALSE(r.stalled);
 }
 
-TEST_CASE("elastic: joiners get the head; the swarm serves them at once, the ring stops the world to grow") {
+TEST_CASE("elastic: joiners get the head, the swarm serves them at once, the ring stops the world to grow") {
   auto parsed = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 7}], "nic_gbps": 8, "hop_latency_us": 1},
       "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"}, "hash_gbps": 1000,
       "workload": {"kind": "elastic", "spot_nodes": 2, "joins": [{"at_s": 3, "nodes": 2}]},
@@ -188,7 +188,7 @@ nlohmann::json report_of(const Scenario& s, const SimulationResult& r) {
 
 }  // namespace
 
-TEST_CASE("report: a worker waiting when the next version comes waits for that one; no second counts twice") {
+TEST_CASE("report: a worker waiting when the next version comes waits for that one, no second counts twice") {
   // Direct pull takes 4 s a version; the second version comes at 1 s and
   // replaces the first, so every worker waits from 0 to 5 s: 4 x 5 GPU-s.
   Scenario s = flat(R"(, "workload": {"versions": 2, "interval_s": 1})");

@@ -149,7 +149,7 @@ TEST_CASE("simulation: a crashed node and a link down: the others still complete
   CHECK_FALSE(v.worker_done[2].has_value());     // node 3 hosts worker 2
 }
 
-TEST_CASE("simulation: the same seed gives the same report, byte for byte; another seed may not") {
+TEST_CASE("simulation: the same seed gives the same report, byte for byte, another seed may not") {
   const std::string text = R"({
     "topology": {"datacenters": [{"racks": 2, "nodes_per_rack": 6}], "nic_gbps": 1},
     "model": {"size": "64MiB", "shard_size": "2MiB", "flow_size": "512KiB"},

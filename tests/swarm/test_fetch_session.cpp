@@ -249,7 +249,7 @@ TEST_CASE("fetch session: a corrupting holder is detected, dropped and avoided")
   CHECK(d.disconnects.front().second.find("failed verification") != std::string::npos);
 }
 
-TEST_CASE("fetch session: a holder lost mid-transfer; its blocks go elsewhere at once") {
+TEST_CASE("fetch session: a holder lost mid-transfer, its blocks go elsewhere at once") {
   Driver d(layout(12), FetchConfig{});
   Holder slow = full(12, {"dc1", "r1", "h1"});
   slow.block_time = 50ms;
@@ -263,7 +263,7 @@ TEST_CASE("fetch session: a holder lost mid-transfer; its blocks go elsewhere at
   CHECK(d.session.have().all());
 }
 
-TEST_CASE("fetch session: a connection lost while its holder lives; the holder is connected again") {
+TEST_CASE("fetch session: a connection lost while its holder lives, the holder is connected again") {
   Driver d(layout(12), FetchConfig{.starvation_timeout = 2s});
   Holder only = full(12, {"dc1", "r1", "h1"});
   only.block_time = 20ms;
@@ -280,7 +280,7 @@ TEST_CASE("fetch session: a connection lost while its holder lives; the holder i
   CHECK(d.now - TimePoint(1s) < 1s);  // not after a starvation
 }
 
-TEST_CASE("fetch session: a landing payload is neither timed out nor duplicated; its connection's end frees it") {
+TEST_CASE("fetch session: a landing payload is neither timed out nor duplicated, its connection's end frees it") {
   Driver d(layout(8), FetchConfig{.request_timeout = 200ms});
   Holder stalling = full(8, {"dc1", "r1", "h1"});
   stalling.stalls_landing = true;
@@ -305,7 +305,7 @@ TEST_CASE("fetch session: a landing payload is neither timed out nor duplicated;
   CHECK(d.result->is_ok());
 }
 
-TEST_CASE("fetch session: a silent holder times out; requests move on") {
+TEST_CASE("fetch session: a silent holder times out, requests move on") {
   FetchConfig config;
   config.request_timeout = 200ms;
   Driver d(layout(6), config);

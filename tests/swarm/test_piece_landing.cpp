@@ -123,7 +123,7 @@ class Trio {
 
 }  // namespace
 
-TEST_CASE("piece landing: a payload that lands slowly keeps its request; nobody else is asked meanwhile") {
+TEST_CASE("piece landing: a payload that lands slowly keeps its request, nobody else is asked meanwhile") {
   Trio t;
   const Served first = t.begin_first();
 
@@ -238,7 +238,7 @@ TEST_CASE("piece landing: a payload stalled mid-way closes its connection, and t
   CHECK(t.verifies.size() == 1);
 }
 
-TEST_CASE("piece landing: a payload that keeps moving is never stalled; the limit counts from its last progress") {
+TEST_CASE("piece landing: a payload that keeps moving is never stalled, the limit counts from its last progress") {
   Trio t;
   const Served first = t.begin_first();
   const Duration limit = t.config.fetch.request_timeout * kLandingLimitTimeouts;

@@ -45,7 +45,7 @@ TEST_CASE("seed scheduler: active requesters are shown distinct shards first") {
   for (std::uint32_t s = 0; s < 12; ++s) CHECK(seeder.copies(ShardIndex{s}) == 1);
 }
 
-TEST_CASE("seed scheduler: nothing for inactive requesters; a HAVE tops the quota up with the rarest shard") {
+TEST_CASE("seed scheduler: nothing for inactive requesters, a HAVE tops the quota up with the rarest shard") {
   SeedScheduler seeder(4, 1, 2);
   seeder.add_requester(peer(1), core::Bitfield(4));
   seeder.add_requester(peer(2), core::Bitfield(4));
@@ -66,7 +66,7 @@ TEST_CASE("seed scheduler: nothing for inactive requesters; a HAVE tops the quot
   CHECK(after_gift.empty());  // still one pending: `next`
 }
 
-TEST_CASE("seed scheduler: what a requester holds is never shown; all it lacks is shown eventually") {
+TEST_CASE("seed scheduler: what a requester holds is never shown, all it lacks is shown eventually") {
   SeedScheduler seeder(6, 2, 3);
   core::Bitfield has(6);
   has.set(0);

@@ -60,7 +60,7 @@ TEST_CASE("swarm cluster: 1 publisher and 60 fetchers all end byte-identical, mo
   CHECK(net.bytes_served(publisher) + served_by_others < 66 * v.image.size());
 }
 
-TEST_CASE("swarm cluster: holders crash mid-transfer; every survivor completes verified") {
+TEST_CASE("swarm cluster: holders crash mid-transfer, every survivor completes verified") {
   Version v;
   SwarmNetwork net(2, *v.manifest, v.image, config());
   net.add_holder(rack(0), 50 * kMBps);
@@ -188,7 +188,7 @@ TEST_CASE("swarm cluster: a HAVE goes to peers fetching from us and to a super-s
   }
 }
 
-TEST_CASE("swarm cluster: each shard crosses the WAN once; the remote datacenter shares it among itself") {
+TEST_CASE("swarm cluster: each shard crosses the WAN once, the remote datacenter shares it among itself") {
   // A holder in dc1 and eight fetchers in dc2. Every fetcher starts with
   // nothing in flight, so each would take a shard across the WAN at once;
   // the holder sends a shard into dc2 to one carrier and defers the others

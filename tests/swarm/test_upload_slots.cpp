@@ -111,7 +111,7 @@ TEST_CASE("upload slots: holders with the same requesters in the same order do n
   CHECK(scarce * 100 < samples);
 }
 
-TEST_CASE("upload slots: a departing peer frees its slot at once; no rotation without a queue") {
+TEST_CASE("upload slots: a departing peer frees its slot at once, no rotation without a queue") {
   UploadSlots slots(1, 1s, 7);
   TimePoint t = TimePoint(1s);
   slots.on_interested(t, peer(1));

@@ -152,7 +152,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   CHECK(p.server_events.closed.has_value());
 }
 
-TEST_CASE("data connection: a cancelled piece still queued is never sent; the stream stays in step") {
+TEST_CASE("data connection: a cancelled piece still queued is never sent, the stream stays in step") {
   MegabytePieces p(6, 78);
   const ManifestId version = p.version;
   std::vector<int> outcome(3, -1);
@@ -322,7 +322,7 @@ struct LostResetPath {
 
 }  // namespace
 
-TEST_CASE("data connection: a keepalive finds a peer whose reset was lost; without one the wait is forever") {
+TEST_CASE("data connection: a keepalive finds a peer whose reset was lost, without one the wait is forever") {
   for (const bool keepalive : {true, false}) {
     CAPTURE(keepalive);
     asio::io_context io;

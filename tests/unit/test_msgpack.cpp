@@ -138,7 +138,7 @@ TEST_CASE("msgpack: bounds are checked before anything is allocated") {
   CHECK(r6.status().message().find("truncated") != std::string::npos);
 }
 
-TEST_CASE("msgpack: errors stick, name the field and the offset; trailing bytes are caught") {
+TEST_CASE("msgpack: errors stick, name the field and the offset, trailing bytes are caught") {
   std::vector<std::uint8_t> bytes = {0x01, 0xa1, 'x', 0x02};
   MsgpackReader r(bytes);
   std::uint64_t v = 0;
