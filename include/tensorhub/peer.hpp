@@ -2,8 +2,14 @@
 //
 // A Peer joins the swarm (gossip), serves the versions it holds, and fetches
 // the versions it asks for, shard by shard from the peers that hold them.
-// It runs its own I/O thread; every method here may be called from any
-// application thread. Methods that wait say so, and take a timeout.
+// It runs its own I/O thread and a pool of threads for hashing and copying;
+// every method here may be called from any application thread. Methods
+// that wait say so, and take a timeout.
+//
+// Callbacks (subscribe, release_async) run on the peer's callback thread,
+// one at a time and in order: never on the I/O thread, so a callback may
+// call any method here, blocking ones included (it delays the callbacks
+// after it, not the peer). A callback must not destroy the Peer.
 //
 // Memory and lifetimes:
 //  - publish() serves caller-owned memory in place. The caller must not
@@ -15,9 +21,14 @@
 //    a newer head or another holder ends the wait). Destroying a handle, or
 //    the Peer leaving, releases at once.
 //  - fetch() writes into caller-owned memory (which must stay valid and
-//    untouched until the fetch finishes or is cancelled), or into memory the
-//    peer allocates and the handle owns.
+//    untouched until the fetch finishes or is released), or into memory the
+//    peer allocates and the handle owns. Every handle owns its version
+//    alone: a fetch of a version this peer holds already copies it, and
+//    releasing one handle never affects another.
 //  - Handles may outlive nothing: destroy them before the Peer.
+//
+// Errors are Status codes (tensorhub/status.hpp); each method lists the
+// ones it returns.
 #pragma once
 
 #include <chrono>
@@ -63,13 +74,10 @@ struct PeerOptions {
   // rarest first, so its uplink sends distinct shards to different peers
   // (BitTorrent's super-seeding). false: it advertises everything at once.
   bool super_seed = true;
-  // false: a leech that never announces (so never serves) what it fetches;
-  // only for baselines, e.g. every worker pulling from the publisher alone.
-  bool serve_fetched = true;
-  // Tests only: flip one byte of every piece this peer serves, to exercise
-  // the detection of corrupt holders. Never set it in production.
-  bool test_corrupt_serving = false;
 };
+
+// fetch()'s version argument for "the newest known".
+inline constexpr std::uint64_t kLatestVersion = 0;
 
 struct FetchProgressInfo {
   std::uint64_t bytes_total = 0;
@@ -90,22 +98,27 @@ struct VersionInfo {
 
 class Peer;
 
-// A published version. Destroying the handle releases the version.
+// A published version. Destroying the handle, or assigning another to it,
+// releases the version at once. A moved-from handle holds nothing.
 class PublishHandle {
  public:
   ~PublishHandle();
   PublishHandle(PublishHandle&&) noexcept;
+  PublishHandle& operator=(PublishHandle&&) noexcept;
   std::uint64_t version() const;
   const ManifestId& manifest_id() const;
   const Manifest& manifest() const;
   // Payload bytes this peer has sent of this version to others so far.
   std::uint64_t bytes_served() const;
-  // Waits until `replicas` peers other than this one hold the whole version.
+  // Waits until `replicas` peers other than this one hold the whole version,
+  // as gossip tells. Wakes on gossip news, not on a poll.
+  // Errors: kTimeout (with how many hold it).
   Status wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout);
   // Stops serving; waits for reads in flight (and for retention, see the top
-  // of this file); then the memory is the caller's. Blocks.
+  // of this file); then the memory is the caller's. Blocks. Releasing twice
+  // is harmless.
   void release();
-  // The same without blocking: `done` runs on the peer's thread once the
+  // The same without blocking: `done` runs on the callback thread once the
   // memory is the caller's. Keep the handle until then (destroying it cuts a
   // retention wait short).
   void release_async(std::function<void()> done);
@@ -117,16 +130,20 @@ class PublishHandle {
   std::shared_ptr<State> state_;
 };
 
-// A fetch in progress or finished.
+// A fetch in progress or finished. Destroying the handle, or assigning
+// another to it, releases the version at once.
 class FetchHandle {
  public:
   ~FetchHandle();
   FetchHandle(FetchHandle&&) noexcept;
+  FetchHandle& operator=(FetchHandle&&) noexcept;
   const VersionInfo& info() const;
   FetchProgressInfo progress() const;
   // Waits for the outcome: ok when every byte is verified.
+  // Errors: kTimeout (the fetch goes on), kUnavailable (no holder could
+  // finish it), kCancelled (released before it finished).
   Status wait(std::chrono::milliseconds timeout);
-  // The version's bytes (valid once wait() returned ok).
+  // The version's bytes once every one is verified; empty until then.
   std::span<const std::byte> bytes() const;
   // Stops serving the fetched copy to others and lets go of the memory,
   // honouring retention like PublishHandle::release(). Blocks.
@@ -143,8 +160,10 @@ class FetchHandle {
 class Peer {
  public:
   // Starts the I/O thread, binds the ports and joins through the seeds.
+  // Errors: kInvalidArgument (a bad address or option), kUnavailable (a
+  // port cannot be bound).
   static Result<std::unique_ptr<Peer>> start(PeerOptions options, Identity identity, SwarmKey swarm_key);
-  ~Peer();  // leaves gracefully (up to 3 s), then stops
+  ~Peer();  // leaves gracefully (up to 4 s), then stops
 
   const PeerId& id() const;
   // host:port where this peer's gossip listens (useful with port 0).
@@ -152,18 +171,32 @@ class Peer {
 
   // Publishes `image` (a flat byte image described by `tensors`, e.g. a
   // mapped safetensors file) as the next version of `model`, signed with this
-  // peer's key. The version number is the model's current head + 1.
+  // peer's key. The version number is the model's current head + 1. The
+  // image is hashed on the calling thread and the peer's pool, never on the
+  // I/O thread. A publish that fails serves nothing.
+  // Errors: kPermissionDenied (this peer's key is not a trusted publisher),
+  // kInvalidArgument (bad model name, tensor table or shard size),
+  // kAlreadyExists (other publications of the model kept taking the next
+  // number), kVerifyFailed (the manifest breaks the model's chain).
   Result<PublishHandle> publish(const std::string& model, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors);
 
   // The newest verified head of a model, if any is known.
   std::optional<VersionInfo> latest(const std::string& model) const;
-  // Calls `callback` (on the peer's thread) for each new verified head.
+  // Calls `callback` (on the callback thread) with the current head, if any,
+  // and then for each new verified head.
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
-  // Waits until a head of `model` newer than `after` is known.
+  // Waits until a head of `model` newer than `after` is known. Wakes on
+  // gossip news, not on a poll. Errors: kTimeout.
   Result<VersionInfo> wait_for_head(const std::string& model, std::uint64_t after, std::chrono::milliseconds timeout);
 
-  // Fetches a version (0 = latest) into `destination` (empty: the peer allocates).
+  // Fetches a version (kLatestVersion: the head) into `destination` (empty:
+  // the peer allocates). A version this peer holds already (published,
+  // fetched or being fetched) is copied from its local copy into the new
+  // handle's memory, once that copy is complete.
+  // Errors: kUnavailable (no version of the model is known yet), kNotFound
+  // (that version is not known), kInvalidArgument (a destination of another
+  // size than the version), kIoError (no memory for the destination).
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<std::byte> destination = {});
 
   // How many peers other than this one hold `id` completely, as gossip tells.
@@ -171,9 +204,9 @@ class Peer {
   // The member table and transfers as JSON (what `tensorhub status` prints).
   std::string status_json() const;
 
-  struct Impl;  // the I/O thread and engine (opaque)
-
  private:
+  friend struct PeerAccess;
+  struct Impl;
   explicit Peer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -97,9 +97,9 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
   p->add_flag("--no-super-seed", [args](std::int64_t) { args->peer.super_seed = false; },
               "Advertise every shard of a published version at once (default: reveal a few at a time, rarest first)");
-  p->add_flag("--no-serve-fetched", [args](std::int64_t) { args->peer.serve_fetched = false; },
+  p->add_flag("--no-serve-fetched", [args](std::int64_t) { args->internal.serve_fetched = false; },
               "Never announce or serve fetched versions (a leech: for the central baseline of the cluster bench)");
-  p->add_flag("--test-corrupt-serving", args->peer.test_corrupt_serving,
+  p->add_flag("--test-corrupt-serving", args->internal.corrupt_serving,
               "Tests only: serve corrupted bytes (to test corrupt-holder detection)")
       ->group("");  // hidden from --help
   p->add_option("--log-level", args->log_level, "error, warn, info (default) or debug");

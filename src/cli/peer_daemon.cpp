@@ -50,7 +50,7 @@ class Daemon {
     if (!identity) return report_error(identity.status());
     auto swarm_key = SwarmKey::load(options_.swarm_key_file);
     if (!swarm_key) return report_error(swarm_key.status());
-    auto peer = Peer::start(options_.peer, std::move(*identity), std::move(*swarm_key));
+    auto peer = peer::start_peer(options_.peer, options_.internal, std::move(*identity), std::move(*swarm_key));
     if (!peer) return report_error(peer.status());
     peer_ = std::move(*peer);
 

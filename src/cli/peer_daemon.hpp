@@ -16,12 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "peer/peer_internal.hpp"
 #include "tensorhub/peer.hpp"
 
 namespace tensorhub::cli {
 
 struct DaemonOptions {
   PeerOptions peer;
+  peer::InternalOptions internal;  // the baselines' leeches, the tests' corrupt holders
   std::string key_file, swarm_key_file, control_path, log_level = "info";
   std::vector<std::string> follow;
   double release_deferral_seconds = 60;  // becomes peer.max_release_deferral

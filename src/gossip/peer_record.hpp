@@ -12,16 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "core/location.hpp"
 #include "tensorhub/identity.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::gossip {
 
-struct Topology {
-  std::string dc, rack, host;
-  friend bool operator==(const Topology&, const Topology&) = default;
-};
+using Topology = tensorhub::Location;
 
 // A head this peer knows: the newest version of a model with a valid chain.
 struct HeadEntry {

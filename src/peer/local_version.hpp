@@ -1,70 +1,59 @@
 // One version as this peer holds it: its manifest, the memory it is served
-// from or fetched into, its state, and the pins that keep that memory in use
-// while pieces are being sent from it.
+// from or fetched into, its state and progress.
 //
-// Shared between the peer's I/O thread (which changes it) and application
-// threads (which read it through handles and wait on it): every field below
-// `mutex` is guarded by it.
+// Owned by the peer core (which changes it on the driver's thread) and
+// shared with the application's handles (which read it and wait on it).
+// The fields above `mutex` are set once, before any handle exists, and never
+// change; the fields below it are guarded by it.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "core/anonymous_memory.hpp"
 #include "core/time.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/peer.hpp"
-#include "transport/piece_source.hpp"
 
 namespace tensorhub::peer {
 
-enum class VersionState { kManifest, kFetching, kComplete, kFailed, kReleasing, kReleased };
+enum class VersionState { kFetching, kComplete, kFailed, kReleased };
 
-struct LocalVersion : transport::PieceSource {
+std::string_view version_state_name(VersionState state);
+
+// Why a version is held here.
+enum class VersionRole {
+  kPublished,  // this peer published it from the caller's memory
+  kFetched,    // fetched from the swarm; served onwards as it verifies
+  kCopy,       // a private copy of a version held here already; never served
+};
+
+struct LocalVersion {
   std::string model;
   std::uint64_t number = 0;
   ManifestId id;
+  std::shared_ptr<const Manifest> manifest;
+  VersionRole role = VersionRole::kFetched;
+  std::span<const std::byte> memory;  // what is served (published, or fetched so far)
+  std::span<std::byte> destination;   // what a fetch or copy writes
+  core::AnonymousMemory owned;        // when the driver allocated the destination
+  TimePoint started;                  // driver time: the fetch began, or the version was published
 
   mutable std::mutex mutex;
   std::condition_variable changed;
-  VersionState state = VersionState::kManifest;
-  Status result;
-  std::optional<Manifest> manifest;
-  std::span<const std::byte> memory;   // what is served (published, or fetched so far)
-  std::span<std::byte> destination;    // a fetch writes here
-  core::AnonymousMemory owned;         // when the peer allocated the destination
+  VersionState state = VersionState::kFetching;
+  Status result;                     // why it failed, once kFailed
   FetchProgressInfo progress;
-  TimePoint started;
-  double fetch_seconds = 0;          // from start to verified, once complete
-  std::uint64_t started_unix_ms = 0;   // wall clock: fetch started, or published
-  std::uint64_t complete_unix_ms = 0;  // wall clock: every shard verified (for cross-host timing)
+  TimePoint completed = kTimeNever;  // driver time: every shard verified
   std::uint64_t bytes_served = 0;    // payload sent to other peers
   std::uint32_t bad_shards = 0;      // shards received that failed verification
-  bool published = false;
 
-  // I/O-thread only: pieces being sent from `memory`, and what to do when
-  // the last one is gone after a release.
-  int pins = 0;
-  std::function<void()> on_unpinned;
-
-  // A piece sent from `memory` (pinned when queued) has left or was dropped.
-  void on_piece_sent(std::uint32_t length, bool sent) override {
-    if (sent) {  // counted once sent: a piece cancelled while queued never left
-      std::lock_guard lock(mutex);
-      bytes_served += length;
-    }
-    if (--pins == 0 && on_unpinned) {
-      auto unpinned = std::move(on_unpinned);
-      on_unpinned = nullptr;
-      unpinned();
-    }
-  }
+  bool served() const { return role != VersionRole::kCopy; }
+  bool finished() const { return state != VersionState::kFetching; }  // REQUIRES: mutex held
 };
 
 }  // namespace tensorhub::peer

@@ -1,15 +1,35 @@
-// The public Peer: an I/O thread running a PeerEngine, and thread-safe calls
-// that run on that thread and wait for their answer.
+// The public Peer: an I/O thread running a PeerEngine, a callback thread for
+// the application's callbacks, and thread-safe calls that run on the I/O
+// thread and wait for their answer.
 #include "tensorhub/peer.hpp"
 
 #include <asio.hpp>
 #include <atomic>
+#include <condition_variable>
 #include <future>
+#include <mutex>
+#include <optional>
 #include <thread>
 
+#include "core/work_pool.hpp"
 #include "peer/peer_engine.hpp"
+#include "peer/peer_internal.hpp"
 
 namespace tensorhub {
+namespace {
+
+// How long a Peer's destructor waits for its departure to spread.
+constexpr auto kLeaveWait = std::chrono::seconds(4);
+// Publications that lost the race for a version number are built again this often.
+constexpr int kPublishAttempts = 3;
+
+std::uint64_t wall_clock_ms() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+}
+
+}  // namespace
 
 struct Peer::Impl {
   asio::io_context io;
@@ -17,8 +37,33 @@ struct Peer::Impl {
   std::unique_ptr<peer::PeerEngine> engine;
   std::thread thread;
   PeerId id;
+  std::optional<Identity> identity;  // a copy for signing publications on the caller's thread
+  std::uint64_t shard_size = kAutoShardSize;
+
+  // Waiters wake when `generation` moves (the engine changed something).
   std::mutex change_mutex;
   std::condition_variable change;
+  std::uint64_t generation = 0;
+
+  // The application's callbacks, off the I/O thread.
+  std::mutex callbacks_mutex;
+  std::unique_ptr<core::WorkPool> callbacks = std::make_unique<core::WorkPool>(1);
+
+  void run_callback(std::function<void()> fn) {
+    std::lock_guard lock(callbacks_mutex);
+    if (callbacks) callbacks->submit(std::move(fn));
+  }
+
+  std::uint64_t current_generation() {
+    std::lock_guard lock(change_mutex);
+    return generation;
+  }
+  // Waits until the generation moves past `seen` or `deadline` passes;
+  // returns false on the deadline.
+  bool wait_change(std::uint64_t seen, std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(change_mutex);
+    return change.wait_until(lock, deadline, [&] { return generation != seen; });
+  }
 
   // Runs fn on the I/O thread and returns its result.
   template <typename F>
@@ -36,7 +81,14 @@ struct Peer::Impl {
       std::promise<void> left;
       auto done = left.get_future();
       asio::post(io, [this, &left] { engine->leave([&left] { left.set_value(); }); });
-      done.wait_for(std::chrono::seconds(4));
+      done.wait_for(kLeaveWait);
+      // Callbacks already queued run while the I/O thread still answers them.
+      std::unique_ptr<core::WorkPool> pool;
+      {
+        std::lock_guard lock(callbacks_mutex);
+        pool = std::move(callbacks);
+      }
+      pool.reset();
       asio::post(io, [this] { engine->close(); });
       work.reset();
       io.stop();
@@ -46,18 +98,24 @@ struct Peer::Impl {
   }
 };
 
+struct PeerAccess {
+  using Impl = Peer::Impl;
+  static std::unique_ptr<Peer> make(std::unique_ptr<Impl> impl) { return std::unique_ptr<Peer>(new Peer(std::move(impl))); }
+};
+
 namespace {
 
-using ReleaseMode = peer::PeerEngine::ReleaseMode;
+using ReleaseMode = peer::ReleaseMode;
+using Impl = PeerAccess::Impl;
 
-// What both handles hold: the version, and how far its release has gone.
+// What both handles hold: one version of their own, and how far its release
+// has gone.
 struct HeldVersion {
   enum Phase { kHeld, kReleasing, kReleased };
-  Peer::Impl* impl = nullptr;
+  Impl* impl = nullptr;
   std::shared_ptr<peer::LocalVersion> version;
   std::atomic<int> phase{kHeld};
 
-  // REQUIRES: called from an application thread, not the peer's.
   void release(ReleaseMode mode) {
     if (phase.load() == kReleased) return;
     if (phase.load() == kReleasing && mode == ReleaseMode::kHonourRetention) mode = ReleaseMode::kNow;
@@ -75,7 +133,7 @@ struct HeldVersion {
     impl->call([&] {
       impl->engine->release(version, ReleaseMode::kHonourRetention, [this, done = std::move(done)] {
         phase = kReleased;
-        if (done) done();
+        if (done) impl->run_callback(done);
       });
     });
   }
@@ -89,20 +147,36 @@ struct FetchHandle::State : HeldVersion {
   VersionInfo info;
 };
 
-Result<std::unique_ptr<Peer>> Peer::start(PeerOptions options, Identity identity, SwarmKey swarm_key) {
+namespace peer {
+
+Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions internal, Identity identity,
+                                         SwarmKey swarm_key) {
   auto impl = std::make_unique<Impl>();
+  Impl* raw = impl.get();
   impl->id = identity.public_key();
-  impl->engine = std::make_unique<peer::PeerEngine>(impl->io, std::move(options), std::move(identity), std::move(swarm_key));
+  impl->identity.emplace(identity.clone());
+  impl->shard_size = options.shard_size;
+  impl->engine = std::make_unique<PeerEngine>(impl->io, std::move(options), internal, std::move(identity),
+                                              std::move(swarm_key),
+                                              [raw](std::function<void()> fn) { raw->run_callback(std::move(fn)); });
   Status started = impl->engine->start();
   if (!started.is_ok()) return started;
-  Impl* raw = impl.get();
   impl->engine->on_change([raw] {
-    std::lock_guard lock(raw->change_mutex);
+    {
+      std::lock_guard lock(raw->change_mutex);
+      ++raw->generation;
+    }
     raw->change.notify_all();
   });
   impl->work.emplace(asio::make_work_guard(impl->io));
   impl->thread = std::thread([raw] { raw->io.run(); });
-  return std::unique_ptr<Peer>(new Peer(std::move(impl)));
+  return PeerAccess::make(std::move(impl));
+}
+
+}  // namespace peer
+
+Result<std::unique_ptr<Peer>> Peer::start(PeerOptions options, Identity identity, SwarmKey swarm_key) {
+  return peer::start_peer(std::move(options), peer::InternalOptions{}, std::move(identity), std::move(swarm_key));
 }
 
 Peer::Peer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -116,12 +190,27 @@ std::string Peer::gossip_address() const {
 
 Result<PublishHandle> Peer::publish(const std::string& model, std::span<const std::byte> image,
                                     std::vector<TensorEntry> tensors) {
-  auto v = impl_->call([&] { return impl_->engine->publish(model, image, std::move(tensors)); });
-  if (!v) return v.status();
-  auto state = std::make_shared<PublishHandle::State>();
-  state->impl = impl_.get();
-  state->version = *v;
-  return PublishHandle(state);
+  for (int attempt = 1;; ++attempt) {
+    auto next = impl_->call([&] { return impl_->engine->next_version(model); });
+    if (!next) return next.status();
+    ManifestBuildOptions o;
+    o.model = model;
+    o.version = next->version;
+    o.parent = next->parent;
+    o.created_unix_ms = wall_clock_ms();
+    o.shard_size = impl_->shard_size;
+    // Hashed here, on the caller's thread and its helpers: the I/O thread goes on serving.
+    auto manifest = build_manifest(o, image, tensors, *impl_->identity);
+    if (!manifest) return manifest.status();
+    auto shared = std::make_shared<const Manifest>(std::move(*manifest));
+    auto v = impl_->call([&] { return impl_->engine->publish(shared, image); });
+    if (!v && v.status().code() == StatusCode::kAlreadyExists && attempt < kPublishAttempts) continue;
+    if (!v) return v.status();
+    auto state = std::make_shared<PublishHandle::State>();
+    state->impl = impl_.get();
+    state->version = *v;
+    return PublishHandle(state);
+  }
 }
 
 std::optional<VersionInfo> Peer::latest(const std::string& model) const {
@@ -135,12 +224,10 @@ void Peer::subscribe(const std::string& model, std::function<void(const VersionI
 Result<VersionInfo> Peer::wait_for_head(const std::string& model, std::uint64_t after, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
+    const std::uint64_t seen = impl_->current_generation();
     auto head = latest(model);
     if (head && head->version > after) return *head;
-    std::unique_lock lock(impl_->change_mutex);
-    if (impl_->change.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100))) ==
-            std::cv_status::timeout &&
-        std::chrono::steady_clock::now() >= deadline) {
+    if (!impl_->wait_change(seen, deadline)) {
       return Status::timeout("no head of '" + model + "' newer than v" + std::to_string(after) + " appeared");
     }
   }
@@ -152,10 +239,7 @@ Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version,
   auto state = std::make_shared<FetchHandle::State>();
   state->impl = impl_.get();
   state->version = *v;
-  {
-    std::lock_guard lock((*v)->mutex);
-    state->info = VersionInfo{(*v)->model, (*v)->number, (*v)->id, (*v)->manifest ? (*v)->manifest->total_size() : 0};
-  }
+  state->info = VersionInfo{(*v)->model, (*v)->number, (*v)->id, (*v)->manifest->total_size()};
   return FetchHandle(state);
 }
 
@@ -171,6 +255,13 @@ std::string Peer::status_json() const {
 
 PublishHandle::PublishHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
 PublishHandle::PublishHandle(PublishHandle&&) noexcept = default;
+PublishHandle& PublishHandle::operator=(PublishHandle&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->release(ReleaseMode::kNow);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
 PublishHandle::~PublishHandle() {
   if (state_) state_->release(ReleaseMode::kNow);
 }
@@ -183,18 +274,17 @@ std::uint64_t PublishHandle::bytes_served() const {
 }
 
 Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout) {
-  Peer::Impl* impl = state_->impl;
+  Impl* impl = state_->impl;
   const ManifestId id = state_->version->id;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
+    const std::uint64_t seen = impl->current_generation();
     const std::size_t have = impl->call([&] { return impl->engine->replicas(id); });
     if (have >= replicas) return Status::ok();
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (!impl->wait_change(seen, deadline)) {
       return Status::timeout(std::to_string(have) + " of " + std::to_string(replicas) + " replicas after " +
                              std::to_string(timeout.count()) + " ms");
     }
-    std::unique_lock lock(impl->change_mutex);
-    impl->change.wait_for(lock, std::chrono::milliseconds(50));
   }
 }
 
@@ -207,6 +297,13 @@ void PublishHandle::release_async(std::function<void()> done) {
 
 FetchHandle::FetchHandle(std::shared_ptr<State> state) : state_(std::move(state)) {}
 FetchHandle::FetchHandle(FetchHandle&&) noexcept = default;
+FetchHandle& FetchHandle::operator=(FetchHandle&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->release(ReleaseMode::kNow);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
 FetchHandle::~FetchHandle() {
   if (state_) state_->release(ReleaseMode::kNow);
 }
@@ -220,18 +317,21 @@ FetchProgressInfo FetchHandle::progress() const {
 Status FetchHandle::wait(std::chrono::milliseconds timeout) {
   auto& v = *state_->version;
   std::unique_lock lock(v.mutex);
-  const bool finished = v.changed.wait_for(lock, timeout, [&] {
-    return v.state == peer::VersionState::kComplete || v.state == peer::VersionState::kFailed ||
-           v.state == peer::VersionState::kReleased;
-  });
+  const bool finished = v.changed.wait_for(lock, timeout, [&] { return v.finished(); });
   if (!finished) {
     return Status::timeout(std::to_string(v.progress.shards_verified) + " of " + std::to_string(v.progress.shards_total) +
                            " shards verified after " + std::to_string(timeout.count()) + " ms");
   }
-  return v.state == peer::VersionState::kComplete ? Status::ok() : v.result;
+  if (v.state == peer::VersionState::kComplete) return Status::ok();
+  return v.result.is_ok() ? Status::cancelled("released before it finished") : v.result;
 }
 
-std::span<const std::byte> FetchHandle::bytes() const { return state_->version->destination; }
+std::span<const std::byte> FetchHandle::bytes() const {
+  auto& v = *state_->version;
+  std::lock_guard lock(v.mutex);
+  return v.state == peer::VersionState::kComplete ? std::span<const std::byte>(v.destination)
+                                                  : std::span<const std::byte>();
+}
 
 void FetchHandle::release() {
   if (state_) state_->release(ReleaseMode::kHonourRetention);

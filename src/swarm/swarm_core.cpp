@@ -467,7 +467,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
   switch (m.type) {
     case MessageType::kInterested: {
       if (it == versions_.end()) {
-        send(peer, SwarmMessage{MessageType::kNoManifest, m.version, 0, {}, {}, 0, 0, 0, {}});
+        send(peer, SwarmMessage{MessageType::kUnknownVersion, m.version, 0, {}, {}, 0, 0, 0, {}});
         return;
       }
       Version& v = it->second;
@@ -601,17 +601,18 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kSuperSeed:
       if (it != versions_.end() && it->second.fetch) it->second.fetch->on_super_seed(now, peer);
       return;
-    case MessageType::kNoManifest:
+    case MessageType::kUnknownVersion:
       if (it != versions_.end() && it->second.fetch) {
         it->second.sources.erase(peer);
         it->second.fetch->on_connect_failed(now, peer);
         drain(now, m.version, it->second);
       }
       return;
-    case MessageType::kCancel:        // a piece already queued is sent anyway; it is cheap to ignore
+    case MessageType::kCancel:        // the driver drops the piece if it is still queued
     case MessageType::kPiece:         // handled through begin_piece/on_piece
-    case MessageType::kGetManifest:   // manifests are the layer above's business
+    case MessageType::kGetManifest:   // manifests are the peer core's business
     case MessageType::kManifest:
+    case MessageType::kNoManifest:
       return;
   }
 }

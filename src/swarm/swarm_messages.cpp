@@ -21,6 +21,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kGetManifest: return "get-manifest";
     case MessageType::kManifest: return "manifest";
     case MessageType::kNoManifest: return "no-manifest";
+    case MessageType::kUnknownVersion: return "unknown-version";
     case MessageType::kSuperSeed: return "super-seed";
     case MessageType::kDeferred: return "deferred";
     case MessageType::kPeers: return "peers";
@@ -87,7 +88,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       w.write_uint(m.request_id);
       w.write_bin(m.bytes);
       break;
-    default:  // not-interested, choke, unchoke, get-manifest, no-manifest, super-seed
+    default:  // not-interested, choke, unchoke, get-manifest, no-manifest, super-seed, unknown-version
       open(2);
       break;
   }
@@ -99,7 +100,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   std::uint32_t fields = 0;
   std::uint64_t type = 0;
   r.read_array_header("data message", fields, 7);
-  if (r.read_uint("type", type) && (type < 1 || type > 18)) r.fail("type", "unknown data message type " + std::to_string(type));
+  if (r.read_uint("type", type) && (type < 1 || type > kLastMessageType)) r.fail("type", "unknown data message type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
   r.read_bin_exact("version", m.version.bytes);
   if (!r.ok()) return r.status();

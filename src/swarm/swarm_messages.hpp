@@ -39,7 +39,9 @@ enum class MessageType : std::uint8_t {
   kPeers = 16,         // bytes: up to kMaxPeersListed peer ids (32 bytes each) that fetch the version too
   kFetching = 17,      // shard: the sender (a host mate) brings it across its NIC; leave it to the sender
   kNotFetching = 18,   // shard: the sender's kFetching is withdrawn (it has nobody to bring it from now)
+  kUnknownVersion = 19,  // answers kInterested: the sender neither serves nor fetches the version
 };
+inline constexpr std::uint8_t kLastMessageType = 19;
 
 std::string_view message_type_name(MessageType type);
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <string_view>
 
+#include "core/location.hpp"
+
 namespace tensorhub::swarm {
 
-struct Location {
-  std::string dc, rack, host;
-};
+using tensorhub::Location;
 
 enum class Proximity : std::uint8_t { kSameHost = 0, kSameRack = 1, kSameDc = 2, kRemote = 3 };
 
@@ -22,16 +22,6 @@ inline Proximity proximity(const Location& self, const Location& other) {
   if (self.rack != other.rack) return Proximity::kSameDc;
   if (self.host != other.host || self.host.empty()) return Proximity::kSameRack;
   return Proximity::kSameHost;
-}
-
-inline std::string_view proximity_name(Proximity p) {
-  switch (p) {
-    case Proximity::kSameHost: return "host";
-    case Proximity::kSameRack: return "rack";
-    case Proximity::kSameDc: return "dc";
-    case Proximity::kRemote: return "remote";
-  }
-  return "?";
 }
 
 }  // namespace tensorhub::swarm

@@ -38,7 +38,8 @@ std::vector<SwarmMessage> samples() {
   m = SwarmMessage{MessageType::kNotFetching, v, 0, ShardIndex{4}, {}, 0, 0, 0, {}};
   out.push_back(m);
   for (auto t : {MessageType::kInterested, MessageType::kNotInterested, MessageType::kChoke,
-                 MessageType::kUnchoke, MessageType::kGetManifest, MessageType::kNoManifest, MessageType::kSuperSeed}) {
+                 MessageType::kUnchoke, MessageType::kGetManifest, MessageType::kNoManifest, MessageType::kSuperSeed,
+                 MessageType::kUnknownVersion}) {
     out.push_back(SwarmMessage{t, v, 0, {}, {}, 0, 0, 0, {}});
   }
   return out;

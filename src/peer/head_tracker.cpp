@@ -1,0 +1,198 @@
+#include "peer/head_tracker.hpp"
+
+#include <algorithm>
+
+namespace tensorhub::peer {
+namespace {
+
+constexpr std::size_t kMaxEquivocations = 64;
+
+}  // namespace
+
+HeadTracker::HeadTracker(std::vector<PublicKey> trusted_publishers, Duration retry)
+    : trusted_(std::move(trusted_publishers)), retry_(retry) {}
+
+bool HeadTracker::trusts(const PublicKey& publisher) const {
+  return std::find(trusted_.begin(), trusted_.end(), publisher) != trusted_.end();
+}
+
+std::optional<ManifestRequest> HeadTracker::on_head_named(TimePoint now, const PeerId& peer, const std::string& model,
+                                                          std::uint64_t version, const ManifestId& id) {
+  if (by_id_.count(id) || equivocated(model, version)) return std::nullopt;
+  // Older than the head: not wanted, unless we believe another manifest of
+  // that very version (this one would prove equivocation).
+  if (auto h = head(model); h && h->version >= version && !find(model, version)) return std::nullopt;
+  auto it = wanted_.find(id);
+  if (it == wanted_.end()) {
+    if (wanted_.size() >= kMaxWanted) {
+      // The oldest wanted version makes room, unless this one is older still.
+      auto oldest = std::min_element(wanted_.begin(), wanted_.end(),
+                                     [](const auto& a, const auto& b) { return a.second.version < b.second.version; });
+      if (oldest->second.version >= version) return std::nullopt;
+      wanted_.erase(oldest);
+    }
+    it = wanted_.emplace(id, Wanted{model, version, {}, kNotAsked, kTimeNever}).first;
+  }
+  Wanted& w = it->second;
+  // The record's (model, version) must match what others said of this id;
+  // a mismatch is a lie about the id and is not remembered.
+  if (w.model != model || w.version != version) return std::nullopt;
+  if (std::find(w.namers.begin(), w.namers.end(), peer) == w.namers.end() && w.namers.size() < kMaxNamers) {
+    w.namers.push_back(peer);
+  }
+  if (w.asked_at != kTimeNever && now - w.asked_at < retry_) return std::nullopt;
+  // Not asked yet, or overdue: ask this namer (the one who just spoke is alive).
+  const auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
+  if (pos == w.namers.end()) return ask_next(now, id, w);
+  return ask(now, id, w, static_cast<std::size_t>(pos - w.namers.begin()));
+}
+
+void HeadTracker::drop_namer(Wanted& w, std::vector<PeerId>::iterator pos) {
+  const auto index = static_cast<std::size_t>(pos - w.namers.begin());
+  w.namers.erase(pos);
+  // The namer after the one asked last keeps its turn.
+  if (w.last_asked != kNotAsked && index <= w.last_asked) {
+    w.last_asked = w.last_asked == 0 ? kNotAsked : w.last_asked - 1;
+  }
+}
+
+void HeadTracker::forget_peer(const PeerId& peer) {
+  for (auto& [id, w] : wanted_) {
+    auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
+    if (pos != w.namers.end()) drop_namer(w, pos);
+  }
+}
+
+std::optional<ManifestRequest> HeadTracker::on_no_manifest(TimePoint now, const PeerId& peer, const ManifestId& id) {
+  auto it = wanted_.find(id);
+  if (it == wanted_.end()) return std::nullopt;
+  Wanted& w = it->second;
+  auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
+  if (pos == w.namers.end()) return std::nullopt;  // not asked of it, or already dropped
+  drop_namer(w, pos);
+  return ask_next(now, id, w);
+}
+
+std::optional<ManifestRequest> HeadTracker::ask_next(TimePoint now, const ManifestId& id, Wanted& w) {
+  if (w.namers.empty()) {
+    w.asked_at = kTimeNever;  // asked again when a record names it
+    return std::nullopt;
+  }
+  const std::size_t next = w.last_asked == kNotAsked ? 0 : (w.last_asked + 1) % w.namers.size();
+  return ask(now, id, w, next);
+}
+
+std::optional<ManifestRequest> HeadTracker::ask(TimePoint now, const ManifestId& id, Wanted& w, std::size_t index) {
+  w.last_asked = index;
+  w.asked_at = now;
+  return ManifestRequest{w.namers[index], id, w.model, w.version};
+}
+
+std::vector<ManifestRequest> HeadTracker::handle_timeout(TimePoint now) {
+  std::vector<ManifestRequest> requests;
+  for (auto& [id, w] : wanted_) {
+    if (w.asked_at == kTimeNever || now - w.asked_at < retry_) continue;
+    if (auto r = ask_next(now, id, w)) requests.push_back(std::move(*r));
+  }
+  return requests;
+}
+
+TimePoint HeadTracker::next_timeout() const {
+  TimePoint earliest = kTimeNever;
+  for (const auto& [id, w] : wanted_) {
+    if (w.asked_at != kTimeNever && !w.namers.empty()) earliest = std::min(earliest, w.asked_at + retry_);
+  }
+  return earliest;
+}
+
+Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m) {
+  if (by_id_.count(m->id())) return false;
+  TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*m, trusted_));
+  const std::string& name = m->model();
+  const std::string what = name + " v" + std::to_string(m->version());
+  if (equivocated(name, m->version())) {
+    return Status::verify_failed("equivocation: " + what + " was signed twice already; no manifest of it is believed");
+  }
+  Model& model = models_[name];
+  auto same = model.by_version.find(m->version());
+  if (same != model.by_version.end()) {
+    // Two validly signed manifests of one version: keep both as proof,
+    // believe neither.
+    if (equivocations_.size() < kMaxEquivocations) {
+      equivocations_.push_back(Equivocation{name, m->version(), same->second, m});
+    }
+    by_id_.erase(same->second->id());
+    model.by_version.erase(same);
+    equivocated_.insert({name, m->version()});
+    refresh_head(model, name);
+    return Status::verify_failed("equivocation: two manifests of " + what + " signed by " +
+                                 m->publisher().short_hex());
+  }
+  if (!m->parent().is_zero()) {
+    auto parent = by_id_.find(m->parent());
+    if (parent != by_id_.end()) TENSORHUB_RETURN_IF_ERROR(verify_manifest_chain(*parent->second, *m));
+  }
+  model.by_version.emplace(m->version(), m);
+  by_id_.emplace(m->id(), m);
+  wanted_.erase(m->id());
+  const bool newer = !model.head || m->version() > model.head->version;
+  if (newer) {
+    model.head = VersionInfo{name, m->version(), m->id(), m->total_size()};
+    // Wanted manifests no newer than the head are wanted no more.
+    std::erase_if(wanted_, [&](const auto& entry) { return entry.second.model == name && entry.second.version <= m->version(); });
+  }
+  prune(model);
+  return newer;
+}
+
+void HeadTracker::refresh_head(Model& model, const std::string& name) {
+  if (model.by_version.empty()) {
+    model.head.reset();
+    return;
+  }
+  const auto& [version, m] = *model.by_version.rbegin();
+  model.head = VersionInfo{name, version, m->id(), m->total_size()};
+}
+
+void HeadTracker::prune(Model& model) {
+  while (model.by_version.size() > kKeptVersions) {
+    by_id_.erase(model.by_version.begin()->second->id());
+    model.by_version.erase(model.by_version.begin());
+  }
+}
+
+std::optional<VersionInfo> HeadTracker::head(const std::string& model) const {
+  auto it = models_.find(model);
+  if (it == models_.end()) return std::nullopt;
+  return it->second.head;
+}
+
+std::shared_ptr<const Manifest> HeadTracker::manifest(const ManifestId& id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const Manifest> HeadTracker::find(const std::string& model, std::uint64_t version) const {
+  auto it = models_.find(model);
+  if (it == models_.end()) return nullptr;
+  auto v = it->second.by_version.find(version);
+  return v == it->second.by_version.end() ? nullptr : v->second;
+}
+
+HeadTracker::NextVersion HeadTracker::next_version(const std::string& model) const {
+  NextVersion next;
+  auto h = head(model);
+  if (h) {
+    next.version = h->version + 1;
+    next.parent = h->id;
+  }
+  // Never reuse a number that was equivocated on.
+  while (equivocated(model, next.version)) ++next.version;
+  return next;
+}
+
+bool HeadTracker::equivocated(const std::string& model, std::uint64_t version) const {
+  return equivocated_.count({model, version}) != 0;
+}
+
+}  // namespace tensorhub::peer

@@ -1,0 +1,681 @@
+#include "peer/peer_core.hpp"
+
+#include <algorithm>
+
+namespace tensorhub::peer {
+namespace {
+
+class PlainManifestDecoder final : public ManifestDecoder {
+ public:
+  Result<std::shared_ptr<const Manifest>> decode(std::span<const std::uint8_t> encoded) override {
+    auto m = decode_manifest(encoded);
+    if (!m) return m.status();
+    return std::shared_ptr<const Manifest>(std::make_shared<Manifest>(std::move(*m)));
+  }
+};
+
+swarm::ShardLayout layout_of(const Manifest& m, std::uint32_t block_size) {
+  return swarm::ShardLayout{m.total_size(), m.shard_size(),
+                            static_cast<std::uint32_t>(std::min<std::uint64_t>(block_size, m.shard_size()))};
+}
+
+swarm::SwarmMessage message_of(swarm::MessageType type, const ManifestId& id) {
+  swarm::SwarmMessage m;
+  m.type = type;
+  m.version = id;
+  return m;
+}
+
+void set_totals(LocalVersion& v, const Manifest& m) {
+  v.progress.bytes_total = m.total_size();
+  v.progress.shards_total = static_cast<std::uint32_t>(m.shard_count());
+}
+
+}  // namespace
+
+std::string_view version_state_name(VersionState s) {
+  switch (s) {
+    case VersionState::kFetching: return "fetching";
+    case VersionState::kComplete: return "complete";
+    case VersionState::kFailed: return "failed";
+    case VersionState::kReleased: return "released";
+  }
+  return "?";
+}
+
+std::shared_ptr<ManifestDecoder> default_manifest_decoder() { return std::make_shared<PlainManifestDecoder>(); }
+
+PeerCore::PeerCore(PeerCoreConfig config, PeerId self, std::uint64_t seed, gossip::GossipCore* gossip,
+                   std::shared_ptr<swarm::LocationBook> locations, std::shared_ptr<ManifestDecoder> decoder)
+    : config_(std::move(config)),
+      self_(self),
+      gossip_(gossip),
+      decoder_(decoder ? std::move(decoder) : default_manifest_decoder()),
+      swarm_(config_.swarm, config_.location, self, seed, std::move(locations)),
+      heads_(config_.trusted_publishers, config_.manifest_retry),
+      deferred_(config_.retention) {}
+
+PeerCore::~PeerCore() = default;
+
+// --------------------------------------------------------------------------
+// Gossip
+
+void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) {
+  switch (event.kind) {
+    case gossip::MemberEventKind::kDead:
+    case gossip::MemberEventKind::kLeft:
+    case gossip::MemberEventKind::kRemoved: peer_gone(now, event.id); break;
+    default:
+      if (event.record) learn_from_record(now, event.record->record);
+      break;
+  }
+  release_due(now, /*all=*/false);
+  state_changed();
+}
+
+void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
+  swarm_.set_location(r.id, r.topology);
+  for (const gossip::HoldingEntry& h : r.holdings) {
+    // Holding or fetching: a neighbour either way.
+    if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
+  }
+  for (const gossip::HeadEntry& head : r.heads) {
+    send_manifest_request(heads_.on_head_named(now, r.id, head.model, head.version, head.manifest_id));
+  }
+  drain_swarm(now);
+}
+
+void PeerCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete) {
+  swarm_.add_holder(now, id, peer, complete);
+  drain_swarm(now);
+}
+
+void PeerCore::peer_gone(TimePoint now, const PeerId& peer) {
+  swarm_.peer_gone(now, peer);
+  heads_.forget_peer(peer);
+  drain_swarm(now);
+}
+
+std::size_t PeerCore::replicas(const ManifestId& id) const {
+  if (!gossip_) return 0;
+  std::size_t n = 0;
+  for (const auto& member : gossip_->members()) {
+    if (member.liveness != gossip::Liveness::kAlive && member.liveness != gossip::Liveness::kSuspect) continue;
+    for (const auto& h : member.record->record.holdings) {
+      if (h.manifest_id == id && h.complete()) ++n;
+    }
+  }
+  return n;
+}
+
+void PeerCore::gossip_changed() {
+  if (!gossip_ || gossip_dirty_) return;
+  gossip_dirty_ = true;
+  actions_.push(GossipChanged{});
+}
+
+void PeerCore::state_changed() {
+  if (state_dirty_) return;
+  state_dirty_ = true;
+  actions_.push(StateChanged{});
+}
+
+// --------------------------------------------------------------------------
+// Manifests
+
+void PeerCore::send_manifest_request(const std::optional<ManifestRequest>& request) {
+  if (!request) return;
+  actions_.push(swarm::SendMessage{request->peer, message_of(swarm::MessageType::kGetManifest, request->id)});
+}
+
+void PeerCore::answer_get_manifest(const PeerId& peer, const ManifestId& id) {
+  std::shared_ptr<const Manifest> m = heads_.manifest(id);
+  if (!m) {
+    if (auto v = find(id)) m = v->manifest;
+  }
+  if (!m) {
+    actions_.push(swarm::SendMessage{peer, message_of(swarm::MessageType::kNoManifest, id)});
+    return;
+  }
+  swarm::SwarmMessage reply = message_of(swarm::MessageType::kManifest, id);
+  reply.bytes.assign(m->encoded().begin(), m->encoded().end());
+  actions_.push(swarm::SendMessage{peer, std::move(reply)});
+}
+
+void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message) {
+  auto decoded = decoder_->decode(message.bytes);
+  if (!decoded || (*decoded)->id() != message.version) {
+    report(Report::kWarn, "peer " + from.short_hex() + " sent a bad manifest: " +
+                              (decoded ? std::string("wrong id") : decoded.status().to_string()));
+    return;
+  }
+  auto accepted = accept_manifest(now, std::move(*decoded));
+  if (!accepted) {
+    report(Report::kWarn, "refused manifest " + message.version.short_hex() + " from " + from.short_hex() + ": " +
+                              accepted.status().to_string());
+  }
+}
+
+Result<bool> PeerCore::accept_manifest(TimePoint now, std::shared_ptr<const Manifest> m) {
+  const std::optional<VersionInfo> before = heads_.head(m->model());
+  auto accepted = heads_.accept(m);
+  const std::optional<VersionInfo> after = heads_.head(m->model());
+  if (after && (!before || before->id != after->id)) {
+    if (gossip_) gossip_->set_head(gossip::HeadEntry{after->model, after->version, after->id});
+    gossip_changed();
+    actions_.push(HeadChanged{*after});
+    // The previous head may have been waiting for this one to let go.
+    release_due(now, /*all=*/false);
+  }
+  state_changed();
+  return accepted;
+}
+
+Status PeerCore::learn_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest) {
+  auto accepted = accept_manifest(now, std::move(manifest));
+  return accepted ? Status::ok() : accepted.status();
+}
+
+Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& model, std::uint64_t version) const {
+  const auto head = heads_.head(model);
+  if (version == 0) {
+    if (!head) return Status::unavailable("no version of model '" + model + "' is known yet");
+    return heads_.manifest(head->id);
+  }
+  if (auto m = heads_.find(model, version)) return m;
+  return Status::not_found("version " + std::to_string(version) + " of model '" + model + "' is not known" +
+                           (head ? " (the newest known is v" + std::to_string(head->version) + ")"
+                                 : std::string(" (no version is known yet)")));
+}
+
+// --------------------------------------------------------------------------
+// Versions
+
+std::shared_ptr<LocalVersion> PeerCore::find(const ManifestId& id) const {
+  auto it = versions_.find(id);
+  return it == versions_.end() ? nullptr : it->second;
+}
+
+Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                        std::span<const std::byte> memory, core::Bitfield have) {
+  const Manifest& m = *manifest;
+  const std::string what = m.model() + " v" + std::to_string(m.version());
+  if (!memory.empty() && memory.size() != m.total_size()) {
+    return Status::invalid_argument("the memory holds " + std::to_string(memory.size()) + " bytes; " + what +
+                                    " has " + std::to_string(m.total_size()));
+  }
+  if (have.size() != 0 && have.size() != m.shard_count()) {
+    return Status::invalid_argument("a part of " + what + " must name each of its " + std::to_string(m.shard_count()) +
+                                    " shards");
+  }
+  const HeadTracker::NextVersion next = heads_.next_version(m.model());
+  if (m.version() != next.version || m.parent() != next.parent) {
+    return Status::already_exists(what + " cannot be published: the next version of " + m.model() + " is v" +
+                                  std::to_string(next.version) + " (another publication or a newer head arrived " +
+                                  "meanwhile)");
+  }
+  // Believed first: a manifest the tracker refuses is never served.
+  auto accepted = accept_manifest(now, manifest);
+  if (!accepted) return accepted.status();
+  const bool whole = have.size() == 0;
+  if (whole) have = core::Bitfield(m.shard_count(), true);
+  auto v = std::make_shared<LocalVersion>();
+  v->model = m.model();
+  v->number = m.version();
+  v->id = m.id();
+  v->manifest = manifest;
+  v->role = VersionRole::kPublished;
+  v->memory = memory;
+  v->started = now;
+  {
+    std::lock_guard lock(v->mutex);
+    set_totals(*v, m);
+    v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
+    for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+      if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
+    }
+    v->progress.done = true;
+    v->state = VersionState::kComplete;
+    v->completed = now;
+  }
+  versions_[v->id] = v;
+  const bool super_seed = whole && config_.super_seed;
+  swarm_.serve(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have),
+               super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed : swarm::SwarmCore::ServeMode::kPlain);
+  announce_holding(*v);
+  report(Report::kInfo, "published " + what + " (" + v->id.short_hex() + "), " + std::to_string(m.shard_count()) +
+                            " shards");
+  drain_swarm(now);
+  state_changed();
+  return v;
+}
+
+Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                      std::span<std::byte> destination) {
+  const Manifest& m = *manifest;
+  if (!destination.empty() && destination.size() != m.total_size()) {
+    return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) +
+                                    " bytes; the version needs " + std::to_string(m.total_size()));
+  }
+  auto v = std::make_shared<LocalVersion>();
+  v->model = m.model();
+  v->number = m.version();
+  v->id = m.id();
+  v->manifest = manifest;
+  v->destination = destination;
+  v->started = now;
+  {
+    std::lock_guard lock(v->mutex);
+    set_totals(*v, m);
+  }
+  if (auto held = find(m.id())) {
+    // Held here already: a private copy, which never shares state with it.
+    v->role = VersionRole::kCopy;
+    copies_[v] = held;
+    bool complete = false;
+    {
+      std::lock_guard lock(held->mutex);
+      complete = held->state == VersionState::kComplete;
+    }
+    if (complete) start_copy(v, held);  // otherwise once it completes (source_finished)
+    state_changed();
+    return v;
+  }
+  v->role = VersionRole::kFetched;
+  v->memory = v->destination;
+  versions_[v->id] = v;
+  start_fetch(now, v);
+  return v;
+}
+
+void PeerCore::start_copy(const std::shared_ptr<LocalVersion>& copy, const std::shared_ptr<LocalVersion>& source) {
+  const Manifest& m = *copy->manifest;
+  std::vector<ShardIndex> all(m.shard_count());
+  for (std::uint32_t s = 0; s < all.size(); ++s) all[s] = ShardIndex{s};
+  copies_[copy] = nullptr;
+  copying_[copy.get()] = PendingCopies{1, core::Bitfield(m.shard_count(), true)};
+  actions_.push(CopyShards{source, copy, std::move(all)});
+}
+
+void PeerCore::source_finished(TimePoint now, const std::shared_ptr<LocalVersion>& source, const Status& outcome) {
+  std::vector<std::shared_ptr<LocalVersion>> waiting;
+  for (const auto& [copy, from] : copies_) {
+    if (from == source) waiting.push_back(copy);
+  }
+  for (const auto& copy : waiting) {
+    if (outcome.is_ok()) {
+      start_copy(copy, source);
+    } else if (outcome.code() != StatusCode::kCancelled) {
+      copies_[copy] = nullptr;
+      finish(now, copy, outcome);  // the fetch it waited for failed
+    } else if (auto taken = find(copy->id)) {
+      copies_[copy] = taken;  // another copy took the released one's place: wait for that
+    } else {
+      // The held one was released before it completed: this fetch takes its place.
+      copies_.erase(copy);
+      copy->role = VersionRole::kFetched;
+      copy->memory = copy->destination;
+      versions_[copy->id] = copy;
+      start_fetch(now, copy);
+    }
+  }
+}
+
+void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v) {
+  const Manifest& m = *v->manifest;
+  PendingCopies pending{0, core::Bitfield(m.shard_count())};
+  if (!v->destination.empty()) {
+    for (const auto& [id, other] : versions_) {
+      if (other == v || other->model != v->model || other->memory.empty()) continue;
+      {
+        std::lock_guard lock(other->mutex);
+        if (other->state != VersionState::kComplete) continue;
+      }
+      const ManifestDiff diff = diff_manifests(*other->manifest, m);
+      if (!diff.comparable) continue;
+      std::vector<bool> changed(m.shard_count(), false);
+      for (ShardIndex s : diff.changed) changed[s.value] = true;
+      std::vector<ShardIndex> shards;
+      for (std::uint32_t s = 0; s < m.shard_count() && s < other->manifest->shard_count(); ++s) {
+        if (changed[s] || pending.have.test(s)) continue;
+        pending.have.set(s);
+        shards.push_back(ShardIndex{s});
+      }
+      if (shards.empty()) continue;
+      actions_.push(CopyShards{other, v, std::move(shards)});
+      ++pending.jobs;
+    }
+  }
+  if (pending.jobs == 0) return fetch_from_swarm(now, v, std::move(pending.have));
+  copying_[v.get()] = std::move(pending);  // the swarm fetch starts once the copies are done
+}
+
+void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to) {
+  auto pending = copying_.find(to.get());
+  if (pending == copying_.end() || --pending->second.jobs > 0) return;
+  core::Bitfield have = std::move(pending->second.have);
+  copying_.erase(pending);
+  {
+    std::lock_guard lock(to->mutex);
+    if (to->state != VersionState::kFetching) return;  // released meanwhile
+  }
+  if (to->role == VersionRole::kCopy) {
+    {
+      std::lock_guard lock(to->mutex);
+      to->progress.bytes_verified = to->progress.bytes_total;
+      to->progress.shards_verified = to->progress.shards_total;
+    }
+    finish(now, to, Status::ok());
+    return;
+  }
+  fetch_from_swarm(now, to, std::move(have));
+}
+
+void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersion>& v, core::Bitfield have) {
+  const Manifest& m = *v->manifest;
+  {
+    std::lock_guard lock(v->mutex);
+    v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
+    v->progress.bytes_verified = 0;
+    for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+      if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
+    }
+  }
+  report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number) + ": " +
+                            std::to_string(have.count()) + " of " + std::to_string(m.shard_count()) +
+                            " shards unchanged locally");
+  swarm_.fetch(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have));
+  // Everyone gossip says holds or fetches it is a candidate.
+  if (gossip_) {
+    for (const auto& member : gossip_->members()) {
+      if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
+      const auto& r = member.record->record;
+      swarm_.set_location(r.id, r.topology);
+      for (const auto& h : r.holdings) {
+        if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id, h.complete());
+      }
+    }
+  }
+  announce_holding(*v);
+  drain_swarm(now);
+  state_changed();
+}
+
+std::uint16_t PeerCore::permille(const LocalVersion& v) const {
+  std::lock_guard lock(v.mutex);
+  if (v.state == VersionState::kComplete && v.progress.shards_verified == v.progress.shards_total) return 1000;
+  return static_cast<std::uint16_t>(
+      std::min<std::uint64_t>(999, 1000ull * v.progress.shards_verified / std::max<std::uint32_t>(1, v.progress.shards_total)));
+}
+
+void PeerCore::announce_holding(const LocalVersion& v) {
+  if (!gossip_ || !v.served()) return;
+  if (!config_.swarm.serve_fetched && v.role != VersionRole::kPublished) return;  // a leech announces nothing
+  gossip_->set_holding(gossip::HoldingEntry{v.model, v.number, v.id, permille(v)});
+  gossip_changed();
+}
+
+void PeerCore::withdraw_holding(const LocalVersion& v) {
+  if (!gossip_ || !v.served()) return;
+  gossip_->remove_holding(v.model, v.number);
+  gossip_changed();
+}
+
+void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status) {
+  {
+    std::lock_guard lock(v->mutex);
+    if (v->state != VersionState::kFetching) return;
+    v->result = status;
+    v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
+    v->progress.done = true;
+    if (status.is_ok()) v->completed = now;
+  }
+  v->changed.notify_all();
+  const std::string what = v->model + " v" + std::to_string(v->number);
+  if (v->role == VersionRole::kCopy) {
+    state_changed();
+    return;
+  }
+  if (status.is_ok()) {
+    announce_holding(*v);
+    report(Report::kInfo, "fetched " + what + " in " + std::to_string(to_seconds(now - v->started)) +
+                              " s, every shard verified");
+  } else {
+    report(Report::kWarn, "fetch of " + what + " failed: " + status.to_string());
+    swarm_.stop(now, v->id);
+    withdraw_holding(*v);
+  }
+  source_finished(now, v, status);
+  state_changed();
+}
+
+// --------------------------------------------------------------------------
+// Release and retention
+
+swarm::ReleaseFacts PeerCore::release_facts(const LocalVersion& v) const {
+  swarm::ReleaseFacts facts;
+  const auto head = heads_.head(v.model);
+  facts.is_head = head && head->id == v.id;
+  {
+    std::lock_guard lock(v.mutex);
+    facts.complete = v.state == VersionState::kComplete;
+  }
+  facts.other_holders = replicas(v.id);
+  return facts;
+}
+
+void PeerCore::release(TimePoint now, const std::shared_ptr<LocalVersion>& v, ReleaseMode mode,
+                       std::function<void()> done) {
+  if (!v->served() || find(v->id) != v) {
+    release_now(now, v, std::move(done));  // a private copy, or released already
+    return;
+  }
+  if (mode == ReleaseMode::kHonourRetention) {
+    if (deferred_.deferred(v->id) || deferred_.must_defer(release_facts(*v))) {
+      if (!deferred_.deferred(v->id)) {
+        report(Report::kInfo, "deferring the release of " + v->model + " v" + std::to_string(v->number) +
+                                  ": it is the head and " + std::to_string(replicas(v->id)) + " other peer(s) hold it");
+      }
+      deferred_.defer(v->id, now);
+      deferred_done_[v->id].push_back(std::move(done));
+      return;
+    }
+  }
+  if (deferred_.deferred(v->id)) {  // kNow cuts a deferral short; its waiters are done too
+    deferred_.forget(v->id);
+    auto waiting = std::move(deferred_done_[v->id]);
+    deferred_done_.erase(v->id);
+    waiting.push_back(std::move(done));
+    done = [waiting = std::move(waiting)] {
+      for (const auto& fn : waiting) fn();
+    };
+  }
+  release_now(now, v, std::move(done));
+}
+
+void PeerCore::release_deferred(TimePoint now) { release_due(now, /*all=*/true); }
+
+void PeerCore::release_due(TimePoint now, bool all) {
+  if (deferred_.empty()) return;
+  const TimePoint at = all ? kTimeNever : now;
+  for (const ManifestId& id : deferred_.due(at, [this](const ManifestId& id) {
+         auto v = find(id);
+         return v ? release_facts(*v) : swarm::ReleaseFacts{};
+       })) {
+    auto waiting = std::move(deferred_done_[id]);
+    deferred_done_.erase(id);
+    auto v = find(id);
+    if (!v) continue;
+    report(Report::kInfo, "releasing " + v->model + " v" + std::to_string(v->number) + " after its deferral");
+    release_now(now, v, [waiting = std::move(waiting)] {
+      for (const auto& fn : waiting) fn();
+    });
+  }
+}
+
+void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v, std::function<void()> done) {
+  const bool registered = find(v->id) == v;
+  if (registered) {
+    swarm_.stop(now, v->id);
+    withdraw_holding(*v);
+    versions_.erase(v->id);
+  }
+  copies_.erase(v);
+  copying_.erase(v.get());
+  bool was_fetching = false;
+  {
+    std::lock_guard lock(v->mutex);
+    if (v->state == VersionState::kFetching) {
+      was_fetching = true;
+      v->state = VersionState::kFailed;
+      v->result = Status::cancelled("released before it finished");
+      v->progress.done = true;
+    }
+  }
+  v->changed.notify_all();
+  if (registered && was_fetching) source_finished(now, v, Status::cancelled("released"));
+  actions_.push(ReleaseMemory{v, [v, done = std::move(done)] {
+                                {
+                                  std::lock_guard lock(v->mutex);
+                                  v->state = VersionState::kReleased;
+                                }
+                                v->changed.notify_all();
+                                if (done) done();
+                              }});
+  drain_swarm(now);
+  state_changed();
+}
+
+// --------------------------------------------------------------------------
+// Data connections
+
+void PeerCore::on_connected(TimePoint now, const PeerId& peer) {
+  swarm_.on_connected(now, peer);
+  drain_swarm(now);
+}
+
+void PeerCore::on_connect_failed(TimePoint now, const PeerId& peer) {
+  swarm_.on_connect_failed(now, peer);
+  drain_swarm(now);
+}
+
+void PeerCore::on_disconnected(TimePoint now, const PeerId& peer) {
+  swarm_.on_disconnected(now, peer);
+  drain_swarm(now);
+}
+
+void PeerCore::on_message(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message) {
+  switch (message.type) {
+    case swarm::MessageType::kGetManifest: return answer_get_manifest(peer, message.version);
+    case swarm::MessageType::kManifest: return on_manifest(now, peer, message);
+    case swarm::MessageType::kNoManifest:
+      return send_manifest_request(heads_.on_no_manifest(now, peer, message.version));
+    case swarm::MessageType::kCancel:
+      // The requester got the block elsewhere, or gave up on us: a piece
+      // still queued here would cross the link for nothing.
+      actions_.push(CancelQueuedPiece{peer, message.request_id});
+      return;
+    default:
+      swarm_.on_message(now, peer, message);
+      drain_swarm(now);
+      return;
+  }
+}
+
+std::optional<PieceLanding> PeerCore::begin_piece(TimePoint now, const PeerId& peer,
+                                                  const swarm::SwarmMessage& header) {
+  auto target = swarm_.begin_piece(now, peer, header);
+  if (!target) return std::nullopt;
+  auto v = find(target->version);
+  if (!v || (!v->destination.empty() && target->offset + target->length > v->destination.size())) {
+    return std::nullopt;
+  }
+  return PieceLanding{std::move(v), target->offset, target->length};
+}
+
+void PeerCore::on_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header, bool stored) {
+  swarm_.on_piece(now, peer, header, stored);
+  drain_swarm(now);
+}
+
+void PeerCore::on_piece_progress(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header) {
+  swarm_.on_piece_progress(now, peer, header);
+}
+
+// --------------------------------------------------------------------------
+// Work done for the core
+
+void PeerCore::on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& v, ShardIndex shard, bool good) {
+  if (find(v->id) != v) return;  // released meanwhile
+  if (!good) {
+    report(Report::kWarn, v->model + " v" + std::to_string(v->number) + ": shard " + std::to_string(shard.value) +
+                              " failed verification; fetching it again");
+    std::lock_guard lock(v->mutex);
+    ++v->bad_shards;
+  }
+  swarm_.on_verified(now, v->id, shard, good);
+  drain_swarm(now);
+}
+
+void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
+  auto v = find(held.version);
+  if (!v) return;
+  {
+    std::lock_guard lock(v->mutex);
+    const ShardEntry& e = v->manifest->shard(held.shard);
+    ++v->progress.shards_verified;
+    v->progress.bytes_verified += e.byte_length;
+    const double seconds = to_seconds(now - v->started);
+    if (seconds > 0) v->progress.bytes_per_second = static_cast<double>(v->progress.bytes_verified) / seconds;
+  }
+  v->changed.notify_all();
+  announce_holding(*v);
+}
+
+void PeerCore::drain_swarm(TimePoint now) {
+  while (auto action = swarm_.poll()) {
+    if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
+      if (auto v = find(verify->version)) actions_.push(HashShard{std::move(v), verify->shard});
+    } else if (auto* held = std::get_if<swarm::ShardHeld>(&*action)) {
+      shard_held(now, *held);
+    } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {
+      if (auto v = find(finished->version)) finish(now, v, finished->status);
+    } else {
+      std::visit(
+          [this](auto&& a) {
+            using A = std::decay_t<decltype(a)>;
+            if constexpr (std::is_same_v<A, swarm::OpenConnection> || std::is_same_v<A, swarm::CloseConnection> ||
+                          std::is_same_v<A, swarm::SendMessage> || std::is_same_v<A, swarm::ServePiece> ||
+                          std::is_same_v<A, swarm::DropQueuedPieces>) {
+              actions_.push(std::move(a));
+            }
+          },
+          std::move(*action));
+    }
+  }
+}
+
+// --------------------------------------------------------------------------
+// Time and actions
+
+void PeerCore::handle_timeout(TimePoint now) {
+  if (now >= swarm_.next_timeout()) swarm_.handle_timeout(now);
+  for (auto& request : heads_.handle_timeout(now)) send_manifest_request(std::move(request));
+  release_due(now, /*all=*/false);
+  drain_swarm(now);
+}
+
+TimePoint PeerCore::next_timeout() const {
+  return std::min({swarm_.next_timeout(), heads_.next_timeout(), deferred_.next_deadline()});
+}
+
+std::optional<PeerAction> PeerCore::poll() {
+  auto action = actions_.poll();
+  if (action) {
+    if (std::holds_alternative<GossipChanged>(*action)) gossip_dirty_ = false;
+    if (std::holds_alternative<StateChanged>(*action)) state_dirty_ = false;
+  }
+  return action;
+}
+
+}  // namespace tensorhub::peer

@@ -1,0 +1,253 @@
+// The peer core: one peer's whole policy with no I/O. It joins gossip (who
+// is there, which heads exist, who holds what), head tracking (manifests,
+// signatures, chains, equivocation), the versions this peer holds (state,
+// progress, retention) and the swarm core (what to request and serve).
+//
+// Like the cores it drives, it takes the current time and events in and
+// hands actions out (poll). Three drivers run it: the asio runtime
+// (peer_engine), the deterministic in-process network of the tests
+// (tests/support/peer_network), and the simulator (sim/swarm_simulation).
+//
+// The driver
+//  - carries the swarm actions (connections, messages, pieces) over a data
+//    transport, and reports connections, messages and pieces back;
+//  - does the heavy work the core asks for (HashShard, CopyShards) off its
+//    event thread and reports the results;
+//  - hands memory back once no piece is being sent from it (ReleaseMemory);
+//  - pumps the gossip core after GossipChanged, and feeds its member events.
+//
+// Memory is the driver's: it allocates a fetch's destination and passes it
+// in; the core only says which bytes go where.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/action_queue.hpp"
+#include "gossip/gossip_core.hpp"
+#include "peer/head_tracker.hpp"
+#include "peer/local_version.hpp"
+#include "swarm/retention.hpp"
+#include "swarm/swarm_core.hpp"
+
+namespace tensorhub::peer {
+
+struct PeerCoreConfig {
+  swarm::SwarmConfig swarm;
+  Location location;
+  std::vector<PublicKey> trusted_publishers;  // manifests signed by others are refused
+  swarm::RetentionPolicy retention;
+  bool super_seed = true;  // a publisher reveals its shards a few at a time
+  // A manifest asked for and not here after this is asked of another peer
+  // whose record names it.
+  Duration manifest_retry = std::chrono::seconds(2);
+};
+
+// Decodes manifests that peers send. The simulator shares one that decodes
+// each distinct manifest once for thousands of cores; the default decodes
+// every time.
+class ManifestDecoder {
+ public:
+  virtual ~ManifestDecoder() = default;
+  virtual Result<std::shared_ptr<const Manifest>> decode(std::span<const std::uint8_t> encoded) = 0;
+};
+std::shared_ptr<ManifestDecoder> default_manifest_decoder();
+
+// --- actions for the driver, besides the swarm core's ---
+// A piece still queued for `peer` under `request_id` is not sent.
+struct CancelQueuedPiece {
+  PeerId peer;
+  std::uint32_t request_id = 0;
+};
+// Hash `shard` of the version's destination and call on_shard_hashed. The
+// core writes nothing into that shard meanwhile.
+struct HashShard {
+  std::shared_ptr<LocalVersion> version;
+  ShardIndex shard;
+};
+// Copy `shards` (byte ranges from `to`'s manifest) from `from`'s memory to
+// `to`'s destination, then call on_shards_copied(to). Both stay held until then.
+struct CopyShards {
+  std::shared_ptr<LocalVersion> from, to;
+  std::vector<ShardIndex> shards;
+};
+// No new read of the version's memory starts. Once every piece being sent
+// from it has left or been dropped (and every job reading it has ended),
+// the driver runs `done`: the memory is its owner's again.
+struct ReleaseMemory {
+  std::shared_ptr<LocalVersion> version;
+  std::function<void()> done;
+};
+// A model has a new head (for subscribers).
+struct HeadChanged {
+  VersionInfo head;
+};
+// The gossip core has something new to send.
+struct GossipChanged {};
+// A version's state, or what gossip says, changed (for waiters).
+struct StateChanged {};
+// Something an operator should read: the driver logs it.
+struct Report {
+  enum Level { kError, kWarn, kInfo, kDebug } level = kInfo;
+  std::string text;
+};
+using PeerAction =
+    std::variant<swarm::OpenConnection, swarm::CloseConnection, swarm::SendMessage, swarm::ServePiece,
+                 swarm::DropQueuedPieces, CancelQueuedPiece, HashShard, CopyShards, ReleaseMemory, HeadChanged,
+                 GossipChanged, StateChanged, Report>;
+
+// Where an arriving piece's payload goes: `length` bytes at `offset` of the
+// version's destination.
+struct PieceLanding {
+  std::shared_ptr<LocalVersion> version;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+
+enum class ReleaseMode {
+  kHonourRetention,  // defer while this peer is among the last R holders of the head
+  kNow,              // release at once (also cuts short a deferral in progress)
+};
+
+class PeerCore {
+ public:
+  // `gossip`: the peer's gossip core, pumped by the driver (nullptr: no
+  // gossip; the driver tells the core of holders itself, as the simulator's
+  // ideal membership does). `locations`: shared with other cores that see
+  // the same world (the simulator's); nullptr: a book of its own.
+  PeerCore(PeerCoreConfig config, PeerId self, std::uint64_t seed, gossip::GossipCore* gossip,
+           std::shared_ptr<swarm::LocationBook> locations = nullptr,
+           std::shared_ptr<ManifestDecoder> decoder = nullptr);
+  ~PeerCore();
+  PeerCore(const PeerCore&) = delete;
+  PeerCore& operator=(const PeerCore&) = delete;
+
+  const PeerId& id() const { return self_; }
+
+  // --- Gossip ---
+  void on_member_event(TimePoint now, const gossip::MemberEvent& event);
+  // Without gossip: `peer` holds (or fetches) `id`.
+  void add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete);
+  void peer_gone(TimePoint now, const PeerId& peer);
+
+  // --- Versions ---
+  // The number and parent the next publication of `model` must carry.
+  HeadTracker::NextVersion next_version(const std::string& model) const { return heads_.next_version(model); }
+  bool trusts(const PublicKey& publisher) const { return heads_.trusts(publisher); }
+  // Serves `memory` as the version `manifest` describes and announces it as
+  // the head. `have`: the shards held (empty: all of them; a part is served
+  // plainly, never super-seeded).
+  // Errors: kAlreadyExists (another publication took that number meanwhile:
+  // build again with next_version), kVerifyFailed (untrusted or broken chain),
+  // kInvalidArgument (memory of another size).
+  Result<std::shared_ptr<LocalVersion>> publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                std::span<const std::byte> memory, core::Bitfield have = {});
+  // A manifest learnt outside gossip (the simulator's ideal membership):
+  // checked and believed like one a peer sent. Errors: as HeadTracker::accept.
+  Status learn_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
+  // The verified manifest of `model` v`version` (0: the head).
+  // Errors: kUnavailable (no version known yet), kNotFound (not that one).
+  Result<std::shared_ptr<const Manifest>> resolve(const std::string& model, std::uint64_t version) const;
+  // Fetches `manifest`'s version into `destination` (its total size; empty
+  // only where there are no bytes, in the simulator). A version held here
+  // already is copied from the local copy (CopyShards) once that one is
+  // complete, and never shares state with it.
+  // Errors: kInvalidArgument (destination of another size).
+  Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                              std::span<std::byte> destination);
+  // Stops serving the version; ReleaseMemory follows (after a retention
+  // deferral when `mode` honours retention and this is among the last
+  // holders of the head). A fetch in progress fails with kCancelled.
+  void release(TimePoint now, const std::shared_ptr<LocalVersion>& version, ReleaseMode mode,
+               std::function<void()> done);
+  // Ends every retention deferral now (the peer leaves).
+  void release_deferred(TimePoint now);
+
+  // --- Data connections ---
+  void on_connected(TimePoint now, const PeerId& peer);
+  void on_connect_failed(TimePoint now, const PeerId& peer);
+  void on_disconnected(TimePoint now, const PeerId& peer);
+  void on_message(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message);
+  // As SwarmCore::begin_piece; nothing: discard the payload.
+  std::optional<PieceLanding> begin_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
+  void on_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header, bool stored);
+  void on_piece_progress(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
+
+  // --- Work done for the core ---
+  void on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& version, ShardIndex shard, bool good);
+  void on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to);
+
+  void handle_timeout(TimePoint now);
+  TimePoint next_timeout() const;
+  std::optional<PeerAction> poll();
+
+  // --- What it knows ---
+  std::optional<VersionInfo> latest(const std::string& model) const { return heads_.head(model); }
+  const HeadTracker& heads() const { return heads_; }
+  // Peers other than this one that hold `id` complete, as gossip tells.
+  std::size_t replicas(const ManifestId& id) const;
+  std::shared_ptr<LocalVersion> find(const ManifestId& id) const;
+  const std::map<ManifestId, std::shared_ptr<LocalVersion>>& versions() const { return versions_; }
+  const swarm::SwarmCore& swarm() const { return swarm_; }
+  std::size_t private_copies() const { return copies_.size(); }
+
+ private:
+  void learn_from_record(TimePoint now, const gossip::PeerRecord& record);
+  void send_manifest_request(const std::optional<ManifestRequest>& request);
+  void on_manifest(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message);
+  Result<bool> accept_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
+  void answer_get_manifest(const PeerId& peer, const ManifestId& id);
+  // Copies the shards unchanged since a complete version of its model held
+  // here, then fetches the rest from the swarm.
+  void start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& version);
+  void fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersion>& version, core::Bitfield have);
+  void start_copy(const std::shared_ptr<LocalVersion>& copy, const std::shared_ptr<LocalVersion>& source);
+  // The private copies waiting for `source` learn its outcome: ok, they are
+  // copied now; kCancelled (released before it completed), one of them
+  // takes its place and the rest wait for that one; else they fail with it.
+  void source_finished(TimePoint now, const std::shared_ptr<LocalVersion>& source, const Status& outcome);
+  void report(Report::Level level, std::string text) { actions_.push(Report{level, std::move(text)}); }
+  void drain_swarm(TimePoint now);
+  void shard_held(TimePoint now, const swarm::ShardHeld& held);
+  void finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status);
+  void announce_holding(const LocalVersion& v);
+  void withdraw_holding(const LocalVersion& v);
+  void gossip_changed();
+  void state_changed();
+  swarm::ReleaseFacts release_facts(const LocalVersion& v) const;
+  void release_due(TimePoint now, bool all);
+  void release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v, std::function<void()> done);
+  std::uint16_t permille(const LocalVersion& v) const;
+
+  PeerCoreConfig config_;
+  PeerId self_;
+  gossip::GossipCore* gossip_;
+  std::shared_ptr<ManifestDecoder> decoder_;
+  swarm::SwarmCore swarm_;
+  HeadTracker heads_;
+  std::map<ManifestId, std::shared_ptr<LocalVersion>> versions_;  // served: published or fetched
+  // Private copies (VersionRole::kCopy) not yet released, each with the
+  // version it copies until it is copied.
+  std::map<std::shared_ptr<LocalVersion>, std::shared_ptr<LocalVersion>> copies_;
+  // Versions waiting for CopyShards to finish: how many jobs are left, and
+  // the shards they bring.
+  struct PendingCopies {
+    std::size_t jobs = 0;
+    core::Bitfield have;
+  };
+  std::map<const LocalVersion*, PendingCopies> copying_;
+  swarm::DeferredReleases deferred_;
+  std::map<ManifestId, std::vector<std::function<void()>>> deferred_done_;
+  core::ActionQueue<PeerAction> actions_;
+  bool gossip_dirty_ = false;
+  bool state_dirty_ = false;
+};
+
+}  // namespace tensorhub::peer

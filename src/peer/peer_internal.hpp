@@ -1,0 +1,24 @@
+// What the library's own tools may set on a peer and an application may not:
+// the baselines' leeches and the tests' corrupt holders.
+#pragma once
+
+#include <memory>
+
+#include "tensorhub/peer.hpp"
+
+namespace tensorhub::peer {
+
+struct InternalOptions {
+  // false: a leech that never announces (so never serves) what it fetches;
+  // only for baselines, e.g. every worker pulling from the publisher alone.
+  bool serve_fetched = true;
+  // Flip one byte of every piece this peer serves, to exercise the
+  // detection of corrupt holders (tests only).
+  bool corrupt_serving = false;
+};
+
+// Peer::start with internal options.
+Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions internal, Identity identity,
+                                         SwarmKey swarm_key);
+
+}  // namespace tensorhub::peer

@@ -1,0 +1,163 @@
+// Head tracking without sockets: which manifests are believed, which are
+// asked for and of whom, and what equivocation does.
+#include <doctest/doctest.h>
+
+#include "peer/head_tracker.hpp"
+#include "support/gossip_network.hpp"
+#include "support/model_fixture.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::peer;
+using namespace tensorhub::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr Duration kRetry = 2s;
+
+std::shared_ptr<const Manifest> manifest_of(std::uint64_t seed, const Identity& key, std::uint64_t version,
+                                            ManifestId parent = {}) {
+  const auto image = small_model(seed, 256u << 10);
+  return std::make_shared<const Manifest>(build_small(image, key, small_options(version, parent)));
+}
+
+PeerId peer_id(std::uint64_t n) { return GossipNetwork::identity_for(n).public_key(); }
+
+TimePoint at(Duration d) { return TimePoint(1s) + d; }
+
+}  // namespace
+
+TEST_CASE("head tracker: a trusted manifest becomes the head, an untrusted one never does") {
+  const Identity trainer = test_identity(1), rogue = test_identity(2);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto good = manifest_of(1, trainer, 1);
+  auto bad = manifest_of(2, rogue, 2);
+  auto accepted = heads.accept(good);
+  REQUIRE(accepted.is_ok());
+  CHECK(*accepted);
+  CHECK(heads.head("policy")->id == good->id());
+  auto refused = heads.accept(bad);
+  CHECK(refused.status().code() == StatusCode::kVerifyFailed);
+  CHECK(heads.head("policy")->version == 1);
+  CHECK(heads.manifest(bad->id()) == nullptr);
+  // The same manifest twice is no news.
+  CHECK_FALSE(*heads.accept(good));
+}
+
+TEST_CASE("head tracker: a manifest that does not extend its known parent is refused") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto v1 = manifest_of(1, trainer, 1);
+  REQUIRE(heads.accept(v1).is_ok());
+  // A manifest of another model that names v1 as its parent breaks the chain.
+  auto options = small_options(2, v1->id());
+  options.model = "other";
+  auto stranger = std::make_shared<const Manifest>(build_small(small_model(2, 256u << 10), trainer, options));
+  CHECK(heads.accept(stranger).status().code() == StatusCode::kVerifyFailed);
+  CHECK_FALSE(heads.head("other").has_value());
+  auto v2 = manifest_of(3, trainer, 2, v1->id());
+  CHECK(*heads.accept(v2));
+  CHECK(heads.next_version("policy").version == 3);
+  CHECK(heads.next_version("policy").parent == v2->id());
+}
+
+TEST_CASE("head tracker: equivocation keeps both manifests as proof and believes neither") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto v1 = manifest_of(1, trainer, 1);
+  REQUIRE(heads.accept(v1).is_ok());
+  auto v2a = manifest_of(2, trainer, 2, v1->id());
+  auto v2b = manifest_of(3, trainer, 2, v1->id());
+  REQUIRE(*heads.accept(v2a));
+  CHECK(heads.head("policy")->id == v2a->id());
+  auto second = heads.accept(v2b);
+  CHECK(second.status().code() == StatusCode::kVerifyFailed);
+  CHECK(second.status().message().find("equivocation") != std::string::npos);
+  // Neither is the head; the head falls back to v1, and v2 is never reused.
+  CHECK(heads.head("policy")->id == v1->id());
+  CHECK(heads.equivocated("policy", 2));
+  REQUIRE(heads.equivocations().size() == 1);
+  CHECK(heads.equivocations()[0].first->id() == v2a->id());
+  CHECK(heads.equivocations()[0].second->id() == v2b->id());
+  CHECK(heads.find("policy", 2) == nullptr);
+  CHECK(heads.next_version("policy").version == 3);
+  // Either manifest offered again is refused.
+  CHECK_FALSE(heads.accept(v2a).is_ok());
+  // And nobody is asked for a manifest of v2 any more.
+  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", 2, v2a->id()).has_value());
+}
+
+TEST_CASE("head tracker: a named head is asked once, then of the next namer when the answer is overdue") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto v1 = manifest_of(1, trainer, 1);
+  auto first = heads.on_head_named(at(0s), peer_id(1), "policy", 1, v1->id());
+  REQUIRE(first.has_value());
+  CHECK(first->peer == peer_id(1));
+  // Others name it within the retry: not asked again.
+  CHECK_FALSE(heads.on_head_named(at(100ms), peer_id(2), "policy", 1, v1->id()).has_value());
+  CHECK_FALSE(heads.on_head_named(at(200ms), peer_id(3), "policy", 1, v1->id()).has_value());
+  CHECK(heads.next_timeout() == at(2s));
+  CHECK(heads.handle_timeout(at(1s)).empty());
+  // Overdue: the next namer, without waiting for another record.
+  auto retried = heads.handle_timeout(at(2s));
+  REQUIRE(retried.size() == 1);
+  CHECK(retried[0].peer == peer_id(2));
+  retried = heads.handle_timeout(at(4s));
+  REQUIRE(retried.size() == 1);
+  CHECK(retried[0].peer == peer_id(3));
+  // A namer that has gone is skipped; one that has not got it is passed over at once.
+  heads.forget_peer(peer_id(1));
+  auto no = heads.on_no_manifest(at(4500ms), peer_id(3), v1->id());
+  REQUIRE(no.has_value());
+  CHECK(no->peer == peer_id(2));
+  // Once accepted it is wanted no more.
+  REQUIRE(heads.accept(v1).is_ok());
+  CHECK(heads.wanted() == 0);
+  CHECK(heads.next_timeout() == kTimeNever);
+  CHECK(heads.handle_timeout(at(10s)).empty());
+}
+
+TEST_CASE("head tracker: heads no newer than ours are not asked for, and a lie about an id is not remembered") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto v1 = manifest_of(1, trainer, 1);
+  auto v2 = manifest_of(2, trainer, 2, v1->id());
+  REQUIRE(heads.accept(v2).is_ok());
+  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", 1, v1->id()).has_value());
+  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", 2, v2->id()).has_value());
+  ManifestId fake;
+  fake.bytes[0] = 7;
+  REQUIRE(heads.on_head_named(at(0s), peer_id(1), "policy", 3, fake).has_value());
+  // Another peer names the same id as another version: not believed, not asked.
+  CHECK_FALSE(heads.on_head_named(at(5s), peer_id(2), "policy", 9, fake).has_value());
+  auto retried = heads.handle_timeout(at(5s));
+  REQUIRE(retried.size() == 1);
+  CHECK(retried[0].peer == peer_id(1));
+}
+
+TEST_CASE("head tracker: wanted manifests and kept versions are bounded") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  // A member naming endless fake heads fills at most kMaxWanted entries; newer ones win.
+  for (std::uint64_t v = 1; v <= 3 * HeadTracker::kMaxWanted; ++v) {
+    ManifestId fake;
+    fake.bytes[0] = static_cast<std::uint8_t>(v);
+    fake.bytes[1] = static_cast<std::uint8_t>(v >> 8);
+    (void)heads.on_head_named(at(0s), peer_id(1), "policy", v, fake);
+  }
+  CHECK(heads.wanted() == HeadTracker::kMaxWanted);
+  // Verified versions beyond kKeptVersions are forgotten, oldest first.
+  ManifestId parent;
+  std::shared_ptr<const Manifest> first;
+  for (std::uint64_t v = 1; v <= HeadTracker::kKeptVersions + 4; ++v) {
+    auto m = manifest_of(100 + v, trainer, v, parent);
+    if (v == 1) first = m;
+    REQUIRE(heads.accept(m).is_ok());
+    parent = m->id();
+  }
+  CHECK(heads.manifest(first->id()) == nullptr);
+  CHECK(heads.find("policy", HeadTracker::kKeptVersions + 4) != nullptr);
+  CHECK(heads.find("policy", 4) == nullptr);
+  CHECK(heads.find("policy", 5) != nullptr);
+}

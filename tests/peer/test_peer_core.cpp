@@ -1,0 +1,197 @@
+// Whole peers in virtual time (tests/support/peer_network): the peer core
+// over real gossip and a deterministic data plane, no sockets.
+#include <doctest/doctest.h>
+
+#include "support/model_fixture.hpp"
+#include "support/peer_network.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::peer;
+using namespace tensorhub::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+bool complete(const std::shared_ptr<LocalVersion>& v) {
+  std::lock_guard lock(v->mutex);
+  return v->state == VersionState::kComplete;
+}
+
+VersionState state_of(const std::shared_ptr<LocalVersion>& v) {
+  std::lock_guard lock(v->mutex);
+  return v->state;
+}
+
+bool same_bytes(const std::shared_ptr<LocalVersion>& v, const std::vector<std::byte>& image) {
+  return std::equal(v->destination.begin(), v->destination.end(), image.begin(), image.end());
+}
+
+std::vector<TensorEntry> tensors_of(const std::vector<std::byte>& image) {
+  auto layout = parse_safetensors(image);
+  REQUIRE(layout.is_ok());
+  return layout->tensors;
+}
+
+// Peers 0..n-1 on their own hosts, joined and converged.
+void add_peers(PeerNetwork& net, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) net.add_peer(Location{"dc", "r" + std::to_string(i % 2), "h" + std::to_string(i)});
+  REQUIRE(net.run_until([&] { return net.gossip().converged(); }, 20s));
+}
+
+bool knows_head(PeerNetwork& net, std::size_t peer, std::uint64_t version) {
+  auto head = net.core(peer).latest("policy");
+  return head && head->version == version;
+}
+
+}  // namespace
+
+TEST_CASE("peer core: a published version is found through gossip, fetched, verified and served onwards") {
+  PeerNetwork net(1);
+  add_peers(net, 4);
+  const auto image = small_model(1, 1u << 20);
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE_MESSAGE(published.is_ok(), published.status().to_string());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1) && knows_head(net, 2, 1) && knows_head(net, 3, 1); }, 10s));
+  for (std::size_t p = 1; p < 4; ++p) CHECK(net.heads_seen(p).size() == 1);
+  std::vector<std::shared_ptr<LocalVersion>> fetches;
+  for (std::size_t p = 1; p < 4; ++p) {
+    auto f = net.fetch(p, "policy", kLatestVersion);
+    REQUIRE_MESSAGE(f.is_ok(), f.status().to_string());
+    fetches.push_back(*f);
+  }
+  REQUIRE(net.run_until([&] { return std::all_of(fetches.begin(), fetches.end(), complete); }, 30s));
+  for (const auto& f : fetches) CHECK(same_bytes(f, image));
+  // The fetchers served each other: the publisher sent less than three copies.
+  CHECK(net.bytes_served(0) < 3 * image.size());
+  CHECK(net.bytes_served(1) + net.bytes_served(2) + net.bytes_served(3) > 0);
+  REQUIRE(net.run_until([&] { return net.core(0).replicas((*published)->id) == 3; }, 10s));
+}
+
+TEST_CASE("peer core: a manifest asked of a peer that never answers is asked of another that names it") {
+  PeerNetwork net(2);
+  add_peers(net, 2);
+  const auto image = small_model(2, 512u << 10);
+  REQUIRE(net.publish(0, "policy", image, tensors_of(image)).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto f = net.fetch(1, "policy", 1);
+  REQUIRE(f.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*f); }, 20s));
+  // The publisher goes silent; a newcomer that joins through it asks it first.
+  net.silence(0);
+  const std::size_t newcomer = net.add_peer(Location{"dc", "r0", "h9"}, {0});
+  REQUIRE(net.run_until([&] { return knows_head(net, newcomer, 1); }, 20s));
+  CHECK(net.messages(newcomer, 0, swarm::MessageType::kGetManifest) >= 1);
+  CHECK(net.messages(newcomer, 1, swarm::MessageType::kGetManifest) >= 1);
+  auto g = net.fetch(newcomer, "policy", 1);
+  REQUIRE(g.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*g); }, 20s));
+  CHECK(same_bytes(*g, image));
+}
+
+TEST_CASE("peer core: a fetch of a version held here is a copy, and releasing one never touches the other") {
+  PeerNetwork net(3);
+  add_peers(net, 3);
+  const auto image = small_model(3, 512u << 10);
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  // On the publisher itself: a copy into new memory, with the bytes.
+  auto copy = net.fetch(0, "policy", kLatestVersion);
+  REQUIRE(copy.is_ok());
+  CHECK(*copy != *published);
+  REQUIRE(net.run_until([&] { return complete(*copy); }, 5s));
+  CHECK(same_bytes(*copy, image));
+  CHECK(net.bytes_copied(0) == image.size());
+  net.release(0, *copy);
+  CHECK(state_of(*copy) == VersionState::kReleased);
+  CHECK(net.core(0).find((*published)->id) == *published);  // still served
+  CHECK(state_of(*published) == VersionState::kComplete);
+
+  // Two fetches of one version on a worker: the second copies the first once
+  // it completes; releasing the first while it fetches hands its place to the second.
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto first = net.fetch(1, "policy", 1);
+  auto second = net.fetch(1, "policy", 1);
+  REQUIRE(first.is_ok());
+  REQUIRE(second.is_ok());
+  net.release(1, *first);
+  CHECK(state_of(*first) == VersionState::kReleased);
+  REQUIRE(net.run_until([&] { return complete(*second); }, 20s));
+  CHECK(same_bytes(*second, image));
+  CHECK(net.core(1).find((*published)->id) == *second);  // and it serves now
+  // A third copies from it, and the first's release changed nothing for either.
+  auto third = net.fetch(1, "policy", 1);
+  REQUIRE(third.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*third); }, 5s));
+  CHECK(same_bytes(*third, image));
+  net.release(1, *third);
+  CHECK(state_of(*second) == VersionState::kComplete);
+  CHECK(net.core(1).private_copies() == 0);
+}
+
+TEST_CASE("peer core: shards unchanged since the version held are copied locally, only changed ones cross") {
+  PeerNetwork net(4);
+  add_peers(net, 2);
+  auto image = small_model(4, 1u << 20);
+  const auto tensors = tensors_of(image);
+  REQUIRE(net.publish(0, "policy", image, tensors).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto v1 = net.fetch(1, "policy", 1);
+  REQUIRE(v1.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*v1); }, 20s));
+  const std::uint64_t received_v1 = net.piece_bytes_received(1);
+  // v2 changes the bytes of one 64 KiB shard near the end.
+  auto next = image;
+  next[next.size() - 1000] ^= std::byte{0xff};
+  auto v2_published = net.publish(0, "policy", next, tensors);
+  REQUIRE(v2_published.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 2); }, 10s));
+  auto v2 = net.fetch(1, "policy", 2);
+  REQUIRE(v2.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*v2); }, 20s));
+  CHECK(same_bytes(*v2, next));
+  const std::uint64_t shard = (*v2_published)->manifest->shard_size();
+  CHECK(net.bytes_copied(1) >= image.size() - shard);
+  CHECK(net.piece_bytes_received(1) - received_v1 <= shard);
+  CHECK(state_of(*v1) == VersionState::kComplete);  // the source stays as it was
+}
+
+TEST_CASE("peer core: a publication that lost its version number, or broke the chain, serves nothing") {
+  PeerNetwork net(5);
+  add_peers(net, 2);
+  const auto image = small_model(5, 256u << 10);
+  REQUIRE(net.publish(0, "policy", image, tensors_of(image)).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  // Peer 1 builds a v1 of its own, as if it had not heard of peer 0's.
+  auto options = small_options(1);
+  auto stale = std::make_shared<const Manifest>(build_small(image, PeerNetwork::identity(1), options));
+  auto refused = net.core(1).publish(net.now(), stale, image);
+  CHECK(refused.status().code() == StatusCode::kAlreadyExists);
+  CHECK(net.core(1).versions().empty());
+  CHECK(net.core(1).find(stale->id()) == nullptr);
+  CHECK(net.gossip().core(1).self_record()->record.holdings.empty());
+  CHECK(net.core(1).latest("policy")->id != stale->id());
+}
+
+TEST_CASE("peer core: two manifests signed for one version are kept as proof and neither is believed") {
+  PeerNetwork net(6);
+  add_peers(net, 3);
+  // Peers 0 and 1, both trusted publishers, publish a v1 each before either hears of the other.
+  const auto a = small_model(6, 256u << 10), b = small_model(7, 256u << 10);
+  auto pa = net.publish(0, "policy", a, tensors_of(a));
+  auto pb = net.publish(1, "policy", b, tensors_of(b));
+  REQUIRE(pa.is_ok());
+  REQUIRE(pb.is_ok());
+  REQUIRE(net.run_until([&] { return net.core(2).heads().equivocated("policy", 1); }, 20s));
+  for (std::size_t p : {0, 1}) {
+    REQUIRE(net.run_until([&] { return net.core(p).heads().equivocated("policy", 1); }, 20s));
+  }
+  for (std::size_t p = 0; p < 3; ++p) {
+    CHECK_FALSE(net.core(p).latest("policy").has_value());
+    REQUIRE(net.core(p).heads().equivocations().size() == 1);
+    const Equivocation& e = net.core(p).heads().equivocations()[0];
+    CHECK(e.first->id() != e.second->id());
+    CHECK(net.core(p).resolve("policy", 1).status().code() == StatusCode::kNotFound);
+  }
+  // The next publication skips the poisoned number.
+  CHECK(net.core(0).next_version("policy").version == 2);
+}

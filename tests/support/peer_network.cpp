@@ -1,0 +1,244 @@
+#include "support/peer_network.hpp"
+
+#include <cstring>
+
+namespace tensorhub::testing {
+
+using namespace std::chrono_literals;
+
+PeerNetwork::PeerNetwork(std::uint64_t seed, peer::PeerCoreConfig config)
+    : config_(std::move(config)), gossip_(seed, gossip::GossipConfig{}, sim::NetworkConditions{}, TimePoint(1s)) {
+  gossip_.on_event([this](std::size_t peer, const gossip::MemberEvent& e) {
+    if (peer >= peers_.size() || !peers_[peer].core) return;
+    events_.advance_to(gossip_.now());
+    peers_[peer].core->on_member_event(now(), e);
+    drain(peer);
+  });
+}
+
+PeerNetwork::~PeerNetwork() = default;
+
+std::size_t PeerNetwork::add_peer(Location where, const std::vector<std::size_t>& seeds) {
+  const std::size_t index = gossip_.add_peer(where);
+  peer::PeerCoreConfig c = config_;
+  c.location = where;
+  if (c.trusted_publishers.empty()) {
+    for (std::size_t i = 0; i < 64; ++i) c.trusted_publishers.push_back(identity(i).public_key());
+  }
+  peers_.emplace_back();
+  peers_[index].core = std::make_unique<peer::PeerCore>(std::move(c), gossip_.id(index), 1000 + index, &gossip_.core(index));
+  if (index > 0) gossip_.join(index, seeds.empty() ? std::vector<std::size_t>{0} : seeds);
+  drain(index);
+  return index;
+}
+
+void PeerNetwork::crash(std::size_t peer) {
+  peers_[peer].core.reset();
+  ++peers_[peer].timer_generation;
+  gossip_.crash(peer);
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (i == peer || !peers_[i].core) continue;
+    drop_landings(i, peer);
+    schedule(Event{now() + latency_, Kind::kDisconnected, i, peer, {}, {}, 0, nullptr, false});
+  }
+}
+
+Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish(std::size_t p, const std::string& model,
+                                                                 std::span<const std::byte> image,
+                                                                 std::vector<TensorEntry> tensors) {
+  peer::PeerCore& c = *peers_[p].core;
+  const auto next = c.next_version(model);
+  ManifestBuildOptions o;
+  o.model = model;
+  o.version = next.version;
+  o.parent = next.parent;
+  o.shard_size = 64u << 10;
+  o.threads = 1;
+  auto m = build_manifest(o, image, std::move(tensors), identity(p));
+  if (!m) return m.status();
+  auto v = c.publish(now(), std::make_shared<const Manifest>(std::move(*m)), image);
+  drain(p);
+  return v;
+}
+
+Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, const std::string& model,
+                                                               std::uint64_t version, std::span<std::byte> destination) {
+  peer::PeerCore& c = *peers_[p].core;
+  auto m = c.resolve(model, version);
+  if (!m) return m.status();
+  if (destination.empty()) {
+    peers_[p].owned.emplace_back((*m)->total_size());
+    destination = peers_[p].owned.back();
+  }
+  auto v = c.fetch(now(), *m, destination);
+  drain(p);
+  return v;
+}
+
+void PeerNetwork::release(std::size_t p, const std::shared_ptr<peer::LocalVersion>& v, peer::ReleaseMode mode,
+                          std::function<void()> done) {
+  peers_[p].core->release(now(), v, mode, std::move(done));
+  drain(p);
+}
+
+std::optional<std::size_t> PeerNetwork::index_of(const PeerId& id) const { return gossip_.index_of(id); }
+
+std::size_t PeerNetwork::messages(std::size_t from, std::size_t to, swarm::MessageType type) const {
+  auto it = messages_.find({from, to, type});
+  return it == messages_.end() ? 0 : it->second;
+}
+
+void PeerNetwork::drop_landings(std::size_t a, std::size_t b) {
+  std::erase_if(landings_, [&](const auto& entry) {
+    const auto& [to, from, landing] = entry.second;
+    return (to == a && from == b) || (to == b && from == a);
+  });
+}
+
+void PeerNetwork::arm(std::size_t peer) {
+  Peer& p = peers_[peer];
+  if (!p.core) return;
+  const TimePoint t = std::max(p.core->next_timeout(), now());
+  if (t == p.timer_at || t == kTimeNever) return;
+  p.timer_at = t;
+  schedule(Event{t, Kind::kTimer, peer, peer, {}, {}, ++p.timer_generation, nullptr, false});
+}
+
+void PeerNetwork::drain(std::size_t peer) {
+  Peer& p = peers_[peer];
+  while (p.core) {
+    auto action = p.core->poll();
+    if (!action) break;
+    if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
+      auto to = index_of(open->peer);
+      const bool up = to && peers_[*to].core;
+      schedule(Event{now() + latency_ * (up ? 2 : 10), up ? Kind::kConnected : Kind::kConnectFailed, peer,
+                     to.value_or(peer), {}, {}, 0, nullptr, false});
+    } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
+      if (auto to = index_of(close->peer)) {
+        drop_landings(peer, *to);
+        schedule(Event{now() + latency_, Kind::kDisconnected, *to, peer, {}, {}, 0, nullptr, false});
+      }
+    } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
+      if (auto to = index_of(send->peer)) {
+        ++messages_[{peer, *to, send->message.type}];
+        schedule(Event{now() + latency_, Kind::kMessage, *to, peer, send->message, {}, 0, nullptr, false});
+      }
+    } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
+      auto to = index_of(serve->peer);
+      auto v = p.core->find(serve->version);
+      if (!to || !v) continue;
+      const auto bytes = v->memory.subspan(serve->offset, serve->length);
+      const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(serve->length) / p.uplink));
+      const TimePoint first_byte = std::max(p.uplink_free, now());
+      p.uplink_free = first_byte + send_time;
+      p.bytes_served += serve->length;
+      const std::uint64_t serial = next_serial_++;
+      schedule(Event{first_byte + latency_, Kind::kPieceHeader, *to, peer, serve->header, {}, serial, nullptr, false});
+      schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, serve->header,
+                     std::vector<std::byte>(bytes.begin(), bytes.end()), serial, nullptr, false});
+    } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
+      const ShardEntry& e = hash->version->manifest->shard(hash->shard);
+      const bool good = verify_shard(*hash->version->manifest, hash->shard,
+                                     std::span<const std::byte>(hash->version->destination).subspan(e.byte_offset, e.byte_length));
+      schedule(Event{now(), Kind::kHashed, peer, peer, {}, {}, hash->shard.value, hash->version, good});
+    } else if (auto* copy = std::get_if<peer::CopyShards>(&*action)) {
+      const Manifest& m = *copy->to->manifest;
+      for (ShardIndex s : copy->shards) {
+        const ShardEntry& e = m.shard(s);
+        std::memcpy(copy->to->destination.data() + e.byte_offset, copy->from->memory.data() + e.byte_offset,
+                    e.byte_length);
+        p.bytes_copied += e.byte_length;
+      }
+      schedule(Event{now(), Kind::kCopied, peer, peer, {}, {}, 0, copy->to, false});
+    } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
+      release->done();  // pieces took their bytes when they were served
+    } else if (auto* head = std::get_if<peer::HeadChanged>(&*action)) {
+      p.heads.push_back(head->head);
+    } else if (std::holds_alternative<peer::GossipChanged>(*action)) {
+      gossip_.pump(peer);
+    } else if (auto* report = std::get_if<peer::Report>(&*action)) {
+      p.reports.push_back(report->text);
+    }
+    // DropQueuedPieces and CancelQueuedPiece: this network times each piece
+    // when it is served (the uplink is a schedule, not a queue).
+  }
+  arm(peer);
+}
+
+void PeerNetwork::dispatch(Event& e) {
+  Peer& p = peers_[e.to];
+  if (!p.core) return;
+  const bool from_the_dead = (e.kind == Kind::kMessage || e.kind == Kind::kPieceHeader || e.kind == Kind::kPiece) &&
+                             !peers_[e.from].core;
+  if (from_the_dead) return;
+  const PeerId& from = gossip_.id(e.from);
+  switch (e.kind) {
+    case Kind::kMessage:
+      if (silent_.count(e.to)) return;
+      p.core->on_message(now(), from, e.message);
+      break;
+    case Kind::kPieceHeader:
+      landings_[e.number] = {e.to, e.from, p.core->begin_piece(now(), from, e.message)};
+      break;
+    case Kind::kPiece: {
+      auto landing = landings_.find(e.number);
+      if (landing == landings_.end()) return;  // its connection closed meanwhile
+      const std::optional<peer::PieceLanding> target = std::get<2>(landing->second);
+      landings_.erase(landing);
+      const bool stored = target && target->length == e.payload.size();
+      if (stored) {
+        std::memcpy(target->version->destination.data() + target->offset, e.payload.data(), e.payload.size());
+        p.piece_bytes_received += e.payload.size();
+      }
+      p.core->on_piece(now(), from, e.message, stored);
+      break;
+    }
+    case Kind::kConnected:
+      if (peers_[e.from].core) {
+        p.core->on_connected(now(), from);
+      } else {
+        p.core->on_connect_failed(now(), from);
+      }
+      break;
+    case Kind::kConnectFailed: p.core->on_connect_failed(now(), from); break;
+    case Kind::kDisconnected:
+      drop_landings(e.to, e.from);
+      p.core->on_disconnected(now(), from);
+      break;
+    case Kind::kTimer:
+      if (e.number != p.timer_generation) return;
+      p.timer_at = kTimeNever;
+      p.core->handle_timeout(now());
+      break;
+    case Kind::kHashed: p.core->on_shard_hashed(now(), e.version, ShardIndex{static_cast<std::uint32_t>(e.number)}, e.good); break;
+    case Kind::kCopied: p.core->on_shards_copied(now(), e.version); break;
+  }
+  drain(e.to);
+}
+
+void PeerNetwork::run_until(TimePoint t) {
+  auto run_own = [this](Event& e) { dispatch(e); };
+  while (true) {
+    const TimePoint own = events_.empty() ? kTimeNever : events_.next_at();
+    const TimePoint g = gossip_.next_event();
+    const TimePoint next = std::min(own, g);
+    if (next > t || next == kTimeNever) break;
+    events_.advance_to(next);
+    gossip_.run_until(next);
+    events_.run_until(next, run_own);
+  }
+  gossip_.run_until(t);
+  events_.run_until(t, run_own);
+}
+
+bool PeerNetwork::run_until(const std::function<bool()>& done, Duration limit, Duration step) {
+  const TimePoint end = now() + limit;
+  while (now() < end) {
+    if (done()) return true;
+    run_until(std::min(end, now() + step));
+  }
+  return done();
+}
+
+}  // namespace tensorhub::testing

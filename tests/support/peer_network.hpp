@@ -1,0 +1,117 @@
+// A deterministic in-process network of whole peers: each runs the real
+// peer core over the real gossip core (sim::GossipNetwork) and a data plane
+// in virtual time, with real bytes. This is the tests' driver of PeerCore,
+// beside the runtime's (peer_engine) and the simulator's.
+//
+// Data plane: messages arrive after a latency; pieces wait for the sender's
+// uplink (one after another at its rate), and their bytes are read from the
+// holder's memory when they are served. Hashing and copies run at once, as
+// events of their own. Peers can crash (their connections break at once;
+// gossip declares them dead in its own time) and be silenced (they take
+// connections and say nothing: a peer that answers no manifest request).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/virtual_time_queue.hpp"
+#include "peer/peer_core.hpp"
+#include "support/gossip_network.hpp"
+
+namespace tensorhub::testing {
+
+class PeerNetwork {
+ public:
+  explicit PeerNetwork(std::uint64_t seed, peer::PeerCoreConfig config = {});
+  ~PeerNetwork();
+
+  // A peer that joins through `seeds` (peer indices; none: the first).
+  std::size_t add_peer(Location where, const std::vector<std::size_t>& seeds = {});
+  // Every gossip identity of this network, trusted as publishers by default.
+  static Identity identity(std::size_t peer) { return sim::GossipNetwork::identity_for(peer); }
+
+  void crash(std::size_t peer);
+  // The peer accepts connections and never answers a message again.
+  void silence(std::size_t peer) { silent_.insert(peer); }
+
+  // Publishes `image` as the next version of `model` on `peer`.
+  Result<std::shared_ptr<peer::LocalVersion>> publish(std::size_t peer, const std::string& model,
+                                                      std::span<const std::byte> image, std::vector<TensorEntry> tensors);
+  // Fetches into memory this network owns (empty destination) or `destination`.
+  Result<std::shared_ptr<peer::LocalVersion>> fetch(std::size_t peer, const std::string& model, std::uint64_t version,
+                                                    std::span<std::byte> destination = {});
+  void release(std::size_t peer, const std::shared_ptr<peer::LocalVersion>& v,
+               peer::ReleaseMode mode = peer::ReleaseMode::kNow, std::function<void()> done = {});
+
+  void run_for(Duration d) { run_until(now() + d); }
+  void run_until(TimePoint t);
+  // Runs until `done()` holds (checked every `step`) or `limit` passes.
+  bool run_until(const std::function<bool()>& done, Duration limit, Duration step = std::chrono::milliseconds(20));
+  TimePoint now() const { return events_.now(); }
+
+  peer::PeerCore& core(std::size_t peer) { return *peers_[peer].core; }
+  sim::GossipNetwork& gossip() { return gossip_; }
+  const PeerId& id(std::size_t peer) const { return gossip_.id(peer); }
+  bool alive(std::size_t peer) const { return peers_[peer].core != nullptr; }
+  // Heads each peer's core announced (HeadChanged), in order.
+  const std::vector<VersionInfo>& heads_seen(std::size_t peer) const { return peers_[peer].heads; }
+  // Reports (log lines) each peer's core made.
+  const std::vector<std::string>& reports(std::size_t peer) const { return peers_[peer].reports; }
+  // Messages of a type one peer sent another so far.
+  std::size_t messages(std::size_t from, std::size_t to, swarm::MessageType type) const;
+  std::uint64_t bytes_served(std::size_t peer) const { return peers_[peer].bytes_served; }
+  std::uint64_t bytes_copied(std::size_t peer) const { return peers_[peer].bytes_copied; }
+  // Payload bytes a peer's pieces carried of one version.
+  std::uint64_t piece_bytes_received(std::size_t peer) const { return peers_[peer].piece_bytes_received; }
+
+ private:
+  struct Peer {
+    std::unique_ptr<peer::PeerCore> core;
+    double uplink = 1e9;  // bytes per second
+    TimePoint uplink_free;
+    TimePoint timer_at = kTimeNever;
+    std::uint64_t timer_generation = 0;
+    std::vector<VersionInfo> heads;
+    std::vector<std::string> reports;
+    std::vector<std::vector<std::byte>> owned;  // destinations this network allocated
+    std::uint64_t bytes_served = 0, bytes_copied = 0, piece_bytes_received = 0;
+  };
+  enum class Kind { kMessage, kPieceHeader, kPiece, kConnected, kConnectFailed, kDisconnected, kTimer, kHashed, kCopied };
+  struct Event {
+    TimePoint at;
+    Kind kind = Kind::kTimer;
+    std::size_t to = 0, from = 0;
+    swarm::SwarmMessage message;
+    std::vector<std::byte> payload;
+    std::uint64_t number = 0;  // kTimer: generation; kPiece*: serial; kHashed: shard
+    std::shared_ptr<peer::LocalVersion> version;  // kHashed, kCopied
+    bool good = false;  // kHashed
+  };
+
+  void schedule(Event e) { events_.schedule(std::move(e)); }
+  void drain(std::size_t peer);
+  void arm(std::size_t peer);
+  void dispatch(Event& e);
+  std::optional<std::size_t> index_of(const PeerId& id) const;
+  void drop_landings(std::size_t a, std::size_t b);
+
+  peer::PeerCoreConfig config_;
+  sim::GossipNetwork gossip_;
+  core::VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
+  std::vector<Peer> peers_;
+  std::set<std::size_t> silent_;
+  std::map<std::tuple<std::size_t, std::size_t, swarm::MessageType>, std::size_t> messages_;
+  // Pieces between their header and their last byte, by serial.
+  std::map<std::uint64_t, std::tuple<std::size_t, std::size_t, std::optional<peer::PieceLanding>>> landings_;
+  std::uint64_t next_serial_ = 1;
+  Duration latency_ = std::chrono::microseconds(200);
+};
+
+}  // namespace tensorhub::testing
