@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Multi-process swarm tests on loopback with real `tensorhub peer` processes.
 
-1. 8 peers: one publishes, seven fetch; every file matches byte for byte.
+1. 8 peers: one publishes, seven fetch; every file matches byte for byte. The
+   publisher's daemon fetches its own version into a file too.
 2. A holder is SIGKILLed mid-fetch; every survivor still completes verified.
 3. A peer serving corrupted bytes (test-only flag) is detected and avoided.
 4. A late joiner catches up to the head.
@@ -121,6 +122,13 @@ def main():
             t0 = time.monotonic()
             fetch_all(swarm, workers, model)
             print(f"1. 7 workers fetched 48 MiB from 1 publisher in {time.monotonic() - t0:.2f}s, all byte-identical")
+            # The publisher's own daemon fetches what it published: a copy, and it goes on serving.
+            fetch_all(swarm, ["pub"], model)
+            late = "w8"
+            swarm.start(late, seeds=["pub"])
+            wait_for("w8 to learn v1", lambda: swarm.head(late) == 1, 20)
+            fetch_all(swarm, [late], model)
+            print("1. the publisher's daemon fetched its own version into a file, byte-identical, and still served it")
 
             # 2. v2 while a holder is killed mid-fetch.
             model2 = os.path.join(workdir, "policy-v2.safetensors")

@@ -195,3 +195,46 @@ TEST_CASE("peer core: two manifests signed for one version are kept as proof and
   // The next publication skips the poisoned number.
   CHECK(net.core(0).next_version("policy").version == 2);
 }
+
+TEST_CASE("peer core: the last holder of the head defers its release until another holds it, or until the bound") {
+  PeerCoreConfig config;
+  config.retention = swarm::RetentionPolicy{1, 500ms};
+  PeerNetwork net(7, config);
+  add_peers(net, 3);
+  const auto image = small_model(8, 256u << 10);
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto f1 = net.fetch(1, "policy", 1);
+  REQUIRE(f1.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*f1); }, 20s));
+  // One other holder: the publisher's release does not wait.
+  REQUIRE(net.run_until([&] { return net.core(0).replicas((*published)->id) == 1; }, 10s));
+  bool publisher_released = false;
+  net.release(0, *published, ReleaseMode::kHonourRetention, [&] { publisher_released = true; });
+  CHECK(publisher_released);
+  // Peer 1 is the last holder now: its release waits while nobody else holds it.
+  REQUIRE(net.run_until([&] { return net.core(1).replicas((*published)->id) == 0; }, 10s));
+  bool released1 = false;
+  net.release(1, *f1, ReleaseMode::kHonourRetention, [&] { released1 = true; });
+  net.run_for(400ms);
+  CHECK_FALSE(released1);
+  CHECK(net.core(1).find((*f1)->id) == *f1);  // still served
+  auto f2 = net.fetch(2, "policy", 1);
+  REQUIRE(f2.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*f2); }, 20s));
+  // Peer 2 holds it complete, so peer 1 lets go, before its 500 ms bound.
+  REQUIRE(net.run_until([&] { return released1; }, 5s));
+  // Peer 2, the last holder, waits out its bound: 500 ms of virtual time, exactly.
+  REQUIRE(net.run_until([&] { return net.core(2).replicas((*published)->id) == 0; }, 10s));
+  bool released2 = false;
+  const TimePoint asked = net.now();
+  TimePoint at = kTimeNever;
+  net.release(2, *f2, ReleaseMode::kHonourRetention, [&] {
+    released2 = true;
+    at = net.now();
+  });
+  REQUIRE(net.run_until([&] { return released2; }, 5s, 1ms));
+  CHECK(at - asked >= 500ms);
+  CHECK(at - asked < 510ms);
+}
