@@ -195,7 +195,7 @@ TEST_CASE("peer: a data lane count out of range is refused at start") {
   CHECK(peer.status().message().find("data lanes must be 1 to 8") != std::string::npos);
 }
 
-TEST_CASE("peer: a fetch of a version this peer published is a copy; dropping either handle leaves the other whole") {
+TEST_CASE("peer: a fetch of a version this peer published is a copy, dropping either handle leaves the other whole") {
   const Identity publisher_id = GossipNetwork::identity_for(640);
   auto publisher = start_peer(640, publisher_id.public_key(), {});
   auto image = small_model(24, 1u << 20);
