@@ -414,6 +414,7 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     s.scheme = *parsed_scheme;
     f.text("membership", s.membership);
     if (s.membership != "ideal" && s.membership != "gossip") f.fail("membership", "must be \"ideal\" or \"gossip\"");
+    f.boolean("manifest_round_trip", s.manifest_round_trip);
     f.gbps("storage_gbps", s.topology.storage_bytes_per_second);
     if (f.has("broadcast")) {
       Fields b(f.take("broadcast"), "broadcast");

@@ -33,6 +33,7 @@
 //     },
 //     "swarm": {"max_neighbours": 16, "upload_slots": 8, "pipeline_blocks": 8, "super_seed": true},
 //     "membership": "ideal",              // swarm: "ideal" (told at once) or "gossip" (the real gossip cores)
+//     "manifest_round_trip": true,        // gossip: a new head's manifest costs a round trip to a peer naming it
 //     "scheme": "swarm",                  // or a baseline: "direct_pull", "storage", "broadcast"
 //     "storage_gbps": 400,                // the storage service's aggregate rate (storage scheme)
 //     "broadcast": {"chunk": "4MiB", "rebuild_s": 10,   // the ring's chunk; a failure's rebuild cost;
@@ -175,6 +176,10 @@ struct Scenario {
   // traffic) or "gossip" (every peer runs the real gossip core; records,
   // SWIM probes and push-pull travel with the topology's latency).
   std::string membership = "ideal";
+  // Gossip membership: a worker asks a peer that names a new head for its
+  // manifest over the data plane, one round trip (false: the manifest
+  // comes with the record that names the head, as if free).
+  bool manifest_round_trip = true;
   BaselineSpec baseline;
   double hash_bytes_per_second = 100e9 / 8;
   Duration failure_detection = std::chrono::seconds(2);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
 
 namespace tensorhub::sim {
 
@@ -23,6 +25,27 @@ swarm::SwarmConfig swarm_config(const Scenario& s) {
   return c;
 }
 
+// Each distinct manifest encoding is decoded once for every core.
+class SharedManifestDecoder final : public peer::ManifestDecoder {
+ public:
+  Result<std::shared_ptr<const Manifest>> decode(std::span<const std::uint8_t> encoded) override {
+    std::string key(reinterpret_cast<const char*>(encoded.data()), encoded.size());
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    auto m = decode_manifest(encoded);
+    if (!m) return m.status();
+    auto shared = std::make_shared<const Manifest>(std::move(*m));
+    cache_.emplace(std::move(key), shared);
+    return shared;
+  }
+
+ private:
+  std::unordered_map<std::string, std::shared_ptr<const Manifest>> cache_;
+};
+
+// The key that signs every version (any identity: the trainer's).
+constexpr std::uint64_t kTrainerKeyIndex = 1'000'000'007;
+
 }  // namespace
 
 SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network)
@@ -31,10 +54,19 @@ SwarmSimulation::SwarmSimulation(const Scenario& scenario, NetworkModel& network
       topology_(scenario.topology, network),
       layout_{scenario.model.size, scenario.model.shard_size, scenario.model.flow_size},
       rng_(scenario.seed),
-      link_faults_(topology_, network) {
+      link_faults_(topology_, network),
+      trainer_key_(GossipNetwork::identity_for(kTrainerKeyIndex)),
+      decoder_(std::make_shared<SharedManifestDecoder>()) {
   add_peers();
-  ledger_.emplace(scenario.workload, workers_.size(), place_peers(scenario).first_spot_worker);
+  const std::size_t first_spot = place_peers(scenario).first_spot_worker;
+  ledger_.emplace(scenario.workload, workers_.size(), first_spot);
   if (scenario.membership == "gossip") start_gossip();
+  // Spot workers are not there yet; everyone else starts now.
+  std::vector<bool> absent(peers_.size(), false);
+  for (std::size_t s = first_spot; s < workers_.size(); ++s) absent[workers_[s]] = true;
+  for (std::uint32_t p = 0; p < peers_.size(); ++p) {
+    if (!absent[p]) peers_[p].core = new_core(p);
+  }
 }
 
 SwarmSimulation::~SwarmSimulation() = default;
@@ -54,7 +86,6 @@ void SwarmSimulation::add_peers() {
     workers_.push_back(p);
   }
   join_first_worker_ = placement.join_first_worker;
-  for (std::size_t s = placement.first_spot_worker; s < workers_.size(); ++s) peers_[workers_[s]].core.reset();  // absent until they join
   for (std::size_t j = 0; j < w.joins.size(); ++j) events_.schedule(Event{w.joins[j].at, Kind::kJoin, 0, 0, {}, j});
   if (w.interval.count() > 0) {
     for (std::uint32_t v = 1; v <= w.versions; ++v) {
@@ -82,7 +113,7 @@ std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::u
   // Everyone knows where everyone is (gossip's records carry the labels):
   // one book that every core reads.
   locations_->set(p.id, p.location);
-  p.core = new_core(p);
+  p.seed = rng_.next();
   p.trainer = trainer;
   p.rank = rank;
   const auto index = static_cast<std::uint32_t>(peers_.size());
@@ -91,8 +122,16 @@ std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::u
   return index;
 }
 
-std::unique_ptr<swarm::SwarmCore> SwarmSimulation::new_core(const SimPeer& p) {
-  return std::make_unique<swarm::SwarmCore>(swarm_config(scenario_), p.location, p.id, rng_.next(), locations_);
+std::unique_ptr<peer::PeerCore> SwarmSimulation::new_core(std::uint32_t peer) {
+  const SimPeer& p = peers_[peer];
+  peer::PeerCoreConfig c;
+  c.swarm = swarm_config(scenario_);
+  c.location = p.location;
+  c.trusted_publishers = {trainer_key_->public_key()};
+  c.retention = swarm::RetentionPolicy{0, Duration(0)};  // the driver releases what it no longer needs
+  c.super_seed = scenario_.swarm.super_seed;
+  return std::make_unique<peer::PeerCore>(std::move(c), p.id, p.seed, gossip_ ? &gossip_->core(peer) : nullptr,
+                                          locations_, decoder_);
 }
 
 void SwarmSimulation::join(std::size_t index) {
@@ -101,24 +140,29 @@ void SwarmSimulation::join(std::size_t index) {
   std::vector<std::uint32_t> joined;
   for (std::size_t w = join_first_worker_[index]; w < join_first_worker_[index + 1]; ++w) {
     const std::uint32_t peer = workers_[w];
-    SimPeer& p = peers_[peer];
-    p.core = new_core(p);
+    peers_[peer].seed = rng_.next();
     ledger_->worker_joined(w, now());
     joined.push_back(peer);
   }
   if (gossip_) {
     // They join through a trainer rank and learn the rest (and the head) by gossip.
     const std::vector<std::size_t> seeds{trainers_.front()};
-    for (std::uint32_t peer : joined) gossip_->restart(peer, seeds);
+    for (std::uint32_t peer : joined) {
+      gossip_->restart(peer, seeds);
+      peers_[peer].core = new_core(peer);
+    }
     return advance_workload();
   }
+  for (std::uint32_t peer : joined) peers_[peer].core = new_core(peer);
   if (latest == 0) return advance_workload();  // nothing published yet: they fetch with everyone
-  // Ideal membership: a joiner learns every live holder of the head at once,
-  // and the workers still fetching it learn of the joiners.
+  // Ideal membership: a joiner gets the head's manifest and learns every
+  // live holder of it at once, and the workers still fetching it learn of
+  // the joiners.
   const ManifestId id = version_id(latest);
   for (std::uint32_t peer : joined) {
     SimPeer& p = peers_[peer];
-    p.core->fetch(now(), id, layout_, core::Bitfield(layout_.shard_count()));
+    (void)p.core->learn_manifest(now(), manifest(latest));
+    drain(peer);  // it fetches the head
     const auto& done = ledger_->outcomes()[latest - 1].worker_done;
     for (std::uint32_t t : trainers_) {
       if (alive(t)) p.core->add_holder(now(), id, peers_[t].id, /*complete=*/true);
@@ -130,28 +174,49 @@ void SwarmSimulation::join(std::size_t index) {
   }
   for (std::uint32_t other : workers_) {
     if (!alive(other) || std::find(joined.begin(), joined.end(), other) != joined.end()) continue;
-    for (std::uint32_t peer : joined) peers_[other].core->add_holder(now(), id, peers_[peer].id);
+    for (std::uint32_t peer : joined) peers_[other].core->add_holder(now(), id, peers_[peer].id, false);
     drain(other);
   }
   advance_workload();  // a join of no GPUs, or the last join after everything
 }
 
-ManifestId SwarmSimulation::version_id(std::uint32_t number) const {
-  ManifestId id;
-  core::SplitMix64 r(scenario_.seed * 1000003 + number);
-  for (std::size_t i = 0; i < id.bytes.size(); i += 8) {
-    const std::uint64_t v = r.next();
-    for (std::size_t b = 0; b < 8; ++b) id.bytes[i + b] = static_cast<std::uint8_t>(v >> (8 * b));
+const std::shared_ptr<const Manifest>& SwarmSimulation::manifest(std::uint32_t number) {
+  while (manifests_.size() < number) {
+    const auto n = static_cast<std::uint32_t>(manifests_.size() + 1);
+    ManifestBody body;
+    body.model = kModel;
+    body.version = n;
+    if (n > 1) body.parent = manifests_.back()->id();
+    body.publisher = trainer_key_->public_key();
+    body.shard_size = layout_.shard_size;
+    body.total_size = layout_.total_size;
+    body.tensors.push_back(TensorEntry{"weights", DType::kU8, {layout_.total_size}, 0, layout_.total_size});
+    // Digests drawn per version: every shard changes, as a training step changes every weight.
+    core::SplitMix64 r(scenario_.seed * 1000003 + n);
+    for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
+      ShardEntry e;
+      e.byte_offset = layout_.shard_offset(ShardIndex{s});
+      e.byte_length = layout_.shard_length(ShardIndex{s});
+      e.digest.size = 16;
+      const std::uint64_t a = r.next(), b = r.next();
+      std::memcpy(e.digest.bytes.data(), &a, 8);
+      std::memcpy(e.digest.bytes.data() + 8, &b, 8);
+      body.shards.push_back(e);
+    }
+    auto m = sign_manifest(std::move(body), *trainer_key_);
+    if (!m) throw std::invalid_argument("the simulated version cannot have a manifest: " + m.status().to_string());
+    manifests_.push_back(std::make_shared<const Manifest>(std::move(*m)));
+    version_numbers_[manifests_.back()->id()] = n;
   }
-  return id;
+  return manifests_[number - 1];
 }
 
 // --------------------------------------------------------------------------
 // The workload
 
 void SwarmSimulation::publish(std::uint32_t number) {
-  const ManifestId id = version_id(number);
-  version_numbers_[id] = number;
+  const std::shared_ptr<const Manifest> m = manifest(number);
+  const ManifestId id = m->id();
   ledger_->publish(number, now());
   const std::uint32_t ranks = scenario_.model.trainer_ranks;
   const std::uint32_t shards = layout_.shard_count();
@@ -159,32 +224,28 @@ void SwarmSimulation::publish(std::uint32_t number) {
     if (!alive(t)) continue;
     SimPeer& p = peers_[t];
     // The trainer's weights are the new version now: the old one is gone.
-    if (number > 1) p.core->stop(now(), version_id(number - 1));
-    core::Bitfield part(shards);
-    for (std::uint32_t s = p.rank; s < shards; s += ranks) part.set(s);
-    const bool whole = ranks == 1;
-    p.core->serve(now(), id, layout_, std::move(part),
-                  whole && scenario_.swarm.super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed
-                                                      : swarm::SwarmCore::ServeMode::kPlain);
-    drain(t);
-    if (gossip_) {
-      gossip_->core(t).set_head(gossip::HeadEntry{kModel, number, id});
-      if (number > 1) withdraw_holding(t, number - 1);
-      announce_holding(t, number, 1000);
+    if (number > 1) release(t, number - 1);
+    core::Bitfield part;  // empty: the whole version
+    if (ranks > 1) {
+      part = core::Bitfield(shards);
+      for (std::uint32_t s = p.rank; s < shards; s += ranks) part.set(s);
     }
+    auto published = p.core->publish(now(), m, {}, std::move(part));
+    if (!published) throw std::logic_error("a trainer rank could not publish: " + published.status().to_string());
+    drain(t);
   }
   if (gossip_) return;  // the workers hear of it by gossip
-  // Ideal membership: every worker learns of every trainer rank and every
-  // other worker (holders to be) of this version at once, in an order drawn
-  // for the version. Within one instant the first told ask first and take
-  // the holders' upload slots; in worker order that was rack after rack,
-  // and whole racks came late (scale-1024 at 140 GB: racks 0-3 all done
-  // by 1.05x the bound, racks 4-7 up to 1.88x; reversed, the other way).
+  // Ideal membership: every worker gets the manifest and learns of every
+  // trainer rank and every other worker (holders to be) of this version at
+  // once, in an order drawn for the version. Within one instant the first
+  // told ask first and take the holders' upload slots; in worker order that
+  // was rack after rack, and whole racks came late.
   std::vector<std::uint32_t> told(workers_.begin(), workers_.end());
   for (std::size_t i = told.size(); i > 1; --i) std::swap(told[i - 1], told[rng_.below(i)]);
   for (std::uint32_t w : told) {
     if (!alive(w)) continue;
-    peers_[w].core->fetch(now(), id, layout_, core::Bitfield(shards));
+    (void)peers_[w].core->learn_manifest(now(), m);
+    drain(w);  // it fetches the new head
   }
   for (std::uint32_t w : told) {
     if (!alive(w)) continue;
@@ -193,24 +254,38 @@ void SwarmSimulation::publish(std::uint32_t number) {
       if (alive(t)) p.core->add_holder(now(), id, peers_[t].id, /*complete=*/true);
     }
     for (std::uint32_t other : workers_) {
-      if (other != w && alive(other)) p.core->add_holder(now(), id, peers_[other].id);
+      if (other != w && alive(other)) p.core->add_holder(now(), id, peers_[other].id, false);
     }
     drain(w);
   }
+}
+
+void SwarmSimulation::release(std::uint32_t peer, std::uint32_t number) {
+  SimPeer& p = peers_[peer];
+  if (number == 0 || number > manifests_.size()) return;
+  if (auto v = p.core->find(manifests_[number - 1]->id())) {
+    p.core->release(now(), v, peer::ReleaseMode::kNow, nullptr);
+  }
+}
+
+void SwarmSimulation::on_head(std::uint32_t peer, const VersionInfo& head) {
+  SimPeer& p = peers_[peer];
+  auto number = version_numbers_.find(head.id);
+  if (p.trainer || number == version_numbers_.end() || number->second <= p.newest) return;
+  p.newest = number->second;
+  auto m = p.core->resolve(head.model, head.version);
+  if (!m) return;
+  (void)p.core->fetch(now(), *m, {});
 }
 
 void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status) {
   auto number = version_numbers_.find(version);
   if (number == version_numbers_.end() || !status.is_ok()) return;
   SimPeer& p = peers_[peer];
-  if (auto progress = p.core->progress(version)) requests_timed_out_ += progress->requests_timed_out;
+  if (auto progress = p.core->swarm().progress(version)) requests_timed_out_ += progress->requests_timed_out;
   ledger_->worker_done(number->second, p.worker, now());
   // A double buffer: the version before the one just completed is dropped.
-  if (number->second > 1) p.core->stop(now(), version_id(number->second - 1));
-  if (gossip_) {
-    if (number->second > 1) withdraw_holding(peer, number->second - 1);
-    announce_holding(peer, number->second, 1000);
-  }
+  if (number->second > 1) release(peer, number->second - 1);
   advance_workload();
 }
 
@@ -237,64 +312,15 @@ void SwarmSimulation::start_gossip() {
     gossip_->add_peer(gossip::Topology{node.dc_name, node.rack_name, node.host_name});
   }
   // Spot workers are not there yet; the rest start as a converged swarm.
-  for (std::uint32_t p = 0; p < peers_.size(); ++p) {
-    if (!alive(p)) gossip_->crash(p);
-  }
+  const std::size_t first_spot = place_peers(scenario_).first_spot_worker;
+  for (std::size_t s = first_spot; s < workers_.size(); ++s) gossip_->crash(workers_[s]);
   gossip_->preload_all();
   gossip_->on_event([this](std::size_t peer, const gossip::MemberEvent& e) {
-    on_member_event(static_cast<std::uint32_t>(peer), e);
+    SimPeer& p = peers_[peer];
+    if (!p.core) return;
+    p.core->on_member_event(now(), e);
+    drain(static_cast<std::uint32_t>(peer));
   });
-}
-
-void SwarmSimulation::on_member_event(std::uint32_t peer, const gossip::MemberEvent& e) {
-  SimPeer& p = peers_[peer];
-  if (!p.core) return;
-  switch (e.kind) {
-    case gossip::MemberEventKind::kDead:
-    case gossip::MemberEventKind::kLeft:
-    case gossip::MemberEventKind::kRemoved: p.core->peer_gone(now(), e.id); return drain(peer);
-    default: break;
-  }
-  if (!e.record) return;
-  const gossip::PeerRecord& r = e.record->record;
-  for (const gossip::HeadEntry& head : r.heads) {
-    auto number = version_numbers_.find(head.manifest_id);
-    if (!p.trainer && number != version_numbers_.end() && number->second > p.newest) {
-      start_fetch_from_gossip(peer, number->second);
-    }
-  }
-  for (const gossip::HoldingEntry& h : r.holdings) {
-    if (p.core->knows(h.manifest_id)) p.core->add_holder(now(), h.manifest_id, r.id, h.complete());
-  }
-  drain(peer);
-}
-
-void SwarmSimulation::start_fetch_from_gossip(std::uint32_t peer, std::uint32_t number) {
-  SimPeer& p = peers_[peer];
-  p.newest = number;
-  const ManifestId id = version_id(number);
-  p.core->fetch(now(), id, layout_, core::Bitfield(layout_.shard_count()));
-  for (const gossip::MemberView& m : gossip_->core(peer).members()) {
-    if (m.liveness != gossip::Liveness::kAlive || !m.record) continue;
-    for (const gossip::HoldingEntry& h : m.record->record.holdings) {
-      if (h.manifest_id == id) p.core->add_holder(now(), id, m.record->record.id, h.complete());
-    }
-  }
-  // As the runtime does once the manifest checks out: the head goes into its
-  // own record (so every record spreads it), and so does the fetch.
-  gossip_->core(peer).set_head(gossip::HeadEntry{kModel, number, id});
-  announce_holding(peer, number, 0);  // fetching: a neighbour for the other fetchers
-  drain(peer);
-}
-
-void SwarmSimulation::announce_holding(std::uint32_t peer, std::uint32_t number, std::uint16_t permille) {
-  gossip_->core(peer).set_holding(gossip::HoldingEntry{kModel, number, version_id(number), permille});
-  gossip_->pump(peer);
-}
-
-void SwarmSimulation::withdraw_holding(std::uint32_t peer, std::uint32_t number) {
-  gossip_->core(peer).remove_holding(kModel, number);
-  gossip_->pump(peer);
 }
 
 // --------------------------------------------------------------------------
@@ -428,7 +454,21 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       deliver_later(Event{now(), Kind::kDisconnected, to->second, peer, {}, 0});
     } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
       auto to = by_id_.find(send->peer);
-      if (to != by_id_.end()) deliver_later(Event{now(), Kind::kMessage, to->second, peer, send->message, 0});
+      if (to == by_id_.end()) continue;
+      if (send->message.type == swarm::MessageType::kGetManifest && !scenario_.manifest_round_trip) {
+        // Free: the answer is here at once, as if the record had carried it.
+        auto number = version_numbers_.find(send->message.version);
+        if (number != version_numbers_.end()) {
+          swarm::SwarmMessage reply;
+          reply.type = swarm::MessageType::kManifest;
+          reply.version = send->message.version;
+          const auto encoded = manifests_[number->second - 1]->encoded();
+          reply.bytes.assign(encoded.begin(), encoded.end());
+          p.core->on_message(now(), send->peer, reply);
+          continue;
+        }
+      }
+      deliver_later(Event{now(), Kind::kMessage, to->second, peer, std::move(send->message), 0});
     } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
       auto to = by_id_.find(serve->peer);
       if (to == by_id_.end()) continue;
@@ -440,27 +480,34 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       auto it = pipes_.find({peer, to->second});
       if (it == pipes_.end()) continue;
       std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.version == drop->version; });
-    } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
+    } else if (auto* cancel = std::get_if<peer::CancelQueuedPiece>(&*action)) {
+      // As the data connection does: a piece still queued is dropped.
+      auto to = by_id_.find(cancel->peer);
+      if (to == by_id_.end()) continue;
+      auto it = pipes_.find({peer, to->second});
+      if (it == pipes_.end()) continue;
+      std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.request_id == cancel->request_id; });
+    } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
       // One hasher per peer: shards wait for the previous one. A slow host's
       // rate when the shard is handed over holds for the whole shard.
-      const double bytes = static_cast<double>(layout_.shard_length(verify->shard));
+      const double bytes = static_cast<double>(layout_.shard_length(hash->shard));
       const double rate = scenario_.hash_bytes_per_second * hash_fraction(p.node);
       const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / rate));
       p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
-      Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, verify->shard.value};
-      e.message.version = verify->version;
+      Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, hash->shard.value};
+      e.message.version = hash->version->id;
       events_.schedule(std::move(e));
-    } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {
-      on_worker_done(peer, finished->version, finished->status);
+    } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
+      if (release->done) release->done();  // no piece holds simulated memory
+    } else if (auto* done = std::get_if<peer::FetchDone>(&*action)) {
+      if (!p.trainer) on_worker_done(peer, done->version->id, done->status);
+    } else if (auto* head = std::get_if<peer::HeadChanged>(&*action)) {
+      on_head(peer, head->head);
+    } else if (std::holds_alternative<peer::GossipChanged>(*action)) {
+      if (gossip_) gossip_->pump(peer);
     }
-    else if (auto* held = std::get_if<swarm::ShardHeld>(&*action); held && gossip_ && !p.trainer) {
-      // Coarse progress in the record (the gossip core coalesces re-signing).
-      auto number = version_numbers_.find(held->version);
-      const core::Bitfield* have = p.core->have(held->version);
-      if (number != version_numbers_.end() && have) {
-        announce_holding(peer, number->second, static_cast<std::uint16_t>(999 * have->count() / have->size()));
-      }
-    }
+    // CopyShards never comes (simulated versions share no bytes); StateChanged
+    // and Report are for applications and operators.
   }
   arm(peer);
 }
@@ -482,21 +529,10 @@ void SwarmSimulation::dispatch(Event& e) {
   if (from_the_dead) return;
   const PeerId& from = peers_[e.from].id;
   switch (e.kind) {
-    case Kind::kMessage:
-      if (e.message.type == swarm::MessageType::kCancel) {
-        // As the data connection does: a piece still queued is dropped.
-        auto it = pipes_.find({e.to, e.from});
-        if (it != pipes_.end()) {
-          std::erase_if(it->second.queue,
-                        [&](const QueuedPiece& q) { return q.header.request_id == e.message.request_id; });
-        }
-        return;
-      }
-      p.core->on_message(now(), from, e.message);
-      break;
+    case Kind::kMessage: p.core->on_message(now(), from, e.message); break;
     case Kind::kPiece: {
-      auto target = p.core->begin_piece(now(), from, e.message);
-      p.core->on_piece(now(), from, e.message, target && target->length == e.message.length);
+      auto landing = p.core->begin_piece(now(), from, e.message);
+      p.core->on_piece(now(), from, e.message, landing && landing->length == e.message.length);
       break;
     }
     case Kind::kConnected:
@@ -510,7 +546,9 @@ void SwarmSimulation::dispatch(Event& e) {
     case Kind::kDisconnected: p.core->on_disconnected(now(), from); break;
     case Kind::kPeerGone: p.core->peer_gone(now(), from); break;
     case Kind::kVerified:
-      p.core->on_verified(now(), e.message.version, ShardIndex{static_cast<std::uint32_t>(e.number)}, true);
+      if (auto v = p.core->find(e.message.version)) {
+        p.core->on_shard_hashed(now(), v, ShardIndex{static_cast<std::uint32_t>(e.number)}, true);
+      }
       break;
     case Kind::kTimer:
       if (e.number != p.timer_generation) return;
@@ -554,7 +592,7 @@ SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimula
   result.flows = flows_started_;
   result.trainer_ranks = trainers_.size();
   for (const SimPeer& p : peers_) {
-    if (p.core) result.discarded_piece_bytes += p.core->discarded_piece_bytes();
+    if (p.core) result.discarded_piece_bytes += p.core->swarm().discarded_piece_bytes();
   }
   result.requests_timed_out = requests_timed_out_;
   if (gossip_) result.gossip_datagrams = gossip_->datagrams_sent();

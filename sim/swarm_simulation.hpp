@@ -9,18 +9,21 @@
 // connection: the next starts when the previous has left. Verification
 // takes shard bytes / hash rate, one shard after another per peer.
 //
+// Every peer runs the real peer core (src/peer/peer_core.hpp), the same
+// glue of gossip, head tracking and swarm that the runtime runs; this
+// driver plays the application: trainer ranks publish each version (rank r
+// the shards r, r+ranks, ...; a manifest signed by the trainer), and each
+// worker fetches every new head its core reports, keeping a double buffer.
+//
 // Membership is "ideal" or "gossip". Ideal: instead of running gossip,
-// every worker is told of every trainer rank and every other worker of a
-// version the moment it is published, and of a crashed peer
-// failure_detection later (what gossip would say, without its traffic).
-// Gossip: every peer also runs the real gossip core (sim/gossip_network.hpp,
-// messages delayed by the path's latency; their bytes are not put on the
-// links). The trainer announces each version as its head and holding; a
-// worker starts fetching a head when its gossip core reports it, takes its
-// neighbours from the holdings in the records it has, announces coarse
-// progress in its own record, and learns of a crash from SWIM. (The
-// manifest's own round trip is not modelled.) Deterministic either way: a
-// seed gives the same run.
+// every worker is handed the manifest and told of every trainer rank and
+// every other worker of a version the moment it is published, and of a
+// crashed peer failure_detection later (what gossip would say, without its
+// traffic). Gossip: every peer also runs the real gossip core
+// (sim/gossip_network.hpp, messages delayed by the path's latency; their
+// bytes are not put on the links), and the peer cores ask each other for
+// manifests over their data connections, as in the runtime. Deterministic
+// either way: a seed gives the same run.
 #pragma once
 
 #include <array>
@@ -46,7 +49,7 @@
 #include "sim/simulation_result.hpp"
 #include "sim/timeline.hpp"
 #include "sim/version_ledger.hpp"
-#include "swarm/swarm_core.hpp"
+#include "peer/peer_core.hpp"
 
 namespace tensorhub::sim {
 
@@ -83,7 +86,8 @@ class SwarmSimulation final : public FlowDriver {
     PeerId id;
     std::uint32_t node = 0;
     swarm::Location location;
-    std::unique_ptr<swarm::SwarmCore> core;
+    std::uint64_t seed = 0;  // its core's random stream
+    std::unique_ptr<peer::PeerCore> core;
     bool trainer = false;
     std::uint32_t rank = 0;    // trainers: which part of each version
     std::uint32_t worker = 0;  // workers: index in workers_
@@ -115,14 +119,18 @@ class SwarmSimulation final : public FlowDriver {
 
   void add_peers();
   std::uint32_t add_peer(std::uint32_t node, bool trainer, std::uint32_t rank);
-  ManifestId version_id(std::uint32_t number) const;
+  // The signed manifest of version `number` (built on first use).
+  const std::shared_ptr<const Manifest>& manifest(std::uint32_t number);
+  ManifestId version_id(std::uint32_t number) { return manifest(number)->id(); }
   void publish(std::uint32_t number);
   void fault(const FaultSpec& spec);
   // The fraction of hash_gbps the node's peers verify at now (slow hosts).
   double hash_fraction(std::uint32_t node) const;
   void crash(std::uint32_t peer);
   void join(std::size_t index);  // the workload's join `index`: its spot workers arrive
-  std::unique_ptr<swarm::SwarmCore> new_core(const SimPeer& p);
+  std::unique_ptr<peer::PeerCore> new_core(std::uint32_t peer);
+  // The application's part: a worker fetches each new head.
+  void on_head(std::uint32_t peer, const VersionInfo& head);
   void drain(std::uint32_t peer);
   void arm(std::uint32_t peer);
   void dispatch(Event& e);
@@ -134,14 +142,9 @@ class SwarmSimulation final : public FlowDriver {
   void on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status);
   // After a completion or a crash: the next version, or the end.
   void advance_workload();
-  // Gossip mode.
+  // The version `peer` holds, released at once (nothing happens when it holds none).
+  void release(std::uint32_t peer, std::uint32_t number);
   void start_gossip();
-  void on_member_event(std::uint32_t peer, const gossip::MemberEvent& event);
-  // A worker begins fetching version `number`, with every holder its gossip
-  // core knows of as a candidate.
-  void start_fetch_from_gossip(std::uint32_t peer, std::uint32_t number);
-  void announce_holding(std::uint32_t peer, std::uint32_t number, std::uint16_t permille);
-  void withdraw_holding(std::uint32_t peer, std::uint32_t number);
   bool alive(std::uint32_t peer) const { return peers_[peer].core != nullptr; }
 
   const Scenario& scenario_;
@@ -162,6 +165,9 @@ class SwarmSimulation final : public FlowDriver {
   std::vector<std::size_t> join_first_worker_;  // see Placement
   std::size_t joins_done_ = 0;
   std::map<ManifestId, std::uint32_t> version_numbers_;
+  std::vector<std::shared_ptr<const Manifest>> manifests_;  // [number - 1]
+  std::optional<Identity> trainer_key_;  // signs every version
+  std::shared_ptr<peer::ManifestDecoder> decoder_;  // shared by every core: each manifest decoded once
   core::VirtualTimeQueue<Event> events_;
   std::unique_ptr<GossipNetwork> gossip_;  // gossip mode: peer i is gossip peer i
   std::uint64_t events_processed_ = 0;

@@ -154,6 +154,11 @@ std::uint64_t auto_shard_size(std::uint64_t image_size);
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);
 
+// Signs a body whose shard digests were computed elsewhere (another hasher,
+// a GPU). Fails when the body breaks any rule decode_manifest checks, or
+// names another publisher than `publisher`.
+Result<Manifest> sign_manifest(ManifestBody body, const Identity& publisher);
+
 // Strictly decodes a .manifest encoding: exact structure, canonical encodings
 // only, no trailing bytes, every limit above, shards that tile the image
 // exactly, tensors in bounds and non-overlapping. The error is one line and,

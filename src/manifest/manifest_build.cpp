@@ -53,6 +53,15 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
     s.digest = compute_shard_digest(options.shard_hash, image.subspan(s.byte_offset, s.byte_length));
   });
 
+  return sign_manifest(std::move(body), publisher);
+}
+
+Result<Manifest> sign_manifest(ManifestBody body, const Identity& publisher) {
+  if (body.publisher != publisher.public_key()) {
+    return Status::invalid_argument("the body names publisher " + body.publisher.short_hex() + ", not the signer " +
+                                    publisher.public_key().short_hex());
+  }
+  TENSORHUB_RETURN_IF_ERROR(manifest_detail::validate_body(body));
   const std::vector<std::uint8_t> body_bytes = manifest_detail::encode_body(body);
   const ManifestId id = manifest_detail::compute_manifest_id(body_bytes);
   const Signature signature = publisher.sign(manifest_detail::signing_message(id));

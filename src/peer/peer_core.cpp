@@ -402,8 +402,11 @@ void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersio
 }
 
 std::uint16_t PeerCore::permille(const LocalVersion& v) const {
+  // A publisher is an origin: it never fetches, so what it publishes (the
+  // whole version, or a trainer rank's part) counts as complete.
+  if (v.role == VersionRole::kPublished) return 1000;
   std::lock_guard lock(v.mutex);
-  if (v.state == VersionState::kComplete && v.progress.shards_verified == v.progress.shards_total) return 1000;
+  if (v.state == VersionState::kComplete) return 1000;
   return static_cast<std::uint16_t>(
       std::min<std::uint64_t>(999, 1000ull * v.progress.shards_verified / std::max<std::uint32_t>(1, v.progress.shards_total)));
 }
@@ -431,6 +434,7 @@ void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, con
     if (status.is_ok()) v->completed = now;
   }
   v->changed.notify_all();
+  actions_.push(FetchDone{v, status});
   const std::string what = v->model + " v" + std::to_string(v->number);
   if (v->role == VersionRole::kCopy) {
     state_changed();

@@ -85,6 +85,11 @@ struct ReleaseMemory {
   std::shared_ptr<LocalVersion> version;
   std::function<void()> done;
 };
+// A fetch (or private copy) ended: ok, or why not.
+struct FetchDone {
+  std::shared_ptr<LocalVersion> version;
+  Status status;
+};
 // A model has a new head (for subscribers).
 struct HeadChanged {
   VersionInfo head;
@@ -100,8 +105,8 @@ struct Report {
 };
 using PeerAction =
     std::variant<swarm::OpenConnection, swarm::CloseConnection, swarm::SendMessage, swarm::ServePiece,
-                 swarm::DropQueuedPieces, CancelQueuedPiece, HashShard, CopyShards, ReleaseMemory, HeadChanged,
-                 GossipChanged, StateChanged, Report>;
+                 swarm::DropQueuedPieces, CancelQueuedPiece, HashShard, CopyShards, ReleaseMemory, FetchDone,
+                 HeadChanged, GossipChanged, StateChanged, Report>;
 
 // Where an arriving piece's payload goes: `length` bytes at `offset` of the
 // version's destination.
@@ -143,7 +148,9 @@ class PeerCore {
   bool trusts(const PublicKey& publisher) const { return heads_.trusts(publisher); }
   // Serves `memory` as the version `manifest` describes and announces it as
   // the head. `have`: the shards held (empty: all of them; a part is served
-  // plainly, never super-seeded).
+  // plainly, never super-seeded). A publisher is an origin: gossip names it
+  // a complete holder of what it publishes, a part included (a trainer
+  // rank's, in the simulator).
   // Errors: kAlreadyExists (another publication took that number meanwhile:
   // build again with next_version), kVerifyFailed (untrusted or broken chain),
   // kInvalidArgument (memory of another size).
