@@ -101,6 +101,7 @@ struct Peer::Impl {
 struct PeerAccess {
   using Impl = Peer::Impl;
   static std::unique_ptr<Peer> make(std::unique_ptr<Impl> impl) { return std::unique_ptr<Peer>(new Peer(std::move(impl))); }
+  static Impl& impl(Peer& peer) { return *peer.impl_; }
 };
 
 namespace {
@@ -172,6 +173,8 @@ Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions in
   impl->thread = std::thread([raw] { raw->io.run(); });
   return PeerAccess::make(std::move(impl));
 }
+
+void post_to_io_thread(Peer& peer, std::function<void()> fn) { asio::post(PeerAccess::impl(peer).io, std::move(fn)); }
 
 }  // namespace peer
 

@@ -2,6 +2,7 @@
 // the baselines' leeches and the tests' corrupt holders.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "tensorhub/peer.hpp"
@@ -20,5 +21,10 @@ struct InternalOptions {
 // Peer::start with internal options.
 Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions internal, Identity identity,
                                          SwarmKey swarm_key);
+
+// Queues `fn` on the peer's I/O thread, behind whatever is queued there
+// (benchmarks measure the thread's lag with it: gossip datagrams wait in
+// the same queue).
+void post_to_io_thread(Peer& peer, std::function<void()> fn);
 
 }  // namespace tensorhub::peer
