@@ -10,7 +10,8 @@
 //  - lag: how long a task posted to T's I/O thread waits to run. Gossip
 //    datagrams (and so the acks SWIM's probes wait for) queue there too.
 // Reported as p50 / p99 / max for an idle second before, and for the busy
-// phase. The goal (issue: peer core) is p99 under 20 ms for both.
+// phase, with probes on a fixed schedule (see Sampler). The goal (issue:
+// peer core) is p99 under 20 ms for both.
 //
 // Usage: bench_io_latency [--size BYTES] [--json]
 #include <algorithm>
@@ -66,30 +67,49 @@ Quantiles quantiles(std::vector<double> ms) {
   return q;
 }
 
-// Samples T's status round trip and I/O-thread lag until `stop`.
+// Samples T's status round trip and I/O-thread lag until `stop`, on a
+// schedule of one probe each per period. A probe that takes longer than a
+// period also stands for the probes due meanwhile, each with the wait it
+// would have seen (the correction for coordinated omission): a request
+// arriving at a random moment, as a gossip datagram does, waits out
+// whatever stall is under way.
 struct Sampler {
   explicit Sampler(Peer& p) : peer(p) {}
   Peer& peer;
   std::vector<double> status_ms, lag_ms;
   std::atomic<bool> stop{false};
+  static constexpr auto kPeriod = 2ms;
+
+  static double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+  // Records the probe due at `due` that ended at `end`, and those due meanwhile.
+  static void record(std::vector<double>& out, Clock::time_point due, Clock::time_point end, Clock::duration own) {
+    out.push_back(ms(own));
+    for (auto missed = due + kPeriod; missed < end; missed += kPeriod) out.push_back(ms(end - missed));
+  }
 
   void run() {
+    auto due = Clock::now();
     while (!stop.load()) {
-      const auto t0 = Clock::now();
+      std::this_thread::sleep_until(due);
+      auto t0 = Clock::now();
       (void)peer.status_json();
-      status_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      auto end = Clock::now();
+      record(status_ms, due, end, end - t0);
 #if BENCH_HAS_IO_LAG
       std::atomic<bool> ran{false};
-      const auto posted = Clock::now();
-      double lag = 0;
+      Clock::time_point started;
+      t0 = Clock::now();
       peer::post_to_io_thread(peer, [&] {
-        lag = std::chrono::duration<double, std::milli>(Clock::now() - posted).count();
+        started = Clock::now();
         ran = true;
       });
-      while (!ran.load()) std::this_thread::sleep_for(100us);
-      lag_ms.push_back(lag);
+      while (!ran.load()) std::this_thread::sleep_for(50us);
+      record(lag_ms, t0, started, started - t0);
 #endif
-      std::this_thread::sleep_for(2ms);
+      due += kPeriod;
+      const auto now = Clock::now();
+      if (due < now) due = now;  // the probes due meanwhile were recorded above
     }
   }
 };
