@@ -8,6 +8,7 @@
 
 #include "core/byte_size.hpp"
 #include "core/random_fill.hpp"
+#include "tensorhub/manifest.hpp"
 
 namespace tensorhub::sim {
 namespace {
@@ -156,7 +157,8 @@ void read_model(const json& j, ModelSpec& m) {
   Fields f(j, "model");
   if (!f.has("size")) f.fail("size", "is required");
   f.size("size", m.size, 1, 1ull << 50);
-  f.size("shard_size", m.shard_size, 4096, 1ull << 40);
+  f.size("shard_size", m.shard_size, kMinShardSize, kMaxShardSize);
+  if ((m.shard_size & (m.shard_size - 1)) != 0) f.fail("shard_size", "must be a power of two (64KiB to 1GiB), as in a manifest");
   f.size("flow_size", m.flow_size, 4096, 1ull << 31);
   f.integer("trainer_ranks", m.trainer_ranks, 1, 65536);
   f.finish();

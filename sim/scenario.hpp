@@ -19,6 +19,7 @@
 //       "wan_gbps": 400, "wan_latency_ms": 10  // between datacenters, each direction
 //     },
 //     "model": {"size": "2GiB", "shard_size": "16MiB", "flow_size": "1MiB", "trainer_ranks": 1},
+//                                         // shard_size: a power of two, 64KiB to 1GiB (a manifest's)
 //     "workload": {
 //       "kind": "standalone",             // "elastic" (with joins) or "cross_datacenter" (rollouts remote)
 //       "versions": 1, "interval_s": 0,   // 0: the next version once every worker has the last

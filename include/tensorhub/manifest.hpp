@@ -137,14 +137,9 @@ struct ManifestBuildOptions {
 // 256 MiB] (2 GiB: 1 MiB; 14 GB: 4 MiB; 128 GiB: 64 MiB; 512 GiB and up:
 // 256 MiB). A holder serves a shard only once it has all of it and has
 // verified it, so every relay waits one shard's transfer at its share of a
-// link: a fetcher trails the publisher by about one shard per holder it
-// draws from, once when the swarm starts and once at its end, and the
-// swarm's distance from the bound grows with the shard's fraction of the
-// version (8 hosts, 2 GiB: 1.004x with 1 MiB shards, 1.024x with 4 MiB,
-// 1.09x with 16 MiB in the simulator; 1.08x against 1.09-1.11x S/B between
-// 1 and 4 MiB in the namespace cluster). Below 1 MiB a shard is less than
-// one request; above 256 MiB a shard's verification and first relay take
-// too long.
+// link, and the swarm's distance from the bound grows with the shard's
+// fraction of the version. Below 1 MiB a shard is less than one request;
+// above 256 MiB a shard's verification and first relay take too long.
 std::uint64_t auto_shard_size(std::uint64_t image_size);
 
 // Builds and signs the manifest of `image`, described by `tensors` (any order;

@@ -2,9 +2,8 @@
 // fetch writes into pages that are already mapped and backed instead of
 // faulting in fresh ones as bytes arrive. A rollout worker keeps its weight
 // buffers for its whole life; this gives the daemon the same property.
-// (Measured on this project's VMs: first touch of fresh memory runs at
-// 0.4-2 GB/s and took most of a fetching peer's CPU in the cluster bench;
-// reserved, touched memory is written at memory speed.)
+// First touch of fresh memory can be an order of magnitude slower than
+// writing touched memory on a VM.
 //
 // Daemon thread only.
 #pragma once

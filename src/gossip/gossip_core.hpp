@@ -245,15 +245,13 @@ class GossipCore {
   // another's): a gossip round goes out at once, not at the next
   // gossip_interval. Each peer does this once per new head, so a head
   // crosses the swarm in log(N) network delays rather than log(N) rounds
-  // of re-signing and gossip_interval (simulator, elastic rollout with
-  // full gossip: workers heard of a head 0.3-0.7 s after publication).
+  // of re-signing and gossip_interval.
   bool eager_round_due_ = false;
   // The record that brought the newest head, due with the eager round to
   // every host mate as well. With the random push alone about e^-6 of a
   // swarm hears a head a round (200 ms) late, and a host's mates fetch from
-  // each other over NVLink: simulator, scale-1024 at 14 GB, the worker
-  // missed started 126 ms after the rest and finished last, at 1.8x the
-  // 99th percentile. Host mates are few (a peer per GPU).
+  // each other over NVLink, so one mate late makes its node late. Host
+  // mates are few (a peer per GPU).
   std::optional<RecordPtr> head_news_;
   // The newest head version seen per model, for the rule above. Bounded:
   // past kMaxModelsTracked models, heads spread at the normal pace.

@@ -1,10 +1,9 @@
 // The holders a fetch knows of and is not connected to, bounded.
 //
 // A fetcher needs a few dozen neighbours, not every holder of a swarm of
-// 10,000 peers. Keeping every holder gossip names cost a real peer little,
+// 10,000 peers. Keeping every holder gossip names costs a real peer little,
 // but the simulator runs one fetch per peer, and a list per fetcher of every
-// other peer was 10^8 entries at 10,240 peers (and the nearest-candidate
-// scan walked all of them per connection).
+// other peer would be 10^8 entries at 10,240 peers.
 //
 // The list keeps two parts:
 // * the *near* part (three quarters of the capacity) prefers nearer holders
@@ -20,9 +19,8 @@
 // every update of their records.
 //
 // To fill its neighbourhood a fetcher takes the first in id order among the
-// nearest, so fetchers that know the same holders make the same choice; the
-// simulator measured that better than a draw per fetcher (standalone, seeds
-// 5 and 6: the last worker at 0.28 s against 0.55 s; why is not yet
+// nearest, so fetchers that know the same holders make the same choice (the
+// simulator finds that better than a draw per fetcher; why is not yet
 // understood). To find a holder of a shard no neighbour has, it draws
 // instead: there, the same choice everywhere is the same wrong guess
 // everywhere. `any` draws from the whole list.

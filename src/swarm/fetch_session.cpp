@@ -45,10 +45,8 @@ void FetchSession::add_candidate(TimePoint now, const PeerId& peer, Proximity pr
   starved_since_.reset();
   // Connect at the next timeout (due now), not at once: holders arrive in
   // bursts (a fetch starting, a gossip round, a publication), and choosing
-  // after the whole burst lets the nearest win. Connecting per candidate
-  // filled the neighbourhood with whoever was named first; in the simulator
-  // (8 GPUs per node) no peer had a same-node neighbour, and the median
-  // worker took 42x the bound.
+  // after the whole burst lets the nearest win; connecting per candidate
+  // would fill the neighbourhood with whoever is named first.
   if (!connect_due_) connect_due_ = now;
 }
 
@@ -80,11 +78,8 @@ void FetchSession::connect_more(TimePoint now) {
   while (!candidates_.empty()) {
     if (host_mates_ < kMaxHostMates && candidates_.any_at(Proximity::kSameHost)) {
       // Host mates are never refused, even past the limit: their blocks
-      // never cross the NIC, which is what the limit guards. With gossip
-      // naming holders as their records spread, the slots were full of far
-      // peers named first before the mates were known (simulator,
-      // scale-1024 at 14 GB: 3.4 mates of 7 as neighbours, 1.6x the NIC
-      // bytes of ideal membership).
+      // never cross the NIC, which is what the limit guards, and gossip may
+      // name them after far peers have taken every slot.
       connect_to(now, *candidates_.nearest(/*complete_only=*/false));  // a mate: the nearest there is
       continue;
     }
@@ -97,7 +92,7 @@ void FetchSession::connect_more(TimePoint now) {
   // At least one neighbour that holds everything, when gossip names one,
   // even past the limit: nearest-first can otherwise fill every slot with
   // fetchers that have nothing yet while the publisher is nobody's
-  // neighbour (seen in the simulator: no flow ever started).
+  // neighbour, and nothing would ever move.
   if (candidates_.complete_count() == 0) return;
   const bool have_complete = std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
     return entry.second.complete_source || entry.second.holds_all;
@@ -250,10 +245,10 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
   // another neighbour give what it could not: each rule of allowed_from
   // forbids more as holders appear (a mate holding the shard, a serving
   // peer holding what a super-seed would give), and a mate that now holds
-  // everything gives all of it itself. A full schedule per HAVE was most of
-  // the simulator's time at 10,240 peers (a HAVE goes to every neighbour
-  // and requester of the version). Endgame duplicates due for others wait
-  // for their timer, which last_scheduled_ still sets.
+  // everything gives all of it itself. A HAVE goes to every neighbour and
+  // requester of the version, so a full schedule per HAVE would cost
+  // O(neighbours) per HAVE. Endgame duplicates due for others wait for
+  // their timer, which last_scheduled_ still sets.
   fill(now, peer, n);
   check_starvation(now);
 }
@@ -349,10 +344,9 @@ bool outranks(const PeerId& a, const PeerId& b, ShardIndex shard) {
 }  // namespace
 
 bool FetchSession::share_is_mine(ShardIndex shard, Proximity beyond) const {
-  // Over every fetching mate we know of, neighbour or not: over neighbours
-  // alone, each of a datacenter's 512 fetchers shared a shard with its 20
-  // or so neighbours, so some 25 took each shard across the WAN (simulator,
-  // whatif-half-remote).
+  // Over every fetching mate we know of (candidates too, not only
+  // neighbours): a share among neighbours alone overlaps between fetchers,
+  // and a shard crosses once per overlap.
   const std::uint64_t mine = rendezvous_score(self_id_, shard);
   for (const auto& [id, n] : neighbours_) {
     const bool fetching_mate = n.proximity < beyond && n.connected && !n.holds_all;
@@ -387,9 +381,6 @@ void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardInde
   // We began it too, in the same instant (a HAVE or an unchoke reaches all
   // mates at once, and each picks the one new shard): the loser cancels
   // what it asked beyond the host, and gets the rest from the winner.
-  // Simulator, agreement-64: the NICs carried 325 GB without this, 272 GB
-  // with it (one copy per node is 256 GB; the rest is pieces already on
-  // the wire when cancelled).
   auto begun = shards_.find(shard.value);
   if (begun == shards_.end() || !left_to_a_mate(now, shard)) return;
   bool yielded = false;
@@ -435,50 +426,30 @@ void FetchSession::drop_claims_of(const PeerId& peer) {
   std::erase_if(mate_claims_, [&](const auto& entry) { return entry.second.peer == peer; });
 }
 
+// The source rules, in the order docs/swarm-policy.md states them. Each
+// shared link (a node's NIC, the WAN) should carry each shard about once.
 bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex shard) const {
   if (!n.has_bits || !n.bits.test(shard.value)) return false;
-  // A super-seed's uplink is for shards nobody else can give us yet: a
-  // second copy from it delays the first copies everyone is waiting for.
-  // A holder across the WAN does not count when the seed is nearer: the
-  // WAN rule below refuses that holder because the seed holds the shard,
-  // and with each rule deferring to the other, the namespace cluster's two
-  // datacenters left three hosts at 63 of 65 shards for good.
+  // 1. A super-seed's uplink is for first copies: no shard a serving peer
+  //    can give us. A remote holder counts only against a remote seed, so
+  //    that this rule and rule 3 never defer to each other.
   if (n.super_seed && held_by_a_serving_peer(shard, /*count_remote=*/n.proximity == Proximity::kRemote)) return false;
+  // 2. A host mate may give anything: its blocks cross no shared link.
   if (n.proximity == Proximity::kSameHost) return true;
-  // Across a link shared with mates (the node's NIC with the peers of the
-  // node's other GPUs; the WAN with the datacenter): only what none of them
-  // can give us. Simulator, 12 nodes x 8 GPUs at 10 Gbit/s: without that
-  // every peer pulled the whole version through the one NIC (last 3.2x the
-  // bound); with it and a rendezvous share, 2.1x.
+  // 3. Across a shared link, only what no mate on our side of it holds
+  //    (the rack's peers for the NIC, the datacenter's for the WAN).
   const Proximity mates = n.proximity == Proximity::kRemote ? Proximity::kRemote : Proximity::kSameRack;
   if (held_within(shard, mates)) return false;
-  // The node's NIC: what a host mate brings across, the others leave to it
-  // (its kFetching claim). A rendezvous share alone left a fetcher idle
-  // whenever no neighbour held its share, and an idle fetcher took
-  // anything, mates' shards in flight included (simulator, standalone: 60%
-  // of the NIC's requests; the NICs carried 1.25x the version per node,
-  // now 1.00x).
-  // The WAN keeps the share, and the holder's deferrals (kDeferred): a
-  // carrier that yielded to a claim would leave its mates deferred to it
-  // (cross-dc: every worker waited a request timeout). Only our share of
-  // it (a mate brings the rest; when we have nothing at all in flight, we
-  // take anything from a complete source rather than wait, and from other
-  // holders after a request timeout), and only so much at once. A shard
-  // begun across the WAN is finished by whoever began it: left half-done
-  // while its taker turned to its share, it was begun again by other idle
-  // mates (simulator, cross-dc: with the WAN holders' deferrals of
-  // SwarmCore, 1.00x the version over the WAN either way, but the last
-  // worker at 0.97 s against 0.68 s when begun shards wait).
+  // 4. Within the datacenter: not what a host mate claims to bring across
+  //    the NIC (its kFetching), unless the claim has lapsed.
   if (n.proximity != Proximity::kRemote) return !left_to_a_mate(now, shard);
+  // Across the WAN:
+  // 5. A shard begun across it is finished by whoever began it.
   const bool begun_across = shards_.count(shard.value) != 0;
-  // Only a source gossip named complete (the publisher's ranks) defers a
-  // second copy into our datacenter to its carrier; a holder that fetched
-  // the shard itself defers only its own duplicates. With rollout workers
-  // on both sides, 512 such holders each sent the same shard across once
-  // (whatif-half-remote: the WAN carried 4.3x the version, the last worker
-  // 12.2 s against a 2.8 s bound). So across the WAN a shard that a
-  // complete source we are connected to holds is asked of it alone, and
-  // the exemptions from the share below hold only for complete sources.
+  // 6. A shard that a connected complete source holds is asked of that
+  //    source alone: only a complete source (a publisher) defers second
+  //    copies into our datacenter to their carrier; other holders defer only
+  //    their own duplicates.
   if (!begun_across && !n.complete_source) {
     for (const auto& [id, other] : neighbours_) {
       if (other.proximity == Proximity::kRemote && other.complete_source && other.connected && other.has_bits &&
@@ -487,25 +458,18 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
       }
     }
   }
-  // A shard that one holder across the WAN alone shows us is no share of
-  // anyone's: that holder sends each shard into a datacenter once and defers
-  // other askers to its carrier (kDeferred), so asking it costs no second
-  // crossing. Held to the share, a fetcher whose WAN holders' parts held
-  // little of its share idled (simulator, cross-dc with 32 MiB shards, one
-  // trainer rank per part: the WAN at half its rate, last worker 1.265 s;
-  // 0.656 s without, still 1.00x the version across). Where several hold
-  // it, each defers only its own duplicates, and the share keeps them apart
-  // (namespace cluster, two datacenters: 1.08x the version across with it,
-  // 1.10-1.11x without).
+  // 7. Only our rendezvous share of the shards, except a shard that one
+  //    complete source alone shows us (it defers the other askers itself),
+  //    and except when we have nothing in flight: then at once from a
+  //    complete source, from another holder after a request timeout (the
+  //    mate whose share it is may not be bringing it).
   const bool sole_holder_across = holders_at(shard, Proximity::kRemote) == 1 && n.complete_source;
-  // With nothing in flight we take anything rather than wait: at once from
-  // a complete source, from another holder only after a request timeout
-  // (the mate whose share it is may not be bringing it).
   const bool idle = in_flight_total() == 0 &&
                     (n.complete_source || (idle_since_ && now >= *idle_since_ + config_.request_timeout));
   if (!begun_across && !sole_holder_across && !idle && !share_is_mine(shard, mates)) return false;
-  // The holder said a mate carries it into this datacenter (kDeferred).
+  // 8. Not while the holder says a mate carries it into our datacenter (kDeferred).
   if (auto d = wan_deferred_until_.find(shard.value); d != wan_deferred_until_.end() && now < d->second) return false;
+  // 9. At most max_wan_requests in flight across the WAN.
   return wan_in_flight() < config_.max_wan_requests;
 }
 
@@ -513,9 +477,7 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   Shard& s = shard_state(shard);
   // Only shards asked within the datacenter are claimed: one begun across
   // the WAN may be deferred to a carrier elsewhere in the datacenter, and
-  // mates that left it to us would wait for the claim to lapse (simulator,
-  // cross-dc with one upload slot per GPU: a node's eight workers 0.78 s
-  // late).
+  // mates that left it to us would wait for the claim to lapse.
   if (!s.claimed && n.proximity != Proximity::kSameHost && n.proximity != Proximity::kRemote) {
     s.claimed = true;
     actions_.push(ClaimAction{shard});
@@ -623,8 +585,7 @@ void FetchSession::keep_slot_share(TimePoint now) {
   // Slots beyond the host, and whether we wait for more. A fetch that
   // pulls across the WAN is paced by the WAN, not by slots; and its
   // neighbours in the datacenter decide who carries what across
-  // (share_is_mine), which probes coming and going would unsettle
-  // (simulator, cross-dc: last worker 0.668 -> 0.702 s).
+  // (share_is_mine), which probes coming and going would unsettle.
   std::size_t held = 0;
   bool waiting = false;
   for (const auto& [peer, n] : neighbours_) {
@@ -675,9 +636,7 @@ void FetchSession::keep_slot_share(TimePoint now) {
     // Every other probe is drawn from the whole list, this side of the WAN.
     // The slots free at a moment can be a handful among a thousand peers
     // (each host offers as many as its peers may hold), and probing only
-    // the nearest never found them when they were in other racks
-    // (simulator, scale-1024 seed 6: two peers of a node probed their own
-    // rack for 0.28 s, and the node took its version at 75% of its NIC).
+    // the nearest never finds them when they are in other racks.
     PeerId probe = *candidates_.nearest(/*complete_only=*/false, &rng_);
     if (probe_far_) {
       const PeerId far = candidates_.any(rng_);
@@ -817,7 +776,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   // change, except: cancelled endgame duplicates free their holders' slots,
   // a block across the WAN frees WAN budget, and with nothing left in
   // flight a fetcher takes shards outside its share. A full schedule per
-  // block was a quarter of the simulator's instructions (agreement-256).
+  // block would cost O(shards) per block.
   if (cancels_others || !from || from->proximity == Proximity::kRemote || in_flight_total_ == 0) {
     return schedule(now);
   }
@@ -889,13 +848,11 @@ const FetchSession::Neighbour* FetchSession::find_neighbour(const PeerId& peer) 
 TimePoint FetchSession::deadline_of(TimePoint sent, const Neighbour* n) const {
   // A holder answers a connection's requests in order, and a busy one has a
   // queue: what counts is how long it has gone without delivering anything,
-  // not how old this request is. (A fixed deadline per request re-asked 328
-  // blocks elsewhere in one 8-host run, and the first answers still came:
-  // 0.16x the version carried for nothing.)
+  // not how old this request is: a deadline per request re-asks blocks
+  // whose answers are merely queued behind others, and both copies come.
   if (n == nullptr) return sent + config_.request_timeout;
   // Across the WAN the link is thinner and shared by every mate's flows, so a
-  // healthy holder's gaps are longer (measured: 17 false timeouts at 200
-  // Mbit/s with the plain timeout).
+  // healthy holder's gaps are longer.
   // And a holder that is merely slow (a thin or shared link) delivers at a
   // steady pace: it is given several of its usual gaps before it counts as
   // silent (without this, an unlabelled 200 Mbit/s link collapsed under
@@ -1073,18 +1030,16 @@ void FetchSession::check_starvation(TimePoint now) {
       // Drawn, not the first in id order: gossip does not say which shards
       // a holder has, and with every fetcher asking the same holder first a
       // trainer rank that holds an eighth of the version could be nobody's
-      // neighbour until the trade below (simulator, agreement-256 seeds 2
-      // and 5: every worker waited 0.8 s).
+      // neighbour until the trade below.
       auto more = candidates_.nearest(/*complete_only=*/true, &rng_);
       connect_to(now, more ? *more : *candidates_.nearest(/*complete_only=*/false, &rng_));
       return;
     }
     // Past that too, once starved for a request_timeout: trade a neighbour
     // that holds nothing we want for a candidate, complete ones first, at
-    // most every request_timeout / 4 (swap_due_ wakes us for it).
-    // Stopping here instead was a silent hang: simulator, 8 trainer ranks
-    // each holding an eighth, standalone seed 7: one rank's shards reached
-    // no worker.
+    // most every request_timeout / 4 (swap_due_ wakes us for it). Without
+    // the trade, a holder of shards no neighbour has (a trainer rank's part)
+    // could stay out of reach for good.
     if (!trade_since_) trade_since_ = now;
     const TimePoint due = std::max(*trade_since_ + config_.request_timeout, last_swap_ + config_.request_timeout / 4);
     if (now < due) {

@@ -176,9 +176,8 @@ class FetchSession {
   // connected and unchoked, neither a host mate (served outside the slots)
   // nor a super-seed (a publisher's slots carry what nobody else has yet).
   // One with nothing we want counts too: counting only those with requests
-  // in flight, fetchers took every unchoke of their first moments, when
-  // nothing is in flight yet (simulator, standalone: last worker 0.218 s
-  // against 0.202 s).
+  // in flight, a fetcher would take every unchoke of its first moments,
+  // when nothing is in flight yet.
   std::size_t slot_sources() const;
   // How many upload slots of holders beyond the host this fetch holds at
   // once: the share of its host's slots that it offers (SwarmCore). 0, the
@@ -203,11 +202,9 @@ class FetchSession {
   // cancels its requests for it beyond the host.
   // Ignored unless `peer` is a neighbour on this host.
   void on_mate_fetching(TimePoint now, const PeerId& peer, ShardIndex shard);
-  // The mate withdrew its claim on `shard` (kNotFetching). A mate choked
-  // mid-shard kept the others from the shard until its claim lapsed, a
-  // request timeout (simulator, standalone with slots changing hands every
-  // 1/16 of the version: 200 of 240 workers idle for 0.6 s, the trainer
-  // ranks' slots held by mates of the choked claimer).
+  // The mate withdrew its claim on `shard` (kNotFetching): without the
+  // withdrawal, a mate choked mid-shard keeps the others from the shard
+  // until its claim lapses, a request timeout.
   void on_mate_not_fetching(TimePoint now, const PeerId& peer, ShardIndex shard);
   // Whether a payload for this block may be written into the destination
   // now: the block is still missing and its shard is not being verified.
@@ -220,10 +217,9 @@ class FetchSession {
   // (on_block, superseded, refused) or the connection goes: it no longer
   // times out, and the block gets no endgame duplicate. Every other copy
   // would be turned away while it lands, and re-asked at once: with a
-  // payload stalled mid-way (a holder SIGSTOPped, a link down), that loop
-  // ran at link speed (cluster chaos: 51 MiB of copies of one 1 MiB block in
-  // 0.5 s). A payload that stalls for good is the driver's to end, by
-  // closing its connection (SwarmCore: kLandingLimitTimeouts).
+  // payload stalled mid-way (a holder frozen, a link down), that loop would
+  // run at link speed. A payload that stalls for good is the driver's to
+  // end, by closing its connection (SwarmCore: kLandingLimitTimeouts).
   void on_block_landing(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
   // The peer's copy arrived but was turned away unwritten: the block was
   // received already, or another copy of it was landing.
@@ -245,8 +241,8 @@ class FetchSession {
   // each: of `requesters`, those not neighbours known to hold it (a
   // super-seed never counts as one: its reveals are paced by the HAVEs of
   // what it revealed), and of `sources`, the super-seeds. One merge walk of
-  // each set with the neighbours (they share the id order): a lookup per
-  // peer per verified shard was a tenth of the simulator's tree walks.
+  // each set with the neighbours (they share the id order), not a lookup
+  // per peer per verified shard.
   void audience_of_have(ShardIndex shard, const std::set<PeerId>& requesters, const std::set<PeerId>& sources,
                         std::vector<PeerId>& out) const;
   FetchProgress progress() const;
@@ -331,8 +327,7 @@ class FetchSession {
   // later of its sending and the neighbour's last delivery (nullptr: gone).
   TimePoint deadline_of(TimePoint sent, const Neighbour* n) const;
   // The earliest deadline_of of any request in flight, or kTimeNever: one
-  // per neighbour, from its first_sent (a walk over the requests was a
-  // tenth of the simulator's time).
+  // per neighbour, from its first_sent, not a walk over the requests.
   TimePoint first_request_deadline() const;
   // Sets every neighbour's first_sent exactly.
   void refresh_first_sent();
@@ -404,13 +399,10 @@ class FetchSession {
   // it waits in holders' queues, it probes config_.slot_probes more
   // candidates for a free slot, and gives up each that has not unchoked it
   // within slot_probe_after. Supply and demand of slots match exactly (each
-  // peer offers its share and holds as much); with the holders it knew
-  // all taken, a fetcher waited for a turn (2 s) that a 0.35 s transfer
-  // never reaches. Simulator, scale-1024: 96 of 1,024 fetchers held no
-  // slot from 0.01 s to the end, while 148 held 2 or 3; their nodes ran at
-  // 60-87% of the NIC and the last worker came at 0.490 s (1.40x the
-  // bound). Probing alone: 0.438 s; handing back alone: 0.473 s; both:
-  // 0.369 s (1.056x).
+  // peer offers its share and holds as much); with the holders it knows
+  // all taken, a fetcher would wait for a turn (2 s) that a short transfer
+  // never reaches. Both halves are needed to keep every node near its NIC's
+  // rate.
   void keep_slot_share(TimePoint now);
   // Whether a neighbour may yet show shards it has not: still connecting,
   // silent about what it holds, or a super-seed (it shows as it goes).
@@ -449,14 +441,13 @@ class FetchSession {
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
   std::size_t in_flight_total_ = 0;  // the sum of the neighbours' in_flight
   std::size_t connecting_count_ = 0;  // neighbours with connecting set
-  // Neighbours for which may_yet_show holds (check_starvation asked each of
-  // them after every block and HAVE: 4% of the simulator's time).
+  // Neighbours for which may_yet_show holds (counted, so check_starvation
+  // need not ask each of them after every block and HAVE).
   std::size_t may_yet_show_ = 0;
   std::size_t host_mates_ = 0;        // neighbours with proximity kSameHost
   // Per proximity (host, rack, dc, remote), per shard: the neighbours whose
-  // bits hold it. held_within was a walk over the neighbours per shard
-  // considered, a tenth of the simulator's time. Invariant: matches the
-  // neighbours' bits (checked in holders_at in debug builds).
+  // bits hold it, so held_within is no walk over the neighbours. Invariant:
+  // matches the neighbours' bits (checked in holders_at in debug builds).
   std::array<std::vector<std::uint16_t>, 4> near_holders_;
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
@@ -465,8 +456,8 @@ class FetchSession {
   TimePoint last_scheduled_;  // requests overdue before this were already considered
   // The requests that may still become overdue for an endgame duplicate,
   // in the order sent (so by `sent`). Invariant after schedule(): the front
-  // is in flight and not yet overdue. (Walking every started shard for the
-  // next overdue request was 7% of the simulator's time, scale-1024.)
+  // is in flight and not yet overdue, so finding the next overdue request
+  // walks no started shard.
   std::deque<SentRequest> recent_requests_;
   std::optional<TimePoint> starved_since_;
   std::optional<TimePoint> idle_since_;  // nothing in flight since (set by schedule)

@@ -54,9 +54,7 @@ class PiecePicker {
                                const std::function<bool(ShardIndex)>& eligible = nullptr,
                                std::uint32_t min_availability = 1) const;
 
-  // pick() of one shard, allocating nothing (a fetch asks per request: the
-  // std::function and the vector were 2 of the simulator's 8 M allocations
-  // at scale-1024).
+  // pick() of one shard, allocating nothing (a fetch asks once per request).
   template <typename Eligible>
   std::optional<ShardIndex> pick_one(const core::Bitfield& has, Eligible&& eligible,
                                      std::uint32_t min_availability = 1) const {

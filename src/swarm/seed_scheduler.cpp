@@ -245,8 +245,8 @@ void SeedScheduler::top_up_in_turn(TimePoint now, std::vector<Reveal>& out,
   }
   // A reveal each per round: the few shards that have just come free spread
   // over as many requesters, which then serve them to each other, instead of
-  // filling the first requester's quota (measured: the last 8 MiB of a run
-  // with a lagging requester went out through two peers' uplinks).
+  // filling the first requester's quota, so the last shards do not all go
+  // out through one or two peers' uplinks.
   for (bool revealed = true; revealed;) {
     revealed = false;
     for (auto [id, r] : turn) {

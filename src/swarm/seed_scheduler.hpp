@@ -4,7 +4,7 @@
 // A publisher holds every shard, but at first it is the only holder, and its
 // uplink is the scarcest link in the swarm. If it simply advertised all of
 // them, fetchers would pick independently and it would upload the same
-// shards to several peers (measured: 2.3x the version for 3 fetchers). So it
+// shards to several peers. So it
 // reveals to each fetcher only a few shards at a time (HAVEs), choosing the
 // shards with the fewest copies among its requesters. Its uplink then
 // carries distinct shards to different peers first, and the fetchers spread
@@ -18,14 +18,12 @@
 // No second copies while first copies are in flight: once every shard has
 // been revealed to someone, nothing more is revealed until every shard is
 // held somewhere, so the last first copies get the whole uplink instead of
-// sharing it with duplicates (measured: the publisher sent 1.05x the
-// version). If no first copy completes for `stall_timeout` (a stopped
+// sharing it with duplicates. If no first copy completes for `stall_timeout` (a stopped
 // requester), the rule lapses and second copies go out.
 //
 // A slow requester (a degraded NIC, a busy host) must not hold first copies
-// that everyone else then waits for: with one worker's NICs at a twentieth
-// of their rate, all nine workers of a simulated run finished with it, 5.2x
-// later than without it, since each HAVE it sent counted as progress. So a
+// that everyone else then waits for, each HAVE it sends counting as
+// progress while the others wait for its first copies. So a
 // requester that has gone `kLapseGaps` times the usual gap between two
 // completions of revealed shards without one lags: its first copies in
 // flight stop counting as copies (they lapse), so they are revealed to
@@ -38,9 +36,8 @@
 // leaves, or is choked, takes its copies with it, so what only it had is
 // revealed to others again. So does one that goes silent with shards
 // revealed to it (suspend: a stopped process, a link down), until it is
-// heard from again: the swarm otherwise waited for it (cluster chaos: four
-// workers sat at 240 of 257 shards until a SIGSTOPped one resumed, since
-// the shards it had been shown were never shown to anyone else).
+// heard from again: otherwise the shards shown only to a stopped process
+// are never shown to anyone else, and the swarm waits for it.
 //
 // Sans-I/O: time comes in; the caller turns reveals into messages.
 #pragma once

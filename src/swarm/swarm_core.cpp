@@ -155,11 +155,9 @@ bool SwarmCore::decline_slot(const ManifestId& id, Version& v, const PeerId& pee
   const bool starving = v.fetch->in_flight_total() == 0;
   // Starved, a fetch that pulls across the WAN takes the slot: handing it
   // back only to ask again at once (ask_declined_again) leaves the holder's
-  // slot idle for a round trip, a WAN one when the holder is a trainer rank
-  // (simulator, cross-dc: one rank cycled its two slots through 30 fetchers
-  // and sent nothing for the first 100 ms). Inside a datacenter that round
-  // trip is cheap, and taking the slot spread slots worse (scale-1024, six
-  // seeds: the last worker 0.381 s on average against 0.402 s).
+  // slot idle for a round trip, a WAN one when the holder is a trainer
+  // rank. Inside a datacenter that round trip is cheap, and taking the slot
+  // would spread slots worse.
   const bool takes_it = starving && (asked || v.fetch->pulls_across_wan());
   if (takes_it || proximity_of(peer) == Proximity::kSameHost || !holds_its_share_of_slots(v)) return false;
   send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
@@ -444,10 +442,8 @@ void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMes
     return refuse("range outside the shard");
   }
   // Each shard into a remote datacenter once: its fetchers start with
-  // nothing in flight, and each would take a shard across at once.
-  // Simulator, cross-dc (256 remote GPUs): the WAN carried 1.79x the
-  // version, now 1.00x; namespace cluster, two datacenters at 200 Mbit/s:
-  // 1.17-1.25x, now 1.05-1.14x over four runs (headers included).
+  // nothing in flight, and each would take a shard across at once
+  // (docs/swarm-policy.md, rule 5 of "Where to request it from").
   if (carried_by_a_mate(now, v, peer, m.shard)) {
     send(peer, SwarmMessage{MessageType::kDeferred, m.version, m.request_id, {}, {}, 0, 0, 0, {}});
     return;

@@ -78,8 +78,8 @@ struct ServePiece {
 // The requester was choked (or the version stopped): the pieces of this
 // version queued for it and not yet being sent are dropped, since it has
 // forgotten their requests (BitTorrent's choke semantics) and would only
-// discard them. Measured in the simulator: without this, each slot rotation
-// sent a whole request pipeline per choked requester for nothing.
+// discard them: each slot rotation would send a request pipeline per choked
+// requester for nothing.
 struct DropQueuedPieces {
   PeerId peer;
   ManifestId version;
@@ -158,9 +158,8 @@ class SwarmCore {
   // the target begin_piece gave.
   void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored);
   // Bytes of the payload begun by begin_piece arrived: its stall limit
-  // counts from now. (Measured from the payload's start, a payload that
-  // stopped mid-way, its holder SIGSTOPped, held its block for 6.4 s while
-  // the healthy hosts waited; a slow one needs the time.)
+  // counts from now, so a slow payload keeps its block while one that
+  // stopped (its holder frozen) gives it up after the limit.
   void on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header);
   void on_verified(TimePoint now, const ManifestId& version, ShardIndex shard, bool good);
 
@@ -250,13 +249,11 @@ class SwarmCore {
   // offers (upload_slots_here): an unchoke beyond that is handed back
   // (NotInterested). The holders handed back are asked again
   // (ask_declined_again) as slots we hold end (choked, released, gone), and
-  // all of them once nothing is in flight. Measured in the simulator:
-  // holders unchoke whoever waits, drawn at random, so slots fell to
-  // fetchers unevenly and stayed there for a whole transfer that is
-  // shorter than a rotation. One fetcher held 8 holders' slots while
-  // another node's 8 peers held 2 between them, and that node downloaded
-  // at 37% of its NIC throughout. A starved fetch that pulls across the
-  // WAN takes the slot. Returns whether it was declined.
+  // all of them once nothing is in flight. Holders unchoke whoever waits,
+  // drawn at random, so without the share slots fall to fetchers unevenly
+  // and stay there for a whole transfer shorter than a rotation. A starved
+  // fetch that pulls across the WAN takes the slot. Returns whether it was
+  // declined.
   bool decline_slot(const ManifestId& id, Version& v, const PeerId& peer);
   // Slots held (slot_sources) and asked for again reach upload_slots_here.
   bool holds_its_share_of_slots(const Version& v) const;
@@ -307,8 +304,8 @@ class SwarmCore {
   PeerId self_id_;
   std::uint64_t seed_;
   std::map<ManifestId, Version> versions_;
-  // Hashed: a publisher has a connection per fetcher (a thousand in the
-  // simulator), and the tree walk on every message was a tenth of its time.
+  // Hashed: a publisher has a connection per fetcher (thousands), and every
+  // message looks its connection up.
   std::unordered_map<PeerId, Connection> connections_;
   std::vector<PeerId> told_;  // reused by drain(): who hears of a shard we verified
   std::shared_ptr<LocationBook> locations_;  // never null

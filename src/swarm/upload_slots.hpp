@@ -6,11 +6,9 @@
 //
 // Holders must not choke in step. Every holder sees its requesters arrive
 // in about the same order at about the same time; when each unchoked the
-// first in line and rotated them all at once, every holder choked the same
-// half of the swarm for `rotation` and then the other half. In the
-// simulator (16 hosts, 15 requesters for 8 slots everywhere), the choked
-// half downloaded at 4% of its link for 2 s out of every 4 and the last host
-// took 2.0x the bound. So the next to be served is drawn at random (seeded
+// first in line and rotated them all at once, every holder would choke the
+// same half of the swarm for `rotation` and then the other half, which would
+// sit nearly idle half the time. So the next to be served is drawn at random (seeded
 // per holder and version), ties for the longest served are broken at random,
 // and slots change hands one at a time, one every rotation / slots.
 //
@@ -62,7 +60,7 @@ class UploadSlots {
   TimePoint turn_over() const;
   // Recomputes oldest_since_. fill() calls it, and every change of
   // serving_ ends with a fill (turn_over runs at every timer the driver
-  // arms; a walk of serving_ there was 4% of the simulator's time).
+  // arms, so it walks nothing).
   void note_serving_changed();
 
   std::size_t slots_;

@@ -44,8 +44,7 @@ struct DataConnectionTimeouts {
   // closed its socket while the path was down (gossip had declared us dead)
   // sent a reset that was lost, and its kernel says so again only when
   // something arrives: without the keepalive, a fetcher choked by that peer
-  // has nothing to send and waits on the dead connection forever (the
-  // cluster chaos test, a host's link down for 3 s).
+  // has nothing to send and waits on the dead connection forever.
   Duration keepalive = std::chrono::seconds(2);
   // Bytes written and unacknowledged for this long close the connection
   // (TCP_USER_TIMEOUT): a peer that vanished without a reset.

@@ -15,7 +15,7 @@ namespace {
 
 Scenario flat(const std::string& extra = "") {
   auto s = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "nic_gbps": 8, "hop_latency_us": 1},
-                              "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"})" + extra + "}");
+                              "model": {"size": "1000MB", "shard_size": "8MiB", "flow_size": "1MB"})" + extra + "}");
   REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
   return *s;
 }
@@ -83,7 +83,7 @@ TEST_CASE("baselines: a crash breaks the ring: stop the world, rebuild, broadcas
 
 TEST_CASE("elastic: joiners get the head, the swarm serves them at once, the ring stops the world to grow") {
   auto parsed = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 7}], "nic_gbps": 8, "hop_latency_us": 1},
-      "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"}, "hash_gbps": 1000,
+      "model": {"size": "1000MB", "shard_size": "8MiB", "flow_size": "1MB"}, "hash_gbps": 1000,
       "workload": {"kind": "elastic", "spot_nodes": 2, "joins": [{"at_s": 3, "nodes": 2}]},
       "broadcast": {"chunk": "1MB", "rebuild_s": 5}})");
   REQUIRE_MESSAGE(parsed.is_ok(), parsed.status().to_string());
@@ -137,7 +137,7 @@ TEST_CASE("baselines: broadcast from rank 0 sends the whole version through that
   // NICs give 0.5 GB/s), 2 trainer ranks on the trainer node.
   const std::string cluster = R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "gpus_per_node": 2,
       "nics_per_node": 4, "nic_gbps": 2, "hop_latency_us": 1},
-      "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB", "trainer_ranks": 2},
+      "model": {"size": "1000MB", "shard_size": "8MiB", "flow_size": "1MB", "trainer_ranks": 2},
       "broadcast": {"chunk": "1MB", "root": ")";
   auto every_rank = parse_scenario(cluster + R"(every_rank"}})");
   auto rank0 = parse_scenario(cluster + R"(rank0"}})");
@@ -161,7 +161,7 @@ TEST_CASE("baselines: a ring's fixed buffers over a long link carry buffer x chu
   // 22 ms, however fast its links.
   auto ring_over_long_links = [](int buffer_chunks) {
     auto s = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "nic_gbps": 8, "hop_latency_us": 5000},
-        "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"},
+        "model": {"size": "1000MB", "shard_size": "8MiB", "flow_size": "1MB"},
         "broadcast": {"chunk": "1MB", "buffer_chunks": )" + std::to_string(buffer_chunks) + "}}");
     REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
     return last_of(run(*s, Scheme::kBroadcast).versions[0]);
@@ -175,7 +175,7 @@ TEST_CASE("baselines: a ring's fixed buffers over a long link carry buffer x chu
 
 TEST_CASE("baselines: a pulled part arrives one path latency after it leaves") {
   auto s = parse_scenario(R"({"topology": {"datacenters": [{"nodes_per_rack": 5}], "nic_gbps": 8, "hop_latency_us": 5000},
-      "model": {"size": "1000MB", "shard_size": "10MB", "flow_size": "1MB"}})");
+      "model": {"size": "1000MB", "shard_size": "8MiB", "flow_size": "1MB"}})");
   REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
   CHECK(last_of(run(*s, Scheme::kDirectPull).versions[0]) == doctest::Approx(4 * kSeconds + 0.010).epsilon(0.0005));
 }

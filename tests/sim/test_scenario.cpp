@@ -42,6 +42,11 @@ TEST_CASE("scenario: every mistake is named") {
   CHECK(error_of(R"({"topology": {"datacenters": [{}, {}]}, "model": {"size": "1 parsec"}})").find("model.size") == 0);
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096, "flow_size": 1024}})") ==
         "model.flow_size must be between 4.00 KiB and 2.00 GiB");
+  // Every simulated version has a real manifest, whose shards are a power of two.
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": "1GB", "shard_size": "10MB"}})") ==
+        "model.shard_size must be a power of two (64KiB to 1GiB), as in a manifest");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": "1GB", "shard_size": "32KiB"}})")
+            .find("model.shard_size must be between 64.0 KiB and 1.00 GiB") == 0);
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 1}]}, "model": {"size": 4096}})").find(
             "leaves no node for rollout workers") != std::string::npos);
   CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}]}, "model": {"size": 4096},
