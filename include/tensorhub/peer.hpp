@@ -183,6 +183,9 @@ class Peer {
 
   // The newest verified head of a model, if any is known.
   std::optional<VersionInfo> latest(const std::string& model) const;
+  // A verified version of `model` (kLatestVersion: the head), e.g. to size
+  // a destination. Errors: kUnavailable (no version known yet), kNotFound.
+  Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;
   // Calls `callback` (on the callback thread) with the current head, if any,
   // and then for each new verified head.
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);

@@ -15,6 +15,7 @@
 #include "core/host_port.hpp"
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
+#include "core/mapped_output_file.hpp"
 #include "tensorhub/safetensors.hpp"
 #include "transport/control_server.hpp"
 
@@ -166,27 +167,54 @@ class Daemon {
 
   void fetch(const std::string& model, std::uint64_t version, const std::string& out,
              const transport::ControlServer::Reply& reply) {
-    if (version == 0) {
-      auto head = peer_->latest(model);
-      if (!head) return reply(error_line(Status::unavailable("no version of model '" + model + "' is known yet")).dump(), true);
-      version = head->version;
+    auto known = peer_->version_info(model, version);
+    if (!known) return reply(error_line(known.status()).dump(), true);
+    const VersionInfo info = *known;
+    const Key key{model, info.version};
+    const bool held = fetched_.count(key) != 0 || published_.count(key) != 0;
+    if (out.empty()) {
+      // Held by the daemon (and served): fetched now, or already.
+      FetchHandle* raw = nullptr;
+      if (auto it = fetched_.find(key); it != fetched_.end()) {
+        raw = it->second.get();
+      } else if (!held) {
+        auto handle = start_fetch(model, info.version, info.bytes);
+        if (!handle) return reply(error_line(handle.status()).dump(), true);
+        raw = *handle;
+      } else {
+        return reply(error_line(Status::already_exists(model + " v" + std::to_string(info.version) +
+                                                       " is published by this peer; fetch it with an output file"))
+                         .dump(),
+                     true);
+      }
+      reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(), false);
+      return watch_fetch(raw, info, [] { return Status::ok(); }, [] {}, Clock::now(), reply);
     }
-    FetchHandle* raw = nullptr;
-    if (auto it = fetched_.find({model, version}); it != fetched_.end()) {
-      raw = it->second.get();  // already fetching or held (e.g. by --follow)
-    } else {
-      auto head = peer_->latest(model);
-      auto handle = start_fetch(model, version, head && head->version == version ? head->bytes : 0);
-      if (!handle) return reply(error_line(handle.status()).dump(), true);
-      raw = *handle;
-    }
-    const VersionInfo info = raw->info();
+    // Into the output file: a file of the version's size, mapped, that the
+    // blocks land in; renamed into place once every shard is verified. A
+    // version this daemon holds already is copied into it locally.
+    auto file = core::MappedOutputFile::create(out, info.bytes, 0644, /*overwrite=*/true);
+    if (!file) return reply(error_line(file.status()).dump(), true);
+    auto owned_file = std::make_shared<core::MappedOutputFile>(std::move(*file));
+    auto handle = peer_->fetch(model, info.version, owned_file->bytes());
+    if (!handle) return reply(error_line(handle.status()).dump(), true);
     reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(), false);
-    watch_fetch(raw, info, out, Clock::now(), reply);
+    auto commit = [owned_file] { return owned_file->commit(); };
+    if (!held) {
+      // The daemon holds and serves this version from the file from now on.
+      files_[key] = owned_file;
+      auto& kept = fetched_[key] = std::make_unique<FetchHandle>(std::move(*handle));
+      return watch_fetch(kept.get(), info, commit, [] {}, Clock::now(), reply);
+    }
+    // A private copy: the handle and the mapping go once the file is in place.
+    auto copy = std::make_shared<FetchHandle>(std::move(*handle));
+    watch_fetch(copy.get(), info, commit, [copy, owned_file] {}, Clock::now(), reply);
   }
 
-  void watch_fetch(FetchHandle* handle, VersionInfo info, std::string out, Clock::time_point started,
-                   transport::ControlServer::Reply reply) {
+  // Reports progress until the fetch ends; then `finish` (the output file
+  // into place) and `done` (dropping what only this fetch needed).
+  void watch_fetch(FetchHandle* handle, VersionInfo info, std::function<Status()> finish, std::function<void()> done,
+                   Clock::time_point started, transport::ControlServer::Reply reply) {
     const FetchProgressInfo p = handle->progress();
     Status s = handle->wait(std::chrono::milliseconds(0));
     if (s.code() == StatusCode::kTimeout) {
@@ -194,17 +222,16 @@ class Daemon {
                  {"shards_verified", p.shards_verified}, {"shards_total", p.shards_total}, {"sources", p.sources}}
                 .dump(),
             false);
-      later(std::chrono::milliseconds(200), [=, this] { watch_fetch(handle, info, out, started, reply); });
+      later(std::chrono::milliseconds(50), [=, this] { watch_fetch(handle, info, finish, done, started, reply); });
       return;
     }
-    if (!s.is_ok()) return reply(error_line(s).dump(), true);
+    if (s.is_ok()) s = finish();
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    if (!out.empty()) {
-      Status written = core::write_file_atomic(out, handle->bytes(), 0644, /*overwrite=*/true);
-      if (!written.is_ok()) return reply(error_line(written).dump(), true);
-    }
-    reply(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()},
-               {"bytes", handle->bytes().size()}, {"seconds", seconds}, {"out", out}}
+    const std::uint64_t bytes = handle->bytes().size();
+    done();
+    if (!s.is_ok()) return reply(error_line(s).dump(), true);
+    reply(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()}, {"bytes", bytes},
+               {"seconds", seconds}}
               .dump(),
           true);
   }
@@ -256,17 +283,26 @@ class Daemon {
       drop_fetched({model, held.front()});
       held.erase(held.begin());
     }
-    auto handle = start_fetch(model, head.version, head.bytes);
+    auto handle = start_fetch(model, head.version, head.bytes, /*keep_buffer=*/true);
     if (!handle) {
       TH_LOG_WARN("peer", "cannot follow " << model << " v" << head.version << ": " << handle.status().to_string());
     }
   }
 
   // Starts a fetch into reserved memory when a buffer of `bytes` is free
-  // (bytes 0: unknown), otherwise into memory the peer allocates.
-  Result<FetchHandle*> start_fetch(const std::string& model, std::uint64_t version, std::uint64_t bytes) {
+  // (bytes 0: unknown). Otherwise a followed model gets a new buffer that
+  // stays with the daemon (its pages, faulted in by this fetch, are warm
+  // for the versions after it), and anything else memory the peer
+  // allocates for the version alone.
+  Result<FetchHandle*> start_fetch(const std::string& model, std::uint64_t version, std::uint64_t bytes,
+                                   bool keep_buffer = false) {
     std::optional<std::size_t> buffer;
     if (bytes > 0) buffer = reserved_.take(bytes);
+    if (!buffer && bytes > 0 && keep_buffer) {
+      auto added = reserved_.add(bytes);
+      if (!added) return added.status();
+      buffer = *added;
+    }
     if (!buffer && options_.reserve_bytes > 0) {
       TH_LOG_WARN("peer", model << " v" << version << " (" << bytes << " bytes) gets new memory: no --reserve buffer "
                                 << "of that size is free");
@@ -286,6 +322,7 @@ class Daemon {
   // Releases a fetched version (at once) and frees its reserved memory.
   void drop_fetched(const Key& key) {
     fetched_.erase(key);  // the handle's destructor releases, then the memory is ours
+    files_.erase(key);    // a version fetched into an output file: its mapping goes, the file stays
     if (auto b = buffer_of_.find(key); b != buffer_of_.end()) {
       reserved_.give_back(b->second);
       buffer_of_.erase(b);
@@ -307,6 +344,7 @@ class Daemon {
   ReservedBuffers reserved_;  // declared first: outlives the fetches that use it
   std::map<Key, std::size_t> buffer_of_;
   std::map<Key, Published> published_;
+  std::map<Key, std::shared_ptr<core::MappedOutputFile>> files_;  // declared before fetched_: outlives its handle
   std::map<Key, std::unique_ptr<FetchHandle>> fetched_;
 };
 

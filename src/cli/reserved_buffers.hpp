@@ -23,6 +23,11 @@ class ReservedBuffers {
   // Maps `count` buffers of `size` bytes and touches every page of them.
   Status reserve(std::size_t count, std::size_t size);
 
+  // A new buffer of `size` bytes, in use, its pages not touched yet (the
+  // fetch that writes it first faults them in; after that they stay warm).
+  // Errors: kIoError (no memory).
+  Result<std::size_t> add(std::size_t size);
+
   // A free buffer of at least `size` bytes, now in use (its first `size`
   // bytes); nullopt when none is free or big enough.
   std::optional<std::size_t> take(std::size_t size);

@@ -220,6 +220,10 @@ std::optional<VersionInfo> Peer::latest(const std::string& model) const {
   return impl_->call([&] { return impl_->engine->latest(model); });
 }
 
+Result<VersionInfo> Peer::version_info(const std::string& model, std::uint64_t version) const {
+  return impl_->call([&] { return impl_->engine->version_info(model, version); });
+}
+
 void Peer::subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback) {
   impl_->call([&] { impl_->engine->subscribe(model, std::move(callback)); });
 }

@@ -192,6 +192,12 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   return v;
 }
 
+Result<VersionInfo> PeerEngine::version_info(const std::string& model, std::uint64_t version) const {
+  auto m = core_->resolve(model, version);
+  if (!m) return m.status();
+  return VersionInfo{(*m)->model(), (*m)->version(), (*m)->id(), (*m)->total_size()};
+}
+
 void PeerEngine::release(const std::shared_ptr<LocalVersion>& v, ReleaseMode mode, std::function<void()> done) {
   if (closed_) mode = ReleaseMode::kNow;
   core_->release(now(), v, mode, std::move(done));

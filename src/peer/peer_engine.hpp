@@ -50,6 +50,8 @@ class PeerEngine : public transport::DataConnectionHandler {
   void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
   std::optional<VersionInfo> latest(const std::string& model) const { return core_->latest(model); }
+  // Errors: as PeerCore::resolve.
+  Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
   std::size_t replicas(const ManifestId& id) const { return core_->replicas(id); }
   std::string status_json() const;

@@ -1,10 +1,12 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "core/file_io.hpp"
 #include "core/mapped_file.hpp"
+#include "core/mapped_output_file.hpp"
 #include "support/temp_dir.hpp"
 
 using namespace tensorhub;
@@ -62,4 +64,33 @@ TEST_CASE("file io: mapped files") {
   REQUIRE(e.is_ok());
   CHECK(e->bytes().empty());
   CHECK(core::MappedFile::open(dir.file("nope")).status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("mapped output file: written in place, renamed on commit, removed when not committed") {
+  TempDir dir;
+  const std::string path = dir.file("out.bin");
+  {
+    auto file = core::MappedOutputFile::create(path, 1 << 20, 0644, false);
+    REQUIRE_MESSAGE(file.is_ok(), file.status().to_string());
+    CHECK(file->bytes().size() == (1u << 20));
+    std::memset(file->bytes().data(), 0x5a, file->bytes().size());
+    CHECK_FALSE(std::filesystem::exists(path));  // untouched until commit
+    REQUIRE(file->commit().is_ok());
+    CHECK(std::filesystem::exists(path));
+    file->bytes()[0] = std::byte{1};  // the mapping stays valid after the rename
+  }
+  auto content = core::read_file(path, 2 << 20);
+  REQUIRE(content.is_ok());
+  REQUIRE(content->size() == (1u << 20));
+  CHECK((*content)[0] == 1);
+  CHECK((*content)[content->size() - 1] == 0x5a);
+  // The final path exists: refused unless overwriting; an uncommitted file leaves nothing behind.
+  CHECK(core::MappedOutputFile::create(path, 4096, 0644, false).status().code() == StatusCode::kAlreadyExists);
+  {
+    auto abandoned = core::MappedOutputFile::create(dir.file("gone.bin"), 4096, 0644, false);
+    REQUIRE(abandoned.is_ok());
+  }
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator{}) == 1);
+  CHECK(core::MappedOutputFile::create(dir.file("empty.bin"), 0, 0644, false).status().code() ==
+        StatusCode::kInvalidArgument);
 }

@@ -1,0 +1,89 @@
+#include "core/mapped_output_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <utility>
+
+#include "core/file_io.hpp"
+
+namespace tensorhub::core {
+
+Result<MappedOutputFile> MappedOutputFile::create(const std::string& path, std::size_t size, unsigned mode,
+                                                  bool overwrite) {
+  if (size == 0) return Status::invalid_argument("an output file of 0 bytes cannot be mapped: " + path);
+  struct stat existing {};
+  if (!overwrite && ::stat(path.c_str(), &existing) == 0) return Status::already_exists(path + " exists");
+  MappedOutputFile file;
+  file.path_ = path;
+  file.temporary_ = path + ".partial-" + std::to_string(::getpid());
+  int fd = ::open(file.temporary_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) {
+    int e = errno;
+    return errno_status("cannot create " + file.temporary_, e);
+  }
+  // Sized, not allocated: its pages come as the fetch writes them (allocating
+  // and mapping them all up front delays the fetch by as long, measured).
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(file.temporary_.c_str());
+    return Status::io_error(errno_message("cannot size " + file.temporary_, e));
+  }
+  void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(file.temporary_.c_str());
+    return Status::io_error(errno_message("cannot map " + file.temporary_, e));
+  }
+  ::close(fd);  // the mapping keeps the file open
+  file.data_ = data;
+  file.size_ = size;
+  return file;
+}
+
+MappedOutputFile::MappedOutputFile(MappedOutputFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      temporary_(std::move(other.temporary_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      committed_(std::exchange(other.committed_, false)) {}
+
+MappedOutputFile& MappedOutputFile::operator=(MappedOutputFile&& other) noexcept {
+  if (this != &other) {
+    close();
+    path_ = std::move(other.path_);
+    temporary_ = std::move(other.temporary_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    committed_ = std::exchange(other.committed_, false);
+  }
+  return *this;
+}
+
+MappedOutputFile::~MappedOutputFile() { close(); }
+
+Status MappedOutputFile::commit() {
+  if (committed_) return Status::ok();
+  if (data_ == nullptr) return Status::invalid_argument("no output file to commit");
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
+    int e = errno;
+    return Status::io_error(errno_message("cannot rename " + temporary_ + " to " + path_, e));
+  }
+  committed_ = true;
+  return Status::ok();
+}
+
+void MappedOutputFile::close() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+  if (data_ != nullptr && !committed_) ::unlink(temporary_.c_str());
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace tensorhub::core
