@@ -352,7 +352,7 @@ double SwarmSimulation::hash_fraction(std::uint32_t node) const {
 
 void SwarmSimulation::crash(std::uint32_t peer) {
   peers_[peer].core.reset();
-  ++peers_[peer].timer_generation;
+  peers_[peer].timer.cancel();
   if (gossip_) gossip_->crash(peer);
   for (std::uint32_t other = 0; other < peers_.size(); ++other) {
     if (other == peer) continue;
@@ -428,10 +428,9 @@ void SwarmSimulation::deliver_later(Event e) {
 void SwarmSimulation::arm(std::uint32_t peer) {
   SimPeer& p = peers_[peer];
   if (!p.core) return;
-  const TimePoint t = std::max(p.core->next_timeout(), now());
-  if (t == p.timer_at || t == kTimeNever) return;
-  p.timer_at = t;
-  events_.schedule(Event{t, Kind::kTimer, peer, peer, {}, ++p.timer_generation});
+  if (auto generation = p.timer.rearm(p.core->next_timeout(), now())) {
+    events_.schedule(Event{p.timer.at(), Kind::kTimer, peer, peer, {}, *generation});
+  }
 }
 
 void SwarmSimulation::drain(std::uint32_t peer) {
@@ -551,8 +550,7 @@ void SwarmSimulation::dispatch(Event& e) {
       }
       break;
     case Kind::kTimer:
-      if (e.number != p.timer_generation) return;
-      p.timer_at = kTimeNever;
+      if (!p.timer.fires(e.number)) return;
       p.core->handle_timeout(now());
       break;
     default: return;

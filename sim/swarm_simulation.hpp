@@ -39,6 +39,7 @@
 
 #include "core/random_fill.hpp"
 #include "core/virtual_time_queue.hpp"
+#include "core/virtual_timer.hpp"
 #include "sim/cluster_topology.hpp"
 #include "sim/gossip_network.hpp"
 #include "sim/network_model.hpp"
@@ -92,8 +93,7 @@ class SwarmSimulation final : public FlowDriver {
     std::uint32_t rank = 0;    // trainers: which part of each version
     std::uint32_t worker = 0;  // workers: index in workers_
     std::uint64_t bytes_sent = 0;
-    TimePoint timer_at = kTimeNever;
-    std::uint64_t timer_generation = 0;
+    core::VirtualTimer timer;
     TimePoint hasher_free;  // when its hasher finishes the shards queued so far
     std::uint32_t newest = 0;  // the newest version it fetched or fetches (gossip mode)
   };

@@ -5,7 +5,7 @@
 # Usage: test_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd) source=$(cd "$2" && pwd)
-work=$(mktemp -d /tmp/tensorhub-install.XXXXXX)
+work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" > /dev/null
 test -f "$work/prefix/include/tensorhub/peer.hpp"

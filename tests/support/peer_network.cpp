@@ -34,7 +34,7 @@ std::size_t PeerNetwork::add_peer(Location where, const std::vector<std::size_t>
 
 void PeerNetwork::crash(std::size_t peer) {
   peers_[peer].core.reset();
-  ++peers_[peer].timer_generation;
+  peers_[peer].timer.cancel();
   gossip_.crash(peer);
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
@@ -98,10 +98,9 @@ void PeerNetwork::drop_landings(std::size_t a, std::size_t b) {
 void PeerNetwork::arm(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
-  const TimePoint t = std::max(p.core->next_timeout(), now());
-  if (t == p.timer_at || t == kTimeNever) return;
-  p.timer_at = t;
-  schedule(Event{t, Kind::kTimer, peer, peer, {}, {}, ++p.timer_generation, nullptr, false});
+  if (auto generation = p.timer.rearm(p.core->next_timeout(), now())) {
+    schedule(Event{p.timer.at(), Kind::kTimer, peer, peer, {}, {}, *generation, nullptr, false});
+  }
 }
 
 void PeerNetwork::drain(std::size_t peer) {
@@ -207,8 +206,7 @@ void PeerNetwork::dispatch(Event& e) {
       p.core->on_disconnected(now(), from);
       break;
     case Kind::kTimer:
-      if (e.number != p.timer_generation) return;
-      p.timer_at = kTimeNever;
+      if (!p.timer.fires(e.number)) return;
       p.core->handle_timeout(now());
       break;
     case Kind::kHashed: p.core->on_shard_hashed(now(), e.version, ShardIndex{static_cast<std::uint32_t>(e.number)}, e.good); break;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/virtual_time_queue.hpp"
+#include "core/virtual_timer.hpp"
 #include "peer/peer_core.hpp"
 #include "support/gossip_network.hpp"
 
@@ -76,8 +77,7 @@ class PeerNetwork {
     std::unique_ptr<peer::PeerCore> core;
     double uplink = 1e9;  // bytes per second
     TimePoint uplink_free;
-    TimePoint timer_at = kTimeNever;
-    std::uint64_t timer_generation = 0;
+    core::VirtualTimer timer;
     std::vector<VersionInfo> heads;
     std::vector<std::string> reports;
     std::vector<std::vector<std::byte>> owned;  // destinations this network allocated

@@ -69,7 +69,7 @@ void SwarmNetwork::introduce(std::size_t peer) {
 
 void SwarmNetwork::crash(std::size_t peer) {
   peers_[peer].core.reset();
-  ++peers_[peer].timer_generation;
+  peers_[peer].timer.cancel();
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
     drop_landings(i, peer);
@@ -105,10 +105,9 @@ void SwarmNetwork::schedule(Event e) {
 void SwarmNetwork::arm(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
-  const TimePoint t = std::max(p.core->next_timeout(), now());
-  if (t == p.timer_at || t == kTimeNever) return;
-  p.timer_at = t;
-  schedule(Event{t, Kind::kTimer, peer, peer, {}, {}, ++p.timer_generation});
+  if (auto generation = p.timer.rearm(p.core->next_timeout(), now())) {
+    schedule(Event{p.timer.at(), Kind::kTimer, peer, peer, {}, {}, *generation});
+  }
 }
 
 void SwarmNetwork::drain(std::size_t peer) {
@@ -200,8 +199,7 @@ void SwarmNetwork::dispatch(Event& e) {
       p.core->on_disconnected(now(), from);
       break;
     case Kind::kTimer:
-      if (e.generation != p.timer_generation) return;
-      p.timer_at = kTimeNever;
+      if (!p.timer.fires(e.generation)) return;
       p.core->handle_timeout(now());
       break;
   }

@@ -24,6 +24,7 @@
 
 #include "core/random_fill.hpp"
 #include "core/virtual_time_queue.hpp"
+#include "core/virtual_timer.hpp"
 #include "swarm/swarm_core.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -79,8 +80,7 @@ class SwarmNetwork {
     std::optional<Status> result;
     std::optional<TimePoint> finished_at;
     std::uint64_t bytes_served = 0;
-    TimePoint timer_at = kTimeNever;
-    std::uint64_t timer_generation = 0;
+    core::VirtualTimer timer;
   };
   enum class Kind { kMessage, kPieceHeader, kPiece, kConnected, kConnectFailed, kDisconnected, kTimer };
   // A piece between its header and its last byte, by the serial its two
