@@ -458,12 +458,10 @@ void SwarmSimulation::drain(std::uint32_t peer) {
         // Free: the answer is here at once, as if the record had carried it.
         auto number = version_numbers_.find(send->message.version);
         if (number != version_numbers_.end()) {
-          swarm::SwarmMessage reply;
-          reply.type = swarm::MessageType::kManifest;
-          reply.version = send->message.version;
           const auto encoded = manifests_[number->second - 1]->encoded();
-          reply.bytes.assign(encoded.begin(), encoded.end());
-          p.core->on_message(now(), send->peer, reply);
+          p.core->on_message(now(), send->peer,
+                             swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest, send->message.version,
+                                                             {encoded.begin(), encoded.end()}));
           continue;
         }
       }

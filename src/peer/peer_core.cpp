@@ -19,13 +19,6 @@ swarm::ShardLayout layout_of(const Manifest& m, std::uint32_t block_size) {
                             static_cast<std::uint32_t>(std::min<std::uint64_t>(block_size, m.shard_size()))};
 }
 
-swarm::SwarmMessage message_of(swarm::MessageType type, const ManifestId& id) {
-  swarm::SwarmMessage m;
-  m.type = type;
-  m.version = id;
-  return m;
-}
-
 void set_totals(LocalVersion& v, const Manifest& m) {
   v.progress.bytes_total = m.total_size();
   v.progress.shards_total = static_cast<std::uint32_t>(m.shard_count());
@@ -125,7 +118,7 @@ void PeerCore::state_changed() {
 
 void PeerCore::send_manifest_request(const std::optional<ManifestRequest>& request) {
   if (!request) return;
-  actions_.push(swarm::SendMessage{request->peer, message_of(swarm::MessageType::kGetManifest, request->id)});
+  actions_.push(swarm::SendMessage{request->peer, swarm::SwarmMessage::signal(swarm::MessageType::kGetManifest, request->id)});
 }
 
 void PeerCore::answer_get_manifest(const PeerId& peer, const ManifestId& id) {
@@ -134,12 +127,10 @@ void PeerCore::answer_get_manifest(const PeerId& peer, const ManifestId& id) {
     if (auto v = find(id)) m = v->manifest;
   }
   if (!m) {
-    actions_.push(swarm::SendMessage{peer, message_of(swarm::MessageType::kNoManifest, id)});
+    actions_.push(swarm::SendMessage{peer, swarm::SwarmMessage::signal(swarm::MessageType::kNoManifest, id)});
     return;
   }
-  swarm::SwarmMessage reply = message_of(swarm::MessageType::kManifest, id);
-  reply.bytes.assign(m->encoded().begin(), m->encoded().end());
-  actions_.push(swarm::SendMessage{peer, std::move(reply)});
+  actions_.push(swarm::SendMessage{peer, swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest, id, {m->encoded().begin(), m->encoded().end()})});
 }
 
 void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message) {

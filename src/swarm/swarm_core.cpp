@@ -73,9 +73,9 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   auto it = versions_.find(id);
   if (it == versions_.end()) return;
   abort_landings(now, id, "the fetch of a version it was sending stopped");
-  for (const PeerId& peer : it->second.sources) send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+  for (const PeerId& peer : it->second.sources) send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
   for (const PeerId& peer : it->second.requesters) {
-    send(peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+    send(peer, SwarmMessage::signal(MessageType::kChoke, id));
     actions_.push(DropQueuedPieces{peer, id});
   }
   // Forget its outstanding requests on every connection.
@@ -143,7 +143,7 @@ void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, cons
 
 SwarmMessage SwarmCore::interested(const ManifestId& id, const Version& v) const {
   // What we hold already travels along, so a super-seed does not reveal it.
-  return SwarmMessage{MessageType::kInterested, id, 0, {}, {}, 0, 0, v.layout.shard_count(), v.have.to_bytes()};
+  return SwarmMessage::with_bits(MessageType::kInterested, id, v.layout.shard_count(), v.have.to_bytes());
 }
 
 bool SwarmCore::holds_its_share_of_slots(const Version& v) const {
@@ -160,7 +160,7 @@ bool SwarmCore::decline_slot(const ManifestId& id, Version& v, const PeerId& pee
   // would spread slots worse.
   const bool takes_it = starving && (asked || v.fetch->pulls_across_wan());
   if (takes_it || proximity_of(peer) == Proximity::kSameHost || !holds_its_share_of_slots(v)) return false;
-  send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+  send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
   if (std::find(v.declined.begin(), v.declined.end(), peer) == v.declined.end()) v.declined.push_back(peer);
   return true;
 }
@@ -190,12 +190,12 @@ void SwarmCore::slot_ended(const ManifestId& id, Version& v, const PeerId& peer)
 void SwarmCore::tell_host_mate_requesters(const ManifestId& id, const Version& v, MessageType type, ShardIndex shard) {
   for (const PeerId& peer : v.host_mate_requesters) {
     auto c = connections_.find(peer);
-    if (c != connections_.end() && c->second.open) send(peer, SwarmMessage{type, id, 0, shard, {}, 0, 0, 0, {}});
+    if (c != connections_.end() && c->second.open) send(peer, SwarmMessage::about_shard(type, id, shard));
   }
 }
 
 void SwarmCore::reveal(const ManifestId& id, const std::vector<Reveal>& reveals) {
-  for (const Reveal& r : reveals) send(r.peer, SwarmMessage{MessageType::kHave, id, 0, r.shard, {}, 0, 0, 0, {}});
+  for (const Reveal& r : reveals) send(r.peer, SwarmMessage::about_shard(MessageType::kHave, id, r.shard));
 }
 
 void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
@@ -222,14 +222,14 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       slot_ended(id, v, release->peer);
       auto c = connections_.find(release->peer);
       if (c != connections_.end() && c->second.open) {
-        send(release->peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+        send(release->peer, SwarmMessage::signal(MessageType::kNotInterested, id));
       }
     } else if (auto* request = std::get_if<RequestAction>(&*action)) {
       auto c = connections_.find(request->peer);
       if (c == connections_.end() || !c->second.open) continue;
       const std::uint32_t rid = c->second.next_request_id++;
       c->second.requests.emplace_back(rid, Outstanding{id, request->shard, request->block, request->offset, request->length, false, false, {}});
-      send(request->peer, SwarmMessage{MessageType::kRequest, id, rid, request->shard, request->block, request->offset, request->length, 0, {}});
+      send(request->peer, SwarmMessage::request(id, rid, request->shard, request->block, request->offset, request->length));
     } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
       auto c = connections_.find(cancel->peer);
       if (c == connections_.end()) continue;
@@ -238,7 +238,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
           // A landing payload is on the wire already: it keeps its request,
           // and the session takes its bytes if they are still wanted.
           if (r->second.landing) break;
-          send(cancel->peer, SwarmMessage{MessageType::kCancel, id, r->first, {}, {}, 0, 0, 0, {}});
+          send(cancel->peer, SwarmMessage::about_request(MessageType::kCancel, id, r->first));
           c->second.requests.erase(r);
           break;
         }
@@ -260,7 +260,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       for (const PeerId& peer : told_) {
         auto c = connections_.find(peer);
         if (c != connections_.end() && c->second.open) {
-          send(peer, SwarmMessage{MessageType::kHave, id, 0, announce->shard, {}, 0, 0, 0, {}});
+          send(peer, SwarmMessage::about_shard(MessageType::kHave, id, announce->shard));
         }
       }
     } else if (auto* claim = std::get_if<ClaimAction>(&*action)) {
@@ -275,7 +275,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       v.fetch.reset();
       for (const PeerId& peer : v.sources) {
         if (connections_.count(peer) && connections_[peer].open) {
-          send(peer, SwarmMessage{MessageType::kNotInterested, id, 0, {}, {}, 0, 0, 0, {}});
+          send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
         }
       }
       v.sources.clear();
@@ -295,7 +295,7 @@ void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
   while (auto action = v.slots.poll()) {
     if (auto* u = std::get_if<UnchokeAction>(&*action)) {
       // One still finishing its last turn was never choked.
-      if (v.finishing.erase(u->peer) == 0) send(u->peer, SwarmMessage{MessageType::kUnchoke, id, 0, {}, {}, 0, 0, 0, {}});
+      if (v.finishing.erase(u->peer) == 0) send(u->peer, SwarmMessage::signal(MessageType::kUnchoke, id));
       if (v.seeder) reveal(id, v.seeder->activate(now, u->peer));
     } else {
       const PeerId choked = std::get<ChokeAction>(*action).peer;
@@ -329,7 +329,7 @@ void SwarmCore::choke(const ManifestId& id, Version& v, const PeerId& peer) {
   v.finishing.erase(peer);
   forget_carrier(v, peer);
   if (v.seeder) v.seeder->deactivate(peer);
-  send(peer, SwarmMessage{MessageType::kChoke, id, 0, {}, {}, 0, 0, 0, {}});
+  send(peer, SwarmMessage::signal(MessageType::kChoke, id));
   actions_.push(DropQueuedPieces{peer, id});
 }
 
@@ -414,9 +414,9 @@ void SwarmCore::introduce_requesters(const ManifestId& id, const Version& v, con
   const std::size_t n = std::min(others.size(), kMaxPeersListed);
   std::partial_sort(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(n), others.end(),
                     [](const auto& a, const auto& b) { return a.first < b.first; });
-  SwarmMessage m{MessageType::kPeers, id, 0, {}, {}, 0, 0, 0, {}};
-  for (std::size_t i = 0; i < n; ++i) m.bytes.insert(m.bytes.end(), others[i].second->bytes.begin(), others[i].second->bytes.end());
-  if (!m.bytes.empty()) send(newcomer, std::move(m));
+  std::vector<std::uint8_t> ids;
+  for (std::size_t i = 0; i < n; ++i) ids.insert(ids.end(), others[i].second->bytes.begin(), others[i].second->bytes.end());
+  if (!ids.empty()) send(newcomer, SwarmMessage::with_bytes(MessageType::kPeers, id, std::move(ids)));
 }
 
 void SwarmCore::forget_carrier(Version& v, const PeerId& peer) {
@@ -425,9 +425,8 @@ void SwarmCore::forget_carrier(Version& v, const PeerId& peer) {
 
 void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
   auto refuse = [&](const char* reason) {
-    SwarmMessage r{MessageType::kRefuse, m.version, m.request_id, {}, {}, 0, 0, 0, {}};
-    r.bytes.assign(reason, reason + std::char_traits<char>::length(reason));
-    send(peer, std::move(r));
+    send(peer, SwarmMessage::refuse(m.version, m.request_id,
+                                    std::vector<std::uint8_t>(reason, reason + std::char_traits<char>::length(reason))));
   };
   auto it = versions_.find(m.version);
   if (it == versions_.end()) return refuse("unknown version");
@@ -445,10 +444,10 @@ void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMes
   // nothing in flight, and each would take a shard across at once
   // (docs/swarm-policy.md, rule 5 of "Where to request it from").
   if (carried_by_a_mate(now, v, peer, m.shard)) {
-    send(peer, SwarmMessage{MessageType::kDeferred, m.version, m.request_id, {}, {}, 0, 0, 0, {}});
+    send(peer, SwarmMessage::about_request(MessageType::kDeferred, m.version, m.request_id));
     return;
   }
-  SwarmMessage header{MessageType::kPiece, m.version, m.request_id, {}, {}, 0, m.length, 0, {}};
+  SwarmMessage header = SwarmMessage::piece(m.version, m.request_id, m.length);
   actions_.push(ServePiece{peer, std::move(header), m.version, m.offset, m.length});
 }
 
@@ -463,7 +462,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
   switch (m.type) {
     case MessageType::kInterested: {
       if (it == versions_.end()) {
-        send(peer, SwarmMessage{MessageType::kUnknownVersion, m.version, 0, {}, {}, 0, 0, 0, {}});
+        send(peer, SwarmMessage::signal(MessageType::kUnknownVersion, m.version));
         return;
       }
       Version& v = it->second;
@@ -477,15 +476,15 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
           if (auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count)) holds = std::move(*bits);
         }
         v.seeder->add_requester(peer, holds);
-        send(peer, SwarmMessage{MessageType::kSuperSeed, m.version, 0, {}, {}, 0, 0, 0, {}});
+        send(peer, SwarmMessage::signal(MessageType::kSuperSeed, m.version));
       }
       const core::Bitfield shown = v.offered && !super_seeds ? v.have : core::Bitfield(v.layout.shard_count());
-      send(peer, SwarmMessage{MessageType::kBitfield, m.version, 0, {}, {}, 0, 0, v.layout.shard_count(), shown.to_bytes()});
+      send(peer, SwarmMessage::with_bits(MessageType::kBitfield, m.version, v.layout.shard_count(), shown.to_bytes()));
       if (v.offered) {
         const bool new_requester = v.requesters.insert(peer).second;
         if (new_requester && proximity_of(peer) == Proximity::kSameHost) v.host_mate_requesters.push_back(peer);
         if (served_outside_slots(v, peer)) {
-          send(peer, SwarmMessage{MessageType::kUnchoke, m.version, 0, {}, {}, 0, 0, 0, {}});
+          send(peer, SwarmMessage::signal(MessageType::kUnchoke, m.version));
         } else {
           v.slots.on_interested(now, peer);
         }

@@ -6,6 +6,62 @@
 
 namespace tensorhub::swarm {
 
+SwarmMessage SwarmMessage::signal(MessageType type, const ManifestId& version) {
+  SwarmMessage m;
+  m.type = type;
+  m.version = version;
+  return m;
+}
+
+SwarmMessage SwarmMessage::about_shard(MessageType type, const ManifestId& version, ShardIndex shard) {
+  SwarmMessage m = signal(type, version);
+  m.shard = shard;
+  return m;
+}
+
+SwarmMessage SwarmMessage::with_bits(MessageType type, const ManifestId& version, std::uint32_t shard_count,
+                                     std::vector<std::uint8_t> bits) {
+  SwarmMessage m = signal(type, version);
+  m.shard_count = shard_count;
+  m.bytes = std::move(bits);
+  return m;
+}
+
+SwarmMessage SwarmMessage::request(const ManifestId& version, std::uint32_t request_id, ShardIndex shard,
+                                   BlockIndex block, std::uint64_t offset, std::uint32_t length) {
+  SwarmMessage m = signal(MessageType::kRequest, version);
+  m.request_id = request_id;
+  m.shard = shard;
+  m.block = block;
+  m.offset = offset;
+  m.length = length;
+  return m;
+}
+
+SwarmMessage SwarmMessage::about_request(MessageType type, const ManifestId& version, std::uint32_t request_id) {
+  SwarmMessage m = signal(type, version);
+  m.request_id = request_id;
+  return m;
+}
+
+SwarmMessage SwarmMessage::piece(const ManifestId& version, std::uint32_t request_id, std::uint32_t length) {
+  SwarmMessage m = about_request(MessageType::kPiece, version, request_id);
+  m.length = length;
+  return m;
+}
+
+SwarmMessage SwarmMessage::refuse(const ManifestId& version, std::uint32_t request_id, std::vector<std::uint8_t> reason) {
+  SwarmMessage m = about_request(MessageType::kRefuse, version, request_id);
+  m.bytes = std::move(reason);
+  return m;
+}
+
+SwarmMessage SwarmMessage::with_bytes(MessageType type, const ManifestId& version, std::vector<std::uint8_t> bytes) {
+  SwarmMessage m = signal(type, version);
+  m.bytes = std::move(bytes);
+  return m;
+}
+
 std::string_view message_type_name(MessageType type) {
   switch (type) {
     case MessageType::kBitfield: return "bitfield";

@@ -33,7 +33,7 @@ inline swarm::SwarmMessage interested_in(const ManifestId& version, const swarm:
 
 // kBitfield: the holder shows `bits` of `version`.
 inline swarm::SwarmMessage bitfield_of(const ManifestId& version, const core::Bitfield& bits) {
-  return swarm::SwarmMessage{swarm::MessageType::kBitfield, version, 0, {}, {}, 0, 0, static_cast<std::uint32_t>(bits.size()), bits.to_bytes()};
+  return swarm::SwarmMessage::with_bits(swarm::MessageType::kBitfield, version, static_cast<std::uint32_t>(bits.size()), bits.to_bytes());
 }
 
 // What a core asked the driver to send and to open, in order.

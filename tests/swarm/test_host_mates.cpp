@@ -54,20 +54,20 @@ TEST_CASE("host mate claims: a shard begun beyond the host is claimed to the hos
   for (const PeerId& p : sent.opened) fetcher.on_connected(now, p);
   drain(fetcher);
   fetcher.on_message(now, holder, bitfield(core::Bitfield(kFourShards.shard_count(), true)));
-  fetcher.on_message(now, holder, SwarmMessage{MessageType::kUnchoke, kVersion, 0, {}, {}, 0, 0, 0, {}});
+  fetcher.on_message(now, holder, SwarmMessage::signal(MessageType::kUnchoke, kVersion));
   sent = drain(fetcher);
   // It asked the far holder for a shard, and told the mate so, once.
   REQUIRE(recipients(sent, MessageType::kRequest) == std::vector<PeerId>{holder});
   CHECK(recipients(sent, MessageType::kFetching) == std::vector<PeerId>{mate});
 
   SUBCASE("choked by the only holder serving the shard: the claim is withdrawn to the same mates") {
-    fetcher.on_message(now, holder, SwarmMessage{MessageType::kChoke, kVersion, 0, {}, {}, 0, 0, 0, {}});
+    fetcher.on_message(now, holder, SwarmMessage::signal(MessageType::kChoke, kVersion));
     sent = drain(fetcher);
     CHECK(recipients(sent, MessageType::kNotFetching) == std::vector<PeerId>{mate});
   }
   SUBCASE("a withdrawal naming a shard past the version's end is ignored") {
-    fetcher.on_message(now, mate, SwarmMessage{MessageType::kNotFetching, kVersion, 0, ShardIndex{kFourShards.shard_count()}, {}, 0, 0, 0, {}});
-    fetcher.on_message(now, mate, SwarmMessage{MessageType::kNotFetching, kVersion, 0, ShardIndex{0xffffffffu}, {}, 0, 0, 0, {}});
+    fetcher.on_message(now, mate, SwarmMessage::about_shard(MessageType::kNotFetching, kVersion, ShardIndex{kFourShards.shard_count()}));
+    fetcher.on_message(now, mate, SwarmMessage::about_shard(MessageType::kNotFetching, kVersion, ShardIndex{0xffffffffu}));
     sent = drain(fetcher);
     CHECK(sent.messages.empty());
   }
@@ -89,7 +89,7 @@ TEST_CASE("host mate claims: a shard begun beyond the host is claimed to the hos
         unclaimed = s;
         continue;
       }
-      fetcher.on_message(now, mate, SwarmMessage{MessageType::kFetching, kVersion, 0, ShardIndex{s}, {}, 0, 0, 0, {}});
+      fetcher.on_message(now, mate, SwarmMessage::about_shard(MessageType::kFetching, kVersion, ShardIndex{s}));
     }
     drain(fetcher);
     // Deliver the one block asked: the next request goes to the unclaimed shard.
@@ -144,8 +144,7 @@ TEST_CASE("host mates: served outside the upload slots, which the peers on a hos
     return std::count(unchoked.begin(), unchoked.end(), p) == 0;
   });
   auto ask = [&](const PeerId& who) {
-    holder.on_message(now, who, SwarmMessage{MessageType::kRequest, kVersion, 1, ShardIndex{0}, BlockIndex{0}, 0,
-                                             kFourShards.block_size, 0, {}});
+    holder.on_message(now, who, SwarmMessage::request(kVersion, 1, ShardIndex{0}, BlockIndex{0}, 0, kFourShards.block_size));
     bool served = false, refused = false;
     while (auto action = holder.poll()) {
       if (std::get_if<ServePiece>(&*action)) served = true;

@@ -173,7 +173,7 @@ TEST_CASE("piece landing: a choke that arrives while a payload lands (another la
   // The choke forgets the requests the holder will not answer, but this
   // payload is arriving: forgotten, its block would stay "landing" for good
   // and every other copy of it would be turned away.
-  t.fetcher->on_message(t.now, first.from, SwarmMessage{MessageType::kChoke, t.version, 0, {}, {}, 0, 0, 0, {}});
+  t.fetcher->on_message(t.now, first.from, SwarmMessage::signal(MessageType::kChoke, t.version));
   t.pump();
   t.finish_landing(first);
 }

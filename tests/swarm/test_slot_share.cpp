@@ -21,7 +21,7 @@ namespace {
 
 const ManifestId kVersion = testing::version_tagged(0x51);
 
-SwarmMessage of_type(MessageType type) { return SwarmMessage{type, kVersion, 0, {}, {}, 0, 0, 0, {}}; }
+SwarmMessage of_type(MessageType type) { return SwarmMessage::signal(type, kVersion); }
 
 // Requests were sent, and only to `holder`.
 bool requests_only_to(const testing::Sent& sent, const PeerId& holder) {
@@ -148,7 +148,7 @@ TEST_CASE("slot share: with requests still in flight elsewhere, one holder hande
   s.says(s.c, MessageType::kSuperSeed);
   s.shows_shards(s.c, {});
   s.says(s.c, MessageType::kUnchoke);
-  s.fetcher.on_message(s.now, s.c, SwarmMessage{MessageType::kHave, kVersion, 0, ShardIndex{3}, {}, 0, 0, 0, {}});
+  s.fetcher.on_message(s.now, s.c, SwarmMessage::about_shard(MessageType::kHave, kVersion, ShardIndex{3}));
   REQUIRE(requests_only_to(testing::drain(s.fetcher), s.c));
   for (const PeerId& p : {s.a, s.b, s.d}) s.shows_shards(p, {0, 1, 2});
 

@@ -17,30 +17,30 @@ std::vector<SwarmMessage> samples() {
   m.shard_count = 20;
   m.bytes = {0xff, 0x0f, 0xa0};
   out.push_back(m);
-  m = SwarmMessage{MessageType::kHave, v, 0, ShardIndex{17}, {}, 0, 0, 0, {}};
+  m = SwarmMessage::about_shard(MessageType::kHave, v, ShardIndex{17});
   out.push_back(m);
-  m = SwarmMessage{MessageType::kRequest, v, 99, ShardIndex{3}, BlockIndex{5}, 3ull << 30, 1u << 20, 0, {}};
+  m = SwarmMessage::request(v, 99, ShardIndex{3}, BlockIndex{5}, 3ull << 30, 1u << 20);
   out.push_back(m);
-  m = SwarmMessage{MessageType::kCancel, v, 99, {}, {}, 0, 0, 0, {}};
+  m = SwarmMessage::about_request(MessageType::kCancel, v, 99);
   out.push_back(m);
-  m = SwarmMessage{MessageType::kPiece, v, 99, {}, {}, 0, 1u << 20, 0, {}};
+  m = SwarmMessage::piece(v, 99, 1u << 20);
   out.push_back(m);
-  m = SwarmMessage{MessageType::kDeferred, v, 42, {}, {}, 0, 0, 0, {}};
+  m = SwarmMessage::about_request(MessageType::kDeferred, v, 42);
   out.push_back(m);
-  m = SwarmMessage{MessageType::kPeers, v, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(2 * PeerId::kSize, 0x5a)};
+  m = SwarmMessage::with_bytes(MessageType::kPeers, v, std::vector<std::uint8_t>(2 * PeerId::kSize, 0x5a));
   out.push_back(m);
-  m = SwarmMessage{MessageType::kRefuse, v, 7, {}, {}, 0, 0, 0, {'n', 'o'}};
+  m = SwarmMessage::refuse(v, 7, {'n', 'o'});
   out.push_back(m);
-  m = SwarmMessage{MessageType::kManifest, v, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(3000, 1)};
+  m = SwarmMessage::with_bytes(MessageType::kManifest, v, std::vector<std::uint8_t>(3000, 1));
   out.push_back(m);
-  m = SwarmMessage{MessageType::kFetching, v, 0, ShardIndex{4}, {}, 0, 0, 0, {}};
+  m = SwarmMessage::about_shard(MessageType::kFetching, v, ShardIndex{4});
   out.push_back(m);
-  m = SwarmMessage{MessageType::kNotFetching, v, 0, ShardIndex{4}, {}, 0, 0, 0, {}};
+  m = SwarmMessage::about_shard(MessageType::kNotFetching, v, ShardIndex{4});
   out.push_back(m);
   for (auto t : {MessageType::kInterested, MessageType::kNotInterested, MessageType::kChoke,
                  MessageType::kUnchoke, MessageType::kGetManifest, MessageType::kNoManifest, MessageType::kSuperSeed,
                  MessageType::kUnknownVersion}) {
-    out.push_back(SwarmMessage{t, v, 0, {}, {}, 0, 0, 0, {}});
+    out.push_back(SwarmMessage::signal(t, v));
   }
   return out;
 }

@@ -88,7 +88,7 @@ struct MegabytePieces : Pair {
     version.bytes.fill(key_fill);
   }
   SwarmMessage piece(std::uint32_t id, const ManifestId& of) const {
-    return SwarmMessage{MessageType::kPiece, of, id, {}, {}, 0, 1u << 20, 0, {}};
+    return SwarmMessage::piece(of, id, 1u << 20);
   }
   SwarmMessage piece(std::uint32_t id) const { return piece(id, version); }
   std::vector<std::byte> source, destination;
@@ -119,7 +119,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
   ManifestId version;
   version.bytes.fill(9);
-  p.client->send(SwarmMessage{MessageType::kRequest, version, 1, ShardIndex{2}, BlockIndex{3}, 4096, 65536, 0, {}});
+  p.client->send(SwarmMessage::request(version, 1, ShardIndex{2}, BlockIndex{3}, 4096, 65536));
   p.run_until([&] { return !p.server_events.messages.empty(); });
   REQUIRE(p.server_events.messages.size() == 1);
   CHECK(p.server_events.messages[0].type == MessageType::kRequest);
@@ -130,7 +130,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   core::fill_pseudo_random(source, 77);
   p.client_events.destination = &destination;
   bool sent = false;
-  p.server->send_piece(SwarmMessage{MessageType::kPiece, version, 1, {}, {}, 0, 65536, 0, {}}, source,
+  p.server->send_piece(SwarmMessage::piece(version, 1, 65536), source,
                        reporting([&](bool ok) { sent = ok; }));
   p.run_until([&] { return p.client_events.pieces_stored == 1; });
   CHECK(sent);
@@ -139,9 +139,9 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
   // Without a destination the payload is read and discarded; the stream stays in step.
   p.client_events.destination = nullptr;
-  p.server->send_piece(SwarmMessage{MessageType::kPiece, version, 2, {}, {}, 0, 1000, 0, {}},
+  p.server->send_piece(SwarmMessage::piece(version, 2, 1000),
                        std::span(source).first(1000), nullptr);
-  p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{5}, {}, 0, 0, 0, {}});
+  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{5}));
   p.run_until([&] { return !p.client_events.messages.empty(); });
   CHECK(p.client_events.pieces_discarded == 1);
   REQUIRE(p.client_events.messages.size() == 1);
@@ -163,7 +163,7 @@ TEST_CASE("data connection: a cancelled piece still queued is never sent, the st
   CHECK(p.server->cancel_piece(2));
   CHECK_FALSE(p.server->cancel_piece(2));
   CHECK(outcome[1] == 0);
-  p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{9}, {}, 0, 0, 0, {}});
+  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{9}));
   p.run_until([&] { return p.client_events.arrivals.size() == 3; });
   // 1 was on the wire, the HAVE passed 3; every frame decrypted in order.
   CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "piece 3"});
@@ -245,8 +245,8 @@ TEST_CASE("data connection: control messages pass queued pieces, each kind in th
   // A request pipeline's worth of pieces, then a HAVE and a request: the
   // two control messages must not wait behind megabytes of payload.
   for (std::uint32_t id = 1; id <= 4; ++id) p.server->send_piece(p.piece(id), p.source, nullptr);
-  p.server->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{7}, {}, 0, 0, 0, {}});
-  p.server->send(SwarmMessage{MessageType::kRequest, version, 11, ShardIndex{1}, BlockIndex{0}, 0, 4096, 0, {}});
+  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{7}));
+  p.server->send(SwarmMessage::request(version, 11, ShardIndex{1}, BlockIndex{0}, 0, 4096));
   p.server->send_piece(p.piece(5), p.source, nullptr);
   p.run_until([&] { return p.client_events.arrivals.size() == 7; });
   CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "message 7", "piece 2", "piece 3",
@@ -266,7 +266,7 @@ TEST_CASE("data connection: an idle connection sends keepalives, which the reade
   CHECK(p.client->keepalives_received() <= p.server->keepalives_sent());
   CHECK(p.server_events.arrivals.empty());  // no message was made up
   ManifestId version;
-  p.client->send(SwarmMessage{MessageType::kHave, version, 0, ShardIndex{5}, {}, 0, 0, 0, {}});
+  p.client->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{5}));
   p.run_until([&] { return !p.server_events.messages.empty(); });
   REQUIRE(p.server_events.messages.size() == 1);  // the frame counters still agree
   CHECK(p.server_events.messages[0].shard == ShardIndex{5});
