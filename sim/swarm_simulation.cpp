@@ -410,7 +410,7 @@ void SwarmSimulation::on_flow_done(FlowId flow) {
     timeline_.add(now(), topology_.link_class(link), piece.length);
   }
   if (peers_[from].trainer) {
-    auto number = version_numbers_.find(piece.header.version);
+    auto number = version_numbers_.find(piece.header.version_id);
     if (number != version_numbers_.end()) ledger_->add_publisher_bytes(number->second, piece.length);
   }
   // The last byte reaches the fetcher one path latency after it left.
@@ -456,11 +456,11 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       if (to == by_id_.end()) continue;
       if (send->message.type == swarm::MessageType::kGetManifest && !scenario_.manifest_round_trip) {
         // Free: the answer is here at once, as if the record had carried it.
-        auto number = version_numbers_.find(send->message.version);
+        auto number = version_numbers_.find(send->message.version_id);
         if (number != version_numbers_.end()) {
           const auto encoded = manifests_[number->second - 1]->encoded();
           p.core->on_message(now(), send->peer,
-                             swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest, send->message.version,
+                             swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest, send->message.version_id,
                                                              {encoded.begin(), encoded.end()}));
           continue;
         }
@@ -476,7 +476,7 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       if (to == by_id_.end()) continue;
       auto it = pipes_.find({peer, to->second});
       if (it == pipes_.end()) continue;
-      std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.version == drop->version; });
+      std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.version_id == drop->version_id; });
     } else if (auto* cancel = std::get_if<peer::CancelQueuedPiece>(&*action)) {
       // As the data connection does: a piece still queued is dropped.
       auto to = by_id_.find(cancel->peer);
@@ -492,7 +492,7 @@ void SwarmSimulation::drain(std::uint32_t peer) {
       const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / rate));
       p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
       Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, hash->shard.value};
-      e.message.version = hash->version->id;
+      e.message.version_id = hash->version->id;
       events_.schedule(std::move(e));
     } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
       if (release->done) release->done();  // no piece holds simulated memory
@@ -543,7 +543,7 @@ void SwarmSimulation::dispatch(Event& e) {
     case Kind::kDisconnected: p.core->on_disconnected(now(), from); break;
     case Kind::kPeerGone: p.core->peer_gone(now(), from); break;
     case Kind::kVerified:
-      if (auto v = p.core->find(e.message.version)) {
+      if (auto v = p.core->find(e.message.version_id)) {
         p.core->on_shard_hashed(now(), v, ShardIndex{static_cast<std::uint32_t>(e.number)}, true);
       }
       break;

@@ -135,14 +135,14 @@ void PeerCore::answer_get_manifest(const PeerId& peer, const ManifestId& id) {
 
 void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message) {
   auto decoded = decoder_->decode(message.bytes);
-  if (!decoded || (*decoded)->id() != message.version) {
+  if (!decoded || (*decoded)->id() != message.version_id) {
     report(Report::kWarn, "peer " + from.short_hex() + " sent a bad manifest: " +
                               (decoded ? std::string("wrong id") : decoded.status().to_string()));
     return;
   }
   auto accepted = accept_manifest(now, std::move(*decoded));
   if (!accepted) {
-    report(Report::kWarn, "refused manifest " + message.version.short_hex() + " from " + from.short_hex() + ": " +
+    report(Report::kWarn, "refused manifest " + message.version_id.short_hex() + " from " + from.short_hex() + ": " +
                               accepted.status().to_string());
   }
 }
@@ -561,10 +561,10 @@ void PeerCore::on_disconnected(TimePoint now, const PeerId& peer) {
 
 void PeerCore::on_message(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message) {
   switch (message.type) {
-    case swarm::MessageType::kGetManifest: return answer_get_manifest(peer, message.version);
+    case swarm::MessageType::kGetManifest: return answer_get_manifest(peer, message.version_id);
     case swarm::MessageType::kManifest: return on_manifest(now, peer, message);
     case swarm::MessageType::kNoManifest:
-      return send_manifest_request(heads_.on_no_manifest(now, peer, message.version));
+      return send_manifest_request(heads_.on_no_manifest(now, peer, message.version_id));
     case swarm::MessageType::kCancel:
       // The requester got the block elsewhere, or gave up on us: a piece
       // still queued here would cross the link for nothing.
@@ -581,7 +581,7 @@ std::optional<PieceLanding> PeerCore::begin_piece(TimePoint now, const PeerId& p
                                                   const swarm::SwarmMessage& header) {
   auto target = swarm_.begin_piece(now, peer, header);
   if (!target) return std::nullopt;
-  auto v = find(target->version);
+  auto v = find(target->version_id);
   if (!v || (!v->destination.empty() && target->offset + target->length > v->destination.size())) {
     return std::nullopt;
   }
@@ -613,7 +613,7 @@ void PeerCore::on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion
 }
 
 void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
-  auto v = find(held.version);
+  auto v = find(held.version_id);
   if (!v) return;
   {
     std::lock_guard lock(v->mutex);
@@ -630,11 +630,11 @@ void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
 void PeerCore::drain_swarm(TimePoint now) {
   while (auto action = swarm_.poll()) {
     if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
-      if (auto v = find(verify->version)) actions_.push(HashShard{std::move(v), verify->shard});
+      if (auto v = find(verify->version_id)) actions_.push(HashShard{std::move(v), verify->shard});
     } else if (auto* held = std::get_if<swarm::ShardHeld>(&*action)) {
       shard_held(now, *held);
     } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {
-      if (auto v = find(finished->version)) finish(now, v, finished->status);
+      if (auto v = find(finished->version_id)) finish(now, v, finished->status);
     } else {
       std::visit(
           [this](auto&& a) {

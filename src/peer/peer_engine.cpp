@@ -305,7 +305,7 @@ void PeerEngine::pump() {
     } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
       if (const auto* link = links_.link(drop->peer)) {
         for (const auto& lane : link->lanes) {
-          if (lane) lane->cancel_pieces_of(drop->version);
+          if (lane) lane->cancel_pieces_of(drop->version_id);
         }
       }
     } else if (auto* cancel = std::get_if<CancelQueuedPiece>(&*action)) {
@@ -384,7 +384,7 @@ void PeerEngine::release_memory(ReleaseMemory release) {
 }
 
 void PeerEngine::serve_piece(const swarm::ServePiece& s) {
-  auto v = core_->find(s.version);
+  auto v = core_->find(s.version_id);
   const auto* link = links_.link(s.peer);
   if (!v || !link) return;
   if (s.offset + s.length > v->memory.size()) {

@@ -80,7 +80,7 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   }
   // Forget its outstanding requests on every connection.
   for (auto& [peer, c] : connections_) {
-    std::erase_if(c.requests, [&](const auto& r) { return r.second.version == id; });
+    std::erase_if(c.requests, [&](const auto& r) { return r.second.version_id == id; });
     c.pending.erase(id);
   }
   versions_.erase(it);
@@ -234,7 +234,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       auto c = connections_.find(cancel->peer);
       if (c == connections_.end()) continue;
       for (auto r = c->second.requests.begin(); r != c->second.requests.end(); ++r) {
-        if (r->second.version == id && r->second.shard == cancel->shard && r->second.block == cancel->block) {
+        if (r->second.version_id == id && r->second.shard == cancel->shard && r->second.block == cancel->block) {
           // A landing payload is on the wire already: it keeps its request,
           // and the session takes its bytes if they are still wanted.
           if (r->second.landing) break;
@@ -425,10 +425,10 @@ void SwarmCore::forget_carrier(Version& v, const PeerId& peer) {
 
 void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
   auto refuse = [&](const char* reason) {
-    send(peer, SwarmMessage::refuse(m.version, m.request_id,
+    send(peer, SwarmMessage::refuse(m.version_id, m.request_id,
                                     std::vector<std::uint8_t>(reason, reason + std::char_traits<char>::length(reason))));
   };
-  auto it = versions_.find(m.version);
+  auto it = versions_.find(m.version_id);
   if (it == versions_.end()) return refuse("unknown version");
   Version& v = it->second;
   if (!v.offered) return refuse("not served here");
@@ -444,25 +444,25 @@ void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMes
   // nothing in flight, and each would take a shard across at once
   // (docs/swarm-policy.md, rule 5 of "Where to request it from").
   if (carried_by_a_mate(now, v, peer, m.shard)) {
-    send(peer, SwarmMessage::about_request(MessageType::kDeferred, m.version, m.request_id));
+    send(peer, SwarmMessage::about_request(MessageType::kDeferred, m.version_id, m.request_id));
     return;
   }
-  SwarmMessage header = SwarmMessage::piece(m.version, m.request_id, m.length);
-  actions_.push(ServePiece{peer, std::move(header), m.version, m.offset, m.length});
+  SwarmMessage header = SwarmMessage::piece(m.version_id, m.request_id, m.length);
+  actions_.push(ServePiece{peer, std::move(header), m.version_id, m.offset, m.length});
 }
 
 void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
   Connection& c = connections_[peer];
   c.open = true;  // an inbound connection opens with its first message
   c.last_heard = now;
-  auto it = versions_.find(m.version);
+  auto it = versions_.find(m.version_id);
   if (it != versions_.end() && it->second.seeder && it->second.seeder->suspended(peer)) {
-    reveal(m.version, it->second.seeder->resume(now, peer));
+    reveal(m.version_id, it->second.seeder->resume(now, peer));
   }
   switch (m.type) {
     case MessageType::kInterested: {
       if (it == versions_.end()) {
-        send(peer, SwarmMessage::signal(MessageType::kUnknownVersion, m.version));
+        send(peer, SwarmMessage::signal(MessageType::kUnknownVersion, m.version_id));
         return;
       }
       Version& v = it->second;
@@ -476,25 +476,25 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
           if (auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count)) holds = std::move(*bits);
         }
         v.seeder->add_requester(peer, holds);
-        send(peer, SwarmMessage::signal(MessageType::kSuperSeed, m.version));
+        send(peer, SwarmMessage::signal(MessageType::kSuperSeed, m.version_id));
       }
       const core::Bitfield shown = v.offered && !super_seeds ? v.have : core::Bitfield(v.layout.shard_count());
-      send(peer, SwarmMessage::with_bits(MessageType::kBitfield, m.version, v.layout.shard_count(), shown.to_bytes()));
+      send(peer, SwarmMessage::with_bits(MessageType::kBitfield, m.version_id, v.layout.shard_count(), shown.to_bytes()));
       if (v.offered) {
         const bool new_requester = v.requesters.insert(peer).second;
         if (new_requester && proximity_of(peer) == Proximity::kSameHost) v.host_mate_requesters.push_back(peer);
         if (served_outside_slots(v, peer)) {
-          send(peer, SwarmMessage::signal(MessageType::kUnchoke, m.version));
+          send(peer, SwarmMessage::signal(MessageType::kUnchoke, m.version_id));
         } else {
           v.slots.on_interested(now, peer);
         }
-        introduce_requesters(m.version, v, peer);
-        drain_slots(now, m.version, v);
+        introduce_requesters(m.version_id, v, peer);
+        drain_slots(now, m.version_id, v);
       }
       // A peer fetching what we fetch is a neighbour for us too.
       if (v.fetch && !v.sources.count(peer)) {
         v.fetch->add_candidate(now, peer, proximity_of(peer));
-        drain(now, m.version, v);
+        drain(now, m.version_id, v);
       }
       return;
     }
@@ -504,7 +504,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       if (it != versions_.end() && it->second.requesters.erase(peer)) {
         std::erase(it->second.host_mate_requesters, peer);
         it->second.slots.on_gone(now, peer);
-        drain_slots(now, m.version, it->second);
+        drain_slots(now, m.version_id, it->second);
       }
       return;
     case MessageType::kBitfield: {
@@ -516,18 +516,18 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
         return;
       }
       it->second.fetch->on_bitfield(now, peer, *bits);
-      drain(now, m.version, it->second);
+      drain(now, m.version_id, it->second);
       return;
     }
     case MessageType::kHave:
       if (it != versions_.end() && it->second.seeder && m.shard.value < it->second.layout.shard_count()) {
         Version& v = it->second;
-        reveal(m.version, v.seeder->on_have(now, peer, m.shard));
-        if (v.finishing.count(peer) && v.seeder->pending(peer) == 0) choke(m.version, v, peer);
+        reveal(m.version_id, v.seeder->on_have(now, peer, m.shard));
+        if (v.finishing.count(peer) && v.seeder->pending(peer) == 0) choke(m.version_id, v, peer);
       }
       if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
         it->second.fetch->on_have(now, peer, m.shard);
-        drain(now, m.version, it->second);
+        drain(now, m.version_id, it->second);
       }
       return;
     case MessageType::kFetching:
@@ -538,26 +538,26 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
         } else {
           it->second.fetch->on_mate_not_fetching(now, peer, m.shard);
         }
-        drain(now, m.version, it->second);
+        drain(now, m.version_id, it->second);
       }
       return;
     case MessageType::kChoke:
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_choked(now, peer);
-        slot_ended(m.version, it->second, peer);
+        slot_ended(m.version_id, it->second, peer);
         // A payload already landing (on another lane) still arrives.
-        std::erase_if(c.requests, [&](const auto& r) { return r.second.version == m.version && !r.second.landing; });
-        drain(now, m.version, it->second);
+        std::erase_if(c.requests, [&](const auto& r) { return r.second.version_id == m.version_id && !r.second.landing; });
+        drain(now, m.version_id, it->second);
       }
       return;
     case MessageType::kUnchoke:
-      if (it != versions_.end() && it->second.fetch && decline_slot(m.version, it->second, peer)) {
-        ask_declined_again(m.version, it->second);  // when the slots we hold give us nothing to ask
+      if (it != versions_.end() && it->second.fetch && decline_slot(m.version_id, it->second, peer)) {
+        ask_declined_again(m.version_id, it->second);  // when the slots we hold give us nothing to ask
         return;
       }
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_unchoked(now, peer);
-        drain(now, m.version, it->second);
+        drain(now, m.version_id, it->second);
       }
       return;
     case MessageType::kRequest:
@@ -569,14 +569,14 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       if (r == c.requests.end()) return;
       const Outstanding o = r->second;
       c.requests.erase(r);
-      auto v = versions_.find(o.version);
+      auto v = versions_.find(o.version_id);
       if (v != versions_.end() && v->second.fetch) {
         if (m.type == MessageType::kDeferred) {
           v->second.fetch->on_block_deferred(now, peer, o.shard, o.block);
         } else {
           v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
         }
-        drain(now, o.version, v->second);
+        drain(now, o.version_id, v->second);
       }
       return;
     }
@@ -590,7 +590,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
           if (other == self_id_ || other == peer || !locations_->find(other)) continue;
           it->second.fetch->add_candidate(now, other, proximity_of(other));
         }
-        drain(now, m.version, it->second);
+        drain(now, m.version_id, it->second);
       }
       return;
     case MessageType::kSuperSeed:
@@ -600,7 +600,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       if (it != versions_.end() && it->second.fetch) {
         it->second.sources.erase(peer);
         it->second.fetch->on_connect_failed(now, peer);
-        drain(now, m.version, it->second);
+        drain(now, m.version_id, it->second);
       }
       return;
     case MessageType::kCancel:        // the driver drops the piece if it is still queued
@@ -616,11 +616,11 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   auto c = connections_.find(peer);
   if (c == connections_.end()) return std::nullopt;
   auto r = find_request(c->second.requests, header.request_id);
-  if (r == c->second.requests.end() || r->second.version != header.version || r->second.length != header.length ||
+  if (r == c->second.requests.end() || r->second.version_id != header.version_id || r->second.length != header.length ||
       r->second.landing) {
     return std::nullopt;
   }
-  auto v = versions_.find(header.version);
+  auto v = versions_.find(header.version_id);
   if (v == versions_.end() || !v->second.fetch) return std::nullopt;
   Outstanding& o = r->second;
   // Two payloads writing one block could leave a liar's bytes over an
@@ -633,7 +633,7 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   o.landing_since = now;
   landing_since_.insert(now);
   v->second.fetch->on_block_landing(now, peer, o.shard, o.block);
-  return PieceTarget{header.version, o.offset, o.length};
+  return PieceTarget{header.version_id, o.offset, o.length};
 }
 
 void SwarmCore::unlist_landing_since(const Outstanding& o) {
@@ -646,7 +646,7 @@ void SwarmCore::unlist_landing_since(const Outstanding& o) {
 void SwarmCore::end_landing(const Outstanding& o) {
   if (!o.landing) return;
   unlist_landing_since(o);
-  if (auto v = versions_.find(o.version); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
+  if (auto v = versions_.find(o.version_id); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
 }
 
 void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
@@ -671,7 +671,7 @@ void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& 
   const Outstanding o = r->second;
   c->second.requests.erase(r);
   end_landing(o);
-  auto v = versions_.find(o.version);
+  auto v = versions_.find(o.version_id);
   if (v == versions_.end() || !v->second.fetch) return;
   if (stored && o.landing) {
     v->second.fetch->on_block(now, peer, o.shard, o.block);
@@ -680,14 +680,14 @@ void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& 
   } else {
     v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
   }
-  drain(now, o.version, v->second);
+  drain(now, o.version_id, v->second);
 }
 
 void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::string& reason) {
   if (landing_since_.empty()) return;
   std::vector<PeerId> landing_from;
   for (const auto& [peer, c] : connections_) {
-    if (std::any_of(c.requests.begin(), c.requests.end(), [&](const auto& r) { return r.second.landing && r.second.version == id; })) {
+    if (std::any_of(c.requests.begin(), c.requests.end(), [&](const auto& r) { return r.second.landing && r.second.version_id == id; })) {
       landing_from.push_back(peer);
     }
   }

@@ -71,7 +71,7 @@ struct SendMessage {
 struct ServePiece {
   PeerId peer;
   SwarmMessage header;
-  ManifestId version;
+  ManifestId version_id;
   std::uint64_t offset = 0;
   std::uint32_t length = 0;
 };
@@ -82,18 +82,18 @@ struct ServePiece {
 // requester for nothing.
 struct DropQueuedPieces {
   PeerId peer;
-  ManifestId version;
+  ManifestId version_id;
 };
 struct VerifyShard {
-  ManifestId version;
+  ManifestId version_id;
   ShardIndex shard;
 };
 struct ShardHeld {  // verified and now served; coarse progress for gossip
-  ManifestId version;
+  ManifestId version_id;
   ShardIndex shard;
 };
 struct FetchFinished {
-  ManifestId version;
+  ManifestId version_id;
   Status status;
 };
 using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, DropQueuedPieces, VerifyShard,
@@ -105,7 +105,7 @@ using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, S
 inline constexpr int kLandingLimitTimeouts = 3;
 
 struct PieceTarget {
-  ManifestId version;
+  ManifestId version_id;
   std::uint64_t offset = 0;
   std::uint32_t length = 0;
 };
@@ -211,7 +211,7 @@ class SwarmCore {
     std::set<PeerId> asked_again{};
   };
   struct Outstanding {
-    ManifestId version;
+    ManifestId version_id;
     ShardIndex shard;
     BlockIndex block;
     std::uint64_t offset = 0;

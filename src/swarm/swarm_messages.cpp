@@ -9,7 +9,7 @@ namespace tensorhub::swarm {
 SwarmMessage SwarmMessage::signal(MessageType type, const ManifestId& version) {
   SwarmMessage m;
   m.type = type;
-  m.version = version;
+  m.version_id = version;
   return m;
 }
 
@@ -101,7 +101,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
   auto open = [&](std::uint32_t fields) {
     w.write_array_header(fields);
     w.write_uint(static_cast<std::uint8_t>(m.type));
-    w.write_bin(m.version.bytes);
+    w.write_bin(m.version_id.bytes);
   };
   switch (m.type) {
     case MessageType::kBitfield:
@@ -158,7 +158,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   r.read_array_header("data message", fields, 7);
   if (r.read_uint("type", type) && (type < 1 || type > kLastMessageType)) r.fail("type", "unknown data message type " + std::to_string(type));
   m.type = static_cast<MessageType>(type);
-  r.read_bin_exact("version", m.version.bytes);
+  r.read_bin_exact("version", m.version_id.bytes);
   if (!r.ok()) return r.status();
   auto expect_fields = [&](std::uint32_t n) {
     if (fields != n) r.fail("data message", std::string(message_type_name(m.type)) + " takes " + std::to_string(n) + " fields, not " + std::to_string(fields));

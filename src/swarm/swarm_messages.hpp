@@ -47,7 +47,7 @@ std::string_view message_type_name(MessageType type);
 
 struct SwarmMessage {
   MessageType type = MessageType::kHave;
-  ManifestId version;
+  ManifestId version_id;  // the version, by its manifest id
   std::uint32_t request_id = 0;
   ShardIndex shard;
   BlockIndex block;

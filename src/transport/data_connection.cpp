@@ -180,7 +180,7 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
   encode_swarm_message(header, out.message);
   out.piece = piece;
   out.cancel_id = piece ? header.request_id : 0;
-  out.version = header.version;
+  out.version = header.version_id;
   out.payload = payload;
   out.source = std::move(source);
   queued_bytes_ += out.message.size() + payload.size();

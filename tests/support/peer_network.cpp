@@ -125,7 +125,7 @@ void PeerNetwork::drain(std::size_t peer) {
       }
     } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
       auto to = index_of(serve->peer);
-      auto v = p.core->find(serve->version);
+      auto v = p.core->find(serve->version_id);
       if (!to || !v) continue;
       const auto bytes = v->memory.subspan(serve->offset, serve->length);
       const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(serve->length) / p.uplink));

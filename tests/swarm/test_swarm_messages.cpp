@@ -12,7 +12,7 @@ std::vector<SwarmMessage> samples() {
   v.bytes.fill(0x3c);
   std::vector<SwarmMessage> out;
   SwarmMessage m;
-  m.version = v;
+  m.version_id = v;
   m.type = MessageType::kBitfield;
   m.shard_count = 20;
   m.bytes = {0xff, 0x0f, 0xa0};
@@ -52,7 +52,7 @@ TEST_CASE("data messages: every type round trips") {
     auto back = decode_swarm_message(bytes);
     REQUIRE_MESSAGE(back.is_ok(), message_type_name(m.type) << ": " << back.status().to_string());
     CHECK(back->type == m.type);
-    CHECK(back->version == m.version);
+    CHECK(back->version_id == m.version_id);
     CHECK(back->request_id == m.request_id);
     CHECK(back->shard == m.shard);
     CHECK(back->block == m.block);
@@ -73,7 +73,7 @@ TEST_CASE("data messages: bounds and shapes are enforced") {
   auto bytes = encode_swarm_message(samples()[1]);
   bytes[1] = 99;  // an unknown type
   CHECK(decode_swarm_message(bytes).status().message().find("unknown data message type") != std::string::npos);
-  SwarmMessage peers{MessageType::kPeers, m.version, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(PeerId::kSize + 1, 1)};
+  SwarmMessage peers{MessageType::kPeers, m.version_id, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(PeerId::kSize + 1, 1)};
   CHECK(decode_swarm_message(encode_swarm_message(peers)).status().message().find("whole number of peer ids") !=
         std::string::npos);
   peers.bytes.assign((kMaxPeersListed + 1) * PeerId::kSize, 1);
