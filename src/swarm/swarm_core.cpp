@@ -1,19 +1,12 @@
+// SwarmCore: its versions, connections and message routing. The serving
+// side, the slot share and landing pieces are in swarm_serving.cpp,
+// swarm_slot_share.cpp and swarm_landing.cpp beside this file.
 #include "swarm/swarm_core.hpp"
 
 #include <algorithm>
 #include <cassert>
 
 namespace tensorhub::swarm {
-namespace {
-
-template <typename Requests>
-auto find_request(Requests& requests, std::uint32_t request_id) {
-  return std::find_if(requests.begin(), requests.end(), [&](const auto& r) { return r.first == request_id; });
-}
-
-std::uint64_t block_key(ShardIndex shard, BlockIndex block) { return std::uint64_t{shard.value} << 32 | block.value; }
-
-}  // namespace
 
 SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed,
                      std::shared_ptr<LocationBook> locations)
@@ -135,69 +128,6 @@ void SwarmCore::send(const PeerId& peer, SwarmMessage message) {
   actions_.push(SendMessage{peer, std::move(message)});
 }
 
-void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer) {
-  v.sources.insert(peer);
-  v.fetch->on_connected(now, peer);
-  send(peer, interested(id, v));
-}
-
-SwarmMessage SwarmCore::interested(const ManifestId& id, const Version& v) const {
-  // What we hold already travels along, so a super-seed does not reveal it.
-  return SwarmMessage::with_bits(MessageType::kInterested, id, v.layout.shard_count(), v.have.to_bytes());
-}
-
-bool SwarmCore::holds_its_share_of_slots(const Version& v) const {
-  return v.fetch->slot_sources() + v.asked_again.size() >= upload_slots_here();
-}
-
-bool SwarmCore::decline_slot(const ManifestId& id, Version& v, const PeerId& peer) {
-  const bool asked = v.asked_again.erase(peer) != 0;
-  const bool starving = v.fetch->in_flight_total() == 0;
-  // Starved, a fetch that pulls across the WAN takes the slot: handing it
-  // back only to ask again at once (ask_declined_again) leaves the holder's
-  // slot idle for a round trip, a WAN one when the holder is a trainer
-  // rank. Inside a datacenter that round trip is cheap, and taking the slot
-  // would spread slots worse.
-  const bool takes_it = starving && (asked || v.fetch->pulls_across_wan());
-  if (takes_it || proximity_of(peer) == Proximity::kSameHost || !holds_its_share_of_slots(v)) return false;
-  send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
-  if (std::find(v.declined.begin(), v.declined.end(), peer) == v.declined.end()) v.declined.push_back(peer);
-  return true;
-}
-
-void SwarmCore::ask_declined_again(const ManifestId& id, Version& v) {
-  // Starved, the slots we hold give us nothing to ask for: every holder
-  // handed back is asked again, and we wait in all their queues, as we did
-  // before declining any. (One at a time, a fetcher could wait on a holder
-  // whose slot stays taken for a whole rotation.)
-  const bool starved = v.fetch && v.fetch->in_flight_total() == 0;
-  while (!v.declined.empty() && v.fetch && (starved || !holds_its_share_of_slots(v))) {
-    const PeerId peer = v.declined.front();
-    v.declined.pop_front();
-    auto c = connections_.find(peer);
-    if (c == connections_.end() || !c->second.open) continue;
-    send(peer, interested(id, v));
-    v.asked_again.insert(peer);
-  }
-}
-
-void SwarmCore::slot_ended(const ManifestId& id, Version& v, const PeerId& peer) {
-  std::erase(v.declined, peer);
-  v.asked_again.erase(peer);
-  ask_declined_again(id, v);
-}
-
-void SwarmCore::tell_host_mate_requesters(const ManifestId& id, const Version& v, MessageType type, ShardIndex shard) {
-  for (const PeerId& peer : v.host_mate_requesters) {
-    auto c = connections_.find(peer);
-    if (c != connections_.end() && c->second.open) send(peer, SwarmMessage::about_shard(type, id, shard));
-  }
-}
-
-void SwarmCore::reveal(const ManifestId& id, const std::vector<Reveal>& reveals) {
-  for (const Reveal& r : reveals) send(r.peer, SwarmMessage::about_shard(MessageType::kHave, id, r.shard));
-}
-
 void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
   while (v.fetch) {
     auto action = v.fetch->poll();
@@ -291,48 +221,6 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
   if (!v.declined.empty() && v.fetch && v.fetch->in_flight_total() == 0) ask_declined_again(id, v);
 }
 
-void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
-  while (auto action = v.slots.poll()) {
-    if (auto* u = std::get_if<UnchokeAction>(&*action)) {
-      // One still finishing its last turn was never choked.
-      if (v.finishing.erase(u->peer) == 0) send(u->peer, SwarmMessage::signal(MessageType::kUnchoke, id));
-      if (v.seeder) reveal(id, v.seeder->activate(now, u->peer));
-    } else {
-      const PeerId choked = std::get<ChokeAction>(*action).peer;
-      if (v.seeder && v.seeder->pending(choked) > 0) {
-        // A super-seed's requester holds first copies in the making, which
-        // only the seed can complete: choked now, their blocks already sent
-        // were wasted and the shards went out again to someone else (16
-        // hosts: the publisher sent 1.47x the version). It finishes them
-        // first, shown nothing new, and is choked when it has them.
-        v.seeder->finish(choked);
-        v.finishing.emplace(choked, now);
-      } else {
-        choke(id, v, choked);
-      }
-    }
-  }
-}
-
-bool SwarmCore::served_outside_slots(const Version& v, const PeerId& peer) const {
-  return !v.seeder && proximity_of(peer) == Proximity::kSameHost;
-}
-
-std::size_t SwarmCore::upload_slots_here() const {
-  std::size_t on_host = locations_->peers_on_host(self_);
-  const Location* listed = locations_->find(self_id_);
-  if (listed && listed->dc == self_.dc && listed->rack == self_.rack && listed->host == self_.host && on_host > 0) --on_host;
-  return std::max<std::size_t>(1, config_.upload_slots / (on_host + 1));
-}
-
-void SwarmCore::choke(const ManifestId& id, Version& v, const PeerId& peer) {
-  v.finishing.erase(peer);
-  forget_carrier(v, peer);
-  if (v.seeder) v.seeder->deactivate(peer);
-  send(peer, SwarmMessage::signal(MessageType::kChoke, id));
-  actions_.push(DropQueuedPieces{peer, id});
-}
-
 // --------------------------------------------------------------------------
 // Connections
 
@@ -390,65 +278,6 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
 void SwarmCore::on_disconnected(TimePoint now, const PeerId& peer) {
   if (!connections_.count(peer)) return;
   forget_connection(now, peer);
-}
-
-bool SwarmCore::carried_by_a_mate(TimePoint now, Version& v, const PeerId& peer, ShardIndex shard) {
-  if (proximity_of(peer) != Proximity::kRemote) return false;
-  const Location* where = locations_->find(peer);
-  if (!where) return false;
-  auto [it, added] = v.wan_carriers.try_emplace({where->dc, shard.value}, Version::WanCarrier{peer, now});
-  if (added) return false;
-  if (it->second.peer != peer && now - it->second.last_asked < config_.fetch.request_timeout * 4) return true;
-  it->second = Version::WanCarrier{peer, now};
-  return false;
-}
-
-void SwarmCore::introduce_requesters(const ManifestId& id, const Version& v, const PeerId& newcomer) {
-  const Location* where = locations_->find(newcomer);
-  if (!where || v.requesters.size() < 2) return;
-  std::vector<std::pair<Proximity, const PeerId*>> others;
-  for (const PeerId& r : v.requesters) {
-    const Location* at = r == newcomer ? nullptr : locations_->find(r);
-    if (at) others.emplace_back(proximity(*where, *at), &r);
-  }
-  const std::size_t n = std::min(others.size(), kMaxPeersListed);
-  std::partial_sort(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(n), others.end(),
-                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::uint8_t> ids;
-  for (std::size_t i = 0; i < n; ++i) ids.insert(ids.end(), others[i].second->bytes.begin(), others[i].second->bytes.end());
-  if (!ids.empty()) send(newcomer, SwarmMessage::with_bytes(MessageType::kPeers, id, std::move(ids)));
-}
-
-void SwarmCore::forget_carrier(Version& v, const PeerId& peer) {
-  std::erase_if(v.wan_carriers, [&](const auto& entry) { return entry.second.peer == peer; });
-}
-
-void SwarmCore::handle_request(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
-  auto refuse = [&](const char* reason) {
-    send(peer, SwarmMessage::refuse(m.version_id, m.request_id,
-                                    std::vector<std::uint8_t>(reason, reason + std::char_traits<char>::length(reason))));
-  };
-  auto it = versions_.find(m.version_id);
-  if (it == versions_.end()) return refuse("unknown version");
-  Version& v = it->second;
-  if (!v.offered) return refuse("not served here");
-  if (!v.slots.unchoked(peer) && !v.finishing.count(peer) && !served_outside_slots(v, peer)) return refuse("choked");
-  const ShardLayout& l = v.layout;
-  if (m.shard.value >= l.shard_count()) return refuse("no such shard");
-  if (!v.have.test(m.shard.value)) return refuse("shard not held");
-  const std::uint64_t shard_start = l.shard_offset(m.shard), shard_end = shard_start + l.shard_length(m.shard);
-  if (m.length == 0 || m.offset < shard_start || m.offset > shard_end || m.length > shard_end - m.offset) {
-    return refuse("range outside the shard");
-  }
-  // Each shard into a remote datacenter once: its fetchers start with
-  // nothing in flight, and each would take a shard across at once
-  // (docs/swarm-policy.md, rule 5 of "Where to request it from").
-  if (carried_by_a_mate(now, v, peer, m.shard)) {
-    send(peer, SwarmMessage::about_request(MessageType::kDeferred, m.version_id, m.request_id));
-    return;
-  }
-  SwarmMessage header = SwarmMessage::piece(m.version_id, m.request_id, m.length);
-  actions_.push(ServePiece{peer, std::move(header), m.version_id, m.offset, m.length});
 }
 
 void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage& m) {
@@ -565,7 +394,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     case MessageType::kRefuse:
     case MessageType::kDeferred: {
-      auto r = find_request(c.requests, m.request_id);
+      auto r = c.find_request(m.request_id);
       if (r == c.requests.end()) return;
       const Outstanding o = r->second;
       c.requests.erase(r);
@@ -610,96 +439,6 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kNoManifest:
       return;
   }
-}
-
-std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
-  auto c = connections_.find(peer);
-  if (c == connections_.end()) return std::nullopt;
-  auto r = find_request(c->second.requests, header.request_id);
-  if (r == c->second.requests.end() || r->second.version_id != header.version_id || r->second.length != header.length ||
-      r->second.landing) {
-    return std::nullopt;
-  }
-  auto v = versions_.find(header.version_id);
-  if (v == versions_.end() || !v->second.fetch) return std::nullopt;
-  Outstanding& o = r->second;
-  // Two payloads writing one block could leave a liar's bytes over an
-  // honest copy that has verified; one landing at a time cannot.
-  if (!v->second.fetch->wants_block(o.shard, o.block) || !v->second.landing.insert(block_key(o.shard, o.block)).second) {
-    o.superseded = true;
-    return std::nullopt;
-  }
-  o.landing = true;
-  o.landing_since = now;
-  landing_since_.insert(now);
-  v->second.fetch->on_block_landing(now, peer, o.shard, o.block);
-  return PieceTarget{header.version_id, o.offset, o.length};
-}
-
-void SwarmCore::unlist_landing_since(const Outstanding& o) {
-  // Invariant: every landing Outstanding has its landing_since in landing_since_.
-  const auto since = landing_since_.find(o.landing_since);
-  assert(since != landing_since_.end());
-  if (since != landing_since_.end()) landing_since_.erase(since);
-}
-
-void SwarmCore::end_landing(const Outstanding& o) {
-  if (!o.landing) return;
-  unlist_landing_since(o);
-  if (auto v = versions_.find(o.version_id); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
-}
-
-void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
-  auto c = connections_.find(peer);
-  if (c == connections_.end()) return;
-  auto r = find_request(c->second.requests, header.request_id);
-  if (r == c->second.requests.end() || !r->second.landing) return;
-  Outstanding& o = r->second;
-  unlist_landing_since(o);
-  o.landing_since = now;
-  landing_since_.insert(now);
-}
-
-void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
-  auto c = connections_.find(peer);
-  if (c == connections_.end()) return;
-  auto r = find_request(c->second.requests, header.request_id);
-  if (r == c->second.requests.end()) {
-    discarded_piece_bytes_ += header.length;
-    return;
-  }
-  const Outstanding o = r->second;
-  c->second.requests.erase(r);
-  end_landing(o);
-  auto v = versions_.find(o.version_id);
-  if (v == versions_.end() || !v->second.fetch) return;
-  if (stored && o.landing) {
-    v->second.fetch->on_block(now, peer, o.shard, o.block);
-  } else if (o.superseded) {
-    v->second.fetch->on_block_superseded(now, peer, o.shard, o.block);
-  } else {
-    v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
-  }
-  drain(now, o.version_id, v->second);
-}
-
-void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::string& reason) {
-  if (landing_since_.empty()) return;
-  std::vector<PeerId> landing_from;
-  for (const auto& [peer, c] : connections_) {
-    if (std::any_of(c.requests.begin(), c.requests.end(), [&](const auto& r) { return r.second.landing && r.second.version_id == id; })) {
-      landing_from.push_back(peer);
-    }
-  }
-  for (const PeerId& peer : landing_from) {
-    actions_.push(CloseConnection{peer, reason});
-    forget_connection(now, peer);
-  }
-}
-
-TimePoint SwarmCore::next_landing_deadline() const {
-  if (landing_since_.empty()) return kTimeNever;
-  return *landing_since_.begin() + config_.fetch.request_timeout * kLandingLimitTimeouts;
 }
 
 void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, bool good) {
@@ -763,22 +502,8 @@ TimePoint SwarmCore::next_timeout() const {
   return t;
 }
 
-void SwarmCore::check_silence(TimePoint now, const ManifestId& id, Version& v) {
-  for (const PeerId& peer : v.requesters) {
-    if (v.seeder->pending(peer) == 0) continue;
-    auto c = connections_.find(peer);
-    if (c == connections_.end()) continue;
-    const Duration limit = config_.fetch.request_timeout * (proximity_of(peer) == Proximity::kRemote ? 8 : 2);
-    if (now - c->second.last_heard >= limit) reveal(id, v.seeder->suspend(now, peer));
-  }
-  // A check per request timeout while shards are shown: the first lapses
-  // at once, and a silent requester is found within 3 request timeouts.
-  v.next_silence_check = now + config_.fetch.request_timeout;
-}
-
 std::optional<SwarmAction> SwarmCore::poll() {
   return actions_.poll();
 }
 
 }  // namespace tensorhub::swarm
-

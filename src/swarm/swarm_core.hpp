@@ -10,6 +10,7 @@
 // as a layout and a bitfield.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -224,11 +225,15 @@ class SwarmCore {
     bool open = false;
     std::set<ManifestId> pending;  // versions waiting for the connection to open
     // Sent and not yet answered, in sending order. A flat vector: a
-    // connection has a pipeline's worth (tens) outstanding, and a map node
-    // per request was an allocation per block.
+    // connection has a pipeline's worth (tens) outstanding, so no node is
+    // allocated per request.
     std::vector<std::pair<std::uint32_t, Outstanding>> requests;
     std::uint32_t next_request_id = 1;
     TimePoint last_heard;  // its last message
+
+    auto find_request(std::uint32_t request_id) {
+      return std::find_if(requests.begin(), requests.end(), [&](const auto& r) { return r.first == request_id; });
+    }
   };
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
