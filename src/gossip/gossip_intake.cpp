@@ -1,0 +1,234 @@
+// GossipCore's intake: datagrams opened (rate limit, AEAD, replay window),
+// records and liveness claims merged, pings, acks and nacks answered.
+#include "gossip/gossip_core.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tensorhub::gossip {
+namespace {
+
+constexpr std::size_t kMaxStrangerWindows = 4096;
+
+}  // namespace
+
+// --------------------------------------------------------------------------
+// Incoming datagrams
+
+void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::span<const std::uint8_t> bytes) {
+  note_input(now);
+  ++stats_.datagrams_in;
+  stats_.bytes_in += bytes.size();
+  if (bytes.size() > config_.max_datagram_bytes) {
+    ++stats_.dropped_oversized;
+    return;
+  }
+  if (!rate_limiter_.allow(from, now)) {
+    ++stats_.dropped_rate_limited;
+    return;
+  }
+  Opened opened;
+  switch (open_sealed(gossip_key_, /*stream=*/false, bytes, opened)) {
+    case OpenError::kNone: break;
+    case OpenError::kMalformed: ++stats_.dropped_malformed; return;
+    default: ++stats_.dropped_unauthenticated; return;
+  }
+  if (opened.sender == self_id()) {
+    ++stats_.dropped_misdirected;
+    return;
+  }
+  // Anti-replay per sender; members keep their window in the member table.
+  ReplayWindow* window = nullptr;
+  if (Member* m = table_.find(opened.sender)) {
+    window = &m->replay;
+  } else {
+    if (stranger_windows_.size() >= kMaxStrangerWindows) stranger_windows_.clear();
+    window = &stranger_windows_[opened.sender];
+  }
+  if (!window->accept(opened.boot_id, opened.counter)) {
+    ++stats_.dropped_replayed;
+    return;
+  }
+  Packet packet;
+  std::vector<IncomingItem> items;
+  if (!decode_packet(opened.plaintext, packet, items).is_ok() || packet.sender != opened.sender) {
+    ++stats_.dropped_malformed;
+    return;
+  }
+  if (self_.leaving) return;  // a departing peer only talks
+  std::vector<OutgoingItem> corrections;
+  process_items(now, items, &corrections);
+  if (!corrections.empty()) {
+    // The sender spread news we know to be stale: send it the newer records
+    // at once instead of letting it act on old beliefs (a false death).
+    Packet correction;
+    correction.kind = PacketKind::kGossip;
+    send_packet(from, correction, corrections);
+  }
+  // A stranger that just became a member carries its window over.
+  if (Member* m = table_.find(opened.sender); m != nullptr && window != &m->replay) {
+    m->replay = *window;
+    stranger_windows_.erase(opened.sender);
+  }
+  switch (packet.kind) {
+    case PacketKind::kPing: on_ping(now, from, packet); break;
+    case PacketKind::kAck: on_ack(now, packet); break;
+    case PacketKind::kPingReq: on_ping_req(now, from, packet); break;
+    case PacketKind::kNack: on_nack(packet); break;
+    case PacketKind::kGossip: break;
+  }
+}
+
+void GossipCore::process_items(TimePoint now, std::vector<IncomingItem>& items,
+                               std::vector<OutgoingItem>* corrections) {
+  for (auto& item : items) {
+    if (auto* record = std::get_if<RecordBytes>(&item)) {
+      process_record(now, *record, corrections);
+    } else {
+      process_liveness(now, std::get<LivenessItem>(item), corrections);
+    }
+  }
+}
+
+namespace {
+void add_correction(std::vector<OutgoingItem>* corrections, const RecordPtr& record) {
+  if (corrections == nullptr || corrections->size() >= 4) return;  // one datagram's worth
+  for (const auto& item : *corrections) {
+    if (const auto* r = std::get_if<RecordPtr>(&item); r && *r == record) return;
+  }
+  corrections->push_back(record);
+}
+}  // namespace
+
+void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::vector<OutgoingItem>* corrections) {
+  const auto version = peek_record_version(bytes.bytes);
+  if (!version) {
+    ++stats_.records_rejected;
+    return;
+  }
+  if (version->id == self_id()) {
+    // Our own record echoed back is normal. One newer than ours comes from a
+    // past life whose incarnation ran ahead of our clock: outbid it.
+    const bool newer = version->incarnation != self_.incarnation ? version->incarnation > self_.incarnation
+                                                                  : version->seq > self_.seq;
+    if (newer && !self_.leaving) refute(now, version->incarnation);
+    if (version->incarnation < self_.incarnation) add_correction(corrections, self_signed_);
+    return;
+  }
+  if (!table_.is_news(*version)) {
+    ++stats_.records_stale;
+    if (const Member* m = table_.find(version->id);
+        m != nullptr && m->is_live() && version->incarnation < m->record->record.incarnation) {
+      add_correction(corrections, m->record);
+    }
+    return;
+  }
+  auto record = decoder_->decode(bytes.bytes);
+  if (!record) {
+    ++stats_.records_rejected;
+    return;
+  }
+  ++stats_.records_accepted;
+  const PeerRecord& r = (*record)->record;
+  switch (table_.apply_record(*record, now)) {
+    case RecordOutcome::kStale:
+    case RecordOutcome::kFull:
+      return;
+    case RecordOutcome::kJoined: {
+      emit(MemberEventKind::kJoined, r.id, *record, r.incarnation);
+      // A random place in the probe order, so newcomers are probed soon.
+      const std::size_t at = probe_order_.empty() ? 0 : rng_.below(probe_order_.size() + 1);
+      probe_order_.insert(probe_order_.begin() + static_cast<std::ptrdiff_t>(at), r.id);
+      break;
+    }
+    case RecordOutcome::kUpdated: emit(MemberEventKind::kUpdated, r.id, *record, r.incarnation); break;
+    case RecordOutcome::kAliveAgain: {
+      emit(MemberEventKind::kAlive, r.id, *record, r.incarnation);
+      if (std::find(probe_order_.begin(), probe_order_.end(), r.id) == probe_order_.end()) {
+        probe_order_.push_back(r.id);
+      }
+      break;
+    }
+    case RecordOutcome::kLeft: emit(MemberEventKind::kLeft, r.id, *record, r.incarnation); break;
+  }
+  broadcasts_.enqueue(*record);  // news spreads further
+  if (note_heads(r.heads)) {
+    eager_round_due_ = true;
+    head_news_ = *record;
+  }
+}
+
+void GossipCore::preload(TimePoint now, std::span<const RecordPtr> records) {
+  for (const RecordPtr& record : records) {
+    const PeerRecord& r = record->record;
+    if (r.id == self_id() || !table_.is_news(RecordVersion{r.id, r.incarnation, r.seq})) continue;
+    if (table_.apply_record(record, now) == RecordOutcome::kJoined) probe_order_.push_back(r.id);
+  }
+  for (std::size_t i = probe_order_.size(); i > 1; --i) std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);
+}
+
+void GossipCore::process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections) {
+  if (item.target == self_id()) {
+    if (item.incarnation >= self_.incarnation) {
+      refute(now, item.incarnation);
+    } else {
+      add_correction(corrections, self_signed_);
+    }
+    return;
+  }
+  const Member* m = table_.find(item.target);
+  if (m != nullptr && m->is_live() && item.incarnation < m->incarnation) {
+    add_correction(corrections, m->record);  // the accuser has not seen the refutation
+    return;
+  }
+  switch (table_.apply_liveness(item, now, suspicion_timeouts())) {
+    case LivenessOutcome::kIgnored: return;
+    case LivenessOutcome::kSuspected: emit(MemberEventKind::kSuspect, item.target, m->record, item.incarnation); break;
+    case LivenessOutcome::kConfirmed: break;
+    case LivenessOutcome::kDead: emit(MemberEventKind::kDead, item.target, m->record, item.incarnation); break;
+  }
+  broadcasts_.enqueue(item);
+}
+
+void GossipCore::on_ping(TimePoint, const std::string& from, const Packet& packet) {
+  if (packet.target && *packet.target != self_id()) {
+    ++stats_.dropped_misdirected;  // meant for whoever had this address before
+    return;
+  }
+  Packet ack;
+  ack.kind = PacketKind::kAck;
+  ack.probe_seq = packet.probe_seq;
+  send_packet(from, ack);
+}
+
+void GossipCore::on_ack(TimePoint, const Packet& packet) {
+  if (probe_ && probe_->seq == packet.probe_seq) {
+    probe_->acked = true;
+    return;
+  }
+  auto relay = relays_.find(packet.probe_seq);
+  if (relay != relays_.end()) {
+    Packet forward;
+    forward.kind = PacketKind::kAck;
+    forward.probe_seq = relay->second.requester_seq;
+    send_packet(relay->second.requester, forward);
+    relays_.erase(relay);
+  }
+}
+
+void GossipCore::on_ping_req(TimePoint now, const std::string& from, const Packet& packet) {
+  if (!packet.target || packet.target_addr.empty() || *packet.target == self_id()) return;
+  const std::uint32_t seq = ++next_seq_;
+  relays_[seq] = Relay{from, packet.probe_seq, now + scaled(config_.probe_timeout)};
+  Packet ping;
+  ping.kind = PacketKind::kPing;
+  ping.probe_seq = seq;
+  ping.target = packet.target;
+  send_packet(packet.target_addr, ping);
+}
+
+void GossipCore::on_nack(const Packet& packet) {
+  if (probe_ && probe_->seq == packet.probe_seq) ++probe_->nacks;
+}
+
+}  // namespace tensorhub::gossip
