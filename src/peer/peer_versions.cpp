@@ -1,0 +1,385 @@
+// PeerCore's versions: publishing, fetching (with the shards unchanged
+// since a held version copied locally), private copies, progress announced
+// in gossip, and release with retention.
+#include "peer/peer_core.hpp"
+
+#include <algorithm>
+
+namespace tensorhub::peer {
+namespace {
+
+swarm::ShardLayout layout_of(const Manifest& m, std::uint32_t block_size) {
+  return swarm::ShardLayout{m.total_size(), m.shard_size(),
+                            static_cast<std::uint32_t>(std::min<std::uint64_t>(block_size, m.shard_size()))};
+}
+
+void set_totals(LocalVersion& v, const Manifest& m) {
+  v.progress.bytes_total = m.total_size();
+  v.progress.shards_total = static_cast<std::uint32_t>(m.shard_count());
+}
+
+}  // namespace
+
+// --------------------------------------------------------------------------
+// Versions
+
+std::shared_ptr<LocalVersion> PeerCore::find(const ManifestId& id) const {
+  auto it = versions_.find(id);
+  return it == versions_.end() ? nullptr : it->second;
+}
+
+Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                        std::span<const std::byte> memory, core::Bitfield have) {
+  const Manifest& m = *manifest;
+  const std::string what = m.model() + " v" + std::to_string(m.version());
+  if (!memory.empty() && memory.size() != m.total_size()) {
+    return Status::invalid_argument("the memory holds " + std::to_string(memory.size()) + " bytes; " + what +
+                                    " has " + std::to_string(m.total_size()));
+  }
+  if (have.size() != 0 && have.size() != m.shard_count()) {
+    return Status::invalid_argument("a part of " + what + " must name each of its " + std::to_string(m.shard_count()) +
+                                    " shards");
+  }
+  const HeadTracker::NextVersion next = heads_.next_version(m.model());
+  if (m.version() != next.version || m.parent() != next.parent) {
+    return Status::already_exists(what + " cannot be published: the next version of " + m.model() + " is v" +
+                                  std::to_string(next.version) + " (another publication or a newer head arrived " +
+                                  "meanwhile)");
+  }
+  // Believed first: a manifest the tracker refuses is never served.
+  auto accepted = accept_manifest(now, manifest);
+  if (!accepted) return accepted.status();
+  const bool whole = have.size() == 0;
+  if (whole) have = core::Bitfield(m.shard_count(), true);
+  auto v = std::make_shared<LocalVersion>();
+  v->model = m.model();
+  v->number = m.version();
+  v->id = m.id();
+  v->manifest = manifest;
+  v->role = VersionRole::kPublished;
+  v->memory = memory;
+  v->started = now;
+  {
+    std::lock_guard lock(v->mutex);
+    set_totals(*v, m);
+    v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
+    for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+      if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
+    }
+    v->progress.done = true;
+    v->state = VersionState::kComplete;
+    v->completed = now;
+  }
+  versions_[v->id] = v;
+  const bool super_seed = whole && config_.super_seed;
+  swarm_.serve(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have),
+               super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed : swarm::SwarmCore::ServeMode::kPlain);
+  announce_holding(*v);
+  report(Report::kInfo, "published " + what + " (" + v->id.short_hex() + "), " + std::to_string(m.shard_count()) +
+                            " shards");
+  drain_swarm(now);
+  state_changed();
+  return v;
+}
+
+Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                      std::span<std::byte> destination) {
+  const Manifest& m = *manifest;
+  if (!destination.empty() && destination.size() != m.total_size()) {
+    return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) +
+                                    " bytes; the version needs " + std::to_string(m.total_size()));
+  }
+  auto v = std::make_shared<LocalVersion>();
+  v->model = m.model();
+  v->number = m.version();
+  v->id = m.id();
+  v->manifest = manifest;
+  v->destination = destination;
+  v->started = now;
+  {
+    std::lock_guard lock(v->mutex);
+    set_totals(*v, m);
+  }
+  if (auto held = find(m.id())) {
+    // Held here already: a private copy, which never shares state with it.
+    v->role = VersionRole::kCopy;
+    copies_[v] = held;
+    bool complete = false;
+    {
+      std::lock_guard lock(held->mutex);
+      complete = held->state == VersionState::kComplete;
+    }
+    if (complete) start_copy(v, held);  // otherwise once it completes (source_finished)
+    state_changed();
+    return v;
+  }
+  v->role = VersionRole::kFetched;
+  v->memory = v->destination;
+  versions_[v->id] = v;
+  start_fetch(now, v);
+  return v;
+}
+
+void PeerCore::start_copy(const std::shared_ptr<LocalVersion>& copy, const std::shared_ptr<LocalVersion>& source) {
+  const Manifest& m = *copy->manifest;
+  std::vector<ShardIndex> all(m.shard_count());
+  for (std::uint32_t s = 0; s < all.size(); ++s) all[s] = ShardIndex{s};
+  copies_[copy] = nullptr;
+  copying_[copy.get()] = PendingCopies{1, core::Bitfield(m.shard_count(), true)};
+  actions_.push(CopyShards{source, copy, std::move(all)});
+}
+
+void PeerCore::source_finished(TimePoint now, const std::shared_ptr<LocalVersion>& source, const Status& outcome) {
+  std::vector<std::shared_ptr<LocalVersion>> waiting;
+  for (const auto& [copy, from] : copies_) {
+    if (from == source) waiting.push_back(copy);
+  }
+  for (const auto& copy : waiting) {
+    if (outcome.is_ok()) {
+      start_copy(copy, source);
+    } else if (outcome.code() != StatusCode::kCancelled) {
+      copies_[copy] = nullptr;
+      finish(now, copy, outcome);  // the fetch it waited for failed
+    } else if (auto taken = find(copy->id)) {
+      copies_[copy] = taken;  // another copy took the released one's place: wait for that
+    } else {
+      // The held one was released before it completed: this fetch takes its place.
+      copies_.erase(copy);
+      copy->role = VersionRole::kFetched;
+      copy->memory = copy->destination;
+      versions_[copy->id] = copy;
+      start_fetch(now, copy);
+    }
+  }
+}
+
+void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v) {
+  const Manifest& m = *v->manifest;
+  PendingCopies pending{0, core::Bitfield(m.shard_count())};
+  if (!v->destination.empty()) {
+    for (const auto& [id, other] : versions_) {
+      if (other == v || other->model != v->model || other->memory.empty()) continue;
+      {
+        std::lock_guard lock(other->mutex);
+        if (other->state != VersionState::kComplete) continue;
+      }
+      const ManifestDiff diff = diff_manifests(*other->manifest, m);
+      if (!diff.comparable) continue;
+      std::vector<bool> changed(m.shard_count(), false);
+      for (ShardIndex s : diff.changed) changed[s.value] = true;
+      std::vector<ShardIndex> shards;
+      for (std::uint32_t s = 0; s < m.shard_count() && s < other->manifest->shard_count(); ++s) {
+        if (changed[s] || pending.have.test(s)) continue;
+        pending.have.set(s);
+        shards.push_back(ShardIndex{s});
+      }
+      if (shards.empty()) continue;
+      actions_.push(CopyShards{other, v, std::move(shards)});
+      ++pending.jobs;
+    }
+  }
+  if (pending.jobs == 0) return fetch_from_swarm(now, v, std::move(pending.have));
+  copying_[v.get()] = std::move(pending);  // the swarm fetch starts once the copies are done
+}
+
+void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to) {
+  auto pending = copying_.find(to.get());
+  if (pending == copying_.end() || --pending->second.jobs > 0) return;
+  core::Bitfield have = std::move(pending->second.have);
+  copying_.erase(pending);
+  {
+    std::lock_guard lock(to->mutex);
+    if (to->state != VersionState::kFetching) return;  // released meanwhile
+  }
+  if (to->role == VersionRole::kCopy) {
+    {
+      std::lock_guard lock(to->mutex);
+      to->progress.bytes_verified = to->progress.bytes_total;
+      to->progress.shards_verified = to->progress.shards_total;
+    }
+    finish(now, to, Status::ok());
+    return;
+  }
+  fetch_from_swarm(now, to, std::move(have));
+}
+
+void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersion>& v, core::Bitfield have) {
+  const Manifest& m = *v->manifest;
+  {
+    std::lock_guard lock(v->mutex);
+    v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
+    v->progress.bytes_verified = 0;
+    for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+      if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
+    }
+  }
+  report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number) + ": " +
+                            std::to_string(have.count()) + " of " + std::to_string(m.shard_count()) +
+                            " shards unchanged locally");
+  swarm_.fetch(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have));
+  // Everyone gossip says holds or fetches it is a candidate.
+  if (gossip_) {
+    for (const auto& member : gossip_->members()) {
+      if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
+      const auto& r = member.record->record;
+      swarm_.set_location(r.id, r.topology);
+      for (const auto& h : r.holdings) {
+        if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id, h.complete());
+      }
+    }
+  }
+  announce_holding(*v);
+  drain_swarm(now);
+  state_changed();
+}
+
+std::uint16_t PeerCore::permille(const LocalVersion& v) const {
+  // A publisher is an origin: it never fetches, so what it publishes (the
+  // whole version, or a trainer rank's part) counts as complete.
+  if (v.role == VersionRole::kPublished) return 1000;
+  std::lock_guard lock(v.mutex);
+  if (v.state == VersionState::kComplete) return 1000;
+  return static_cast<std::uint16_t>(
+      std::min<std::uint64_t>(999, 1000ull * v.progress.shards_verified / std::max<std::uint32_t>(1, v.progress.shards_total)));
+}
+
+void PeerCore::announce_holding(const LocalVersion& v) {
+  if (!gossip_ || !v.served()) return;
+  if (!config_.swarm.serve_fetched && v.role != VersionRole::kPublished) return;  // a leech announces nothing
+  gossip_->set_holding(gossip::HoldingEntry{v.model, v.number, v.id, permille(v)});
+  gossip_changed();
+}
+
+void PeerCore::withdraw_holding(const LocalVersion& v) {
+  if (!gossip_ || !v.served()) return;
+  gossip_->remove_holding(v.model, v.number);
+  gossip_changed();
+}
+
+void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status) {
+  {
+    std::lock_guard lock(v->mutex);
+    if (v->state != VersionState::kFetching) return;
+    v->result = status;
+    v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
+    v->progress.done = true;
+    if (status.is_ok()) v->completed = now;
+  }
+  v->changed.notify_all();
+  actions_.push(FetchDone{v, status});
+  const std::string what = v->model + " v" + std::to_string(v->number);
+  if (v->role == VersionRole::kCopy) {
+    state_changed();
+    return;
+  }
+  if (status.is_ok()) {
+    announce_holding(*v);
+    report(Report::kInfo, "fetched " + what + " in " + std::to_string(to_seconds(now - v->started)) +
+                              " s, every shard verified");
+  } else {
+    report(Report::kWarn, "fetch of " + what + " failed: " + status.to_string());
+    swarm_.stop(now, v->id);
+    withdraw_holding(*v);
+  }
+  source_finished(now, v, status);
+  state_changed();
+}
+
+// --------------------------------------------------------------------------
+// Release and retention
+
+swarm::ReleaseFacts PeerCore::release_facts(const LocalVersion& v) const {
+  swarm::ReleaseFacts facts;
+  const auto head = heads_.head(v.model);
+  facts.is_head = head && head->id == v.id;
+  {
+    std::lock_guard lock(v.mutex);
+    facts.complete = v.state == VersionState::kComplete;
+  }
+  facts.other_holders = replicas(v.id);
+  return facts;
+}
+
+void PeerCore::release(TimePoint now, const std::shared_ptr<LocalVersion>& v, ReleaseMode mode,
+                       std::function<void()> done) {
+  if (!v->served() || find(v->id) != v) {
+    release_now(now, v, std::move(done));  // a private copy, or released already
+    return;
+  }
+  if (mode == ReleaseMode::kHonourRetention) {
+    if (deferred_.deferred(v->id) || deferred_.must_defer(release_facts(*v))) {
+      if (!deferred_.deferred(v->id)) {
+        report(Report::kInfo, "deferring the release of " + v->model + " v" + std::to_string(v->number) +
+                                  ": it is the head and " + std::to_string(replicas(v->id)) + " other peer(s) hold it");
+      }
+      deferred_.defer(v->id, now);
+      deferred_done_[v->id].push_back(std::move(done));
+      return;
+    }
+  }
+  if (deferred_.deferred(v->id)) {  // kNow cuts a deferral short; its waiters are done too
+    deferred_.forget(v->id);
+    auto waiting = std::move(deferred_done_[v->id]);
+    deferred_done_.erase(v->id);
+    waiting.push_back(std::move(done));
+    done = [waiting = std::move(waiting)] {
+      for (const auto& fn : waiting) fn();
+    };
+  }
+  release_now(now, v, std::move(done));
+}
+
+void PeerCore::release_deferred(TimePoint now) { release_due(now, /*all=*/true); }
+
+void PeerCore::release_due(TimePoint now, bool all) {
+  if (deferred_.empty()) return;
+  const TimePoint at = all ? kTimeNever : now;
+  for (const ManifestId& id : deferred_.due(at, [this](const ManifestId& id) {
+         auto v = find(id);
+         return v ? release_facts(*v) : swarm::ReleaseFacts{};
+       })) {
+    auto waiting = std::move(deferred_done_[id]);
+    deferred_done_.erase(id);
+    auto v = find(id);
+    if (!v) continue;
+    report(Report::kInfo, "releasing " + v->model + " v" + std::to_string(v->number) + " after its deferral");
+    release_now(now, v, [waiting = std::move(waiting)] {
+      for (const auto& fn : waiting) fn();
+    });
+  }
+}
+
+void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v, std::function<void()> done) {
+  const bool registered = find(v->id) == v;
+  if (registered) {
+    swarm_.stop(now, v->id);
+    withdraw_holding(*v);
+    versions_.erase(v->id);
+  }
+  copies_.erase(v);
+  copying_.erase(v.get());
+  bool was_fetching = false;
+  {
+    std::lock_guard lock(v->mutex);
+    if (v->state == VersionState::kFetching) {
+      was_fetching = true;
+      v->state = VersionState::kFailed;
+      v->result = Status::cancelled("released before it finished");
+      v->progress.done = true;
+    }
+  }
+  v->changed.notify_all();
+  if (registered && was_fetching) source_finished(now, v, Status::cancelled("released"));
+  actions_.push(ReleaseMemory{v, [v, done = std::move(done)] {
+                                {
+                                  std::lock_guard lock(v->mutex);
+                                  v->state = VersionState::kReleased;
+                                }
+                                v->changed.notify_all();
+                                if (done) done();
+                              }});
+  drain_swarm(now);
+  state_changed();
+}
+
+}  // namespace tensorhub::peer
