@@ -3,6 +3,7 @@
 #include <sodium.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "core/sodium_init.hpp"
 #include "core/xxh3_variant.hpp"
@@ -12,6 +13,7 @@ namespace {
 
 struct Xxh3Choice {
   detail::Xxh3Function function;
+  detail::Xxh3PiecesFunction pieces;
   std::string_view name;
 };
 
@@ -24,11 +26,13 @@ Xxh3Choice choose_xxh3() {
   __builtin_cpu_init();
   const char* cap = std::getenv("TENSORHUB_XXH3");
   const std::string_view wanted = cap ? cap : "avx2";
-  if (wanted == "avx512" && __builtin_cpu_supports("avx512f")) return {detail::xxh3_128_avx512, "avx512"};
-  if (wanted != "sse2" && __builtin_cpu_supports("avx2")) return {detail::xxh3_128_avx2, "avx2"};
-  return {detail::xxh3_128_baseline, "sse2"};
+  if (wanted == "avx512" && __builtin_cpu_supports("avx512f")) {
+    return {detail::xxh3_128_avx512, detail::xxh3_128_pieces_avx512, "avx512"};
+  }
+  if (wanted != "sse2" && __builtin_cpu_supports("avx2")) return {detail::xxh3_128_avx2, detail::xxh3_128_pieces_avx2, "avx2"};
+  return {detail::xxh3_128_baseline, detail::xxh3_128_pieces_baseline, "sse2"};
 #else
-  return {detail::xxh3_128_baseline, "generic"};
+  return {detail::xxh3_128_baseline, detail::xxh3_128_pieces_baseline, "generic"};
 #endif
 }
 
@@ -45,7 +49,29 @@ Xxh3Digest xxh3_128(std::span<const std::byte> data) {
   return out;
 }
 
+Xxh3Digest xxh3_128_of_pieces(std::span<const std::span<const std::byte>> pieces) {
+  std::vector<detail::Piece> list;
+  list.reserve(pieces.size());
+  for (const auto& p : pieces) list.push_back(detail::Piece{p.data(), p.size()});
+  Xxh3Digest out;
+  if (list.empty()) return xxh3_128(std::span<const std::byte>());
+  xxh3_choice().pieces(list.data(), list.size(), out.data());
+  return out;
+}
+
 std::string_view xxh3_implementation() { return xxh3_choice().name; }
+
+Blake2bDigest blake2b_256_of_pieces(std::span<const std::span<const std::byte>> pieces) {
+  ensure_sodium();
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, 32);
+  for (const auto& p : pieces) {
+    crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(p.data()), p.size());
+  }
+  Blake2bDigest out;
+  crypto_generichash_final(&state, out.data(), out.size());
+  return out;
+}
 
 Blake2bDigest blake2b_256(std::span<const std::byte> data) {
   ensure_sodium();

@@ -20,6 +20,9 @@ using Blake2bDigest = std::array<std::uint8_t, 32>;
 
 Xxh3Digest xxh3_128(std::span<const std::byte> data);
 Blake2bDigest blake2b_256(std::span<const std::byte> data);
+// The same of the concatenation of `pieces` (streamed: nothing is copied).
+Xxh3Digest xxh3_128_of_pieces(std::span<const std::span<const std::byte>> pieces);
+Blake2bDigest blake2b_256_of_pieces(std::span<const std::span<const std::byte>> pieces);
 
 inline std::span<const std::byte> as_bytes(std::span<const std::uint8_t> s) { return std::as_bytes(s); }
 

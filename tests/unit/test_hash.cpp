@@ -1,4 +1,6 @@
 #include <doctest/doctest.h>
+
+#include <algorithm>
 #include <xxhash.h>  // the shared libxxhash: an independent oracle
 
 #include <vector>
@@ -49,6 +51,45 @@ TEST_CASE("hash: every XXH3 variant agrees with libxxhash on all lengths and ali
   }
   const auto whole = core::xxh3_128(data);
   CHECK(to_hex(whole) == oracle_xxh3_hex(data.data(), data.size()));
+}
+
+TEST_CASE("hash: a digest of pieces is the digest of their concatenation, for every variant and cut") {
+  std::vector<std::byte> data(300000);
+  core::fill_pseudo_random(data, 7);
+  std::vector<std::pair<std::string, core::detail::Xxh3PiecesFunction>> variants{
+      {"baseline", core::detail::xxh3_128_pieces_baseline}};
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) variants.emplace_back("avx2", core::detail::xxh3_128_pieces_avx2);
+  if (__builtin_cpu_supports("avx512f")) variants.emplace_back("avx512", core::detail::xxh3_128_pieces_avx512);
+#endif
+  core::SplitMix64 rng(3);
+  for (int trial = 0; trial < 60; ++trial) {
+    // A random length and a random cut into 1-40 pieces (some of 1 byte, some past 64 KiB).
+    const std::size_t length = trial < 5 ? static_cast<std::size_t>(trial) : rng.below(data.size());
+    const std::size_t cuts = 1 + rng.below(40);
+    std::vector<std::size_t> points{0, length};
+    for (std::size_t c = 0; c + 1 < cuts && length > 0; ++c) points.push_back(rng.below(length + 1));
+    std::sort(points.begin(), points.end());
+    points.erase(std::unique(points.begin(), points.end()), points.end());
+    std::vector<std::span<const std::byte>> pieces;
+    std::vector<core::detail::Piece> raw;
+    for (std::size_t i = 0; i + 1 < points.size(); ++i) {
+      pieces.push_back(std::span<const std::byte>(data).subspan(points[i], points[i + 1] - points[i]));
+      raw.push_back(core::detail::Piece{pieces.back().data(), pieces.back().size()});
+    }
+    const std::string theirs = oracle_xxh3_hex(data.data(), length);
+    for (const auto& [name, fn] : variants) {
+      if (raw.empty()) continue;
+      std::uint8_t out[16];
+      fn(raw.data(), raw.size(), out);
+      if (to_hex(std::span<const std::uint8_t>(out, 16)) != theirs) {
+        FAIL_CHECK(name << " differs for " << length << " bytes in " << raw.size() << " pieces");
+      }
+    }
+    CHECK(to_hex(core::xxh3_128_of_pieces(pieces)) == theirs);
+    CHECK(core::blake2b_256_of_pieces(pieces) == core::blake2b_256(std::span<const std::byte>(data).first(length)));
+  }
 }
 
 TEST_CASE("hash: one flipped bit changes both digests") {
