@@ -49,8 +49,17 @@ struct ShardDigest {
   friend bool operator==(const ShardDigest&, const ShardDigest&) = default;
 };
 
+// An image may be given as regions laid end to end (one per tensor, say),
+// so that a version is published from, and fetched into, memory where it
+// already lies. Offsets are into the regions' concatenation.
+using ConstRegion = std::span<const std::byte>;
+using MutableRegion = std::span<std::byte>;
+
 // Hashes one shard's bytes.
 ShardDigest compute_shard_digest(ShardHashAlgorithm algorithm, std::span<const std::byte> bytes);
+// Hashes one shard given in pieces (its parts in each region it spans),
+// without copying them together.
+ShardDigest compute_shard_digest_of_pieces(ShardHashAlgorithm algorithm, std::span<const ConstRegion> pieces);
 
 struct ShardEntry {
   std::uint64_t byte_offset = 0;
@@ -147,6 +156,9 @@ std::uint64_t auto_shard_size(std::uint64_t image_size);
 // shard size that is not a power of two in [64 KiB, 1 GiB], an empty or
 // oversized image, or a bad tensor table.
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
+                                std::vector<TensorEntry> tensors, const Identity& publisher);
+// The same for an image given as regions (none empty); shards may span them.
+Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);
 
 // Signs a body whose shard digests were computed elsewhere (another hasher,

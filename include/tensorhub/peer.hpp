@@ -143,8 +143,11 @@ class FetchHandle {
   // Errors: kTimeout (the fetch goes on), kUnavailable (no holder could
   // finish it), kCancelled (released before it finished).
   Status wait(std::chrono::milliseconds timeout);
-  // The version's bytes once every one is verified; empty until then.
+  // The version's bytes once every one is verified; empty until then, and
+  // for a fetch into several regions (see regions()).
   std::span<const std::byte> bytes() const;
+  // The regions the version was fetched into, once every byte is verified.
+  std::vector<ConstRegion> regions() const;
   // Stops serving the fetched copy to others and lets go of the memory,
   // honouring retention like PublishHandle::release(). Blocks.
   void release();
@@ -180,6 +183,12 @@ class Peer {
   // number), kVerifyFailed (the manifest breaks the model's chain).
   Result<PublishHandle> publish(const std::string& model, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors);
+  // The same for an image given as regions laid end to end (one per tensor,
+  // say): each region is served where it lies, and a shard may span
+  // regions. The regions must stay valid and unchanged until release().
+  // Errors: as above; kInvalidArgument also for an empty region.
+  Result<PublishHandle> publish(const std::string& model, std::span<const ConstRegion> regions,
+                                std::vector<TensorEntry> tensors);
 
   // The newest verified head of a model, if any is known.
   std::optional<VersionInfo> latest(const std::string& model) const;
@@ -201,6 +210,10 @@ class Peer {
   // (that version is not known), kInvalidArgument (a destination of another
   // size than the version), kIoError (no memory for the destination).
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<std::byte> destination = {});
+  // Fetches into regions laid end to end (one per tensor, say), whose sizes
+  // add up to the version's: blocks land straight in them, spanning regions
+  // where they must. Errors: as above; kInvalidArgument also for an empty region.
+  Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions);
 
   // How many peers other than this one hold `id` completely, as gossip tells.
   std::size_t replicas(const ManifestId& id) const;

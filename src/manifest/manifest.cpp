@@ -28,6 +28,21 @@ ShardDigest compute_shard_digest(ShardHashAlgorithm algorithm, std::span<const s
   return digest;
 }
 
+ShardDigest compute_shard_digest_of_pieces(ShardHashAlgorithm algorithm, std::span<const ConstRegion> pieces) {
+  if (pieces.size() == 1) return compute_shard_digest(algorithm, pieces[0]);
+  ShardDigest digest;
+  if (algorithm == ShardHashAlgorithm::kBlake2b_256) {
+    auto d = core::blake2b_256_of_pieces(pieces);
+    std::copy(d.begin(), d.end(), digest.bytes.begin());
+    digest.size = static_cast<std::uint8_t>(d.size());
+  } else {
+    auto d = core::xxh3_128_of_pieces(pieces);
+    std::copy(d.begin(), d.end(), digest.bytes.begin());
+    digest.size = static_cast<std::uint8_t>(d.size());
+  }
+  return digest;
+}
+
 Status validate_model_name(std::string_view name) {
   if (name.empty()) return Status::invalid_argument("the model name is empty");
   if (name.size() > kMaxModelNameBytes) {

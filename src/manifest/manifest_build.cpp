@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "core/parallel_for.hpp"
+#include "core/regions.hpp"
 #include "manifest/manifest_codec.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -16,6 +17,17 @@ std::uint64_t auto_shard_size(std::uint64_t image_size) {
 
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors, const Identity& publisher) {
+  if (image.empty()) return build_manifest(options, std::span<const ConstRegion>(), std::move(tensors), publisher);
+  const ConstRegion one[] = {image};
+  return build_manifest(options, std::span<const ConstRegion>(one), std::move(tensors), publisher);
+}
+
+Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
+                                std::vector<TensorEntry> tensors, const Identity& publisher) {
+  for (const ConstRegion& r : regions) {
+    if (r.empty()) return Status::invalid_argument("an image region is empty");
+  }
+  const core::ConstRegions image(regions);
   ManifestBody body;
   body.model = options.model;
   body.version = options.version;
@@ -50,7 +62,9 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
   body.shards = std::move(shape_only.shards);
   core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {
     ShardEntry& s = body.shards[i];
-    s.digest = compute_shard_digest(options.shard_hash, image.subspan(s.byte_offset, s.byte_length));
+    std::vector<ConstRegion> pieces;
+    image.pieces(s.byte_offset, s.byte_length, pieces);
+    s.digest = compute_shard_digest_of_pieces(options.shard_hash, pieces);
   });
 
   return sign_manifest(std::move(body), publisher);

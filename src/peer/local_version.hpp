@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/anonymous_memory.hpp"
+#include "core/regions.hpp"
 #include "core/time.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/peer.hpp"
@@ -38,8 +39,8 @@ struct LocalVersion {
   ManifestId id;
   std::shared_ptr<const Manifest> manifest;
   VersionRole role = VersionRole::kFetched;
-  std::span<const std::byte> memory;  // what is served (published, or fetched so far)
-  std::span<std::byte> destination;   // what a fetch or copy writes
+  core::ConstRegions memory;          // what is served (published, or fetched so far)
+  core::MutableRegions destination;   // what a fetch or copy writes
   core::AnonymousMemory owned;        // when the driver allocated the destination
   TimePoint started;                  // driver time: the fetch began, or the version was published
 

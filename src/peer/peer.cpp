@@ -193,6 +193,13 @@ std::string Peer::gossip_address() const {
 
 Result<PublishHandle> Peer::publish(const std::string& model, std::span<const std::byte> image,
                                     std::vector<TensorEntry> tensors) {
+  if (image.empty()) return publish(model, std::span<const ConstRegion>(), std::move(tensors));
+  const ConstRegion one[] = {image};
+  return publish(model, std::span<const ConstRegion>(one), std::move(tensors));
+}
+
+Result<PublishHandle> Peer::publish(const std::string& model, std::span<const ConstRegion> regions,
+                                    std::vector<TensorEntry> tensors) {
   for (int attempt = 1;; ++attempt) {
     auto next = impl_->call([&] { return impl_->engine->next_version(model); });
     if (!next) return next.status();
@@ -203,10 +210,10 @@ Result<PublishHandle> Peer::publish(const std::string& model, std::span<const st
     o.created_unix_ms = wall_clock_ms();
     o.shard_size = impl_->shard_size;
     // Hashed here, on the caller's thread and its helpers: the I/O thread goes on serving.
-    auto manifest = build_manifest(o, image, tensors, *impl_->identity);
+    auto manifest = build_manifest(o, regions, tensors, *impl_->identity);
     if (!manifest) return manifest.status();
     auto shared = std::make_shared<const Manifest>(std::move(*manifest));
-    auto v = impl_->call([&] { return impl_->engine->publish(shared, image); });
+    auto v = impl_->call([&] { return impl_->engine->publish(shared, core::ConstRegions(regions)); });
     if (!v && v.status().code() == StatusCode::kAlreadyExists && attempt < kPublishAttempts) continue;
     if (!v) return v.status();
     auto state = std::make_shared<PublishHandle::State>();
@@ -241,7 +248,14 @@ Result<VersionInfo> Peer::wait_for_head(const std::string& model, std::uint64_t 
 }
 
 Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version, std::span<std::byte> destination) {
-  auto v = impl_->call([&] { return impl_->engine->fetch(model, version, destination); });
+  return fetch(model, version, destination.empty() ? std::span<const MutableRegion>() : std::span<const MutableRegion>(&destination, 1));
+}
+
+Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions) {
+  for (const MutableRegion& r : regions) {
+    if (r.empty()) return Status::invalid_argument("a destination region is empty");
+  }
+  auto v = impl_->call([&] { return impl_->engine->fetch(model, version, core::MutableRegions(regions)); });
   if (!v) return v.status();
   auto state = std::make_shared<FetchHandle::State>();
   state->impl = impl_.get();
@@ -336,8 +350,15 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
 std::span<const std::byte> FetchHandle::bytes() const {
   auto& v = *state_->version;
   std::lock_guard lock(v.mutex);
-  return v.state == peer::VersionState::kComplete ? std::span<const std::byte>(v.destination)
-                                                  : std::span<const std::byte>();
+  if (v.state != peer::VersionState::kComplete || v.destination.count() != 1) return {};
+  return v.destination.regions()[0];
+}
+
+std::vector<ConstRegion> FetchHandle::regions() const {
+  auto& v = *state_->version;
+  std::lock_guard lock(v.mutex);
+  if (v.state != peer::VersionState::kComplete) return {};
+  return std::vector<ConstRegion>(v.destination.regions().begin(), v.destination.regions().end());
 }
 
 void FetchHandle::release() {

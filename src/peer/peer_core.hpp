@@ -155,7 +155,7 @@ class PeerCore {
   // build again with next_version), kVerifyFailed (untrusted or broken chain),
   // kInvalidArgument (memory of another size).
   Result<std::shared_ptr<LocalVersion>> publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                                std::span<const std::byte> memory, core::Bitfield have = {});
+                                                core::ConstRegions memory, core::Bitfield have = {});
   // A manifest learnt outside gossip (the simulator's ideal membership):
   // checked and believed like one a peer sent. Errors: as HeadTracker::accept.
   Status learn_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
@@ -168,7 +168,7 @@ class PeerCore {
   // complete, and never shares state with it.
   // Errors: kInvalidArgument (destination of another size).
   Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                              std::span<std::byte> destination);
+                                              core::MutableRegions destination);
   // Stops serving the version; ReleaseMemory follows (after a retention
   // deferral when `mode` honours retention and this is among the last
   // holders of the head). A fetch in progress fails with kCancelled.

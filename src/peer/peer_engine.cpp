@@ -168,14 +168,14 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const Manifest> manifest,
-                                                          std::span<const std::byte> image) {
-  auto v = core_->publish(now(), std::move(manifest), image);
+                                                          core::ConstRegions image) {
+  auto v = core_->publish(now(), std::move(manifest), std::move(image));
   pump();
   return v;
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model, std::uint64_t number,
-                                                        std::span<std::byte> destination) {
+                                                        core::MutableRegions destination) {
   auto manifest = core_->resolve(model, number);
   if (!manifest) return manifest.status();
   const Manifest& m = **manifest;
@@ -184,9 +184,9 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
     auto memory = core::AnonymousMemory::allocate(m.total_size());
     if (!memory) return memory.status().with_context("the destination of " + model + " v" + std::to_string(m.version()));
     owned = std::move(*memory);
-    destination = owned.bytes();
+    destination = core::MutableRegions(owned.bytes());
   }
-  auto v = core_->fetch(now(), *manifest, destination);
+  auto v = core_->fetch(now(), *manifest, std::move(destination));
   if (v) (*v)->owned = std::move(owned);
   pump();
   return v;
@@ -393,7 +393,8 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
     return;
   }
   transport::DataConnection& lane = link->lane_for(s.header.request_id);
-  std::span<const std::byte> payload = v->memory.subspan(s.offset, s.length);
+  serve_pieces_.clear();
+  v->memory.pieces(s.offset, s.length, serve_pieces_);  // one per region the block spans
   std::shared_ptr<Lease> source = lease_of(v);
   ++source->uses;
   if (internal_.corrupt_serving) {
@@ -404,22 +405,24 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
       void on_piece_sent(std::uint32_t length, bool sent) override { lease->on_piece_sent(length, sent); }
     };
     auto copy = std::make_shared<CorruptedCopy>();
-    copy->bytes.assign(payload.begin(), payload.end());
+    for (const auto& piece : serve_pieces_) copy->bytes.insert(copy->bytes.end(), piece.begin(), piece.end());
     copy->bytes[copy->bytes.size() / 2] ^= std::byte{0x01};
     copy->lease = source;
     lane.send_piece(s.header, copy->bytes, copy);
     return;
   }
-  lane.send_piece(s.header, payload, std::move(source));
+  lane.send_piece(s.header, serve_pieces_, std::move(source));
 }
 
 void PeerEngine::hash_shard(const HashShard& job) {
   std::shared_ptr<Lease> lease = lease_of(job.version);
   ++lease->uses;
   pool_.submit([this, lease, version = job.version, shard = job.shard] {
-    const ShardEntry& e = version->manifest->shard(shard);
-    const bool good = verify_shard(*version->manifest, shard, std::span<const std::byte>(version->destination)
-                                                                  .subspan(e.byte_offset, e.byte_length));
+    const Manifest& m = *version->manifest;
+    const ShardEntry& e = m.shard(shard);
+    std::vector<ConstRegion> pieces;
+    version->destination.as_const().pieces(e.byte_offset, e.byte_length, pieces);
+    const bool good = compute_shard_digest_of_pieces(m.body().shard_hash, pieces) == e.digest;
     asio::post(io_, [this, lease, version, shard, good] {
       lease->end_use();
       if (closed_) return;
@@ -443,8 +446,7 @@ void PeerEngine::copy_shards(CopyShards job) {
       const Manifest& m = *shared->to->manifest;
       for (std::size_t i = part; i < shared->shards.size(); i += parts) {
         const ShardEntry& e = m.shard(shared->shards[i]);
-        std::memcpy(shared->to->destination.data() + e.byte_offset, shared->from->memory.data() + e.byte_offset,
-                    e.byte_length);
+        core::copy_range(shared->from->memory, shared->to->destination, e.byte_offset, e.byte_length);
       }
       if (left->fetch_sub(1) != 1) return;
       asio::post(io_, [this, shared, from, to] {
@@ -543,12 +545,12 @@ void PeerEngine::on_message(transport::DataConnection& connection, swarm::SwarmM
   pump();
 }
 
-std::span<std::byte> PeerEngine::piece_destination(transport::DataConnection& connection,
-                                                   const swarm::SwarmMessage& header) {
+void PeerEngine::piece_destination(transport::DataConnection& connection, const swarm::SwarmMessage& header,
+                                   std::vector<std::span<std::byte>>& out) {
   auto landing = core_->begin_piece(now(), connection.remote(), header);
   arm_timer();  // the landing has a deadline
-  if (!landing) return {};
-  return landing->version->destination.subspan(landing->offset, landing->length);
+  if (!landing) return;
+  landing->version->destination.pieces(landing->offset, landing->length, out);
 }
 
 void PeerEngine::on_piece(transport::DataConnection& connection, const swarm::SwarmMessage& header, bool stored) {

@@ -40,12 +40,11 @@ class PeerEngine : public transport::DataConnectionHandler {
   // Errors: kPermissionDenied (this peer's key is not a trusted publisher).
   Result<HeadTracker::NextVersion> next_version(const std::string& model) const;
   // Errors: as PeerCore::publish.
-  Result<std::shared_ptr<LocalVersion>> publish(std::shared_ptr<const Manifest> manifest,
-                                                std::span<const std::byte> image);
+  Result<std::shared_ptr<LocalVersion>> publish(std::shared_ptr<const Manifest> manifest, core::ConstRegions image);
   // Errors: as PeerCore::resolve and PeerCore::fetch; kIoError when memory
   // for the destination cannot be had.
   Result<std::shared_ptr<LocalVersion>> fetch(const std::string& model, std::uint64_t number,
-                                              std::span<std::byte> destination);
+                                              core::MutableRegions destination);
   // `done` runs on the I/O thread once the memory is its owner's again.
   void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
@@ -61,8 +60,8 @@ class PeerEngine : public transport::DataConnectionHandler {
   // DataConnectionHandler
   void on_established(transport::DataConnection& connection) override;
   void on_message(transport::DataConnection& connection, swarm::SwarmMessage message) override;
-  std::span<std::byte> piece_destination(transport::DataConnection& connection,
-                                         const swarm::SwarmMessage& header) override;
+  void piece_destination(transport::DataConnection& connection, const swarm::SwarmMessage& header,
+                         std::vector<std::span<std::byte>>& out) override;
   void on_piece(transport::DataConnection& connection, const swarm::SwarmMessage& header, bool stored) override;
   void on_piece_progress(transport::DataConnection& connection, const swarm::SwarmMessage& header) override;
   void on_closed(transport::DataConnection& connection, const Status& why) override;
@@ -98,6 +97,7 @@ class PeerEngine : public transport::DataConnectionHandler {
   TimePoint timer_at_ = kTimeNever;
   DataLinks<transport::DataConnection> links_;
   std::map<const LocalVersion*, std::shared_ptr<Lease>> leases_;
+  std::vector<std::span<const std::byte>> serve_pieces_;  // reused by serve_piece
   std::map<std::string, std::vector<std::function<void(const VersionInfo&)>>> subscribers_;
   std::vector<std::function<void()>> change_listeners_;
   bool closed_ = false;

@@ -29,7 +29,7 @@ std::shared_ptr<LocalVersion> PeerCore::find(const ManifestId& id) const {
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                                        std::span<const std::byte> memory, core::Bitfield have) {
+                                                        core::ConstRegions memory, core::Bitfield have) {
   const Manifest& m = *manifest;
   const std::string what = m.model() + " v" + std::to_string(m.version());
   if (!memory.empty() && memory.size() != m.total_size()) {
@@ -57,7 +57,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
   v->id = m.id();
   v->manifest = manifest;
   v->role = VersionRole::kPublished;
-  v->memory = memory;
+  v->memory = std::move(memory);
   v->started = now;
   {
     std::lock_guard lock(v->mutex);
@@ -83,7 +83,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                                      std::span<std::byte> destination) {
+                                                      core::MutableRegions destination) {
   const Manifest& m = *manifest;
   if (!destination.empty() && destination.size() != m.total_size()) {
     return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) +
@@ -94,7 +94,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->number = m.version();
   v->id = m.id();
   v->manifest = manifest;
-  v->destination = destination;
+  v->destination = std::move(destination);
   v->started = now;
   {
     std::lock_guard lock(v->mutex);
@@ -114,7 +114,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
     return v;
   }
   v->role = VersionRole::kFetched;
-  v->memory = v->destination;
+  v->memory = v->destination.as_const();
   versions_[v->id] = v;
   start_fetch(now, v);
   return v;
@@ -146,7 +146,7 @@ void PeerCore::source_finished(TimePoint now, const std::shared_ptr<LocalVersion
       // The held one was released before it completed: this fetch takes its place.
       copies_.erase(copy);
       copy->role = VersionRole::kFetched;
-      copy->memory = copy->destination;
+      copy->memory = copy->destination.as_const();
       versions_[copy->id] = copy;
       start_fetch(now, copy);
     }

@@ -154,12 +154,16 @@ void DataConnection::established(ChannelKeys keys) {
   arm_keepalive_timer();
 }
 
-void DataConnection::send(const SwarmMessage& message) { send_piece(message, {}, nullptr); }
+void DataConnection::send(const SwarmMessage& message) {
+  send_piece(message, std::span<const std::span<const std::byte>>(), nullptr);
+}
 
-void DataConnection::send_piece(const SwarmMessage& header, std::span<const std::byte> payload,
+void DataConnection::send_piece(const SwarmMessage& header, std::span<const std::span<const std::byte>> pieces,
                                 std::shared_ptr<PieceSource> source) {
+  std::size_t payload_bytes = 0;
+  for (const auto& p : pieces) payload_bytes += p.size();
   if (closed_ || !established_) {
-    if (source) source->on_piece_sent(static_cast<std::uint32_t>(payload.size()), false);
+    if (source) source->on_piece_sent(static_cast<std::uint32_t>(payload_bytes), false);
     return;
   }
   if (spare_.empty()) spare_.emplace_back();
@@ -181,17 +185,19 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
   out.piece = piece;
   out.cancel_id = piece ? header.request_id : 0;
   out.version = header.version_id;
-  out.payload = payload;
+  out.payload.assign(pieces.begin(), pieces.end());
+  out.payload_bytes = payload_bytes;
   out.source = std::move(source);
-  queued_bytes_ += out.message.size() + payload.size();
+  queued_bytes_ += out.message.size() + payload_bytes;
   if (!writing_) write_next();
 }
 
 void DataConnection::retire(std::list<Outgoing>& from, std::list<Outgoing>::iterator it, bool sent) {
-  queued_bytes_ -= it->message.size() + it->payload.size();
+  queued_bytes_ -= it->message.size() + it->payload_bytes;
   auto source = std::move(it->source);
-  const auto length = static_cast<std::uint32_t>(it->payload.size());
-  it->payload = {};
+  const auto length = static_cast<std::uint32_t>(it->payload_bytes);
+  it->payload.clear();
+  it->payload_bytes = 0;
   // A bounded pool: a burst of queued messages must not pin memory for good.
   if (spare_.size() < 64 && it->message.capacity() <= 4096) {
     spare_.splice(spare_.end(), from, it);
@@ -240,11 +246,12 @@ void DataConnection::write_next() {
   write_frame_[1] = static_cast<std::uint8_t>(length >> 16);
   write_frame_[2] = static_cast<std::uint8_t>(length >> 8);
   write_frame_[3] = static_cast<std::uint8_t>(length);
-  // One gather write: the sealed header, then the payload from where it lives.
-  std::array<asio::const_buffer, 2> buffers = {asio::buffer(write_frame_),
-                                               asio::buffer(front.payload.data(), front.payload.size())};
+  // One gather write: the sealed header, then the payload's pieces from where they lie.
+  write_buffers_.clear();
+  write_buffers_.push_back(asio::buffer(write_frame_));
+  for (const auto& p : front.payload) write_buffers_.push_back(asio::buffer(p.data(), p.size()));
   auto self = shared_from_this();
-  asio::async_write(socket_, buffers, [self](std::error_code ec, std::size_t n) {
+  asio::async_write(socket_, write_buffers_, [self](std::error_code ec, std::size_t n) {
     self->writing_ = false;
     if (self->outbox_.empty()) return;
     self->bytes_sent_ += n;
@@ -297,35 +304,48 @@ void DataConnection::read_frame(std::uint32_t length) {
 }
 
 void DataConnection::read_payload(SwarmMessage header) {
-  std::span<std::byte> destination = handler_.piece_destination(*this, header);
-  payload_stored_ = destination.size() == header.length;
+  payload_destination_.clear();
+  handler_.piece_destination(*this, header, payload_destination_);
+  std::size_t total = 0;
+  for (const auto& p : payload_destination_) total += p.size();
+  payload_stored_ = total == header.length;
   if (!payload_stored_) {
     discard_buffer_.resize(header.length);  // bounded by kMaxBlockBytes
-    destination = discard_buffer_;
+    payload_destination_.assign(1, std::span<std::byte>(discard_buffer_));
   }
+  payload_length_ = header.length;
   payload_header_ = std::move(header);
-  payload_destination_ = destination;
   payload_done_ = 0;
   payload_progress_reported_ = std::chrono::steady_clock::now();
   read_payload_rest();
 }
 
 void DataConnection::read_payload_rest() {
-  if (payload_done_ == payload_destination_.size()) {
+  if (payload_done_ == payload_length_) {
     handler_.on_piece(*this, payload_header_, payload_stored_);
     if (!closed_) read_frame_length();
     return;
   }
+  // The pieces not yet full, the first one from where it stands.
+  read_buffers_.clear();
+  std::size_t skip = payload_done_;
+  for (const auto& p : payload_destination_) {
+    if (skip >= p.size()) {
+      skip -= p.size();
+      continue;
+    }
+    read_buffers_.push_back(asio::buffer(p.data() + skip, p.size() - skip));
+    skip = 0;
+  }
   auto self = shared_from_this();
-  const std::span<std::byte> rest = payload_destination_.subspan(payload_done_);
-  socket_.async_read_some(asio::buffer(rest.data(), rest.size()), [self](std::error_code ec, std::size_t n) {
+  socket_.async_read_some(read_buffers_, [self](std::error_code ec, std::size_t n) {
     if (self->closed_) return;
     if (ec) return self->close(Status::io_error("read failed: " + ec.message()));
     self->bytes_received_ += n;
     self->payload_done_ += n;
     // The payload is moving: a holder stopped mid-payload is told apart from
     // a slow one by this, not by the payload's age.
-    if (self->payload_stored_ && self->payload_done_ < self->payload_destination_.size()) {
+    if (self->payload_stored_ && self->payload_done_ < self->payload_length_) {
       const auto now = std::chrono::steady_clock::now();
       if (now - self->payload_progress_reported_ >= self->timeouts_.piece_progress) {
         self->payload_progress_reported_ = now;

@@ -58,11 +58,14 @@ class DataConnectionHandler {
   virtual ~DataConnectionHandler() = default;
   virtual void on_established(DataConnection& connection) = 0;
   virtual void on_message(DataConnection& connection, SwarmMessage message) = 0;
-  // Where a piece's payload goes; a span of another length discards it.
-  // The payload is written there as it arrives, until on_piece; a close
-  // stops the writes at once (the read is aborted on this thread), and then
-  // on_piece never comes.
-  virtual std::span<std::byte> piece_destination(DataConnection& connection, const SwarmMessage& header) = 0;
+  // Where a piece's payload goes: pieces of memory appended to `out`, filled
+  // in order (the payload may span regions of the destination). Pieces of
+  // another total length than the payload discard it. The payload is
+  // written there as it arrives, until on_piece; a close stops the writes
+  // at once (the read is aborted on this thread), and then on_piece never
+  // comes.
+  virtual void piece_destination(DataConnection& connection, const SwarmMessage& header,
+                                 std::vector<std::span<std::byte>>& out) = 0;
   virtual void on_piece(DataConnection& connection, const SwarmMessage& header, bool stored) = 0;
   // Bytes of a stored piece's payload arrived, and more are to come: the
   // payload is moving (at most one call per DataConnectionTimeouts::piece_progress).
@@ -86,9 +89,16 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   // being written finishes first); control messages keep their order, and
   // so do pieces.
   void send(const SwarmMessage& message);
-  // REQUIRES: `source` owns `payload`'s memory and keeps it unchanged; it is
-  // held until the piece has left or been dropped, then told which.
-  void send_piece(const SwarmMessage& header, std::span<const std::byte> payload, std::shared_ptr<PieceSource> source);
+  // The payload is `pieces` in order, sent with one gather write from where
+  // they lie. REQUIRES: `source` owns their memory and keeps it unchanged;
+  // it is held until the piece has left or been dropped, then told which.
+  void send_piece(const SwarmMessage& header, std::span<const std::span<const std::byte>> pieces,
+                  std::shared_ptr<PieceSource> source);
+  // A payload in one piece.
+  void send_piece(const SwarmMessage& header, std::span<const std::byte> payload, std::shared_ptr<PieceSource> source) {
+    const std::span<const std::byte> one[] = {payload};
+    send_piece(header, std::span<const std::span<const std::byte>>(one), std::move(source));
+  }
   void close(const Status& why);
   // Drops a piece not yet being written (the requester cancelled it); its
   // source hears sent = false. Returns whether one was dropped.
@@ -113,7 +123,8 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
     bool piece = false;                 // a piece (its payload follows), not a control message
     std::uint32_t cancel_id = 0;        // a piece's request id (0: not cancellable)
     ManifestId version;                 // a piece's version
-    std::span<const std::byte> payload;
+    std::vector<std::span<const std::byte>> payload;  // capacity kept in spare_
+    std::size_t payload_bytes = 0;
     std::shared_ptr<PieceSource> source;  // a piece's; null for a control message
   };
 
@@ -138,7 +149,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   void read_frame_length();
   void read_frame(std::uint32_t length);
   void read_payload(SwarmMessage header);
-  // Reads the rest of payload_ into payload_destination_ past payload_done_.
+  // Reads the rest of the payload into payload_destination_ past payload_done_.
   void read_payload_rest();
 
   asio::ip::tcp::socket socket_;
@@ -157,10 +168,12 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::vector<std::uint8_t> frame_buffer_;
   std::vector<std::uint8_t> plaintext_;
   std::vector<std::byte> discard_buffer_;
-  // The payload being read: its header, where it goes, how much has come.
+  // The payload being read: its header, where it goes (pieces), how much has come.
   SwarmMessage payload_header_;
-  std::span<std::byte> payload_destination_;
+  std::vector<std::span<std::byte>> payload_destination_;
+  std::size_t payload_length_ = 0;
   std::size_t payload_done_ = 0;
+  std::vector<asio::mutable_buffer> read_buffers_;  // reused for each read of a payload
   bool payload_stored_ = false;
   std::chrono::steady_clock::time_point payload_progress_reported_;
   // Queued frames, the front being written; after the front, control
@@ -170,6 +183,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::list<Outgoing> outbox_;
   std::list<Outgoing> spare_;
   std::vector<std::uint8_t> write_frame_;  // the front's length prefix + sealed message, while writing
+  std::vector<asio::const_buffer> write_buffers_;  // the front's frame and payload pieces, while writing
   bool writing_ = false;
   bool wrote_since_tick_ = false;
   bool established_ = false;

@@ -2,6 +2,7 @@
 // over real gossip and a deterministic data plane, no sockets.
 #include <doctest/doctest.h>
 
+#include "core/random_fill.hpp"
 #include "support/model_fixture.hpp"
 #include "support/peer_network.hpp"
 
@@ -23,7 +24,14 @@ VersionState state_of(const std::shared_ptr<LocalVersion>& v) {
 }
 
 bool same_bytes(const std::shared_ptr<LocalVersion>& v, const std::vector<std::byte>& image) {
-  return std::equal(v->destination.begin(), v->destination.end(), image.begin(), image.end());
+  if (v->destination.size() != image.size()) return false;
+  bool same = true;
+  std::size_t at = 0;
+  v->destination.for_each(0, image.size(), [&](std::span<std::byte> piece) {
+    same = same && std::equal(piece.begin(), piece.end(), image.begin() + static_cast<std::ptrdiff_t>(at));
+    at += piece.size();
+  });
+  return same;
 }
 
 std::vector<TensorEntry> tensors_of(const std::vector<std::byte>& image) {
@@ -164,7 +172,7 @@ TEST_CASE("peer core: a publication that lost its version number, or broke the c
   // Peer 1 builds a v1 of its own, as if it had not heard of peer 0's.
   auto options = small_options(1);
   auto stale = std::make_shared<const Manifest>(build_small(image, PeerNetwork::identity(1), options));
-  auto refused = net.core(1).publish(net.now(), stale, image);
+  auto refused = net.core(1).publish(net.now(), stale, core::ConstRegions(std::span<const std::byte>(image)));
   CHECK(refused.status().code() == StatusCode::kAlreadyExists);
   CHECK(net.core(1).versions().empty());
   CHECK(net.core(1).find(stale->id()) == nullptr);
@@ -237,4 +245,85 @@ TEST_CASE("peer core: the last holder of the head defers its release until anoth
   REQUIRE(net.run_until([&] { return released2; }, 5s, 1ms));
   CHECK(at - asked >= 500ms);
   CHECK(at - asked < 510ms);
+}
+
+namespace {
+
+// `image` copied into separate buffers cut at random points (1 byte to
+// `largest` bytes each), so that no region is contiguous with the next.
+std::vector<std::vector<std::byte>> cut_into_buffers(const std::vector<std::byte>& image, std::uint64_t seed,
+                                                     std::size_t largest) {
+  core::SplitMix64 rng(seed);
+  std::vector<std::vector<std::byte>> buffers;
+  for (std::size_t at = 0; at < image.size();) {
+    const std::size_t n = std::min(image.size() - at, 1 + static_cast<std::size_t>(rng.below(largest)));
+    buffers.emplace_back(image.begin() + static_cast<std::ptrdiff_t>(at), image.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  return buffers;
+}
+
+template <typename Region, typename Buffers>
+std::vector<Region> regions_of(Buffers& buffers) {
+  std::vector<Region> out;
+  for (auto& b : buffers) out.push_back(Region(b.data(), b.size()));
+  return out;
+}
+
+std::vector<std::byte> joined(const std::vector<std::vector<std::byte>>& buffers) {
+  std::vector<std::byte> out;
+  for (const auto& b : buffers) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("peer core: a version published from many small regions is fetched into other regions, shards spanning them") {
+  PeerNetwork net(8);
+  add_peers(net, 3);
+  auto image = small_model(9, 1u << 20);
+  const auto tensors = tensors_of(image);
+  // About 100 regions of up to 20 KiB: every 64 KiB shard spans several.
+  auto published_buffers = cut_into_buffers(image, 1, 20u << 10);
+  REQUIRE(published_buffers.size() > 50);
+  const auto published_regions = regions_of<ConstRegion>(published_buffers);
+  auto v1 = net.publish(0, "policy", std::span<const ConstRegion>(published_regions), tensors);
+  REQUIRE_MESSAGE(v1.is_ok(), v1.status().to_string());
+  // Its manifest is the one the flat image gives: the regions are only where the bytes lie.
+  CHECK((*v1)->manifest->shard(ShardIndex{3}).digest ==
+        build_small(image, PeerNetwork::identity(0), small_options(1)).shard(ShardIndex{3}).digest);
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1) && knows_head(net, 2, 1); }, 10s));
+  // Peer 1 fetches into buffers cut elsewhere (up to 30 KiB), from the regions of peer 0.
+  std::vector<std::vector<std::byte>> into;
+  for (const auto& b : cut_into_buffers(image, 2, 30u << 10)) into.emplace_back(b.size());
+  const auto into_regions = regions_of<MutableRegion>(into);
+  auto f1 = net.fetch(1, "policy", 1, std::span<const MutableRegion>(into_regions));
+  REQUIRE(f1.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*f1); }, 20s));
+  CHECK(joined(into) == image);
+  // The publisher lets go; peer 2 fetches from peer 1, which serves from its regions.
+  net.release(0, *v1);
+  auto f2 = net.fetch(2, "policy", 1);
+  REQUIRE(f2.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*f2); }, 20s));
+  CHECK(same_bytes(*f2, image));
+  CHECK(net.bytes_served(1) >= image.size());
+
+  // v2 changes one shard; peer 1 fetches it into new regions: the unchanged
+  // shards are copied from its v1 regions to its v2 regions, region to region.
+  auto next = image;
+  next[next.size() / 2] ^= std::byte{0x33};
+  auto next_buffers = cut_into_buffers(next, 3, 20u << 10);
+  const auto next_regions = regions_of<ConstRegion>(next_buffers);
+  REQUIRE(net.publish(0, "policy", std::span<const ConstRegion>(next_regions), tensors).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 2); }, 10s));
+  std::vector<std::vector<std::byte>> into2;
+  for (const auto& b : cut_into_buffers(next, 4, 50u << 10)) into2.emplace_back(b.size());
+  const auto into2_regions = regions_of<MutableRegion>(into2);
+  const std::uint64_t copied_before = net.bytes_copied(1);
+  auto g = net.fetch(1, "policy", 2, std::span<const MutableRegion>(into2_regions));
+  REQUIRE(g.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*g); }, 20s));
+  CHECK(joined(into2) == next);
+  CHECK(net.bytes_copied(1) - copied_before >= image.size() - (64u << 10));
 }

@@ -260,3 +260,44 @@ TEST_CASE("peer: a subscriber's callback may release a handle and fetch, without
   REQUIRE(next->wait(20s).is_ok());
   CHECK(std::equal(next->bytes().begin(), next->bytes().end(), image.begin(), image.end()));
 }
+
+TEST_CASE("peer: publish from regions and fetch into regions over TCP, blocks gathered and scattered across them") {
+  const Identity publisher_id = GossipNetwork::identity_for(660);
+  auto publisher = start_peer(660, publisher_id.public_key(), {});
+  auto worker = start_peer(661, publisher_id.public_key(), {publisher->gossip_address()});
+  auto image = small_model(26, 2u << 20);
+  auto layout = parse_safetensors(image);
+  REQUIRE(layout.is_ok());
+  // Regions of 1 byte to 100 KiB, each its own buffer, on both sides, cut differently.
+  auto cut = [&](std::uint64_t seed) {
+    core::SplitMix64 rng(seed);
+    std::vector<std::vector<std::byte>> buffers;
+    for (std::size_t at = 0; at < image.size();) {
+      const std::size_t n = std::min(image.size() - at, 1 + static_cast<std::size_t>(rng.below(100u << 10)));
+      buffers.emplace_back(image.begin() + static_cast<std::ptrdiff_t>(at), image.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+    }
+    return buffers;
+  };
+  auto source = cut(1);
+  std::vector<ConstRegion> published;
+  for (const auto& b : source) published.emplace_back(b.data(), b.size());
+  auto handle = publisher->publish("policy", std::span<const ConstRegion>(published), layout->tensors);
+  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  std::vector<std::vector<std::byte>> into;
+  for (const auto& b : cut(2)) into.emplace_back(b.size());
+  std::vector<MutableRegion> regions;
+  for (auto& b : into) regions.emplace_back(b.data(), b.size());
+  auto f = worker->fetch("policy", 1, std::span<const MutableRegion>(regions));
+  REQUIRE(f.is_ok());
+  REQUIRE_MESSAGE(f->wait(20s).is_ok(), f->wait(0ms).to_string());
+  std::vector<std::byte> got;
+  for (const auto& b : into) got.insert(got.end(), b.begin(), b.end());
+  CHECK(got == image);
+  CHECK(f->bytes().empty());  // several regions: no single span
+  CHECK(f->regions().size() == regions.size());
+  // An empty region is refused with a reason.
+  std::vector<MutableRegion> bad = {MutableRegion(into[0].data(), 0)};
+  CHECK(worker->fetch("policy", 1, std::span<const MutableRegion>(bad)).status().code() == StatusCode::kInvalidArgument);
+}

@@ -46,6 +46,13 @@ void PeerNetwork::crash(std::size_t peer) {
 Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish(std::size_t p, const std::string& model,
                                                                  std::span<const std::byte> image,
                                                                  std::vector<TensorEntry> tensors) {
+  const ConstRegion one[] = {image};
+  return publish(p, model, std::span<const ConstRegion>(one), std::move(tensors));
+}
+
+Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish(std::size_t p, const std::string& model,
+                                                                 std::span<const ConstRegion> regions,
+                                                                 std::vector<TensorEntry> tensors) {
   peer::PeerCore& c = *peers_[p].core;
   const auto next = c.next_version(model);
   ManifestBuildOptions o;
@@ -54,23 +61,31 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish(std::size_t p, 
   o.parent = next.parent;
   o.shard_size = 64u << 10;
   o.threads = 1;
-  auto m = build_manifest(o, image, std::move(tensors), identity(p));
+  auto m = build_manifest(o, regions, std::move(tensors), identity(p));
   if (!m) return m.status();
-  auto v = c.publish(now(), std::make_shared<const Manifest>(std::move(*m)), image);
+  auto v = c.publish(now(), std::make_shared<const Manifest>(std::move(*m)), core::ConstRegions(regions));
   drain(p);
   return v;
 }
 
 Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, const std::string& model,
                                                                std::uint64_t version, std::span<std::byte> destination) {
+  if (destination.empty()) return fetch(p, model, version, std::span<const MutableRegion>());
+  return fetch(p, model, version, std::span<const MutableRegion>(&destination, 1));
+}
+
+Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, const std::string& model,
+                                                               std::uint64_t version,
+                                                               std::span<const MutableRegion> regions) {
   peer::PeerCore& c = *peers_[p].core;
   auto m = c.resolve(model, version);
   if (!m) return m.status();
-  if (destination.empty()) {
+  core::MutableRegions destination(regions);
+  if (regions.empty()) {
     peers_[p].owned.emplace_back((*m)->total_size());
-    destination = peers_[p].owned.back();
+    destination = core::MutableRegions(std::span<std::byte>(peers_[p].owned.back()));
   }
-  auto v = c.fetch(now(), *m, destination);
+  auto v = c.fetch(now(), *m, std::move(destination));
   drain(p);
   return v;
 }
@@ -127,7 +142,9 @@ void PeerNetwork::drain(std::size_t peer) {
       auto to = index_of(serve->peer);
       auto v = p.core->find(serve->version_id);
       if (!to || !v) continue;
-      const auto bytes = v->memory.subspan(serve->offset, serve->length);
+      std::vector<std::byte> bytes;
+      v->memory.for_each(serve->offset, serve->length,
+                         [&](std::span<const std::byte> piece) { bytes.insert(bytes.end(), piece.begin(), piece.end()); });
       const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(serve->length) / p.uplink));
       const TimePoint first_byte = std::max(p.uplink_free, now());
       p.uplink_free = first_byte + send_time;
@@ -135,18 +152,18 @@ void PeerNetwork::drain(std::size_t peer) {
       const std::uint64_t serial = next_serial_++;
       schedule(Event{first_byte + latency_, Kind::kPieceHeader, *to, peer, serve->header, {}, serial, nullptr, false});
       schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, serve->header,
-                     std::vector<std::byte>(bytes.begin(), bytes.end()), serial, nullptr, false});
+                     std::move(bytes), serial, nullptr, false});
     } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
       const ShardEntry& e = hash->version->manifest->shard(hash->shard);
-      const bool good = verify_shard(*hash->version->manifest, hash->shard,
-                                     std::span<const std::byte>(hash->version->destination).subspan(e.byte_offset, e.byte_length));
+      std::vector<ConstRegion> pieces;
+      hash->version->destination.as_const().pieces(e.byte_offset, e.byte_length, pieces);
+      const bool good = compute_shard_digest_of_pieces(hash->version->manifest->body().shard_hash, pieces) == e.digest;
       schedule(Event{now(), Kind::kHashed, peer, peer, {}, {}, hash->shard.value, hash->version, good});
     } else if (auto* copy = std::get_if<peer::CopyShards>(&*action)) {
       const Manifest& m = *copy->to->manifest;
       for (ShardIndex s : copy->shards) {
         const ShardEntry& e = m.shard(s);
-        std::memcpy(copy->to->destination.data() + e.byte_offset, copy->from->memory.data() + e.byte_offset,
-                    e.byte_length);
+        core::copy_range(copy->from->memory, copy->to->destination, e.byte_offset, e.byte_length);
         p.bytes_copied += e.byte_length;
       }
       schedule(Event{now(), Kind::kCopied, peer, peer, {}, {}, 0, copy->to, false});
@@ -187,7 +204,11 @@ void PeerNetwork::dispatch(Event& e) {
       landings_.erase(landing);
       const bool stored = target && target->length == e.payload.size();
       if (stored) {
-        std::memcpy(target->version->destination.data() + target->offset, e.payload.data(), e.payload.size());
+        std::size_t done = 0;
+        target->version->destination.for_each(target->offset, target->length, [&](std::span<std::byte> piece) {
+          std::memcpy(piece.data(), e.payload.data() + done, piece.size());
+          done += piece.size();
+        });
         p.piece_bytes_received += e.payload.size();
       }
       p.core->on_piece(now(), from, e.message, stored);

@@ -45,9 +45,16 @@ class PeerNetwork {
   // Publishes `image` as the next version of `model` on `peer`.
   Result<std::shared_ptr<peer::LocalVersion>> publish(std::size_t peer, const std::string& model,
                                                       std::span<const std::byte> image, std::vector<TensorEntry> tensors);
+  // The same from regions laid end to end.
+  Result<std::shared_ptr<peer::LocalVersion>> publish(std::size_t peer, const std::string& model,
+                                                      std::span<const ConstRegion> regions,
+                                                      std::vector<TensorEntry> tensors);
   // Fetches into memory this network owns (empty destination) or `destination`.
   Result<std::shared_ptr<peer::LocalVersion>> fetch(std::size_t peer, const std::string& model, std::uint64_t version,
                                                     std::span<std::byte> destination = {});
+  // Into regions laid end to end (none: memory this network owns).
+  Result<std::shared_ptr<peer::LocalVersion>> fetch(std::size_t peer, const std::string& model, std::uint64_t version,
+                                                    std::span<const MutableRegion> regions);
   void release(std::size_t peer, const std::shared_ptr<peer::LocalVersion>& v,
                peer::ReleaseMode mode = peer::ReleaseMode::kNow, std::function<void()> done = {});
 

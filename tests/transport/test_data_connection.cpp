@@ -26,6 +26,7 @@ struct Recorder : DataConnectionHandler {
   std::vector<SwarmMessage> messages;
   std::vector<std::string> arrivals;  // "piece <request id>" or "message <type>", in order
   std::vector<std::byte>* destination = nullptr;
+  std::vector<std::size_t> cuts;  // where piece_destination cuts the destination into pieces
   int pieces_stored = 0, pieces_discarded = 0;
   bool established = false;
   std::optional<Status> closed;
@@ -39,9 +40,17 @@ struct Recorder : DataConnectionHandler {
     arrivals.push_back("message " + std::to_string(static_cast<int>(m.type)));
     messages.push_back(std::move(m));
   }
-  std::span<std::byte> piece_destination(DataConnection&, const SwarmMessage& header) override {
-    if (destination == nullptr) return {};
-    return std::span(*destination).subspan(0, std::min<std::size_t>(header.length, destination->size()));
+  void piece_destination(DataConnection&, const SwarmMessage& header, std::vector<std::span<std::byte>>& out) override {
+    if (destination == nullptr) return;
+    // The destination in pieces cut at `cuts` (a scatter read), or whole.
+    std::span<std::byte> whole = std::span(*destination).subspan(0, std::min<std::size_t>(header.length, destination->size()));
+    std::size_t at = 0;
+    for (std::size_t cut : cuts) {
+      if (cut <= at || cut >= whole.size()) continue;
+      out.push_back(whole.subspan(at, cut - at));
+      at = cut;
+    }
+    out.push_back(whole.subspan(at));
   }
   void on_piece_progress(DataConnection&, const SwarmMessage& header) override {
     arrivals.push_back("progress " + std::to_string(header.request_id));
@@ -136,6 +145,22 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   CHECK(sent);
   CHECK(p.client_events.pieces_stored == 1);
   CHECK(destination == source);
+
+  // Sent from three pieces of memory (one gather write), landed in four
+  // (scatter reads): the bytes arrive in order, whatever the cuts.
+  std::vector<std::byte> more(65536), landed(65536);
+  core::fill_pseudo_random(more, 78);
+  const std::span<const std::byte> pieces[] = {std::span<const std::byte>(more).first(1000),
+                                               std::span<const std::byte>(more).subspan(1000, 40000),
+                                               std::span<const std::byte>(more).subspan(41000)};
+  p.client_events.destination = &landed;
+  p.client_events.cuts = {1, 4096, 50000};
+  p.server->send_piece(SwarmMessage::piece(version, 3, 65536), std::span<const std::span<const std::byte>>(pieces),
+                       nullptr);
+  p.run_until([&] { return p.client_events.pieces_stored == 2; });
+  CHECK(p.client_events.pieces_stored == 2);
+  CHECK(landed == more);
+  p.client_events.cuts.clear();
 
   // Without a destination the payload is read and discarded; the stream stays in step.
   p.client_events.destination = nullptr;
