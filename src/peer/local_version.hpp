@@ -16,6 +16,7 @@
 
 #include "core/anonymous_memory.hpp"
 #include "core/regions.hpp"
+#include "peer/memory_domain.hpp"
 #include "core/time.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/peer.hpp"
@@ -41,6 +42,7 @@ struct LocalVersion {
   VersionRole role = VersionRole::kFetched;
   core::ConstRegions memory;          // what is served (published, or fetched so far)
   core::MutableRegions destination;   // what a fetch or copy writes
+  const MemoryDomain* domain = &host_memory();  // where memory and destination live
   core::AnonymousMemory owned;        // when the driver allocated the destination
   TimePoint started;                  // driver time: the fetch began, or the version was published
 

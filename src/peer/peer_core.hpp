@@ -155,7 +155,8 @@ class PeerCore {
   // build again with next_version), kVerifyFailed (untrusted or broken chain),
   // kInvalidArgument (memory of another size).
   Result<std::shared_ptr<LocalVersion>> publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                                core::ConstRegions memory, core::Bitfield have = {});
+                                                core::ConstRegions memory, core::Bitfield have = {},
+                                                const MemoryDomain& domain = host_memory());
   // A manifest learnt outside gossip (the simulator's ideal membership):
   // checked and believed like one a peer sent. Errors: as HeadTracker::accept.
   Status learn_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
@@ -165,10 +166,12 @@ class PeerCore {
   // Fetches `manifest`'s version into `destination` (its total size; empty
   // only where there are no bytes, in the simulator). A version held here
   // already is copied from the local copy (CopyShards) once that one is
-  // complete, and never shares state with it.
+  // complete, and never shares state with it. `domain`: where the
+  // destination lives (it verifies and copies into it).
   // Errors: kInvalidArgument (destination of another size).
   Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                              core::MutableRegions destination);
+                                              core::MutableRegions destination,
+                                              const MemoryDomain& domain = host_memory());
   // Stops serving the version; ReleaseMemory follows (after a retention
   // deferral when `mode` honours retention and this is among the last
   // holders of the head). A fetch in progress fails with kCancelled.

@@ -418,11 +418,7 @@ void PeerEngine::hash_shard(const HashShard& job) {
   std::shared_ptr<Lease> lease = lease_of(job.version);
   ++lease->uses;
   pool_.submit([this, lease, version = job.version, shard = job.shard] {
-    const Manifest& m = *version->manifest;
-    const ShardEntry& e = m.shard(shard);
-    std::vector<ConstRegion> pieces;
-    version->destination.as_const().pieces(e.byte_offset, e.byte_length, pieces);
-    const bool good = compute_shard_digest_of_pieces(m.body().shard_hash, pieces) == e.digest;
+    const bool good = version->domain->verify_shard(*version->manifest, shard, version->destination.as_const());
     asio::post(io_, [this, lease, version, shard, good] {
       lease->end_use();
       if (closed_) return;
@@ -446,7 +442,7 @@ void PeerEngine::copy_shards(CopyShards job) {
       const Manifest& m = *shared->to->manifest;
       for (std::size_t i = part; i < shared->shards.size(); i += parts) {
         const ShardEntry& e = m.shard(shared->shards[i]);
-        core::copy_range(shared->from->memory, shared->to->destination, e.byte_offset, e.byte_length);
+        shared->to->domain->copy(shared->from->memory, shared->to->destination, e.byte_offset, e.byte_length);
       }
       if (left->fetch_sub(1) != 1) return;
       asio::post(io_, [this, shared, from, to] {

@@ -29,7 +29,8 @@ std::shared_ptr<LocalVersion> PeerCore::find(const ManifestId& id) const {
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                                        core::ConstRegions memory, core::Bitfield have) {
+                                                        core::ConstRegions memory, core::Bitfield have,
+                                                        const MemoryDomain& domain) {
   const Manifest& m = *manifest;
   const std::string what = m.model() + " v" + std::to_string(m.version());
   if (!memory.empty() && memory.size() != m.total_size()) {
@@ -58,6 +59,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
   v->manifest = manifest;
   v->role = VersionRole::kPublished;
   v->memory = std::move(memory);
+  v->domain = &domain;
   v->started = now;
   {
     std::lock_guard lock(v->mutex);
@@ -83,7 +85,8 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                                      core::MutableRegions destination) {
+                                                      core::MutableRegions destination,
+                                                      const MemoryDomain& domain) {
   const Manifest& m = *manifest;
   if (!destination.empty() && destination.size() != m.total_size()) {
     return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) +
@@ -95,6 +98,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->id = m.id();
   v->manifest = manifest;
   v->destination = std::move(destination);
+  v->domain = &domain;
   v->started = now;
   {
     std::lock_guard lock(v->mutex);

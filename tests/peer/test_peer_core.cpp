@@ -327,3 +327,53 @@ TEST_CASE("peer core: a version published from many small regions is fetched int
   CHECK(joined(into2) == next);
   CHECK(net.bytes_copied(1) - copied_before >= image.size() - (64u << 10));
 }
+
+namespace {
+
+// Host memory that counts what the core asked of it: the seam a GPU domain plugs into.
+struct CountingDomain final : MemoryDomain {
+  mutable std::size_t verified = 0, copied = 0;
+  mutable std::uint64_t copied_bytes = 0;
+  std::string_view name() const override { return "counting"; }
+  bool verify_shard(const Manifest& m, ShardIndex i, const core::ConstRegions& image) const override {
+    ++verified;
+    return host_memory().verify_shard(m, i, image);
+  }
+  void copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+            std::uint64_t length) const override {
+    ++copied;
+    copied_bytes += length;
+    host_memory().copy(from, to, offset, length);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("peer core: the destination's memory domain verifies every shard fetched and copies every unchanged one") {
+  PeerNetwork net(10);
+  add_peers(net, 2);
+  auto image = small_model(11, 1u << 20);
+  const auto tensors = tensors_of(image);
+  auto v1 = net.publish(0, "policy", image, tensors);
+  REQUIRE(v1.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  CountingDomain domain;
+  auto f1 = net.fetch(1, "policy", 1, std::span<const MutableRegion>(), domain);
+  REQUIRE(f1.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*f1); }, 20s));
+  const std::size_t shards = (*v1)->manifest->shard_count();
+  CHECK(domain.verified == shards);  // every shard once: none failed
+  CHECK(domain.copied == 0);
+  // v2 with one shard changed: the rest is copied by the domain, one shard verified.
+  auto next = image;
+  next[100] ^= std::byte{1};
+  REQUIRE(net.publish(0, "policy", next, tensors).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 2); }, 10s));
+  auto f2 = net.fetch(1, "policy", 2, std::span<const MutableRegion>(), domain);
+  REQUIRE(f2.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*f2); }, 20s));
+  CHECK(same_bytes(*f2, next));
+  CHECK(domain.verified == shards + 1);
+  CHECK(domain.copied == shards - 1);
+  CHECK(domain.copied_bytes == next.size() - (*v1)->manifest->shard(ShardIndex{0}).byte_length);
+}

@@ -76,7 +76,8 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, co
 
 Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, const std::string& model,
                                                                std::uint64_t version,
-                                                               std::span<const MutableRegion> regions) {
+                                                               std::span<const MutableRegion> regions,
+                                                               const peer::MemoryDomain& domain) {
   peer::PeerCore& c = *peers_[p].core;
   auto m = c.resolve(model, version);
   if (!m) return m.status();
@@ -85,7 +86,7 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, co
     peers_[p].owned.emplace_back((*m)->total_size());
     destination = core::MutableRegions(std::span<std::byte>(peers_[p].owned.back()));
   }
-  auto v = c.fetch(now(), *m, std::move(destination));
+  auto v = c.fetch(now(), *m, std::move(destination), domain);
   drain(p);
   return v;
 }
@@ -154,16 +155,14 @@ void PeerNetwork::drain(std::size_t peer) {
       schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, serve->header,
                      std::move(bytes), serial, nullptr, false});
     } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
-      const ShardEntry& e = hash->version->manifest->shard(hash->shard);
-      std::vector<ConstRegion> pieces;
-      hash->version->destination.as_const().pieces(e.byte_offset, e.byte_length, pieces);
-      const bool good = compute_shard_digest_of_pieces(hash->version->manifest->body().shard_hash, pieces) == e.digest;
+      const bool good = hash->version->domain->verify_shard(*hash->version->manifest, hash->shard,
+                                                            hash->version->destination.as_const());
       schedule(Event{now(), Kind::kHashed, peer, peer, {}, {}, hash->shard.value, hash->version, good});
     } else if (auto* copy = std::get_if<peer::CopyShards>(&*action)) {
       const Manifest& m = *copy->to->manifest;
       for (ShardIndex s : copy->shards) {
         const ShardEntry& e = m.shard(s);
-        core::copy_range(copy->from->memory, copy->to->destination, e.byte_offset, e.byte_length);
+        copy->to->domain->copy(copy->from->memory, copy->to->destination, e.byte_offset, e.byte_length);
         p.bytes_copied += e.byte_length;
       }
       schedule(Event{now(), Kind::kCopied, peer, peer, {}, {}, 0, copy->to, false});

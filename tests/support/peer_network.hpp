@@ -52,9 +52,10 @@ class PeerNetwork {
   // Fetches into memory this network owns (empty destination) or `destination`.
   Result<std::shared_ptr<peer::LocalVersion>> fetch(std::size_t peer, const std::string& model, std::uint64_t version,
                                                     std::span<std::byte> destination = {});
-  // Into regions laid end to end (none: memory this network owns).
+  // Into regions laid end to end (none: memory this network owns), in `domain`.
   Result<std::shared_ptr<peer::LocalVersion>> fetch(std::size_t peer, const std::string& model, std::uint64_t version,
-                                                    std::span<const MutableRegion> regions);
+                                                    std::span<const MutableRegion> regions,
+                                                    const peer::MemoryDomain& domain = peer::host_memory());
   void release(std::size_t peer, const std::shared_ptr<peer::LocalVersion>& v,
                peer::ReleaseMode mode = peer::ReleaseMode::kNow, std::function<void()> done = {});
 
