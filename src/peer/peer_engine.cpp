@@ -12,7 +12,6 @@ namespace tensorhub::peer {
 namespace {
 
 constexpr const char* kLog = "peer";
-constexpr transport::DataConnectionTimeouts kDataTimeouts{};
 // How long a leaving peer waits for its departure to spread.
 constexpr Duration kLeaveSettle = std::chrono::seconds(3);
 
@@ -63,9 +62,7 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, InternalOption
       identity_(std::move(identity)),
       swarm_key_(std::move(swarm_key)),
       run_callback_(std::move(run_callback)),
-      data_acceptor_(io),
-      timer_(io),
-      links_(identity_.public_key()) {
+      timer_(io) {
   if (options_.trusted_publishers.empty()) options_.trusted_publishers.push_back(identity_.public_key());
 }
 
@@ -87,16 +84,10 @@ Status PeerEngine::start() {
     if (!parsed) return parsed.status().with_context("data listen");
     data = *parsed;
   }
-  std::error_code ec;
-  const auto address = asio::ip::make_address(data.host, ec);
-  if (ec) return Status::invalid_argument("data listen host '" + data.host + "' is not an IP address");
-  const asio::ip::tcp::endpoint endpoint(address, data.port);
-  data_acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) data_acceptor_.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
-  if (!ec) data_acceptor_.bind(endpoint, ec);
-  if (!ec) data_acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return Status::unavailable("cannot listen for data on " + data.to_string() + ": " + ec.message());
-  data_bound_ = core::HostPort{data.host, data_acceptor_.local_endpoint().port()};
+  tcp_ = std::make_unique<TcpTransport>(io_, identity_, swarm_key_, *this, options_.data_lanes,
+                                        [this](const PeerId& peer) { return data_endpoint_of(peer); });
+  TENSORHUB_RETURN_IF_ERROR(tcp_->listen(data));
+  const core::HostPort data_bound = tcp_->bound();
 
   const Location location{options_.dc, options_.rack, options_.host};
   transport::GossipRuntimeOptions g;
@@ -104,11 +95,11 @@ Status PeerEngine::start() {
   g.advertise = options_.advertise;
   g.seeds = options_.seeds;
   g.topology = location;
-  std::string advertised_host = data_bound_.host;
+  std::string advertised_host = data_bound.host;
   if (!options_.advertise.empty()) {
     if (auto a = core::parse_host_port(options_.advertise)) advertised_host = a->host;
   }
-  g.data_addr = core::HostPort{advertised_host, data_bound_.port}.to_string();
+  g.data_addr = core::HostPort{advertised_host, data_bound.port}.to_string();
   auto runtime = transport::GossipRuntime::start(io_, std::move(g), identity_.clone(), swarm_key_);
   if (!runtime) return runtime.status();
   gossip_ = std::move(*runtime);
@@ -125,8 +116,7 @@ Status PeerEngine::start() {
     core_->on_member_event(now(), e);
     pump();
   });
-  TH_LOG_INFO(kLog, "data plane on " << data_bound_.to_string());
-  accept_data();
+  TH_LOG_INFO(kLog, "data plane on " << data_bound.to_string());
   return Status::ok();
 }
 
@@ -149,10 +139,8 @@ void PeerEngine::close() {
     pump();
   }
   closed_ = true;
-  std::error_code ignored;
-  data_acceptor_.close(ignored);
   timer_.cancel();
-  for (auto& c : links_.take_all()) c->close(Status::cancelled("the peer is stopping"));
+  if (tcp_) tcp_->close();
   if (gossip_) gossip_->close();
 }
 
@@ -268,17 +256,15 @@ std::string PeerEngine::status_json() const {
   }
   j["equivocations"] = std::move(equivocations);
   nlohmann::ordered_json links = nlohmann::ordered_json::array();
-  for (const auto& [peer, link] : links_.links()) {
+  for (const LinkStats& link : tcp_->links()) {
     nlohmann::ordered_json lanes = nlohmann::ordered_json::array();
-    for (std::size_t lane = 0; lane < link.lanes.size(); ++lane) {
-      const auto& c = link.lanes[lane];
-      if (!c || !c->established() || c->closed()) continue;
-      lanes.push_back({{"lane", lane}, {"bytes_sent", c->bytes_sent()}, {"bytes_received", c->bytes_received()}});
+    for (const auto& lane : link.lanes) {
+      lanes.push_back({{"lane", lane.lane}, {"bytes_sent", lane.bytes_sent}, {"bytes_received", lane.bytes_received}});
     }
-    links.push_back({{"peer", peer.hex()}, {"lanes", std::move(lanes)}});
+    links.push_back({{"peer", link.peer.hex()}, {"transport", tcp_->name()}, {"lanes", std::move(lanes)}});
   }
   j["data_links"] = std::move(links);
-  j["data_addr"] = data_bound_.to_string();
+  j["data_addr"] = tcp_->bound().to_string();
   j["discarded_piece_bytes"] = core_->swarm().discarded_piece_bytes();
   j["work_queued"] = pool_.queued();
   return j.dump();
@@ -292,28 +278,17 @@ void PeerEngine::pump() {
   bool changed = false;
   while (auto action = core_->poll()) {
     if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
-      open_connection(open->peer);
+      transport_for(open->peer).connect(open->peer);
     } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
-      if (const auto* link = links_.link(close->peer)) {
-        TH_LOG_INFO(kLog, "disconnecting " << close->peer.short_hex() << ": " << close->reason);
-        link->primary().close(Status::cancelled(close->reason));  // the other lanes follow (on_closed)
-      }
+      transport_for(close->peer).disconnect(close->peer, close->reason);
     } else if (auto* message = std::get_if<swarm::SendMessage>(&*action)) {
-      send(message->peer, message->message);
+      transport_for(message->peer).send(message->peer, message->message);
     } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
       serve_piece(*serve);
     } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
-      if (const auto* link = links_.link(drop->peer)) {
-        for (const auto& lane : link->lanes) {
-          if (lane) lane->cancel_pieces_of(drop->version_id);
-        }
-      }
+      transport_for(drop->peer).cancel_pieces_of(drop->peer, drop->version_id);
     } else if (auto* cancel = std::get_if<CancelQueuedPiece>(&*action)) {
-      if (const auto* link = links_.link(cancel->peer)) {
-        for (const auto& lane : link->lanes) {
-          if (lane && lane->cancel_piece(cancel->request_id)) break;
-        }
-      }
+      transport_for(cancel->peer).cancel_piece(cancel->peer, cancel->request_id);
     } else if (auto* hash = std::get_if<HashShard>(&*action)) {
       hash_shard(*hash);
     } else if (auto* copy = std::get_if<CopyShards>(&*action)) {
@@ -385,14 +360,13 @@ void PeerEngine::release_memory(ReleaseMemory release) {
 
 void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   auto v = core_->find(s.version_id);
-  const auto* link = links_.link(s.peer);
-  if (!v || !link) return;
+  if (!v) return;
   if (s.offset + s.length > v->memory.size()) {
     TH_LOG_ERROR(kLog, "the swarm core asked for bytes " << s.offset << "+" << s.length << " of " << v->model << " v"
                                                          << v->number << ", which holds " << v->memory.size());
     return;
   }
-  transport::DataConnection& lane = link->lane_for(s.header.request_id);
+  DataTransport& to = transport_for(s.peer);
   serve_pieces_.clear();
   v->memory.pieces(s.offset, s.length, serve_pieces_);  // one per region the block spans
   std::shared_ptr<Lease> source = lease_of(v);
@@ -408,10 +382,11 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
     for (const auto& piece : serve_pieces_) copy->bytes.insert(copy->bytes.end(), piece.begin(), piece.end());
     copy->bytes[copy->bytes.size() / 2] ^= std::byte{0x01};
     copy->lease = source;
-    lane.send_piece(s.header, copy->bytes, copy);
+    const std::span<const std::byte> whole[] = {copy->bytes};
+    to.send_piece(s.peer, s.header, whole, copy);
     return;
   }
-  lane.send_piece(s.header, serve_pieces_, std::move(source));
+  to.send_piece(s.peer, s.header, serve_pieces_, std::move(source));
 }
 
 void PeerEngine::hash_shard(const HashShard& job) {
@@ -457,20 +432,9 @@ void PeerEngine::copy_shards(CopyShards job) {
 }
 
 // --------------------------------------------------------------------------
-// Data connections
+// Data transports
 
-void PeerEngine::accept_data() {
-  data_acceptor_.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
-    if (closed_) return;
-    if (!ec) {
-      links_.add_inbound(
-          transport::DataConnection::accept(std::move(socket), identity_, swarm_key_, *this, kDataTimeouts));
-    } else if (ec != asio::error::operation_aborted) {
-      TH_LOG_WARN(kLog, "data accept failed: " << ec.message());
-    }
-    accept_data();
-  });
-}
+DataTransport& PeerEngine::transport_for(const PeerId&) { return *tcp_; }
 
 std::optional<asio::ip::tcp::endpoint> PeerEngine::data_endpoint_of(const PeerId& peer) const {
   auto member = gossip_->core().member(peer);
@@ -486,96 +450,49 @@ std::optional<asio::ip::tcp::endpoint> PeerEngine::data_endpoint_of(const PeerId
   return asio::ip::tcp::endpoint(ip, hp->port);
 }
 
-void PeerEngine::open_connection(const PeerId& peer) {
-  if (links_.link(peer)) {
-    core_->on_connected(now(), peer);
-    return;
-  }
-  if (links_.connecting(peer)) return;
-  auto endpoint = data_endpoint_of(peer);
-  if (!endpoint) {
-    core_->on_connect_failed(now(), peer);
-    return;
-  }
-  links_.add_outbound(peer, transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this,
-                                                               kDataTimeouts));
-}
-
-void PeerEngine::send(const PeerId& peer, const swarm::SwarmMessage& message) {
-  if (!links_.send(peer, message)) open_connection(peer);
-}
-
-void PeerEngine::on_established(transport::DataConnection& connection) {
-  using Established = DataLinks<transport::DataConnection>::Established;
-  Established e = links_.on_established(connection);
-  if (e.kind == Established::kRejected) {
-    TH_LOG_DEBUG(kLog, "closed a connection with " << e.peer.short_hex() << ": " << e.why.to_string());
-    return;
-  }
-  if (e.kind != Established::kLinked) return;
-  if (!e.replaced.empty()) {
-    // What was in flight on the old link went with it: its requests, and a
-    // payload half landed. The core puts them back at once.
-    TH_LOG_INFO(kLog, "replacing the connection to " << e.peer.short_hex() << " (both sides connected)");
-    for (auto& lane : e.replaced) {
-      if (lane) lane->close(Status::cancelled("a duplicate connection"));
-    }
-    core_->on_disconnected(now(), e.peer);
-  }
-  if (e.outbound && options_.data_lanes > 1) {
-    if (auto endpoint = data_endpoint_of(e.peer)) {
-      std::vector<std::shared_ptr<transport::DataConnection>> lanes;
-      for (std::size_t lane = 1; lane < options_.data_lanes; ++lane) {
-        lanes.push_back(transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this, kDataTimeouts,
-                                                           static_cast<std::uint8_t>(lane)));
-      }
-      links_.add_extra_lanes(e.peer, std::move(lanes));
-    }
-  }
-  core_->on_connected(now(), e.peer);
+void PeerEngine::on_connected(const PeerId& peer) {
+  if (closed_) return;
+  core_->on_connected(now(), peer);
   pump();
 }
 
-void PeerEngine::on_message(transport::DataConnection& connection, swarm::SwarmMessage message) {
-  core_->on_message(now(), connection.remote(), message);
+void PeerEngine::on_connect_failed(const PeerId& peer) {
+  if (closed_) return;
+  core_->on_connect_failed(now(), peer);
   pump();
 }
 
-void PeerEngine::piece_destination(transport::DataConnection& connection, const swarm::SwarmMessage& header,
+void PeerEngine::on_disconnected(const PeerId& peer) {
+  if (closed_) return;
+  core_->on_disconnected(now(), peer);
+  pump();
+}
+
+void PeerEngine::on_message(const PeerId& peer, const swarm::SwarmMessage& message) {
+  if (closed_) return;
+  core_->on_message(now(), peer, message);
+  pump();
+}
+
+void PeerEngine::piece_destination(const PeerId& peer, const swarm::SwarmMessage& header,
                                    std::vector<std::span<std::byte>>& out) {
-  auto landing = core_->begin_piece(now(), connection.remote(), header);
+  if (closed_) return;
+  auto landing = core_->begin_piece(now(), peer, header);
   arm_timer();  // the landing has a deadline
   if (!landing) return;
   landing->version->destination.pieces(landing->offset, landing->length, out);
 }
 
-void PeerEngine::on_piece(transport::DataConnection& connection, const swarm::SwarmMessage& header, bool stored) {
-  core_->on_piece(now(), connection.remote(), header, stored);
-  pump();
-}
-
-void PeerEngine::on_piece_progress(transport::DataConnection& connection, const swarm::SwarmMessage& header) {
-  core_->on_piece_progress(now(), connection.remote(), header);
-  arm_timer();  // the landing's deadline moved
-}
-
-void PeerEngine::on_closed(transport::DataConnection& connection, const Status& why) {
+void PeerEngine::on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) {
   if (closed_) return;
-  using Closed = DataLinks<transport::DataConnection>::Closed;
-  Closed c = links_.on_closed(connection);
-  switch (c.kind) {
-    case Closed::kNothing: return;
-    case Closed::kConnectFailed:
-      TH_LOG_DEBUG(kLog, "connection to " << c.peer.short_hex() << " failed: " << why.to_string());
-      core_->on_connect_failed(now(), c.peer);
-      break;
-    case Closed::kLinkLost:
-      // The whole link goes, and the core puts the requests it had in flight back at once.
-      for (auto& lane : c.others) lane->close(Status::cancelled("another lane to this peer closed"));
-      core_->on_disconnected(now(), c.peer);
-      break;
-  }
+  core_->on_piece(now(), peer, header, stored);
   pump();
+}
+
+void PeerEngine::on_piece_progress(const PeerId& peer, const swarm::SwarmMessage& header) {
+  if (closed_) return;
+  core_->on_piece_progress(now(), peer, header);
+  arm_timer();  // the landing's deadline moved
 }
 
 }  // namespace tensorhub::peer

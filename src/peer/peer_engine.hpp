@@ -13,16 +13,17 @@
 #include <vector>
 
 #include "core/work_pool.hpp"
-#include "peer/data_links.hpp"
+#include "peer/data_transport.hpp"
 #include "peer/peer_core.hpp"
 #include "peer/peer_internal.hpp"
+#include "peer/tcp_transport.hpp"
 #include "tensorhub/peer.hpp"
 #include "transport/data_connection.hpp"
 #include "transport/gossip_runtime.hpp"
 
 namespace tensorhub::peer {
 
-class PeerEngine : public transport::DataConnectionHandler {
+class PeerEngine final : public TransportEvents {
  public:
   // `callbacks` runs the application's callbacks (subscribers), never on the I/O thread.
   PeerEngine(asio::io_context& io, PeerOptions options, InternalOptions internal, Identity identity,
@@ -57,24 +58,24 @@ class PeerEngine : public transport::DataConnectionHandler {
   // Runs `fn` (on the I/O thread) whenever gossip or a transfer changed something.
   void on_change(std::function<void()> fn) { change_listeners_.push_back(std::move(fn)); }
 
-  // DataConnectionHandler
-  void on_established(transport::DataConnection& connection) override;
-  void on_message(transport::DataConnection& connection, swarm::SwarmMessage message) override;
-  void piece_destination(transport::DataConnection& connection, const swarm::SwarmMessage& header,
+  // TransportEvents
+  void on_connected(const PeerId& peer) override;
+  void on_connect_failed(const PeerId& peer) override;
+  void on_disconnected(const PeerId& peer) override;
+  void on_message(const PeerId& peer, const swarm::SwarmMessage& message) override;
+  void piece_destination(const PeerId& peer, const swarm::SwarmMessage& header,
                          std::vector<std::span<std::byte>>& out) override;
-  void on_piece(transport::DataConnection& connection, const swarm::SwarmMessage& header, bool stored) override;
-  void on_piece_progress(transport::DataConnection& connection, const swarm::SwarmMessage& header) override;
-  void on_closed(transport::DataConnection& connection, const Status& why) override;
+  void on_piece_progress(const PeerId& peer, const swarm::SwarmMessage& header) override;
+  void on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) override;
 
  private:
   struct Lease;
 
-  void accept_data();
   void pump();
   void arm_timer();
-  void open_connection(const PeerId& peer);
+  // The transport that reaches `peer` (TCP, the one built).
+  DataTransport& transport_for(const PeerId& peer);
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
-  void send(const PeerId& peer, const swarm::SwarmMessage& message);
   void serve_piece(const swarm::ServePiece& serve);
   void hash_shard(const HashShard& job);
   void copy_shards(CopyShards job);
@@ -90,12 +91,10 @@ class PeerEngine : public transport::DataConnectionHandler {
   SwarmKey swarm_key_;
   std::function<void(std::function<void()>)> run_callback_;
   std::unique_ptr<transport::GossipRuntime> gossip_;
-  asio::ip::tcp::acceptor data_acceptor_;
-  core::HostPort data_bound_;
+  std::unique_ptr<TcpTransport> tcp_;
   std::unique_ptr<PeerCore> core_;
   asio::steady_timer timer_;
   TimePoint timer_at_ = kTimeNever;
-  DataLinks<transport::DataConnection> links_;
   std::map<const LocalVersion*, std::shared_ptr<Lease>> leases_;
   std::vector<std::span<const std::byte>> serve_pieces_;  // reused by serve_piece
   std::map<std::string, std::vector<std::function<void(const VersionInfo&)>>> subscribers_;

@@ -1,0 +1,70 @@
+// The TCP data transport: authenticated data connections (transport::
+// DataConnection), one link per neighbour with extra lanes when asked, the
+// duplicate-connection tie-break of data_links.hpp, and an acceptor.
+#pragma once
+
+#include <asio.hpp>
+#include <functional>
+#include <optional>
+
+#include "core/host_port.hpp"
+#include "peer/data_links.hpp"
+#include "peer/data_transport.hpp"
+#include "tensorhub/identity.hpp"
+#include "tensorhub/swarm_key.hpp"
+#include "transport/data_connection.hpp"
+
+namespace tensorhub::peer {
+
+class TcpTransport final : public DataTransport, private transport::DataConnectionHandler {
+ public:
+  // Where a peer's data plane listens (from its gossip record); nothing:
+  // unknown or not an IP address (a connect then fails).
+  using AddressOf = std::function<std::optional<asio::ip::tcp::endpoint>(const PeerId&)>;
+
+  // `lanes`: TCP connections per neighbour this side opens (1 to kMaxLanes).
+  TcpTransport(asio::io_context& io, const Identity& identity, const SwarmKey& swarm_key, TransportEvents& events,
+               std::size_t lanes, AddressOf address_of);
+  ~TcpTransport() override;
+
+  // Binds and accepts. Errors: kInvalidArgument (not an IP address),
+  // kUnavailable (cannot bind).
+  Status listen(const core::HostPort& at);
+  const core::HostPort& bound() const { return bound_; }
+
+  std::string_view name() const override { return "tcp"; }
+  void connect(const PeerId& peer) override;
+  void disconnect(const PeerId& peer, const std::string& reason) override;
+  void send(const PeerId& peer, const swarm::SwarmMessage& message) override;
+  void send_piece(const PeerId& peer, const swarm::SwarmMessage& header, std::span<const std::span<const std::byte>> pieces,
+                  std::shared_ptr<transport::PieceSource> source) override;
+  void cancel_piece(const PeerId& peer, std::uint32_t request_id) override;
+  void cancel_pieces_of(const PeerId& peer, const ManifestId& version) override;
+  std::vector<LinkStats> links() const override;
+  void close() override;
+
+ private:
+  void accept();
+  // DataConnectionHandler
+  void on_established(transport::DataConnection& connection) override;
+  void on_message(transport::DataConnection& connection, swarm::SwarmMessage message) override;
+  void piece_destination(transport::DataConnection& connection, const swarm::SwarmMessage& header,
+                         std::vector<std::span<std::byte>>& out) override;
+  void on_piece(transport::DataConnection& connection, const swarm::SwarmMessage& header, bool stored) override;
+  void on_piece_progress(transport::DataConnection& connection, const swarm::SwarmMessage& header) override;
+  void on_closed(transport::DataConnection& connection, const Status& why) override;
+
+  asio::io_context& io_;
+  const Identity& identity_;
+  const SwarmKey& swarm_key_;
+  TransportEvents& events_;
+  std::size_t lanes_;
+  AddressOf address_of_;
+  transport::DataConnectionTimeouts timeouts_{};
+  asio::ip::tcp::acceptor acceptor_;
+  core::HostPort bound_;
+  DataLinks<transport::DataConnection> links_;
+  bool closed_ = false;
+};
+
+}  // namespace tensorhub::peer
