@@ -31,8 +31,9 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
-  auto [it, inserted] = versions_.try_emplace(id, Version{layout, std::move(have), nullptr, nullptr, std::nullopt,
-                                                          UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {}, true, {}});
+  auto [it, inserted] = versions_.try_emplace(
+      id, layout, std::move(have), UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)),
+      /*shown=*/true);
   if (!inserted) return;
   if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
@@ -49,9 +50,9 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   auto it = versions_.find(id);
   if (it == versions_.end()) {
     it = versions_
-             .emplace(id, Version{layout, have, nullptr, nullptr, std::nullopt,
-                                  UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), {}, {}, {}, {}, {},
-                                  config_.serve_fetched, {}})
+             .try_emplace(id, layout, have,
+                          UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)),
+                          config_.serve_fetched)
              .first;
   }
   Version& v = it->second;
@@ -158,7 +159,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       auto c = connections_.find(request->peer);
       if (c == connections_.end() || !c->second.open) continue;
       const std::uint32_t rid = c->second.next_request_id++;
-      c->second.requests.emplace_back(rid, Outstanding{id, request->shard, request->block, request->offset, request->length, false, false, {}});
+      c->second.requests.emplace_back(rid, Outstanding{id, request->shard, request->block, request->offset, request->length, false, false});
       send(request->peer, SwarmMessage::request(id, rid, request->shard, request->block, request->offset, request->length));
     } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
       auto c = connections_.find(cancel->peer);
@@ -459,7 +460,8 @@ void SwarmCore::handle_timeout(TimePoint now) {
     std::vector<PeerId> stalled;
     for (const auto& [peer, c] : connections_) {
       for (const auto& [rid, o] : c.requests) {
-        if (o.landing && now >= o.landing_since + config_.fetch.request_timeout * kLandingLimitTimeouts) {
+        if (o.landing &&
+            now >= landing_.since(o.version_id, o.shard, o.block) + config_.fetch.request_timeout * kLandingLimitTimeouts) {
           stalled.push_back(peer);
           break;
         }

@@ -26,6 +26,7 @@
 #include "core/bitfield.hpp"
 #include "core/time.hpp"
 #include "swarm/fetch_session.hpp"
+#include "swarm/landing_tracker.hpp"
 #include "swarm/location_book.hpp"
 #include "swarm/seed_scheduler.hpp"
 #include "swarm/swarm_messages.hpp"
@@ -174,6 +175,8 @@ class SwarmCore {
 
  private:
   struct Version {
+    Version(ShardLayout l, core::Bitfield h, UploadSlots s, bool shown)
+        : layout(l), have(std::move(h)), slots(std::move(s)), offered(shown) {}
     ShardLayout layout;
     core::Bitfield have;
     std::unique_ptr<FetchSession> fetch;  // while fetching
@@ -182,9 +185,6 @@ class SwarmCore {
     UploadSlots slots;
     std::set<PeerId> requesters;          // neighbours that fetch it from us
     std::set<PeerId> sources;             // neighbours we fetch it from
-    // Blocks with a payload landing, as shard << 32 | block. Invariant: one
-    // entry per Outstanding with landing set for this version.
-    std::set<std::uint64_t> landing;
     // A super-seed's requesters whose turn is over, served until they hold
     // what was revealed to them (kFinishingRotations at most): since when.
     std::map<PeerId, TimePoint> finishing;
@@ -217,9 +217,8 @@ class SwarmCore {
     BlockIndex block;
     std::uint64_t offset = 0;
     std::uint32_t length = 0;
-    bool landing = false;     // its payload is being written into the destination
+    bool landing = false;     // its payload is being written into the destination (landing_ has its block)
     bool superseded = false;  // its payload was turned away (the block was taken)
-    TimePoint landing_since;
   };
   struct Connection {
     bool open = false;
@@ -292,8 +291,6 @@ class SwarmCore {
   void forget_connection(TimePoint now, const PeerId& peer);
   // Ends the landing of `o` (its payload arrived, or will not).
   void end_landing(const Outstanding& o);
-  // Takes o's landing_since out of landing_since_. REQUIRES: o.landing.
-  void unlist_landing_since(const Outstanding& o);
   // Closes the connections that still land payloads of `id`, whose fetch
   // is over: its destination may be reused once the driver hears so.
   void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
@@ -316,10 +313,7 @@ class SwarmCore {
   std::shared_ptr<LocationBook> locations_;  // never null
   core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
-  // When each payload still landing began or last made progress
-  // (Outstanding with landing set, over all connections): the earliest is the next stall deadline, found
-  // without walking every connection at each timer.
-  std::multiset<TimePoint> landing_since_;
+  LandingTracker landing_;  // the payloads landing now, over every version and connection
 };
 
 }  // namespace tensorhub::swarm

@@ -7,12 +7,6 @@
 
 namespace tensorhub::swarm {
 
-namespace {
-
-std::uint64_t block_key(ShardIndex shard, BlockIndex block) { return std::uint64_t{shard.value} << 32 | block.value; }
-
-}  // namespace
-
 std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
   auto c = connections_.find(peer);
   if (c == connections_.end()) return std::nullopt;
@@ -26,28 +20,17 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   Outstanding& o = r->second;
   // Two payloads writing one block could leave a liar's bytes over an
   // honest copy that has verified; one landing at a time cannot.
-  if (!v->second.fetch->wants_block(o.shard, o.block) || !v->second.landing.insert(block_key(o.shard, o.block)).second) {
+  if (!v->second.fetch->wants_block(o.shard, o.block) || !landing_.begin(o.version_id, o.shard, o.block, now)) {
     o.superseded = true;
     return std::nullopt;
   }
   o.landing = true;
-  o.landing_since = now;
-  landing_since_.insert(now);
   v->second.fetch->on_block_landing(now, peer, o.shard, o.block);
   return PieceTarget{header.version_id, o.offset, o.length};
 }
 
-void SwarmCore::unlist_landing_since(const Outstanding& o) {
-  // Invariant: every landing Outstanding has its landing_since in landing_since_.
-  const auto since = landing_since_.find(o.landing_since);
-  assert(since != landing_since_.end());
-  if (since != landing_since_.end()) landing_since_.erase(since);
-}
-
 void SwarmCore::end_landing(const Outstanding& o) {
-  if (!o.landing) return;
-  unlist_landing_since(o);
-  if (auto v = versions_.find(o.version_id); v != versions_.end()) v->second.landing.erase(block_key(o.shard, o.block));
+  if (o.landing) landing_.end(o.version_id, o.shard, o.block);
 }
 
 void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
@@ -55,10 +38,8 @@ void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const Swarm
   if (c == connections_.end()) return;
   auto r = c->second.find_request(header.request_id);
   if (r == c->second.requests.end() || !r->second.landing) return;
-  Outstanding& o = r->second;
-  unlist_landing_since(o);
-  o.landing_since = now;
-  landing_since_.insert(now);
+  const Outstanding& o = r->second;
+  landing_.moved(o.version_id, o.shard, o.block, now);
 }
 
 void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
@@ -85,7 +66,7 @@ void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& 
 }
 
 void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::string& reason) {
-  if (landing_since_.empty()) return;
+  if (landing_.empty()) return;
   std::vector<PeerId> landing_from;
   for (const auto& [peer, c] : connections_) {
     if (std::any_of(c.requests.begin(), c.requests.end(), [&](const auto& r) { return r.second.landing && r.second.version_id == id; })) {
@@ -99,8 +80,8 @@ void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::s
 }
 
 TimePoint SwarmCore::next_landing_deadline() const {
-  if (landing_since_.empty()) return kTimeNever;
-  return *landing_since_.begin() + config_.fetch.request_timeout * kLandingLimitTimeouts;
+  if (landing_.empty()) return kTimeNever;
+  return landing_.oldest() + config_.fetch.request_timeout * kLandingLimitTimeouts;
 }
 
 }  // namespace tensorhub::swarm

@@ -273,3 +273,31 @@ TEST_CASE("piece landing: stopping a fetch closes the connections still landing 
   // Nothing is left landing, so nothing is left to time out.
   CHECK(t.fetcher->next_timeout() == kTimeNever);
 }
+
+TEST_CASE("landing tracker: one payload per block, each with the time it last moved, the oldest found at once") {
+  using namespace std::chrono_literals;
+  swarm::LandingTracker landing;
+  ManifestId a, b;
+  a.bytes[0] = 1;
+  b.bytes[0] = 2;
+  const TimePoint t0 = TimePoint(1s);
+  CHECK(landing.oldest() == kTimeNever);
+  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{1}, t0));
+  CHECK_FALSE(landing.begin(a, ShardIndex{0}, BlockIndex{1}, t0 + 1ms));  // a second copy of that block waits
+  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, t0 + 2ms));        // another version's block is another block
+  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{2}, t0 + 3ms));
+  CHECK(landing.size() == 3);
+  CHECK(landing.oldest() == t0);
+  landing.moved(a, ShardIndex{0}, BlockIndex{1}, t0 + 10ms);
+  CHECK(landing.oldest() == t0 + 2ms);
+  CHECK(landing.since(a, ShardIndex{0}, BlockIndex{1}) == t0 + 10ms);
+  landing.end(b, ShardIndex{0}, BlockIndex{1});
+  CHECK(landing.oldest() == t0 + 3ms);
+  landing.end(a, ShardIndex{0}, BlockIndex{2});
+  landing.end(a, ShardIndex{0}, BlockIndex{2});  // twice: harmless
+  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, t0 + 20ms));
+  landing.end(a, ShardIndex{0}, BlockIndex{1});
+  landing.end(b, ShardIndex{0}, BlockIndex{1});
+  CHECK(landing.empty());
+  CHECK(landing.since(a, ShardIndex{0}, BlockIndex{1}) == kTimeNever);
+}
