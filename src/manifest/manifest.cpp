@@ -14,33 +14,27 @@ std::size_t shard_hash_size(ShardHashAlgorithm algorithm) {
   return algorithm == ShardHashAlgorithm::kBlake2b_256 ? 32 : 16;
 }
 
-ShardDigest compute_shard_digest(ShardHashAlgorithm algorithm, std::span<const std::byte> bytes) {
+namespace {
+
+template <std::size_t N>
+ShardDigest shard_digest_of(const std::array<std::uint8_t, N>& d) {
   ShardDigest digest;
-  if (algorithm == ShardHashAlgorithm::kBlake2b_256) {
-    auto d = core::blake2b_256(bytes);
-    std::copy(d.begin(), d.end(), digest.bytes.begin());
-    digest.size = static_cast<std::uint8_t>(d.size());
-  } else {
-    auto d = core::xxh3_128(bytes);
-    std::copy(d.begin(), d.end(), digest.bytes.begin());
-    digest.size = static_cast<std::uint8_t>(d.size());
-  }
+  std::copy(d.begin(), d.end(), digest.bytes.begin());
+  digest.size = static_cast<std::uint8_t>(N);
   return digest;
+}
+
+}  // namespace
+
+ShardDigest compute_shard_digest(ShardHashAlgorithm algorithm, std::span<const std::byte> bytes) {
+  return algorithm == ShardHashAlgorithm::kBlake2b_256 ? shard_digest_of(core::blake2b_256(bytes))
+                                                       : shard_digest_of(core::xxh3_128(bytes));
 }
 
 ShardDigest compute_shard_digest_of_pieces(ShardHashAlgorithm algorithm, std::span<const ConstRegion> pieces) {
   if (pieces.size() == 1) return compute_shard_digest(algorithm, pieces[0]);
-  ShardDigest digest;
-  if (algorithm == ShardHashAlgorithm::kBlake2b_256) {
-    auto d = core::blake2b_256_of_pieces(pieces);
-    std::copy(d.begin(), d.end(), digest.bytes.begin());
-    digest.size = static_cast<std::uint8_t>(d.size());
-  } else {
-    auto d = core::xxh3_128_of_pieces(pieces);
-    std::copy(d.begin(), d.end(), digest.bytes.begin());
-    digest.size = static_cast<std::uint8_t>(d.size());
-  }
-  return digest;
+  return algorithm == ShardHashAlgorithm::kBlake2b_256 ? shard_digest_of(core::blake2b_256_of_pieces(pieces))
+                                                       : shard_digest_of(core::xxh3_128_of_pieces(pieces));
 }
 
 Status validate_model_name(std::string_view name) {
