@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "core/time.hpp"
 #include "core/virtual_time_queue.hpp"
 #include "gossip/gossip_core.hpp"

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "core/byte_size.hpp"
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "tensorhub/manifest.hpp"
 
 namespace tensorhub::sim {

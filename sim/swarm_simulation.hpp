@@ -37,7 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "core/virtual_time_queue.hpp"
 #include "core/virtual_timer.hpp"
 #include "sim/cluster_topology.hpp"

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/action_queue.hpp"
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "core/time.hpp"
 #include "gossip/broadcast_queue.hpp"
 #include "gossip/gossip_config.hpp"

@@ -35,7 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "swarm/topology.hpp"
 #include "tensorhub/ids.hpp"
 

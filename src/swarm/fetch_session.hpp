@@ -32,7 +32,7 @@
 
 #include "core/action_queue.hpp"
 #include "core/bitfield.hpp"
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "core/time.hpp"
 #include "swarm/candidate_list.hpp"
 #include "swarm/piece_picker.hpp"

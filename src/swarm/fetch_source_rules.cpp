@@ -2,6 +2,8 @@
 // us, rendezvous shares, host-mate claims, and allowed_from.
 #include "swarm/fetch_session.hpp"
 
+#include "core/rng.hpp"
+
 #include <algorithm>
 #include <cassert>
 
@@ -13,10 +15,7 @@ std::uint64_t rendezvous_score(const PeerId& peer, ShardIndex shard) {
   std::uint64_t x = 0;
   for (int i = 0; i < 8; ++i) x = (x << 8) | peer.bytes[static_cast<std::size_t>(i)];
   x ^= (std::uint64_t{shard.value} + 1) * 0x9e3779b97f4a7c15ull;
-  // SplitMix64's finalizer.
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  return core::mix64(x);
 }
 
 // Whether `a` rather than `b` brings `shard` across, when both could.

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/bitfield.hpp"
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "tensorhub/ids.hpp"
 
 namespace tensorhub::swarm {

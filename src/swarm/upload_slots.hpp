@@ -22,7 +22,7 @@
 #include <variant>
 
 #include "core/action_queue.hpp"
-#include "core/random_fill.hpp"
+#include "core/rng.hpp"
 #include "core/time.hpp"
 #include "tensorhub/ids.hpp"
 
