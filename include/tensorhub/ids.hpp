@@ -37,11 +37,6 @@ struct FixedBytes {
   std::string short_hex(std::size_t chars = 12) const { return hex().substr(0, chars); }
   // Parses exactly 2*N hex characters (either case).
   static Result<FixedBytes> from_hex(std::string_view text);
-  static FixedBytes from_span(std::span<const std::uint8_t, N> s) {
-    FixedBytes out;
-    for (std::size_t i = 0; i < N; ++i) out.bytes[i] = s[i];
-    return out;
-  }
 
   // Byte-wise lexicographic, as the defaulted operators would be, but
   // inline and eight bytes at a time: ids are keys of the cores' ordered and

@@ -17,12 +17,11 @@
 
 namespace tensorhub::gossip {
 
-using namespace std::chrono_literals;
 
 struct GossipConfig {
   // --- failure detection (SWIM + Lifeguard) ---
-  Duration probe_interval = 1s;       // one probe per interval, round-robin over members
-  Duration probe_timeout = 500ms;     // direct ack deadline; indirect probes start then
+  Duration probe_interval = std::chrono::seconds(1);       // one probe per interval, round-robin over members
+  Duration probe_timeout = std::chrono::milliseconds(500);     // direct ack deadline; indirect probes start then
   int indirect_checks = 3;            // k peers asked to probe on our behalf
   bool tcp_fallback_probe = true;     // also probe over TCP when indirect probes go out (memberlist)
   int suspicion_multiplier = 2;       // min suspicion = mult * log10(max(N,2)) * probe_interval
@@ -30,18 +29,18 @@ struct GossipConfig {
   int awareness_max = 8;              // Lifeguard local health: timeouts scale by (1 + score)
 
   // --- dissemination ---
-  Duration gossip_interval = 200ms;   // piggyback-only gossip round
+  Duration gossip_interval = std::chrono::milliseconds(200);   // piggyback-only gossip round
   int gossip_fanout = 3;              // peers per gossip round
   int retransmit_multiplier = 4;      // each item is sent mult * ceil(log10(N + 1)) times
-  Duration gossip_to_dead = 30s;      // keep gossiping to the recently dead, so they can refute
-  Duration push_pull_interval = 30s;  // anti-entropy; scaled up with log2(N / 32) above 32 peers
-  Duration stream_timeout = 10s;      // a push-pull exchange must finish within this
-  Duration reconnect_interval = 10s;  // push-pull with a random dead member (heals partitions, as Serf does)
-  Duration join_retry_interval = 1s;  // while no member is known, ask the seeds again (doubling up to 10x)
+  Duration gossip_to_dead = std::chrono::seconds(30);      // keep gossiping to the recently dead, so they can refute
+  Duration push_pull_interval = std::chrono::seconds(30);  // anti-entropy; scaled up with log2(N / 32) above 32 peers
+  Duration stream_timeout = std::chrono::seconds(10);      // a push-pull exchange must finish within this
+  Duration reconnect_interval = std::chrono::seconds(10);  // push-pull with a random dead member (heals partitions, as Serf does)
+  Duration join_retry_interval = std::chrono::seconds(1);  // while no member is known, ask the seeds again (doubling up to 10x)
 
   // --- state ---
-  Duration tombstone_ttl = 1h;        // dead/left members kept to block stale resurrection
-  Duration min_resign_interval = 250ms;  // local record changes are coalesced to this
+  Duration tombstone_ttl = std::chrono::hours(1);        // dead/left members kept to block stale resurrection
+  Duration min_resign_interval = std::chrono::milliseconds(250);  // local record changes are coalesced to this
   std::size_t max_members = 65536;
 
   // --- limits and admission ---

@@ -75,11 +75,6 @@ Result<RecordPtr> sign_record(const PeerRecord& record, const Identity& identity
 // Strictly decodes (canonical, bounded) and verifies the owner's signature.
 Result<RecordPtr> decode_record(std::span<const std::uint8_t> encoded);
 
-// (incarnation, seq) order.
-inline bool newer_than(const PeerRecord& a, const PeerRecord& b) {
-  return a.incarnation != b.incarnation ? a.incarnation > b.incarnation : a.seq > b.seq;
-}
-
 // Decoding and signature checks are the expensive part of receiving gossip.
 // A RecordDecoder may share work between many cores in one process (the
 // deterministic tests and the simulator run thousands): the default one

@@ -42,7 +42,6 @@
 
 namespace tensorhub::swarm {
 
-using namespace std::chrono_literals;
 
 struct FetchConfig {
   std::uint32_t block_size = 1u << 20;       // the unit of a request
@@ -51,17 +50,17 @@ struct FetchConfig {
   std::size_t max_candidates = 1024;         // known holders kept to choose neighbours from (>= 4)
   std::size_t pipeline_blocks = 8;           // requests in flight per neighbour
   std::size_t max_wan_requests = 8;          // requests in flight across the WAN, all neighbours
-  Duration request_timeout = 800ms;          // a holder silent this long loses its requests to others
-  Duration connect_timeout = 2s;
+  Duration request_timeout = std::chrono::milliseconds(800);          // a holder silent this long loses its requests to others
+  Duration connect_timeout = std::chrono::seconds(2);
   int max_bad_shards = 2;                    // then the sender is dropped and avoided
   std::size_t endgame_duplicates = 2;        // holders asked for one block in endgame (at most 4)
   bool starts_choked = false;                // wait for an unchoke before requesting
-  Duration starvation_timeout = 5s;          // a shard nobody reachable holds fails the fetch after this
+  Duration starvation_timeout = std::chrono::seconds(5);          // a shard nobody reachable holds fails the fetch after this
   // Short of its slot share (set_slot_share), probe this many more candidates
   // at a time for a free upload slot, each given up unanswered after
   // slot_probe_after (0: never probe).
   std::size_t slot_probes = 2;
-  Duration slot_probe_after = 2ms;
+  Duration slot_probe_after = std::chrono::milliseconds(2);
 };
 
 // The shape of a version's image, as far as fetching goes.
@@ -452,7 +451,7 @@ class FetchSession {
   // Smoothed time from request to arrival. Endgame duplicates only requests
   // outstanding for twice that: a duplicate of a block about to arrive is
   // waste, and with small versions every block is "in flight" at once.
-  Duration block_rtt_ = 20ms;
+  Duration block_rtt_ = std::chrono::milliseconds(20);
   TimePoint last_scheduled_;  // requests overdue before this were already considered
   // The requests that may still become overdue for an endgame duplicate,
   // in the order sent (so by `sent`). Invariant after schedule(): the front

@@ -47,7 +47,7 @@ struct SwarmConfig {
   // host (by the location book) divide them, at least one each, and serve
   // their host mates outside them (the NIC they share out is not crossed).
   std::size_t upload_slots = 8;
-  Duration slot_rotation = 2s;     // then the longest-served yields to the next
+  Duration slot_rotation = std::chrono::seconds(2);     // then the longest-served yields to the next
   // false: a leech. What this core fetches it shows and serves to nobody
   // (an empty bitfield, requests refused), though it still tells a
   // super-seed what it holds; what it serves by serve() it serves. The

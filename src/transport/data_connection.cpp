@@ -188,12 +188,10 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
   out.payload.assign(pieces.begin(), pieces.end());
   out.payload_bytes = payload_bytes;
   out.source = std::move(source);
-  queued_bytes_ += out.message.size() + payload_bytes;
   if (!writing_) write_next();
 }
 
 void DataConnection::retire(std::list<Outgoing>& from, std::list<Outgoing>::iterator it, bool sent) {
-  queued_bytes_ -= it->message.size() + it->payload_bytes;
   auto source = std::move(it->source);
   const auto length = static_cast<std::uint32_t>(it->payload_bytes);
   it->payload.clear();

@@ -113,7 +113,6 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::uint8_t lane() const { return keys_.lane; }  // once established
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
-  std::size_t queued_bytes() const { return queued_bytes_; }
   std::uint64_t keepalives_sent() const { return keepalives_sent_; }
   std::uint64_t keepalives_received() const { return keepalives_received_; }
 
@@ -189,7 +188,6 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   bool established_ = false;
   bool closed_ = false;
   std::uint64_t bytes_sent_ = 0, bytes_received_ = 0;
-  std::size_t queued_bytes_ = 0;
   std::uint64_t keepalives_sent_ = 0, keepalives_received_ = 0;
 };
 
