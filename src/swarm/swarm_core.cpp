@@ -475,7 +475,7 @@ void SwarmCore::handle_timeout(TimePoint now) {
   for (auto& [id, v] : versions_) {
     // A finishing requester gets kFinishingRotations more at most: at 1/8
     // of a 1 Gbit/s uplink, its two revealed 16 MiB shards take 2.2 s, and
-    // cut off after one rotation they were revealed again to others.
+    // cut off after one rotation they would be revealed again to others.
     std::vector<PeerId> overdue;
     for (const auto& [peer, since] : v.finishing) {
       if (now >= since + config_.slot_rotation * kFinishingRotations) overdue.push_back(peer);

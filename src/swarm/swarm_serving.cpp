@@ -31,8 +31,7 @@ void SwarmCore::drain_slots(TimePoint now, const ManifestId& id, Version& v) {
       if (v.seeder && v.seeder->pending(choked) > 0) {
         // A super-seed's requester holds first copies in the making, which
         // only the seed can complete: choked now, their blocks already sent
-        // were wasted and the shards went out again to someone else (16
-        // hosts: the publisher sent 1.47x the version). It finishes them
+        // would be wasted and the shards go out again to someone else. It finishes them
         // first, shown nothing new, and is choked when it has them.
         v.seeder->finish(choked);
         v.finishing.emplace(choked, now);

@@ -94,7 +94,7 @@ TEST_CASE("gossip cluster: a new record reaches every peer") {
 TEST_CASE("gossip cluster: a new head is pushed at once, so it crosses the swarm within a gossip interval") {
   // Each peer that first sees a newer head re-signs (if it is its own) and
   // sends a round at once, instead of waiting up to min_resign_interval and
-  // gossip_interval per hop. Without that, 50 peers took 0.62 s.
+  // gossip_interval per hop.
   for (const std::uint64_t seed : {102u, 103u, 104u}) {
     CAPTURE(seed);
     GossipNetwork net(seed, GossipConfig{});
@@ -113,8 +113,7 @@ TEST_CASE("gossip cluster: a new head is pushed at once, so it crosses the swarm
 TEST_CASE("gossip cluster: a new head's push reaches every host mate, not only random peers") {
   // With the push to 2 x fanout random peers alone, about e^-6 of a swarm
   // hears a head a gossip round late; a host's mates fetch from each other
-  // over NVLink, so each mate it misses is a worker late by a round
-  // (simulator, 1,024 workers: the last one, at twice the 99th percentile).
+  // over NVLink, so each mate it misses is a worker late by a round.
   // Nine mates each: more than the random push (6) and a probe could reach.
   GossipNetwork net(105, GossipConfig{});
   constexpr std::size_t kPeers = 40, kPerHost = 10;

@@ -500,8 +500,8 @@ TEST_CASE("fetch session: with no candidate at all, the fetch fails after the st
 TEST_CASE("fetch session: host mates named after the neighbour limit is reached still become neighbours") {
   // Gossip names holders as their records spread, so the slots can be full
   // of far holders before the mates on this host are known. The limit
-  // guards the NIC, which a mate's blocks never cross (simulator: 3.4 of 7
-  // mates were neighbours, and 1.6x the NIC bytes of ideal membership).
+  // guards the NIC, which a mate's blocks never cross; mates left out would
+  // pull over the NIC what their host already holds.
   FetchConfig config;
   config.max_neighbours = 2;
   config.random_neighbours = 0;
@@ -526,11 +526,10 @@ TEST_CASE("fetch session: host mates named after the neighbour limit is reached 
 }
 
 TEST_CASE("fetch session: a shard a host mate brings across the NIC is left to it") {
-  // Eight GPUs' peers share one node's NIC. A rendezvous share alone left a
-  // fetcher idle whenever no neighbour held its share, and an idle one took
-  // anything, mates' shards in flight included (simulator, standalone: the
-  // NICs carried 1.25x the version per node). A mate's kFetching claim
-  // keeps the shard off this NIC while the mate is at it.
+  // Eight GPUs' peers share one node's NIC. An idle fetcher takes any shard,
+  // and with mates' shards in flight included the NIC would carry some
+  // shards twice. A mate's kFetching claim keeps the shard off this NIC
+  // while the mate is at it.
   FetchConfig config;
   config.pipeline_blocks = 2;
   Driver d(layout(10), config, Location{"dc1", "r1", "h0"});
@@ -582,9 +581,9 @@ TEST_CASE("fetch session: a shard a host mate brings across the NIC is left to i
 }
 
 TEST_CASE("fetch session: a claim is withdrawn when no holder beyond the host serves the shard, and mates take it up") {
-  // A fetcher choked mid-shard kept its claim, and its mates left the shard
-  // to it until the claim lapsed, a request timeout (simulator, standalone
-  // with slots changing hands often: 200 of 240 workers idle for 0.6 s).
+  // A fetcher choked mid-shard that kept its claim would leave its mates
+  // idle until the claim lapsed, a request timeout; with slots changing
+  // hands often, most of a host's workers would wait so.
   FetchConfig config;
   config.pipeline_blocks = 1;
   Driver d(layout(1, 8), config, Location{"dc1", "r1", "h0"});
@@ -737,10 +736,10 @@ TEST_CASE("fetch session: a shard held by a super-seed in the rack and by a hold
 
 TEST_CASE("fetch session: fetchers missing a shard draw which named-complete holder to ask next") {
   // The simulator's trainer ranks each hold an eighth of the version, and
-  // gossip cannot say which eighth. When every fetcher asked the first in id
-  // order, the same ranks were asked everywhere, one rank was nobody's
-  // neighbour, and every worker waited for the starvation trade (0.8 s at
-  // agreement-256 seeds 2 and 5). Forty fetchers, one neighbour each plus
+  // gossip cannot say which eighth. Were every fetcher to ask the first in
+  // id order, the same ranks would be asked everywhere, one rank would be
+  // nobody's neighbour, and every worker would wait for the starvation
+  // trade. Forty fetchers, one neighbour each plus
   // the extra ones a starved fetch may add: their second pick is spread.
   std::set<PeerId> second_picks;
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
@@ -804,8 +803,8 @@ TEST_CASE("fetch session: short of its slot share, a fetch probes more candidate
 }
 
 TEST_CASE("fetch session: short of its slot share, every other probe looks beyond the nearest holders") {
-  // The free slots can be a few among many peers, in other racks: probing
-  // only its own rack, a fetch never found them (simulator, scale-1024).
+  // The free slots can be a few among many peers, in other racks, which a
+  // fetch probing only its own rack never finds.
   const FetchConfig config = probing_config();
   Driver d(layout(4), config);
   d.session.set_slot_share(d.now, 1);
@@ -844,8 +843,7 @@ TEST_CASE("fetch session: holding more slots than its share, a fetch hands back 
 TEST_CASE("fetch session: a holder across the WAN that fetched the version itself is asked only for our share") {
   // Such a holder defers only its own duplicates into our datacenter, and a
   // datacenter's fetchers each asking it (or one of its many peers) for any
-  // shard sent each across many times (simulator, whatif-half-remote: the
-  // WAN carried 4.3x the version). Unlike a complete source, it is asked
+  // shard would send each across many times. Unlike a complete source, it is asked
   // only for this fetcher's share, even when it alone shows the shard and
   // the fetcher is idle, until the fetcher has idled a request timeout.
   const FetchConfig config = wan_share_config(4);

@@ -110,11 +110,9 @@ TEST_CASE("host mate claims: a shard begun beyond the host is claimed to the hos
 }
 
 TEST_CASE("host mates: served outside the upload slots, which the peers on a host divide") {
-  // The slots share out a NIC. Eight GPUs' peers each serving 8 requesters
-  // over one NIC were 64 uploads at once, so each shard came slowly and
-  // could be passed on only late; and host mates, whose blocks never cross
-  // the NIC, waited for a slot (simulator, standalone: last worker 0.281 s,
-  // 0.236 s with the slots divided and mates outside them).
+  // The slots share out a NIC: eight GPUs' peers each serving 8 requesters
+  // would be 64 uploads over one NIC, each shard slow and passed on late.
+  // Host mates' blocks never cross the NIC, so they wait for no slot.
   const TimePoint now(1s);
   SwarmConfig config;
   config.upload_slots = 4;

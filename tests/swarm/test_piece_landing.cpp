@@ -2,10 +2,9 @@
 // (begin_piece) and its end (on_piece). Three real SwarmCores, a fetcher
 // and two holders, with every message carried at once by hand and every
 // payload's start and end scripted, so the interleavings that matter are
-// exact: a second copy of a block must never write while the first lands
-// (a liar's late bytes over an honest copy that verified was a real bug:
-// cli.swarm_peers saw a fetch succeed with a corrupted file), a request
-// given up while landing keeps its payload, a stalled payload closes its
+// exact: a second copy of a block never writes while the first lands (a
+// liar's late bytes would overwrite an honest copy that already verified),
+// a request given up while landing keeps its payload, a stalled payload closes its
 // connection, and a stopped fetch closes the connections still landing.
 #include <doctest/doctest.h>
 
@@ -130,7 +129,7 @@ TEST_CASE("piece landing: a payload that lands slowly keeps its request, nobody 
   // Long past the request timeout: a copy from the other holder could not
   // land while this one does (whichever finished last would win, and a liar
   // finishing last would overwrite good bytes), so asking for it would only
-  // carry it for nothing. That loop once ran at link speed.
+  // carry it for nothing, at link speed, for as long as the first lands.
   for (int step = 0; step < 4; ++step) {  // 4 request timeouts; its bytes keep coming
     t.advance(100ms);
     t.fetcher->on_piece_progress(t.now, first.from, first.header);

@@ -1,6 +1,6 @@
 // A super-seed's upload slots rotate, but a requester whose turn is over
 // first finishes the first copies revealed to it: choked at once, the blocks
-// it had were wasted and the shards went out again to someone else. One
+// it has would be wasted and the shards go out again to someone else. One
 // real SwarmCore as the publisher; the two requesters are played by hand.
 #include <doctest/doctest.h>
 
