@@ -37,9 +37,14 @@ echo "$out"
 grep -q "corrupt shards detected" <<<"$out" || { echo "FAIL: the corrupt host was never caught"; exit 1; }
 out=$("$runner" --binary "$binary" --hosts 8 --size 128MiB --slow-host 5 --slow-rate 100mbit --timeout 150)
 echo "$out"
-others_x=$(sed -n "s/.*the others' last [0-9.]* s (\([0-9.]*\)x).*/\1/p" <<<"$out")
-[[ -n $others_x ]] || { echo "FAIL: no result for the hosts other than the slow one"; exit 1; }
-awk -v x="$others_x" 'BEGIN { exit !(x <= 2.0) }' ||
-  { echo "FAIL: the others waited for the slow host: their last at ${others_x}x S/B (limit 2.0x)"; exit 1; }
+# The slow host alone needs 10x S/B at a tenth of the link; hosts that wait
+# for its uploads finish near it, hosts that do not finish near 1x. The limit
+# sits between, a third of the slow host's own time: the others take 1.2x
+# S/B on a quiet machine and up to 2x on a busy one.
+slow_s=$(sed -n "s/.*slow host h[0-9]* at [0-9a-z]*: itself \([0-9.]*\) s,.*/\1/p" <<<"$out")
+others_s=$(sed -n "s/.*the others' last \([0-9.]*\) s (.*/\1/p" <<<"$out")
+[[ -n $others_s && -n $slow_s ]] || { echo "FAIL: no result for the slow host or the others"; exit 1; }
+awk -v x="$others_s" -v s="$slow_s" 'BEGIN { exit !(x <= s / 3) }' ||
+  { echo "FAIL: the others waited for the slow host: their last at ${others_s} s, the slow host's ${slow_s} s"; exit 1; }
 after=(/dev/shm/tensorhub-cluster-* /tmp/tensorhub-cluster-*)
 ((${#after[@]} <= ${#before[@]})) || { echo "FAIL: runs left working directories: ${after[*]}"; exit 1; }
