@@ -26,6 +26,7 @@ std::size_t PeerNetwork::add_peer(Location where, const std::vector<std::size_t>
     for (std::size_t i = 0; i < 64; ++i) c.trusted_publishers.push_back(identity(i).public_key());
   }
   peers_.emplace_back();
+  links_.add_peer(1e9);
   peers_[index].core = std::make_unique<peer::PeerCore>(std::move(c), gossip_.id(index), 1000 + index, &gossip_.core(index));
   if (index > 0) gossip_.join(index, seeds.empty() ? std::vector<std::size_t>{0} : seeds);
   drain(index);
@@ -38,8 +39,7 @@ void PeerNetwork::crash(std::size_t peer) {
   gossip_.crash(peer);
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
-    drop_landings(i, peer);
-    schedule(Event{now() + latency_, Kind::kDisconnected, i, peer, {}, {}, 0, nullptr, false});
+    links_.close(now(), peer, i);
   }
 }
 
@@ -99,23 +99,11 @@ void PeerNetwork::release(std::size_t p, const std::shared_ptr<peer::LocalVersio
 
 std::optional<std::size_t> PeerNetwork::index_of(const PeerId& id) const { return gossip_.index_of(id); }
 
-std::size_t PeerNetwork::messages(std::size_t from, std::size_t to, swarm::MessageType type) const {
-  auto it = messages_.find({from, to, type});
-  return it == messages_.end() ? 0 : it->second;
-}
-
-void PeerNetwork::drop_landings(std::size_t a, std::size_t b) {
-  std::erase_if(landings_, [&](const auto& entry) {
-    const auto& [to, from, landing] = entry.second;
-    return (to == a && from == b) || (to == b && from == a);
-  });
-}
-
 void PeerNetwork::arm(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
   if (auto generation = p.timer.rearm(p.core->next_timeout(), now())) {
-    schedule(Event{p.timer.at(), Kind::kTimer, peer, peer, {}, {}, *generation, nullptr, false});
+    schedule(Event{p.timer.at(), Kind::kTimer, peer, std::nullopt, *generation, nullptr, false});
   }
 }
 
@@ -126,19 +114,11 @@ void PeerNetwork::drain(std::size_t peer) {
     if (!action) break;
     if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
       auto to = index_of(open->peer);
-      const bool up = to && peers_[*to].core;
-      schedule(Event{now() + latency_ * (up ? 2 : 10), up ? Kind::kConnected : Kind::kConnectFailed, peer,
-                     to.value_or(peer), {}, {}, 0, nullptr, false});
+      links_.open(now(), peer, to, to && peers_[*to].core);
     } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
-      if (auto to = index_of(close->peer)) {
-        drop_landings(peer, *to);
-        schedule(Event{now() + latency_, Kind::kDisconnected, *to, peer, {}, {}, 0, nullptr, false});
-      }
+      if (auto to = index_of(close->peer)) links_.close(now(), peer, *to);
     } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
-      if (auto to = index_of(send->peer)) {
-        ++messages_[{peer, *to, send->message.type}];
-        schedule(Event{now() + latency_, Kind::kMessage, *to, peer, send->message, {}, 0, nullptr, false});
-      }
+      if (auto to = index_of(send->peer)) links_.send(now(), peer, *to, send->message);
     } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
       auto to = index_of(serve->peer);
       auto v = p.core->find(serve->version_id);
@@ -146,18 +126,11 @@ void PeerNetwork::drain(std::size_t peer) {
       std::vector<std::byte> bytes;
       v->memory.for_each(serve->offset, serve->length,
                          [&](std::span<const std::byte> piece) { bytes.insert(bytes.end(), piece.begin(), piece.end()); });
-      const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(serve->length) / p.uplink));
-      const TimePoint first_byte = std::max(p.uplink_free, now());
-      p.uplink_free = first_byte + send_time;
-      p.bytes_served += serve->length;
-      const std::uint64_t serial = next_serial_++;
-      schedule(Event{first_byte + latency_, Kind::kPieceHeader, *to, peer, serve->header, {}, serial, nullptr, false});
-      schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, serve->header,
-                     std::move(bytes), serial, nullptr, false});
+      links_.serve(now(), peer, *to, serve->header, std::move(bytes));
     } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
       const bool good = hash->version->domain->verify_shard(*hash->version->manifest, hash->shard,
                                                             hash->version->destination.as_const());
-      schedule(Event{now(), Kind::kHashed, peer, peer, {}, {}, hash->shard.value, hash->version, good});
+      schedule(Event{now(), Kind::kHashed, peer, std::nullopt, hash->shard.value, hash->version, good});
     } else if (auto* copy = std::get_if<peer::CopyShards>(&*action)) {
       const Manifest& m = *copy->to->manifest;
       for (ShardIndex s : copy->shards) {
@@ -165,7 +138,7 @@ void PeerNetwork::drain(std::size_t peer) {
         copy->to->domain->copy(copy->from->memory, copy->to->destination, e.byte_offset, e.byte_length);
         p.bytes_copied += e.byte_length;
       }
-      schedule(Event{now(), Kind::kCopied, peer, peer, {}, {}, 0, copy->to, false});
+      schedule(Event{now(), Kind::kCopied, peer, std::nullopt, 0, copy->to, false});
     } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
       release->done();  // pieces took their bytes when they were served
     } else if (auto* head = std::get_if<peer::HeadChanged>(&*action)) {
@@ -184,47 +157,20 @@ void PeerNetwork::drain(std::size_t peer) {
 void PeerNetwork::dispatch(Event& e) {
   Peer& p = peers_[e.to];
   if (!p.core) return;
-  const bool from_the_dead = (e.kind == Kind::kMessage || e.kind == Kind::kPieceHeader || e.kind == Kind::kPiece) &&
-                             !peers_[e.from].core;
-  if (from_the_dead) return;
-  const PeerId& from = gossip_.id(e.from);
   switch (e.kind) {
-    case Kind::kMessage:
-      if (silent_.count(e.to)) return;
-      p.core->on_message(now(), from, e.message);
-      break;
-    case Kind::kPieceHeader:
-      landings_[e.number] = {e.to, e.from, p.core->begin_piece(now(), from, e.message)};
-      break;
-    case Kind::kPiece: {
-      auto landing = landings_.find(e.number);
-      if (landing == landings_.end()) return;  // its connection closed meanwhile
-      const std::optional<peer::PieceLanding> target = std::get<2>(landing->second);
-      landings_.erase(landing);
-      const bool stored = target && target->length == e.payload.size();
-      if (stored) {
-        std::size_t done = 0;
-        target->version->destination.for_each(target->offset, target->length, [&](std::span<std::byte> piece) {
-          std::memcpy(piece.data(), e.payload.data() + done, piece.size());
-          done += piece.size();
-        });
-        p.piece_bytes_received += e.payload.size();
-      }
-      p.core->on_piece(now(), from, e.message, stored);
+    case Kind::kLink: {
+      const std::size_t from = e.link->from;
+      links_.deliver(*p.core, now(), gossip_.id(from), peers_[from].core != nullptr, *e.link,
+                     [&](const peer::PieceLanding& target, std::span<const std::byte> payload) {
+                       std::size_t done = 0;
+                       target.version->destination.for_each(target.offset, target.length, [&](std::span<std::byte> piece) {
+                         std::memcpy(piece.data(), payload.data() + done, piece.size());
+                         done += piece.size();
+                       });
+                       p.piece_bytes_received += payload.size();
+                     });
       break;
     }
-    case Kind::kConnected:
-      if (peers_[e.from].core) {
-        p.core->on_connected(now(), from);
-      } else {
-        p.core->on_connect_failed(now(), from);
-      }
-      break;
-    case Kind::kConnectFailed: p.core->on_connect_failed(now(), from); break;
-    case Kind::kDisconnected:
-      drop_landings(e.to, e.from);
-      p.core->on_disconnected(now(), from);
-      break;
     case Kind::kTimer:
       if (!p.timer.fires(e.number)) return;
       p.core->handle_timeout(now());

@@ -3,9 +3,8 @@
 // in virtual time, with real bytes. This is the tests' driver of PeerCore,
 // beside the runtime's (peer_engine) and the simulator's.
 //
-// Data plane: messages arrive after a latency; pieces wait for the sender's
-// uplink (one after another at its rate), and their bytes are read from the
-// holder's memory when they are served. Hashing and copies run at once, as
+// Data plane: VirtualLinks; a piece's bytes are read from the holder's
+// memory when it is served. Hashing and copies run at once, as
 // events of their own. Peers can crash (their connections break at once;
 // gossip declares them dead in its own time) and be silenced (they take
 // connections and say nothing: a peer that answers no manifest request).
@@ -25,6 +24,7 @@
 #include "core/virtual_timer.hpp"
 #include "peer/peer_core.hpp"
 #include "support/gossip_network.hpp"
+#include "support/virtual_links.hpp"
 
 namespace tensorhub::testing {
 
@@ -40,7 +40,7 @@ class PeerNetwork {
 
   void crash(std::size_t peer);
   // The peer accepts connections and never answers a message again.
-  void silence(std::size_t peer) { silent_.insert(peer); }
+  void silence(std::size_t peer) { links_.silence(peer); }
 
   // Publishes `image` as the next version of `model` on `peer`.
   Result<std::shared_ptr<peer::LocalVersion>> publish(std::size_t peer, const std::string& model,
@@ -74,8 +74,10 @@ class PeerNetwork {
   // Reports (log lines) each peer's core made.
   const std::vector<std::string>& reports(std::size_t peer) const { return peers_[peer].reports; }
   // Messages of a type one peer sent another so far.
-  std::size_t messages(std::size_t from, std::size_t to, swarm::MessageType type) const;
-  std::uint64_t bytes_served(std::size_t peer) const { return peers_[peer].bytes_served; }
+  std::size_t messages(std::size_t from, std::size_t to, swarm::MessageType type) const {
+    return links_.messages(from, to, type);
+  }
+  std::uint64_t bytes_served(std::size_t peer) const { return links_.bytes_served(peer); }
   std::uint64_t bytes_copied(std::size_t peer) const { return peers_[peer].bytes_copied; }
   // Payload bytes a peer's pieces carried of one version.
   std::uint64_t piece_bytes_received(std::size_t peer) const { return peers_[peer].piece_bytes_received; }
@@ -83,22 +85,19 @@ class PeerNetwork {
  private:
   struct Peer {
     std::unique_ptr<peer::PeerCore> core;
-    double uplink = 1e9;  // bytes per second
-    TimePoint uplink_free;
     core::VirtualTimer timer;
     std::vector<VersionInfo> heads;
     std::vector<std::string> reports;
     std::vector<std::vector<std::byte>> owned;  // destinations this network allocated
-    std::uint64_t bytes_served = 0, bytes_copied = 0, piece_bytes_received = 0;
+    std::uint64_t bytes_copied = 0, piece_bytes_received = 0;
   };
-  enum class Kind { kMessage, kPieceHeader, kPiece, kConnected, kConnectFailed, kDisconnected, kTimer, kHashed, kCopied };
+  enum class Kind { kLink, kTimer, kHashed, kCopied };
   struct Event {
     TimePoint at;
     Kind kind = Kind::kTimer;
-    std::size_t to = 0, from = 0;
-    swarm::SwarmMessage message;
-    std::vector<std::byte> payload;
-    std::uint64_t number = 0;  // kTimer: generation; kPiece*: serial; kHashed: shard
+    std::size_t to = 0;
+    std::optional<LinkEvent> link;  // kLink
+    std::uint64_t number = 0;  // kTimer: generation; kHashed: shard
     std::shared_ptr<peer::LocalVersion> version;  // kHashed, kCopied
     bool good = false;  // kHashed
   };
@@ -108,18 +107,15 @@ class PeerNetwork {
   void arm(std::size_t peer);
   void dispatch(Event& e);
   std::optional<std::size_t> index_of(const PeerId& id) const;
-  void drop_landings(std::size_t a, std::size_t b);
 
   peer::PeerCoreConfig config_;
   sim::GossipNetwork gossip_;
   core::VirtualTimeQueue<Event> events_{TimePoint(std::chrono::seconds(1))};
   std::vector<Peer> peers_;
-  std::set<std::size_t> silent_;
-  std::map<std::tuple<std::size_t, std::size_t, swarm::MessageType>, std::size_t> messages_;
-  // Pieces between their header and their last byte, by serial.
-  std::map<std::uint64_t, std::tuple<std::size_t, std::size_t, std::optional<peer::PieceLanding>>> landings_;
-  std::uint64_t next_serial_ = 1;
-  Duration latency_ = std::chrono::microseconds(200);
+  VirtualLinks<peer::PieceLanding> links_{std::chrono::microseconds(200), [this](TimePoint at, LinkEvent e) {
+                                            const std::size_t to = e.to;
+                                            schedule(Event{at, Kind::kLink, to, std::move(e), 0, nullptr, false});
+                                          }};
 };
 
 }  // namespace tensorhub::testing

@@ -32,11 +32,11 @@ std::size_t SwarmNetwork::add_peer(swarm::Location where, double uplink, bool ho
   Peer p;
   p.id = GossipNetwork::identity_for(5000 + index).public_key();
   p.location = std::move(where);
-  p.uplink = uplink;
   p.holder = holder;
   p.core = std::make_unique<swarm::SwarmCore>(config_, p.location, p.id, rng_.next());
   p.image = holder ? image_ : std::vector<std::byte>(image_.size());
   peers_.push_back(std::move(p));
+  links_.add_peer(uplink);
   by_id_[peers_[index].id] = index;
   Peer& me = peers_[index];
   for (const Peer& other : peers_) me.core->set_location(other.id, other.location);
@@ -72,10 +72,9 @@ void SwarmNetwork::crash(std::size_t peer) {
   peers_[peer].timer.cancel();
   for (std::size_t i = 0; i < peers_.size(); ++i) {
     if (i == peer || !peers_[i].core) continue;
-    drop_landings(i, peer);
-    schedule(Event{now() + latency_, Kind::kDisconnected, i, peer, {}, {}, 0});
+    links_.close(now(), peer, i);
     // Gossip would declare it dead within seconds; here at once.
-    peers_[i].core->peer_gone(now() + latency_, peers_[peer].id);
+    peers_[i].core->peer_gone(now() + kLatency, peers_[peer].id);
     drain(i);
   }
 }
@@ -91,22 +90,11 @@ std::optional<std::size_t> SwarmNetwork::index_of(const PeerId& id) const {
   return it->second;
 }
 
-void SwarmNetwork::drop_landings(std::size_t a, std::size_t b) {
-  std::erase_if(landings_, [&](const auto& entry) {
-    const Landing& l = entry.second;
-    return (l.to == a && l.from == b) || (l.to == b && l.from == a);
-  });
-}
-
-void SwarmNetwork::schedule(Event e) {
-  events_.schedule(std::move(e));
-}
-
 void SwarmNetwork::arm(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
   if (auto generation = p.timer.rearm(p.core->next_timeout(), now())) {
-    schedule(Event{p.timer.at(), Kind::kTimer, peer, peer, {}, {}, *generation});
+    events_.schedule(Event{p.timer.at(), peer, std::nullopt, *generation});
   }
 }
 
@@ -116,33 +104,18 @@ void SwarmNetwork::drain(std::size_t peer) {
   while (auto action = p.core->poll()) {
     if (auto* connect = std::get_if<swarm::OpenConnection>(&*action)) {
       auto to = index_of(connect->peer);
-      const bool ok = to && peers_[*to].core;
-      schedule(Event{now() + latency_ * (ok ? 2 : 10), ok ? Kind::kConnected : Kind::kConnectFailed, peer,
-                     to.value_or(peer), {}, {}, 0});
+      links_.open(now(), peer, to, to && peers_[*to].core);
     } else if (auto* disconnect = std::get_if<swarm::CloseConnection>(&*action)) {
-      if (auto to = index_of(disconnect->peer)) {
-        drop_landings(peer, *to);
-        schedule(Event{now() + latency_, Kind::kDisconnected, *to, peer, {}, {}, 0});
-      }
-    } else if (auto* request = std::get_if<swarm::SendMessage>(&*action)) {
-      if (auto to = index_of(request->peer)) {
-        ++messages_[{peer, *to, request->message.type}];
-        schedule(Event{now() + latency_, Kind::kMessage, *to, peer, request->message, {}, 0});
-      }
-    } else if (auto* cancel = std::get_if<swarm::ServePiece>(&*action)) {
-      auto to = index_of(cancel->peer);
+      if (auto to = index_of(disconnect->peer)) links_.close(now(), peer, *to);
+    } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
+      if (auto to = index_of(send->peer)) links_.send(now(), peer, *to, send->message);
+    } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
+      auto to = index_of(serve->peer);
       if (!to) continue;
-      std::vector<std::byte> bytes(p.image.begin() + static_cast<std::ptrdiff_t>(cancel->offset),
-                                   p.image.begin() + static_cast<std::ptrdiff_t>(cancel->offset + cancel->length));
+      std::vector<std::byte> bytes(p.image.begin() + static_cast<std::ptrdiff_t>(serve->offset),
+                                   p.image.begin() + static_cast<std::ptrdiff_t>(serve->offset + serve->length));
       if (p.corrupt && !bytes.empty()) bytes[bytes.size() / 2] ^= std::byte{0x5a};
-      // The uplink sends one piece after another at its rate.
-      const auto send_time = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(cancel->length) / p.uplink));
-      const TimePoint first_byte = std::max(p.uplink_free, now());
-      p.uplink_free = first_byte + send_time;
-      p.bytes_served += cancel->length;
-      const std::uint64_t serial = next_piece_serial_++;
-      schedule(Event{first_byte + latency_, Kind::kPieceHeader, *to, peer, cancel->header, {}, serial});
-      schedule(Event{p.uplink_free + latency_, Kind::kPiece, *to, peer, cancel->header, std::move(bytes), serial});
+      links_.serve(now(), peer, *to, serve->header, std::move(bytes));
     } else if (std::holds_alternative<swarm::DropQueuedPieces>(*action)) {
       // Nothing to drop: this network times each piece's arrival when it is
       // served (the uplink is a schedule, not a queue).
@@ -166,42 +139,14 @@ void SwarmNetwork::drain(std::size_t peer) {
 void SwarmNetwork::dispatch(Event& e) {
   Peer& p = peers_[e.to];
   if (!p.core) return;
-  if (e.kind != Kind::kTimer && e.kind != Kind::kConnected && e.kind != Kind::kConnectFailed &&
-      !peers_[e.from].core && e.kind != Kind::kDisconnected) {
-    return;  // from a peer that crashed meanwhile
-  }
-  const PeerId& from = peers_[e.from].id;
-  switch (e.kind) {
-    case Kind::kMessage: p.core->on_message(now(), from, e.message); break;
-    case Kind::kPieceHeader:
-      landings_[e.generation] = Landing{e.to, e.from, p.core->begin_piece(now(), from, e.message)};
-      break;
-    case Kind::kPiece: {
-      auto landing = landings_.find(e.generation);
-      if (landing == landings_.end()) return;  // its connection closed meanwhile
-      const std::optional<swarm::PieceTarget> target = landing->second.target;
-      landings_.erase(landing);
-      const bool stored = target && target->length == e.payload.size();
-      if (stored) std::memcpy(p.image.data() + target->offset, e.payload.data(), e.payload.size());
-      p.core->on_piece(now(), from, e.message, stored);
-      break;
-    }
-    case Kind::kConnected:
-      if (!peers_[e.from].core) {
-        p.core->on_connect_failed(now(), from);
-      } else {
-        p.core->on_connected(now(), from);
-      }
-      break;
-    case Kind::kConnectFailed: p.core->on_connect_failed(now(), from); break;
-    case Kind::kDisconnected:
-      drop_landings(e.to, e.from);
-      p.core->on_disconnected(now(), from);
-      break;
-    case Kind::kTimer:
-      if (!p.timer.fires(e.generation)) return;
-      p.core->handle_timeout(now());
-      break;
+  if (e.link) {
+    links_.deliver(*p.core, now(), peers_[e.link->from].id, peers_[e.link->from].core != nullptr, *e.link,
+                   [&](const swarm::PieceTarget& target, std::span<const std::byte> payload) {
+                     std::memcpy(p.image.data() + target.offset, payload.data(), payload.size());
+                   });
+  } else {
+    if (!p.timer.fires(e.generation)) return;
+    p.core->handle_timeout(now());
   }
   drain(e.to);
 }
