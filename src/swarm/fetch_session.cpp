@@ -292,56 +292,65 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
 
 void FetchSession::handle_timeout(TimePoint now) {
   if (done_) return;
-  std::erase_if(wan_deferred_until_, [&](const auto& entry) { return entry.second <= now; });
-  if (connect_due_ && now >= *connect_due_) connect_due_.reset();  // schedule() below connects
-  std::vector<PeerId> stale;
-  for (const auto& [id, n] : neighbours_) {
-    if (n.connecting && now >= n.connect_deadline) stale.push_back(id);
+  const core::TimerTable<FetchTimer> timers = this->timers();
+  if (timers.due(FetchTimer::kWanDeferral, now)) {
+    std::erase_if(wan_deferred_until_, [&](const auto& entry) { return entry.second <= now; });
   }
-  for (const PeerId& id : stale) lose_neighbour(now, id, /*ban=*/false, "connect timed out");
-  // Requests past their deadline go elsewhere; the slow peer is told to drop them.
-  std::vector<std::tuple<ShardIndex, BlockIndex, PeerId>> expired;
-  for (const auto& [index, s] : shards_) {
-    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
-      for (const Request& r : s.requests[b]) {
-        if (!r.landing && now >= deadline_of(r.sent, find_neighbour(r.peer))) {
-          expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
+  if (timers.due(FetchTimer::kConnectBurst, now)) connect_due_.reset();  // schedule() below connects
+  if (timers.due(FetchTimer::kConnect, now)) {
+    std::vector<PeerId> stale;
+    for (const auto& [id, n] : neighbours_) {
+      if (n.connecting && now >= n.connect_deadline) stale.push_back(id);
+    }
+    for (const PeerId& id : stale) lose_neighbour(now, id, /*ban=*/false, "connect timed out");
+  }
+  if (timers.due(FetchTimer::kRequest, now)) {
+    // Requests past their deadline go elsewhere; the slow peer is told to drop them.
+    std::vector<std::tuple<ShardIndex, BlockIndex, PeerId>> expired;
+    for (const auto& [index, s] : shards_) {
+      for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
+        for (const Request& r : s.requests[b]) {
+          if (!r.landing && now >= deadline_of(r.sent, find_neighbour(r.peer))) {
+            expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
+          }
         }
       }
     }
+    requests_timed_out_ += expired.size();
+    for (const auto& [shard, block, peer] : expired) {
+      drop_request(shard, block, peer);
+      actions_.push(CancelAction{peer, shard, block});
+    }
   }
-  requests_timed_out_ += expired.size();
-  for (const auto& [shard, block, peer] : expired) {
-    drop_request(shard, block, peer);
-    actions_.push(CancelAction{peer, shard, block});
-  }
-  refresh_first_sent();
+  refresh_first_sent();  // a lower bound between timeouts, exact from here
+  // The other timers' rules are schedule()'s: endgame duplicates,
+  // starvation and neighbour swaps, slot probes, the WAN idle rule and
+  // lapsed mate claims.
   schedule(now);
 }
 
-TimePoint FetchSession::next_timeout() const {
-  TimePoint t = kTimeNever;
+core::TimerTable<FetchTimer> FetchSession::timers() const {
+  core::TimerTable<FetchTimer> t;
   if (done_) return t;
   if (connecting_count_ != 0) {
     for (const auto& [id, n] : neighbours_) {
-      if (n.connecting) t = std::min(t, n.connect_deadline);
+      if (n.connecting) t.earliest(FetchTimer::kConnect, n.connect_deadline);
     }
   }
-  t = std::min(t, first_request_deadline());
-  t = std::min(t, next_endgame_duplicate());
-  if (starved_since_) t = std::min(t, *starved_since_ + config_.starvation_timeout);
-  if (swap_due_) t = std::min(t, *swap_due_);  // always later than when it was set
-  if (connect_due_) t = std::min(t, *connect_due_);
-  if (slot_hungry_since_) t = std::min(t, *slot_hungry_since_ + config_.slot_probe_after);
+  t.set(FetchTimer::kRequest, first_request_deadline());
+  t.set(FetchTimer::kEndgameDuplicate, next_endgame_duplicate());
+  if (starved_since_) t.set(FetchTimer::kStarvation, *starved_since_ + config_.starvation_timeout);
+  if (swap_due_) t.set(FetchTimer::kNeighbourSwap, *swap_due_);  // always later than when it was set
+  if (connect_due_) t.set(FetchTimer::kConnectBurst, *connect_due_);
+  if (slot_hungry_since_) t.set(FetchTimer::kSlotProbe, *slot_hungry_since_ + config_.slot_probe_after);
   if (idle_since_ && *idle_since_ + config_.request_timeout > last_scheduled_ && pulls_across_wan()) {
-    t = std::min(t, *idle_since_ + config_.request_timeout);  // allowed_from's idle rule
+    t.set(FetchTimer::kWanIdle, *idle_since_ + config_.request_timeout);  // allowed_from's idle rule
   }
-  for (const auto& [shard, until] : wan_deferred_until_) t = std::min(t, until);  // the expired are gone
-  // With nothing in flight, when a mate's claim stops binding.
+  for (const auto& [shard, until] : wan_deferred_until_) t.earliest(FetchTimer::kWanDeferral, until);  // the expired are gone
   if (in_flight_total_ == 0) {
     for (const auto& [shard, claim] : mate_claims_) {
       const TimePoint lapses = claim.since + config_.request_timeout;
-      if (lapses > last_scheduled_) t = std::min(t, lapses);
+      if (lapses > last_scheduled_) t.earliest(FetchTimer::kMateClaim, lapses);
     }
   }
   return t;

@@ -34,6 +34,7 @@
 #include "core/bitfield.hpp"
 #include "core/rng.hpp"
 #include "core/time.hpp"
+#include "core/timer_table.hpp"
 #include "swarm/candidate_list.hpp"
 #include "swarm/piece_picker.hpp"
 #include "swarm/topology.hpp"
@@ -143,6 +144,21 @@ struct FetchProgress {
   bool endgame = false;
 };
 
+// The fetch's timers (FetchSession::timers names what sets each).
+enum class FetchTimer {
+  kConnect,           // a neighbour still connecting gives up
+  kRequest,           // a request in flight counts as lost
+  kEndgameDuplicate,  // a request in endgame is overdue for a second holder
+  kStarvation,        // a shard nobody reachable holds fails the fetch
+  kNeighbourSwap,     // starved at the neighbour limit: trade an idle neighbour
+  kConnectBurst,      // new candidates wait for a burst of them to end
+  kSlotProbe,         // short of the slot share: probe another candidate
+  kWanIdle,           // idle long enough to pull across the WAN from any holder
+  kWanDeferral,       // a shard deferred to a mate across the WAN may be asked again
+  kMateClaim,         // with nothing in flight, a host mate's claim stops binding
+  kCount
+};
+
 class FetchSession {
  public:
   // `have`: shards already held (e.g. unchanged since the parent version,
@@ -230,7 +246,9 @@ class FetchSession {
   void on_block_deferred(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block);
   void on_verified(TimePoint now, ShardIndex shard, bool good);
   void handle_timeout(TimePoint now);
-  TimePoint next_timeout() const;
+  TimePoint next_timeout() const { return timers().next(); }
+  // Every timer of this fetch, from its state.
+  core::TimerTable<FetchTimer> timers() const;
 
   std::optional<FetchAction> poll();
 

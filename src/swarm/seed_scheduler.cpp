@@ -171,7 +171,7 @@ std::size_t SeedScheduler::pending(const PeerId& peer) const {
   return it == requesters_.end() ? 0 : it->second.pending;
 }
 
-TimePoint SeedScheduler::next_timeout() const {
+core::TimerTable<SeedScheduler::Timer> SeedScheduler::timers() const {
 #ifdef TENSORHUB_DEBUG_INVARIANTS
   std::size_t pending_sum = 0;
   for (const auto& [id, r] : requesters_) {
@@ -184,10 +184,10 @@ TimePoint SeedScheduler::next_timeout() const {
     for (ShardIndex s : r.first_copies) assert(r.revealed.test(s.value) && !r.has.test(s.value) && !r.lapsed.test(s.value));
   }
 #endif
-  TimePoint t = kTimeNever;
+  core::TimerTable<Timer> t;
   for (const auto& [id, r] : requesters_) {
-    if (r.waiting) t = std::min(t, last_progress_ + stall_timeout_);
-    t = std::min(t, lapse_due(r));
+    if (r.waiting) t.set(Timer::kStall, last_progress_ + stall_timeout_);
+    t.earliest(Timer::kLapse, lapse_due(r));
   }
   return t;
 }

@@ -50,6 +50,7 @@
 
 #include "core/bitfield.hpp"
 #include "core/time.hpp"
+#include "core/timer_table.hpp"
 #include "swarm/piece_picker.hpp"
 #include "tensorhub/ids.hpp"
 
@@ -93,7 +94,13 @@ class SeedScheduler {
 
   // When the no-second-copies rule may lapse for a waiting requester, or a
   // requester with first copies in flight comes to lag.
-  TimePoint next_timeout() const;
+  TimePoint next_timeout() const { return timers().next(); }
+  enum class Timer {
+    kStall,  // nothing revealed got a copy for stall_timeout: waiting requesters get duplicates
+    kLapse,  // a requester with first copies in flight is lagging: they count as no copy
+    kCount
+  };
+  core::TimerTable<Timer> timers() const;
   std::vector<Reveal> handle_timeout(TimePoint now);
 
   bool knows(const PeerId& peer) const { return requesters_.count(peer) != 0; }

@@ -476,32 +476,56 @@ void SwarmCore::handle_timeout(TimePoint now) {
     // A finishing requester gets kFinishingRotations more at most: at 1/8
     // of a 1 Gbit/s uplink, its two revealed 16 MiB shards take 2.2 s, and
     // cut off after one rotation they would be revealed again to others.
-    std::vector<PeerId> overdue;
-    for (const auto& [peer, since] : v.finishing) {
-      if (now >= since + config_.slot_rotation * kFinishingRotations) overdue.push_back(peer);
+    if (now >= version_timer(v, SwarmTimer::kFinishing)) {
+      std::vector<PeerId> overdue;
+      for (const auto& [peer, since] : v.finishing) {
+        if (now >= since + config_.slot_rotation * kFinishingRotations) overdue.push_back(peer);
+      }
+      for (const PeerId& peer : overdue) choke(id, v, peer);
     }
-    for (const PeerId& peer : overdue) choke(id, v, peer);
     v.slots.handle_timeout(now);
     drain_slots(now, id, v);
-    if (v.seeder && now >= v.seeder->next_timeout()) reveal(id, v.seeder->handle_timeout(now));
-    if (v.seeder && v.seeder->total_pending() > 0 && now >= v.next_silence_check) check_silence(now, id, v);
-    if (v.fetch && now >= v.fetch->next_timeout()) {
+    if (now >= version_timer(v, SwarmTimer::kReveal)) reveal(id, v.seeder->handle_timeout(now));
+    if (now >= version_timer(v, SwarmTimer::kSilenceCheck)) check_silence(now, id, v);
+    if (now >= version_timer(v, SwarmTimer::kFetch)) {
       v.fetch->handle_timeout(now);
       drain(now, id, v);
     }
   }
 }
 
-TimePoint SwarmCore::next_timeout() const {
-  TimePoint t = next_landing_deadline();
+TimePoint SwarmCore::version_timer(const Version& v, SwarmTimer timer) const {
+  switch (timer) {
+    case SwarmTimer::kSlotRotation: return v.slots.next_timeout();
+    case SwarmTimer::kFinishing: {
+      TimePoint t = kTimeNever;
+      for (const auto& [peer, since] : v.finishing) t = std::min(t, since + config_.slot_rotation * kFinishingRotations);
+      return t;
+    }
+    case SwarmTimer::kReveal: return v.seeder ? v.seeder->next_timeout() : kTimeNever;
+    case SwarmTimer::kSilenceCheck:
+      return v.seeder && v.seeder->total_pending() > 0 ? v.next_silence_check : kTimeNever;
+    case SwarmTimer::kFetch: return v.fetch ? v.fetch->next_timeout() : kTimeNever;
+    case SwarmTimer::kLandingStall:
+    case SwarmTimer::kCount: break;
+  }
+  return kTimeNever;
+}
+
+core::TimerTable<SwarmTimer> SwarmCore::timers() const {
+  core::TimerTable<SwarmTimer> t;
+  t.set(SwarmTimer::kLandingStall, next_landing_deadline());
   for (const auto& [id, v] : versions_) {
-    t = std::min(t, v.slots.next_timeout());
-    for (const auto& [peer, since] : v.finishing) t = std::min(t, since + config_.slot_rotation * kFinishingRotations);
-    if (v.seeder) t = std::min(t, v.seeder->next_timeout());
-    if (v.seeder && v.seeder->total_pending() > 0) t = std::min(t, v.next_silence_check);
-    if (v.fetch) t = std::min(t, v.fetch->next_timeout());
+    for (SwarmTimer timer : {SwarmTimer::kSlotRotation, SwarmTimer::kFinishing, SwarmTimer::kReveal,
+                             SwarmTimer::kSilenceCheck, SwarmTimer::kFetch}) {
+      t.earliest(timer, version_timer(v, timer));
+    }
   }
   return t;
+}
+
+TimePoint SwarmCore::next_timeout() const {
+  return timers().next();
 }
 
 std::optional<SwarmAction> SwarmCore::poll() {

@@ -25,6 +25,7 @@
 #include "core/action_queue.hpp"
 #include "core/bitfield.hpp"
 #include "core/time.hpp"
+#include "core/timer_table.hpp"
 #include "swarm/fetch_session.hpp"
 #include "swarm/landing_tracker.hpp"
 #include "swarm/location_book.hpp"
@@ -112,6 +113,18 @@ struct PieceTarget {
   std::uint32_t length = 0;
 };
 
+// The timers of one version in a SwarmCore (SwarmCore::version_timer
+// names what sets each), and the core's own.
+enum class SwarmTimer {
+  kSlotRotation,  // the longest-served requester yields its upload slot (UploadSlots)
+  kFinishing,     // a super-seed's requester whose turn is over is choked
+  kReveal,        // the super-seed reveals more, or again (SeedScheduler)
+  kSilenceCheck,  // the super-seed looks for requesters gone silent
+  kFetch,         // the fetch's own timers (FetchSession::timers)
+  kLandingStall,  // the core's: a payload stalled mid-way closes its connection
+  kCount
+};
+
 class SwarmCore {
  public:
   // `locations`: where peers sit, shared with other cores that see the same
@@ -167,6 +180,8 @@ class SwarmCore {
 
   void handle_timeout(TimePoint now);
   TimePoint next_timeout() const;
+  // Every timer of the core, the versions' taken together.
+  core::TimerTable<SwarmTimer> timers() const;
   std::optional<SwarmAction> poll();
 
   // Piece payloads that arrived for requests already given up (timed out or
@@ -295,6 +310,8 @@ class SwarmCore {
   // is over: its destination may be reused once the driver hears so.
   void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
   TimePoint next_landing_deadline() const;
+  // When one of a version's timers comes (kTimeNever: it does not stand).
+  TimePoint version_timer(const Version& v, SwarmTimer timer) const;
   // How near a peer is; an unknown peer counts as remote (it is never
   // preferred over a known neighbour).
   Proximity proximity_of(const PeerId& peer) const;

@@ -867,3 +867,32 @@ TEST_CASE("fetch session: a holder across the WAN that fetched the version itsel
   }
   CHECK(later > asked);  // idle a request timeout, it takes the rest rather than wait
 }
+
+TEST_CASE("fetch session: its timers are named, and the next timeout is the earliest of them") {
+  FetchConfig config;
+  config.request_timeout = 200ms;
+  config.starvation_timeout = 2s;
+  Driver d(layout(6), config);
+  // No candidate: only the starvation timer stands.
+  d.pump();
+  auto timers = d.session.timers();
+  CHECK(timers.at(FetchTimer::kStarvation) == d.now + 2s);
+  CHECK(timers.at(FetchTimer::kRequest) == kTimeNever);
+  CHECK(d.session.next_timeout() == timers.next());
+  // A candidate: it is connected when the burst of candidates ends, now.
+  Holder silent = full(6, {"dc1", "r1", "h1"});
+  silent.block_time = 10s;
+  d.add_holder(1, silent);
+  timers = d.session.timers();
+  CHECK(timers.at(FetchTimer::kStarvation) == kTimeNever);
+  CHECK(timers.at(FetchTimer::kConnectBurst) == d.now);
+  CHECK(d.session.next_timeout() == d.now);
+  // Connected, it never delivers: its requests stand until the request timeout.
+  d.session.handle_timeout(d.now);
+  d.pump();
+  timers = d.session.timers();
+  CHECK(timers.at(FetchTimer::kConnectBurst) == kTimeNever);
+  CHECK(timers.at(FetchTimer::kRequest) == d.now + 200ms);
+  CHECK(d.session.next_timeout() == timers.next());
+  CHECK(timers.next() <= d.now + 200ms);
+}
