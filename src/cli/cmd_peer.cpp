@@ -75,7 +75,7 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   CLI::App* p = app.add_subcommand("peer", "Run a swarm peer until SIGINT/SIGTERM (then it leaves gracefully)");
   p->add_option("--listen", args->peer.listen, "HOST:PORT for gossip (UDP and TCP); binds only there")->required();
   p->add_option("--data-listen", args->peer.data_listen, "HOST:PORT for the data plane (default: gossip port + 1)");
-  p->add_option("--advertise", args->peer.advertise, "HOST:PORT others reach this peer at (default: --listen)");
+  p->add_option("--advertise", args->peer.advertise, "IP:PORT others reach this peer at (default: --listen)");
   p->add_option("--key", args->key_file, "This peer's key file (tensorhub keygen)")->required();
   p->add_option("--swarm-key", args->swarm_key_file, "The swarm key file (tensorhub swarm-key)")->required();
   p->add_option("--seed", args->peer.seeds, "HOST:PORT of a peer to join through; repeatable");

@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "cli/cli_common.hpp"
 #include "cli/reserved_buffers.hpp"
@@ -16,6 +17,7 @@
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
 #include "core/mapped_output_file.hpp"
+#include "core/quoted.hpp"
 #include "tensorhub/safetensors.hpp"
 #include "transport/control_server.hpp"
 
@@ -27,6 +29,29 @@ using Clock = std::chrono::steady_clock;
 using Key = std::pair<std::string, std::uint64_t>;
 
 Json error_line(const Status& s) { return Json{{"done", true}, {"ok", false}, {"error", s.to_string()}}; }
+
+// Every line the daemon writes: invalid UTF-8 (there should be none) is
+// replaced, never thrown.
+constexpr auto kReplaceInvalidUtf8 = Json::error_handler_t::replace;
+
+// A request's field, or `fallback` when absent; kInvalidArgument when it is
+// there with another type.
+template <typename T>
+Result<T> field(const Json& request, const char* key, T fallback) {
+  auto it = request.find(key);
+  if (it == request.end() || it->is_null()) return fallback;
+  const std::string where = std::string("\"") + key + "\"";
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!it->is_string()) return Status::invalid_argument(where + " must be a string");
+    return it->template get<std::string>();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) return Status::invalid_argument(where + " must be true or false");
+    return it->template get<bool>();
+  } else {
+    if (!it->is_number_unsigned()) return Status::invalid_argument(where + " must be a non-negative integer");
+    return static_cast<T>(it->template get<std::uint64_t>());
+  }
+}
 
 class Daemon {
  public:
@@ -86,22 +111,49 @@ class Daemon {
     std::unique_ptr<PublishHandle> handle;
   };
 
+  // Every request gets an answer, however malformed, and the daemon lives on.
   void handle(const std::string& request, const transport::ControlServer::Reply& reply) {
+    Status s = Status::ok();
+    try {
+      s = handle_request(request, reply);
+    } catch (const std::exception& e) {
+      s = Status::internal(std::string("the request failed: ") + e.what());
+      TH_LOG_ERROR("peer", s.message());
+    }
+    if (!s.is_ok()) reply(error_line(s).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+  }
+
+  // An error it returns is the request's answer; otherwise it answers itself.
+  Status handle_request(const std::string& request, const transport::ControlServer::Reply& reply) {
     const Json req = Json::parse(request, nullptr, /*allow_exceptions=*/false);
     if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
-      reply(error_line(Status::invalid_argument("expected a JSON object with a \"cmd\"")).dump(), true);
-      return;
+      return Status::invalid_argument("expected a JSON object with a \"cmd\" string");
     }
     const std::string cmd = req["cmd"];
-    const std::string model = req.value("model", "");
-    const std::uint64_t version = req.value("version", std::uint64_t{0});
+    auto model = field<std::string>(req, "model", "");
+    auto version = field<std::uint64_t>(req, "version", 0);
+    auto file = field<std::string>(req, "file", "");
+    auto out = field<std::string>(req, "out", "");
+    auto wait_replicas = field<std::size_t>(req, "wait_replicas", 0);
+    auto release_after = field<bool>(req, "release", false);
+    auto now = field<bool>(req, "now", false);
+    for (const Status* st : {&model.status(), &version.status(), &file.status(), &out.status(), &wait_replicas.status(),
+                             &release_after.status(), &now.status()}) {
+      TENSORHUB_RETURN_IF_ERROR(*st);
+    }
+    handle_command(cmd, *model, *version, *file, *out, *wait_replicas, *release_after, *now, reply);
+    return Status::ok();
+  }
+
+  void handle_command(const std::string& cmd, const std::string& model, std::uint64_t version, const std::string& file,
+                      const std::string& out, std::size_t wait_replicas, bool release_after, bool now,
+                      const transport::ControlServer::Reply& reply) {
     if (cmd == "status") {
       reply(peer_->status_json(), true);
     } else if (cmd == "publish") {
-      publish(model, req.value("file", ""), req.value("wait_replicas", std::size_t{0}), req.value("release", false),
-              reply);
+      publish(model, file, wait_replicas, release_after, reply);
     } else if (cmd == "fetch") {
-      fetch(model, version, req.value("out", ""), reply);
+      fetch(model, version, out, reply);
     } else if (cmd == "digest") {
       auto it = fetched_.find({model, version});
       std::span<const std::byte> bytes;
@@ -109,34 +161,35 @@ class Daemon {
       auto pub = published_.find({model, version});
       if (pub != published_.end()) bytes = pub->second.file->bytes();
       if (bytes.empty()) {
-        reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(), true);
+        reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
         return;
       }
-      reply(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(core::blake2b_256(bytes))}}.dump(), true);
+      reply(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(core::blake2b_256(bytes))}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     } else if (cmd == "release") {
-      release(model, version, req.value("now", false), reply);
+      release(model, version, now, reply);
     } else {
-      reply(error_line(Status::invalid_argument("unknown command '" + cmd + "'")).dump(), true);
+      reply(error_line(Status::invalid_argument("unknown command " + core::quoted(cmd))).dump(-1, ' ', false, kReplaceInvalidUtf8),
+            true);
     }
   }
 
   void publish(const std::string& model, const std::string& path, std::size_t wait_replicas, bool release_after,
                const transport::ControlServer::Reply& reply) {
     auto file = core::MappedFile::open(path);
-    if (!file) return reply(error_line(file.status()).dump(), true);
+    if (!file) return reply(error_line(file.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     auto layout = parse_safetensors(file->bytes());
-    if (!layout) return reply(error_line(layout.status().with_context(path)).dump(), true);
+    if (!layout) return reply(error_line(layout.status().with_context(path)).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     auto mapped = std::make_unique<core::MappedFile>(std::move(*file));
     const auto started = Clock::now();
     auto handle = peer_->publish(model, mapped->bytes(), layout->tensors);
-    if (!handle) return reply(error_line(handle.status()).dump(), true);
+    if (!handle) return reply(error_line(handle.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     const std::uint64_t version = handle->version();
     const ManifestId id = handle->manifest_id();
-    reply(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}.dump(),
+    reply(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}.dump(-1, ' ', false, kReplaceInvalidUtf8),
           false);
     published_[{model, version}] = Published{std::move(mapped), std::make_unique<PublishHandle>(std::move(*handle))};
     if (wait_replicas == 0) {
-      reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}.dump(), true);
+      reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
       return;
     }
     watch_replicas(model, version, id, wait_replicas, release_after, started, reply, 0);
@@ -145,7 +198,7 @@ class Daemon {
   void watch_replicas(std::string model, std::uint64_t version, ManifestId id, std::size_t wanted, bool release_after,
                       Clock::time_point started, transport::ControlServer::Reply reply, std::size_t reported) {
     const std::size_t now_have = peer_->replicas(id);
-    if (now_have != reported) reply(Json{{"event", "replicas"}, {"count", now_have}}.dump(), false);
+    if (now_have != reported) reply(Json{{"event", "replicas"}, {"count", now_have}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
     if (now_have >= wanted) {
       const double stall = std::chrono::duration<double>(Clock::now() - started).count();
       std::uint64_t served = 0;
@@ -156,7 +209,7 @@ class Daemon {
       }
       reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}, {"replicas", now_have},
                  {"stall_seconds", stall}, {"released", release_after}, {"bytes_served", served}}
-                .dump(),
+                .dump(-1, ' ', false, kReplaceInvalidUtf8),
             true);
       return;
     }
@@ -168,7 +221,7 @@ class Daemon {
   void fetch(const std::string& model, std::uint64_t version, const std::string& out,
              const transport::ControlServer::Reply& reply) {
     auto known = peer_->version_info(model, version);
-    if (!known) return reply(error_line(known.status()).dump(), true);
+    if (!known) return reply(error_line(known.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     const VersionInfo info = *known;
     const Key key{model, info.version};
     const bool held = fetched_.count(key) != 0 || published_.count(key) != 0;
@@ -179,26 +232,26 @@ class Daemon {
         raw = it->second.get();
       } else if (!held) {
         auto handle = start_fetch(model, info.version, info.bytes);
-        if (!handle) return reply(error_line(handle.status()).dump(), true);
+        if (!handle) return reply(error_line(handle.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
         raw = *handle;
       } else {
         return reply(error_line(Status::already_exists(model + " v" + std::to_string(info.version) +
                                                        " is published by this peer; fetch it with an output file"))
-                         .dump(),
+                         .dump(-1, ' ', false, kReplaceInvalidUtf8),
                      true);
       }
-      reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(), false);
+      reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
       return watch_fetch(raw, info, [] { return Status::ok(); }, [] {}, Clock::now(), reply);
     }
     // Into the output file: a file of the version's size, mapped, that the
     // blocks land in; renamed into place once every shard is verified. A
     // version this daemon holds already is copied into it locally.
     auto file = core::MappedOutputFile::create(out, info.bytes, 0644, /*overwrite=*/true);
-    if (!file) return reply(error_line(file.status()).dump(), true);
+    if (!file) return reply(error_line(file.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     auto owned_file = std::make_shared<core::MappedOutputFile>(std::move(*file));
     auto handle = peer_->fetch(model, info.version, owned_file->bytes());
-    if (!handle) return reply(error_line(handle.status()).dump(), true);
-    reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(), false);
+    if (!handle) return reply(error_line(handle.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+    reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
     auto commit = [owned_file] { return owned_file->commit(); };
     if (!held) {
       // The daemon holds and serves this version from the file from now on.
@@ -220,7 +273,7 @@ class Daemon {
     if (s.code() == StatusCode::kTimeout) {
       reply(Json{{"event", "progress"}, {"bytes_verified", p.bytes_verified}, {"bytes_total", p.bytes_total},
                  {"shards_verified", p.shards_verified}, {"shards_total", p.shards_total}, {"sources", p.sources}}
-                .dump(),
+                .dump(-1, ' ', false, kReplaceInvalidUtf8),
             false);
       later(std::chrono::milliseconds(50), [=, this] { watch_fetch(handle, info, finish, done, started, reply); });
       return;
@@ -229,10 +282,10 @@ class Daemon {
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const std::uint64_t bytes = handle->bytes().size();
     done();
-    if (!s.is_ok()) return reply(error_line(s).dump(), true);
+    if (!s.is_ok()) return reply(error_line(s).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     reply(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()}, {"bytes", bytes},
                {"seconds", seconds}}
-              .dump(),
+              .dump(-1, ' ', false, kReplaceInvalidUtf8),
           true);
   }
 
@@ -243,22 +296,22 @@ class Daemon {
       asio::post(io_, [this, key, reply] {
         published_.erase(key);
         drop_fetched(key);
-        reply(Json{{"done", true}, {"ok", true}}.dump(), true);
+        reply(Json{{"done", true}, {"ok", true}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
       });
     };
     auto pub = published_.find(key);
     auto fetched = fetched_.find(key);
     if (pub == published_.end() && fetched == fetched_.end()) {
-      reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(), true);
+      reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     } else if (now) {
       published_.erase(key);  // destroying a handle releases at once
       drop_fetched(key);
-      reply(Json{{"done", true}, {"ok", true}}.dump(), true);
+      reply(Json{{"done", true}, {"ok", true}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
     } else if (pub != published_.end()) {
-      reply(Json{{"event", "releasing"}}.dump(), false);
+      reply(Json{{"event", "releasing"}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
       pub->second.handle->release_async(done);
     } else {
-      reply(Json{{"event", "releasing"}}.dump(), false);
+      reply(Json{{"event", "releasing"}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
       fetched->second->release_async(done);
     }
   }
@@ -332,7 +385,12 @@ class Daemon {
   void later(std::chrono::milliseconds delay, std::function<void()> fn) {
     auto timer = std::make_shared<asio::steady_timer>(io_, delay);
     timer->async_wait([timer, fn = std::move(fn)](std::error_code ec) {
-      if (!ec) fn();
+      if (ec) return;
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        TH_LOG_ERROR("peer", "a deferred step of a request failed: " << e.what());
+      }
     });
   }
 

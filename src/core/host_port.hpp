@@ -19,4 +19,10 @@ struct HostPort {
 // Requires a host and a port in 0..65535; IPv6 hosts need brackets.
 Result<HostPort> parse_host_port(std::string_view text);
 
+// Whether `host` is an IPv4 (dotted quad) or IPv6 literal, not a name.
+bool is_ip_literal(std::string_view host);
+// The same as parse_host_port, and the host must be an IP literal: an
+// address that takes no name lookup (what arrives from the network does).
+Result<HostPort> parse_ip_host_port(std::string_view text);
+
 }  // namespace tensorhub::core

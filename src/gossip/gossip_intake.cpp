@@ -224,7 +224,10 @@ void GossipCore::on_ping_req(TimePoint now, const std::string& from, const Packe
   ping.kind = PacketKind::kPing;
   ping.probe_seq = seq;
   ping.target = packet.target;
-  send_packet(packet.target_addr, ping);
+  // To the address the target signed, when we know it: the asker cannot
+  // point our ping elsewhere.
+  const Member* target = table_.find(*packet.target);
+  send_packet(target && target->record ? target->record->record.gossip_addr : packet.target_addr, ping);
 }
 
 void GossipCore::on_nack(const Packet& packet) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/host_port.hpp"
 #include "core/msgpack_reader.hpp"
 #include "core/msgpack_writer.hpp"
 
@@ -190,7 +191,11 @@ Status decode_packet(std::span<const std::uint8_t> plaintext, Packet& packet, st
   if (r.read_bin("target", target, 32) && target.size() != 0 && target.size() != 32) {
     r.fail("target", "a target is 0 or 32 bytes");
   }
-  if (r.read_str("target address", addr, kMaxRecordAddrBytes)) packet.target_addr.assign(addr);
+  if (r.read_str("target address", addr, kMaxRecordAddrBytes)) {
+    // An IP literal: a ping-req never costs its relay a name lookup.
+    if (!addr.empty() && !core::parse_ip_host_port(addr)) r.fail("target address", "not IP:port");
+    packet.target_addr.assign(addr);
+  }
   read_items(r, items, 64);
   TENSORHUB_RETURN_IF_ERROR(r.finish());
   packet.kind = static_cast<PacketKind>(kind);

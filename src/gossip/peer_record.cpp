@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/host_port.hpp"
+#include "core/model_name.hpp"
 #include "core/msgpack_reader.hpp"
 #include "core/msgpack_writer.hpp"
+#include "core/quoted.hpp"
 
 namespace tensorhub::gossip {
 namespace {
@@ -49,36 +52,6 @@ std::vector<std::uint8_t> signing_message(std::span<const std::uint8_t> body) {
   std::memcpy(message.data(), kDomain.data(), kDomain.size());
   std::memcpy(message.data() + kDomain.size(), body.data(), body.size());
   return message;
-}
-
-Status validate(const PeerRecord& r) {
-  if (r.gossip_addr.size() > kMaxRecordAddrBytes || r.data_addr.size() > kMaxRecordAddrBytes) {
-    return Status::invalid_argument("record address longer than " + std::to_string(kMaxRecordAddrBytes) + " bytes");
-  }
-  for (const std::string* label : {&r.topology.dc, &r.topology.rack, &r.topology.host}) {
-    if (label->size() > kMaxTopologyLabelBytes) {
-      return Status::invalid_argument("topology label longer than " + std::to_string(kMaxTopologyLabelBytes) +
-                                      " bytes");
-    }
-  }
-  if (r.heads.size() > kMaxRecordHeads) return Status::invalid_argument("too many heads in a record");
-  if (r.holdings.size() > kMaxRecordHoldings) return Status::invalid_argument("too many holdings in a record");
-  for (std::size_t i = 1; i < r.heads.size(); ++i) {
-    if (!(r.heads[i - 1].model < r.heads[i].model)) {
-      return Status::invalid_argument("record heads are not sorted by model, or repeat one");
-    }
-  }
-  for (std::size_t i = 1; i < r.holdings.size(); ++i) {
-    const auto& a = r.holdings[i - 1];
-    const auto& b = r.holdings[i];
-    if (!(std::tie(a.model, a.version) < std::tie(b.model, b.version))) {
-      return Status::invalid_argument("record holdings are not sorted by (model, version), or repeat one");
-    }
-  }
-  for (const auto& h : r.holdings) {
-    if (h.progress_permille > 1000) return Status::invalid_argument("holding progress above 1000 permille");
-  }
-  return Status::ok();
 }
 
 Status decode_body(core::MsgpackReader& rd, PeerRecord& r) {
@@ -126,9 +99,53 @@ class VerifyingDecoder final : public RecordDecoder {
 
 }  // namespace
 
+Status validate_record(const PeerRecord& r) {
+  if (r.gossip_addr.size() > kMaxRecordAddrBytes || r.data_addr.size() > kMaxRecordAddrBytes) {
+    return Status::invalid_argument("record address longer than " + std::to_string(kMaxRecordAddrBytes) + " bytes");
+  }
+  // Addresses are IP literals: a record never costs its reader a name lookup.
+  if (auto a = core::parse_ip_host_port(r.gossip_addr); !a) return a.status().with_context("record gossip address");
+  if (!r.data_addr.empty()) {
+    if (auto a = core::parse_ip_host_port(r.data_addr); !a) return a.status().with_context("record data address");
+  }
+  for (const std::string* label : {&r.topology.dc, &r.topology.rack, &r.topology.host}) {
+    if (label->size() > kMaxTopologyLabelBytes) {
+      return Status::invalid_argument("topology label longer than " + std::to_string(kMaxTopologyLabelBytes) +
+                                      " bytes");
+    }
+    if (!core::is_printable_ascii(*label)) {
+      return Status::invalid_argument("topology label " + core::quoted(*label) + " is not printable ASCII");
+    }
+  }
+  for (const auto& h : r.heads) {
+    TENSORHUB_RETURN_IF_ERROR(core::validate_model_name(h.model, kMaxModelBytes).with_context("record head"));
+  }
+  for (const auto& h : r.holdings) {
+    TENSORHUB_RETURN_IF_ERROR(core::validate_model_name(h.model, kMaxModelBytes).with_context("record holding"));
+  }
+  if (r.heads.size() > kMaxRecordHeads) return Status::invalid_argument("too many heads in a record");
+  if (r.holdings.size() > kMaxRecordHoldings) return Status::invalid_argument("too many holdings in a record");
+  for (std::size_t i = 1; i < r.heads.size(); ++i) {
+    if (!(r.heads[i - 1].model < r.heads[i].model)) {
+      return Status::invalid_argument("record heads are not sorted by model, or repeat one");
+    }
+  }
+  for (std::size_t i = 1; i < r.holdings.size(); ++i) {
+    const auto& a = r.holdings[i - 1];
+    const auto& b = r.holdings[i];
+    if (!(std::tie(a.model, a.version) < std::tie(b.model, b.version))) {
+      return Status::invalid_argument("record holdings are not sorted by (model, version), or repeat one");
+    }
+  }
+  for (const auto& h : r.holdings) {
+    if (h.progress_permille > 1000) return Status::invalid_argument("holding progress above 1000 permille");
+  }
+  return Status::ok();
+}
+
 Result<RecordPtr> sign_record(const PeerRecord& record, const Identity& identity) {
   if (record.id != identity.public_key()) return Status::invalid_argument("a record may be signed only by its owner");
-  TENSORHUB_RETURN_IF_ERROR(validate(record));
+  TENSORHUB_RETURN_IF_ERROR(validate_record(record));
   auto out = std::make_shared<SignedRecord>();
   out->record = record;
   const std::vector<std::uint8_t> body = encode_body(record);
@@ -155,7 +172,7 @@ Result<RecordPtr> decode_record(std::span<const std::uint8_t> encoded) {
   const std::size_t body_end = rd.offset();
   rd.read_bin_exact("record signature", out->signature.bytes);
   TENSORHUB_RETURN_IF_ERROR(rd.finish());
-  Status valid = validate(out->record);
+  Status valid = validate_record(out->record);
   if (!valid.is_ok()) return Status::corrupt(valid.message());
   if (!verify_signature(out->record.id, signing_message(encoded.subspan(body_start, body_end - body_start)),
                         out->signature)) {

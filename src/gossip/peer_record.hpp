@@ -68,6 +68,13 @@ struct SignedRecord {
 };
 using RecordPtr = std::shared_ptr<const SignedRecord>;
 
+// The rules every record keeps, checked when it is signed and when it is
+// decoded: addresses are IP:port (a record never costs a name lookup),
+// topology labels printable ASCII, model names by the model-name rule,
+// entries sorted and bounded. Returns kInvalidArgument naming the first
+// broken rule.
+Status validate_record(const PeerRecord& record);
+
 // Encodes and signs. Fails when the record breaks a limit (too large for a
 // datagram, unsorted entries, bad labels) or is not `identity`'s.
 Result<RecordPtr> sign_record(const PeerRecord& record, const Identity& identity);

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "core/hash.hpp"
+#include "core/model_name.hpp"
 #include "manifest/manifest_codec.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -38,22 +39,7 @@ ShardDigest compute_shard_digest_of_pieces(ShardHashAlgorithm algorithm, std::sp
 }
 
 Status validate_model_name(std::string_view name) {
-  if (name.empty()) return Status::invalid_argument("the model name is empty");
-  if (name.size() > kMaxModelNameBytes) {
-    return Status::invalid_argument("the model name is longer than " + std::to_string(kMaxModelNameBytes) + " bytes");
-  }
-  if (name.front() == '/' || name.front() == '.') {
-    return Status::invalid_argument("the model name '" + std::string(name) + "' starts with '" + name.front() + "'");
-  }
-  for (char c : name) {
-    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                         c == '_' || c == '-' || c == '/';
-    if (!allowed) {
-      return Status::invalid_argument("the model name may hold only letters, digits and . _ - /; it has '" +
-                                      std::string(1, static_cast<unsigned char>(c) < 0x20 ? '?' : c) + "'");
-    }
-  }
-  return Status::ok();
+  return core::validate_model_name(name, kMaxModelNameBytes);
 }
 
 std::vector<TensorIndex> Manifest::tensors_in_shard(ShardIndex index) const {

@@ -267,7 +267,9 @@ std::string PeerEngine::status_json() const {
   j["data_addr"] = tcp_->bound().to_string();
   j["discarded_piece_bytes"] = core_->swarm().discarded_piece_bytes();
   j["work_queued"] = pool_.queued();
-  return j.dump();
+  // Records are validated when decoded; should a string still hold invalid
+  // UTF-8, it is replaced rather than thrown.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 // --------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 #include <chrono>
 #include <deque>
 
+#include "core/host_port.hpp"
 #include "core/log.hpp"
+#include "core/quoted.hpp"
+#include "gossip/peer_record.hpp"
 
 namespace tensorhub::transport {
 namespace {
@@ -182,6 +185,17 @@ Result<std::unique_ptr<GossipRuntime>> GossipRuntime::start(asio::io_context& io
   if (rt->options_.advertise.empty()) rt->options_.advertise = rt->bound_.to_string();
 
   gossip::LocalPeerInfo local{rt->options_.advertise, rt->options_.data_addr, rt->options_.topology};
+  {
+    // What this peer will sign must pass every reader's rules.
+    gossip::PeerRecord own;
+    own.gossip_addr = local.gossip_addr;
+    own.data_addr = local.data_addr;
+    own.topology = local.topology;
+    TENSORHUB_RETURN_IF_ERROR(gossip::validate_record(own).with_context("this peer's record"));
+  }
+  auto seeds = resolve_seeds(rt->options_.seeds, address.is_v6());
+  if (!seeds) return seeds.status();
+  rt->options_.seeds = std::move(*seeds);
   const std::uint64_t incarnation = wall_clock_ms();
   std::uint64_t seed = incarnation ^ (std::uint64_t{identity.public_key().bytes[0]} << 56) ^
                        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -210,24 +224,42 @@ void GossipRuntime::close() {
 }
 
 Result<asio::ip::udp::endpoint> GossipRuntime::resolve_udp(const std::string& address) {
-  auto cached = resolved_.find(address);
-  if (cached != resolved_.end()) return cached->second;
-  auto hp = core::parse_host_port(address);
+  // IP literals only: names are resolved once, at start (seeds), never on
+  // this thread, which also runs the data plane.
+  auto hp = core::parse_ip_host_port(address);
   if (!hp) return hp.status();
   std::error_code ec;
-  auto ip = asio::ip::make_address(hp->host, ec);
-  asio::ip::udp::endpoint endpoint;
-  if (!ec) {
-    endpoint = asio::ip::udp::endpoint(ip, hp->port);
-  } else {
-    asio::ip::udp::resolver resolver(io_);
-    auto results = resolver.resolve(hp->host, std::to_string(hp->port), ec);
-    if (ec || results.empty()) return Status::unavailable("cannot resolve " + address);
-    endpoint = *results.begin();
+  const auto ip = asio::ip::make_address(hp->host, ec);
+  if (ec) return Status::invalid_argument("address " + core::quoted(address) + ": " + ec.message());
+  return asio::ip::udp::endpoint(ip, hp->port);
+}
+
+Result<std::vector<std::string>> GossipRuntime::resolve_seeds(const std::vector<std::string>& seeds, bool ipv6) {
+  std::vector<std::string> out;
+  Status last = Status::ok();
+  for (const std::string& seed : seeds) {
+    auto hp = core::parse_host_port(seed);
+    if (!hp) return hp.status().with_context("seed");
+    if (core::is_ip_literal(hp->host)) {
+      out.push_back(seed);
+      continue;
+    }
+    asio::io_context io;
+    asio::ip::udp::resolver resolver(io);
+    std::error_code ec;
+    const auto results =
+        resolver.resolve(ipv6 ? asio::ip::udp::v6() : asio::ip::udp::v4(), hp->host, std::to_string(hp->port), ec);
+    if (ec || results.empty()) {
+      last = Status::unavailable("seed " + core::quoted(seed) + ": cannot resolve " + core::quoted(hp->host) +
+                                 (ec ? ": " + ec.message() : std::string()));
+      TH_LOG_WARN(kLog, last.message());
+      continue;
+    }
+    const auto endpoint = results.begin()->endpoint();
+    out.push_back(core::HostPort{endpoint.address().to_string(), endpoint.port()}.to_string());
   }
-  if (resolved_.size() > 4096) resolved_.clear();
-  resolved_.emplace(address, endpoint);
-  return endpoint;
+  if (out.empty() && !last.is_ok()) return last;
+  return out;
 }
 
 void GossipRuntime::receive_datagram() {

@@ -63,7 +63,13 @@ class GossipRuntime {
   void arm_timer();
   void open_stream(const gossip::StreamAction& action);
   void stream_closed(gossip::StreamId id);
-  Result<asio::ip::udp::endpoint> resolve_udp(const std::string& address);
+  // kInvalidArgument for anything but IP:port: a name is never looked up
+  // on this thread.
+  static Result<asio::ip::udp::endpoint> resolve_udp(const std::string& address);
+  // The seeds as IP:port of the listening address's family: names are
+  // looked up here, once, before the peer runs. A seed that does not
+  // resolve is skipped with a warning; kUnavailable when none resolves.
+  static Result<std::vector<std::string>> resolve_seeds(const std::vector<std::string>& seeds, bool ipv6);
 
   asio::io_context& io_;
   GossipRuntimeOptions options_;
@@ -77,7 +83,6 @@ class GossipRuntime {
   asio::ip::udp::endpoint receive_from_;
   std::map<gossip::StreamId, std::shared_ptr<Stream>> streams_;
   std::uint64_t next_inbound_ = 1;
-  std::unordered_map<std::string, asio::ip::udp::endpoint> resolved_;
   std::function<void(const gossip::MemberEvent&)> event_handler_;
   std::unique_ptr<asio::steady_timer> leave_timer_;
   std::function<void()> leave_done_;

@@ -2,6 +2,8 @@
 // decoding, and seeded mutation tests of every decoder.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "gossip/gossip_wire.hpp"
 #include "support/gossip_network.hpp"
 #include "support/mutator.hpp"
@@ -81,6 +83,52 @@ TEST_CASE("records: limits keep a record inside one datagram") {
   CHECK(sign_record(r, id).status().message().find("datagram budget") != std::string::npos);
 }
 
+namespace {
+
+// `encoded` with the first `from` replaced by `to` (of the same length).
+std::vector<std::uint8_t> replaced(std::vector<std::uint8_t> encoded, std::string_view from, std::string_view to) {
+  REQUIRE(from.size() == to.size());
+  auto at = std::search(encoded.begin(), encoded.end(), from.begin(), from.end(),
+                        [](std::uint8_t a, char b) { return a == static_cast<std::uint8_t>(b); });
+  REQUIRE(at != encoded.end());
+  std::copy(to.begin(), to.end(), at);
+  return encoded;
+}
+
+}  // namespace
+
+TEST_CASE("records: strings a reader could choke on are refused, signed or decoded") {
+  const Identity id = identity(8);
+  auto refused = [&](auto change) {
+    PeerRecord r = sample_record(id);
+    change(r);
+    return !sign_record(r, id).is_ok();
+  };
+  CHECK(refused([](PeerRecord& r) { r.topology.dc = "\xff"; }));
+  CHECK(refused([](PeerRecord& r) { r.topology.rack = "rack\n12"; }));
+  CHECK(refused([](PeerRecord& r) { r.gossip_addr = "node-3:7946"; }));   // a name costs a lookup
+  CHECK(refused([](PeerRecord& r) { r.data_addr = "x.example:7947"; }));
+  CHECK(refused([](PeerRecord& r) { r.heads[0].model = "crit\xc3\xa9"; }));
+  CHECK(refused([](PeerRecord& r) { r.holdings[0].model = "../policy"; }));
+  CHECK_FALSE(refused([](PeerRecord& r) { r.gossip_addr = "[fe80::1]:7946"; }));
+  CHECK_FALSE(refused([](PeerRecord& r) { r.data_addr.clear(); }));
+
+  // A member that signs such a record by other means: every reader refuses
+  // it when decoding, before it is stored or shown (status JSON).
+  auto good = sign_record(sample_record(id), id);
+  REQUIRE(good.is_ok());
+  const auto& bytes = (*good)->encoded;
+  auto label = decode_record(replaced(bytes, "dc-west", "dc\xff" "west"));
+  REQUIRE_FALSE(label.is_ok());
+  CHECK(label.status().message().find("printable ASCII") != std::string::npos);
+  auto address = decode_record(replaced(bytes, "10.1.2.3:7946", "sinkhole:7946"));
+  REQUIRE_FALSE(address.is_ok());
+  CHECK(address.status().message().find("IP address") != std::string::npos);
+  auto model = decode_record(replaced(bytes, "critic", "cr tic"));
+  REQUIRE_FALSE(model.is_ok());
+  CHECK(model.status().message().find("model name") != std::string::npos);
+}
+
 TEST_CASE("sealing: round trip, wrong key, any tampering") {
   const Identity id = identity(5);
   Sealer sealer(key_bytes(1), id.public_key(), 77);
@@ -110,6 +158,20 @@ TEST_CASE("sealing: round trip, wrong key, any tampering") {
   CHECK(back.target == p.target);
   CHECK(back.target_addr == p.target_addr);
   REQUIRE(got.size() == 2);
+  {
+    // A ping-req's target address is an IP literal: a name would cost the
+    // relay a lookup on its I/O thread.
+    Packet named = p;
+    named.target_addr = "sinkhole.test:7946";
+    Opened o;
+    Sealer other(key_bytes(1), id.public_key(), 78);
+    REQUIRE(open_sealed(key_bytes(1), false, other.seal_packet(named, items), o) == OpenError::kNone);
+    Packet out;
+    std::vector<IncomingItem> got_named;
+    const Status s = decode_packet(o.plaintext, out, got_named);
+    REQUIRE_FALSE(s.is_ok());
+    CHECK(s.message().find("target address") != std::string::npos);
+  }
   CHECK(std::get<RecordBytes>(got[0]).bytes == (*record)->encoded);
   CHECK(std::get<LivenessItem>(got[1]) == std::get<LivenessItem>(items[1]));
 

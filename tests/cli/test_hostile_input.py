@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Bad input reaches a daemon from its command line and its control socket.
+
+- A peer whose own record would break the record rules (a label that is not
+  printable ASCII, an advertised name instead of an IP) refuses to start, with
+  the reason, instead of signing a record that other peers must refuse.
+- A seed given by name is looked up once at start and joins.
+- Every malformed control request (not JSON, wrong types, invalid UTF-8, an
+  unknown command, a model name outside the rule) gets one error line, and
+  the daemon answers `status` afterwards.
+
+Usage: test_hostile_input.py PATH/TO/tensorhub
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_processes import free_port, stop_processes, wait_for  # noqa: E402
+
+
+def control_raw(path, payload, timeout=10):
+    """Sends `payload` (bytes, one line) and returns the reply lines as JSON."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(payload + b"\n")
+        data = b""
+        while True:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    procs = {}
+    with tempfile.TemporaryDirectory(prefix="tensorhub-hostile-") as d:
+        def run(*args):
+            return subprocess.run([binary, *args], capture_output=True, timeout=30)
+
+        swarm = os.path.join(d, "swarm.key")
+        assert run("swarm-key", "--out", swarm).returncode == 0
+        keys = {}
+        for name in ("a", "b", "bad"):
+            keys[name] = os.path.join(d, name + ".key")
+            assert run("keygen", "--out", keys[name]).returncode == 0
+
+        def peer_cmd(name, port, *extra):
+            return [binary, "peer", "--listen", f"127.0.0.1:{port}", "--data-listen", "127.0.0.1:0", "--key",
+                    keys[name], "--swarm-key", swarm, "--control", os.path.join(d, name + ".sock"), *extra]
+
+        try:
+            port_a = free_port()
+            procs["a"] = subprocess.Popen(peer_cmd("a", port_a), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            sock_a = os.path.join(d, "a.sock")
+            wait_for("peer a's control socket", lambda: os.path.exists(sock_a), 10)
+
+            # A record every other peer would refuse is never signed: the start fails.
+            for extra, reason in (([b"--dc", b"\xff"], b"printable ASCII"),
+                                  ([b"--advertise", b"localhost:7999"], b"IP address")):
+                out = subprocess.run([os.fsencode(a) for a in peer_cmd("bad", free_port())] + extra,
+                                     capture_output=True, timeout=20)
+                assert out.returncode != 0, f"a peer started with {extra}"
+                assert reason in out.stderr + out.stdout, f"{extra}: {out.stderr!r}"
+            print("a peer with a non-printable label or a named advertise address refuses to start")
+
+            # A seed by name: looked up once at start, and it joins.
+            procs["b"] = subprocess.Popen(peer_cmd("b", free_port(), "--seed", f"localhost:{port_a}"),
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+            def members(sock):
+                try:
+                    return control_raw(sock, b'{"cmd":"status"}')[-1].get("members", [])
+                except (OSError, ValueError, IndexError):
+                    return []
+
+            wait_for("b, seeded by name, to join a", lambda: any(m.get("state") == "alive" for m in members(sock_a)), 20)
+            print("a seed given by name is resolved at start and joins")
+
+            malformed = [
+                b"not json",
+                b"[1, 2]",
+                b'{"cmd": 5}',
+                b'{"cmd": "fetch", "model": "policy", "version": "x"}',
+                b'{"cmd": "fetch", "model": "policy", "version": -1}',
+                b'{"cmd": "publish", "model": 7, "file": "/nonexistent"}',
+                b'{"cmd": "publish", "model": "caf\xc3\xa9", "file": "/nonexistent"}',
+                b'{"cmd": "publish", "model": "policy", "file": "/nonexistent", "wait_replicas": "all"}',
+                b'{"cmd": "release", "model": "policy", "version": 1, "now": "yes"}',
+                b'{"cmd": "\xff\xfe"}',
+                b'{"cmd": "\\u00ff\\u00fe"}',
+                b'{"cmd": "digest", "model": "\xc3\x28", "version": 1}',
+            ]
+            for request in malformed:
+                lines = control_raw(sock_a, request)
+                assert lines, f"no answer to {request!r}"
+                assert lines[-1].get("ok") is False and lines[-1].get("error"), f"{request!r}: {lines}"
+                assert procs["a"].poll() is None, f"the daemon died on {request!r}"
+            assert members(sock_a), "the daemon stopped answering status"
+            print(f"{len(malformed)} malformed control requests each got an error line; the daemon lives on")
+        finally:
+            stop_processes(procs)
+
+
+if __name__ == "__main__":
+    main()
