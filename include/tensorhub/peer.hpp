@@ -51,11 +51,11 @@
 namespace tensorhub {
 
 struct PeerOptions {
-  std::string listen = "127.0.0.1:7946";  // gossip, UDP and TCP
-  std::string data_listen;                // data plane, TCP; default: the gossip port + 1
-  std::string advertise;                  // host:port others reach the gossip port at
-  std::vector<std::string> seeds;         // host:port of peers to join through
-  std::string dc, rack, host;             // topology labels
+  std::string listen = "127.0.0.1:7946";  // gossip, UDP and TCP: IP:port
+  std::string data_listen;                // data plane, TCP, IP:port; default: the gossip port + 1
+  std::string advertise;                  // IP:port others reach the gossip port at
+  std::vector<std::string> seeds;         // host:port of peers to join through (names looked up at start)
+  std::string dc, rack, host;             // topology labels: printable ASCII, at most 64 bytes each
   std::vector<PublicKey> trusted_publishers;  // manifests signed by others are refused
   // Limits and tuning (defaults are sensible).
   std::size_t max_neighbours = 16;
@@ -163,8 +163,8 @@ class FetchHandle {
 class Peer {
  public:
   // Starts the I/O thread, binds the ports and joins through the seeds.
-  // Errors: kInvalidArgument (a bad address or option), kUnavailable (a
-  // port cannot be bound).
+  // Errors: kInvalidArgument (a bad address, label or option),
+  // kUnavailable (a port cannot be bound, or no seed's name resolves).
   static Result<std::unique_ptr<Peer>> start(PeerOptions options, Identity identity, SwarmKey swarm_key);
   ~Peer();  // leaves gracefully (up to 4 s), then stops
 

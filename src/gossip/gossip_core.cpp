@@ -152,7 +152,9 @@ void GossipCore::remove_holding(const std::string& model, std::uint64_t version)
 
 void GossipCore::refute(TimePoint now, std::uint64_t accused_incarnation) {
   if (self_.leaving) return;
-  self_.incarnation = std::max(self_.incarnation, accused_incarnation) + 1;
+  // Saturates: an incarnation never wraps back below one others hold.
+  const std::uint64_t above = std::max(self_.incarnation, accused_incarnation);
+  self_.incarnation = above == UINT64_MAX ? above : above + 1;
   self_.seq = 0;
   ++stats_.refutations;
   adjust_awareness(1);  // being suspected hints that we are the slow one

@@ -88,6 +88,9 @@ struct GossipStats {
   std::uint64_t streams_opened = 0, streams_accepted = 0, streams_failed = 0;
   std::uint64_t stream_bytes_in = 0, stream_bytes_out = 0;
   std::uint64_t records_signed = 0, events_dropped = 0;
+  // Suspect or dead claims at an incarnation above any the target signed
+  // (ignored, answered with the target's record).
+  std::uint64_t liveness_forged = 0;
 };
 
 class GossipCore {

@@ -108,10 +108,19 @@ void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::ve
   }
   if (version->id == self_id()) {
     // Our own record echoed back is normal. One newer than ours comes from a
-    // past life whose incarnation ran ahead of our clock: outbid it.
+    // past life whose incarnation ran ahead of our clock: outbid it, once
+    // its signature proves it ours (bytes that merely peek as our id, at an
+    // incarnation an attacker picks, change nothing).
     const bool newer = version->incarnation != self_.incarnation ? version->incarnation > self_.incarnation
                                                                   : version->seq > self_.seq;
-    if (newer && !self_.leaving) refute(now, version->incarnation);
+    if (newer && !self_.leaving) {
+      if (decoder_->decode(bytes.bytes).is_ok()) {
+        refute(now, version->incarnation);
+      } else {
+        ++stats_.records_rejected;
+        add_correction(corrections, self_signed_);
+      }
+    }
     if (version->incarnation < self_.incarnation) add_correction(corrections, self_signed_);
     return;
   }
@@ -169,14 +178,25 @@ void GossipCore::preload(TimePoint now, std::span<const RecordPtr> records) {
 
 void GossipCore::process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections) {
   if (item.target == self_id()) {
-    if (item.incarnation >= self_.incarnation) {
+    // A claim at our own incarnation is refuted. One above it names an
+    // incarnation we never signed (a past life's would come as its signed
+    // record): forged, answered with our record.
+    if (item.incarnation == self_.incarnation) {
       refute(now, item.incarnation);
     } else {
+      if (item.incarnation > self_.incarnation) ++stats_.liveness_forged;
       add_correction(corrections, self_signed_);
     }
     return;
   }
   const Member* m = table_.find(item.target);
+  if (m != nullptr && m->record && item.incarnation > m->record->record.incarnation) {
+    // Above every incarnation the target signed: no honest peer can have
+    // seen it (a claim never raises an incarnation; only signed records do).
+    ++stats_.liveness_forged;
+    add_correction(corrections, m->record);
+    return;
+  }
   if (m != nullptr && m->is_live() && item.incarnation < m->incarnation) {
     add_correction(corrections, m->record);  // the accuser has not seen the refutation
     return;

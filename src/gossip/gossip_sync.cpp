@@ -87,11 +87,13 @@ void GossipCore::answer_sync(TimePoint now, StreamId id, const SyncRequest& requ
   std::unordered_map<PeerId, const DigestEntry*> theirs;
   theirs.reserve(request.digest.size());
   for (const DigestEntry& e : request.digest) theirs.emplace(e.id, &e);
-  // The requester believes we are suspect or dead: refute before answering,
-  // so our answer carries the record that proves otherwise.
+  // The requester believes we are suspect or dead at our incarnation:
+  // refute before answering, so our answer carries the record that proves
+  // otherwise. (A claim above our incarnation names one we never signed;
+  // the answer's record corrects it.)
   if (auto it = theirs.find(self_id()); it != theirs.end() &&
       (it->second->liveness == Liveness::kSuspect || it->second->liveness == Liveness::kDead) &&
-      it->second->liveness_incarnation >= self_.incarnation) {
+      it->second->liveness_incarnation == self_.incarnation) {
     refute(now, it->second->liveness_incarnation);
   }
 

@@ -59,6 +59,7 @@ nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePo
                   {"records_accepted", s.records_accepted},
                   {"records_stale", s.records_stale},
                   {"records_rejected", s.records_rejected},
+                  {"liveness_forged", s.liveness_forged},
                   {"probes", s.probes},
                   {"probes_failed", s.probes_failed},
                   {"suspicions", s.suspicions},

@@ -468,3 +468,59 @@ TEST_CASE("gossip cluster: a peer started before its seed keeps trying and joins
   REQUIRE(net.run_until([&] { return net.core(late).live_members() == 5; }, 30s, 100ms));
   MESSAGE("joined " << to_seconds(net.now()) << " s into the run, after the seed came up");
 }
+
+TEST_CASE("gossip cluster: a member's forged deaths at incarnations nobody signed remove nobody") {
+  // A member (it holds the swarm key) claims three peers dead at UINT64_MAX
+  // and at their incarnation + 1, sends bytes that merely peek as a victim's
+  // own record at UINT64_MAX to that victim, and repeats it for a while.
+  GossipNetwork net(112, GossipConfig{});
+  start(net, 12);
+  FalseDeathCounter deaths(net);
+  const Identity insider = GossipNetwork::identity_for(1001);
+  Sealer sealer(GossipNetwork::members_key().derive("gossip"), insider.public_key(), 1ull << 50);
+  Packet packet;
+  packet.sender = insider.public_key();
+  packet.kind = PacketKind::kGossip;
+  const std::vector<std::size_t> victims = {0, 4, 7};
+  std::map<std::size_t, std::uint64_t> incarnation_before;
+  for (std::size_t v : victims) incarnation_before[v] = net.core(v).self_record()->record.incarnation;
+  const std::uint64_t refutations_before = net.core(4).stats().refutations;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<OutgoingItem> claims;
+    for (std::size_t v : victims) {
+      claims.push_back(LivenessItem{Liveness::kDead, net.id(v), UINT64_MAX, insider.public_key()});
+      claims.push_back(LivenessItem{Liveness::kSuspect, net.id(v), incarnation_before[v] + 1, net.id(9)});
+    }
+    for (std::size_t to : {2, 4, 5, 11}) net.inject_datagram(to, net.address(1), sealer.seal_packet(packet, claims));
+    // Bytes that peek as peer 4's own record at UINT64_MAX (not signed by it).
+    PeerRecord fake = net.core(4).self_record()->record;
+    fake.id = insider.public_key();
+    fake.incarnation = UINT64_MAX;
+    auto signed_fake = sign_record(fake, insider);
+    REQUIRE(signed_fake.is_ok());
+    auto posing = std::make_shared<SignedRecord>(**signed_fake);
+    std::copy(net.id(4).bytes.begin(), net.id(4).bytes.end(), posing->encoded.begin() + 4);
+    REQUIRE(peek_record_version(posing->encoded)->id == net.id(4));
+    posing->record.id = net.id(4);
+    net.inject_datagram(4, net.address(1), sealer.seal_packet(packet, std::vector<OutgoingItem>{RecordPtr(posing)}));
+    net.run_for(3s);
+  }
+  net.run_for(30s);
+  for (std::size_t v : victims) {
+    CHECK(all_see(net, v, Liveness::kAlive));
+    const std::uint64_t now_inc = net.core(v).self_record()->record.incarnation;
+    CHECK(now_inc >= incarnation_before[v]);  // never wrapped
+    CHECK(now_inc < UINT64_MAX);
+  }
+  CHECK(net.core(4).stats().refutations == refutations_before);  // the posing record proved nothing
+  CHECK(net.core(2).stats().liveness_forged > 0);
+  CHECK(deaths.false_deaths == 0);
+
+  // A real crash is still detected within the usual bound.
+  deaths.crashed.insert(7);
+  const TimePoint crashed = net.now();
+  net.crash(7);
+  REQUIRE(net.run_until([&] { return all_see(net, 7, Liveness::kDead); }, 60s, 100ms));
+  CHECK(to_seconds(net.now() - crashed) < 10.0);
+  CHECK(deaths.false_deaths == 0);
+}
