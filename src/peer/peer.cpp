@@ -242,7 +242,10 @@ Result<VersionInfo> Peer::wait_for_head(const std::string& model, std::uint64_t 
     auto head = latest(model);
     if (head && head->version > after) return *head;
     if (!impl_->wait_change(seen, deadline)) {
-      return Status::timeout("no head of '" + model + "' newer than v" + std::to_string(after) + " appeared");
+      const std::string what = "no head of '" + model + "' newer than v" + std::to_string(after) + " appeared";
+      Status joined = impl_->call([&] { return impl_->engine->join_status(); });
+      if (!joined.is_ok()) return joined.with_context(what);
+      return Status::timeout(what);
     }
   }
 }

@@ -12,6 +12,9 @@ namespace tensorhub::peer {
 namespace {
 
 constexpr const char* kLog = "peer";
+// How long a peer started with seeds may go without hearing from any peer
+// before it says that no seed answered.
+constexpr std::chrono::seconds kJoinGrace{5};
 // How long a leaving peer waits for its departure to spread.
 constexpr Duration kLeaveSettle = std::chrono::seconds(3);
 
@@ -113,11 +116,35 @@ Status PeerEngine::start() {
   core_ = std::make_unique<PeerCore>(std::move(config), identity_.public_key(), wall_clock_ms(), &gossip_->core());
   gossip_->on_event([this](const gossip::MemberEvent& e) {
     if (closed_) return;
+    joined_ = true;
     core_->on_member_event(now(), e);
     pump();
   });
   TH_LOG_INFO(kLog, "data plane on " << data_bound.to_string());
+  if (!options_.seeds.empty()) {
+    // Said once, within seconds: otherwise a peer that joined nobody would
+    // show it only as a fetch that finds no head.
+    join_check_ = std::make_unique<asio::steady_timer>(io_, kJoinGrace);
+    join_check_->async_wait([this](std::error_code ec) {
+      if (ec || closed_) return;
+      if (Status s = join_status(); !s.is_ok()) TH_LOG_ERROR(kLog, s.message());
+    });
+  }
   return Status::ok();
+}
+
+Status PeerEngine::join_status() const {
+  if (joined_ || options_.seeds.empty()) return Status::ok();
+  std::string seeds;
+  for (const std::string& seed : options_.seeds) seeds += (seeds.empty() ? "" : ", ") + seed;
+  return Status::unavailable("this peer has heard from no other peer: no seed answered (" + seeds +
+                             "); check that a seed runs, is reachable, and holds the same swarm key");
+}
+
+Status PeerEngine::with_join_status(Status s) const {
+  const Status joined = join_status();
+  if (s.is_ok() || joined.is_ok()) return s;
+  return Status(s.code(), s.message() + " (" + joined.message() + ")");
 }
 
 void PeerEngine::leave(std::function<void()> done) {
@@ -165,7 +192,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model, std::uint64_t number,
                                                         core::MutableRegions destination) {
   auto manifest = core_->resolve(model, number);
-  if (!manifest) return manifest.status();
+  if (!manifest) return with_join_status(manifest.status());
   const Manifest& m = **manifest;
   core::AnonymousMemory owned;
   if (destination.empty()) {
@@ -182,7 +209,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
 
 Result<VersionInfo> PeerEngine::version_info(const std::string& model, std::uint64_t version) const {
   auto m = core_->resolve(model, version);
-  if (!m) return m.status();
+  if (!m) return with_join_status(m.status());
   return VersionInfo{(*m)->model(), (*m)->version(), (*m)->id(), (*m)->total_size()};
 }
 

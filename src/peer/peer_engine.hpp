@@ -55,6 +55,10 @@ class PeerEngine final : public TransportEvents {
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
   std::size_t replicas(const ManifestId& id) const { return core_->replicas(id); }
   std::string status_json() const;
+  // kUnavailable while this peer, started with seeds, has heard from no
+  // other peer: no seed answered (not running, unreachable, or holding
+  // another swarm key). OK once any peer was heard, or without seeds.
+  Status join_status() const;
   // Runs `fn` (on the I/O thread) whenever gossip or a transfer changed something.
   void on_change(std::function<void()> fn) { change_listeners_.push_back(std::move(fn)); }
 
@@ -82,6 +86,8 @@ class PeerEngine final : public TransportEvents {
   void release_memory(ReleaseMemory release);
   std::shared_ptr<Lease> lease_of(const std::shared_ptr<LocalVersion>& version);
   void head_changed(const VersionInfo& head);
+  // `s`, with why it may have failed when this peer never joined.
+  Status with_join_status(Status s) const;
   static TimePoint now();
 
   asio::io_context& io_;
@@ -100,6 +106,8 @@ class PeerEngine final : public TransportEvents {
   std::map<std::string, std::vector<std::function<void(const VersionInfo&)>>> subscribers_;
   std::vector<std::function<void()>> change_listeners_;
   bool closed_ = false;
+  bool joined_ = false;  // some other peer was heard of since start
+  std::unique_ptr<asio::steady_timer> join_check_;  // logs a peer that joined nobody
   core::WorkPool pool_;  // last: its jobs finish before the rest goes
 };
 

@@ -301,3 +301,31 @@ TEST_CASE("peer: publish from regions and fetch into regions over TCP, blocks ga
   std::vector<MutableRegion> bad = {MutableRegion(into[0].data(), 0)};
   CHECK(worker->fetch("policy", 1, std::span<const MutableRegion>(bad)).status().code() == StatusCode::kInvalidArgument);
 }
+
+TEST_CASE("peer: a peer whose seeds never answer says so, instead of only that no head appeared") {
+  const PublicKey publisher = GossipNetwork::identity_for(640).public_key();
+  // A peer under another swarm key: it answers nothing this swarm sends.
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.data_listen = "127.0.0.1:0";
+  std::array<std::uint8_t, 32> other{};
+  other.fill(0x77);
+  auto foreign = Peer::start(o, GossipNetwork::identity_for(641), SwarmKey::from_bytes(other));
+  REQUIRE(foreign.is_ok());
+  auto lonely = start_peer(642, publisher, {(*foreign)->gossip_address()});
+  auto head = lonely->wait_for_head("policy", 0, 1500ms);
+  REQUIRE_FALSE(head.is_ok());
+  CHECK(head.status().code() == StatusCode::kUnavailable);
+  CHECK(head.status().message().find("no seed answered") != std::string::npos);
+  CHECK(head.status().message().find((*foreign)->gossip_address()) != std::string::npos);
+  auto fetched = lonely->fetch("policy", kLatestVersion);
+  REQUIRE_FALSE(fetched.is_ok());
+  CHECK(fetched.status().message().find("no seed answered") != std::string::npos);
+
+  // Joined, the same wait is an ordinary timeout.
+  auto seed = start_peer(643, publisher, {});
+  auto member = start_peer(644, publisher, {seed->gossip_address()});
+  auto none = member->wait_for_head("policy", 0, 1500ms);
+  REQUIRE_FALSE(none.is_ok());
+  CHECK(none.status().code() == StatusCode::kTimeout);
+}
