@@ -65,6 +65,13 @@ struct PeerOptions {
   // extra ones carry requests and pieces, for links one connection cannot fill.
   std::size_t data_lanes = 1;
   std::uint64_t shard_size = kAutoShardSize;  // for versions this peer publishes (auto_shard_size)
+  // The shard hash of versions this peer publishes: XXH3-128 (fast; catches
+  // any accidental change) or BLAKE2b-256 (secure mode: also deliberate
+  // forgery by a member). docs/security.md states each mode's promise.
+  ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
+  // Fetch only versions whose shards are hashed with BLAKE2b-256: any other
+  // is refused with kPermissionDenied.
+  bool require_secure_hash = false;
   // Retention: release() of a model's head waits while fewer than this many
   // other peers hold it complete (0: never wait), until another holder
   // completes, a newer head appears, or max_release_deferral passes.

@@ -84,6 +84,16 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--rack", args->peer.rack, "Topology label: rack");
   p->add_option("--host", args->peer.host, "Topology label: host");
   add_shard_size_option(*p, args->peer.shard_size, "versions this peer publishes");
+  p->add_option_function<std::string>(
+       "--hash",
+       [args](const std::string& name) {
+         args->peer.shard_hash =
+             name == "blake2b-256" ? ShardHashAlgorithm::kBlake2b_256 : ShardHashAlgorithm::kXxh3_128;
+       },
+       "Shard hash of versions this peer publishes: xxh3-128 (default, fast) or blake2b-256 (secure mode)")
+      ->check(CLI::IsMember({"xxh3-128", "blake2b-256"}));
+  p->add_flag("--require-secure-hash", args->peer.require_secure_hash,
+              "Fetch only versions whose shards are hashed with blake2b-256");
   p->add_option("--data-lanes", args->peer.data_lanes,
                 "TCP connections to each neighbour this peer opens (1-8, default 1): more for links one cannot fill");
   p->add_option("--retain-replicas", args->peer.retain_head_replicas,

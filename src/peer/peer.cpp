@@ -39,6 +39,7 @@ struct Peer::Impl {
   PeerId id;
   std::optional<Identity> identity;  // a copy for signing publications on the caller's thread
   std::uint64_t shard_size = kAutoShardSize;
+  ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
 
   // Waiters wake when `generation` moves (the engine changed something).
   std::mutex change_mutex;
@@ -157,6 +158,7 @@ Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions in
   impl->id = identity.public_key();
   impl->identity.emplace(identity.clone());
   impl->shard_size = options.shard_size;
+  impl->shard_hash = options.shard_hash;
   impl->engine = std::make_unique<PeerEngine>(impl->io, std::move(options), internal, std::move(identity),
                                               std::move(swarm_key),
                                               [raw](std::function<void()> fn) { raw->run_callback(std::move(fn)); });
@@ -209,6 +211,7 @@ Result<PublishHandle> Peer::publish(const std::string& model, std::span<const Co
     o.parent = next->parent;
     o.created_unix_ms = wall_clock_ms();
     o.shard_size = impl_->shard_size;
+    o.shard_hash = impl_->shard_hash;
     // Hashed here, on the caller's thread and its helpers: the I/O thread goes on serving.
     auto manifest = build_manifest(o, regions, tensors, *impl_->identity);
     if (!manifest) return manifest.status();

@@ -45,6 +45,8 @@ struct PeerCoreConfig {
   std::vector<PublicKey> trusted_publishers;  // manifests signed by others are refused
   swarm::RetentionPolicy retention;
   bool super_seed = true;  // a publisher reveals its shards a few at a time
+  // Only versions hashed with BLAKE2b-256 are fetched (secure mode).
+  bool require_secure_hash = false;
   // A manifest asked for and not here after this is asked of another peer
   // whose record names it.
   Duration manifest_retry = std::chrono::seconds(2);
@@ -168,7 +170,9 @@ class PeerCore {
   // already is copied from the local copy (CopyShards) once that one is
   // complete, and never shares state with it. `domain`: where the
   // destination lives (it verifies and copies into it).
-  // Errors: kInvalidArgument (destination of another size).
+  // Errors: kInvalidArgument (destination of another size);
+  // kPermissionDenied (the version's shard hash is not BLAKE2b-256 and the
+  // config requires it).
   Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                               core::MutableRegions destination,
                                               const MemoryDomain& domain = host_memory());

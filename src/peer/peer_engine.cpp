@@ -113,6 +113,7 @@ Status PeerEngine::start() {
   config.trusted_publishers = options_.trusted_publishers;
   config.retention = swarm::RetentionPolicy{options_.retain_head_replicas, options_.max_release_deferral};
   config.super_seed = options_.super_seed;
+  config.require_secure_hash = options_.require_secure_hash;
   core_ = std::make_unique<PeerCore>(std::move(config), identity_.public_key(), wall_clock_ms(), &gossip_->core());
   gossip_->on_event([this](const gossip::MemberEvent& e) {
     if (closed_) return;

@@ -88,6 +88,11 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
                                                       core::MutableRegions destination,
                                                       const MemoryDomain& domain) {
   const Manifest& m = *manifest;
+  if (config_.require_secure_hash && m.body().shard_hash != ShardHashAlgorithm::kBlake2b_256) {
+    return Status::permission_denied(m.model() + " v" + std::to_string(m.version()) + " is hashed with " +
+                                     std::string(shard_hash_name(m.body().shard_hash)) +
+                                     "; this peer fetches only versions hashed with blake2b-256 (secure mode)");
+  }
   if (!destination.empty() && destination.size() != m.total_size()) {
     return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) +
                                     " bytes; the version needs " + std::to_string(m.total_size()));

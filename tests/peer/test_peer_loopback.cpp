@@ -329,3 +329,37 @@ TEST_CASE("peer: a peer whose seeds never answer says so, instead of only that n
   REQUIRE_FALSE(none.is_ok());
   CHECK(none.status().code() == StatusCode::kTimeout);
 }
+
+TEST_CASE("peer: secure mode: versions published with blake2b-256, and a fetcher that requires it refuses others") {
+  const PublicKey publisher_key = GossipNetwork::identity_for(650).public_key();
+  auto publisher = start_peer(650, publisher_key, {}, [](PeerOptions& o) { o.shard_hash = ShardHashAlgorithm::kBlake2b_256; });
+  const std::string seed = publisher->gossip_address();
+  const PublicKey fast_key = GossipNetwork::identity_for(652).public_key();
+  auto strict = start_peer(651, publisher_key, {seed}, [&](PeerOptions& o) {
+    o.require_secure_hash = true;
+    o.trusted_publishers.push_back(fast_key);
+  });
+
+  auto image = small_model(23, 1u << 20);
+  auto layout = parse_safetensors(image);
+  REQUIRE(layout.is_ok());
+  auto secure = publisher->publish("policy", image, layout->tensors);
+  REQUIRE(secure.is_ok());
+  CHECK(secure->manifest().body().shard_hash == ShardHashAlgorithm::kBlake2b_256);
+  REQUIRE(strict->wait_for_head("policy", 0, 10s).is_ok());
+  auto fetched = strict->fetch("policy", kLatestVersion);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  REQUIRE(fetched->wait(20s).is_ok());
+  CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), image.begin(), image.end()));
+
+  // A trusted publisher in the default mode: XXH3-128.
+  auto fast = start_peer(652, fast_key, {seed});
+  auto quick = fast->publish("critic", image, layout->tensors);
+  REQUIRE(quick.is_ok());
+  CHECK(quick->manifest().body().shard_hash == ShardHashAlgorithm::kXxh3_128);
+  REQUIRE(strict->wait_for_head("critic", 0, 10s).is_ok());
+  auto refused = strict->fetch("critic", kLatestVersion);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().code() == StatusCode::kPermissionDenied);
+  CHECK(refused.status().message().find("xxh3-128") != std::string::npos);
+}
