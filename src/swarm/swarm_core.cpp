@@ -454,21 +454,20 @@ void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shar
 
 void SwarmCore::handle_timeout(TimePoint now) {
   if (now >= next_landing_deadline()) {
-    // A payload begun and not finished for this long holds its block
-    // hostage (nobody else's copy may land): the sender is stalled, or
-    // stalling on purpose.
+    // A payload that stopped, or drips below the minimum rate, holds its
+    // block hostage (nobody else's copy may land): the sender is stalled,
+    // or stalling on purpose.
     std::vector<PeerId> stalled;
     for (const auto& [peer, c] : connections_) {
       for (const auto& [rid, o] : c.requests) {
-        if (o.landing &&
-            now >= landing_.since(o.version_id, o.shard, o.block) + config_.fetch.request_timeout * kLandingLimitTimeouts) {
+        if (o.landing && now >= landing_.deadline(o.version_id, o.shard, o.block)) {
           stalled.push_back(peer);
           break;
         }
       }
     }
     for (const PeerId& peer : stalled) {
-      actions_.push(CloseConnection{peer, "a piece stalled mid-payload"});
+      actions_.push(CloseConnection{peer, "a piece stalled mid-payload, or landed below the minimum rate"});
       forget_connection(now, peer);
     }
   }

@@ -55,6 +55,10 @@ struct SwarmConfig {
   // central baseline's workers run so, and peer exchange must not turn
   // them into a swarm.
   bool serve_fetched = true;
+  // A payload landing slower than this on average (after the stall limit's
+  // grace) is given up with its connection: a sender that drips bytes must
+  // not keep its block from the others.
+  double min_landing_bytes_per_second = 256 * 1024;
 };
 
 // --- actions for the driver ---
@@ -102,10 +106,13 @@ struct FetchFinished {
 using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, DropQueuedPieces, VerifyShard,
                                  ShardHeld, FetchFinished>;
 
-// Where an arriving piece's payload belongs.
 // A landing payload that has made no progress for this many request
-// timeouts is stalled (a driver that reports no progress: since it began).
+// timeouts is stalled (a driver that reports no progress: since it began),
+// and so is one landing longer than that plus its length at
+// SwarmConfig::min_landing_bytes_per_second (LandingTracker).
 inline constexpr int kLandingLimitTimeouts = 3;
+
+// Where an arriving piece's payload belongs.
 
 struct PieceTarget {
   ManifestId version_id;
@@ -165,7 +172,8 @@ class SwarmCore {
   // shard being verified, so bytes that verified stay as they were. A
   // landing payload keeps its request even when the fetch gives up on it
   // (it is on the wire already), and one that stalls past
-  // kLandingLimitTimeouts request timeouts closes its connection.
+  // kLandingLimitTimeouts request timeouts, or lands below the minimum
+  // rate (LandingTracker), closes its connection.
   // REQUIRES: the driver stops writing a payload when it closes the
   // connection (CloseConnection, or a close of its own before on_disconnected).
   std::optional<PieceTarget> begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header);
@@ -330,7 +338,8 @@ class SwarmCore {
   std::shared_ptr<LocationBook> locations_;  // never null
   core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
-  LandingTracker landing_;  // the payloads landing now, over every version and connection
+  // The payloads landing now, over every version and connection.
+  LandingTracker landing_{config_.fetch.request_timeout * kLandingLimitTimeouts, config_.min_landing_bytes_per_second};
 };
 
 }  // namespace tensorhub::swarm

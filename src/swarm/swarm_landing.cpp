@@ -20,7 +20,7 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   Outstanding& o = r->second;
   // Two payloads writing one block could leave a liar's bytes over an
   // honest copy that has verified; one landing at a time cannot.
-  if (!v->second.fetch->wants_block(o.shard, o.block) || !landing_.begin(o.version_id, o.shard, o.block, now)) {
+  if (!v->second.fetch->wants_block(o.shard, o.block) || !landing_.begin(o.version_id, o.shard, o.block, o.length, now)) {
     o.superseded = true;
     return std::nullopt;
   }
@@ -80,8 +80,7 @@ void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::s
 }
 
 TimePoint SwarmCore::next_landing_deadline() const {
-  if (landing_.empty()) return kTimeNever;
-  return landing_.oldest() + config_.fetch.request_timeout * kLandingLimitTimeouts;
+  return landing_.next_deadline();
 }
 
 }  // namespace tensorhub::swarm

@@ -29,9 +29,10 @@ struct Served {
 // One fetcher, holders A and B; the version is a single 64 KiB block.
 class Trio {
  public:
-  Trio() {
+  explicit Trio(double min_landing_bytes_per_second = SwarmConfig{}.min_landing_bytes_per_second) {
     config.fetch.block_size = kBlock;
     config.fetch.request_timeout = 100ms;
+    config.min_landing_bytes_per_second = min_landing_bytes_per_second;
     version.bytes[0] = 0x42;
     const Location here{"dc1", "r1", "h0"};
     fetcher = std::make_unique<SwarmCore>(config, here, f, 1);
@@ -237,8 +238,8 @@ TEST_CASE("piece landing: a payload stalled mid-way closes its connection, and t
   CHECK(t.verifies.size() == 1);
 }
 
-TEST_CASE("piece landing: a payload that keeps moving is never stalled, the limit counts from its last progress") {
-  Trio t;
+TEST_CASE("piece landing: a payload that keeps moving above the minimum rate is never stalled, the limit counts from its last progress") {
+  Trio t(/*min_landing_bytes_per_second=*/1024);  // 64 s for the 64 KiB block
   const Served first = t.begin_first();
   const Duration limit = t.config.fetch.request_timeout * kLandingLimitTimeouts;
   // A slow payload: bytes keep coming, for 4 times the limit.
@@ -260,6 +261,39 @@ TEST_CASE("piece landing: a payload that keeps moving is never stalled, the limi
   CHECK(t.closed[0] == first.from);
 }
 
+TEST_CASE("piece landing: a payload that drips below the minimum rate is given up with its connection, and another copy lands") {
+  Trio t;  // 256 KiB/s: the 64 KiB block is allowed the stall limit + 250 ms
+  const Served first = t.begin_first();
+  const Duration limit = t.config.fetch.request_timeout * kLandingLimitTimeouts;
+  const TimePoint given_up_at = t.now + limit + 250ms;
+  CHECK(t.fetcher->next_timeout() <= t.now + limit);
+  // A byte now and then: it moves, so the stall limit alone never fires.
+  while (t.now + 20ms < given_up_at) {
+    t.advance(20ms);
+    t.fetcher->on_piece_progress(t.now, first.from, first.header);
+    REQUIRE(t.closed.empty());
+  }
+  t.advance(given_up_at - t.now);
+  REQUIRE(t.closed.size() == 1);
+  CHECK(t.closed[0] == first.from);
+  // The block goes to the other holder.
+  bool landed = false;
+  for (int step = 0; step < 20 && !landed; ++step) {
+    for (std::size_t i = 1; i < t.served.size(); ++i) {
+      const Served s = t.served[i];
+      if (s.from == first.from) continue;
+      const bool began = t.fetcher->begin_piece(t.now, s.from, s.header).has_value();
+      t.fetcher->on_piece(t.now, s.from, s.header, began);
+      landed = landed || began;
+    }
+    t.served.erase(t.served.begin() + 1, t.served.end());
+    t.pump();
+    if (!landed) t.advance(50ms);
+  }
+  CHECK(landed);
+  CHECK(t.verifies.size() == 1);
+}
+
 TEST_CASE("piece landing: stopping a fetch closes the connections still landing its payloads") {
   Trio t;
   const Served first = t.begin_first();
@@ -273,30 +307,33 @@ TEST_CASE("piece landing: stopping a fetch closes the connections still landing 
   CHECK(t.fetcher->next_timeout() == kTimeNever);
 }
 
-TEST_CASE("landing tracker: one payload per block, each with the time it last moved, the oldest found at once") {
+TEST_CASE("landing tracker: one payload per block, each with its deadline (stall or minimum rate), the first found at once") {
   using namespace std::chrono_literals;
-  swarm::LandingTracker landing;
+  swarm::LandingTracker landing(100ms, 1e6);  // 1 MB/s: 1,000 bytes take 1 ms
   ManifestId a, b;
   a.bytes[0] = 1;
   b.bytes[0] = 2;
   const TimePoint t0 = TimePoint(1s);
-  CHECK(landing.oldest() == kTimeNever);
-  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{1}, t0));
-  CHECK_FALSE(landing.begin(a, ShardIndex{0}, BlockIndex{1}, t0 + 1ms));  // a second copy of that block waits
-  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, t0 + 2ms));        // another version's block is another block
-  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{2}, t0 + 3ms));
+  CHECK(landing.next_deadline() == kTimeNever);
+  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{1}, 50'000, t0));  // rate allows 100 + 50 ms
+  CHECK_FALSE(landing.begin(a, ShardIndex{0}, BlockIndex{1}, 50'000, t0 + 1ms));  // a second copy of that block waits
+  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, 50'000, t0 + 2ms));  // another version's block is another block
+  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{2}, 50'000, t0 + 3ms));
   CHECK(landing.size() == 3);
-  CHECK(landing.oldest() == t0);
+  CHECK(landing.next_deadline() == t0 + 100ms);
   landing.moved(a, ShardIndex{0}, BlockIndex{1}, t0 + 10ms);
-  CHECK(landing.oldest() == t0 + 2ms);
-  CHECK(landing.since(a, ShardIndex{0}, BlockIndex{1}) == t0 + 10ms);
+  CHECK(landing.deadline(a, ShardIndex{0}, BlockIndex{1}) == t0 + 110ms);
+  CHECK(landing.next_deadline() == t0 + 102ms);
+  landing.moved(a, ShardIndex{0}, BlockIndex{1}, t0 + 90ms);  // moving, but the rate's deadline holds
+  CHECK(landing.deadline(a, ShardIndex{0}, BlockIndex{1}) == t0 + 150ms);
   landing.end(b, ShardIndex{0}, BlockIndex{1});
-  CHECK(landing.oldest() == t0 + 3ms);
+  CHECK(landing.next_deadline() == t0 + 103ms);
   landing.end(a, ShardIndex{0}, BlockIndex{2});
   landing.end(a, ShardIndex{0}, BlockIndex{2});  // twice: harmless
-  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, t0 + 20ms));
+  CHECK(landing.next_deadline() == t0 + 150ms);
+  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, 50'000, t0 + 20ms));
   landing.end(a, ShardIndex{0}, BlockIndex{1});
   landing.end(b, ShardIndex{0}, BlockIndex{1});
   CHECK(landing.empty());
-  CHECK(landing.since(a, ShardIndex{0}, BlockIndex{1}) == kTimeNever);
+  CHECK(landing.deadline(a, ShardIndex{0}, BlockIndex{1}) == kTimeNever);
 }
