@@ -65,6 +65,7 @@ void FetchSession::one_less_in_flight(Neighbour& n) {
 void FetchSession::release_requests_of(const PeerId& peer) {
   for (auto& [index, s] : shards_) {
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) drop_request(ShardIndex{index}, BlockIndex{b}, peer);
+    if (s.only_from && *s.only_from == peer) s.only_from.reset();  // another may take the retry up
   }
 }
 

@@ -42,6 +42,7 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
 
 void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block) {
   Shard& s = shard_state(shard);
+  if (!s.only_from && retry_alone_.count(shard.value)) s.only_from = id;
   // Only shards asked within the datacenter are claimed: one begun across
   // the WAN may be deferred to a carrier elsewhere in the datacenter, and
   // mates that left it to us would wait for the claim to lapse.
@@ -69,7 +70,7 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
   // 1. Shards already started: finish what is begun before starting more.
   for (auto& [index, s] : shards_) {
     const ShardIndex shard{index};
-    if (s.verifying || !allowed_from(now, n, shard)) continue;
+    if (s.verifying || (s.only_from && !(*s.only_from == id)) || !allowed_from(now, n, shard)) continue;
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
       if (!s.received.test(b) && s.requests[b].empty()) {
         send_request(now, id, n, shard, BlockIndex{b});
@@ -88,7 +89,7 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
   endgame_ = true;
   for (auto& [index, s] : shards_) {
     const ShardIndex shard{index};
-    if (s.verifying || !allowed_from(now, n, shard)) continue;
+    if (s.verifying || s.only_from || !allowed_from(now, n, shard)) continue;  // a retry alone gets no duplicate
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
       auto& requests = s.requests[b];
       if (s.received.test(b) || requests.size() >= config_.endgame_duplicates) continue;
@@ -260,6 +261,7 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
   if (it == shards_.end() || !it->second.verifying) return;
   if (good) {
     shards_.erase(it);
+    retry_alone_.erase(shard.value);
     mate_claims_.erase(shard.value);
     have_.set(shard.value);
     picker_.drop(shard);
@@ -271,18 +273,23 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
     schedule(now);
     return;
   }
-  // A bad shard: discard it, penalize whoever sent its blocks, fetch it again.
+  // A bad shard: discard it and fetch it again. Sent by one neighbour
+  // alone, it is that neighbour's fault; sent by several, nobody's yet: it
+  // is fetched again from one of them (retry_alone_), so the next failure
+  // names its sender.
   ++bad_shards_;
   std::set<PeerId> senders(it->second.sources.begin(), it->second.sources.end());
   unrequested_ += layout_.block_count(shard);
   shards_.erase(it);
-  for (const PeerId& sender : senders) {
-    auto n = neighbours_.find(sender);
-    if (n == neighbours_.end()) continue;
-    if (++n->second.bad_shards >= config_.max_bad_shards) {
-      lose_neighbour(now, sender, /*ban=*/true,
-                     "sent " + std::to_string(n->second.bad_shards) + " shards that failed verification");
-    }
+  if (senders.size() != 1) {
+    retry_alone_.insert(shard.value);
+    schedule(now);
+    return;
+  }
+  const PeerId sender = *senders.begin();
+  if (auto n = neighbours_.find(sender); n != neighbours_.end() && ++n->second.bad_shards >= config_.max_bad_shards) {
+    lose_neighbour(now, sender, /*ban=*/true,
+                   "sent " + std::to_string(n->second.bad_shards) + " shards that failed verification");
   }
   schedule(now);
 }

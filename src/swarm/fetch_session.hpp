@@ -9,8 +9,9 @@
 // every missing block is in flight it enters endgame and asks a second
 // holder, cancelling the loser. Completed shards are verified (by the
 // driver, which owns the bytes); a good shard is announced, a bad one is
-// requested again elsewhere and its senders are penalized, and a peer that
-// sends bad shards repeatedly is dropped. A lost connection or a timed-out
+// requested again: from one sender alone when several sent it, so that a
+// failure is blamed only on a sender that sent the whole shard, and a peer
+// so blamed repeatedly is dropped. A lost connection or a timed-out
 // request puts its blocks back at once. If some shard has no holder left,
 // the fetch fails with a message naming it.
 //
@@ -313,6 +314,10 @@ class FetchSession {
     bool started = false;
     bool verifying = false;
     bool claimed = false;  // host mates told (ClaimAction): it was asked beyond the host
+    // Fetched again after failing with several senders: every block from
+    // this one neighbour (the first asked), so that a failure names its
+    // sender. Cleared when that neighbour stops serving us.
+    std::optional<PeerId> only_from;
   };
   struct Neighbour {
     bool complete_source = false;  // named complete by gossip when it became a neighbour
@@ -484,6 +489,11 @@ class FetchSession {
   std::optional<TimePoint> swap_due_;     // when to try the next trade (cleared with the starvation)
   std::uint64_t bytes_received_ = 0, bytes_from_wan_ = 0;
   std::uint32_t bad_shards_ = 0;
+  // Shards that failed verification with several senders, not yet verified
+  // since: each is fetched again from one sender (Shard::only_from). Blame
+  // falls only on a sender that alone sent a shard that failed, so a liar
+  // among honest co-senders gets nobody else banned.
+  std::set<std::uint32_t> retry_alone_;
   std::uint64_t requests_timed_out_ = 0;
   std::uint64_t duplicate_bytes_ = 0;
   bool endgame_ = false;

@@ -896,3 +896,27 @@ TEST_CASE("fetch session: its timers are named, and the next timeout is the earl
   CHECK(d.session.next_timeout() == timers.next());
   CHECK(timers.next() <= d.now + 200ms);
 }
+
+TEST_CASE("fetch session: one liar among honest co-senders gets only itself banned") {
+  // Multi-block shards pulled from many holders at once: most shards the
+  // liar touches have honest co-senders, whom blaming every sender would
+  // ban too.
+  FetchConfig config;
+  config.max_bad_shards = 2;
+  config.pipeline_blocks = 2;
+  Driver d(layout(64), config);  // 64 shards of 4 blocks
+  Holder liar = full(64, {"dc1", "r1", "h1"});
+  liar.corrupt = true;
+  d.add_holder(1, liar);
+  d.add_holder(2, full(64, {"dc1", "r2", "h2"}));
+  d.add_holder(3, full(64, {"dc1", "r3", "h3"}));
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  CHECK(d.session.progress().bad_shards >= 2);
+  std::set<PeerId> banned;
+  for (const auto& [who, why] : d.disconnects) {
+    if (why.find("failed verification") != std::string::npos) banned.insert(who);
+  }
+  CHECK(banned == std::set<PeerId>{peer(1)});
+}
