@@ -181,11 +181,16 @@ class Peer {
 
   // Publishes `image` (a flat byte image described by `tensors`, e.g. a
   // mapped safetensors file) as the next version of `model`, signed with this
-  // peer's key. The version number is the model's current head + 1. The
-  // image is hashed on the calling thread and the peer's pool, never on the
-  // I/O thread. A publish that fails serves nothing.
+  // peer's key. The version number is the model's current head + 1: a peer
+  // started with seeds first waits (up to 10 s) until it has heard from the
+  // swarm and verified any head that gossip announces, so a restarted
+  // trainer never reuses a number. The image is hashed on the calling
+  // thread and the peer's pool, never on the I/O thread. A publish that
+  // fails serves nothing.
   // Errors: kPermissionDenied (this peer's key is not a trusted publisher),
   // kInvalidArgument (bad model name, tensor table or shard size),
+  // kUnavailable (the head could not be learnt within 10 s: no seed
+  // answered, or the announced head's manifest was not obtained),
   // kAlreadyExists (other publications of the model kept taking the next
   // number), kVerifyFailed (the manifest breaks the model's chain).
   Result<PublishHandle> publish(const std::string& model, std::span<const std::byte> image,

@@ -22,6 +22,8 @@ namespace {
 constexpr auto kLeaveWait = std::chrono::seconds(4);
 // Publications that lost the race for a version number are built again this often.
 constexpr int kPublishAttempts = 3;
+// How long a publication waits to learn the head it must follow.
+constexpr auto kHeadWait = std::chrono::seconds(10);
 
 std::uint64_t wall_clock_ms() {
   return static_cast<std::uint64_t>(
@@ -202,8 +204,11 @@ Result<PublishHandle> Peer::publish(const std::string& model, std::span<const st
 
 Result<PublishHandle> Peer::publish(const std::string& model, std::span<const ConstRegion> regions,
                                     std::vector<TensorEntry> tensors) {
-  for (int attempt = 1;; ++attempt) {
+  const auto head_deadline = std::chrono::steady_clock::now() + kHeadWait;
+  for (int attempt = 1;;) {
+    const std::uint64_t seen = impl_->current_generation();
     auto next = impl_->call([&] { return impl_->engine->next_version(model); });
+    if (!next && next.status().code() == StatusCode::kUnavailable && impl_->wait_change(seen, head_deadline)) continue;
     if (!next) return next.status();
     ManifestBuildOptions o;
     o.model = model;
@@ -217,7 +222,7 @@ Result<PublishHandle> Peer::publish(const std::string& model, std::span<const Co
     if (!manifest) return manifest.status();
     auto shared = std::make_shared<const Manifest>(std::move(*manifest));
     auto v = impl_->call([&] { return impl_->engine->publish(shared, core::ConstRegions(regions)); });
-    if (!v && v.status().code() == StatusCode::kAlreadyExists && attempt < kPublishAttempts) continue;
+    if (!v && v.status().code() == StatusCode::kAlreadyExists && attempt++ < kPublishAttempts) continue;
     if (!v) return v.status();
     auto state = std::make_shared<PublishHandle::State>();
     state->impl = impl_.get();

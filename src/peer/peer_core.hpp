@@ -147,6 +147,10 @@ class PeerCore {
   // --- Versions ---
   // The number and parent the next publication of `model` must carry.
   HeadTracker::NextVersion next_version(const std::string& model) const { return heads_.next_version(model); }
+  // A head of `model` that gossip announces above the one verified here
+  // (its manifest not fetched or not checked yet): a publication must wait
+  // for it, or it would reuse its number.
+  std::optional<std::uint64_t> unverified_head(const std::string& model) const;
   bool trusts(const PublicKey& publisher) const { return heads_.trusts(publisher); }
   // Serves `memory` as the version `manifest` describes and announces it as
   // the head. `have`: the shards held (empty: all of them; a part is served

@@ -180,6 +180,18 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
     return Status::permission_denied("this peer's key is not among its trusted publishers");
   }
   TENSORHUB_RETURN_IF_ERROR(validate_model_name(model));
+  // A number must follow the head the swarm has: never publish before
+  // hearing from it (a restarted trainer would reuse a number), nor past a
+  // head it announces that is not verified here yet.
+  if (!joined_ && !options_.seeds.empty()) {
+    const Status joined = join_status();
+    return Status::unavailable("this peer has not heard from the swarm yet, so it cannot know the head of " + model +
+                               " (" + joined.message() + ")");
+  }
+  if (auto announced = core_->unverified_head(model)) {
+    return Status::unavailable("gossip names " + model + " v" + std::to_string(*announced) +
+                               ", whose manifest this peer has not verified yet; a publication must follow it");
+  }
   return core_->next_version(model);
 }
 

@@ -38,7 +38,9 @@ class PeerEngine final : public TransportEvents {
   const core::HostPort& gossip_address() const { return gossip_->bound(); }
 
   // The number and parent of the next publication of `model`.
-  // Errors: kPermissionDenied (this peer's key is not a trusted publisher).
+  // Errors: kPermissionDenied (this peer's key is not a trusted publisher);
+  // kUnavailable while the number cannot be known yet (started with seeds
+  // and heard from no peer, or gossip names a head not verified here).
   Result<HeadTracker::NextVersion> next_version(const std::string& model) const;
   // Errors: as PeerCore::publish.
   Result<std::shared_ptr<LocalVersion>> publish(std::shared_ptr<const Manifest> manifest, core::ConstRegions image);

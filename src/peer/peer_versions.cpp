@@ -391,4 +391,13 @@ void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v
   state_changed();
 }
 
+std::optional<std::uint64_t> PeerCore::unverified_head(const std::string& model) const {
+  if (gossip_ == nullptr) return std::nullopt;
+  const auto announced = gossip_->known_heads().head(model);
+  if (!announced) return std::nullopt;
+  const auto verified = heads_.head(model);
+  if (verified && verified->version >= announced->version) return std::nullopt;
+  return announced->version;
+}
+
 }  // namespace tensorhub::peer

@@ -363,3 +363,43 @@ TEST_CASE("peer: secure mode: versions published with blake2b-256, and a fetcher
   CHECK(refused.status().code() == StatusCode::kPermissionDenied);
   CHECK(refused.status().message().find("xxh3-128") != std::string::npos);
 }
+
+TEST_CASE("peer: a restarted publisher learns the head from the swarm before it numbers a version") {
+  const PublicKey trainer_key = GossipNetwork::identity_for(660).public_key();
+  auto image = small_model(24, 1u << 20);
+  auto layout = parse_safetensors(image);
+  REQUIRE(layout.is_ok());
+  auto trainer = start_peer(660, trainer_key, {});
+  auto worker = start_peer(661, trainer_key, {trainer->gossip_address()});
+  {
+    auto v1 = trainer->publish("policy", image, layout->tensors);
+    REQUIRE(v1.is_ok());
+    REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+    auto copy = worker->fetch("policy", kLatestVersion);
+    REQUIRE(copy.is_ok());
+    REQUIRE(copy->wait(20s).is_ok());
+    v1->release();
+    trainer.reset();  // the trainer's daemon restarts: it remembers nothing
+    auto restarted = start_peer(660, trainer_key, {worker->gossip_address()});
+    auto v2 = restarted->publish("policy", image, layout->tensors);
+    REQUIRE_MESSAGE(v2.is_ok(), v2.status().to_string());
+    CHECK(v2->version() == 2);  // not 1 again: that would be two manifests for one number
+    CHECK(v2->manifest().body().parent == copy->info().id);
+    auto head = worker->wait_for_head("policy", 1, 10s);
+    REQUIRE(head.is_ok());
+    CHECK(head->version == 2);
+  }
+  // A publisher whose seeds never answer fails with the reason, not a guess.
+  std::array<std::uint8_t, 32> other{};
+  other.fill(0x55);
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.data_listen = "127.0.0.1:0";
+  auto foreign = Peer::start(o, GossipNetwork::identity_for(662), SwarmKey::from_bytes(other));
+  REQUIRE(foreign.is_ok());
+  auto lonely = start_peer(663, GossipNetwork::identity_for(663).public_key(), {(*foreign)->gossip_address()});
+  auto refused = lonely->publish("policy", image, layout->tensors);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().code() == StatusCode::kUnavailable);
+  CHECK(refused.status().message().find("no seed answered") != std::string::npos);
+}
