@@ -1,9 +1,16 @@
 #include "cli/cli_common.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 #include "core/byte_size.hpp"
 #include "core/host_port.hpp"
@@ -55,11 +62,36 @@ std::string describe_shard_size(std::uint64_t shard_size) {
   return shard_size == kAutoShardSize ? "auto" : core::format_byte_size(shard_size);
 }
 
+Result<std::string> default_control_path(const core::HostPort& listen, bool create) {
+  const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
+  const std::string dir = runtime_dir && *runtime_dir ? std::string(runtime_dir) + "/tensorhub"
+                                                      : "/tmp/tensorhub-" + std::to_string(::geteuid());
+  std::string name = "peer-";
+  for (char c : listen.host) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  name += "-" + std::to_string(listen.port) + ".sock";
+  if (create && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::io_error("cannot create the control directory " + dir + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    if (!create && errno == ENOENT) return dir + "/" + name;  // no peer runs: connecting says so
+    return Status::io_error("cannot inspect the control directory " + dir + ": " + std::strerror(errno));
+  }
+  const std::string fix = ": remove it, or give --control PATH";
+  if (!S_ISDIR(st.st_mode)) return Status::permission_denied(dir + " is not a directory" + fix);
+  if (st.st_uid != ::geteuid()) {
+    return Status::permission_denied(dir + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
+                                     std::to_string(::geteuid()) + ")" + fix);
+  }
+  if ((st.st_mode & 077) != 0) return Status::permission_denied(dir + " is open to other users (chmod 700 it)" + fix);
+  return dir + "/" + name;
+}
+
 Result<std::string> resolve_control_path(const std::string& control, const std::string& peer) {
   if (!control.empty()) return control;
   auto hp = core::parse_host_port(peer);
   if (peer.empty() || !hp) return Status::invalid_argument("give --control PATH or --peer HOST:PORT");
-  return default_control_path(*hp);
+  return default_control_path(*hp, /*create=*/false);
 }
 
 std::string absolute_path(const std::string& path) {

@@ -38,8 +38,12 @@ std::string describe_shard_size(std::uint64_t shard_size);
 std::uint64_t unix_time_ms();
 
 // Where a peer listening on `listen` puts its control socket by default:
-// $XDG_RUNTIME_DIR (or /tmp)/tensorhub-peer-<host>-<port>.sock.
-std::string default_control_path(const core::HostPort& listen);
+// <dir>/peer-<host>-<port>.sock, in a directory of this user's alone,
+// $XDG_RUNTIME_DIR/tensorhub or /tmp/tensorhub-<uid>. The daemon creates it
+// (`create`, mode 0700); the daemon and the client both refuse it when it
+// is not a directory of this user closed to others (kPermissionDenied,
+// saying what to fix): another user could otherwise take the path first.
+Result<std::string> default_control_path(const core::HostPort& listen, bool create);
 // --control PATH, or the default path of --peer HOST:PORT.
 Result<std::string> resolve_control_path(const std::string& control, const std::string& peer);
 // The absolute form of a path (the peer resolves paths from its own directory).

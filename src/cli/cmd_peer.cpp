@@ -61,14 +61,6 @@ void print_status_table(const Json& status) {
 
 }  // namespace
 
-std::string default_control_path(const core::HostPort& listen) {
-  const char* runtime_dir = std::getenv("XDG_RUNTIME_DIR");
-  std::string name = "tensorhub-peer-";
-  for (char c : listen.host) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  name += "-" + std::to_string(listen.port) + ".sock";
-  return std::string(runtime_dir && *runtime_dir ? runtime_dir : "/tmp") + "/" + name;
-}
-
 void add_peer_commands(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<DaemonOptions>();
   auto trusted = std::make_shared<std::vector<std::string>>();

@@ -81,7 +81,12 @@ class Daemon {
     peer_ = std::move(*peer);
 
     auto bound = core::parse_host_port(peer_->gossip_address());
-    const std::string path = options_.control_path.empty() ? default_control_path(*bound) : options_.control_path;
+    std::string path = options_.control_path;
+    if (path.empty()) {
+      auto default_path = default_control_path(*bound, /*create=*/true);
+      if (!default_path) return report_error(default_path.status());
+      path = *default_path;
+    }
     auto control = transport::ControlServer::start(
         io_, path, [this](const std::string& request, transport::ControlServer::Reply reply) { handle(request, reply); });
     if (!control) return report_error(control.status());

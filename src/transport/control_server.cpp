@@ -1,8 +1,11 @@
 #include "transport/control_server.hpp"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <deque>
+#include <optional>
+#include <string>
 #include <unistd.h>
 
 #include "core/log.hpp"
@@ -107,10 +110,36 @@ void ControlServer::close() {
   ::unlink(path_.c_str());
 }
 
+namespace {
+
+// The uid of the process at the other end of a Unix socket, or nothing.
+std::optional<uid_t> peer_uid(int fd) {
+  ucred cred{};
+  socklen_t length = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) != 0) return std::nullopt;
+  return cred.uid;
+}
+
+// This user, or root: the only ones a control connection may join.
+bool trusted_uid(std::optional<uid_t> uid) { return uid && (*uid == ::geteuid() || *uid == 0); }
+
+}  // namespace
+
 void ControlServer::accept() {
   acceptor_.async_accept([this](std::error_code ec, asio::local::stream_protocol::socket socket) {
     if (closed_) return;
-    if (!ec) std::make_shared<ControlSession>(std::move(socket), handler_)->start();
+    if (!ec) {
+      // The socket is 0600 already; a client of another user is refused
+      // should its mode ever be widened.
+      const auto uid = peer_uid(socket.native_handle());
+      if (trusted_uid(uid)) {
+        std::make_shared<ControlSession>(std::move(socket), handler_)->start();
+      } else {
+        TH_LOG_WARN("control", "refused a control connection from uid " << (uid ? std::to_string(*uid) : "?"));
+        std::error_code ignored;
+        socket.close(ignored);
+      }
+    }
     accept();
   });
 }
@@ -122,6 +151,13 @@ Status control_request(const std::string& path, const std::string& request,
   std::error_code ec;
   socket.connect(asio::local::stream_protocol::endpoint(path), ec);
   if (ec) return Status::unavailable("cannot reach a peer at control socket " + path + ": " + ec.message());
+  // Whoever listens there gets the request and is believed: it must be this
+  // user (or root), not someone who took the path first.
+  if (const auto uid = peer_uid(socket.native_handle()); !trusted_uid(uid)) {
+    return Status::permission_denied("the control socket " + path + " is served by uid " +
+                                     (uid ? std::to_string(*uid) : std::string("?")) + ", not by this user (uid " +
+                                     std::to_string(::geteuid()) + "): it is not this user's peer");
+  }
   asio::write(socket, asio::buffer(request + "\n"), ec);
   if (ec) return Status::io_error("cannot send to " + path + ": " + ec.message());
   std::string buffer;

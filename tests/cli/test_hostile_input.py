@@ -8,12 +8,18 @@
 - Every malformed control request (not JSON, wrong types, invalid UTF-8, an
   unknown command, a model name outside the rule) gets one error line, and
   the daemon answers `status` afterwards.
+- The default control socket lives in a directory of this user's alone; a
+  daemon refuses one open to others. As root (setpriv present): a client
+  refuses a socket served by another user (one who took the path first),
+  and the daemon answers no connection from another user.
 
 Usage: test_hostile_input.py PATH/TO/tensorhub
 """
 import json
 import os
+import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -104,6 +110,68 @@ def main():
                 assert procs["a"].poll() is None, f"the daemon died on {request!r}"
             assert members(sock_a), "the daemon stopped answering status"
             print(f"{len(malformed)} malformed control requests each got an error line; the daemon lives on")
+
+            # The default control socket: in a private directory, found by --peer.
+            runtime = os.path.join(d, "runtime")
+            os.mkdir(runtime, 0o700)
+            env = dict(os.environ, XDG_RUNTIME_DIR=runtime)
+            port_c = free_port()
+            cmd_c = [binary, "peer", "--listen", f"127.0.0.1:{port_c}", "--data-listen", "127.0.0.1:0",
+                     "--key", keys["b"], "--swarm-key", swarm]
+            procs["c"] = subprocess.Popen(cmd_c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            private = os.path.join(runtime, "tensorhub")
+            sock_c = os.path.join(private, f"peer-127_0_0_1-{port_c}.sock")
+            wait_for("the default control socket", lambda: os.path.exists(sock_c), 10)
+            assert stat.S_IMODE(os.stat(private).st_mode) == 0o700, oct(os.stat(private).st_mode)
+            out = subprocess.run([binary, "status", "--peer", f"127.0.0.1:{port_c}"], env=env, capture_output=True,
+                                 timeout=20)
+            assert out.returncode == 0, out.stderr
+            procs["c"].kill()
+            procs["c"].wait()
+            open_runtime = os.path.join(d, "open-runtime")
+            os.makedirs(os.path.join(open_runtime, "tensorhub"))
+            os.chmod(os.path.join(open_runtime, "tensorhub"), 0o777)
+            out = subprocess.run(cmd_c, env=dict(os.environ, XDG_RUNTIME_DIR=open_runtime), capture_output=True,
+                                 timeout=20)
+            assert out.returncode != 0 and b"open to other users" in out.stderr, out.stderr
+            print("the default control socket is in a private directory; an open one is refused")
+
+            setpriv = shutil.which("setpriv")
+            if os.geteuid() != 0 or setpriv is None or not os.path.exists("/usr/bin/python3"):
+                print("skipped the other-user checks: they need root, setpriv and /usr/bin/python3")
+                return
+            # Another user (nobody), with the system's python (this one may
+            # live in root's home).
+            nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c"]
+            os.chmod(d, 0o711)
+            # A squatter of another user listening where a client looks.
+            shared = os.path.join(d, "shared")
+            os.mkdir(shared)
+            os.chmod(shared, 0o777)
+            squat = os.path.join(shared, "peer.sock")
+            squatter = subprocess.Popen(nobody + [
+                "import socket,sys\n"
+                "s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); print('up', flush=True)\n"
+                "while True:\n"
+                "  c,_=s.accept()\n"
+                "  try: c.recv(4096); c.sendall(b'{\"done\":true,\"ok\":true}\\n')\n"
+                "  except OSError: pass\n"
+                "  c.close()\n",
+                squat], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            procs["squatter"] = squatter
+            assert squatter.stdout.readline().strip() == b"up"
+            out = subprocess.run([binary, "status", "--control", squat], capture_output=True, timeout=20)
+            assert out.returncode != 0 and b"served by uid 65534" in out.stderr, out.stderr
+            # A client of another user, should the socket's mode be widened.
+            os.chmod(sock_a, 0o777)
+            client = subprocess.run(nobody + [
+                "import socket,sys\n"
+                "s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+                "try: s.sendall(b'{\"cmd\":\"status\"}\\n'); print(len(s.recv(65536)))\n"
+                "except OSError: print(0)\n", sock_a], capture_output=True, timeout=20)
+            assert client.returncode == 0 and client.stdout.strip() == b"0", (client.stdout, client.stderr)
+            assert members(sock_a), "the daemon stopped answering its own user"
+            print("a socket served by another user is refused by the client; the daemon answers no other user")
         finally:
             stop_processes(procs)
 
