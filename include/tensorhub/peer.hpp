@@ -211,7 +211,9 @@ class Peer {
   // and then for each new verified head.
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
   // Waits until a head of `model` newer than `after` is known. Wakes on
-  // gossip news, not on a poll. Errors: kTimeout; kUnavailable when this
+  // gossip news, not on a poll. Errors: kTimeout; kVerifyFailed when a
+  // version above `after` was signed twice (equivocation: neither manifest
+  // is believed, and that number never becomes the head); kUnavailable when this
   // peer was started with seeds and has heard from no peer (no seed
   // answered: not running, unreachable, or another swarm key).
   Result<VersionInfo> wait_for_head(const std::string& model, std::uint64_t after, std::chrono::milliseconds timeout);

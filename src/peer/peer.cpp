@@ -249,6 +249,9 @@ Result<VersionInfo> Peer::wait_for_head(const std::string& model, std::uint64_t 
     const std::uint64_t seen = impl_->current_generation();
     auto head = latest(model);
     if (head && head->version > after) return *head;
+    // A newer version signed twice will never become the head: say so.
+    Status equivocation = impl_->call([&] { return impl_->engine->equivocation_above(model, after); });
+    if (!equivocation.is_ok()) return equivocation;
     if (!impl_->wait_change(seen, deadline)) {
       const std::string what = "no head of '" + model + "' newer than v" + std::to_string(after) + " appeared";
       Status joined = impl_->call([&] { return impl_->engine->join_status(); });

@@ -132,10 +132,14 @@ void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::Swarm
                               (decoded ? std::string("wrong id") : decoded.status().to_string()));
     return;
   }
+  const std::size_t equivocations = heads_.equivocations().size();
   auto accepted = accept_manifest(now, std::move(*decoded));
   if (!accepted) {
-    report(Report::kWarn, "refused manifest " + message.version_id.short_hex() + " from " + from.short_hex() + ": " +
-                              accepted.status().to_string());
+    // A publisher's key signed two contents for one number: a fault or a
+    // compromise an operator must hear of, not a peer's bad message.
+    const bool proof = heads_.equivocations().size() != equivocations;
+    report(proof ? Report::kError : Report::kWarn, "refused manifest " + message.version_id.short_hex() + " from " +
+                                                      from.short_hex() + ": " + accepted.status().to_string());
   }
 }
 
@@ -161,6 +165,11 @@ Status PeerCore::learn_manifest(TimePoint now, std::shared_ptr<const Manifest> m
 
 Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& model, std::uint64_t version) const {
   const auto head = heads_.head(model);
+  if (version == 0) TENSORHUB_RETURN_IF_ERROR(equivocation_above(model, head ? head->version : 0));
+  if (version != 0 && heads_.equivocated(model, version)) {
+    return Status::verify_failed("equivocation: " + model + " v" + std::to_string(version) +
+                                 " was signed twice with different contents; neither is believed");
+  }
   if (version == 0) {
     if (!head) return Status::unavailable("no version of model '" + model + "' is known yet");
     return heads_.manifest(head->id);
@@ -169,6 +178,18 @@ Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& mod
   return Status::not_found("version " + std::to_string(version) + " of model '" + model + "' is not known" +
                            (head ? " (the newest known is v" + std::to_string(head->version) + ")"
                                  : std::string(" (no version is known yet)")));
+}
+
+Status PeerCore::equivocation_above(const std::string& model, std::uint64_t after) const {
+  const Equivocation* newest = nullptr;
+  for (const Equivocation& e : heads_.equivocations()) {
+    if (e.model == model && e.version > after && (!newest || e.version > newest->version)) newest = &e;
+  }
+  if (!newest) return Status::ok();
+  return Status::verify_failed("equivocation: " + model + " v" + std::to_string(newest->version) +
+                               " was signed twice with different contents by " +
+                               newest->first->publisher().short_hex() +
+                               "; neither is believed (tensorhub status --json shows the pair)");
 }
 
 // --------------------------------------------------------------------------

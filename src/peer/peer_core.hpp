@@ -167,8 +167,13 @@ class PeerCore {
   // checked and believed like one a peer sent. Errors: as HeadTracker::accept.
   Status learn_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
   // The verified manifest of `model` v`version` (0: the head).
-  // Errors: kUnavailable (no version known yet), kNotFound (not that one).
+  // Errors: kUnavailable (no version known yet), kNotFound (not that one),
+  // kVerifyFailed (that version was signed twice, or for the head, one
+  // above the head was: equivocation).
   Result<std::shared_ptr<const Manifest>> resolve(const std::string& model, std::uint64_t version) const;
+  // kVerifyFailed, naming it, when a version of `model` above `after` was
+  // signed twice (equivocation); OK otherwise.
+  Status equivocation_above(const std::string& model, std::uint64_t after) const;
   // Fetches `manifest`'s version into `destination` (its total size; empty
   // only where there are no bytes, in the simulator). A version held here
   // already is copied from the local copy (CopyShards) once that one is

@@ -52,6 +52,10 @@ class PeerEngine final : public TransportEvents {
   void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
   std::optional<VersionInfo> latest(const std::string& model) const { return core_->latest(model); }
+  // Errors: as PeerCore::equivocation_above.
+  Status equivocation_above(const std::string& model, std::uint64_t after) const {
+    return core_->equivocation_above(model, after);
+  }
   // Errors: as PeerCore::resolve.
   Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);

@@ -198,8 +198,19 @@ TEST_CASE("peer core: two manifests signed for one version are kept as proof and
     REQUIRE(net.core(p).heads().equivocations().size() == 1);
     const Equivocation& e = net.core(p).heads().equivocations()[0];
     CHECK(e.first->id() != e.second->id());
-    CHECK(net.core(p).resolve("policy", 1).status().code() == StatusCode::kNotFound);
+    // The user is told why, by a fetch of that number or of the head.
+    for (std::uint64_t asked : {std::uint64_t{1}, std::uint64_t{0}}) {
+      const Status s = net.core(p).resolve("policy", asked).status();
+      CHECK(s.code() == StatusCode::kVerifyFailed);
+      CHECK(s.message().find("signed twice") != std::string::npos);
+    }
+    CHECK(net.core(p).equivocation_above("policy", 0).code() == StatusCode::kVerifyFailed);
+    CHECK(net.core(p).equivocation_above("policy", 1).is_ok());
   }
+  // Peer 2 heard both from others: it reported the proof at error level.
+  const auto& errors = net.errors(2);
+  CHECK(std::any_of(errors.begin(), errors.end(),
+                    [](const std::string& r) { return r.find("equivocation") != std::string::npos; }));
   // The next publication skips the poisoned number.
   CHECK(net.core(0).next_version("policy").version == 2);
 }

@@ -403,3 +403,35 @@ TEST_CASE("peer: a restarted publisher learns the head from the swarm before it 
   CHECK(refused.status().code() == StatusCode::kUnavailable);
   CHECK(refused.status().message().find("no seed answered") != std::string::npos);
 }
+
+TEST_CASE("peer: wait_for_head reports a version signed twice instead of waiting for it") {
+  const PublicKey key_a = GossipNetwork::identity_for(670).public_key();
+  const PublicKey key_b = GossipNetwork::identity_for(671).public_key();
+  auto trust_both = [&](PeerOptions& o) { o.trusted_publishers = {key_a, key_b}; };
+  // Two trusted publishers that have not met each publish a v1.
+  auto a = start_peer(670, key_a, {}, trust_both);
+  auto b = start_peer(671, key_b, {}, trust_both);
+  auto image_a = small_model(25, 1u << 20), image_b = small_model(26, 1u << 20);
+  auto layout_a = parse_safetensors(image_a), layout_b = parse_safetensors(image_b);
+  REQUIRE(layout_a.is_ok());
+  REQUIRE(layout_b.is_ok());
+  auto va = a->publish("policy", image_a, layout_a->tensors);
+  auto vb = b->publish("policy", image_b, layout_b->tensors);
+  REQUIRE(va.is_ok());
+  REQUIRE(vb.is_ok());
+  // A worker joins through both. It may believe the first manifest of v1
+  // it hears of; once it holds both, it reports them.
+  auto worker = start_peer(672, key_a, {a->gossip_address(), b->gossip_address()}, trust_both);
+  Result<VersionInfo> head = Status::timeout("not asked");
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  do {
+    head = worker->wait_for_head("policy", 0, 1s);
+    if (head.is_ok()) std::this_thread::sleep_for(50ms);
+  } while (head.is_ok() && std::chrono::steady_clock::now() < deadline);
+  REQUIRE_FALSE(head.is_ok());
+  CHECK(head.status().code() == StatusCode::kVerifyFailed);
+  CHECK(head.status().message().find("signed twice") != std::string::npos);
+  auto fetched = worker->fetch("policy", 1);
+  REQUIRE_FALSE(fetched.is_ok());
+  CHECK(fetched.status().code() == StatusCode::kVerifyFailed);
+}

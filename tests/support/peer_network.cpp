@@ -147,6 +147,7 @@ void PeerNetwork::drain(std::size_t peer) {
       gossip_.pump(peer);
     } else if (auto* report = std::get_if<peer::Report>(&*action)) {
       p.reports.push_back(report->text);
+      if (report->level == peer::Report::kError) p.errors.push_back(report->text);
     }
     // DropQueuedPieces and CancelQueuedPiece: this network times each piece
     // when it is served (the uplink is a schedule, not a queue).

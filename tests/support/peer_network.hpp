@@ -73,6 +73,8 @@ class PeerNetwork {
   const std::vector<VersionInfo>& heads_seen(std::size_t peer) const { return peers_[peer].heads; }
   // Reports (log lines) each peer's core made.
   const std::vector<std::string>& reports(std::size_t peer) const { return peers_[peer].reports; }
+  // Those of them at error level.
+  const std::vector<std::string>& errors(std::size_t peer) const { return peers_[peer].errors; }
   // Messages of a type one peer sent another so far.
   std::size_t messages(std::size_t from, std::size_t to, swarm::MessageType type) const {
     return links_.messages(from, to, type);
@@ -87,7 +89,7 @@ class PeerNetwork {
     std::unique_ptr<peer::PeerCore> core;
     core::VirtualTimer timer;
     std::vector<VersionInfo> heads;
-    std::vector<std::string> reports;
+    std::vector<std::string> reports, errors;
     std::vector<std::vector<std::byte>> owned;  // destinations this network allocated
     std::uint64_t bytes_copied = 0, piece_bytes_received = 0;
   };
