@@ -12,6 +12,9 @@ namespace tensorhub::peer {
 namespace {
 
 constexpr const char* kLog = "peer";
+// How long a release waits for pieces still being written from the memory
+// before it closes their connections.
+constexpr std::chrono::seconds kReleaseGrace{1};
 // How long a peer started with seeds may go without hearing from any peer
 // before it says that no seed answered.
 constexpr std::chrono::seconds kJoinGrace{5};
@@ -37,16 +40,18 @@ swarm::SwarmConfig swarm_config(const PeerOptions& o, const InternalOptions& int
 
 // Keeps a version's memory in use while pieces are sent from it and while
 // jobs read or write it; ReleaseMemory's `done` runs once none are left.
-struct PeerEngine::Lease final : transport::PieceSource {
+struct PeerEngine::Lease {
   std::shared_ptr<LocalVersion> version;
   int uses = 0;
+  std::map<PeerId, int> sending_to;  // pieces queued or being written, per peer
   std::vector<std::function<void()>> on_idle;
 
-  void on_piece_sent(std::uint32_t length, bool sent) override {
+  void piece_done(const PeerId& peer, std::uint32_t length, bool sent) {
     if (sent) {  // counted once sent: a piece cancelled while queued never left
       std::lock_guard lock(version->mutex);
       version->bytes_served += length;
     }
+    if (auto it = sending_to.find(peer); it != sending_to.end() && --it->second == 0) sending_to.erase(it);
     end_use();
   }
   void end_use() {
@@ -56,6 +61,17 @@ struct PeerEngine::Lease final : transport::PieceSource {
     for (auto& fn : idle) fn();
   }
 };
+
+namespace {
+
+// One piece sent to `peer` from a lease's memory.
+struct LeasedPiece : transport::PieceSource {
+  std::shared_ptr<PeerEngine::Lease> lease;
+  PeerId peer;
+  void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, length, sent); }
+};
+
+}  // namespace
 
 PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, InternalOptions internal, Identity identity,
                        SwarmKey swarm_key, std::function<void(std::function<void()>)> run_callback)
@@ -398,6 +414,24 @@ void PeerEngine::release_memory(ReleaseMemory release) {
     leases_.erase(key);
     done();
   });
+  // A reader that stopped reading would hold the memory until TCP gives up
+  // (30 s or more): past the grace, the connections still being written
+  // from it are closed, which ends their pieces.
+  auto timer = release_timers_.emplace(release_timers_.end(), io_, kReleaseGrace);
+  timer->async_wait([this, timer, lease = std::weak_ptr<Lease>(it->second)](std::error_code ec) {
+    if (ec) return;  // the engine is going: nothing here is touched
+    release_timers_.erase(timer);
+    auto held = lease.lock();
+    if (closed_ || !held || held->sending_to.empty()) return;
+    const auto stalled = held->sending_to;  // closing retires pieces, which changes it
+    for (const auto& [peer, pieces] : stalled) {
+      TH_LOG_WARN(kLog, "closing the connection to " << peer.short_hex() << ": " << pieces << " piece(s) of "
+                                                     << held->version->model << " v" << held->version->number
+                                                     << " still unsent " << kReleaseGrace.count()
+                                                     << " s after its release (a stalled reader)");
+      transport_for(peer).disconnect(peer, "pieces of a released version still unsent after the grace");
+    }
+  });
 }
 
 void PeerEngine::serve_piece(const swarm::ServePiece& s) {
@@ -413,22 +447,25 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   v->memory.pieces(s.offset, s.length, serve_pieces_);  // one per region the block spans
   std::shared_ptr<Lease> source = lease_of(v);
   ++source->uses;
+  ++source->sending_to[s.peer];
   if (internal_.corrupt_serving) {
     // A deliberately bad holder (tests only): serves a corrupted copy.
-    struct CorruptedCopy final : transport::PieceSource {
+    struct CorruptedCopy final : LeasedPiece {
       std::vector<std::byte> bytes;
-      std::shared_ptr<Lease> lease;
-      void on_piece_sent(std::uint32_t length, bool sent) override { lease->on_piece_sent(length, sent); }
     };
     auto copy = std::make_shared<CorruptedCopy>();
     for (const auto& piece : serve_pieces_) copy->bytes.insert(copy->bytes.end(), piece.begin(), piece.end());
     copy->bytes[copy->bytes.size() / 2] ^= std::byte{0x01};
-    copy->lease = source;
+    copy->lease = std::move(source);
+    copy->peer = s.peer;
     const std::span<const std::byte> whole[] = {copy->bytes};
     to.send_piece(s.peer, s.header, whole, copy);
     return;
   }
-  to.send_piece(s.peer, s.header, serve_pieces_, std::move(source));
+  auto piece = std::make_shared<LeasedPiece>();
+  piece->lease = std::move(source);
+  piece->peer = s.peer;
+  to.send_piece(s.peer, s.header, serve_pieces_, std::move(piece));
 }
 
 void PeerEngine::hash_shard(const HashShard& job) {

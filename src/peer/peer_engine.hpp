@@ -7,6 +7,7 @@
 
 #include <asio.hpp>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -78,8 +79,10 @@ class PeerEngine final : public TransportEvents {
   void on_piece_progress(const PeerId& peer, const swarm::SwarmMessage& header) override;
   void on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) override;
 
+ public:
+  struct Lease;  // public for the piece sources of peer_engine.cpp
+
  private:
-  struct Lease;
 
   void pump();
   void arm_timer();
@@ -114,6 +117,7 @@ class PeerEngine final : public TransportEvents {
   bool closed_ = false;
   bool joined_ = false;  // some other peer was heard of since start
   std::unique_ptr<asio::steady_timer> join_check_;  // logs a peer that joined nobody
+  std::list<asio::steady_timer> release_timers_;     // the releases' graces (release_memory)
   core::WorkPool pool_;  // last: its jobs finish before the rest goes
 };
 
