@@ -27,6 +27,8 @@ namespace {
 using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using Key = std::pair<std::string, std::uint64_t>;
+// How often a published file is checked for changes under the daemon.
+constexpr std::chrono::milliseconds kFileCheckInterval{250};
 
 Json error_line(const Status& s) { return Json{{"done", true}, {"ok", false}, {"error", s.to_string()}}; }
 
@@ -192,12 +194,28 @@ class Daemon {
     const ManifestId id = handle->manifest_id();
     reply(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}.dump(-1, ' ', false, kReplaceInvalidUtf8),
           false);
+    const core::MappedFile* file_published = mapped.get();
     published_[{model, version}] = Published{std::move(mapped), std::make_unique<PublishHandle>(std::move(*handle))};
+    watch_file({model, version}, file_published);
     if (wait_replicas == 0) {
       reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
       return;
     }
     watch_replicas(model, version, id, wait_replicas, release_after, started, reply, 0);
+  }
+
+  // A published file that is truncated or written under the daemon serves
+  // bytes that are not the version's (or faults past its new end): the
+  // version is withdrawn, with an error, as soon as it is seen.
+  void watch_file(const Key& key, const core::MappedFile* file) {
+    auto it = published_.find(key);
+    if (it == published_.end() || it->second.file.get() != file) return;  // released meanwhile
+    if (Status s = file->unchanged(); !s.is_ok()) {
+      TH_LOG_ERROR("peer", key.first << " v" << key.second << " is withdrawn: " << s.message());
+      published_.erase(it);  // the handle goes: the version is served no more
+      return;
+    }
+    later(kFileCheckInterval, [this, key, file] { watch_file(key, file); });
   }
 
   void watch_replicas(std::string model, std::uint64_t version, ManifestId id, std::size_t wanted, bool release_after,

@@ -68,8 +68,11 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   if (it == versions_.end()) return;
   abort_landings(now, id, "the fetch of a version it was sending stopped");
   for (const PeerId& peer : it->second.sources) send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
+  // Its requesters hear that it is served here no more (not merely a
+  // choke, which they would wait out): where nobody else holds it, their
+  // fetch fails instead of waiting for ever.
   for (const PeerId& peer : it->second.requesters) {
-    send(peer, SwarmMessage::signal(MessageType::kChoke, id));
+    send(peer, SwarmMessage::signal(MessageType::kUnknownVersion, id));
     actions_.push(DropQueuedPieces{peer, id});
   }
   // Forget its outstanding requests on every connection.

@@ -8,6 +8,8 @@
 - Every malformed control request (not JSON, wrong types, invalid UTF-8, an
   unknown command, a model name outside the rule) gets one error line, and
   the daemon answers `status` afterwards.
+- A published file truncated under the daemon withdraws its version; the
+  daemon lives on.
 - The default control socket lives in a directory of this user's alone; a
   daemon refuses one open to others. As root (setpriv present): a client
   refuses a socket served by another user (one who took the path first),
@@ -110,6 +112,23 @@ def main():
                 assert procs["a"].poll() is None, f"the daemon died on {request!r}"
             assert members(sock_a), "the daemon stopped answering status"
             print(f"{len(malformed)} malformed control requests each got an error line; the daemon lives on")
+
+            # A published file truncated under the daemon: the version is
+            # withdrawn with an error, and the daemon lives on.
+            model = os.path.join(d, "model.safetensors")
+            assert run("synth-model", "--out", model, "--size", "8MiB").returncode == 0
+            out = subprocess.run([binary, "publish", "--control", sock_a, "--model", "policy", model],
+                                 capture_output=True, timeout=30)
+            assert out.returncode == 0, out.stderr
+
+            def versions(sock):
+                return control_raw(sock, b'{"cmd":"status"}')[-1].get("versions", [])
+
+            assert versions(sock_a), "the published version is not listed"
+            os.truncate(model, 0)
+            wait_for("the truncated file's version to be withdrawn", lambda: not versions(sock_a), 10)
+            assert procs["a"].poll() is None, "the daemon died when its published file was truncated"
+            print("a published file truncated under the daemon: the version is withdrawn, the daemon lives on")
 
             # The default control socket: in a private directory, found by --peer.
             runtime = os.path.join(d, "runtime")

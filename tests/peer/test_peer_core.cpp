@@ -388,3 +388,26 @@ TEST_CASE("peer core: the destination's memory domain verifies every shard fetch
   CHECK(domain.copied == shards - 1);
   CHECK(domain.copied_bytes == next.size() - (*v1)->manifest->shard(ShardIndex{0}).byte_length);
 }
+
+TEST_CASE("peer core: a fetch whose only holder stops serving the version fails, rather than waiting for ever") {
+  PeerNetwork net(12);
+  add_peers(net, 2);
+  const auto image = small_model(12, 4u << 20);
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto f = net.fetch(1, "policy", kLatestVersion);
+  REQUIRE(f.is_ok());
+  // Some blocks arrive, then the publisher releases it at once (a file
+  // withdrawn, a trainer that lets go).
+  REQUIRE(net.run_until([&] { return net.piece_bytes_received(1) > 0; }, 10s, 1ms));
+  net.release(0, *published, ReleaseMode::kNow);
+  const auto failed = [&] {
+    std::lock_guard lock((*f)->mutex);
+    return (*f)->state == VersionState::kFailed;
+  };
+  REQUIRE(net.run_until(failed, 30s));
+  std::lock_guard lock((*f)->mutex);
+  MESSAGE("failed with: " << (*f)->result.to_string());
+  CHECK((*f)->result.code() == StatusCode::kUnavailable);
+}
