@@ -237,9 +237,17 @@ void FetchSession::check_starvation(TimePoint now) {
   // Some wanted shard no connected neighbour holds, with nobody left to ask?
   // Only the wanted shards of availability 0 are looked at, not every shard:
   // this runs after every block and every HAVE.
+  // A started shard counts too once nothing of it is in flight or being
+  // verified: a fetch whose only holder left with every missing shard begun
+  // would otherwise wait for ever.
   std::optional<ShardIndex> orphan;
   for (const ShardIndex s : picker_.unavailable()) {
-    if (!shards_.count(s.value)) {
+    auto started = shards_.find(s.value);
+    const bool idle = started == shards_.end() ||
+                      (!started->second.verifying &&
+                       std::all_of(started->second.requests.begin(), started->second.requests.end(),
+                                   [](const BlockRequests& r) { return r.empty(); }));
+    if (idle) {
       orphan = s;
       break;
     }

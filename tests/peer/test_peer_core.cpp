@@ -411,3 +411,28 @@ TEST_CASE("peer core: a fetch whose only holder stops serving the version fails,
   MESSAGE("failed with: " << (*f)->result.to_string());
   CHECK((*f)->result.code() == StatusCode::kUnavailable);
 }
+
+TEST_CASE("peer core: a fetch whose only holder dies when every missing shard is begun fails too") {
+  PeerNetwork net(13);
+  add_peers(net, 3);  // peer 2 holds nothing
+  const auto image = small_model(13, 1u << 20);  // 17 shards of 64 KiB
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto f = net.fetch(1, "policy", kLatestVersion);
+  REQUIRE(f.is_ok());
+  // The last few shards are all requested (begun) when the holder dies:
+  // what it had in flight never arrives.
+  const std::uint64_t most = image.size() - 4 * (64u << 10);
+  REQUIRE(net.run_until([&] { return net.piece_bytes_received(1) >= most; }, 10s, 10us));
+  REQUIRE(net.piece_bytes_received(1) < image.size());
+  net.crash(0);
+  const auto finished = [&] {
+    std::lock_guard lock((*f)->mutex);
+    return (*f)->state != VersionState::kFetching;
+  };
+  REQUIRE(net.run_until(finished, 60s));
+  std::lock_guard lock((*f)->mutex);
+  CHECK((*f)->state == VersionState::kFailed);
+  CHECK((*f)->result.code() == StatusCode::kUnavailable);
+}
