@@ -71,11 +71,6 @@ void GossipCore::handle_timeout(TimePoint now) {
     if (!self_.leaving) run_push_pull(now);
     next_push_pull_at_ = now + push_pull_interval();
   }
-  if (!seeds_.empty() && table_.live_count() == 0 && !self_.leaving && now >= next_join_at_) {
-    for (const std::string& seed : seeds_) open_sync(now, seed);
-    join_backoff_ = std::min(join_backoff_ * 2, config_.join_retry_interval * 10);
-    next_join_at_ = now + join_backoff_;
-  }
   if (now >= next_reconnect_at_) {
     if (!self_.leaving) run_reconnect(now);
     next_reconnect_at_ = now + config_.reconnect_interval;
@@ -83,6 +78,13 @@ void GossipCore::handle_timeout(TimePoint now) {
   check_suspicions(now);
   check_relays(now);
   check_streams(now);
+  // After the suspicions: the death of the last member known makes a
+  // rejoin through the seeds due now, in this same run.
+  if (!seeds_.empty() && table_.live_count() == 0 && !self_.leaving && now >= next_join_at_) {
+    for (const std::string& seed : seeds_) open_sync(now, seed);
+    join_backoff_ = std::min(join_backoff_ * 2, config_.join_retry_interval * 10);
+    next_join_at_ = now + join_backoff_;
+  }
   if (now >= next_reap_at_) {
     for (const PeerId& id : table_.expire_tombstones(now, config_.tombstone_ttl)) {
       emit(MemberEventKind::kRemoved, id, nullptr, 0);

@@ -524,3 +524,11 @@ TEST_CASE("gossip cluster: a member's forged deaths at incarnations nobody signe
   CHECK(to_seconds(net.now() - crashed) < 10.0);
   CHECK(deaths.false_deaths == 0);
 }
+
+TEST_CASE("gossip cluster: a peer whose only other member crashes goes on, never spinning") {
+  GossipNetwork net(113, GossipConfig{});
+  start(net, 2);
+  net.crash(0);
+  CHECK_NOTHROW(net.run_for(120s));
+  CHECK(net.view(1, 0) == Liveness::kDead);
+}
