@@ -18,7 +18,17 @@ void FetchSession::add_candidate(TimePoint now, const PeerId& peer, Proximity pr
   if (!connect_due_) connect_due_ = now;
 }
 
+void FetchSession::retry_lost_holders(TimePoint now) {
+  for (auto& [peer, lost] : lost_) {
+    if (lost.retry_at && now >= *lost.retry_at) {
+      lost.retry_at.reset();
+      add_candidate(now, peer, lost.proximity, lost.complete);
+    }
+  }
+}
+
 void FetchSession::remove_candidate(TimePoint now, const PeerId& peer) {
+  lost_.erase(peer);
   candidates_.take(peer);
   if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "the peer left the swarm");
   schedule(now);
@@ -135,8 +145,19 @@ void FetchSession::on_disconnected(TimePoint now, const PeerId& peer) {
     // link was down) was left with nobody to ask.
     const bool was_connected = it->second.connected;
     const CandidateList::Entry known{it->second.proximity, it->second.complete_source || it->second.holds_all};
+    LostHolder& lost = lost_[peer];
+    lost.losses = it->second.bytes != 0 ? 1 : lost.losses + 1;
     lose_neighbour(now, peer, /*ban=*/false, "");
-    if (was_connected) add_candidate(now, peer, known.proximity, known.complete);
+    if (was_connected) {
+      lost.proximity = known.proximity;
+      lost.complete = known.complete;
+      if (lost.losses <= 1) {
+        add_candidate(now, peer, known.proximity, known.complete);
+      } else {
+        const int doublings = std::min(lost.losses - 2, 5);
+        lost.retry_at = now + std::min<Duration>(kReconnectBackoff * (1 << doublings), kMaxReconnectBackoff);
+      }
+    }
   }
   schedule(now);
 }

@@ -304,6 +304,7 @@ void FetchSession::handle_timeout(TimePoint now) {
     std::erase_if(wan_deferred_until_, [&](const auto& entry) { return entry.second <= now; });
   }
   if (timers.due(FetchTimer::kConnectBurst, now)) connect_due_.reset();  // schedule() below connects
+  if (timers.due(FetchTimer::kReconnect, now)) retry_lost_holders(now);
   if (timers.due(FetchTimer::kConnect, now)) {
     std::vector<PeerId> stale;
     for (const auto& [id, n] : neighbours_) {
@@ -354,6 +355,9 @@ core::TimerTable<FetchTimer> FetchSession::timers() const {
     t.set(FetchTimer::kWanIdle, *idle_since_ + config_.request_timeout);  // allowed_from's idle rule
   }
   for (const auto& [shard, until] : wan_deferred_until_) t.earliest(FetchTimer::kWanDeferral, until);  // the expired are gone
+  for (const auto& [peer, lost] : lost_) {
+    if (lost.retry_at) t.earliest(FetchTimer::kReconnect, *lost.retry_at);
+  }
   if (in_flight_total_ == 0) {
     for (const auto& [shard, claim] : mate_claims_) {
       const TimePoint lapses = claim.since + config_.request_timeout;

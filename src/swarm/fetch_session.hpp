@@ -157,6 +157,7 @@ enum class FetchTimer {
   kWanIdle,           // idle long enough to pull across the WAN from any holder
   kWanDeferral,       // a shard deferred to a mate across the WAN may be asked again
   kMateClaim,         // with nothing in flight, a host mate's claim stops binding
+  kReconnect,         // a holder whose connections keep failing is tried again
   kCount
 };
 
@@ -412,6 +413,10 @@ class FetchSession {
   // (ReleaseAction): traded away, a surplus slot, or a probe unanswered.
   void release_neighbour(TimePoint now, const PeerId& peer);
   void connect_more(TimePoint now);
+  // Lost holders whose back-off is over become candidates again.
+  void retry_lost_holders(TimePoint now);
+  static constexpr Duration kReconnectBackoff = std::chrono::milliseconds(100);  // the second retry's wait
+  static constexpr Duration kMaxReconnectBackoff = std::chrono::seconds(2);     // under the starvation timeout
   // REQUIRES: candidates_.contains(chosen).
   void connect_to(TimePoint now, const PeerId& chosen);
   void check_starvation(TimePoint now);
@@ -494,6 +499,19 @@ class FetchSession {
   // falls only on a sender that alone sent a shard that failed, so a liar
   // among honest co-senders gets nobody else banned.
   std::set<std::uint32_t> retry_alone_;
+  // Holders whose connection closed before they delivered anything, again
+  // and again: each is connected again after a back-off that doubles with
+  // every such loss (the first is retried at once), so a holder whose every
+  // write fails (a file truncated under it) is not reconnected hundreds of
+  // times a second. An entry goes when the holder delivers a block or
+  // gossip drops it.
+  struct LostHolder {
+    int losses = 0;                   // in a row, with nothing delivered
+    std::optional<TimePoint> retry_at;  // waiting to become a candidate again
+    Proximity proximity = Proximity::kRemote;
+    bool complete = false;
+  };
+  std::map<PeerId, LostHolder> lost_;
   std::uint64_t requests_timed_out_ = 0;
   std::uint64_t duplicate_bytes_ = 0;
   bool endgame_ = false;

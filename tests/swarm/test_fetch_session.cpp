@@ -920,3 +920,26 @@ TEST_CASE("fetch session: one liar among honest co-senders gets only itself bann
   }
   CHECK(banned == std::set<PeerId>{peer(1)});
 }
+
+TEST_CASE("fetch session: a holder whose connections keep closing before it delivers is retried with a back-off") {
+  Driver d(layout(6), FetchConfig{.starvation_timeout = 5s});
+  Holder flaky = full(6, {"dc1", "r1", "h1"});
+  flaky.block_time = 10s;  // nothing arrives before its connection closes
+  d.add_holder(1, flaky);
+  const TimePoint end = d.now + 1s;
+  std::size_t handled = 0;
+  while (d.now < end && !d.result) {
+    const TimePoint step = d.now + 1ms;
+    d.run(1ms);
+    d.now = std::max(d.now, step);
+    if (d.connects.size() > handled) {
+      handled = d.connects.size();
+      d.break_connection(1);
+    }
+  }
+  // Connected at 0, then again at once, then after 100, 200 and 400 ms:
+  // a handful in a second, not one per event.
+  MESSAGE("connections in 1 s: " << d.connects.size());
+  CHECK(d.connects.size() >= 3);
+  CHECK(d.connects.size() <= 6);
+}
