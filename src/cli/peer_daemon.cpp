@@ -34,7 +34,7 @@ Json error_line(const Status& s) { return Json{{"done", true}, {"ok", false}, {"
 
 // Every line the daemon writes: invalid UTF-8 (there should be none) is
 // replaced, never thrown.
-constexpr auto kReplaceInvalidUtf8 = Json::error_handler_t::replace;
+std::string line(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // A request's field, or `fallback` when absent; kInvalidArgument when it is
 // there with another type.
@@ -127,7 +127,7 @@ class Daemon {
       s = Status::internal(std::string("the request failed: ") + e.what());
       TH_LOG_ERROR("peer", s.message());
     }
-    if (!s.is_ok()) reply(error_line(s).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+    if (!s.is_ok()) reply(line(error_line(s)), true);
   }
 
   // An error it returns is the request's answer; otherwise it answers itself.
@@ -168,14 +168,14 @@ class Daemon {
       auto pub = published_.find({model, version});
       if (pub != published_.end()) bytes = pub->second.file->bytes();
       if (bytes.empty()) {
-        reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+        reply(line(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here"))), true);
         return;
       }
-      reply(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(core::blake2b_256(bytes))}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+      reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(core::blake2b_256(bytes))}}), true);
     } else if (cmd == "release") {
       release(model, version, now, reply);
     } else {
-      reply(error_line(Status::invalid_argument("unknown command " + core::quoted(cmd))).dump(-1, ' ', false, kReplaceInvalidUtf8),
+      reply(line(error_line(Status::invalid_argument("unknown command " + core::quoted(cmd)))),
             true);
     }
   }
@@ -183,22 +183,22 @@ class Daemon {
   void publish(const std::string& model, const std::string& path, std::size_t wait_replicas, bool release_after,
                const transport::ControlServer::Reply& reply) {
     auto file = core::MappedFile::open(path);
-    if (!file) return reply(error_line(file.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+    if (!file) return reply(line(error_line(file.status())), true);
     auto layout = parse_safetensors(file->bytes());
-    if (!layout) return reply(error_line(layout.status().with_context(path)).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+    if (!layout) return reply(line(error_line(layout.status().with_context(path))), true);
     auto mapped = std::make_unique<core::MappedFile>(std::move(*file));
     const auto started = Clock::now();
     auto handle = peer_->publish(model, mapped->bytes(), layout->tensors);
-    if (!handle) return reply(error_line(handle.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+    if (!handle) return reply(line(error_line(handle.status())), true);
     const std::uint64_t version = handle->version();
     const ManifestId id = handle->manifest_id();
-    reply(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}.dump(-1, ' ', false, kReplaceInvalidUtf8),
+    reply(line(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}),
           false);
     const core::MappedFile* file_published = mapped.get();
     published_[{model, version}] = Published{std::move(mapped), std::make_unique<PublishHandle>(std::move(*handle))};
     watch_file({model, version}, file_published);
     if (wait_replicas == 0) {
-      reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+      reply(line(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}), true);
       return;
     }
     watch_replicas(model, version, id, wait_replicas, release_after, started, reply, 0);
@@ -221,7 +221,7 @@ class Daemon {
   void watch_replicas(std::string model, std::uint64_t version, ManifestId id, std::size_t wanted, bool release_after,
                       Clock::time_point started, transport::ControlServer::Reply reply, std::size_t reported) {
     const std::size_t now_have = peer_->replicas(id);
-    if (now_have != reported) reply(Json{{"event", "replicas"}, {"count", now_have}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
+    if (now_have != reported) reply(line(Json{{"event", "replicas"}, {"count", now_have}}), false);
     if (now_have >= wanted) {
       const double stall = std::chrono::duration<double>(Clock::now() - started).count();
       std::uint64_t served = 0;
@@ -230,9 +230,8 @@ class Daemon {
         served = it->second.handle->bytes_served();
         if (release_after) published_.erase(it);
       }
-      reply(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}, {"replicas", now_have},
-                 {"stall_seconds", stall}, {"released", release_after}, {"bytes_served", served}}
-                .dump(-1, ' ', false, kReplaceInvalidUtf8),
+      reply(line(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}, {"replicas", now_have},
+                 {"stall_seconds", stall}, {"released", release_after}, {"bytes_served", served}}),
             true);
       return;
     }
@@ -244,7 +243,7 @@ class Daemon {
   void fetch(const std::string& model, std::uint64_t version, const std::string& out,
              const transport::ControlServer::Reply& reply) {
     auto known = peer_->version_info(model, version);
-    if (!known) return reply(error_line(known.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+    if (!known) return reply(line(error_line(known.status())), true);
     const VersionInfo info = *known;
     const Key key{model, info.version};
     const bool held = fetched_.count(key) != 0 || published_.count(key) != 0;
@@ -255,26 +254,25 @@ class Daemon {
         raw = it->second.get();
       } else if (!held) {
         auto handle = start_fetch(model, info.version, info.bytes);
-        if (!handle) return reply(error_line(handle.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+        if (!handle) return reply(line(error_line(handle.status())), true);
         raw = *handle;
       } else {
-        return reply(error_line(Status::already_exists(model + " v" + std::to_string(info.version) +
-                                                       " is published by this peer; fetch it with an output file"))
-                         .dump(-1, ' ', false, kReplaceInvalidUtf8),
+        return reply(line(error_line(Status::already_exists(model + " v" + std::to_string(info.version) +
+                                                       " is published by this peer; fetch it with an output file"))),
                      true);
       }
-      reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
+      reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
       return watch_fetch(raw, info, [] { return Status::ok(); }, [] {}, Clock::now(), reply);
     }
     // Into the output file: a file of the version's size, mapped, that the
     // blocks land in; renamed into place once every shard is verified. A
     // version this daemon holds already is copied into it locally.
     auto file = core::MappedOutputFile::create(out, info.bytes, 0644, /*overwrite=*/true);
-    if (!file) return reply(error_line(file.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+    if (!file) return reply(line(error_line(file.status())), true);
     auto owned_file = std::make_shared<core::MappedOutputFile>(std::move(*file));
     auto handle = peer_->fetch(model, info.version, owned_file->bytes());
-    if (!handle) return reply(error_line(handle.status()).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
-    reply(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
+    if (!handle) return reply(line(error_line(handle.status())), true);
+    reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
     auto commit = [owned_file] { return owned_file->commit(); };
     if (!held) {
       // The daemon holds and serves this version from the file from now on.
@@ -294,9 +292,8 @@ class Daemon {
     const FetchProgressInfo p = handle->progress();
     Status s = handle->wait(std::chrono::milliseconds(0));
     if (s.code() == StatusCode::kTimeout) {
-      reply(Json{{"event", "progress"}, {"bytes_verified", p.bytes_verified}, {"bytes_total", p.bytes_total},
-                 {"shards_verified", p.shards_verified}, {"shards_total", p.shards_total}, {"sources", p.sources}}
-                .dump(-1, ' ', false, kReplaceInvalidUtf8),
+      reply(line(Json{{"event", "progress"}, {"bytes_verified", p.bytes_verified}, {"bytes_total", p.bytes_total},
+                 {"shards_verified", p.shards_verified}, {"shards_total", p.shards_total}, {"sources", p.sources}}),
             false);
       later(std::chrono::milliseconds(50), [=, this] { watch_fetch(handle, info, finish, done, started, reply); });
       return;
@@ -305,10 +302,9 @@ class Daemon {
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const std::uint64_t bytes = handle->bytes().size();
     done();
-    if (!s.is_ok()) return reply(error_line(s).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
-    reply(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()}, {"bytes", bytes},
-               {"seconds", seconds}}
-              .dump(-1, ' ', false, kReplaceInvalidUtf8),
+    if (!s.is_ok()) return reply(line(error_line(s)), true);
+    reply(line(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()}, {"bytes", bytes},
+               {"seconds", seconds}}),
           true);
   }
 
@@ -319,22 +315,22 @@ class Daemon {
       asio::post(io_, [this, key, reply] {
         published_.erase(key);
         drop_fetched(key);
-        reply(Json{{"done", true}, {"ok", true}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+        reply(line(Json{{"done", true}, {"ok", true}}), true);
       });
     };
     auto pub = published_.find(key);
     auto fetched = fetched_.find(key);
     if (pub == published_.end() && fetched == fetched_.end()) {
-      reply(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here")).dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+      reply(line(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here"))), true);
     } else if (now) {
       published_.erase(key);  // destroying a handle releases at once
       drop_fetched(key);
-      reply(Json{{"done", true}, {"ok", true}}.dump(-1, ' ', false, kReplaceInvalidUtf8), true);
+      reply(line(Json{{"done", true}, {"ok", true}}), true);
     } else if (pub != published_.end()) {
-      reply(Json{{"event", "releasing"}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
+      reply(line(Json{{"event", "releasing"}}), false);
       pub->second.handle->release_async(done);
     } else {
-      reply(Json{{"event", "releasing"}}.dump(-1, ' ', false, kReplaceInvalidUtf8), false);
+      reply(line(Json{{"event", "releasing"}}), false);
       fetched->second->release_async(done);
     }
   }
