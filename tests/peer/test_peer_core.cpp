@@ -34,12 +34,6 @@ bool same_bytes(const std::shared_ptr<LocalVersion>& v, const std::vector<std::b
   return same;
 }
 
-std::vector<TensorEntry> tensors_of(const std::vector<std::byte>& image) {
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
-  return layout->tensors;
-}
-
 // Peers 0..n-1 on their own hosts, joined and converged.
 void add_peers(PeerNetwork& net, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) net.add_peer(Location{"dc", "r" + std::to_string(i % 2), "h" + std::to_string(i)});

@@ -55,9 +55,8 @@ TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
   auto worker2 = start_peer(602, publisher_key, {seed});
 
   auto image = small_model(21, 3u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
-  auto handle = publisher->publish("policy", image, layout->tensors);
+  const auto tensors = tensors_of(image);
+  auto handle = publisher->publish("policy", image, tensors);
   REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
   CHECK(handle->version() == 1);
 
@@ -96,8 +95,8 @@ TEST_CASE("peer: a manifest from an untrusted publisher is never believed") {
   auto rogue = start_peer(701, GossipNetwork::identity_for(701).public_key(), {});  // trusts itself
   auto worker = start_peer(702, trusted, {rogue->gossip_address()});
   auto image = small_model(22, 1u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(rogue->publish("policy", image, layout->tensors).is_ok());
+  const auto tensors = tensors_of(image);
+  REQUIRE(rogue->publish("policy", image, tensors).is_ok());
   CHECK_FALSE(worker->wait_for_head("policy", 0, 3s).is_ok());
   auto f = worker->fetch("policy", 0);
   CHECK(f.status().code() == StatusCode::kUnavailable);
@@ -109,8 +108,8 @@ TEST_CASE("peer: the last holder of the head defers its release until another pe
   const std::string seed = publisher->gossip_address();
   auto worker1 = start_peer(801, publisher_key, {seed});
   auto image = small_model(23, 2u << 20);
-  auto layout = parse_safetensors(image);
-  auto published = publisher->publish("policy", image, layout->tensors);
+  const auto tensors = tensors_of(image);
+  auto published = publisher->publish("policy", image, tensors);
   REQUIRE(published.is_ok());
   const ManifestId id = published->manifest_id();
   REQUIRE(worker1->wait_for_head("policy", 0, 10s).is_ok());
@@ -160,9 +159,8 @@ TEST_CASE("peer: extra data lanes carry pieces, and the fetch verifies") {
   auto worker = start_peer(621, publisher_id.public_key(), {publisher->gossip_address()},
                            [](PeerOptions& o) { o.data_lanes = 4; });
   auto image = small_model(23, 4u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
-  auto handle = publisher->publish("policy", image, layout->tensors);
+  const auto tensors = tensors_of(image);
+  auto handle = publisher->publish("policy", image, tensors);
   REQUIRE(handle.is_ok());
   REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
   auto f = worker->fetch("policy", 1);
@@ -201,9 +199,8 @@ TEST_CASE("peer: a fetch of a version this peer published is a copy, dropping ei
   const Identity publisher_id = GossipNetwork::identity_for(640);
   auto publisher = start_peer(640, publisher_id.public_key(), {});
   auto image = small_model(24, 1u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
-  auto published = publisher->publish("policy", image, layout->tensors);
+  const auto tensors = tensors_of(image);
+  auto published = publisher->publish("policy", image, tensors);
   REQUIRE(published.is_ok());
   std::vector<std::byte> destination(image.size());
   auto copy = publisher->fetch("policy", kLatestVersion, destination);
@@ -232,9 +229,8 @@ TEST_CASE("peer: a subscriber's callback may release a handle and fetch, without
   auto publisher = start_peer(650, publisher_id.public_key(), {});
   auto worker = start_peer(651, publisher_id.public_key(), {publisher->gossip_address()});
   auto image = small_model(25, 1u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
-  auto v1 = publisher->publish("policy", image, layout->tensors);
+  const auto tensors = tensors_of(image);
+  auto v1 = publisher->publish("policy", image, tensors);
   REQUIRE(v1.is_ok());
   REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
   auto held = worker->fetch("policy", 1);
@@ -254,7 +250,7 @@ TEST_CASE("peer: a subscriber's callback may release a handle and fetch, without
     switched.notify_all();
   });
   image[image.size() - 10] ^= std::byte{1};
-  auto v2 = publisher->publish("policy", image, layout->tensors);
+  auto v2 = publisher->publish("policy", image, tensors);
   REQUIRE(v2.is_ok());
   std::unique_lock lock(mutex);
   REQUIRE(switched.wait_for(lock, 20s, [&] { return done; }));
@@ -268,8 +264,7 @@ TEST_CASE("peer: publish from regions and fetch into regions over TCP, blocks ga
   auto publisher = start_peer(660, publisher_id.public_key(), {});
   auto worker = start_peer(661, publisher_id.public_key(), {publisher->gossip_address()});
   auto image = small_model(26, 2u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
+  const auto tensors = tensors_of(image);
   // Regions of 1 byte to 100 KiB, each its own buffer, on both sides, cut differently.
   auto cut = [&](std::uint64_t seed) {
     core::SplitMix64 rng(seed);
@@ -284,7 +279,7 @@ TEST_CASE("peer: publish from regions and fetch into regions over TCP, blocks ga
   auto source = cut(1);
   std::vector<ConstRegion> published;
   for (const auto& b : source) published.emplace_back(b.data(), b.size());
-  auto handle = publisher->publish("policy", std::span<const ConstRegion>(published), layout->tensors);
+  auto handle = publisher->publish("policy", std::span<const ConstRegion>(published), tensors);
   REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
   REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
   std::vector<std::vector<std::byte>> into;
@@ -343,9 +338,8 @@ TEST_CASE("peer: secure mode: versions published with blake2b-256, and a fetcher
   });
 
   auto image = small_model(23, 1u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
-  auto secure = publisher->publish("policy", image, layout->tensors);
+  const auto tensors = tensors_of(image);
+  auto secure = publisher->publish("policy", image, tensors);
   REQUIRE(secure.is_ok());
   CHECK(secure->manifest().body().shard_hash == ShardHashAlgorithm::kBlake2b_256);
   REQUIRE(strict->wait_for_head("policy", 0, 10s).is_ok());
@@ -356,7 +350,7 @@ TEST_CASE("peer: secure mode: versions published with blake2b-256, and a fetcher
 
   // A trusted publisher in the default mode: XXH3-128.
   auto fast = start_peer(652, fast_key, {seed});
-  auto quick = fast->publish("critic", image, layout->tensors);
+  auto quick = fast->publish("critic", image, tensors);
   REQUIRE(quick.is_ok());
   CHECK(quick->manifest().body().shard_hash == ShardHashAlgorithm::kXxh3_128);
   REQUIRE(strict->wait_for_head("critic", 0, 10s).is_ok());
@@ -369,12 +363,11 @@ TEST_CASE("peer: secure mode: versions published with blake2b-256, and a fetcher
 TEST_CASE("peer: a restarted publisher learns the head from the swarm before it numbers a version") {
   const PublicKey trainer_key = GossipNetwork::identity_for(660).public_key();
   auto image = small_model(24, 1u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
+  const auto tensors = tensors_of(image);
   auto trainer = start_peer(660, trainer_key, {});
   auto worker = start_peer(661, trainer_key, {trainer->gossip_address()});
   {
-    auto v1 = trainer->publish("policy", image, layout->tensors);
+    auto v1 = trainer->publish("policy", image, tensors);
     REQUIRE(v1.is_ok());
     REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
     auto copy = worker->fetch("policy", kLatestVersion);
@@ -383,7 +376,7 @@ TEST_CASE("peer: a restarted publisher learns the head from the swarm before it 
     v1->release();
     trainer.reset();  // the trainer's daemon restarts: it remembers nothing
     auto restarted = start_peer(660, trainer_key, {worker->gossip_address()});
-    auto v2 = restarted->publish("policy", image, layout->tensors);
+    auto v2 = restarted->publish("policy", image, tensors);
     REQUIRE_MESSAGE(v2.is_ok(), v2.status().to_string());
     CHECK(v2->version() == 2);  // not 1 again: that would be two manifests for one number
     CHECK(v2->manifest().body().parent == copy->info().id);
@@ -400,7 +393,7 @@ TEST_CASE("peer: a restarted publisher learns the head from the swarm before it 
   auto foreign = Peer::start(o, GossipNetwork::identity_for(662), SwarmKey::from_bytes(other));
   REQUIRE(foreign.is_ok());
   auto lonely = start_peer(663, GossipNetwork::identity_for(663).public_key(), {(*foreign)->gossip_address()});
-  auto refused = lonely->publish("policy", image, layout->tensors);
+  auto refused = lonely->publish("policy", image, tensors);
   REQUIRE_FALSE(refused.is_ok());
   CHECK(refused.status().code() == StatusCode::kUnavailable);
   CHECK(refused.status().message().find("no seed answered") != std::string::npos);
@@ -414,11 +407,8 @@ TEST_CASE("peer: wait_for_head reports a version signed twice instead of waiting
   auto a = start_peer(670, key_a, {}, trust_both);
   auto b = start_peer(671, key_b, {}, trust_both);
   auto image_a = small_model(25, 1u << 20), image_b = small_model(26, 1u << 20);
-  auto layout_a = parse_safetensors(image_a), layout_b = parse_safetensors(image_b);
-  REQUIRE(layout_a.is_ok());
-  REQUIRE(layout_b.is_ok());
-  auto va = a->publish("policy", image_a, layout_a->tensors);
-  auto vb = b->publish("policy", image_b, layout_b->tensors);
+  auto va = a->publish("policy", image_a, tensors_of(image_a));
+  auto vb = b->publish("policy", image_b, tensors_of(image_b));
   REQUIRE(va.is_ok());
   REQUIRE(vb.is_ok());
   // A worker joins through both. It may believe the first manifest of v1
@@ -448,9 +438,8 @@ TEST_CASE("peer: a release does not wait on a reader that stopped reading") {
   // Requests of 16 MiB, 8 in flight: more than the sockets' buffers hold.
   auto reader = start_peer(681, key, {publisher->gossip_address()}, [](PeerOptions& o) { o.block_size = 16u << 20; });
   auto image = small_model(28, 256u << 20);
-  auto layout = parse_safetensors(image);
-  REQUIRE(layout.is_ok());
-  auto handle = publisher->publish("policy", image, layout->tensors);
+  const auto tensors = tensors_of(image);
+  auto handle = publisher->publish("policy", image, tensors);
   REQUIRE(handle.is_ok());
   REQUIRE(reader->wait_for_head("policy", 0, 10s).is_ok());
   auto fetch = reader->fetch("policy", kLatestVersion);

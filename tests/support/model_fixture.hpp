@@ -29,6 +29,13 @@ inline std::vector<std::byte> small_model(std::uint64_t seed = 1, std::uint64_t 
   return std::move(*file);
 }
 
+// The tensor table of a safetensors image (REQUIRES that it parses).
+inline std::vector<TensorEntry> tensors_of(const std::vector<std::byte>& image) {
+  auto layout = parse_safetensors(image);
+  REQUIRE(layout.is_ok());
+  return layout->tensors;
+}
+
 inline ManifestBuildOptions small_options(std::uint64_t version = 1, ManifestId parent = {}) {
   ManifestBuildOptions o;
   o.model = "policy";
