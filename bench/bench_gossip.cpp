@@ -10,11 +10,17 @@
 //     probability 2.5%: about 5% of peers are stalled at any moment);
 //   - gossip bytes and datagrams per peer per second in steady state;
 //   - the wall time of the run.
+// With --hostile, the last peer is a hostile member (sim/hostile_member.hpp):
+// from the steady state on it sends every forgery of the threat model to 5
+// random peers a second, and acks for the crashed peer with the probe
+// numbers it sniffs; the run then also reports what it sent and how it was
+// refused. Goal (issue: hardening), at N = 100 over 10 minutes: 0 false
+// deaths, and the crash known by all within the same bound as without it.
 // Goals (issue: gossip), at N = 1,000: head to all within 3 s without loss
 // and 5 s with 10% loss; dead known by all within 10 s; zero false deaths;
 // under 10 KB/s of gossip per peer.
 //
-// Usage: bench_gossip --peers N [--loss 0.1] [--minutes 10] [--seed S] [--preload] [--json]
+// Usage: bench_gossip --peers N [--loss 0.1] [--minutes 10] [--seed S] [--preload] [--hostile] [--json]
 // --preload starts the swarm converged (GossipCore::preload) instead of N
 // joins: a join storm costs O(N^2 log N) item transmissions, which at 5,000
 // peers would take hours of wall time without telling anything new.
@@ -22,10 +28,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "sim/hostile_member.hpp"
 #include "support/gossip_network.hpp"
 
 using namespace tensorhub;
@@ -42,6 +51,7 @@ struct Options {
   std::uint64_t seed = 1;
   bool json = false;
   bool preload = false;  // start converged instead of joining one by one
+  bool hostile = false;  // the last peer forges
   long trace_peer = -1;  // print every event about this peer (diagnosis)
 };
 
@@ -62,9 +72,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--seed") o.seed = std::strtoull(next(), nullptr, 10);
     else if (a == "--json") o.json = true;
     else if (a == "--preload") o.preload = true;
+    else if (a == "--hostile") o.hostile = true;
     else if (a == "--trace") o.trace_peer = std::strtol(next(), nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: %s --peers N [--loss P] [--minutes M] [--seed S] [--json]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --peers N [--loss P] [--minutes M] [--seed S] [--preload] [--hostile] [--json]\n",
+                   argv[0]);
       std::exit(2);
     }
   }
@@ -123,13 +135,42 @@ int main(int argc, char** argv) {
   const double bootstrap_wall = wall_seconds(wall_start);
   net.set_conditions(NetworkConditions{o.loss, 0.0, 1ms, 2ms});
 
+  // The hostile member, if any, forges once a second of virtual time.
+  const std::size_t hostile_peer = o.peers - 1;
+  std::optional<sim::HostileMember> hostile;
+  if (o.hostile) {
+    hostile.emplace(net, hostile_peer, o.seed * 977 + 3);
+    hostile->sniff();
+  }
+  TimePoint next_forgery = net.now();
+  std::optional<std::size_t> acking_for;  // the crashed peer it acks for
+  auto forge_until = [&](TimePoint t) {
+    if (!hostile) return;
+    while (net.now() < t) {
+      if (net.now() >= next_forgery) {
+        hostile->round(5);
+        next_forgery = net.now() + 1s;
+      }
+      if (acking_for) hostile->ack_for(*acking_for, 4);
+      net.run_until(std::min(t, net.now() + 100ms));
+    }
+  };
+  auto advance = [&](Duration d) {
+    if (hostile) forge_until(net.now() + d); else net.run_for(d);
+  };
+  auto advance_until = [&](const std::function<bool()>& done, Duration limit, Duration step) {
+    const TimePoint end = net.now() + limit;
+    while (!done() && net.now() < end) advance(step);
+    return done();
+  };
+
   // --- steady-state traffic ---
   std::uint64_t bytes0 = 0, packets0 = 0;
   for (std::size_t i = 0; i < net.size(); ++i) {
     bytes0 += net.core(i).stats().bytes_out;
     packets0 += net.core(i).stats().datagrams_out;
   }
-  net.run_for(60s);
+  advance(60s);
   std::uint64_t bytes1 = 0, packets1 = 0;
   for (std::size_t i = 0; i < net.size(); ++i) {
     bytes1 += net.core(i).stats().bytes_out;
@@ -161,10 +202,10 @@ int main(int argc, char** argv) {
     }
   });
   net.core(publisher).set_head(HeadEntry{"policy", 7, head_id});
-  net.run_until([&] { return reached_count == o.peers; }, 120s, 10ms);
+  advance_until([&] { return reached_count == o.peers; }, 120s, 10ms);
 
   // --- a crash: time until every live peer marks it dead ---
-  const std::size_t victim = 1 + rng.below(o.peers - 1);
+  const std::size_t victim = 1 + rng.below(o.peers - 2);  // neither the publisher nor the last peer
   const PeerId victim_id = net.id(victim);
   std::set<std::size_t> crashed = {victim};
   std::size_t dead_count = 0;
@@ -194,12 +235,14 @@ int main(int argc, char** argv) {
   });
   const TimePoint crash_at = net.now();
   net.crash(victim);
-  net.run_until([&] { return dead_count == o.peers - 1; }, 120s, 50ms);
+  acking_for = victim;
+  advance_until([&] { return dead_count == o.peers - 1; }, 120s, 50ms);
+  acking_for.reset();
   const double dead_all = dead_count == o.peers - 1 ? to_seconds(net.now() - crash_at) : -1;
 
   // --- false deaths over the window, under loss ---
   const Duration window = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.minutes * 60));
-  net.run_for(window);
+  advance(window);
   const int false_deaths_loss = false_deaths;
 
   // --- and again with stalls ---
@@ -213,9 +256,21 @@ int main(int argc, char** argv) {
         if (o.trace_peer >= 0) std::fprintf(stderr, "t=%.3f peer %zu stalls for 2 s\n", to_seconds(net.now()), i);
       }
     }
-    net.run_for(1s);
+    advance(1s);
   }
   const int false_deaths_stall = false_deaths;
+  GossipStats refused;
+  for (std::size_t i = 0; i < net.size(); ++i) {
+    if (!net.is_up(i)) continue;
+    const GossipStats& st = net.core(i).stats();
+    refused.dropped_forged_sender += st.dropped_forged_sender;
+    refused.liveness_unsigned += st.liveness_unsigned;
+    refused.liveness_forged += st.liveness_forged;
+    refused.acks_unasked += st.acks_unasked;
+    refused.liveness_rate_limited += st.liveness_rate_limited;
+    refused.records_rejected += st.records_rejected;
+    refused.pair_keys_derived += st.pair_keys_derived;
+  }
   const double wall = wall_seconds(wall_start);
 
   if (o.json) {
@@ -223,11 +278,21 @@ int main(int argc, char** argv) {
                 "\"bootstrap_wall_s\": %.1f, \"head_p99_s\": %.2f, "
                 "\"head_all_s\": %.2f, \"dead_all_s\": %.2f, \"window_minutes\": %.1f, \"false_deaths_loss\": %d, "
                 "\"false_deaths_stalls\": %d, \"stalls\": %zu, \"bytes_per_peer_s\": %.0f, "
-                "\"packets_per_peer_s\": %.2f, \"wall_s\": %.1f}\n",
+                "\"packets_per_peer_s\": %.2f, \"hostile\": %s, \"forged_datagrams\": %llu, "
+                "\"refused_posing_sender\": %llu, \"refused_claims_unsigned\": %llu, \"refused_claims_unsigned_inc\": %llu, "
+                "\"refused_acks_unasked\": %llu, \"refused_accusations_over_rate\": %llu, \"refused_records\": %llu, \"pair_keys_derived\": %llu, \"wall_s\": %.1f}\n",
                 o.peers, o.preload ? "preloaded" : "joins", o.loss, static_cast<unsigned long long>(o.seed),
                 converge_virtual, settled_virtual,
                 bootstrap_wall, t99, t100, dead_all,
-                o.minutes, false_deaths_loss, false_deaths_stall, stalls, bytes_per_peer_s, packets_per_peer_s, wall);
+                o.minutes, false_deaths_loss, false_deaths_stall, stalls, bytes_per_peer_s, packets_per_peer_s,
+                o.hostile ? "true" : "false", static_cast<unsigned long long>(hostile ? hostile->datagrams_sent() : 0),
+                static_cast<unsigned long long>(refused.dropped_forged_sender),
+                static_cast<unsigned long long>(refused.liveness_unsigned),
+                static_cast<unsigned long long>(refused.liveness_forged),
+                static_cast<unsigned long long>(refused.acks_unasked),
+                static_cast<unsigned long long>(refused.liveness_rate_limited),
+                static_cast<unsigned long long>(refused.records_rejected),
+                static_cast<unsigned long long>(refused.pair_keys_derived), wall);
   } else {
     std::printf("gossip, %zu peers, %.0f%% loss, seed %llu\n", o.peers, o.loss * 100,
                 static_cast<unsigned long long>(o.seed));
@@ -238,6 +303,19 @@ int main(int argc, char** argv) {
     std::printf("  false deaths, %.1f min    %d under loss; %d with stalls (%zu stalls of 2 s)\n", o.minutes,
                 false_deaths_loss, false_deaths_stall, stalls);
     std::printf("  traffic per peer         %.0f B/s, %.2f datagrams/s\n", bytes_per_peer_s, packets_per_peer_s);
+    if (hostile) {
+      std::printf("  hostile member           %llu forged datagrams; refused: %llu posing senders, %llu claims in "
+                  "others' names, %llu claims above signed incarnations, %llu unasked acks, %llu accusations over "
+                  "the rate, %llu posing records\n",
+                  static_cast<unsigned long long>(hostile->datagrams_sent()),
+                  static_cast<unsigned long long>(refused.dropped_forged_sender),
+                  static_cast<unsigned long long>(refused.liveness_unsigned),
+                  static_cast<unsigned long long>(refused.liveness_forged),
+                  static_cast<unsigned long long>(refused.acks_unasked),
+                  static_cast<unsigned long long>(refused.liveness_rate_limited),
+                  static_cast<unsigned long long>(refused.records_rejected));
+    }
+    std::printf("  pair keys derived        %llu (all peers)\n", static_cast<unsigned long long>(refused.pair_keys_derived));
     std::printf("  wall time                %.1f s\n", wall);
   }
   return 0;

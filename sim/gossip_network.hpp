@@ -87,6 +87,7 @@ class GossipNetwork {
   gossip::GossipCore& core(std::size_t peer) { return *peers_[peer].core; }
   const gossip::GossipCore& core(std::size_t peer) const { return *peers_[peer].core; }
   const PeerId& id(std::size_t peer) const { return peers_[peer].id; }
+  std::uint64_t key_index(std::size_t peer) const { return peers_[peer].key_index; }
   const std::string& address(std::size_t peer) const { return peers_[peer].address; }
   std::optional<std::size_t> index_of(const PeerId& id) const;
 

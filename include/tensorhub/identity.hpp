@@ -46,6 +46,13 @@ class Identity {
   // the message, so that a signature made for one purpose is useless for another.
   Signature sign(std::span<const std::uint8_t> message) const;
 
+  // The static-static X25519 shared secret with `peer` (both Ed25519 keys
+  // converted to their Montgomery form): the same bytes on both sides, known
+  // to nobody else. Callers hash it with a purpose label and both ids before
+  // using it as a key. Fails when `peer` is not a valid Ed25519 public key or
+  // the exchange gives the all-zero (low-order) result.
+  Result<std::array<std::uint8_t, 32>> shared_secret(const PublicKey& peer) const;
+
  private:
   Identity() = default;
   std::array<std::uint8_t, 32> seed_{};

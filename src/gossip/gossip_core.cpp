@@ -36,7 +36,9 @@ GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& s
       identity_(std::move(identity)),
       gossip_key_(swarm_key.derive("gossip")),
       sealer_(gossip_key_, identity_.public_key(), initial_incarnation),
+      pair_keys_(identity_, gossip_key_, config.max_members),
       rng_(rng_seed),
+      seq_rng_(rng_seed ^ 0x9e3779b97f4a7c15ull),
       decoder_(decoder ? std::move(decoder) : default_record_decoder()),
       table_(config.max_members),
       rate_limiter_(config.rate_limit_per_second, config.rate_limit_burst, config.rate_limit_addresses) {
@@ -176,9 +178,8 @@ void GossipCore::leave(TimePoint now) {
   // Tell a few peers right away; gossip rounds carry it further.
   for (const Member* m : sample(table_.live(), static_cast<std::size_t>(config_.gossip_fanout) * 2)) {
     Packet p;
-    p.sender = self_id();
     p.kind = PacketKind::kGossip;
-    send_packet(m->record->record.gossip_addr, p, std::vector<OutgoingItem>{self_signed_});
+    send_packet(*m, p, std::vector<OutgoingItem>{self_signed_});
     ++leave_sends_;
   }
 }
@@ -225,17 +226,26 @@ Duration GossipCore::push_pull_interval() const {
   return std::chrono::duration_cast<Duration>(config_.push_pull_interval * multiplier);
 }
 
-void GossipCore::send_packet(const std::string& to, Packet packet, std::span<const OutgoingItem> must_include,
-                             bool piggyback) {
-  if (to.empty()) return;
+std::uint32_t GossipCore::next_probe_seq() {
+  std::uint32_t seq = 0;
+  while (seq == 0) seq = static_cast<std::uint32_t>(seq_rng_.next());
+  return seq;
+}
+
+void GossipCore::send_packet(const PeerId& to, const std::string& addr, Packet packet,
+                             std::span<const OutgoingItem> must_include, bool piggyback) {
+  if (addr.empty()) return;
+  const PairKey* pair_key = pair_keys_.key_for(to);
+  stats_.pair_keys_derived = pair_keys_.derivations();
+  if (pair_key == nullptr) return;  // not a usable key: nobody could read it
   packet.sender = self_id();
-  std::size_t budget = config_.max_datagram_bytes - kSealOverhead - kPacketHeaderBytes;
+  std::size_t budget = config_.max_datagram_bytes - kDatagramOverhead - kPacketHeaderBytes;
   std::vector<OutgoingItem> items(must_include.begin(), must_include.end());
   for (const auto& item : items) budget -= std::min(budget, encoded_item_size(item));
   if (piggyback) {
     for (auto& item : broadcasts_.take(budget, retransmit_limit())) items.push_back(std::move(item));
   }
-  OutgoingDatagram d{to, sealer_.seal_packet(packet, items)};
+  OutgoingDatagram d{addr, sealer_.seal_packet(*pair_key, packet, items)};
   ++stats_.datagrams_out;
   stats_.bytes_out += d.bytes.size();
   datagrams_.push_back(std::move(d));

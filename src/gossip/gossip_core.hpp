@@ -30,6 +30,7 @@
 #include "gossip/gossip_config.hpp"
 #include "gossip/gossip_wire.hpp"
 #include "gossip/member_table.hpp"
+#include "gossip/pair_keys.hpp"
 #include "gossip/peer_record.hpp"
 #include "gossip/rate_limiter.hpp"
 #include "gossip/version_vector.hpp"
@@ -91,6 +92,15 @@ struct GossipStats {
   // Suspect or dead claims at an incarnation above any the target signed
   // (ignored, answered with the target's record).
   std::uint64_t liveness_forged = 0;
+  // Datagrams whose sender tag does not prove the sender they name.
+  std::uint64_t dropped_forged_sender = 0;
+  // Liveness claims with a bad signature, or from an accuser that is no live
+  // member; acks and nacks from peers that were not asked.
+  std::uint64_t liveness_unsigned = 0, acks_unasked = 0;
+  // New suspicions from an accuser past its rate (one a probe interval,
+  // burst kAccusationBurst): an honest peer probes one member an interval.
+  std::uint64_t liveness_rate_limited = 0;
+  std::uint64_t pair_keys_derived = 0;
 };
 
 class GossipCore {
@@ -151,6 +161,8 @@ class GossipCore {
   struct Probe {
     std::uint32_t seq = 0;
     PeerId target;
+    std::vector<PeerId> relays;           // asked to probe for us: their acks count
+    std::vector<PeerId> awaiting_nacks;   // relays that have not nacked yet
     TimePoint started;
     TimePoint indirect_at;   // probe timeout: ask others
     TimePoint deadline;      // end of the probe interval: suspect
@@ -160,8 +172,10 @@ class GossipCore {
     int nacks = 0;
   };
   struct Relay {
-    std::string requester;
+    PeerId requester;
+    std::string requester_addr;
     std::uint32_t requester_seq = 0;
+    PeerId target;  // only its ack is forwarded
     TimePoint nack_at;
   };
   enum class StreamPhase { kAwaitResponse, kAwaitRequest, kAwaitRecords, kAwaitProbeAck };
@@ -170,6 +184,7 @@ class GossipCore {
     TimePoint deadline;
     std::string peer;
     std::uint32_t probe_seq = 0;  // kAwaitProbeAck
+    PeerId probe_target;          // kAwaitProbeAck: only its ack counts
   };
 
   // Datagram handling.
@@ -177,15 +192,29 @@ class GossipCore {
   void process_items(TimePoint now, std::vector<IncomingItem>& items, std::vector<OutgoingItem>* corrections);
   void process_record(TimePoint now, const RecordBytes& bytes, std::vector<OutgoingItem>* corrections);
   void process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections);
+  // A claim is news when it could change this peer's view of its target.
+  bool liveness_is_news(const LivenessItem& item) const;
   void on_ping(TimePoint now, const std::string& from, const Packet& packet);
   void on_ack(TimePoint now, const Packet& packet);
   void on_ping_req(TimePoint now, const std::string& from, const Packet& packet);
   void on_nack(const Packet& packet);
 
   // Sending.
+  // To the peer `to` at `addr` (its tag proves us to that peer alone).
   // `piggyback`: fill the rest of the datagram from the broadcast queue.
-  void send_packet(const std::string& to, Packet packet, std::span<const OutgoingItem> must_include = {},
-                   bool piggyback = true);
+  void send_packet(const PeerId& to, const std::string& addr, Packet packet,
+                   std::span<const OutgoingItem> must_include = {}, bool piggyback = true);
+  void send_packet(const Member& to, Packet packet, std::span<const OutgoingItem> must_include = {},
+                   bool piggyback = true) {
+    send_packet(to.id(), to.record->record.gossip_addr, std::move(packet), must_include, piggyback);
+  }
+  // This peer's signed claim about `target`.
+  LivenessItem claim(Liveness state, const PeerId& target, std::uint64_t incarnation) const {
+    return sign_liveness(identity_, state, target, incarnation);
+  }
+  // A random probe sequence number (never 0), from its own stream so that
+  // the choices of peers and targets do not depend on it.
+  std::uint32_t next_probe_seq();
   void emit(MemberEventKind kind, const PeerId& id, const RecordPtr& record, std::uint64_t incarnation);
 
   // Periodic work.
@@ -209,10 +238,11 @@ class GossipCore {
   void open_sync(TimePoint now, const std::string& to);
   // memberlist's fallback: the same probe over TCP, which retransmits what
   // UDP loses, so a lossy path alone does not make a live peer suspect.
-  void open_probe_stream(TimePoint now, const std::string& to, std::uint32_t seq);
+  void open_probe_stream(TimePoint now, const std::string& to, std::uint32_t seq, const PeerId& target);
   std::vector<DigestEntry> full_digest() const;
   void answer_sync(TimePoint now, StreamId id, const SyncRequest& request);
   std::vector<OutgoingItem> items_about(const PeerId& id) const;
+  LivenessItem claim_to_relay(const Member& m) const;
   void close_stream(StreamId id);
 
   // Self.
@@ -236,7 +266,9 @@ class GossipCore {
   Identity identity_;
   core::AeadKey gossip_key_;
   Sealer sealer_;
+  PairKeys pair_keys_;
   core::SplitMix64 rng_;
+  core::SplitMix64 seq_rng_;
   std::shared_ptr<RecordDecoder> decoder_;
 
   PeerRecord self_;
@@ -271,7 +303,6 @@ class GossipCore {
   std::vector<PeerId> probe_order_;
   std::size_t probe_index_ = 0;
   std::optional<Probe> probe_;
-  std::uint32_t next_seq_ = 0;
   std::map<std::uint32_t, Relay> relays_;  // our ping seq -> who asked
   int awareness_ = 0;
 

@@ -42,10 +42,14 @@ void GossipCore::handle_timeout(TimePoint now) {
         req.probe_seq = probe_->seq;
         req.target = target_id;
         req.target_addr = target->record->record.gossip_addr;
-        send_packet(m->record->record.gossip_addr, req);
+        send_packet(*m, req);
+        probe_->relays.push_back(m->id());
+        probe_->awaiting_nacks.push_back(m->id());
         ++probe_->expected_nacks;
       }
-      if (config_.tcp_fallback_probe) open_probe_stream(now, target->record->record.gossip_addr, probe_->seq);
+      if (config_.tcp_fallback_probe) {
+        open_probe_stream(now, target->record->record.gossip_addr, probe_->seq, target_id);
+      }
     }
   }
   if (probe_ && now >= probe_->deadline) finish_probe(now);
@@ -127,7 +131,7 @@ void GossipCore::run_probe(TimePoint now) {
   Member* m = table_.find(*target);
   m->last_probed = now;
   Probe p;
-  p.seq = ++next_seq_;
+  p.seq = next_probe_seq();
   p.target = *target;
   p.started = now;
   p.indirect_at = now + scaled(config_.probe_timeout);
@@ -138,10 +142,10 @@ void GossipCore::run_probe(TimePoint now) {
   ping.target = *target;
   // Lifeguard's buddy system: tell a suspect about its suspicion first.
   std::vector<OutgoingItem> first;
-  if (m->liveness == Liveness::kSuspect) first.push_back(LivenessItem{Liveness::kSuspect, *target, m->incarnation, self_id()});
+  if (m->liveness == Liveness::kSuspect && m->claim) first.push_back(*m->claim);
   ++stats_.probes;
   probe_ = p;
-  send_packet(m->record->record.gossip_addr, ping, first);
+  send_packet(*m, ping, first);
 }
 
 void GossipCore::finish_probe(TimePoint now) {
@@ -157,9 +161,8 @@ void GossipCore::finish_probe(TimePoint now) {
   if (now < caught_up_at_) return;  // we were paused: the silence may be ours
   const Member* m = table_.find(p.target);
   if (m == nullptr || !m->is_live()) return;
-  const LivenessItem suspect{Liveness::kSuspect, p.target, m->incarnation, self_id()};
   ++stats_.suspicions;
-  process_liveness(now, suspect, nullptr);
+  process_liveness(now, claim(Liveness::kSuspect, p.target, m->incarnation), nullptr);
 }
 
 void GossipCore::run_gossip(TimePoint now, std::size_t fanout) {
@@ -176,7 +179,7 @@ void GossipCore::run_gossip(TimePoint now, std::size_t fanout) {
     if (broadcasts_.empty()) break;
     Packet p;
     p.kind = PacketKind::kGossip;
-    send_packet(m->record->record.gossip_addr, p);
+    send_packet(*m, p);
     if (self_.leaving) ++leave_sends_;
   }
 }
@@ -192,7 +195,7 @@ void GossipCore::push_to_host_mates(const RecordPtr& news) {
     if (r.topology != self_.topology || r.id == news->record.id) continue;
     Packet p;
     p.kind = PacketKind::kGossip;
-    send_packet(r.gossip_addr, p, std::span<const OutgoingItem>(&item, 1), /*piggyback=*/false);
+    send_packet(*m, p, std::span<const OutgoingItem>(&item, 1), /*piggyback=*/false);
   }
 }
 
@@ -212,14 +215,16 @@ void GossipCore::check_suspicions(TimePoint now) {
       // Spread the suspicion again: whoever has seen a refutation answers
       // with it (a correction), which we may have missed, e.g. during a pause.
       m->last_reminded = now;
-      broadcasts_.enqueue(LivenessItem{Liveness::kSuspect, id, m->incarnation, self_id()});
+      if (m->claim) broadcasts_.enqueue(*m->claim);
     }
   }
   for (const PeerId& id : expired) {
     const Member* m = table_.find(id);
-    const LivenessItem dead{Liveness::kDead, id, m->incarnation, self_id()};
+    const LivenessItem dead = claim(Liveness::kDead, id, m->incarnation);
+    if (!table_.declare_dead(dead, now)) continue;
     ++stats_.deaths_declared;
-    process_liveness(now, dead, nullptr);
+    emit(MemberEventKind::kDead, id, m->record, dead.incarnation);
+    broadcasts_.enqueue(dead);
   }
 }
 
@@ -229,7 +234,7 @@ void GossipCore::check_relays(TimePoint now) {
       Packet nack;
       nack.kind = PacketKind::kNack;
       nack.probe_seq = it->second.requester_seq;
-      send_packet(it->second.requester, nack);
+      send_packet(it->second.requester, it->second.requester_addr, nack);
       it = relays_.erase(it);
     } else {
       ++it;

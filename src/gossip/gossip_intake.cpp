@@ -1,5 +1,5 @@
-// GossipCore's intake: datagrams opened (rate limit, AEAD, replay window),
-// records and liveness claims merged, pings, acks and nacks answered.
+// GossipCore's intake: datagrams opened (rate limit, AEAD, sender tag, replay
+// window), records and liveness claims merged, pings, acks and nacks answered.
 #include "gossip/gossip_core.hpp"
 
 #include <algorithm>
@@ -9,6 +9,8 @@ namespace tensorhub::gossip {
 namespace {
 
 constexpr std::size_t kMaxStrangerWindows = 4096;
+// Suspicions one accuser may start at once, beyond its one a probe interval.
+constexpr int kAccusationBurst = 4;
 
 }  // namespace
 
@@ -28,13 +30,22 @@ void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::sp
     return;
   }
   Opened opened;
-  switch (open_sealed(gossip_key_, /*stream=*/false, bytes, opened)) {
+  switch (open_datagram(gossip_key_, bytes, opened)) {
     case OpenError::kNone: break;
     case OpenError::kMalformed: ++stats_.dropped_malformed; return;
     default: ++stats_.dropped_unauthenticated; return;
   }
   if (opened.sender == self_id()) {
     ++stats_.dropped_misdirected;
+    return;
+  }
+  // The swarm key proves a member sealed it; the sender tag proves which one
+  // (and that it was meant for us). Checked before the replay window moves,
+  // so nobody can advance another's window.
+  const PairKey* pair_key = pair_keys_.key_for(opened.sender);
+  stats_.pair_keys_derived = pair_keys_.derivations();
+  if (pair_key == nullptr || !datagram_sender_proved(*pair_key, bytes)) {
+    ++stats_.dropped_forged_sender;
     return;
   }
   // Anti-replay per sender; members keep their window in the member table.
@@ -63,7 +74,7 @@ void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::sp
     // at once instead of letting it act on old beliefs (a false death).
     Packet correction;
     correction.kind = PacketKind::kGossip;
-    send_packet(from, correction, corrections);
+    send_packet(opened.sender, from, correction, corrections);
   }
   // A stranger that just became a member carries its window over.
   if (Member* m = table_.find(opened.sender); m != nullptr && window != &m->replay) {
@@ -81,12 +92,12 @@ void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::sp
 
 void GossipCore::process_items(TimePoint now, std::vector<IncomingItem>& items,
                                std::vector<OutgoingItem>* corrections) {
+  // Records first: a claim counts only when its accuser is a known member.
   for (auto& item : items) {
-    if (auto* record = std::get_if<RecordBytes>(&item)) {
-      process_record(now, *record, corrections);
-    } else {
-      process_liveness(now, std::get<LivenessItem>(item), corrections);
-    }
+    if (auto* record = std::get_if<RecordBytes>(&item)) process_record(now, *record, corrections);
+  }
+  for (auto& item : items) {
+    if (auto* liveness = std::get_if<LivenessItem>(&item)) process_liveness(now, *liveness, corrections);
   }
 }
 
@@ -176,13 +187,24 @@ void GossipCore::preload(TimePoint now, std::span<const RecordPtr> records) {
   for (std::size_t i = probe_order_.size(); i > 1; --i) std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);
 }
 
+bool GossipCore::liveness_is_news(const LivenessItem& item) const {
+  const Member* m = table_.find(item.target);
+  if (m == nullptr || !m->is_live() || item.incarnation < m->incarnation) return false;
+  if (item.incarnation > m->incarnation || m->liveness == Liveness::kAlive || !m->suspicion) return true;
+  return !m->suspicion->has_accuser(item.from) && !m->suspicion->at_floor();
+}
+
 void GossipCore::process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections) {
   if (item.target == self_id()) {
     // A claim at our own incarnation is refuted. One above it names an
     // incarnation we never signed (a past life's would come as its signed
     // record): forged, answered with our record.
     if (item.incarnation == self_.incarnation) {
-      refute(now, item.incarnation);
+      if (verify_liveness(item)) {
+        refute(now, item.incarnation);
+      } else {
+        ++stats_.liveness_unsigned;
+      }
     } else {
       if (item.incarnation > self_.incarnation) ++stats_.liveness_forged;
       add_correction(corrections, self_signed_);
@@ -201,6 +223,28 @@ void GossipCore::process_liveness(TimePoint now, const LivenessItem& item, std::
     add_correction(corrections, m->record);  // the accuser has not seen the refutation
     return;
   }
+  if (!liveness_is_news(item)) return;
+  // Only a live member (or we) can accuse, once per suspicion, under its own
+  // signature: a member cannot add accusers, and cannot speak for others.
+  if (item.from != self_id()) {
+    Member* accuser = table_.find(item.from);
+    if (accuser == nullptr || !accuser->is_live() || !verify_liveness(item)) {
+      ++stats_.liveness_unsigned;
+      return;
+    }
+    // A claim that starts a suspicion spends the accuser's allowance: an
+    // honest peer probes one member a probe interval, so it can start at
+    // most that many; a member accusing faster is ignored (GCRA).
+    const Member* target = table_.find(item.target);
+    if (target->liveness == Liveness::kAlive || item.incarnation > target->incarnation) {
+      const TimePoint tat = std::max(accuser->accusations_tat, now);
+      if (tat - now > config_.probe_interval * kAccusationBurst) {
+        ++stats_.liveness_rate_limited;
+        return;
+      }
+      accuser->accusations_tat = tat + config_.probe_interval;
+    }
+  }
   switch (table_.apply_liveness(item, now, suspicion_timeouts())) {
     case LivenessOutcome::kIgnored: return;
     case LivenessOutcome::kSuspected: emit(MemberEventKind::kSuspect, item.target, m->record, item.incarnation); break;
@@ -218,28 +262,39 @@ void GossipCore::on_ping(TimePoint, const std::string& from, const Packet& packe
   Packet ack;
   ack.kind = PacketKind::kAck;
   ack.probe_seq = packet.probe_seq;
-  send_packet(from, ack);
+  send_packet(packet.sender, from, ack);
 }
 
 void GossipCore::on_ack(TimePoint, const Packet& packet) {
+  // Senders are proved (pair keys): an ack counts only from the target
+  // itself or from a relay we asked, never from a member speaking for a
+  // crashed peer.
   if (probe_ && probe_->seq == packet.probe_seq) {
-    probe_->acked = true;
+    if (packet.sender == probe_->target ||
+        std::find(probe_->relays.begin(), probe_->relays.end(), packet.sender) != probe_->relays.end()) {
+      probe_->acked = true;
+    } else {
+      ++stats_.acks_unasked;
+    }
     return;
   }
   auto relay = relays_.find(packet.probe_seq);
-  if (relay != relays_.end()) {
-    Packet forward;
-    forward.kind = PacketKind::kAck;
-    forward.probe_seq = relay->second.requester_seq;
-    send_packet(relay->second.requester, forward);
-    relays_.erase(relay);
+  if (relay == relays_.end()) return;
+  if (packet.sender != relay->second.target) {
+    ++stats_.acks_unasked;
+    return;
   }
+  Packet forward;
+  forward.kind = PacketKind::kAck;
+  forward.probe_seq = relay->second.requester_seq;
+  send_packet(relay->second.requester, relay->second.requester_addr, forward);
+  relays_.erase(relay);
 }
 
 void GossipCore::on_ping_req(TimePoint now, const std::string& from, const Packet& packet) {
   if (!packet.target || packet.target_addr.empty() || *packet.target == self_id()) return;
-  const std::uint32_t seq = ++next_seq_;
-  relays_[seq] = Relay{from, packet.probe_seq, now + scaled(config_.probe_timeout)};
+  const std::uint32_t seq = next_probe_seq();
+  relays_[seq] = Relay{packet.sender, from, packet.probe_seq, *packet.target, now + scaled(config_.probe_timeout)};
   Packet ping;
   ping.kind = PacketKind::kPing;
   ping.probe_seq = seq;
@@ -247,11 +302,20 @@ void GossipCore::on_ping_req(TimePoint now, const std::string& from, const Packe
   // To the address the target signed, when we know it: the asker cannot
   // point our ping elsewhere.
   const Member* target = table_.find(*packet.target);
-  send_packet(target && target->record ? target->record->record.gossip_addr : packet.target_addr, ping);
+  send_packet(*packet.target, target && target->record ? target->record->record.gossip_addr : packet.target_addr,
+              ping);
 }
 
 void GossipCore::on_nack(const Packet& packet) {
-  if (probe_ && probe_->seq == packet.probe_seq) ++probe_->nacks;
+  if (!probe_ || probe_->seq != packet.probe_seq) return;
+  auto& waiting = probe_->awaiting_nacks;
+  auto it = std::find(waiting.begin(), waiting.end(), packet.sender);
+  if (it == waiting.end()) {
+    ++stats_.acks_unasked;
+    return;
+  }
+  waiting.erase(it);
+  ++probe_->nacks;
 }
 
 }  // namespace tensorhub::gossip

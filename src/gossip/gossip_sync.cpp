@@ -42,7 +42,7 @@ std::vector<DigestEntry> GossipCore::full_digest() const {
 
 void GossipCore::open_sync(TimePoint now, const std::string& to) {
   const StreamId id = next_stream_id_++;
-  streams_[id] = Stream{StreamPhase::kAwaitResponse, now + config_.stream_timeout, to};
+  streams_[id] = Stream{StreamPhase::kAwaitResponse, now + config_.stream_timeout, to, 0, {}};
   StreamAction open;
   open.kind = StreamAction::Kind::kOpen;
   open.id = id;
@@ -53,10 +53,10 @@ void GossipCore::open_sync(TimePoint now, const std::string& to) {
   stream_actions_.push(std::move(open));
 }
 
-void GossipCore::open_probe_stream(TimePoint now, const std::string& to, std::uint32_t seq) {
+void GossipCore::open_probe_stream(TimePoint now, const std::string& to, std::uint32_t seq, const PeerId& target) {
   const StreamId id = next_stream_id_++;
   // Answered within the probe, or it does not count.
-  streams_[id] = Stream{StreamPhase::kAwaitProbeAck, now + scaled(config_.probe_interval), to, seq};
+  streams_[id] = Stream{StreamPhase::kAwaitProbeAck, now + scaled(config_.probe_interval), to, seq, target};
   StreamAction open;
   open.kind = StreamAction::Kind::kOpen;
   open.id = id;
@@ -75,10 +75,18 @@ std::vector<OutgoingItem> GossipCore::items_about(const PeerId& id) const {
   const Member* m = table_.find(id);
   if (m == nullptr) return items;
   items.push_back(m->record);
-  if (m->liveness == Liveness::kSuspect || m->liveness == Liveness::kDead) {
-    items.push_back(LivenessItem{m->liveness, id, m->incarnation, self_id()});
-  }
+  if (m->liveness == Liveness::kSuspect || m->liveness == Liveness::kDead) items.push_back(claim_to_relay(*m));
   return items;
+}
+
+LivenessItem GossipCore::claim_to_relay(const Member& m) const {
+  // The claim as signed, while its accuser is someone a receiver believes;
+  // else this peer's own word (receivers count only live accusers).
+  if (m.claim && m.claim->incarnation == m.incarnation && m.claim->state == m.liveness) {
+    const Member* accuser = table_.find(m.claim->from);
+    if (m.claim->from == self_id() || (accuser != nullptr && accuser->is_live())) return *m.claim;
+  }
+  return claim(m.liveness, m.id(), m.incarnation);
 }
 
 void GossipCore::answer_sync(TimePoint now, StreamId id, const SyncRequest& request) {
@@ -98,7 +106,7 @@ void GossipCore::answer_sync(TimePoint now, StreamId id, const SyncRequest& requ
   }
 
   auto offer = [&](const PeerId& member_id, const PeerRecord& ours, Liveness liveness, std::uint64_t liveness_inc,
-                   const RecordPtr& record) {
+                   const RecordPtr& record, const Member* m) {
     auto it = theirs.find(member_id);
     const DigestEntry* e = it == theirs.end() ? nullptr : it->second;
     const bool record_newer = e == nullptr || (ours.incarnation != e->record_incarnation
@@ -107,12 +115,12 @@ void GossipCore::answer_sync(TimePoint now, StreamId id, const SyncRequest& requ
     if (record_newer) items.push_back(record);
     if ((liveness == Liveness::kSuspect || liveness == Liveness::kDead) &&
         (e == nullptr || liveness_dominates(liveness, liveness_inc, e->liveness, e->liveness_incarnation))) {
-      items.push_back(LivenessItem{liveness, member_id, liveness_inc, self_id()});
+      items.push_back(claim_to_relay(*m));
     }
   };
-  offer(self_id(), self_, Liveness::kAlive, self_.incarnation, self_signed_);
+  offer(self_id(), self_, Liveness::kAlive, self_.incarnation, self_signed_, nullptr);
   table_.for_each([&](const Member& m) {
-    offer(m.id(), m.record->record, m.liveness, m.incarnation, m.record);
+    offer(m.id(), m.record->record, m.liveness, m.incarnation, m.record, &m);
   });
   for (const DigestEntry& e : request.digest) {
     if (e.id == self_id()) continue;
@@ -145,7 +153,7 @@ void GossipCore::handle_stream_accepted(TimePoint now, StreamId id, const std::s
     stream_actions_.push(StreamAction{StreamAction::Kind::kClose, id, {}, {}});
     return;
   }
-  streams_[id] = Stream{StreamPhase::kAwaitRequest, now + config_.stream_timeout, from};
+  streams_[id] = Stream{StreamPhase::kAwaitRequest, now + config_.stream_timeout, from, 0, {}};
 }
 
 void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const std::uint8_t> frame) {
@@ -183,7 +191,7 @@ void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const
     }
     case StreamPhase::kAwaitProbeAck: {
       const auto* ack = std::get_if<StreamProbe>(&body);
-      if (ack == nullptr || !ack->ack || ack->seq != it->second.probe_seq) break;
+      if (ack == nullptr || !ack->ack || ack->seq != it->second.probe_seq || sender != it->second.probe_target) break;
       if (probe_ && probe_->seq == ack->seq) probe_->acked = true;
       close_stream(id);
       return;

@@ -1,6 +1,9 @@
 #include "gossip/gossip_wire.hpp"
 
+#include <sodium.h>
+
 #include <cstring>
+#include <string_view>
 
 #include "core/host_port.hpp"
 #include "core/msgpack_reader.hpp"
@@ -9,8 +12,9 @@
 namespace tensorhub::gossip {
 namespace {
 
-constexpr std::uint8_t kDatagramMagic[4] = {'T', 'H', 'g', '1'};
-constexpr std::uint8_t kStreamMagic[4] = {'T', 'H', 's', '1'};
+constexpr std::uint8_t kDatagramMagic[4] = {'T', 'H', 'g', '2'};
+constexpr std::uint8_t kStreamMagic[4] = {'T', 'H', 's', '2'};
+constexpr std::string_view kLivenessLabel = "tensorhub liveness claim v1";
 constexpr std::uint64_t kStreamCounterBit = 1ull << 63;
 constexpr std::uint8_t kItemRecord = 1;
 constexpr std::uint8_t kItemLiveness = 2;
@@ -35,12 +39,13 @@ void write_item(core::MsgpackWriter& w, const OutgoingItem& item) {
     w.write_bin((*record)->encoded);
   } else {
     const auto& l = std::get<LivenessItem>(item);
-    w.write_array_header(5);
+    w.write_array_header(6);
     w.write_uint(kItemLiveness);
     w.write_uint(static_cast<std::uint8_t>(l.state));
     w.write_bin(l.target.bytes);
     w.write_uint(l.incarnation);
     w.write_bin(l.from.bytes);
+    w.write_bin(l.signature.bytes);
   }
 }
 
@@ -57,16 +62,17 @@ bool read_items(core::MsgpackReader& r, std::vector<IncomingItem>& items, std::s
     std::uint32_t fields = 0;
     std::uint64_t type = 0;
     const std::size_t at = r.offset();
-    if (!(r.read_array_header("item", fields, 5) && r.read_uint("item type", type))) return false;
+    if (!(r.read_array_header("item", fields, 6) && r.read_uint("item type", type))) return false;
     if (type == kItemRecord && fields == 2) {
       std::span<const std::uint8_t> bytes;
       if (!r.read_bin("record", bytes, kMaxRecordBytes)) return false;
       items.emplace_back(RecordBytes{{bytes.begin(), bytes.end()}});
-    } else if (type == kItemLiveness && fields == 5) {
+    } else if (type == kItemLiveness && fields == 6) {
       LivenessItem l;
       std::uint64_t state = 0;
       if (!(r.read_uint("liveness", state, 3) && r.read_bin_exact("liveness target", l.target.bytes) &&
-            r.read_uint("liveness incarnation", l.incarnation) && r.read_bin_exact("liveness source", l.from.bytes))) {
+            r.read_uint("liveness incarnation", l.incarnation) && r.read_bin_exact("liveness source", l.from.bytes) &&
+            r.read_bin_exact("liveness signature", l.signature.bytes))) {
         return false;
       }
       l.state = static_cast<Liveness>(state);
@@ -96,7 +102,32 @@ std::string_view liveness_name(Liveness l) {
 
 std::size_t encoded_item_size(const OutgoingItem& item) {
   if (const auto* record = std::get_if<RecordPtr>(&item)) return 1 + 1 + 3 + (*record)->encoded.size();
-  return 1 + 1 + 1 + 34 + 9 + 34;
+  return 1 + 1 + 1 + 34 + 9 + 34 + 66;
+}
+
+namespace {
+std::vector<std::uint8_t> liveness_claim_bytes(Liveness state, const PeerId& target, std::uint64_t incarnation,
+                                               const PeerId& from) {
+  std::vector<std::uint8_t> m(kLivenessLabel.begin(), kLivenessLabel.end());
+  m.push_back(static_cast<std::uint8_t>(state));
+  m.insert(m.end(), target.bytes.begin(), target.bytes.end());
+  std::uint8_t inc[8];
+  put_be64(inc, incarnation);
+  m.insert(m.end(), inc, inc + 8);
+  m.insert(m.end(), from.bytes.begin(), from.bytes.end());
+  return m;
+}
+}  // namespace
+
+LivenessItem sign_liveness(const Identity& accuser, Liveness state, const PeerId& target, std::uint64_t incarnation) {
+  LivenessItem item{state, target, incarnation, accuser.public_key(), {}};
+  item.signature = accuser.sign(liveness_claim_bytes(state, target, incarnation, item.from));
+  return item;
+}
+
+bool verify_liveness(const LivenessItem& item) {
+  return verify_signature(item.from, liveness_claim_bytes(item.state, item.target, item.incarnation, item.from),
+                          item.signature);
 }
 
 std::optional<RecordVersion> peek_record_version(std::span<const std::uint8_t> encoded) {
@@ -127,7 +158,8 @@ std::vector<std::uint8_t> Sealer::seal(bool stream, std::span<const std::uint8_t
   return out;
 }
 
-std::vector<std::uint8_t> Sealer::seal_packet(const Packet& packet, std::span<const OutgoingItem> items) {
+std::vector<std::uint8_t> Sealer::seal_packet(const PairKey& pair_key, const Packet& packet,
+                                              std::span<const OutgoingItem> items) {
   std::vector<std::uint8_t> plain;
   plain.reserve(128);
   core::MsgpackWriter w(plain);
@@ -142,7 +174,10 @@ std::vector<std::uint8_t> Sealer::seal_packet(const Packet& packet, std::span<co
   }
   w.write_str(packet.target_addr);
   write_items(w, items);
-  return seal(false, plain);
+  std::vector<std::uint8_t> out = seal(false, plain);
+  const SenderTag tag = sender_tag(pair_key, out);
+  out.insert(out.end(), tag.begin(), tag.end());
+  return out;
 }
 
 std::vector<std::uint8_t> Sealer::seal_stream(StreamKind kind, std::span<const std::uint8_t> body) {
@@ -177,6 +212,18 @@ OpenError open_sealed(const core::AeadKey& key, bool stream, std::span<const std
   if (std::memcmp(out.sender.bytes.data(), nonce.data() + 16, 8) != 0) return OpenError::kMalformed;
   if (((out.counter & kStreamCounterBit) != 0) != stream) return OpenError::kMalformed;
   return OpenError::kNone;
+}
+
+OpenError open_datagram(const core::AeadKey& key, std::span<const std::uint8_t> datagram, Opened& out) {
+  if (datagram.size() < kDatagramOverhead) return OpenError::kTooShort;
+  return open_sealed(key, /*stream=*/false, datagram.first(datagram.size() - kSenderTagBytes), out);
+}
+
+bool datagram_sender_proved(const PairKey& pair_key, std::span<const std::uint8_t> datagram) {
+  if (datagram.size() < kDatagramOverhead) return false;
+  const std::size_t body = datagram.size() - kSenderTagBytes;
+  const SenderTag expected = sender_tag(pair_key, datagram.first(body));
+  return sodium_memcmp(expected.data(), datagram.data() + body, kSenderTagBytes) == 0;
 }
 
 Status decode_packet(std::span<const std::uint8_t> plaintext, Packet& packet, std::vector<IncomingItem>& items) {

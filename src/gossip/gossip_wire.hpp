@@ -2,9 +2,11 @@
 //
 // Every message is sealed with XChaCha20-Poly1305 under a key derived from the
 // swarm key. Layout:
-//   magic (4: "THg1" datagram | "THs1" stream frame)
+//   magic (4: "THg2" datagram | "THs2" stream frame)
 //   nonce (24): boot id (8, BE) || counter (8, BE) || sender id prefix (8)
 //   ciphertext || tag (16)
+//   datagrams only: sender tag (16), BLAKE2b-128 of all the above under the
+//   pairwise key of sender and receiver (pair_keys.hpp)
 // The nonce is unique per (sender, boot, counter), so it never repeats under
 // the key; the receiver reads boot and counter from it for replay checks.
 // Datagram and stream counters are separate spaces (the top bit of the
@@ -13,7 +15,10 @@
 // Plaintexts are canonical msgpack:
 //   datagram: [sender(32), kind, probe_seq, target(0|32), target_addr, items]
 //   stream:   [sender(32), kind, body]
-//   item:     [1, record bytes] | [2, liveness, target(32), incarnation, from(32)]
+//   item:     [1, record bytes]
+//           | [2, liveness, target(32), incarnation, from(32), signature(64)]
+// A liveness claim is signed by its accuser (`from`), so it can be relayed
+// by anyone and forged by nobody.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "core/aead.hpp"
+#include "gossip/pair_keys.hpp"
 #include "gossip/peer_record.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
@@ -31,6 +37,7 @@
 namespace tensorhub::gossip {
 
 inline constexpr std::size_t kSealOverhead = 4 + core::kAeadNonceBytes + core::kAeadTagBytes;
+inline constexpr std::size_t kDatagramOverhead = kSealOverhead + kSenderTagBytes;
 
 enum class PacketKind : std::uint8_t { kPing = 1, kAck = 2, kPingReq = 3, kNack = 4, kGossip = 5 };
 enum class StreamKind : std::uint8_t {
@@ -45,15 +52,21 @@ enum class StreamKind : std::uint8_t {
 enum class Liveness : std::uint8_t { kAlive = 0, kSuspect = 1, kDead = 2, kLeft = 3 };
 std::string_view liveness_name(Liveness l);
 
-// "target is suspect/dead at incarnation, says from". (Alive and left travel
-// as signed records.)
+// "target is suspect/dead at incarnation, says from", signed by from. (Alive
+// and left travel as signed records.)
 struct LivenessItem {
   Liveness state = Liveness::kSuspect;
   PeerId target;
   std::uint64_t incarnation = 0;
   PeerId from;
+  Signature signature;
   friend bool operator==(const LivenessItem&, const LivenessItem&) = default;
 };
+
+// A claim by `accuser`, signed with its key.
+LivenessItem sign_liveness(const Identity& accuser, Liveness state, const PeerId& target, std::uint64_t incarnation);
+// True when item.signature is item.from's signature of the claim.
+bool verify_liveness(const LivenessItem& item);
 
 // Outgoing items hold the record; incoming ones hold its bytes, decoded and
 // verified only if they turn out to be news.
@@ -111,7 +124,9 @@ class Sealer {
  public:
   Sealer(const core::AeadKey& key, const PeerId& sender, std::uint64_t boot_id);
 
-  std::vector<std::uint8_t> seal_packet(const Packet& packet, std::span<const OutgoingItem> items);
+  // A datagram for the peer that shares `pair_key` with the sender.
+  std::vector<std::uint8_t> seal_packet(const PairKey& pair_key, const Packet& packet,
+                                        std::span<const OutgoingItem> items);
   std::vector<std::uint8_t> seal_stream(StreamKind kind, std::span<const std::uint8_t> body);
 
   const PeerId& sender() const { return sender_; }
@@ -135,8 +150,15 @@ struct Opened {
 };
 
 enum class OpenError { kNone, kTooShort, kBadMagic, kAuthFailed, kMalformed };
-// Authenticates and decrypts. Anything without the swarm key fails here.
+// Authenticates and decrypts a stream frame, or a datagram without its sender
+// tag. Anything without the swarm key fails here.
 OpenError open_sealed(const core::AeadKey& key, bool stream, std::span<const std::uint8_t> sealed, Opened& out);
+// Opens a datagram (open_sealed on all but its sender tag). The sender it
+// names is not proved until datagram_sender_proved() holds.
+OpenError open_datagram(const core::AeadKey& key, std::span<const std::uint8_t> datagram, Opened& out);
+// True when the datagram's sender tag is right under `pair_key` (the key of
+// the sender it names and this receiver). REQUIRES: open_datagram succeeded.
+bool datagram_sender_proved(const PairKey& pair_key, std::span<const std::uint8_t> datagram);
 
 // Decodes an opened datagram's plaintext (strict; bounded by the datagram).
 Status decode_packet(std::span<const std::uint8_t> plaintext, Packet& packet, std::vector<IncomingItem>& items);

@@ -43,6 +43,7 @@ void MemberTable::set_liveness(Member& m, Liveness state, std::uint64_t incarnat
   m.liveness = state;
   m.incarnation = incarnation;
   if (state != Liveness::kSuspect) m.suspicion.reset();
+  if (state == Liveness::kAlive || state == Liveness::kLeft) m.claim.reset();
   index(m);
 }
 
@@ -88,22 +89,20 @@ LivenessOutcome MemberTable::apply_liveness(const LivenessItem& item, TimePoint 
                                             const SuspicionTimeouts& timeouts) {
   Member* m = find(item.target);
   if (m == nullptr || is_final(m->liveness) || item.incarnation < m->incarnation) return LivenessOutcome::kIgnored;
-  if (item.state == Liveness::kDead) {
-    set_liveness(*m, Liveness::kDead, item.incarnation, now);
-    return LivenessOutcome::kDead;
-  }
-  if (m->liveness == Liveness::kSuspect && item.incarnation == m->incarnation) {
-    return m->suspicion && m->suspicion->confirm(item.from) ? LivenessOutcome::kConfirmed : LivenessOutcome::kIgnored;
+  if (m->liveness == Liveness::kSuspect && item.incarnation == m->incarnation && m->suspicion) {
+    return m->suspicion->confirm(item.from) ? LivenessOutcome::kConfirmed : LivenessOutcome::kIgnored;
   }
   set_liveness(*m, Liveness::kSuspect, item.incarnation, now);
   m->suspicion.emplace(now, timeouts.min, timeouts.max, timeouts.expected_confirmations, item.from);
+  m->claim = item;
   return LivenessOutcome::kSuspected;
 }
 
-bool MemberTable::declare_dead(const PeerId& id, TimePoint now) {
-  Member* m = find(id);
+bool MemberTable::declare_dead(const LivenessItem& own_claim, TimePoint now) {
+  Member* m = find(own_claim.target);
   if (m == nullptr || m->liveness != Liveness::kSuspect) return false;
   set_liveness(*m, Liveness::kDead, m->incarnation, now);
+  m->claim = own_claim;
   return true;
 }
 

@@ -39,6 +39,10 @@ class Suspicion {
   }
 
   std::size_t confirmations() const { return accusers_.size() - 1; }
+  bool has_accuser(const PeerId& id) const { return accusers_.count(id) != 0; }
+  // True once further confirmations change nothing.
+  bool at_floor() const { return accusers_.size() > expected_; }
+
 
  private:
   TimePoint start_;

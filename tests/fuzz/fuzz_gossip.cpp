@@ -33,7 +33,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 3: {
       tensorhub::core::AeadKey key{};
       Opened opened;
-      (void)open_sealed(key, (size & 1) != 0, input, opened);
+      if ((size & 1) != 0) {
+        (void)open_sealed(key, true, input, opened);
+      } else if (open_datagram(key, input, opened) == OpenError::kNone) {
+        (void)datagram_sender_proved(PairKey{}, input);
+      }
       break;
     }
   }

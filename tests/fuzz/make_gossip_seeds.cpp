@@ -46,11 +46,11 @@ int main(int argc, char** argv) {
   p.probe_seq = 5;
   p.target = id.public_key();
   p.target_addr = "10.0.0.2:7946";
-  const std::vector<OutgoingItem> items = {record, LivenessItem{Liveness::kSuspect, id.public_key(), 3, id.public_key()}};
-  const auto sealed = sealer.seal_packet(p, items);
+  const std::vector<OutgoingItem> items = {record, sign_liveness(id, Liveness::kSuspect, id.public_key(), 3)};
+  const auto sealed = sealer.seal_packet(PairKey{}, p, items);
   write(dir + "/sealed", 3, sealed);
   Opened opened;
-  open_sealed(key, false, sealed, opened);
+  open_datagram(key, sealed, opened);
   write(dir + "/packet", 0, opened.plaintext);
   const std::vector<DigestEntry> digest = {{id.public_key(), 17, 0, Liveness::kAlive, 17}};
   open_sealed(key, true, sealer.seal_stream(StreamKind::kSyncRequest, encode_sync_request(digest)), opened);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "sim/hostile_member.hpp"
 #include "support/gossip_network.hpp"
 
 using namespace tensorhub;
@@ -306,7 +307,8 @@ TEST_CASE("gossip cluster: forged, foreign and replayed messages change nothing"
 
   // An insider (it holds the swarm key) forges a record in peer 5's name,
   // with a higher incarnation, signed with its own key.
-  const Identity insider = GossipNetwork::identity_for(1000);  // holds the swarm key, is no member
+  DatagramForger forger(1000, 1ull << 50);  // holds the swarm key, is no member
+  const Identity& insider = forger.identity();
   PeerRecord forged = net.core(5).self_record()->record;
   forged.incarnation += 100;
   forged.heads = {HeadEntry{"policy", 99, id_of(9)}};
@@ -317,7 +319,6 @@ TEST_CASE("gossip cluster: forged, foreign and replayed messages change nothing"
   // Put the victim's id back in the body: the signature no longer matches.
   std::copy(net.id(5).bytes.begin(), net.id(5).bytes.end(), bytes.begin() + 4);
   REQUIRE(peek_record_version(bytes)->id == net.id(5));
-  Sealer sealer(GossipNetwork::members_key().derive("gossip"), insider.public_key(), 1ull << 50);
   auto forged_record = std::make_shared<SignedRecord>();
   forged_record->encoded = bytes;
   forged_record->record = forged;
@@ -326,14 +327,14 @@ TEST_CASE("gossip cluster: forged, foreign and replayed messages change nothing"
   packet.sender = insider.public_key();
   packet.kind = PacketKind::kGossip;
   const std::uint64_t rejected_before = net.core(2).stats().records_rejected;
-  net.inject_datagram(2, net.address(1), sealer.seal_packet(packet, std::vector<OutgoingItem>{RecordPtr(forged_record)}));
+  net.inject_datagram(2, net.address(1), forger.seal(net.id(2), packet, std::vector<OutgoingItem>{RecordPtr(forged_record)}));
 
   // A replayed old record of peer 3: peer 3 has moved on since.
   const RecordPtr old_record = net.core(3).self_record();
   net.core(3).set_head(HeadEntry{"policy", 4, id_of(4)});
   net.run_for(3s);
   const std::uint64_t stale_before = net.core(2).stats().records_stale;
-  net.inject_datagram(2, net.address(1), sealer.seal_packet(packet, std::vector<OutgoingItem>{old_record}));
+  net.inject_datagram(2, net.address(1), forger.seal(net.id(2), packet, std::vector<OutgoingItem>{old_record}));
 
   // A captured datagram, replayed verbatim.
   const std::uint64_t replayed_before = net.core(2).stats().dropped_replayed;
@@ -343,7 +344,9 @@ TEST_CASE("gossip cluster: forged, foreign and replayed messages change nothing"
   auto foreign_key = SwarmKey::generate();
   Sealer outsider(foreign_key.derive("gossip"), insider.public_key(), 7);
   const std::uint64_t unauthenticated_before = net.core(2).stats().dropped_unauthenticated;
-  net.inject_datagram(2, "192.0.2.1:1", outsider.seal_packet(packet, {}));
+  const auto foreign_pair = derive_pair_key(insider, net.id(2), foreign_key.derive("gossip"));
+  REQUIRE(foreign_pair);
+  net.inject_datagram(2, "192.0.2.1:1", outsider.seal_packet(*foreign_pair, packet, {}));
   net.inject_datagram(2, "192.0.2.1:1", std::vector<std::uint8_t>(200, 0x41));
   net.run_for(2s);
 
@@ -476,8 +479,8 @@ TEST_CASE("gossip cluster: a member's forged deaths at incarnations nobody signe
   GossipNetwork net(112, GossipConfig{});
   start(net, 12);
   FalseDeathCounter deaths(net);
-  const Identity insider = GossipNetwork::identity_for(1001);
-  Sealer sealer(GossipNetwork::members_key().derive("gossip"), insider.public_key(), 1ull << 50);
+  DatagramForger forger(1001, 1ull << 50);
+  const Identity& insider = forger.identity();
   Packet packet;
   packet.sender = insider.public_key();
   packet.kind = PacketKind::kGossip;
@@ -488,10 +491,10 @@ TEST_CASE("gossip cluster: a member's forged deaths at incarnations nobody signe
   for (int round = 0; round < 20; ++round) {
     std::vector<OutgoingItem> claims;
     for (std::size_t v : victims) {
-      claims.push_back(LivenessItem{Liveness::kDead, net.id(v), UINT64_MAX, insider.public_key()});
-      claims.push_back(LivenessItem{Liveness::kSuspect, net.id(v), incarnation_before[v] + 1, net.id(9)});
+      claims.push_back(forger.claim(Liveness::kDead, net.id(v), UINT64_MAX));
+      claims.push_back(forger.claim(Liveness::kSuspect, net.id(v), incarnation_before[v] + 1, net.id(9)));
     }
-    for (std::size_t to : {2, 4, 5, 11}) net.inject_datagram(to, net.address(1), sealer.seal_packet(packet, claims));
+    for (std::size_t to : {2, 4, 5, 11}) net.inject_datagram(to, net.address(1), forger.seal(net.id(to), packet, claims));
     // Bytes that peek as peer 4's own record at UINT64_MAX (not signed by it).
     PeerRecord fake = net.core(4).self_record()->record;
     fake.id = insider.public_key();
@@ -502,7 +505,7 @@ TEST_CASE("gossip cluster: a member's forged deaths at incarnations nobody signe
     std::copy(net.id(4).bytes.begin(), net.id(4).bytes.end(), posing->encoded.begin() + 4);
     REQUIRE(peek_record_version(posing->encoded)->id == net.id(4));
     posing->record.id = net.id(4);
-    net.inject_datagram(4, net.address(1), sealer.seal_packet(packet, std::vector<OutgoingItem>{RecordPtr(posing)}));
+    net.inject_datagram(4, net.address(1), forger.seal(net.id(4), packet, std::vector<OutgoingItem>{RecordPtr(posing)}));
     net.run_for(3s);
   }
   net.run_for(30s);
@@ -531,4 +534,62 @@ TEST_CASE("gossip cluster: a peer whose only other member crashes goes on, never
   net.crash(0);
   CHECK_NOTHROW(net.run_for(120s));
   CHECK(net.view(1, 0) == Liveness::kDead);
+}
+
+TEST_CASE("gossip cluster: a hostile member's forgeries silence, remove and impersonate nobody") {
+  // One member runs every forgery of the threat model (sim/hostile_member.hpp)
+  // against 5 random peers a second for 2 minutes, then keeps acking for a
+  // crashed peer in its name and its own.
+  GossipNetwork net(117, GossipConfig{});
+  start(net, 30);
+  FalseDeathCounter deaths(net);
+  const std::size_t hostile_index = 29;
+  sim::HostileMember hostile(net, hostile_index, 7);
+  hostile.sniff();
+  std::uint64_t replayed_before = 0;
+  for (std::size_t p = 0; p < net.size(); ++p) replayed_before += net.core(p).stats().dropped_replayed;
+  for (int second = 0; second < 120; ++second) {
+    hostile.round(5);
+    net.run_for(1s);
+  }
+  CHECK(deaths.false_deaths == 0);
+  CHECK(net.converged());
+  GossipStats total;
+  for (std::size_t p = 0; p < net.size(); ++p) {
+    const GossipStats& s = net.core(p).stats();
+    total.dropped_forged_sender += s.dropped_forged_sender;
+    total.liveness_unsigned += s.liveness_unsigned;
+    total.liveness_forged += s.liveness_forged;
+    total.records_rejected += s.records_rejected;
+    total.dropped_replayed += s.dropped_replayed;
+    total.suspicions += s.suspicions;
+    total.refutations += s.refutations;
+  }
+  MESSAGE(hostile.datagrams_sent() << " forged datagrams: " << total.dropped_forged_sender << " posing senders, "
+          << total.liveness_unsigned << " claims in others' names, " << total.liveness_forged
+          << " claims above signed incarnations, " << total.records_rejected << " posing records refused; " << total.refutations << " refutations");
+  CHECK(total.dropped_forged_sender >= 600);  // every posing datagram (4 a receiver a round) refused...
+  CHECK(total.dropped_replayed == replayed_before);  // ...before it could touch a replay window
+  CHECK(total.liveness_unsigned > 0);
+  CHECK(total.liveness_forged > 0);
+  CHECK(total.records_rejected >= 500);
+
+  // A real crash is detected within the usual bound, whatever it acks.
+  const std::size_t crashed = 11;
+  deaths.crashed.insert(crashed);
+  const TimePoint crash_at = net.now();
+  net.crash(crashed);
+  bool all_dead = false;
+  for (int tick = 0; tick < 200 && !all_dead; ++tick) {
+    hostile.ack_for(crashed, 4);
+    net.run_for(100ms);
+    all_dead = all_see(net, crashed, Liveness::kDead);
+  }
+  REQUIRE(all_dead);
+  MESSAGE("crash known by all in " << to_seconds(net.now() - crash_at) << " s under forged acks");
+  CHECK(to_seconds(net.now() - crash_at) < 10.0);
+  CHECK(deaths.false_deaths == 0);
+  std::uint64_t unasked = 0;
+  for (std::size_t p = 0; p < net.size(); ++p) unasked += net.is_up(p) ? net.core(p).stats().acks_unasked : 0;
+  CHECK(unasked > 0);  // sniffed probe numbers, acked in its own name: refused
 }

@@ -32,6 +32,10 @@ RecordPtr record(std::uint64_t key, std::uint64_t incarnation, std::uint64_t seq
 PeerId peer(std::uint64_t key) { return testing::GossipNetwork::identity_for(key).public_key(); }
 
 const SuspicionTimeouts kTimeouts{2s, 8s, 3};
+// A claim as the member table sees it (signatures are checked before it).
+LivenessItem claim(Liveness state, std::uint64_t target, std::uint64_t incarnation, std::uint64_t from) {
+  return LivenessItem{state, peer(target), incarnation, peer(from), {}};
+}
 const TimePoint kT0 = TimePoint(10s);
 
 }  // namespace
@@ -88,7 +92,7 @@ TEST_CASE("broadcast queue: fewest transmissions first, limits, invalidation") {
   BroadcastQueue q;
   q.enqueue(record(1, 5, 0));
   q.enqueue(record(2, 5, 0));
-  q.enqueue(LivenessItem{Liveness::kSuspect, peer(3), 7, peer(1)});
+  q.enqueue(claim(Liveness::kSuspect, 3, 7, 1));
   CHECK(q.size() == 3);
   // A newer record of peer 1 replaces the queued one.
   q.enqueue(record(1, 5, 1));
@@ -100,8 +104,8 @@ TEST_CASE("broadcast queue: fewest transmissions first, limits, invalidation") {
   CHECK(first.size() == 3);
   for (const auto& item : first) CHECK(std::holds_alternative<RecordPtr>(item));
   // The budget bounds what one datagram carries.
-  q.enqueue(LivenessItem{Liveness::kDead, peer(9), 1, peer(1)});
-  auto small = q.take(100, 2);
+  q.enqueue(claim(Liveness::kDead, 9, 1, 1));
+  auto small = q.take(encoded_item_size(claim(Liveness::kDead, 9, 1, 1)) + 1, 2);
   REQUIRE(small.size() == 1);
   CHECK(std::holds_alternative<LivenessItem>(small.front()));  // never sent: goes first
   q.take(4096, 2);
@@ -146,10 +150,10 @@ TEST_CASE("member table: records, refutation, death, leave, no resurrection") {
   CHECK(t.live_count() == 1);
 
   // Suspect at the current incarnation; a stale suspicion is ignored.
-  CHECK(t.apply_liveness({Liveness::kSuspect, peer(1), 4, peer(2)}, kT0, kTimeouts) == LivenessOutcome::kIgnored);
-  CHECK(t.apply_liveness({Liveness::kSuspect, peer(1), 5, peer(2)}, kT0, kTimeouts) == LivenessOutcome::kSuspected);
-  CHECK(t.apply_liveness({Liveness::kSuspect, peer(1), 5, peer(3)}, kT0, kTimeouts) == LivenessOutcome::kConfirmed);
-  CHECK(t.apply_liveness({Liveness::kSuspect, peer(1), 5, peer(3)}, kT0, kTimeouts) == LivenessOutcome::kIgnored);
+  CHECK(t.apply_liveness(claim(Liveness::kSuspect, 1, 4, 2), kT0, kTimeouts) == LivenessOutcome::kIgnored);
+  CHECK(t.apply_liveness(claim(Liveness::kSuspect, 1, 5, 2), kT0, kTimeouts) == LivenessOutcome::kSuspected);
+  CHECK(t.apply_liveness(claim(Liveness::kSuspect, 1, 5, 3), kT0, kTimeouts) == LivenessOutcome::kConfirmed);
+  CHECK(t.apply_liveness(claim(Liveness::kSuspect, 1, 5, 3), kT0, kTimeouts) == LivenessOutcome::kIgnored);
   CHECK(t.suspects().count(peer(1)) == 1);
   // Newer content at the same incarnation does not clear the suspicion...
   CHECK(t.apply_record(record(1, 5, 2), kT0) == RecordOutcome::kUpdated);
@@ -159,12 +163,26 @@ TEST_CASE("member table: records, refutation, death, leave, no resurrection") {
   CHECK(t.find(peer(1))->liveness == Liveness::kAlive);
   CHECK(t.suspects().empty());
 
+  // Another member's word of death starts a suspicion, or confirms one,
+  // however many say so...
+  CHECK(t.apply_liveness(claim(Liveness::kDead, 1, 6, 2), kT0, kTimeouts) == LivenessOutcome::kSuspected);
+  CHECK(t.find(peer(1))->liveness == Liveness::kSuspect);
+  CHECK(t.apply_liveness(claim(Liveness::kDead, 1, 6, 2), kT0, kTimeouts) == LivenessOutcome::kIgnored);
+  for (std::uint64_t accuser = 3; accuser < 9; ++accuser) {
+    CHECK(t.apply_liveness(claim(Liveness::kDead, 1, 6, accuser), kT0, kTimeouts) ==
+          (accuser <= 5 ? LivenessOutcome::kConfirmed : LivenessOutcome::kIgnored));  // 3 confirmations: the floor
+  }
+  CHECK(t.find(peer(1))->liveness == Liveness::kSuspect);
+  CHECK(t.find(peer(1))->claim->from == peer(2));
+  // ...and only this peer's own timeout makes the death.
+  const LivenessItem own = claim(Liveness::kDead, 1, 6, 99);
+  CHECK(t.declare_dead(own, kT0 + 2s));
+  CHECK(t.find(peer(1))->claim == own);
   // Death is final for its incarnation: same-incarnation records cannot revive.
-  CHECK(t.apply_liveness({Liveness::kDead, peer(1), 6, peer(2)}, kT0, kTimeouts) == LivenessOutcome::kDead);
   CHECK(t.live_count() == 0);
   CHECK_FALSE(t.is_news(RecordVersion{peer(1), 6, 99}));
   CHECK(t.apply_record(record(1, 6, 5), kT0) == RecordOutcome::kStale);
-  CHECK(t.apply_liveness({Liveness::kSuspect, peer(1), 6, peer(2)}, kT0, kTimeouts) == LivenessOutcome::kIgnored);
+  CHECK(t.apply_liveness(claim(Liveness::kSuspect, 1, 6, 2), kT0, kTimeouts) == LivenessOutcome::kIgnored);
   // A restart with a higher incarnation comes back.
   CHECK(t.apply_record(record(1, 9, 0), kT0) == RecordOutcome::kAliveAgain);
   CHECK(t.live_count() == 1);
@@ -173,7 +191,7 @@ TEST_CASE("member table: records, refutation, death, leave, no resurrection") {
   CHECK(t.apply_record(record(2, 1, 0), kT0) == RecordOutcome::kJoined);
   CHECK(t.apply_record(record(2, 1, 1, true), kT0) == RecordOutcome::kLeft);
   CHECK(t.find(peer(2))->liveness == Liveness::kLeft);
-  CHECK(t.apply_liveness({Liveness::kDead, peer(2), 1, peer(3)}, kT0, kTimeouts) == LivenessOutcome::kIgnored);
+  CHECK(t.apply_liveness(claim(Liveness::kDead, 2, 1, 3), kT0, kTimeouts) == LivenessOutcome::kIgnored);
 
   // Tombstones expire after their ttl, not before.
   CHECK(t.expire_tombstones(kT0 + 59min, 1h).empty());

@@ -2,6 +2,8 @@
 // decoding, and seeded mutation tests of every decoder.
 #include <doctest/doctest.h>
 
+#include <functional>
+
 #include <algorithm>
 
 #include "gossip/gossip_wire.hpp"
@@ -140,13 +142,23 @@ TEST_CASE("sealing: round trip, wrong key, any tampering") {
   p.probe_seq = 42;
   p.target = identity(6).public_key();
   p.target_addr = "10.9.9.9:7946";
-  const std::vector<OutgoingItem> items = {*record, LivenessItem{Liveness::kDead, identity(7).public_key(), 9,
-                                                                 id.public_key()}};
-  const auto sealed = sealer.seal_packet(p, items);
+  const std::vector<OutgoingItem> items = {*record, sign_liveness(id, Liveness::kDead, identity(7).public_key(), 9)};
+  const Identity receiver = identity(6);
+  const auto pair = derive_pair_key(id, receiver.public_key(), key_bytes(1));
+  REQUIRE(pair);
+  // Both ends derive the same key; a third party's differs.
+  CHECK(derive_pair_key(receiver, id.public_key(), key_bytes(1)) == pair);
+  const auto third = derive_pair_key(identity(7), id.public_key(), key_bytes(1));
+  REQUIRE(third);
+  CHECK(*third != *pair);
+  CHECK(derive_pair_key(receiver, id.public_key(), key_bytes(2)) != pair);  // bound to the swarm key
+  const auto sealed = sealer.seal_packet(*pair, p, items);
   CHECK(sealed.size() < 1400);
 
   Opened opened;
-  REQUIRE(open_sealed(key_bytes(1), false, sealed, opened) == OpenError::kNone);
+  REQUIRE(open_datagram(key_bytes(1), sealed, opened) == OpenError::kNone);
+  CHECK(datagram_sender_proved(*pair, sealed));
+  CHECK_FALSE(datagram_sender_proved(*third, sealed));  // meant for another receiver, or sent by another member
   CHECK(opened.sender == id.public_key());
   CHECK(opened.boot_id == 77);
   CHECK(opened.counter == 1);
@@ -165,7 +177,7 @@ TEST_CASE("sealing: round trip, wrong key, any tampering") {
     named.target_addr = "sinkhole.test:7946";
     Opened o;
     Sealer other(key_bytes(1), id.public_key(), 78);
-    REQUIRE(open_sealed(key_bytes(1), false, other.seal_packet(named, items), o) == OpenError::kNone);
+    REQUIRE(open_datagram(key_bytes(1), other.seal_packet(*pair, named, items), o) == OpenError::kNone);
     Packet out;
     std::vector<IncomingItem> got_named;
     const Status s = decode_packet(o.plaintext, out, got_named);
@@ -173,21 +185,37 @@ TEST_CASE("sealing: round trip, wrong key, any tampering") {
     CHECK(s.message().find("target address") != std::string::npos);
   }
   CHECK(std::get<RecordBytes>(got[0]).bytes == (*record)->encoded);
-  CHECK(std::get<LivenessItem>(got[1]) == std::get<LivenessItem>(items[1]));
+  const auto& claim = std::get<LivenessItem>(got[1]);
+  CHECK(claim == std::get<LivenessItem>(items[1]));
+  CHECK(verify_liveness(claim));
+  // A claim is signed by its accuser: no field can change, and nobody can
+  // sign in another's name.
+  for (auto change : std::vector<std::function<void(LivenessItem&)>>{
+           [](LivenessItem& l) { l.state = Liveness::kSuspect; },
+           [](LivenessItem& l) { l.incarnation += 1; },
+           [](LivenessItem& l) { l.target = identity(8).public_key(); },
+           [](LivenessItem& l) { l.from = identity(8).public_key(); },
+           [](LivenessItem& l) { l.signature.bytes[5] ^= 1; }}) {
+    LivenessItem changed = claim;
+    change(changed);
+    CHECK_FALSE(verify_liveness(changed));
+  }
 
   // Counters make every nonce unique.
-  const auto second = sealer.seal_packet(p, {});
+  const auto second = sealer.seal_packet(*pair, p, {});
   Opened opened2;
-  REQUIRE(open_sealed(key_bytes(1), false, second, opened2) == OpenError::kNone);
+  REQUIRE(open_datagram(key_bytes(1), second, opened2) == OpenError::kNone);
   CHECK(opened2.counter == 2);
 
-  CHECK(open_sealed(key_bytes(2), false, sealed, opened) == OpenError::kAuthFailed);
+  CHECK(open_datagram(key_bytes(2), sealed, opened) == OpenError::kAuthFailed);
   CHECK(open_sealed(key_bytes(1), true, sealed, opened) == OpenError::kBadMagic);  // not a stream frame
-  CHECK(open_sealed(key_bytes(1), false, std::span(sealed).first(20), opened) == OpenError::kTooShort);
+  CHECK(open_datagram(key_bytes(1), std::span(sealed).first(20), opened) == OpenError::kTooShort);
   auto tampered = sealed;
   for (std::size_t i = 0; i < tampered.size(); ++i) {
     tampered[i] ^= 0x01;
-    if (open_sealed(key_bytes(1), false, tampered, opened) == OpenError::kNone) FAIL_CHECK("byte " << i);
+    if (open_datagram(key_bytes(1), tampered, opened) == OpenError::kNone && datagram_sender_proved(*pair, tampered)) {
+      FAIL_CHECK("byte " << i);
+    }
     tampered[i] ^= 0x01;
   }
 }
@@ -236,10 +264,11 @@ TEST_CASE("mutation: packet, stream and record decoders") {
   p.kind = PacketKind::kPing;
   p.probe_seq = 9;
   p.target = identity(13).public_key();
-  const std::vector<OutgoingItem> items = {*record, LivenessItem{Liveness::kSuspect, identity(14).public_key(), 3,
-                                                                 id.public_key()}};
+  const std::vector<OutgoingItem> items = {*record, sign_liveness(id, Liveness::kSuspect, identity(14).public_key(), 3)};
+  const auto pair = derive_pair_key(id, identity(13).public_key(), key_bytes(4));
+  REQUIRE(pair);
   Opened opened;
-  REQUIRE(open_sealed(key_bytes(4), false, sealer.seal_packet(p, items), opened) == OpenError::kNone);
+  REQUIRE(open_datagram(key_bytes(4), sealer.seal_packet(*pair, p, items), opened) == OpenError::kNone);
   const std::vector<std::uint8_t> packet_plain = opened.plaintext;
   const std::vector<DigestEntry> digest = {{identity(15).public_key(), 5, 2, Liveness::kAlive, 5}};
   REQUIRE(open_sealed(key_bytes(4), true, sealer.seal_stream(StreamKind::kSyncRequest, encode_sync_request(digest)),
@@ -278,10 +307,12 @@ TEST_CASE("mutation: packet, stream and record decoders") {
     }
     {
       // Sealed garbage: mutate the sealed bytes; nothing opens.
-      const auto sealed = sealer.seal_packet(p, {});
+      const auto sealed = sealer.seal_packet(*pair, p, {});
       const auto mutant = testing::mutate(sealed, rng);
       Opened o;
-      if (mutant != sealed) CHECK(open_sealed(key_bytes(4), false, mutant, o) != OpenError::kNone);
+      if (mutant != sealed) {
+        CHECK((open_datagram(key_bytes(4), mutant, o) != OpenError::kNone || !datagram_sender_proved(*pair, mutant)));
+      }
     }
   }
   MESSAGE("4000 mutants each: " << packets_ok << " packets, " << streams_ok << " stream messages still well-formed; "
