@@ -1,5 +1,7 @@
 #include "peer/tcp_transport.hpp"
 
+#include <algorithm>
+
 #include "core/log.hpp"
 
 namespace tensorhub::peer {
@@ -18,6 +20,7 @@ TcpTransport::TcpTransport(asio::io_context& io, const Identity& identity, const
       lanes_(lanes),
       address_of_(std::move(address_of)),
       acceptor_(io),
+      accept_backoff_(io),
       links_(identity.public_key()) {}
 
 TcpTransport::~TcpTransport() { close(); }
@@ -41,12 +44,50 @@ void TcpTransport::accept() {
   acceptor_.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
     if (closed_) return;
     if (!ec) {
-      links_.add_inbound(transport::DataConnection::accept(std::move(socket), identity_, swarm_key_, *this, timeouts_));
+      admit(std::move(socket));
     } else if (ec != asio::error::operation_aborted) {
-      TH_LOG_WARN(kLog, "data accept failed: " << ec.message());
+      // EMFILE, say: the listening socket stays readable, so accepting again
+      // at once would spin the I/O thread. Back off, as gossip's acceptor does.
+      TH_LOG_WARN(kLog, "data accept failed: " << ec.message() << "; retrying in 100 ms");
+      accept_backoff_.expires_after(std::chrono::milliseconds(100));
+      accept_backoff_.async_wait([this](std::error_code wait_ec) {
+        if (!wait_ec && !closed_) accept();
+      });
+      return;
     }
     accept();
   });
+}
+
+void TcpTransport::admit(asio::ip::tcp::socket socket) {
+  std::error_code ec;
+  const asio::ip::address from = socket.remote_endpoint(ec).address();
+  if (ec) return;  // gone already
+  std::erase_if(handshaking_, [](const auto& entry) {
+    auto c = entry.first.lock();
+    return !c || c->established() || c->closed();
+  });
+  auto shed_oldest = [&](const auto& match) {
+    for (auto it = handshaking_.begin(); it != handshaking_.end(); ++it) {
+      if (!match(it->second)) continue;
+      auto c = it->first.lock();
+      handshaking_.erase(it);
+      ++handshakes_shed_;
+      if (c) c->close(Status::unavailable("too many handshakes in flight"));
+      return;
+    }
+  };
+  const auto same = std::count_if(handshaking_.begin(), handshaking_.end(),
+                                  [&](const auto& entry) { return entry.second == from; });
+  if (static_cast<std::size_t>(same) >= kMaxHandshakesPerAddress) {
+    shed_oldest([&](const asio::ip::address& a) { return a == from; });
+  } else if (handshaking_.size() >= kMaxHandshakes) {
+    shed_oldest([](const asio::ip::address&) { return true; });
+  }
+  auto connection =
+      transport::DataConnection::accept(std::move(socket), identity_, swarm_key_, hello_replays_, *this, timeouts_);
+  handshaking_.emplace_back(connection, from);
+  links_.add_inbound(std::move(connection));
 }
 
 void TcpTransport::connect(const PeerId& peer) {
@@ -60,7 +101,8 @@ void TcpTransport::connect(const PeerId& peer) {
     events_.on_connect_failed(peer);
     return;
   }
-  links_.add_outbound(peer, transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this, timeouts_));
+  links_.add_outbound(peer,
+                      transport::DataConnection::connect(io_, *endpoint, peer, identity_, swarm_key_, *this, timeouts_));
 }
 
 void TcpTransport::disconnect(const PeerId& peer, const std::string& reason) {
@@ -122,6 +164,7 @@ void TcpTransport::close() {
   closed_ = true;
   std::error_code ignored;
   acceptor_.close(ignored);
+  accept_backoff_.cancel();
   for (auto& c : links_.take_all()) c->close(Status::cancelled("the peer is stopping"));
 }
 
@@ -146,8 +189,8 @@ void TcpTransport::on_established(transport::DataConnection& connection) {
     if (auto endpoint = address_of_(e.peer)) {
       std::vector<std::shared_ptr<transport::DataConnection>> lanes;
       for (std::size_t lane = 1; lane < lanes_; ++lane) {
-        lanes.push_back(transport::DataConnection::connect(io_, *endpoint, identity_, swarm_key_, *this, timeouts_,
-                                                           static_cast<std::uint8_t>(lane)));
+        lanes.push_back(transport::DataConnection::connect(io_, *endpoint, e.peer, identity_, swarm_key_, *this,
+                                                           timeouts_, static_cast<std::uint8_t>(lane)));
       }
       links_.add_extra_lanes(e.peer, std::move(lanes));
     }

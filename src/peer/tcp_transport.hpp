@@ -1,10 +1,20 @@
 // The TCP data transport: authenticated data connections (transport::
 // DataConnection), one link per neighbour with extra lanes when asked, the
 // duplicate-connection tie-break of data_links.hpp, and an acceptor.
+//
+// The acceptor admits at most kMaxHandshakes inbound handshakes at once, and
+// kMaxHandshakesPerAddress from one address; past either, the oldest of
+// them is closed. A socket that sends no hello within a second is closed
+// (DataConnectionTimeouts::hello). An accept error (out of descriptors, say)
+// backs off 100 ms instead of spinning on a listening socket that stays
+// readable. So idle connections from outside cost a bounded number of
+// descriptors, and never the I/O thread.
 #pragma once
 
 #include <asio.hpp>
+#include <deque>
 #include <functional>
+#include <utility>
 #include <optional>
 
 #include "core/host_port.hpp"
@@ -31,6 +41,11 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
   // kUnavailable (cannot bind).
   Status listen(const core::HostPort& at);
   const core::HostPort& bound() const { return bound_; }
+  // Inbound handshakes closed to stay within the caps.
+  std::uint64_t handshakes_shed() const { return handshakes_shed_; }
+
+  static constexpr std::size_t kMaxHandshakes = 64;
+  static constexpr std::size_t kMaxHandshakesPerAddress = 8;
 
   std::string_view name() const override { return "tcp"; }
   void connect(const PeerId& peer) override;
@@ -45,6 +60,8 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
 
  private:
   void accept();
+  // Starts the handshake of an accepted socket, within the caps.
+  void admit(asio::ip::tcp::socket socket);
   // DataConnectionHandler
   void on_established(transport::DataConnection& connection) override;
   void on_message(transport::DataConnection& connection, swarm::SwarmMessage message) override;
@@ -62,6 +79,11 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
   AddressOf address_of_;
   transport::DataConnectionTimeouts timeouts_{};
   asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer accept_backoff_;
+  transport::HelloReplayCache hello_replays_;
+  // Inbound connections in their handshake, oldest first, with their address.
+  std::deque<std::pair<std::weak_ptr<transport::DataConnection>, asio::ip::address>> handshaking_;
+  std::uint64_t handshakes_shed_ = 0;
   core::HostPort bound_;
   DataLinks<transport::DataConnection> links_;
   bool closed_ = false;

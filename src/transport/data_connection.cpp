@@ -6,6 +6,7 @@
 
 #include "core/log.hpp"
 #include "tensorhub/manifest.hpp"
+#include "transport/growing_read.hpp"
 
 namespace tensorhub::transport {
 namespace {
@@ -13,6 +14,14 @@ namespace {
 constexpr const char* kLog = "data";
 // Control frames stay small; only a manifest may be large.
 constexpr std::size_t kMaxFrameBytes = kMaxManifestBytes + 4096;
+// Read buffers larger than this go back after the frame that needed them.
+constexpr std::size_t kKeptReadCapacity = 1u << 20;
+
+// The wall clock, for the hello's freshness (secure_channel.hpp).
+std::uint64_t unix_micros() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
 
 }  // namespace
 
@@ -28,28 +37,28 @@ DataConnection::DataConnection(asio::ip::tcp::socket socket, const Identity& ide
 DataConnection::~DataConnection() = default;
 
 std::shared_ptr<DataConnection> DataConnection::connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
-                                                        const Identity& identity, const SwarmKey& swarm_key,
-                                                        DataConnectionHandler& handler, DataConnectionTimeouts timeouts,
-                                                        std::uint8_t lane) {
+                                                        const PeerId& expected, const Identity& identity,
+                                                        const SwarmKey& swarm_key, DataConnectionHandler& handler,
+                                                        DataConnectionTimeouts timeouts, std::uint8_t lane) {
   std::shared_ptr<DataConnection> c(
       new DataConnection(asio::ip::tcp::socket(io), identity, swarm_key, handler, timeouts));
-  c->arm_handshake_timer();
-  c->socket_.async_connect(to, [c, lane](std::error_code ec) {
+  c->arm_handshake_timer(timeouts.handshake);
+  c->socket_.async_connect(to, [c, expected, lane](std::error_code ec) {
     if (c->closed_) return;
     if (ec) return c->close(Status::unavailable("connect failed: " + ec.message()));
     c->configure_socket();
-    c->start_initiator(lane);
+    c->start_initiator(expected, lane);
   });
   return c;
 }
 
 std::shared_ptr<DataConnection> DataConnection::accept(asio::ip::tcp::socket socket, const Identity& identity,
-                                                       const SwarmKey& swarm_key, DataConnectionHandler& handler,
-                                                       DataConnectionTimeouts timeouts) {
+                                                       const SwarmKey& swarm_key, HelloReplayCache& replays,
+                                                       DataConnectionHandler& handler, DataConnectionTimeouts timeouts) {
   std::shared_ptr<DataConnection> c(new DataConnection(std::move(socket), identity, swarm_key, handler, timeouts));
   c->configure_socket();
-  c->arm_handshake_timer();
-  c->start_responder();
+  c->arm_handshake_timer(std::min(timeouts.hello, timeouts.handshake));
+  c->start_responder(replays);
   return c;
 }
 
@@ -62,8 +71,8 @@ void DataConnection::configure_socket() {
   ::setsockopt(socket_.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &milliseconds, sizeof milliseconds);
 }
 
-void DataConnection::arm_handshake_timer() {
-  timer_.expires_after(timeouts_.handshake);
+void DataConnection::arm_handshake_timer(Duration limit) {
+  timer_.expires_after(limit);
   timer_.async_wait([self = weak_from_this()](std::error_code ec) {
     auto c = self.lock();
     if (!c || ec || c->established_ || c->closed_) return;
@@ -76,6 +85,9 @@ void DataConnection::arm_keepalive_timer() {
   timer_.async_wait([self = weak_from_this()](std::error_code ec) {
     auto c = self.lock();
     if (!c || ec || c->closed_) return;
+    if (std::chrono::steady_clock::now() > c->partial_deadline_) {
+      return c->close(Status::timeout("a frame of " + std::to_string(c->frame_length_) + " bytes did not arrive in time"));
+    }
     if (!c->wrote_since_tick_ && !c->writing_ && c->outbox_.empty()) {
       if (c->spare_.empty()) c->spare_.emplace_back();
       c->outbox_.splice(c->outbox_.end(), c->spare_, c->spare_.begin());
@@ -91,9 +103,9 @@ void DataConnection::arm_keepalive_timer() {
   });
 }
 
-void DataConnection::start_initiator(std::uint8_t lane) {
-  initiator_.emplace(identity_, swarm_key_, lane);
-  auto hello = std::make_shared<std::vector<std::uint8_t>>(initiator_->hello());
+void DataConnection::start_initiator(const PeerId& expected, std::uint8_t lane) {
+  initiator_.emplace(identity_, swarm_key_, expected, lane);
+  auto hello = std::make_shared<std::vector<std::uint8_t>>(initiator_->hello(unix_micros()));
   auto self = shared_from_this();
   asio::async_write(socket_, asio::buffer(*hello), [self, hello](std::error_code ec, std::size_t) {
     if (self->closed_) return;
@@ -114,15 +126,16 @@ void DataConnection::start_initiator(std::uint8_t lane) {
   });
 }
 
-void DataConnection::start_responder() {
-  responder_.emplace(identity_, swarm_key_);
+void DataConnection::start_responder(HelloReplayCache& replays) {
+  responder_.emplace(identity_, swarm_key_, replays);
   handshake_buffer_.resize(kHelloBytes);
   auto self = shared_from_this();
   asio::async_read(socket_, asio::buffer(handshake_buffer_), [self](std::error_code ec, std::size_t) {
     if (self->closed_) return;
     if (ec) return self->close(Status::io_error("handshake read failed: " + ec.message()));
-    auto welcome = self->responder_->on_hello(self->handshake_buffer_);
-    if (!welcome) return self->close(welcome.status());  // not a member: say nothing
+    auto welcome = self->responder_->on_hello(self->handshake_buffer_, unix_micros());
+    if (!welcome) return self->close(welcome.status());  // not a member, or a replay: say nothing
+    self->arm_handshake_timer(self->timeouts_.handshake);
     auto out = std::make_shared<std::vector<std::uint8_t>>(std::move(*welcome));
     asio::async_write(self->socket_, asio::buffer(*out), [self, out](std::error_code wec, std::size_t) {
       if (self->closed_) return;
@@ -188,10 +201,23 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
   out.payload.assign(pieces.begin(), pieces.end());
   out.payload_bytes = payload_bytes;
   out.source = std::move(source);
+  if (!piece) {
+    queued_control_bytes_ += out.message.size();
+    if (queued_control_bytes_ > timeouts_.max_queued_control_bytes && !closing_) {
+      // Closed from the executor, not from inside this send: the caller
+      // may be walking its links.
+      closing_ = true;
+      asio::post(socket_.get_executor(), [self = shared_from_this()] {
+        self->close(Status::unavailable("the peer does not read: " + std::to_string(self->queued_control_bytes_) +
+                                        " bytes of control messages queued"));
+      });
+    }
+  }
   if (!writing_) write_next();
 }
 
 void DataConnection::retire(std::list<Outgoing>& from, std::list<Outgoing>::iterator it, bool sent) {
+  if (!it->piece) queued_control_bytes_ -= std::min(queued_control_bytes_, it->message.size());
   auto source = std::move(it->source);
   const auto length = static_cast<std::uint32_t>(it->payload_bytes);
   it->payload.clear();
@@ -267,6 +293,7 @@ void DataConnection::read_frame_length() {
       return self->close(ec == asio::error::eof ? Status::unavailable("the peer closed the connection")
                                                 : Status::io_error("read failed: " + ec.message()));
     }
+    self->bytes_received_ += 4;
     const std::uint32_t n = std::uint32_t{self->length_buffer_[0]} << 24 | std::uint32_t{self->length_buffer_[1]} << 16 |
                             std::uint32_t{self->length_buffer_[2]} << 8 | self->length_buffer_[3];
     if (n < kFrameOverhead || n > kMaxFrameBytes) {
@@ -276,29 +303,45 @@ void DataConnection::read_frame_length() {
   });
 }
 
+void DataConnection::start_partial(std::size_t length) {
+  const auto allowance = std::chrono::duration<double>(static_cast<double>(length) /
+                                                       static_cast<double>(timeouts_.min_frame_bytes_per_second));
+  partial_deadline_ = std::chrono::steady_clock::now() + timeouts_.frame +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(allowance);
+}
+
 void DataConnection::read_frame(std::uint32_t length) {
-  frame_buffer_.resize(length);
+  frame_length_ = length;
+  start_partial(length);
+  // The buffer grows by what arrives, never by what the length claims.
   auto self = shared_from_this();
-  asio::async_read(socket_, asio::buffer(frame_buffer_), [self](std::error_code ec, std::size_t n) {
+  async_read_growing(socket_, frame_buffer_, length, [self](std::error_code ec) {
     if (self->closed_) return;
     if (ec) return self->close(Status::io_error("read failed: " + ec.message()));
-    self->bytes_received_ += n + 4;
-    if (!self->opener_->open(self->frame_buffer_, self->plaintext_)) {
-      return self->close(Status::verify_failed("a frame failed authentication"));
-    }
-    if (self->plaintext_.empty()) {  // a keepalive
-      ++self->keepalives_received_;
-      return self->read_frame_length();
-    }
-    auto message = decode_swarm_message(self->plaintext_);
-    if (!message) return self->close(message.status());
-    if (message->type == MessageType::kPiece) {
-      self->read_payload(std::move(*message));
-      return;
-    }
-    self->handler_.on_message(*self, std::move(*message));
-    if (!self->closed_) self->read_frame_length();
+    self->bytes_received_ += self->frame_length_;
+    self->end_partial();
+    self->on_frame();
   });
+}
+
+void DataConnection::on_frame() {
+  if (!opener_->open(frame_buffer_, plaintext_)) {
+    return close(Status::verify_failed("a frame failed authentication"));
+  }
+  if (frame_buffer_.capacity() > kKeptReadCapacity) std::vector<std::uint8_t>().swap(frame_buffer_);
+  if (plaintext_.empty()) {  // a keepalive
+    ++keepalives_received_;
+    return read_frame_length();
+  }
+  auto message = decode_swarm_message(plaintext_);
+  if (plaintext_.capacity() > kKeptReadCapacity) std::vector<std::uint8_t>().swap(plaintext_);
+  if (!message) return close(message.status());
+  if (message->type == MessageType::kPiece) {
+    read_payload(std::move(*message));
+    return;
+  }
+  handler_.on_message(*this, std::move(*message));
+  if (!closed_) read_frame_length();
 }
 
 void DataConnection::read_payload(SwarmMessage header) {
@@ -308,8 +351,11 @@ void DataConnection::read_payload(SwarmMessage header) {
   for (const auto& p : payload_destination_) total += p.size();
   payload_stored_ = total == header.length;
   if (!payload_stored_) {
-    discard_buffer_.resize(header.length);  // bounded by kMaxBlockBytes
-    payload_destination_.assign(1, std::span<std::byte>(discard_buffer_));
+    // Thrown away through one small buffer, within a deadline.
+    discard_buffer_.resize(kReadChunkBytes);
+    payload_destination_.clear();
+    frame_length_ = header.length;
+    start_partial(header.length);
   }
   payload_length_ = header.length;
   payload_header_ = std::move(header);
@@ -320,12 +366,17 @@ void DataConnection::read_payload(SwarmMessage header) {
 
 void DataConnection::read_payload_rest() {
   if (payload_done_ == payload_length_) {
+    if (!payload_stored_) end_partial();
     handler_.on_piece(*this, payload_header_, payload_stored_);
     if (!closed_) read_frame_length();
     return;
   }
   // The pieces not yet full, the first one from where it stands.
   read_buffers_.clear();
+  if (!payload_stored_) {
+    read_buffers_.push_back(asio::buffer(discard_buffer_.data(),
+                                         std::min(discard_buffer_.size(), payload_length_ - payload_done_)));
+  }
   std::size_t skip = payload_done_;
   for (const auto& p : payload_destination_) {
     if (skip >= p.size()) {

@@ -40,6 +40,9 @@ class DataConnection;
 // finds out that an established one is dead.
 struct DataConnectionTimeouts {
   Duration handshake = std::chrono::seconds(5);
+  // An accepted socket must deliver its hello within this: an initiator
+  // sends it at once, so a silent socket is an idle flood, not a slow peer.
+  Duration hello = std::chrono::seconds(1);
   // With nothing written for this long, a keepalive goes out. A peer that
   // closed its socket while the path was down (gossip had declared us dead)
   // sent a reset that was lost, and its kernel says so again only when
@@ -51,6 +54,15 @@ struct DataConnectionTimeouts {
   Duration unacknowledged = std::chrono::seconds(30);
   // A payload arriving is reported moving at most this often.
   Duration piece_progress = std::chrono::milliseconds(100);
+  // A frame, or a payload read only to be thrown away, must arrive whole
+  // within this plus its length at min_frame_bytes_per_second: a member that
+  // sends a length and then drips is cut off. (Stored payloads are the
+  // swarm core's: it gives up a landing that falls below its rate.)
+  Duration frame = std::chrono::seconds(5);
+  std::size_t min_frame_bytes_per_second = 256 * 1024;
+  // Control messages queued and not yet written, in bytes: past this the
+  // peer is not reading what it asks for, and the connection closes.
+  std::size_t max_queued_control_bytes = 64u << 20;
 };
 
 class DataConnectionHandler {
@@ -75,14 +87,17 @@ class DataConnectionHandler {
 
 class DataConnection : public std::enable_shared_from_this<DataConnection> {
  public:
+  // To the peer `expected` at `to` (another that answers there is refused).
   // `lane`: which of the neighbour's connections this is (secure_channel.hpp).
   static std::shared_ptr<DataConnection> connect(asio::io_context& io, const asio::ip::tcp::endpoint& to,
-                                                 const Identity& identity, const SwarmKey& swarm_key,
-                                                 DataConnectionHandler& handler, DataConnectionTimeouts timeouts,
-                                                 std::uint8_t lane = 0);
+                                                 const PeerId& expected, const Identity& identity,
+                                                 const SwarmKey& swarm_key, DataConnectionHandler& handler,
+                                                 DataConnectionTimeouts timeouts, std::uint8_t lane = 0);
+  // `replays`: the peer's hellos accepted lately. REQUIRES: it outlives the
+  // connection's handshake.
   static std::shared_ptr<DataConnection> accept(asio::ip::tcp::socket socket, const Identity& identity,
-                                                const SwarmKey& swarm_key, DataConnectionHandler& handler,
-                                                DataConnectionTimeouts timeouts);
+                                                const SwarmKey& swarm_key, HelloReplayCache& replays,
+                                                DataConnectionHandler& handler, DataConnectionTimeouts timeouts);
   ~DataConnection();
 
   // A control message goes out before the pieces still queued (the one
@@ -115,6 +130,13 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::uint64_t bytes_received() const { return bytes_received_; }
   std::uint64_t keepalives_sent() const { return keepalives_sent_; }
   std::uint64_t keepalives_received() const { return keepalives_received_; }
+  // Memory held for reading: grows with the bytes of a frame that have
+  // arrived, never with the length a frame claims.
+  std::size_t read_buffer_capacity() const {
+    return frame_buffer_.capacity() + plaintext_.capacity() + discard_buffer_.capacity();
+  }
+  // Encoded control messages queued and not yet written.
+  std::size_t queued_control_bytes() const { return queued_control_bytes_; }
 
  private:
   struct Outgoing {
@@ -131,9 +153,10 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
                  DataConnectionHandler& handler, DataConnectionTimeouts timeouts);
   // TCP options, once the socket is connected.
   void configure_socket();
-  void start_initiator(std::uint8_t lane);
-  void start_responder();
-  void arm_handshake_timer();
+  void start_initiator(const PeerId& expected, std::uint8_t lane);
+  void start_responder(HelloReplayCache& replays);
+  // Closes the connection unless it is established within `limit`.
+  void arm_handshake_timer(Duration limit);
   // Established: every `keepalive`, a keepalive if nothing was written since.
   void arm_keepalive_timer();
   void established(ChannelKeys keys);
@@ -147,6 +170,10 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::size_t drop_queued(Match&& match, std::size_t limit);
   void read_frame_length();
   void read_frame(std::uint32_t length);
+  void on_frame();
+  // A frame or discarded payload of `length` bytes is under way / done.
+  void start_partial(std::size_t length);
+  void end_partial() { partial_deadline_ = std::chrono::steady_clock::time_point::max(); }
   void read_payload(SwarmMessage header);
   // Reads the rest of the payload into payload_destination_ past payload_done_.
   void read_payload_rest();
@@ -165,6 +192,11 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   std::optional<FrameOpener> opener_;
   std::array<std::uint8_t, 4> length_buffer_{};
   std::vector<std::uint8_t> frame_buffer_;
+  std::size_t frame_length_ = 0;  // of the frame being read
+  // When the frame (or discarded payload) under way must be complete.
+  std::chrono::steady_clock::time_point partial_deadline_ = std::chrono::steady_clock::time_point::max();
+  std::size_t queued_control_bytes_ = 0;
+  bool closing_ = false;  // a close is posted
   std::vector<std::uint8_t> plaintext_;
   std::vector<std::byte> discard_buffer_;
   // The payload being read: its header, where it goes (pieces), how much has come.

@@ -1,5 +1,6 @@
 #include "transport/gossip_runtime.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 
@@ -7,6 +8,7 @@
 #include "core/log.hpp"
 #include "core/quoted.hpp"
 #include "gossip/peer_record.hpp"
+#include "transport/growing_read.hpp"
 
 namespace tensorhub::transport {
 namespace {
@@ -34,10 +36,12 @@ TimePoint steady_now() {
 // waits until the queue has drained.
 class GossipRuntime::Stream : public std::enable_shared_from_this<GossipRuntime::Stream> {
  public:
-  Stream(GossipRuntime& runtime, asio::ip::tcp::socket socket, gossip::StreamId id)
-      : runtime_(runtime), socket_(std::move(socket)), id_(id) {}
+  Stream(GossipRuntime& runtime, asio::ip::tcp::socket socket, gossip::StreamId id, asio::ip::address remote = {})
+      : runtime_(runtime), socket_(std::move(socket)), id_(id), remote_(remote) {}
 
   asio::ip::tcp::socket& socket() { return socket_; }
+  // An inbound stream's source address (unspecified for outbound ones).
+  const asio::ip::address& remote() const { return remote_; }
 
   void start_reading() { read_header(); }
 
@@ -86,14 +90,16 @@ class GossipRuntime::Stream : public std::enable_shared_from_this<GossipRuntime:
         TH_LOG_DEBUG(kLog, "stream frame of " << n << " bytes exceeds the limit; closing");
         return self->fail();
       }
-      self->body_.resize(n);
-      self->read_body();
+      self->read_body(n);
     });
   }
 
-  void read_body() {
+  void read_body(std::size_t length) {
+    // Before the frame is authenticated, anyone may claim a length: the
+    // buffer grows by what arrives (the core's stream timeout bounds how
+    // long that may take).
     auto self = shared_from_this();
-    asio::async_read(socket_, asio::buffer(body_), [self](std::error_code ec, std::size_t) {
+    async_read_growing(socket_, body_, length, [self](std::error_code ec) {
       if (ec) return self->fail();
       if (self->done_) return;
       self->runtime_.core_->handle_stream_frame(steady_now(), self->id_, self->body_);
@@ -126,6 +132,7 @@ class GossipRuntime::Stream : public std::enable_shared_from_this<GossipRuntime:
   GossipRuntime& runtime_;
   asio::ip::tcp::socket socket_;
   gossip::StreamId id_;
+  asio::ip::address remote_;
   std::array<std::uint8_t, 4> header_{};
   std::vector<std::uint8_t> body_;
   std::deque<std::vector<std::uint8_t>> queue_;
@@ -278,13 +285,20 @@ void GossipRuntime::accept_stream() {
   acceptor_.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
     if (closed_) return;
     if (!ec) {
-      if (streams_.size() >= options_.max_inbound_streams) {
+      std::error_code remote_ec;
+      const auto remote = socket.remote_endpoint(remote_ec);
+      const auto from_there = std::count_if(streams_.begin(), streams_.end(), [&](const auto& entry) {
+        return (entry.first & gossip::kInboundStreamBit) != 0 && entry.second->remote() == remote.address();
+      });
+      if (remote_ec) {
+        // Gone before we looked.
+      } else if (streams_.size() >= options_.max_inbound_streams) {
         TH_LOG_WARN(kLog, "too many open streams; refusing a connection");
+      } else if (static_cast<std::size_t>(from_there) >= options_.max_inbound_streams_per_address) {
+        TH_LOG_DEBUG(kLog, "too many open streams from " << remote.address().to_string() << "; refusing a connection");
       } else {
-        std::error_code remote_ec;
-        const auto remote = socket.remote_endpoint(remote_ec);
         const gossip::StreamId id = gossip::kInboundStreamBit | next_inbound_++;
-        auto stream = std::make_shared<Stream>(*this, std::move(socket), id);
+        auto stream = std::make_shared<Stream>(*this, std::move(socket), id, remote.address());
         streams_[id] = stream;
         core_->handle_stream_accepted(steady_now(), id, endpoint_string(remote.address(), remote.port()));
         stream->start_reading();

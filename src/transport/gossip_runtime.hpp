@@ -31,6 +31,8 @@ struct GossipRuntimeOptions {
   gossip::Topology topology;
   std::vector<std::string> seeds;
   std::size_t max_inbound_streams = 64;
+  // From one source address: no single host can take every stream slot.
+  std::size_t max_inbound_streams_per_address = 8;
 };
 
 // Now on the runtime's clock, as the cores take it.

@@ -49,6 +49,16 @@ core::AeadKey mix(const std::array<std::uint8_t, 32>& data_key, const std::uint8
 
 bool equal_mac(const std::uint8_t* a, const std::uint8_t* b) { return sodium_memcmp(a, b, 16) == 0; }
 
+// mac_i: over the responder's id, then the hello up to its MAC.
+HelloMac hello_mac(const std::array<std::uint8_t, 32>& data_key, const PeerId& responder,
+                   std::span<const std::uint8_t> hello) {
+  std::vector<std::uint8_t> input(responder.bytes.begin(), responder.bytes.end());
+  input.insert(input.end(), hello.begin(), hello.begin() + (kHelloBytes - 16));
+  return mac(data_key, input);
+}
+
+constexpr std::size_t kHelloTimeAt = 4 + 32 + 32;
+
 core::AeadNonce counter_nonce(std::uint64_t counter) {
   core::AeadNonce nonce{};
   for (int i = 0; i < 8; ++i) nonce[static_cast<std::size_t>(23 - i)] = static_cast<std::uint8_t>(counter >> (8 * i));
@@ -57,8 +67,20 @@ core::AeadNonce counter_nonce(std::uint64_t counter) {
 
 }  // namespace
 
-HandshakeInitiator::HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key, std::uint8_t lane)
-    : identity_(identity), data_key_(swarm_key.derive("data")), lane_(lane) {
+bool HelloReplayCache::admit(const HelloMac& mac, std::uint64_t now_unix_micros) {
+  while (!order_.empty() && (order_.size() >= capacity_ ||
+                             order_.front().first + 2 * kHelloFreshnessMicros < now_unix_micros)) {
+    seen_.erase(order_.front().second);
+    order_.pop_front();
+  }
+  if (!seen_.insert(mac).second) return false;
+  order_.emplace_back(now_unix_micros, mac);
+  return true;
+}
+
+HandshakeInitiator::HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key, const PeerId& responder,
+                                       std::uint8_t lane)
+    : identity_(identity), data_key_(swarm_key.derive("data")), responder_(responder), lane_(lane) {
   assert(lane < kMaxLanes);
   core::ensure_sodium();
   crypto_kx_keypair(eph_public_.data(), eph_secret_.data());
@@ -69,13 +91,14 @@ HandshakeInitiator::~HandshakeInitiator() {
   sodium_memzero(data_key_.data(), data_key_.size());
 }
 
-std::vector<std::uint8_t> HandshakeInitiator::hello() {
+std::vector<std::uint8_t> HandshakeInitiator::hello(std::uint64_t now_unix_micros) {
   std::vector<std::uint8_t> m(kHelloBytes);
   std::memcpy(m.data(), kMagic, 3);
   m[3] = static_cast<std::uint8_t>(kLaneZero + lane_);
   std::memcpy(m.data() + 4, eph_public_.data(), 32);
   std::memcpy(m.data() + 36, identity_.public_key().bytes.data(), 32);
-  const auto tag = mac(data_key_, std::span(m).first(kHelloBytes - 16));
+  for (int i = 0; i < 8; ++i) m[kHelloTimeAt + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(now_unix_micros >> (56 - 8 * i));
+  const auto tag = hello_mac(data_key_, responder_, m);
   std::memcpy(m.data() + kHelloBytes - 16, tag.data(), 16);
   transcript_ = m;
   return m;
@@ -91,6 +114,10 @@ Result<std::vector<std::uint8_t>> HandshakeInitiator::on_welcome(std::span<const
   ChannelKeys keys;
   keys.lane = lane_;
   std::memcpy(keys.remote.bytes.data(), welcome.data() + 32, 32);
+  if (keys.remote != responder_) {
+    return Status::verify_failed("handshake: the peer at that address is " + keys.remote.short_hex() + ", not " +
+                                 responder_.short_hex());
+  }
   Signature sig;
   std::memcpy(sig.bytes.data(), welcome.data() + 64, 64);
   // The responder signed the transcript up to and including its keys.
@@ -113,8 +140,8 @@ Result<std::vector<std::uint8_t>> HandshakeInitiator::on_welcome(std::span<const
   return std::vector<std::uint8_t>(mine.bytes.begin(), mine.bytes.end());
 }
 
-HandshakeResponder::HandshakeResponder(const Identity& identity, const SwarmKey& swarm_key)
-    : identity_(identity), data_key_(swarm_key.derive("data")) {
+HandshakeResponder::HandshakeResponder(const Identity& identity, const SwarmKey& swarm_key, HelloReplayCache& replays)
+    : identity_(identity), data_key_(swarm_key.derive("data")), replays_(replays) {
   core::ensure_sodium();
   crypto_kx_keypair(eph_public_.data(), eph_secret_.data());
 }
@@ -124,14 +151,24 @@ HandshakeResponder::~HandshakeResponder() {
   sodium_memzero(data_key_.data(), data_key_.size());
 }
 
-Result<std::vector<std::uint8_t>> HandshakeResponder::on_hello(std::span<const std::uint8_t> hello) {
+Result<std::vector<std::uint8_t>> HandshakeResponder::on_hello(std::span<const std::uint8_t> hello,
+                                                               std::uint64_t now_unix_micros) {
   if (hello.size() != kHelloBytes || std::memcmp(hello.data(), kMagic, 3) != 0 || hello[3] < kLaneZero ||
       hello[3] >= kLaneZero + kMaxLanes) {
     return Status::verify_failed("handshake: not a TensorHub data connection");
   }
-  if (!equal_mac(mac(data_key_, hello.first(kHelloBytes - 16)).data(), hello.data() + kHelloBytes - 16)) {
-    return Status::verify_failed("handshake: the initiator does not hold this swarm's key");
+  const HelloMac hello_tag = hello_mac(data_key_, identity_.public_key(), hello);
+  if (!equal_mac(hello_tag.data(), hello.data() + kHelloBytes - 16)) {
+    return Status::verify_failed("handshake: the initiator does not hold this swarm's key, or meant another peer");
   }
+  std::uint64_t sent = 0;
+  for (int i = 0; i < 8; ++i) sent = sent << 8 | hello[kHelloTimeAt + static_cast<std::size_t>(i)];
+  const std::uint64_t skew = sent > now_unix_micros ? sent - now_unix_micros : now_unix_micros - sent;
+  if (skew > kHelloFreshnessMicros) {
+    return Status::verify_failed("handshake: a hello " + std::to_string(skew / 1'000'000) +
+                                 " s from this clock (a replay, or clocks more than 30 s apart)");
+  }
+  if (!replays_.admit(hello_tag, now_unix_micros)) return Status::verify_failed("handshake: a replayed hello");
   std::memcpy(initiator_.bytes.data(), hello.data() + 36, 32);
   transcript_.assign(hello.begin(), hello.end());
   std::vector<std::uint8_t> m(eph_public_.begin(), eph_public_.end());

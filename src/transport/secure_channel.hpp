@@ -1,14 +1,21 @@
-// The data-plane handshake and its sealed control frames (no I/O here).
+// The data-plane handshake and its sealed control frames (no I/O here; the
+// caller passes the wall-clock time).
 //
 // Three messages over a fresh connection; both sides prove their peer key,
 // and both prove they hold the swarm key:
-//   1. initiator -> responder: "THd" lane | eph_i (32) | id_i (32) | mac_i (16)
+//   1. initiator -> responder: "THd" lane | eph_i (32) | id_i (32) | time (8) | mac_i (16)
 //   2. responder -> initiator: eph_r (32) | id_r (32) | sig_r (64) | mac_r (16)
 //   3. initiator -> responder: sig_i (64)
-// mac_x is BLAKE2b keyed with the swarm's data key over everything sent so
-// far: only members can produce it, and a responder answers nobody else. sig_x
-// is the peer's Ed25519 signature over the transcript hash, which binds both
-// ephemeral keys: a recorded message 1 replayed later cannot be completed.
+// mac_x is BLAKE2b keyed with the swarm's data key: only members can produce
+// it, and a responder answers nobody else. mac_i covers the responder's id
+// too, and `time` (the initiator's wall clock, microseconds since the epoch,
+// big-endian): a hello is good for one responder, within 30 s of its clock,
+// once (HelloReplayCache), as WireGuard's first message is. So a hello seen
+// on the wire cannot be replayed to other members, or to the same one later,
+// to make it do public-key work; a replay costs a responder one BLAKE2b.
+// sig_x is the peer's Ed25519 signature over the transcript hash, which binds
+// both ephemeral keys: a recorded message 1 cannot be completed by anyone
+// else. The initiator refuses a responder that is not the peer it meant.
 // The lane byte is '1' + the lane's number: a neighbour's first connection
 // is lane 0 ("THd1"); further lanes carry requests and pieces alongside it
 // when one TCP connection cannot fill a link (peer/data_link.hpp). It is
@@ -28,7 +35,10 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <optional>
+#include <set>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -40,7 +50,9 @@
 
 namespace tensorhub::transport {
 
-inline constexpr std::size_t kHelloBytes = 4 + 32 + 32 + 16;
+inline constexpr std::size_t kHelloBytes = 4 + 32 + 32 + 8 + 16;
+// How far a hello's time may be from the responder's clock, either way.
+inline constexpr std::uint64_t kHelloFreshnessMicros = 30'000'000;
 inline constexpr std::size_t kWelcomeBytes = 32 + 32 + 64 + 16;
 inline constexpr std::size_t kFinishBytes = 64;
 inline constexpr std::uint8_t kMaxLanes = 8;  // lanes 0 .. kMaxLanes - 1 per neighbour
@@ -52,13 +64,35 @@ struct ChannelKeys {
   std::uint8_t lane = 0;
 };
 
+using HelloMac = std::array<std::uint8_t, 16>;
+
+// The hellos a responder accepted lately, by their MAC, so that none is
+// accepted twice. Remembered for twice the freshness window (older ones are
+// stale anyway); at most `capacity`, the oldest forgotten first (only
+// members can make new hellos, at the cost of their own handshakes).
+class HelloReplayCache {
+ public:
+  explicit HelloReplayCache(std::size_t capacity = 65536) : capacity_(capacity) {}
+  // True (and remembered) when `mac` was not accepted before.
+  bool admit(const HelloMac& mac, std::uint64_t now_unix_micros);
+  std::size_t size() const { return seen_.size(); }
+
+ private:
+  std::size_t capacity_;
+  std::deque<std::pair<std::uint64_t, HelloMac>> order_;  // (when accepted, mac), oldest first
+  std::set<HelloMac> seen_;
+};
+
 // The initiator's side. Use once.
 class HandshakeInitiator {
  public:
-  // REQUIRES: lane < kMaxLanes.
-  HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key, std::uint8_t lane = 0);
+  // `responder`: the peer this connection is meant for; any other that
+  // answers is refused. REQUIRES: lane < kMaxLanes.
+  HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key, const PeerId& responder,
+                     std::uint8_t lane = 0);
   ~HandshakeInitiator();
-  std::vector<std::uint8_t> hello();
+  // Message 1, stamped with the wall-clock time.
+  std::vector<std::uint8_t> hello(std::uint64_t now_unix_micros);
   // Checks message 2. On success returns message 3 and sets keys().
   Result<std::vector<std::uint8_t>> on_welcome(std::span<const std::uint8_t> welcome);
   const ChannelKeys& keys() const { return *keys_; }
@@ -66,6 +100,7 @@ class HandshakeInitiator {
  private:
   const Identity& identity_;
   std::array<std::uint8_t, 32> data_key_;
+  PeerId responder_;
   std::uint8_t lane_;
   std::array<std::uint8_t, 32> eph_public_{}, eph_secret_{};
   std::vector<std::uint8_t> transcript_;
@@ -75,10 +110,14 @@ class HandshakeInitiator {
 // The responder's side. Use once.
 class HandshakeResponder {
  public:
-  HandshakeResponder(const Identity& identity, const SwarmKey& swarm_key);
+  // `replays`: the hellos this peer accepted lately (one cache per peer,
+  // shared by its connections). REQUIRES: it outlives this object.
+  HandshakeResponder(const Identity& identity, const SwarmKey& swarm_key, HelloReplayCache& replays);
   ~HandshakeResponder();
-  // Checks message 1 (a wrong swarm key fails here) and returns message 2.
-  Result<std::vector<std::uint8_t>> on_hello(std::span<const std::uint8_t> hello);
+  // Checks message 1 and returns message 2. Refused (kVerifyFailed), before
+  // any public-key work: a wrong swarm key, a hello meant for another peer,
+  // one whose time is more than 30 s from `now_unix_micros`, or a replay.
+  Result<std::vector<std::uint8_t>> on_hello(std::span<const std::uint8_t> hello, std::uint64_t now_unix_micros);
   // Checks message 3; on success keys() names the authenticated initiator.
   Status on_finish(std::span<const std::uint8_t> finish);
   const ChannelKeys& keys() const { return *keys_; }
@@ -86,6 +125,7 @@ class HandshakeResponder {
  private:
   const Identity& identity_;
   std::array<std::uint8_t, 32> data_key_;
+  HelloReplayCache& replays_;
   std::array<std::uint8_t, 32> eph_public_{}, eph_secret_{};
   std::vector<std::uint8_t> transcript_;
   PeerId initiator_;

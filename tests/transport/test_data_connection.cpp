@@ -69,9 +69,10 @@ struct Pair {
       : acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)), server_key(server_key_in) {
     acceptor.async_accept([this, timeouts](std::error_code ec, asio::ip::tcp::socket socket) {
       REQUIRE_FALSE(ec);
-      server = DataConnection::accept(std::move(socket), server_id, server_key, server_events, timeouts);
+      server = DataConnection::accept(std::move(socket), server_id, server_key, replays, server_events, timeouts);
     });
-    client = DataConnection::connect(io, acceptor.local_endpoint(), client_id, client_key, client_events, timeouts);
+    client = DataConnection::connect(io, acceptor.local_endpoint(), server_id.public_key(), client_id, client_key,
+                                     client_events, timeouts);
   }
   void run_until(const std::function<bool()>& done) {
     for (int i = 0; i < 2000 && !done(); ++i) io.run_for(std::chrono::milliseconds(5));
@@ -79,6 +80,7 @@ struct Pair {
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor;
   SwarmKey server_key;
+  HelloReplayCache replays;
   Identity client_id = testing::GossipNetwork::identity_for(401);
   Identity server_id = testing::GossipNetwork::identity_for(402);
   Recorder client_events, server_events;
@@ -213,13 +215,14 @@ TEST_CASE("data connection: garbage instead of a handshake is refused, silence t
   asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   const Identity server_id = testing::GossipNetwork::identity_for(403);
   const SwarmKey swarm = key(3);
+  HelloReplayCache replays;
   Recorder events[2];
   std::shared_ptr<DataConnection> servers[2];
   int accepted = 0;
   std::function<void()> accept_next = [&] {
     acceptor.async_accept([&](std::error_code ec, asio::ip::tcp::socket socket) {
       if (ec) return;
-      servers[accepted] = DataConnection::accept(std::move(socket), server_id, swarm, events[accepted],
+      servers[accepted] = DataConnection::accept(std::move(socket), server_id, swarm, replays, events[accepted],
                                                    {.handshake = 300ms});
       ++accepted;
       if (accepted < 2) accept_next();
@@ -356,13 +359,15 @@ TEST_CASE("data connection: a keepalive finds a peer whose reset was lost, witho
     const Identity client_id = testing::GossipNetwork::identity_for(404), server_id = testing::GossipNetwork::identity_for(405);
     const DataConnectionTimeouts timeouts{.handshake = 2s, .keepalive = keepalive ? 30ms : 3600s};
     Recorder client_events, server_events;
+    HelloReplayCache replays;
     std::shared_ptr<DataConnection> server;
     acceptor.async_accept([&](std::error_code ec, asio::ip::tcp::socket socket) {
       REQUIRE_FALSE(ec);
-      server = DataConnection::accept(std::move(socket), server_id, swarm, server_events, timeouts);
+      server = DataConnection::accept(std::move(socket), server_id, swarm, replays, server_events, timeouts);
     });
     LostResetPath path(io, acceptor.local_endpoint());
-    auto client = DataConnection::connect(io, path.endpoint(), client_id, swarm, client_events, timeouts);
+    auto client =
+        DataConnection::connect(io, path.endpoint(), server_id.public_key(), client_id, swarm, client_events, timeouts);
     for (int i = 0; i < 400 && !(client_events.established && server_events.established); ++i) io.run_for(5ms);
     REQUIRE(client_events.established);
     path.cut();
@@ -390,4 +395,104 @@ TEST_CASE("data connection: a stored payload reports progress while it arrives, 
   CHECK(a.back() == "piece 1");
   for (std::size_t i = 0; i + 1 < a.size(); ++i) CHECK(a[i] == "progress 1");
   CHECK(p.destination == p.source);
+}
+
+namespace {
+
+// A member that does the handshake by hand over a plain socket, then writes
+// (or withholds) whatever bytes a test wants: a hostile member's side.
+struct RawMember {
+  RawMember(asio::io_context& io_in, const asio::ip::tcp::endpoint& to, const PeerId& responder, const Identity& identity,
+            const SwarmKey& swarm)
+      : io(io_in), socket(io_in), initiator(identity, swarm, responder) {
+    socket.connect(to);
+    const auto now = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    asio::write(socket, asio::buffer(initiator.hello(static_cast<std::uint64_t>(now.count()))));
+  }
+  // Completes the handshake while `server` runs on the same io_context.
+  bool finish(const std::function<bool()>& server_established) {
+    for (int i = 0; i < 400 && socket.available() < kWelcomeBytes; ++i) io.run_for(std::chrono::milliseconds(5));
+    std::vector<std::uint8_t> welcome(kWelcomeBytes);
+    asio::read(socket, asio::buffer(welcome));
+    auto out = initiator.on_welcome(welcome);
+    if (!out) return false;
+    asio::write(socket, asio::buffer(*out));
+    for (int i = 0; i < 400 && !server_established(); ++i) io.run_for(std::chrono::milliseconds(5));
+    return server_established();
+  }
+  asio::io_context& io;
+  asio::ip::tcp::socket socket;
+  HandshakeInitiator initiator;
+};
+
+// A server connection accepted on loopback, with a RawMember as its client.
+struct RawPair {
+  explicit RawPair(DataConnectionTimeouts timeouts)
+      : acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    acceptor.async_accept([this, timeouts](std::error_code ec, asio::ip::tcp::socket socket) {
+      REQUIRE_FALSE(ec);
+      server = DataConnection::accept(std::move(socket), server_id, swarm, replays, events, timeouts);
+    });
+    member.emplace(io, acceptor.local_endpoint(), server_id.public_key(), member_id, swarm);
+    REQUIRE(member->finish([&] { return events.established; }));
+  }
+  void run_until(const std::function<bool()>& done, int steps = 2000) {
+    for (int i = 0; i < steps && !done(); ++i) io.run_for(std::chrono::milliseconds(5));
+  }
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor;
+  SwarmKey swarm = key(9);
+  HelloReplayCache replays;
+  Identity member_id = testing::GossipNetwork::identity_for(404);
+  Identity server_id = testing::GossipNetwork::identity_for(405);
+  Recorder events;
+  std::shared_ptr<DataConnection> server;
+  std::optional<RawMember> member;
+};
+
+}  // namespace
+
+TEST_CASE("data connection: a frame's claimed length costs nothing until its bytes arrive, and must arrive in time") {
+  // A member sends a 256 MiB length and then 100 KiB, and stops: the
+  // receiver holds about what arrived (not 256 MiB), and closes the
+  // connection once the frame's deadline passes.
+  RawPair p({.handshake = 2s, .keepalive = 100ms, .frame = 300ms, .min_frame_bytes_per_second = 1u << 30});
+  const std::uint32_t claimed = (256u << 20) - 1;
+  const std::uint8_t length[4] = {static_cast<std::uint8_t>(claimed >> 24), static_cast<std::uint8_t>(claimed >> 16),
+                                  static_cast<std::uint8_t>(claimed >> 8), static_cast<std::uint8_t>(claimed)};
+  asio::write(p.member->socket, asio::buffer(length));
+  std::vector<std::uint8_t> some(100 * 1024, 0x5a);
+  asio::write(p.member->socket, asio::buffer(some));
+  p.run_until([&] { return p.server->bytes_received() >= 4 + some.size(); });
+  MESSAGE("holding " << p.server->read_buffer_capacity() << " bytes for a frame that claims " << claimed);
+  CHECK(p.server->read_buffer_capacity() < (1u << 20));
+  const auto start = std::chrono::steady_clock::now();
+  p.run_until([&] { return p.events.closed.has_value(); });
+  REQUIRE(p.events.closed.has_value());
+  CHECK(p.events.closed->code() == StatusCode::kTimeout);
+  CHECK(p.events.closed->message().find("did not arrive in time") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+}
+
+TEST_CASE("data connection: a peer that does not read what it asks for is cut off at the control queue's limit") {
+  // The server answers with large control messages (as it would answer
+  // manifest requests); the member never reads. The queue stays bounded
+  // and the connection closes.
+  RawPair p({.handshake = 2s, .max_queued_control_bytes = 4u << 20});
+  ManifestId id;
+  id.bytes.fill(3);
+  std::size_t most_queued = 0;
+  int sent = 0;
+  for (; sent < 10000 && !p.events.closed; ++sent) {
+    p.server->send(SwarmMessage::with_bytes(MessageType::kManifest, id, std::vector<std::uint8_t>(300 * 1024, 7)));
+    most_queued = std::max(most_queued, p.server->queued_control_bytes());
+    p.io.poll();
+  }
+  p.run_until([&] { return p.events.closed.has_value(); });
+  REQUIRE(p.events.closed.has_value());
+  MESSAGE("closed after " << sent << " answers; at most " << most_queued << " bytes queued");
+  CHECK(p.events.closed->message().find("does not read") != std::string::npos);
+  CHECK(most_queued <= (4u << 20) + 400 * 1024);
+  CHECK(sent < 10000);
 }
