@@ -75,7 +75,9 @@ struct HashShard {
   ShardIndex shard;
 };
 // Copy `shards` (byte ranges from `to`'s manifest) from `from`'s memory to
-// `to`'s destination, then call on_shards_copied(to). Both stay held until then.
+// `to`'s destination, verify each copy against `to`'s manifest (the source
+// is memory its owner may have changed since it was verified), then call
+// on_shards_copied(to, the shards that failed). Both stay held until then.
 struct CopyShards {
   std::shared_ptr<LocalVersion> from, to;
   std::vector<ShardIndex> shards;
@@ -205,7 +207,7 @@ class PeerCore {
 
   // --- Work done for the core ---
   void on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& version, ShardIndex shard, bool good);
-  void on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to);
+  void on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to, std::span<const ShardIndex> failed);
 
   void handle_timeout(TimePoint now);
   TimePoint next_timeout() const;
@@ -264,6 +266,7 @@ class PeerCore {
   struct PendingCopies {
     std::size_t jobs = 0;
     core::Bitfield have;
+    std::size_t failed = 0;  // copies that did not verify
   };
   std::map<const LocalVersion*, PendingCopies> copying_;
   swarm::DeferredReleases deferred_;

@@ -1,6 +1,7 @@
 #include "peer/peer_engine.hpp"
 
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -489,21 +490,33 @@ void PeerEngine::copy_shards(CopyShards job) {
   std::shared_ptr<Lease> to = lease_of(job.to);
   ++from->uses;
   ++to->uses;
-  auto shared = std::make_shared<CopyShards>(std::move(job));
+  struct Job {
+    CopyShards copy;
+    std::mutex mutex;
+    std::vector<ShardIndex> failed;  // guarded by mutex
+  };
+  auto shared = std::make_shared<Job>();
+  shared->copy = std::move(job);
   auto left = std::make_shared<std::atomic<std::size_t>>(parts);
   for (std::size_t part = 0; part < parts; ++part) {
     pool_.submit([this, shared, left, from, to, part, parts] {
-      const Manifest& m = *shared->to->manifest;
-      for (std::size_t i = part; i < shared->shards.size(); i += parts) {
-        const ShardEntry& e = m.shard(shared->shards[i]);
-        shared->to->domain->copy(shared->from->memory, shared->to->destination, e.byte_offset, e.byte_length);
+      const CopyShards& c = shared->copy;
+      const Manifest& m = *c.to->manifest;
+      for (std::size_t i = part; i < c.shards.size(); i += parts) {
+        const ShardEntry& e = m.shard(c.shards[i]);
+        c.to->domain->copy(c.from->memory, c.to->destination, e.byte_offset, e.byte_length);
+        // The source is memory its owner may have changed since it was verified.
+        if (!c.to->domain->verify_shard(m, c.shards[i], c.to->destination.as_const())) {
+          std::lock_guard lock(shared->mutex);
+          shared->failed.push_back(c.shards[i]);
+        }
       }
       if (left->fetch_sub(1) != 1) return;
       asio::post(io_, [this, shared, from, to] {
         from->end_use();
         to->end_use();
         if (closed_) return;
-        core_->on_shards_copied(now(), shared->to);
+        core_->on_shards_copied(now(), shared->copy.to, shared->failed);
         pump();
       });
     });

@@ -134,7 +134,7 @@ void PeerCore::start_copy(const std::shared_ptr<LocalVersion>& copy, const std::
   std::vector<ShardIndex> all(m.shard_count());
   for (std::uint32_t s = 0; s < all.size(); ++s) all[s] = ShardIndex{s};
   copies_[copy] = nullptr;
-  copying_[copy.get()] = PendingCopies{1, core::Bitfield(m.shard_count(), true)};
+  copying_[copy.get()] = PendingCopies{1, core::Bitfield(m.shard_count(), true), 0};
   actions_.push(CopyShards{source, copy, std::move(all)});
 }
 
@@ -164,7 +164,7 @@ void PeerCore::source_finished(TimePoint now, const std::shared_ptr<LocalVersion
 
 void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v) {
   const Manifest& m = *v->manifest;
-  PendingCopies pending{0, core::Bitfield(m.shard_count())};
+  PendingCopies pending{0, core::Bitfield(m.shard_count()), 0};
   if (!v->destination.empty()) {
     for (const auto& [id, other] : versions_) {
       if (other == v || other->model != v->model || other->memory.empty()) continue;
@@ -191,16 +191,33 @@ void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v
   copying_[v.get()] = std::move(pending);  // the swarm fetch starts once the copies are done
 }
 
-void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to) {
+void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to,
+                                std::span<const ShardIndex> failed) {
   auto pending = copying_.find(to.get());
-  if (pending == copying_.end() || --pending->second.jobs > 0) return;
+  if (pending == copying_.end()) return;
+  for (ShardIndex s : failed) {
+    pending->second.have.reset(s.value);
+    ++pending->second.failed;
+  }
+  if (--pending->second.jobs > 0) return;
   core::Bitfield have = std::move(pending->second.have);
+  const std::size_t bad = pending->second.failed;
   copying_.erase(pending);
   {
     std::lock_guard lock(to->mutex);
     if (to->state != VersionState::kFetching) return;  // released meanwhile
   }
+  if (bad > 0) {
+    report(Report::kError, to->model + " v" + std::to_string(to->number) + ": " + std::to_string(bad) +
+                               " shard(s) copied from a local version no longer match the manifest (memory changed "
+                               "under the peer?)" + (to->role == VersionRole::kCopy ? "" : "; fetching them instead"));
+  }
   if (to->role == VersionRole::kCopy) {
+    if (bad > 0) {
+      finish(now, to, Status::verify_failed(std::to_string(bad) + " shard(s) of the local copy of " + to->model + " v" +
+                                            std::to_string(to->number) + " no longer match its manifest"));
+      return;
+    }
     {
       std::lock_guard lock(to->mutex);
       to->progress.bytes_verified = to->progress.bytes_total;

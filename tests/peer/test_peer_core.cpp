@@ -354,7 +354,7 @@ struct CountingDomain final : MemoryDomain {
 
 }  // namespace
 
-TEST_CASE("peer core: the destination's memory domain verifies every shard fetched and copies every unchanged one") {
+TEST_CASE("peer core: the destination's memory domain verifies every shard fetched or copied, and copies every unchanged one") {
   PeerNetwork net(10);
   add_peers(net, 2);
   auto image = small_model(11, 1u << 20);
@@ -369,7 +369,8 @@ TEST_CASE("peer core: the destination's memory domain verifies every shard fetch
   const std::size_t shards = (*v1)->manifest->shard_count();
   CHECK(domain.verified == shards);  // every shard once: none failed
   CHECK(domain.copied == 0);
-  // v2 with one shard changed: the rest is copied by the domain, one shard verified.
+  // v2 with one shard changed: the rest is copied by the domain; the one
+  // fetched and every copy are verified.
   auto next = image;
   next[100] ^= std::byte{1};
   REQUIRE(net.publish(0, "policy", next, tensors).is_ok());
@@ -378,7 +379,7 @@ TEST_CASE("peer core: the destination's memory domain verifies every shard fetch
   REQUIRE(f2.is_ok());
   REQUIRE(net.run_until([&] { return complete(*f2); }, 20s));
   CHECK(same_bytes(*f2, next));
-  CHECK(domain.verified == shards + 1);
+  CHECK(domain.verified == shards + 1 + (shards - 1));
   CHECK(domain.copied == shards - 1);
   CHECK(domain.copied_bytes == next.size() - (*v1)->manifest->shard(ShardIndex{0}).byte_length);
 }
@@ -429,4 +430,45 @@ TEST_CASE("peer core: a fetch whose only holder dies when every missing shard is
   std::lock_guard lock((*f)->mutex);
   CHECK((*f)->state == VersionState::kFailed);
   CHECK((*f)->result.code() == StatusCode::kUnavailable);
+}
+
+TEST_CASE("peer core: a shard copied from a local version whose memory changed is fetched instead, never kept") {
+  // Peer 1 holds v1 in memory its owner then changes (one byte in a shard
+  // that v2 leaves unchanged). v2 copies its unchanged shards from v1: the
+  // changed one fails verification and crosses the network instead; a
+  // private copy of v1 itself fails with kVerifyFailed instead of handing
+  // out the changed bytes.
+  PeerNetwork net(5);
+  add_peers(net, 2);
+  auto image = small_model(5, 1u << 20);
+  const auto tensors = tensors_of(image);
+  REQUIRE(net.publish(0, "policy", image, tensors).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto v1 = net.fetch(1, "policy", 1);
+  REQUIRE(v1.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*v1); }, 20s));
+  const std::uint64_t received_v1 = net.piece_bytes_received(1);
+  (*v1)->destination.for_each(1000, 1, [](std::span<std::byte> b) { b[0] ^= std::byte{0x55}; });
+
+  auto next = image;
+  next[next.size() - 1000] ^= std::byte{0xff};
+  auto v2_published = net.publish(0, "policy", next, tensors);
+  REQUIRE(v2_published.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 2); }, 10s));
+  auto v2 = net.fetch(1, "policy", 2);
+  REQUIRE(v2.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*v2); }, 20s));
+  CHECK(same_bytes(*v2, next));
+  // What crossed: the shard whose copy failed, and the one v2 changed.
+  const Manifest& m = *(*v2_published)->manifest;
+  const std::uint64_t shard = m.shard_size();
+  const std::uint64_t expected = m.shard(ShardIndex{static_cast<std::uint32_t>(1000 / shard)}).byte_length +
+                                 m.shard(ShardIndex{static_cast<std::uint32_t>((next.size() - 1000) / shard)}).byte_length;
+  CHECK(net.piece_bytes_received(1) - received_v1 == expected);
+  CHECK_FALSE(net.errors(1).empty());
+
+  auto copy = net.fetch(1, "policy", 1);
+  REQUIRE(copy.is_ok());
+  REQUIRE(net.run_until([&] { return state_of(*copy) != VersionState::kFetching; }, 5s));
+  CHECK(state_of(*copy) == VersionState::kFailed);
 }

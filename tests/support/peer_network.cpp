@@ -103,7 +103,7 @@ void PeerNetwork::arm(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
   if (auto generation = p.timer.rearm(p.core->next_timeout(), now())) {
-    schedule(Event{p.timer.at(), Kind::kTimer, peer, std::nullopt, *generation, nullptr, false});
+    schedule(Event{p.timer.at(), Kind::kTimer, peer, std::nullopt, *generation, nullptr, false, {}});
   }
 }
 
@@ -130,15 +130,17 @@ void PeerNetwork::drain(std::size_t peer) {
     } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
       const bool good = hash->version->domain->verify_shard(*hash->version->manifest, hash->shard,
                                                             hash->version->destination.as_const());
-      schedule(Event{now(), Kind::kHashed, peer, std::nullopt, hash->shard.value, hash->version, good});
+      schedule(Event{now(), Kind::kHashed, peer, std::nullopt, hash->shard.value, hash->version, good, {}});
     } else if (auto* copy = std::get_if<peer::CopyShards>(&*action)) {
       const Manifest& m = *copy->to->manifest;
+      std::vector<ShardIndex> failed;
       for (ShardIndex s : copy->shards) {
         const ShardEntry& e = m.shard(s);
         copy->to->domain->copy(copy->from->memory, copy->to->destination, e.byte_offset, e.byte_length);
         p.bytes_copied += e.byte_length;
+        if (!copy->to->domain->verify_shard(m, s, copy->to->destination.as_const())) failed.push_back(s);
       }
-      schedule(Event{now(), Kind::kCopied, peer, std::nullopt, 0, copy->to, false});
+      schedule(Event{now(), Kind::kCopied, peer, std::nullopt, 0, copy->to, false, std::move(failed)});
     } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
       release->done();  // pieces took their bytes when they were served
     } else if (auto* head = std::get_if<peer::HeadChanged>(&*action)) {
@@ -177,7 +179,7 @@ void PeerNetwork::dispatch(Event& e) {
       p.core->handle_timeout(now());
       break;
     case Kind::kHashed: p.core->on_shard_hashed(now(), e.version, ShardIndex{static_cast<std::uint32_t>(e.number)}, e.good); break;
-    case Kind::kCopied: p.core->on_shards_copied(now(), e.version); break;
+    case Kind::kCopied: p.core->on_shards_copied(now(), e.version, e.failed); break;
   }
   drain(e.to);
 }

@@ -102,6 +102,7 @@ class PeerNetwork {
     std::uint64_t number = 0;  // kTimer: generation; kHashed: shard
     std::shared_ptr<peer::LocalVersion> version;  // kHashed, kCopied
     bool good = false;  // kHashed
+    std::vector<ShardIndex> failed;  // kCopied: copies that did not verify
   };
 
   void schedule(Event e) { events_.schedule(std::move(e)); }
@@ -116,7 +117,7 @@ class PeerNetwork {
   std::vector<Peer> peers_;
   VirtualLinks<peer::PieceLanding> links_{std::chrono::microseconds(200), [this](TimePoint at, LinkEvent e) {
                                             const std::size_t to = e.to;
-                                            schedule(Event{at, Kind::kLink, to, std::move(e), 0, nullptr, false});
+                                            schedule(Event{at, Kind::kLink, to, std::move(e), 0, nullptr, false, {}});
                                           }};
 };
 
