@@ -46,9 +46,14 @@ struct GossipConfig {
   // --- limits and admission ---
   std::size_t max_datagram_bytes = 1400;
   std::size_t max_stream_message_bytes = 16u << 20;
-  double rate_limit_per_second = 1000;  // datagrams per source address
+  double rate_limit_per_second = 1000;  // datagrams per source host
   double rate_limit_burst = 2000;
   std::size_t rate_limit_addresses = 1024;
+  // Push-pull answers per source host: each sends the whole member table,
+  // so a replayed or repeated request must not make this peer send it on
+  // demand. (Honest: one exchange per peer per push-pull interval, and joins.)
+  double sync_answers_per_second = 4;
+  double sync_answers_burst = 32;
 };
 
 }  // namespace tensorhub::gossip

@@ -41,7 +41,8 @@ GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& s
       seq_rng_(rng_seed ^ 0x9e3779b97f4a7c15ull),
       decoder_(decoder ? std::move(decoder) : default_record_decoder()),
       table_(config.max_members),
-      rate_limiter_(config.rate_limit_per_second, config.rate_limit_burst, config.rate_limit_addresses) {
+      rate_limiter_(config.rate_limit_per_second, config.rate_limit_burst, config.rate_limit_addresses),
+      sync_limiter_(config.sync_answers_per_second, config.sync_answers_burst, config.rate_limit_addresses) {
   self_.id = identity_.public_key();
   self_.incarnation = initial_incarnation;
   self_.seq = 0;

@@ -100,6 +100,8 @@ struct GossipStats {
   // New suspicions from an accuser past its rate (one a probe interval,
   // burst kAccusationBurst): an honest peer probes one member an interval.
   std::uint64_t liveness_rate_limited = 0;
+  // Push-pull requests not answered: their host asked past its rate.
+  std::uint64_t syncs_refused = 0;
   std::uint64_t pair_keys_derived = 0;
 };
 
@@ -298,6 +300,7 @@ class GossipCore {
   MemberTable table_;
   BroadcastQueue broadcasts_;
   RateLimiter rate_limiter_;
+  RateLimiter sync_limiter_;
   std::unordered_map<PeerId, ReplayWindow> stranger_windows_;  // senders not (yet) members
 
   std::vector<PeerId> probe_order_;

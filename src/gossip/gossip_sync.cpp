@@ -186,6 +186,11 @@ void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const
       }
       const auto* request = std::get_if<SyncRequest>(&body);
       if (request == nullptr) break;
+      if (!sync_limiter_.allow(it->second.peer, now)) {
+        ++stats_.syncs_refused;
+        close_stream(id);
+        return;
+      }
       answer_sync(now, id, *request);
       return;
     }

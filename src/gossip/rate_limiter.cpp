@@ -4,15 +4,26 @@
 
 namespace tensorhub::gossip {
 
+std::string RateLimiter::host_of(const std::string& address) {
+  const auto colon = address.rfind(':');
+  // "[v6]:port" and "v4:port" end in a port; a bare v6 address has colons
+  // but no closing bracket before the last one.
+  if (colon == std::string::npos || (address.find(':') != colon && (colon == 0 || address[colon - 1] != ']'))) {
+    return address;
+  }
+  return address.substr(0, colon);
+}
+
 bool RateLimiter::allow(const std::string& address, TimePoint now) {
-  auto it = buckets_.find(address);
+  const std::string host = host_of(address);
+  auto it = buckets_.find(host);
   if (it == buckets_.end()) {
     if (buckets_.size() >= max_addresses_ && !lru_.empty()) {
       buckets_.erase(lru_.back());
       lru_.pop_back();
     }
-    lru_.push_front(address);
-    it = buckets_.emplace(address, Bucket{burst_, now, lru_.begin()}).first;
+    lru_.push_front(host);
+    it = buckets_.emplace(host, Bucket{burst_, now, lru_.begin()}).first;
   } else {
     lru_.splice(lru_.begin(), lru_, it->second.lru);
     Bucket& b = it->second;

@@ -1,6 +1,7 @@
-// Token buckets per source address, in a bounded table (least recently used
-// addresses are forgotten first). A flood from one address is cut to the
-// configured rate without touching anyone else's budget. Time is an input.
+// Token buckets per source host, in a bounded table (least recently used
+// hosts are forgotten first). A flood from one host is cut to the configured
+// rate without touching anyone else's budget, whatever ports it sends from.
+// Time is an input.
 #pragma once
 
 #include <cstddef>
@@ -17,8 +18,11 @@ class RateLimiter {
   RateLimiter(double per_second, double burst, std::size_t max_addresses)
       : per_second_(per_second), burst_(burst), max_addresses_(max_addresses) {}
 
-  // True when `address` may send one more message now.
+  // True when the host of `address` ("host:port", or a bare host) may send
+  // one more message now.
   bool allow(const std::string& address, TimePoint now);
+  // The host part of "host:port" ("[v6]:port" gives "[v6]").
+  static std::string host_of(const std::string& address);
 
   std::size_t tracked() const { return buckets_.size(); }
 

@@ -53,6 +53,9 @@ struct LocalVersion {
   FetchProgressInfo progress;
   TimePoint completed = kTimeNever;  // driver time: every shard verified
   std::uint64_t bytes_served = 0;    // payload sent to other peers
+  // Requests refused: for a block already queued to that requester, or past
+  // its share of queued pieces.
+  std::uint64_t requests_refused = 0;
   std::uint32_t bad_shards = 0;      // shards received that failed verification
 
   bool served() const { return role != VersionRole::kCopy; }

@@ -1,9 +1,10 @@
 #include "peer/peer_engine.hpp"
 
 #include <atomic>
-#include <mutex>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/log.hpp"
@@ -44,15 +45,21 @@ swarm::SwarmConfig swarm_config(const PeerOptions& o, const InternalOptions& int
 struct PeerEngine::Lease {
   std::shared_ptr<LocalVersion> version;
   int uses = 0;
-  std::map<PeerId, int> sending_to;  // pieces queued or being written, per peer
+  // Pieces queued or being written, per peer, by offset in the image.
+  std::map<PeerId, std::set<std::uint64_t>> sending_to;
+  // Payload bytes queued for each peer so far, sent or not.
+  std::map<PeerId, std::uint64_t> bytes_to;
   std::vector<std::function<void()>> on_idle;
 
-  void piece_done(const PeerId& peer, std::uint32_t length, bool sent) {
+  void piece_done(const PeerId& peer, std::uint64_t offset, std::uint32_t length, bool sent) {
     if (sent) {  // counted once sent: a piece cancelled while queued never left
       std::lock_guard lock(version->mutex);
       version->bytes_served += length;
     }
-    if (auto it = sending_to.find(peer); it != sending_to.end() && --it->second == 0) sending_to.erase(it);
+    if (auto it = sending_to.find(peer); it != sending_to.end()) {
+      it->second.erase(offset);
+      if (it->second.empty()) sending_to.erase(it);
+    }
     end_use();
   }
   void end_use() {
@@ -69,8 +76,19 @@ namespace {
 struct LeasedPiece : transport::PieceSource {
   std::shared_ptr<PeerEngine::Lease> lease;
   PeerId peer;
-  void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, length, sent); }
+  std::uint64_t offset = 0;
+  void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, offset, length, sent); }
 };
+
+// Pieces of one version queued for one requester at most: an honest one
+// asks for swarm::FetchConfig::pipeline_blocks (8) at a time, a few more in
+// its end game; past this it only queues upload behind itself.
+constexpr std::size_t kMaxQueuedPiecesPerRequester = 64;
+// Bytes of one version sent to one requester at most: twice the version,
+// and some. An honest requester asks for each block once, again only when
+// a piece was lost or given up (and in its end game, of a few holders); one
+// that asks for blocks it was sent gets nothing more from this holder.
+std::uint64_t max_bytes_to_one_requester(std::uint64_t version_bytes) { return 2 * version_bytes + (16u << 20); }
 
 }  // namespace
 
@@ -296,6 +314,7 @@ std::string PeerEngine::status_json() const {
                         {"started_unix_ms", unix_ms(v->started)},
                         {"complete_unix_ms", unix_ms(v->completed)},
                         {"bytes_served", v->bytes_served},
+                        {"requests_refused", v->requests_refused},
                         {"bad_shards", v->bad_shards},
                         {"requests_timed_out", swarm_progress ? swarm_progress->requests_timed_out : 0},
                         {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},
@@ -322,6 +341,7 @@ std::string PeerEngine::status_json() const {
   }
   j["data_links"] = std::move(links);
   j["data_addr"] = tcp_->bound().to_string();
+  j["handshakes_shed"] = tcp_->handshakes_shed();
   j["discarded_piece_bytes"] = core_->swarm().discarded_piece_bytes();
   j["work_queued"] = pool_.queued();
   // Records are validated when decoded; should a string still hold invalid
@@ -341,7 +361,8 @@ void PeerEngine::pump() {
     } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
       transport_for(close->peer).disconnect(close->peer, close->reason);
     } else if (auto* message = std::get_if<swarm::SendMessage>(&*action)) {
-      transport_for(message->peer).send(message->peer, message->message);
+      const int times = message->message.type == swarm::MessageType::kRequest ? internal_.repeat_requests : 1;
+      for (int i = 0; i < std::max(times, 1); ++i) transport_for(message->peer).send(message->peer, message->message);
     } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
       serve_piece(*serve);
     } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
@@ -426,7 +447,7 @@ void PeerEngine::release_memory(ReleaseMemory release) {
     if (closed_ || !held || held->sending_to.empty()) return;
     const auto stalled = held->sending_to;  // closing retires pieces, which changes it
     for (const auto& [peer, pieces] : stalled) {
-      TH_LOG_WARN(kLog, "closing the connection to " << peer.short_hex() << ": " << pieces << " piece(s) of "
+      TH_LOG_WARN(kLog, "closing the connection to " << peer.short_hex() << ": " << pieces.size() << " piece(s) of "
                                                      << held->version->model << " v" << held->version->number
                                                      << " still unsent " << kReleaseGrace.count()
                                                      << " s after its release (a stalled reader)");
@@ -447,8 +468,28 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   serve_pieces_.clear();
   v->memory.pieces(s.offset, s.length, serve_pieces_);  // one per region the block spans
   std::shared_ptr<Lease> source = lease_of(v);
+  // Refused: a block this requester asked for and has not been sent yet, or
+  // more than its share queued. Either only takes upload from the others.
+  auto& queued = source->sending_to[s.peer];
+  std::uint64_t& sent = source->bytes_to[s.peer];
+  const char* refusal = queued.size() >= kMaxQueuedPiecesPerRequester ? "too many requests queued"
+                        : queued.count(s.offset) != 0                ? "that block is queued already"
+                        : sent + s.length > max_bytes_to_one_requester(v->memory.size())
+                            ? "this version was sent to you twice over"
+                            : nullptr;
+  if (refusal != nullptr) {
+    if (queued.empty()) source->sending_to.erase(s.peer);
+    {
+      std::lock_guard lock(v->mutex);
+      ++v->requests_refused;
+    }
+    to.send(s.peer, swarm::SwarmMessage::refuse(s.version_id, s.header.request_id,
+                                                std::vector<std::uint8_t>(refusal, refusal + std::strlen(refusal))));
+    return;
+  }
+  queued.insert(s.offset);
+  sent += s.length;
   ++source->uses;
-  ++source->sending_to[s.peer];
   if (internal_.corrupt_serving) {
     // A deliberately bad holder (tests only): serves a corrupted copy.
     struct CorruptedCopy final : LeasedPiece {
@@ -459,6 +500,7 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
     copy->bytes[copy->bytes.size() / 2] ^= std::byte{0x01};
     copy->lease = std::move(source);
     copy->peer = s.peer;
+    copy->offset = s.offset;
     const std::span<const std::byte> whole[] = {copy->bytes};
     to.send_piece(s.peer, s.header, whole, copy);
     return;
@@ -466,6 +508,7 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   auto piece = std::make_shared<LeasedPiece>();
   piece->lease = std::move(source);
   piece->peer = s.peer;
+  piece->offset = s.offset;
   to.send_piece(s.peer, s.header, serve_pieces_, std::move(piece));
 }
 

@@ -16,6 +16,9 @@ struct InternalOptions {
   // Flip one byte of every piece this peer serves, to exercise the
   // detection of corrupt holders (tests only).
   bool corrupt_serving = false;
+  // Send every block request this many times, as a hostile or broken
+  // requester would, to exercise the holder's refusals (tests only).
+  int repeat_requests = 1;
 };
 
 // Peer::start with internal options.

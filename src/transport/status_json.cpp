@@ -64,6 +64,7 @@ nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePo
                   {"liveness_unsigned", s.liveness_unsigned},
                   {"liveness_rate_limited", s.liveness_rate_limited},
                   {"acks_unasked", s.acks_unasked},
+                  {"syncs_refused", s.syncs_refused},
                   {"pair_keys_derived", s.pair_keys_derived},
                   {"probes", s.probes},
                   {"probes_failed", s.probes_failed},

@@ -593,3 +593,30 @@ TEST_CASE("gossip cluster: a hostile member's forgeries silence, remove and impe
   for (std::size_t p = 0; p < net.size(); ++p) unasked += net.is_up(p) ? net.core(p).stats().acks_unasked : 0;
   CHECK(unasked > 0);  // sniffed probe numbers, acked in its own name: refused
 }
+
+TEST_CASE("gossip cluster: a push-pull request replayed 200 times is answered at the host's rate, not on demand") {
+  // Someone who captured a member's SyncRequest replays it on new
+  // connections from one host: each answer would carry the whole member
+  // table. The peer answers the burst, then its rate, and closes the rest.
+  GossipNetwork net(118, GossipConfig{});
+  start(net, 8);
+  DatagramForger forger(1002, 5);
+  Sealer sealer(GossipNetwork::members_key().derive("gossip"), forger.id(), 5);
+  const auto frame = sealer.seal_stream(StreamKind::kSyncRequest, encode_sync_request({}));
+  GossipCore& core = net.core(3);
+  int answered = 0;
+  const TimePoint at = net.now();
+  for (StreamId n = 0; n < 200; ++n) {
+    const StreamId id = kInboundStreamBit | (1u << 20) | n;
+    core.handle_stream_accepted(at, id, "192.0.2.9:" + std::to_string(40000 + n));
+    core.handle_stream_frame(at, id, frame);
+    while (auto action = core.poll_stream()) {
+      if (action->id == id && action->kind == StreamAction::Kind::kSend) ++answered;
+    }
+  }
+  MESSAGE(answered << " of 200 replays answered, " << core.stats().syncs_refused << " refused");
+  CHECK(answered == static_cast<int>(GossipConfig{}.sync_answers_burst));
+  CHECK(core.stats().syncs_refused == 200 - static_cast<std::uint64_t>(answered));
+  net.run_for(10s);
+  CHECK(net.converged());  // members' own push-pull goes on
+}

@@ -69,6 +69,15 @@ TEST_CASE("rate limiter: one flooding address is cut, others are not") {
   // The table stays bounded.
   for (int i = 0; i < 100; ++i) limiter.allow("a" + std::to_string(i), t);
   CHECK(limiter.tracked() == 3);
+  // A host is one budget, whatever port it sends from.
+  t += 1s;
+  allowed = 0;
+  for (int port = 1; port <= 50; ++port) allowed += limiter.allow("192.0.2.7:" + std::to_string(port), t);
+  CHECK(allowed == 10);
+  CHECK(RateLimiter::host_of("192.0.2.7:7946") == "192.0.2.7");
+  CHECK(RateLimiter::host_of("[2001:db8::1]:7946") == "[2001:db8::1]");
+  CHECK(RateLimiter::host_of("2001:db8::1") == "2001:db8::1");
+  CHECK(RateLimiter::host_of("flood") == "flood");
 }
 
 TEST_CASE("suspicion: starts at max, reaches min after the expected confirmations") {

@@ -470,3 +470,51 @@ TEST_CASE("peer: a release does not wait on a reader that stopped reading") {
   CHECK(waited < 2.0);
   resume.set_value();
 }
+
+TEST_CASE("peer: a requester that asks for every block 20 times takes at most twice the version; others are served") {
+  // A broken or hostile requester repeats each request: without the
+  // holder's limits it would be sent every block 20 times, taking the
+  // holder's upload from everyone else. It gets a block once while it is
+  // queued, and at most twice the version in all; an honest requester
+  // fetching at the same time completes.
+  const PublicKey key = GossipNetwork::identity_for(690).public_key();
+  auto publisher = start_peer(690, key, {}, [](PeerOptions& o) { o.super_seed = false; });
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.data_listen = "127.0.0.1:0";
+  o.seeds = {publisher->gossip_address()};
+  o.trusted_publishers = {key};
+  o.shard_size = 256u << 10;
+  o.block_size = 64u << 10;
+  o.host = "greedy";
+  peer::InternalOptions internal;
+  internal.repeat_requests = 20;
+  internal.serve_fetched = false;  // it takes, never gives: the honest one has the publisher only
+  auto greedy = peer::start_peer(o, internal, GossipNetwork::identity_for(691), swarm_key());
+  REQUIRE_MESSAGE(greedy.is_ok(), greedy.status().to_string());
+  auto honest = start_peer(692, key, {publisher->gossip_address()});
+  auto image = small_model(29, 16u << 20);
+  const auto tensors = tensors_of(image);
+  auto handle = publisher->publish("policy", image, tensors);
+  REQUIRE(handle.is_ok());
+  REQUIRE((*greedy)->wait_for_head("policy", 0, 10s).is_ok());
+  REQUIRE(honest->wait_for_head("policy", 0, 10s).is_ok());
+  auto taken = (*greedy)->fetch("policy", kLatestVersion);
+  auto fetched = honest->fetch("policy", kLatestVersion);
+  REQUIRE(taken.is_ok());
+  REQUIRE(fetched.is_ok());
+  const Status done = fetched->wait(60s);
+  REQUIRE_MESSAGE(done.is_ok(), done.to_string());
+  CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), image.begin(), image.end()));
+  const Status greedy_done = taken->wait(30s);
+  const auto status = nlohmann::json::parse(publisher->status_json());
+  const auto& v = status["versions"][0];
+  const auto served = v["bytes_served"].get<std::uint64_t>();
+  MESSAGE("served " << served << " bytes of a " << image.size() << "-byte image to one honest and one greedy "
+                    << "requester, refused " << v["requests_refused"].get<std::uint64_t>()
+                    << " requests; the greedy fetch: " << greedy_done.to_string());
+  CHECK(v["requests_refused"].get<std::uint64_t>() > 0);
+  // The honest requester's copy (and its end game), and at most twice the
+  // version and 16 MiB to the greedy one; without the limits, 21 copies.
+  CHECK(served <= 2 * image.size() + (2 * image.size() + (16u << 20)));
+}
