@@ -1,5 +1,7 @@
 #include "peer/memory_domain.hpp"
 
+#include <sodium.h>
+
 #include <vector>
 
 namespace tensorhub::peer {
@@ -21,6 +23,21 @@ class HostMemory final : public MemoryDomain {
   void copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
             std::uint64_t length) const override {
     core::copy_range(from, to, offset, length);
+  }
+
+  core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
+                                    const core::ConstRegions& image) const override {
+    crypto_generichash_state state;
+    crypto_generichash_init(&state, nullptr, 0, 32);
+    crypto_generichash_update(&state, prefix.data(), prefix.size());
+    for (const ByteRange& r : ranges) {
+      image.for_each(r.offset, r.length, [&](std::span<const std::byte> piece) {
+        crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(piece.data()), piece.size());
+      });
+    }
+    core::Blake2bDigest out{};
+    crypto_generichash_final(&state, out.data(), out.size());
+    return out;
   }
 };
 

@@ -10,10 +10,18 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/hash.hpp"
 #include "core/regions.hpp"
 #include "tensorhub/manifest.hpp"
 
 namespace tensorhub::peer {
+
+// Bytes [offset, offset + length) of an image.
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+  friend bool operator==(const ByteRange&, const ByteRange&) = default;
+};
 
 class MemoryDomain {
  public:
@@ -25,6 +33,11 @@ class MemoryDomain {
   // Copies [offset, offset + length) of `from` to the same range of `to`.
   virtual void copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
                     std::uint64_t length) const = 0;
+  // BLAKE2b-256 of `prefix`, then the bytes of `ranges` of `image` in order:
+  // a proof of possession (possession_proofs.hpp). Small (tens of KiB): the
+  // core asks for it inline. REQUIRES: every range lies inside `image`.
+  virtual core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
+                                            const core::ConstRegions& image) const = 0;
 };
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.

@@ -35,6 +35,8 @@ PeerCore::PeerCore(PeerCoreConfig config, PeerId self, std::uint64_t seed, gossi
     : config_(std::move(config)),
       self_(self),
       gossip_(gossip),
+      rng_(seed ^ 0x6a09e667f3bcc909ull),
+      challenges_answered_(4, 16, 4096),
       decoder_(decoder ? std::move(decoder) : default_manifest_decoder()),
       swarm_(config_.swarm, config_.location, self, seed, std::move(locations)),
       heads_(config_.trusted_publishers, config_.manifest_retry),
@@ -51,7 +53,12 @@ void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) 
     case gossip::MemberEventKind::kLeft:
     case gossip::MemberEventKind::kRemoved: peer_gone(now, event.id); break;
     default:
-      if (event.record) learn_from_record(now, event.record->record);
+      if (event.record) {
+        learn_from_record(now, event.record->record);
+        for (const gossip::HoldingEntry& h : event.record->record.holdings) {
+          if (h.complete()) challenge_member(now, h.manifest_id, event.record->record);
+        }
+      }
       break;
   }
   release_due(now, /*all=*/false);
@@ -86,11 +93,51 @@ std::size_t PeerCore::replicas(const ManifestId& id) const {
   std::size_t n = 0;
   for (const auto& member : gossip_->members()) {
     if (member.liveness != gossip::Liveness::kAlive && member.liveness != gossip::Liveness::kSuspect) continue;
-    for (const auto& h : member.record->record.holdings) {
-      if (h.manifest_id == id && h.complete()) ++n;
+    const gossip::PeerRecord& r = member.record->record;
+    for (const auto& h : r.holdings) {
+      if (h.manifest_id == id && h.complete() && proofs_.proved(id, r.id, r.incarnation)) ++n;
     }
   }
   return n;
+}
+
+void PeerCore::challenge_holders(TimePoint now, const ManifestId& id) {
+  if (!gossip_) return;
+  for (const auto& member : gossip_->members()) {
+    if (member.liveness != gossip::Liveness::kAlive && member.liveness != gossip::Liveness::kSuspect) continue;
+    challenge_member(now, id, member.record->record);
+  }
+}
+
+void PeerCore::challenge_member(TimePoint now, const ManifestId& id, const gossip::PeerRecord& member) {
+  const bool claims = std::any_of(member.holdings.begin(), member.holdings.end(),
+                                  [&](const gossip::HoldingEntry& h) { return h.manifest_id == id && h.complete(); });
+  if (!claims || member.id == self_) return;
+  auto v = find(id);
+  if (!v) return;
+  {
+    std::lock_guard lock(v->mutex);
+    if (v->state != VersionState::kComplete) return;
+  }
+  auto challenge = proofs_.challenge(now, id, member.id, member.incarnation, v->memory.size(), rng_);
+  if (!challenge) return;
+  const std::vector<std::uint8_t> bytes = encode_challenge(*challenge);
+  proofs_.expect(id, member.id, v->domain->digest_ranges(challenge->nonce, challenge->ranges, v->memory));
+  actions_.push(swarm::SendMessage{member.id, swarm::SwarmMessage::with_bytes(swarm::MessageType::kChallenge, id, bytes)});
+}
+
+void PeerCore::answer_challenge(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message) {
+  auto v = find(message.version_id);
+  if (!v) return;
+  {
+    std::lock_guard lock(v->mutex);
+    if (v->state != VersionState::kComplete) return;
+  }
+  auto challenge = decode_challenge(message.bytes, v->memory.size());
+  if (!challenge || !challenges_answered_.allow(peer.hex(), now)) return;
+  const core::Blake2bDigest answer = v->domain->digest_ranges(challenge->nonce, challenge->ranges, v->memory);
+  actions_.push(swarm::SendMessage{
+      peer, swarm::SwarmMessage::with_bytes(swarm::MessageType::kProof, message.version_id, {answer.begin(), answer.end()})});
 }
 
 void PeerCore::gossip_changed() {
@@ -216,6 +263,13 @@ void PeerCore::on_message(TimePoint now, const PeerId& peer, const swarm::SwarmM
     case swarm::MessageType::kManifest: return on_manifest(now, peer, message);
     case swarm::MessageType::kNoManifest:
       return send_manifest_request(heads_.on_no_manifest(now, peer, message.version_id));
+    case swarm::MessageType::kChallenge: return answer_challenge(now, peer, message);
+    case swarm::MessageType::kProof:
+      if (proofs_.on_answer(message.version_id, peer, message.bytes)) {
+        release_due(now, /*all=*/false);  // a deferred release may wait for this replica
+        state_changed();
+      }
+      return;
     case swarm::MessageType::kCancel:
       // The requester got the block elsewhere, or gave up on us: a piece
       // still queued here would cross the link for nothing.

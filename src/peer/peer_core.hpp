@@ -34,6 +34,7 @@
 #include "gossip/gossip_core.hpp"
 #include "peer/head_tracker.hpp"
 #include "peer/local_version.hpp"
+#include "peer/possession_proofs.hpp"
 #include "swarm/retention.hpp"
 #include "swarm/swarm_core.hpp"
 
@@ -216,8 +217,14 @@ class PeerCore {
   // --- What it knows ---
   std::optional<VersionInfo> latest(const std::string& model) const { return heads_.head(model); }
   const HeadTracker& heads() const { return heads_; }
-  // Peers other than this one that hold `id` complete, as gossip tells.
+  // Peers other than this one that hold `id` complete: live members whose
+  // record claims it and who proved it to this peer (possession_proofs.hpp).
   std::size_t replicas(const ManifestId& id) const;
+  // Challenges the live members whose records claim `id` complete and that
+  // have not proved it (again after PossessionProofs::kAnswerTimeout). Member
+  // events do so as records change; a driver waiting for replicas calls it
+  // too, so a lost challenge is asked again.
+  void challenge_holders(TimePoint now, const ManifestId& id);
   std::shared_ptr<LocalVersion> find(const ManifestId& id) const;
   const std::map<ManifestId, std::shared_ptr<LocalVersion>>& versions() const { return versions_; }
   const swarm::SwarmCore& swarm() const { return swarm_; }
@@ -229,6 +236,12 @@ class PeerCore {
   void on_manifest(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message);
   Result<bool> accept_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
   void answer_get_manifest(const PeerId& peer, const ManifestId& id);
+  // A challenge to a member whose record claims `id` complete, if this peer
+  // holds `id` complete and the member has not proved it.
+  void challenge_member(TimePoint now, const ManifestId& id, const gossip::PeerRecord& member);
+  // Answers a challenge about a version held here complete (a few a second
+  // per peer at most).
+  void answer_challenge(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message);
   // Copies the shards unchanged since a complete version of its model held
   // here, then fetches the rest from the swarm.
   void start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& version);
@@ -254,6 +267,9 @@ class PeerCore {
   PeerCoreConfig config_;
   PeerId self_;
   gossip::GossipCore* gossip_;
+  PossessionProofs proofs_;
+  core::SplitMix64 rng_;  // challenges' nonces and ranges
+  gossip::RateLimiter challenges_answered_;  // per peer
   std::shared_ptr<ManifestDecoder> decoder_;
   swarm::SwarmCore swarm_;
   HeadTracker heads_;

@@ -60,7 +60,13 @@ class PeerEngine final : public TransportEvents {
   // Errors: as PeerCore::resolve.
   Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
-  std::size_t replicas(const ManifestId& id) const { return core_->replicas(id); }
+  // Peers that proved they hold `id`; challenges those that claim it and
+  // have not (PeerCore::challenge_holders).
+  std::size_t replicas(const ManifestId& id) {
+    core_->challenge_holders(now(), id);
+    pump();
+    return core_->replicas(id);
+  }
   std::string status_json() const;
   // kUnavailable while this peer, started with seeds, has heard from no
   // other peer: no seed answered (not running, unreachable, or holding

@@ -380,6 +380,7 @@ void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v
   if (registered) {
     swarm_.stop(now, v->id);
     withdraw_holding(*v);
+    proofs_.forget(v->id);
     versions_.erase(v->id);
   }
   copies_.erase(v);

@@ -438,9 +438,11 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     case MessageType::kCancel:        // the driver drops the piece if it is still queued
     case MessageType::kPiece:         // handled through begin_piece/on_piece
-    case MessageType::kGetManifest:   // manifests are the peer core's business
+    case MessageType::kGetManifest:   // manifests and proofs are the peer core's business
     case MessageType::kManifest:
     case MessageType::kNoManifest:
+    case MessageType::kChallenge:
+    case MessageType::kProof:
       return;
   }
 }

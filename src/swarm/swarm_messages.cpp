@@ -81,6 +81,8 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kSuperSeed: return "super-seed";
     case MessageType::kDeferred: return "deferred";
     case MessageType::kPeers: return "peers";
+    case MessageType::kChallenge: return "challenge";
+    case MessageType::kProof: return "proof";
     case MessageType::kFetching: return "fetching";
     case MessageType::kNotFetching: return "not-fetching";
   }
@@ -111,6 +113,8 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       w.write_bin(m.bytes);
       break;
     case MessageType::kPeers:
+    case MessageType::kChallenge:
+    case MessageType::kProof:
       open(3);
       w.write_bin(m.bytes);
       break;
@@ -179,6 +183,17 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
       expect_fields(3);
       if (r.read_bin("peers", blob, kMaxPeersListed * PeerId::kSize)) {
         if (blob.size() % PeerId::kSize != 0) r.fail("peers", "length is not a whole number of peer ids");
+        m.bytes.assign(blob.begin(), blob.end());
+      }
+      break;
+    case MessageType::kChallenge:
+    case MessageType::kProof:
+      // A nonce and 1 to 4 ranges of 12 bytes; a 32-byte digest.
+      expect_fields(3);
+      if (r.read_bin(m.type == MessageType::kChallenge ? "challenge" : "proof", blob, 64)) {
+        if (m.type == MessageType::kProof ? blob.size() != 32 : (blob.size() < 28 || (blob.size() - 16) % 12 != 0)) {
+          r.fail(m.type == MessageType::kChallenge ? "challenge" : "proof", "wrong length");
+        }
         m.bytes.assign(blob.begin(), blob.end());
       }
       break;

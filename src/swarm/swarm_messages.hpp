@@ -40,8 +40,10 @@ enum class MessageType : std::uint8_t {
   kFetching = 17,      // shard: the sender (a host mate) brings it across its NIC; leave it to the sender
   kNotFetching = 18,   // shard: the sender's kFetching is withdrawn (it has nobody to bring it from now)
   kUnknownVersion = 19,  // answers kInterested: the sender neither serves nor fetches the version
+  kChallenge = 20,     // bytes: a proof-of-possession challenge (peer/possession_proofs.hpp)
+  kProof = 21,         // bytes: the answer, a BLAKE2b-256 digest
 };
-inline constexpr std::uint8_t kLastMessageType = 19;
+inline constexpr std::uint8_t kLastMessageType = 21;
 
 std::string_view message_type_name(MessageType type);
 
@@ -71,7 +73,7 @@ struct SwarmMessage {
   static SwarmMessage about_request(MessageType type, const ManifestId& version, std::uint32_t request_id);
   static SwarmMessage piece(const ManifestId& version, std::uint32_t request_id, std::uint32_t length);
   static SwarmMessage refuse(const ManifestId& version, std::uint32_t request_id, std::vector<std::uint8_t> reason);
-  // manifest (its encoding), peers (their ids).
+  // manifest (its encoding), peers (their ids), challenge, proof.
   static SwarmMessage with_bytes(MessageType type, const ManifestId& version, std::vector<std::uint8_t> bytes);
 };
 

@@ -350,6 +350,10 @@ struct CountingDomain final : MemoryDomain {
     copied_bytes += length;
     host_memory().copy(from, to, offset, length);
   }
+  core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
+                                    const core::ConstRegions& image) const override {
+    return host_memory().digest_ranges(prefix, ranges, image);
+  }
 };
 
 }  // namespace
@@ -471,4 +475,75 @@ TEST_CASE("peer core: a shard copied from a local version whose memory changed i
   REQUIRE(copy.is_ok());
   REQUIRE(net.run_until([&] { return state_of(*copy) != VersionState::kFetching; }, 5s));
   CHECK(state_of(*copy) == VersionState::kFailed);
+}
+
+TEST_CASE("peer core: a member counts as a replica once it proves it holds the version, never on its record's word") {
+  // Peer 1 fetches v1; peer 2 only says so in its record (it holds
+  // nothing). The publisher counts peer 1 once its answer to a challenge
+  // matches, and never peer 2, whose record claims the version all along.
+  PeerNetwork net(12);
+  add_peers(net, 3);
+  const auto image = small_model(12, 1u << 20);
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  const ManifestId id = (*published)->id;
+  net.gossip().core(2).set_holding(gossip::HoldingEntry{"policy", 1, id, 1000});
+  net.gossip().pump(2);
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto fetched = net.fetch(1, "policy", 1);
+  REQUIRE(fetched.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*fetched); }, 20s));
+  REQUIRE(net.run_until([&] { return net.core(0).replicas(id) == 1; }, 10s));
+  // Both claim it; one proved it. Asked again and again, the liar stays out.
+  for (int round = 0; round < 4; ++round) {
+    net.core(0).challenge_holders(net.now(), id);
+    net.run_for(6s);
+  }
+  std::size_t claiming = 0;
+  for (const auto& m : net.gossip().core(0).members()) {
+    for (const auto& h : m.record->record.holdings) claiming += h.manifest_id == id && h.complete();
+  }
+  CHECK(claiming == 2);
+  CHECK(net.core(0).replicas(id) == 1);
+}
+
+TEST_CASE("possession proofs: challenges are fresh and bounded, answers are checked against the challenger's bytes") {
+  PossessionProofs proofs;
+  core::SplitMix64 rng(7);
+  ManifestId v;
+  v.bytes.fill(1);
+  const PeerId peer = GossipNetwork::identity_for(3).public_key();
+  const TimePoint t0 = TimePoint(std::chrono::seconds(100));
+  auto c = proofs.challenge(t0, v, peer, 5, 1u << 20, rng);
+  REQUIRE(c.has_value());
+  CHECK(c->ranges.size() == PossessionProofs::kRanges);
+  for (const ByteRange& r : c->ranges) CHECK(r.offset + r.length <= (1u << 20));
+  CHECK_FALSE(proofs.challenge(t0 + 1s, v, peer, 5, 1u << 20, rng).has_value());  // one pending at a time
+  // The wire form round-trips, and refuses ranges outside the image.
+  const auto bytes = encode_challenge(*c);
+  auto back = decode_challenge(bytes, 1u << 20);
+  REQUIRE(back.has_value());
+  CHECK(back->nonce == c->nonce);
+  CHECK(back->ranges == c->ranges);
+  CHECK_FALSE(decode_challenge(bytes, 1000).has_value());
+  CHECK_FALSE(decode_challenge(std::span(bytes).first(20), 1u << 20).has_value());
+  // A wrong answer proves nothing and ends the challenge; the right one to
+  // a fresh challenge does, for that incarnation only.
+  core::Blake2bDigest expected{};
+  expected[0] = 9;
+  proofs.expect(v, peer, expected);
+  core::Blake2bDigest wrong = expected;
+  wrong[1] = 1;
+  CHECK_FALSE(proofs.on_answer(v, peer, wrong));
+  CHECK_FALSE(proofs.proved(v, peer, 5));
+  auto again = proofs.challenge(t0 + 2s, v, peer, 5, 1u << 20, rng);
+  REQUIRE(again.has_value());
+  CHECK(again->nonce != c->nonce);
+  proofs.expect(v, peer, expected);
+  CHECK(proofs.on_answer(v, peer, expected));
+  CHECK(proofs.proved(v, peer, 5));
+  CHECK_FALSE(proofs.proved(v, peer, 6));  // restarted: it proves it again
+  CHECK_FALSE(proofs.on_answer(v, peer, expected));  // no news
+  proofs.forget(v);
+  CHECK_FALSE(proofs.proved(v, peer, 5));
 }

@@ -471,7 +471,7 @@ TEST_CASE("peer: a release does not wait on a reader that stopped reading") {
   resume.set_value();
 }
 
-TEST_CASE("peer: a requester that asks for every block 20 times takes at most twice the version; others are served") {
+TEST_CASE("peer: a requester that asks for every block 20 times takes at most twice the version, and others are served") {
   // A broken or hostile requester repeats each request: without the
   // holder's limits it would be sent every block 20 times, taking the
   // holder's upload from everyone else. It gets a block once while it is
