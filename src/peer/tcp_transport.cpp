@@ -41,6 +41,20 @@ Status TcpTransport::listen(const core::HostPort& at) {
 }
 
 void TcpTransport::accept() {
+  // A token bucket on accepts: a flood waits in the kernel's listen queue
+  // instead of taking the I/O thread.
+  const auto now = std::chrono::steady_clock::now();
+  accept_tokens_ = std::min(kAcceptBurst, accept_tokens_ + std::chrono::duration<double>(now - accept_tokens_at_).count() *
+                                                             kAcceptsPerSecond);
+  accept_tokens_at_ = now;
+  if (accept_tokens_ < 1.0) {
+    accept_backoff_.expires_after(std::chrono::milliseconds(10));
+    accept_backoff_.async_wait([this](std::error_code wait_ec) {
+      if (!wait_ec && !closed_) accept();
+    });
+    return;
+  }
+  accept_tokens_ -= 1.0;
   acceptor_.async_accept([this](std::error_code ec, asio::ip::tcp::socket socket) {
     if (closed_) return;
     if (!ec) {
@@ -80,8 +94,14 @@ void TcpTransport::admit(asio::ip::tcp::socket socket) {
   const auto same = std::count_if(handshaking_.begin(), handshaking_.end(),
                                   [&](const auto& entry) { return entry.second == from; });
   if (static_cast<std::size_t>(same) >= kMaxHandshakesPerAddress) {
-    shed_oldest([&](const asio::ip::address& a) { return a == from; });
-  } else if (handshaking_.size() >= kMaxHandshakes) {
+    // That address has its share in flight: this one goes at once, before
+    // it costs a connection object (a flood from one address costs the
+    // accept and the close).
+    ++handshakes_shed_;
+    socket.close(ec);
+    return;
+  }
+  if (handshaking_.size() >= kMaxHandshakes) {
     shed_oldest([](const asio::ip::address&) { return true; });
   }
   auto connection =

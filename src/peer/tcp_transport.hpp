@@ -3,12 +3,17 @@
 // duplicate-connection tie-break of data_links.hpp, and an acceptor.
 //
 // The acceptor admits at most kMaxHandshakes inbound handshakes at once, and
-// kMaxHandshakesPerAddress from one address; past either, the oldest of
-// them is closed. A socket that sends no hello within a second is closed
+// kMaxHandshakesPerAddress from one address: a connection from an address
+// at its share is closed at once; past the overall cap, the oldest
+// handshake is closed, so a flood from many addresses cannot keep a member
+// out for long. It accepts at most kAcceptsPerSecond (a burst of
+// kAcceptBurst): past that the kernel's listen queue holds the rest, so a
+// flood of connections costs at most that many accepts' CPU (about 7 us
+// each). A socket that sends no hello within a second is closed
 // (DataConnectionTimeouts::hello). An accept error (out of descriptors, say)
 // backs off 100 ms instead of spinning on a listening socket that stays
 // readable. So idle connections from outside cost a bounded number of
-// descriptors, and never the I/O thread.
+// descriptors and a bounded share of the I/O thread.
 #pragma once
 
 #include <asio.hpp>
@@ -46,6 +51,8 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
 
   static constexpr std::size_t kMaxHandshakes = 64;
   static constexpr std::size_t kMaxHandshakesPerAddress = 8;
+  static constexpr double kAcceptsPerSecond = 20000;
+  static constexpr double kAcceptBurst = 2000;
 
   std::string_view name() const override { return "tcp"; }
   void connect(const PeerId& peer) override;
@@ -79,7 +86,9 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
   AddressOf address_of_;
   transport::DataConnectionTimeouts timeouts_{};
   asio::ip::tcp::acceptor acceptor_;
-  asio::steady_timer accept_backoff_;
+  asio::steady_timer accept_backoff_;  // after an accept error, or out of accept budget
+  double accept_tokens_ = kAcceptBurst;
+  std::chrono::steady_clock::time_point accept_tokens_at_ = std::chrono::steady_clock::now();
   transport::HelloReplayCache hello_replays_;
   // Inbound connections in their handshake, oldest first, with their address.
   std::deque<std::pair<std::weak_ptr<transport::DataConnection>, asio::ip::address>> handshaking_;
