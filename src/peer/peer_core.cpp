@@ -72,6 +72,12 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
     if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
   }
   for (const gossip::HeadEntry& head : r.heads) {
+    if (heads_.equivocated(head.model, head.version)) {
+      for (const Equivocation& e : heads_.equivocations()) {
+        if (e.model == head.model && e.version == head.version) send_proof(e, r.id);
+      }
+      continue;
+    }
     send_manifest_request(heads_.on_head_named(now, r.id, head.model, head.version, head.manifest_id));
   }
   drain_swarm(now);
@@ -190,9 +196,38 @@ void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::Swarm
   }
 }
 
+void PeerCore::send_proof(const Equivocation& e, const PeerId& to) {
+  if (to == self_ || proofs_sent_.size() >= kMaxProofsSent || !proofs_sent_.emplace(to, e.model, e.version).second) return;
+  for (const auto& m : {e.first, e.second}) {
+    actions_.push(swarm::SendMessage{
+        to, swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest, m->id(), {m->encoded().begin(), m->encoded().end()})});
+  }
+}
+
+void PeerCore::spread_proofs_found(std::size_t known_before) {
+  if (!gossip_) return;
+  const auto& found = heads_.equivocations();
+  for (std::size_t i = known_before; i < found.size(); ++i) {
+    const Equivocation& e = found[i];
+    std::size_t sent = 0;
+    for (const auto& member : gossip_->members()) {
+      if (sent >= kProofFanout) break;
+      if (member.liveness != gossip::Liveness::kAlive && member.liveness != gossip::Liveness::kSuspect) continue;
+      for (const gossip::HeadEntry& head : member.record->record.heads) {
+        if (head.model == e.model && head.version == e.version) {
+          send_proof(e, member.record->record.id);
+          ++sent;
+        }
+      }
+    }
+  }
+}
+
 Result<bool> PeerCore::accept_manifest(TimePoint now, std::shared_ptr<const Manifest> m) {
   const std::optional<VersionInfo> before = heads_.head(m->model());
+  const std::size_t proofs_before = heads_.equivocations().size();
   auto accepted = heads_.accept(m);
+  spread_proofs_found(proofs_before);
   const std::optional<VersionInfo> after = heads_.head(m->model());
   if (after && (!before || before->id != after->id)) {
     if (gossip_) gossip_->set_head(gossip::HeadEntry{after->model, after->version, after->id});

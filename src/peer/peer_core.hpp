@@ -25,6 +25,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <span>
 #include <string>
 #include <variant>
@@ -236,6 +238,12 @@ class PeerCore {
   void on_manifest(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message);
   Result<bool> accept_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
   void answer_get_manifest(const PeerId& peer, const ManifestId& id);
+  // Sends both manifests of `e` to `to`, once per peer and equivocation: a
+  // peer that believes one of them learns it was signed twice. Done for
+  // each member that names an equivocated head, when the proof is found
+  // (at most kProofFanout of them) and when a record names one later.
+  void send_proof(const Equivocation& e, const PeerId& to);
+  void spread_proofs_found(std::size_t known_before);
   // A challenge to a member whose record claims `id` complete, if this peer
   // holds `id` complete and the member has not proved it.
   void challenge_member(TimePoint now, const ManifestId& id, const gossip::PeerRecord& member);
@@ -268,6 +276,10 @@ class PeerCore {
   PeerId self_;
   gossip::GossipCore* gossip_;
   PossessionProofs proofs_;
+  // Equivocation proofs sent: (peer, model, version). Bounded.
+  std::set<std::tuple<PeerId, std::string, std::uint64_t>> proofs_sent_;
+  static constexpr std::size_t kMaxProofsSent = 65536;
+  static constexpr std::size_t kProofFanout = 16;
   core::SplitMix64 rng_;  // challenges' nonces and ranges
   gossip::RateLimiter challenges_answered_;  // per peer
   std::shared_ptr<ManifestDecoder> decoder_;

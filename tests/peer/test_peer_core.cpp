@@ -547,3 +547,31 @@ TEST_CASE("possession proofs: challenges are fresh and bounded, answers are chec
   proofs.forget(v);
   CHECK_FALSE(proofs.proved(v, peer, 5));
 }
+
+TEST_CASE("peer core: a peer that finds a version signed twice sends the proof to the peers that believe it") {
+  // Every peer believes v1 = A. Peer 3 alone then learns B, signed by the
+  // same publisher for the same number (nobody names B, so gossip alone
+  // would never show it to the others): it sends both manifests to the
+  // members whose records name v1, and every peer ends up refusing both.
+  PeerNetwork net(13);
+  add_peers(net, 4);
+  const auto a = small_model(13, 256u << 10);
+  REQUIRE(net.publish(0, "policy", a, tensors_of(a)).is_ok());
+  for (std::size_t p = 1; p < 4; ++p) REQUIRE(net.run_until([&] { return knows_head(net, p, 1); }, 10s));
+  auto b = a;
+  b[b.size() - 10] ^= std::byte{1};
+  ManifestBuildOptions options;
+  options.model = "policy";
+  options.version = 1;
+  options.shard_size = 64u << 10;
+  auto manifest_b = build_manifest(options, b, tensors_of(b), PeerNetwork::identity(0));
+  REQUIRE(manifest_b.is_ok());
+  CHECK(net.core(3).learn_manifest(net.now(), std::make_shared<const Manifest>(std::move(*manifest_b))).code() ==
+        StatusCode::kVerifyFailed);
+  CHECK(net.core(3).heads().equivocated("policy", 1));
+  for (std::size_t p = 0; p < 4; ++p) {
+    CAPTURE(p);
+    REQUIRE(net.run_until([&] { return net.core(p).heads().equivocated("policy", 1); }, 10s));
+    CHECK_FALSE(net.core(p).latest("policy").has_value());
+  }
+}
