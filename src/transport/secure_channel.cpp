@@ -170,6 +170,10 @@ Result<std::vector<std::uint8_t>> HandshakeResponder::on_hello(std::span<const s
   }
   if (!replays_.admit(hello_tag, now_unix_micros)) return Status::verify_failed("handshake: a replayed hello");
   std::memcpy(initiator_.bytes.data(), hello.data() + 36, 32);
+  if (initiator_ == identity_.public_key()) {
+    // Another process with this key (a copied key file), or a reflection.
+    return Status::verify_failed("handshake: the initiator claims this peer's own identity");
+  }
   transcript_.assign(hello.begin(), hello.end());
   std::vector<std::uint8_t> m(eph_public_.begin(), eph_public_.end());
   m.insert(m.end(), identity_.public_key().bytes.begin(), identity_.public_key().bytes.end());

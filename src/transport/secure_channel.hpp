@@ -116,7 +116,8 @@ class HandshakeResponder {
   ~HandshakeResponder();
   // Checks message 1 and returns message 2. Refused (kVerifyFailed), before
   // any public-key work: a wrong swarm key, a hello meant for another peer,
-  // one whose time is more than 30 s from `now_unix_micros`, or a replay.
+  // one whose time is more than 30 s from `now_unix_micros`, a replay, or an
+  // initiator with this peer's own identity.
   Result<std::vector<std::uint8_t>> on_hello(std::span<const std::uint8_t> hello, std::uint64_t now_unix_micros);
   // Checks message 3; on success keys() names the authenticated initiator.
   Status on_finish(std::span<const std::uint8_t> finish);

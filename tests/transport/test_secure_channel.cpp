@@ -175,6 +175,19 @@ TEST_CASE("secure channel: a hello is good for one responder, within 30 s of its
   CHECK(small.size() == 1);  // the rest were older than twice the window
 }
 
+TEST_CASE("secure channel: a responder refuses an initiator with its own identity") {
+  // A second process started with a copy of the key file, or a hello
+  // reflected back: either way not a neighbour.
+  const Identity bob = id(16), bobs_twin = id(16);
+  const SwarmKey swarm = key(6);
+  HelloReplayCache replays;
+  HandshakeInitiator twin(bobs_twin, swarm, bob.public_key());
+  HandshakeResponder r(bob, swarm, replays);
+  auto refused = r.on_hello(twin.hello(kNow), kNow);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().message().find("own identity") != std::string::npos);
+}
+
 TEST_CASE("secure channel: an initiator refuses a responder other than the peer it meant") {
   const Identity alice = id(13), bob = id(14), mallory = id(15);
   const SwarmKey swarm = key(5);
