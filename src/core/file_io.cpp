@@ -119,6 +119,15 @@ Status AtomicFileWriter::commit() {
   }
   if (rc != 0) return errno_status("cannot move the new file into place at " + path_, errno);
   temp_path_.clear();
+  // The rename is durable once the directory is: a crash must not lose a
+  // file (a freshly made key) that the caller was told exists.
+  const auto slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path_.substr(0, slash));
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);  // best effort: some filesystems refuse it on a directory
+    ::close(dir_fd);
+  }
   return Status::ok();
 }
 

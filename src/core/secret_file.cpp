@@ -31,13 +31,16 @@ Status write_secret_file(const std::string& path, std::string_view label, std::s
   content.text += "\n# Keep this file private: TensorHub refuses it when others can read it.\n";
   content.text += label;
   content.text += ' ';
-  content.text += to_hex(secret);
+  const WipedString hex{to_hex(secret)};
+  content.text += hex.text;
   content.text += '\n';
   return write_file_atomic(path, std::as_bytes(std::span(content.text)), 0600, overwrite);
 }
 
 Result<Secret32> read_secret_file(const std::string& path, std::string_view label) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO planted at the path must not hang the start (it is
+  // refused below as not a regular file).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     return errno_status("cannot open key file " + path, e);
@@ -46,6 +49,12 @@ Result<Secret32> read_secret_file(const std::string& path, std::string_view labe
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::invalid_argument("key file " + path + " is not a regular file");
+  }
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    ::close(fd);
+    return Status::permission_denied("key file " + path + " belongs to uid " + std::to_string(st.st_uid) +
+                                     ", not to this user (uid " + std::to_string(::geteuid()) +
+                                     ") or root; run: chown $(id -u) " + path);
   }
   if ((st.st_mode & 077) != 0) {
     ::close(fd);

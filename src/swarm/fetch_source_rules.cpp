@@ -132,10 +132,11 @@ void FetchSession::on_mate_not_fetching(TimePoint now, const PeerId& peer, Shard
 void FetchSession::withdraw_stranded_claims() {
   for (auto& [index, s] : shards_) {
     if (!s.claimed || s.verifying) continue;
+    const auto shard = index;  // a structured binding: clang's lambdas cannot capture one
     const bool reachable = std::any_of(neighbours_.begin(), neighbours_.end(), [&](const auto& entry) {
       const Neighbour& n = entry.second;
       return n.connected && !n.choked && n.proximity != Proximity::kSameHost && n.proximity != Proximity::kRemote &&
-             n.has_bits && n.bits.test(index);
+             n.has_bits && n.bits.test(shard);
     });
     if (reachable) continue;
     s.claimed = false;  // claimed again when it is asked beyond the host again

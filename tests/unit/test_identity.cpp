@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -71,6 +72,26 @@ TEST_CASE("identity: key files readable by others are refused") {
   }
   REQUIRE(::chmod(path.c_str(), 0400) == 0);
   CHECK(Identity::load(path).is_ok());
+}
+
+TEST_CASE("identity: a FIFO at a key file's path is refused at once, and a key file another user owns is refused") {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.key");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto from_fifo = Identity::load(fifo);  // returns: nobody writes the FIFO, and the open does not wait
+  REQUIRE_FALSE(from_fifo.is_ok());
+  CHECK(from_fifo.status().message().find("not a regular file") != std::string::npos);
+  if (::geteuid() == 0) {
+    const std::string path = dir.file("theirs.key");
+    REQUIRE(Identity::generate().save(path).is_ok());
+    REQUIRE(::chown(path.c_str(), 12345, 12345) == 0);
+    auto loaded = Identity::load(path);
+    REQUIRE_FALSE(loaded.is_ok());
+    CHECK(loaded.status().code() == StatusCode::kPermissionDenied);
+    CHECK(loaded.status().message().find("belongs to uid 12345") != std::string::npos);
+    REQUIRE(::chown(path.c_str(), 0, 0) == 0);
+    CHECK(Identity::load(path).is_ok());  // root's, as a mounted secret is
+  }
 }
 
 TEST_CASE("identity: malformed key files are rejected with a reason") {
