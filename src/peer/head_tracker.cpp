@@ -90,6 +90,20 @@ std::optional<ManifestRequest> HeadTracker::ask(TimePoint now, const ManifestId&
 
 std::vector<ManifestRequest> HeadTracker::handle_timeout(TimePoint now) {
   std::vector<ManifestRequest> requests;
+  // Parents that did not come: their children are believed without them.
+  std::vector<ManifestId> overdue;
+  for (const auto& [parent, children] : waiting_) {
+    for (const Waiting& w : children) {
+      if (w.since != kTimeNever && now - w.since >= kChainWait) {
+        overdue.push_back(parent);
+        break;
+      }
+    }
+  }
+  for (const ManifestId& parent : overdue) {
+    wanted_.erase(parent);
+    release_children(parent, /*skip_chain=*/true);
+  }
   for (auto& [id, w] : wanted_) {
     if (w.asked_at == kTimeNever || now - w.asked_at < retry_) continue;
     if (auto r = ask_next(now, id, w)) requests.push_back(std::move(*r));
@@ -99,18 +113,88 @@ std::vector<ManifestRequest> HeadTracker::handle_timeout(TimePoint now) {
 
 TimePoint HeadTracker::next_timeout() const {
   TimePoint earliest = kTimeNever;
+  for (const auto& [parent, children] : waiting_) {
+    for (const Waiting& w : children) {
+      if (w.since != kTimeNever) earliest = std::min(earliest, w.since + kChainWait);
+    }
+  }
   for (const auto& [id, w] : wanted_) {
     if (w.asked_at != kTimeNever && !w.namers.empty()) earliest = std::min(earliest, w.asked_at + retry_);
   }
   return earliest;
 }
 
-Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m) {
+Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m) { return accept(std::move(m), false); }
+
+bool HeadTracker::wait_for_parent(const std::shared_ptr<const Manifest>& m, std::vector<PeerId> namers) {
+  if (namers.empty() || waiting_count_ >= kMaxWaiting) return false;
+  auto model = models_.find(m->model());
+  if (model == models_.end()) return false;
+  // The newest version we believe below it: the chain should reach it.
+  auto below = model->second.by_version.lower_bound(m->version());
+  if (below == model->second.by_version.begin()) return false;
+  --below;
+  if (m->version() - below->first > kMaxChainBack) return false;
+  auto& children = waiting_[m->parent()];
+  for (const Waiting& w : children) {
+    if (w.manifest->id() == m->id()) return true;
+  }
+  children.push_back(Waiting{m, kTimeNever});
+  ++waiting_count_;
+  auto it = wanted_.find(m->parent());
+  if (it == wanted_.end()) {
+    it = wanted_.emplace(m->parent(), Wanted{m->model(), m->version() - 1, {}, kNotAsked, kTimeNever}).first;
+  }
+  for (const PeerId& p : namers) {
+    if (it->second.namers.size() >= kMaxNamers) break;
+    if (std::find(it->second.namers.begin(), it->second.namers.end(), p) == it->second.namers.end()) {
+      it->second.namers.push_back(p);
+    }
+  }
+  return true;
+}
+
+std::vector<ManifestRequest> HeadTracker::parent_requests(TimePoint now) {
+  std::vector<ManifestRequest> requests;
+  for (auto& [parent, children] : waiting_) {
+    for (Waiting& w : children) {
+      if (w.since == kTimeNever) w.since = now;
+    }
+    auto it = wanted_.find(parent);
+    if (it == wanted_.end() || it->second.asked_at != kTimeNever) continue;
+    if (auto r = ask_next(now, parent, it->second)) requests.push_back(std::move(*r));
+  }
+  return requests;
+}
+
+bool HeadTracker::release_children(const ManifestId& parent, bool skip_chain) {
+  auto it = waiting_.find(parent);
+  if (it == waiting_.end()) return false;
+  std::vector<Waiting> children = std::move(it->second);
+  waiting_.erase(it);
+  waiting_count_ -= children.size();
+  bool changed = false;
+  for (Waiting& w : children) {
+    auto accepted = accept(std::move(w.manifest), skip_chain);
+    changed = changed || (accepted.is_ok() && *accepted);
+  }
+  return changed;
+}
+
+Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m, bool skip_chain) {
   if (by_id_.count(m->id())) return false;
   TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*m, trusted_));
   const std::string& name = m->model();
   const std::string what = name + " v" + std::to_string(m->version());
+  // Manifests that waited for one signed twice are never believed.
+  auto drop_children = [&] {
+    if (auto w = waiting_.find(m->id()); w != waiting_.end()) {
+      waiting_count_ -= w->second.size();
+      waiting_.erase(w);
+    }
+  };
   if (equivocated(name, m->version())) {
+    drop_children();
     return Status::verify_failed("equivocation: " + what + " was signed twice already; no manifest of it is believed");
   }
   Model& model = models_[name];
@@ -124,13 +208,22 @@ Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m) {
     by_id_.erase(same->second->id());
     model.by_version.erase(same);
     equivocated_.insert({name, m->version()});
+    drop_children();
     refresh_head(model, name);
     return Status::verify_failed("equivocation: two manifests of " + what + " signed by " +
                                  m->publisher().short_hex());
   }
   if (!m->parent().is_zero()) {
     auto parent = by_id_.find(m->parent());
-    if (parent != by_id_.end()) TENSORHUB_RETURN_IF_ERROR(verify_manifest_chain(*parent->second, *m));
+    if (parent != by_id_.end()) {
+      TENSORHUB_RETURN_IF_ERROR(verify_manifest_chain(*parent->second, *m));
+    } else if (!skip_chain) {
+      auto named = wanted_.find(m->id());
+      if (wait_for_parent(m, named == wanted_.end() ? std::vector<PeerId>{} : named->second.namers)) {
+        wanted_.erase(m->id());
+        return false;
+      }
+    }
   }
   model.by_version.emplace(m->version(), m);
   by_id_.emplace(m->id(), m);
@@ -139,10 +232,14 @@ Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m) {
   if (newer) {
     model.head = VersionInfo{name, m->version(), m->id(), m->total_size()};
     // Wanted manifests no newer than the head are wanted no more.
-    std::erase_if(wanted_, [&](const auto& entry) { return entry.second.model == name && entry.second.version <= m->version(); });
+    std::erase_if(wanted_, [&](const auto& entry) {
+      return entry.second.model == name && entry.second.version <= m->version() && !waiting_.count(entry.first);
+    });
   }
   prune(model);
-  return newer;
+  // Manifests that waited for this one extend the chain now (or break it).
+  const bool child_changed = release_children(m->id(), skip_chain);
+  return newer || child_changed;
 }
 
 void HeadTracker::refresh_head(Model& model, const std::string& name) {

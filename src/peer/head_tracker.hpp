@@ -14,9 +14,17 @@
 //    a version we believe under another id: it would prove equivocation. An answer that has
 //    not come after `retry` is asked of the next peer that names it (the
 //    first may have died or lost the connection), round robin.
+//  - A manifest whose parent is unknown, while a lower version of its model
+//    is believed and at most kMaxChainBack versions lie between, waits: its
+//    parent is asked of the peers that named it, and so on back along the
+//    chain, so that a fork from the history we hold shows up (a version
+//    signed twice at the fork, or a broken chain) before anything of it is
+//    believed. A manifest whose parent does not come within kChainWait is
+//    believed without it (the parent may be gone from every peer).
 //  - Bounded: at most kMaxWanted manifests are wanted at once (the newest
-//    win), each remembers at most kMaxNamers peers, and per model only the
-//    newest kKeptVersions manifests are kept once verified.
+//    win), each remembers at most kMaxNamers peers, at most kMaxWaiting wait
+//    for their parent, and per model only the newest kKeptVersions
+//    manifests are kept once verified.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +64,9 @@ class HeadTracker {
   static constexpr std::size_t kMaxWanted = 64;
   static constexpr std::size_t kMaxNamers = 16;
   static constexpr std::size_t kKeptVersions = 16;
+  static constexpr std::uint64_t kMaxChainBack = 8;
+  static constexpr std::size_t kMaxWaiting = 64;
+  static constexpr Duration kChainWait = std::chrono::seconds(8);
 
   HeadTracker(std::vector<PublicKey> trusted_publishers, Duration retry);
 
@@ -70,11 +81,17 @@ class HeadTracker {
   std::optional<ManifestRequest> on_no_manifest(TimePoint now, const PeerId& peer, const ManifestId& id);
 
   // Checks and records a manifest (from a peer, or our own publication).
-  // Returns whether it became the head of its model.
+  // Returns whether the head of its model changed (to it, or to a child
+  // that waited for it). A manifest that waits for its parent returns false;
+  // parent_requests() then says whom to ask.
   // Errors: kVerifyFailed (untrusted signer, broken chain, equivocation).
   Result<bool> accept(std::shared_ptr<const Manifest> manifest);
+  // The parents wanted for waiting manifests and not asked yet.
+  std::vector<ManifestRequest> parent_requests(TimePoint now);
+  std::size_t waiting() const { return waiting_count_; }
 
-  // Requests whose answer is overdue, re-addressed to the next namer.
+  // Requests whose answer is overdue, re-addressed to the next namer; and
+  // manifests that waited kChainWait for their parent, believed now.
   std::vector<ManifestRequest> handle_timeout(TimePoint now);
   TimePoint next_timeout() const;
 
@@ -114,6 +131,11 @@ class HeadTracker {
   void drop_namer(Wanted& w, std::vector<PeerId>::iterator pos);
   void refresh_head(Model& model, const std::string& name);
   void prune(Model& model);
+  // `m` waits for its parent when that is worth asking for (see above).
+  bool wait_for_parent(const std::shared_ptr<const Manifest>& m, std::vector<PeerId> namers);
+  // Accepts the manifests that waited for `parent`; whether a head changed.
+  bool release_children(const ManifestId& parent, bool skip_chain);
+  Result<bool> accept(std::shared_ptr<const Manifest> manifest, bool skip_chain);
 
   std::vector<PublicKey> trusted_;
   Duration retry_;
@@ -122,6 +144,12 @@ class HeadTracker {
   std::map<ManifestId, Wanted> wanted_;
   std::set<std::pair<std::string, std::uint64_t>> equivocated_;  // (model, version) signed twice
   std::vector<Equivocation> equivocations_;  // the proof, kept for the first few
+  struct Waiting {
+    std::shared_ptr<const Manifest> manifest;
+    TimePoint since = kTimeNever;  // set when its parent is first asked for
+  };
+  std::map<ManifestId, std::vector<Waiting>> waiting_;  // by the parent they wait for
+  std::size_t waiting_count_ = 0;
 };
 
 }  // namespace tensorhub::peer

@@ -228,6 +228,7 @@ Result<bool> PeerCore::accept_manifest(TimePoint now, std::shared_ptr<const Mani
   const std::size_t proofs_before = heads_.equivocations().size();
   auto accepted = heads_.accept(m);
   spread_proofs_found(proofs_before);
+  for (auto& request : heads_.parent_requests(now)) send_manifest_request(std::move(request));
   const std::optional<VersionInfo> after = heads_.head(m->model());
   if (after && (!before || before->id != after->id)) {
     if (gossip_) gossip_->set_head(gossip::HeadEntry{after->model, after->version, after->id});

@@ -161,3 +161,76 @@ TEST_CASE("head tracker: wanted manifests and kept versions are bounded") {
   CHECK(heads.find("policy", 4) == nullptr);
   CHECK(heads.find("policy", 5) != nullptr);
 }
+
+TEST_CASE("head tracker: a head whose parent is unknown waits while its chain is fetched back, then extends it") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto v1 = manifest_of(1, trainer, 1);
+  auto v2 = manifest_of(2, trainer, 2, v1->id());
+  auto v3 = manifest_of(3, trainer, 3, v2->id());
+  REQUIRE(heads.accept(v1).is_ok());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(4), "policy", 3, v3->id()).has_value());
+  // v3 arrives; v2 is unknown: v3 waits, and v2 is asked of v3's namer.
+  auto waited = heads.accept(v3);
+  REQUIRE(waited.is_ok());
+  CHECK_FALSE(*waited);
+  CHECK(heads.head("policy")->id == v1->id());
+  CHECK(heads.waiting() == 1);
+  auto asked = heads.parent_requests(at(100ms));
+  REQUIRE(asked.size() == 1);
+  CHECK(asked[0].id == v2->id());
+  CHECK(asked[0].peer == peer_id(4));
+  CHECK(heads.parent_requests(at(200ms)).empty());  // asked once
+  // v2 comes: the chain v1 -> v2 -> v3 holds, and v3 is the head.
+  auto extended = heads.accept(v2);
+  REQUIRE(extended.is_ok());
+  CHECK(*extended);
+  CHECK(heads.head("policy")->id == v3->id());
+  CHECK(heads.waiting() == 0);
+}
+
+TEST_CASE("head tracker: a chain fetched back that forks from ours shows the version signed twice, and its head is never believed") {
+  // We hold v1 -> v2. A v3 named by a peer extends v2', another manifest of
+  // v2 by the same key: fetching v3's parent finds the equivocation at v2,
+  // and v3, which waited for v2', is dropped.
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto v1 = manifest_of(1, trainer, 1);
+  auto v2 = manifest_of(2, trainer, 2, v1->id());
+  auto v2_fork = manifest_of(5, trainer, 2, v1->id());
+  auto v3 = manifest_of(3, trainer, 3, v2_fork->id());
+  REQUIRE(heads.accept(v1).is_ok());
+  REQUIRE(heads.accept(v2).is_ok());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(5), "policy", 3, v3->id()).has_value());
+  CHECK_FALSE(*heads.accept(v3));
+  REQUIRE(heads.parent_requests(at(100ms)).size() == 1);
+  CHECK(heads.accept(v2_fork).status().code() == StatusCode::kVerifyFailed);
+  CHECK(heads.equivocated("policy", 2));
+  CHECK(heads.waiting() == 0);
+  // Long after, v3 is still not believed.
+  heads.handle_timeout(at(60s));
+  CHECK(heads.head("policy")->id == v1->id());
+  CHECK(heads.manifest(v3->id()) == nullptr);
+}
+
+TEST_CASE("head tracker: a head whose parent never comes is believed after the wait") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  auto v1 = manifest_of(1, trainer, 1);
+  auto v2 = manifest_of(2, trainer, 2, v1->id());
+  auto v3 = manifest_of(3, trainer, 3, v2->id());
+  REQUIRE(heads.accept(v1).is_ok());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(6), "policy", 3, v3->id()).has_value());
+  CHECK_FALSE(*heads.accept(v3));
+  REQUIRE(heads.parent_requests(at(1s)).size() == 1);
+  CHECK(heads.next_timeout() <= at(1s) + HeadTracker::kChainWait);
+  heads.handle_timeout(at(1s) + HeadTracker::kChainWait - 1ms);
+  CHECK(heads.head("policy")->id == v1->id());
+  heads.handle_timeout(at(1s) + HeadTracker::kChainWait);
+  CHECK(heads.head("policy")->id == v3->id());
+  CHECK(heads.waiting() == 0);
+  // A head far ahead (more than kMaxChainBack versions) is not fetched back.
+  auto far = manifest_of(9, trainer, 3 + HeadTracker::kMaxChainBack + 1, v2->id());
+  REQUIRE(heads.on_head_named(at(20s), peer_id(6), "policy", far->version(), far->id()).has_value());
+  CHECK(*heads.accept(far));
+}
