@@ -2,29 +2,18 @@
 // plaintext, a stream plaintext, a signed record and a sealed datagram, each
 // behind its selector byte.
 #include <array>
-#include <cstdio>
-#include <fstream>
 #include <string>
 
+#include "seed_file.hpp"
 #include "gossip/gossip_wire.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::gossip;
 
-namespace {
-void write(const std::string& path, std::uint8_t selector, const std::vector<std::uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.put(static_cast<char>(selector));
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-}  // namespace
-
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
-    return 2;
-  }
-  const std::string dir = argv[1];
+  const auto seeds = fuzz::seed_dir(argc, argv);
+  if (!seeds) return 2;
+  const std::string& dir = *seeds;
   std::array<std::uint8_t, 32> seed{};
   seed[0] = 1;
   const Identity id = Identity::from_seed(seed);
@@ -36,7 +25,7 @@ int main(int argc, char** argv) {
   r.heads = {HeadEntry{"policy", 3, {}}};
   r.holdings = {HoldingEntry{"policy", 3, {}, 1000}};
   const RecordPtr record = *sign_record(r, id);
-  write(dir + "/record", 2, record->encoded);
+  fuzz::write_seed(dir + "/record", 2, record->encoded);
 
   core::AeadKey key{};
   Sealer sealer(key, id.public_key(), 1);
@@ -48,15 +37,15 @@ int main(int argc, char** argv) {
   p.target_addr = "10.0.0.2:7946";
   const std::vector<OutgoingItem> items = {record, sign_liveness(id, Liveness::kSuspect, id.public_key(), 3)};
   const auto sealed = sealer.seal_packet(PairKey{}, p, items);
-  write(dir + "/sealed", 3, sealed);
+  fuzz::write_seed(dir + "/sealed", 3, sealed);
   Opened opened;
   open_datagram(key, sealed, opened);
-  write(dir + "/packet", 0, opened.plaintext);
+  fuzz::write_seed(dir + "/packet", 0, opened.plaintext);
   const std::vector<DigestEntry> digest = {{id.public_key(), 17, 0, Liveness::kAlive, 17}};
   open_sealed(key, true, sealer.seal_stream(StreamKind::kSyncRequest, encode_sync_request(digest)), opened);
-  write(dir + "/stream-request", 1, opened.plaintext);
+  fuzz::write_seed(dir + "/stream-request", 1, opened.plaintext);
   const std::vector<PeerId> wants = {id.public_key()};
   open_sealed(key, true, sealer.seal_stream(StreamKind::kSyncResponse, encode_sync_response(items, wants)), opened);
-  write(dir + "/stream-response", 1, opened.plaintext);
+  fuzz::write_seed(dir + "/stream-response", 1, opened.plaintext);
   return 0;
 }
