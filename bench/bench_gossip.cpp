@@ -259,18 +259,7 @@ int main(int argc, char** argv) {
     advance(1s);
   }
   const int false_deaths_stall = false_deaths;
-  GossipStats refused;
-  for (std::size_t i = 0; i < net.size(); ++i) {
-    if (!net.is_up(i)) continue;
-    const GossipStats& st = net.core(i).stats();
-    refused.dropped_forged_sender += st.dropped_forged_sender;
-    refused.liveness_unsigned += st.liveness_unsigned;
-    refused.liveness_forged += st.liveness_forged;
-    refused.acks_unasked += st.acks_unasked;
-    refused.liveness_rate_limited += st.liveness_rate_limited;
-    refused.records_rejected += st.records_rejected;
-    refused.pair_keys_derived += st.pair_keys_derived;
-  }
+  const GossipStats refused = net.total_stats();
   const double wall = wall_seconds(wall_start);
 
   if (o.json) {

@@ -114,6 +114,14 @@ class GossipNetwork {
   bool converged() const;
 
   std::uint64_t datagrams_sent() const { return datagrams_sent_; }
+  // The counts of every peer that is up, summed.
+  gossip::GossipStats total_stats() const {
+    gossip::GossipStats total;
+    for (std::size_t p = 0; p < size(); ++p) {
+      if (is_up(p)) total += core(p).stats();
+    }
+    return total;
+  }
   std::uint64_t datagrams_lost() const { return datagrams_lost_; }
 
  private:

@@ -105,6 +105,43 @@ struct GossipStats {
   std::uint64_t pair_keys_derived = 0;
 };
 
+// Sums counts (of the peers of a network, say).
+inline GossipStats& operator+=(GossipStats& a, const GossipStats& b) {
+  a.datagrams_in += b.datagrams_in;
+  a.datagrams_out += b.datagrams_out;
+  a.bytes_in += b.bytes_in;
+  a.bytes_out += b.bytes_out;
+  a.dropped_oversized += b.dropped_oversized;
+  a.dropped_rate_limited += b.dropped_rate_limited;
+  a.dropped_unauthenticated += b.dropped_unauthenticated;
+  a.dropped_malformed += b.dropped_malformed;
+  a.dropped_replayed += b.dropped_replayed;
+  a.dropped_misdirected += b.dropped_misdirected;
+  a.records_accepted += b.records_accepted;
+  a.records_stale += b.records_stale;
+  a.records_rejected += b.records_rejected;
+  a.probes += b.probes;
+  a.probes_failed += b.probes_failed;
+  a.suspicions += b.suspicions;
+  a.refutations += b.refutations;
+  a.deaths_declared += b.deaths_declared;
+  a.streams_opened += b.streams_opened;
+  a.streams_accepted += b.streams_accepted;
+  a.streams_failed += b.streams_failed;
+  a.stream_bytes_in += b.stream_bytes_in;
+  a.stream_bytes_out += b.stream_bytes_out;
+  a.records_signed += b.records_signed;
+  a.events_dropped += b.events_dropped;
+  a.liveness_forged += b.liveness_forged;
+  a.dropped_forged_sender += b.dropped_forged_sender;
+  a.liveness_unsigned += b.liveness_unsigned;
+  a.acks_unasked += b.acks_unasked;
+  a.liveness_rate_limited += b.liveness_rate_limited;
+  a.syncs_refused += b.syncs_refused;
+  a.pair_keys_derived += b.pair_keys_derived;
+  return a;
+}
+
 class GossipCore {
  public:
   // `initial_incarnation` must exceed any incarnation this identity used
