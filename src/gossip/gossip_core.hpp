@@ -26,6 +26,7 @@
 #include "core/action_queue.hpp"
 #include "core/rng.hpp"
 #include "core/time.hpp"
+#include "core/timer_table.hpp"
 #include "gossip/broadcast_queue.hpp"
 #include "gossip/gossip_config.hpp"
 #include "gossip/gossip_wire.hpp"
@@ -142,6 +143,23 @@ inline GossipStats& operator+=(GossipStats& a, const GossipStats& b) {
   return a;
 }
 
+// The gossip core's timers (core::TimerTable).
+enum class GossipTimer {
+  kProbe,         // the next probe of a member (not while leaving)
+  kProbeStage,    // the probe under way: indirect probes, then its deadline
+  kGossip,        // the next gossip round
+  kEagerRound,    // a new head to push: now
+  kResign,        // the own record, changed, to be signed again
+  kPushPull,      // the next anti-entropy exchange
+  kReconnect,     // the next exchange with a dead member
+  kJoin,          // the seeds asked again, while no member is known
+  kReap,          // tombstones past their time
+  kRelayNack,     // the first ping-req relayed for another whose nack is due
+  kStreamDeadline,  // the first stream whose exchange must be done
+  kSuspicion,     // the first suspicion that turns into a death
+  kCount
+};
+
 class GossipCore {
  public:
   // `initial_incarnation` must exceed any incarnation this identity used
@@ -163,7 +181,10 @@ class GossipCore {
   // The stream closed, failed to open, or broke.
   void handle_stream_closed(TimePoint now, StreamId id);
   void handle_timeout(TimePoint now);
+  // The earliest of timers().
   TimePoint next_timeout() const;
+  // Every timer, named, as the core's state sets them.
+  core::TimerTable<GossipTimer> timers() const;
   // Adds verified records of other members as alive, without announcing
   // them: for restoring a saved member table, and for simulations that start
   // from a converged swarm. Records that are not news are ignored.

@@ -10,21 +10,32 @@ namespace tensorhub::gossip {
 // --------------------------------------------------------------------------
 // Timers
 
-TimePoint GossipCore::next_timeout() const {
-  TimePoint t = std::min({next_gossip_at_, next_push_pull_at_, next_reconnect_at_, next_reap_at_});
-  if (!seeds_.empty() && table_.live_count() == 0 && !self_.leaving) t = std::min(t, next_join_at_);
-  if (!self_.leaving) t = std::min(t, next_probe_at_);
-  if (probe_) t = std::min(t, probe_->indirect_sent || probe_->acked ? probe_->deadline : probe_->indirect_at);
-  if (self_dirty_) t = std::min(t, head_changed_ ? last_input_ : last_signed_ + config_.min_resign_interval);
-  if (eager_round_due_) t = std::min(t, last_input_);  // due now
-  for (const auto& [seq, relay] : relays_) t = std::min(t, relay.nack_at);
-  for (const auto& [id, stream] : streams_) t = std::min(t, stream.deadline);
+core::TimerTable<GossipTimer> GossipCore::timers() const {
+  core::TimerTable<GossipTimer> t;
+  t.set(GossipTimer::kGossip, next_gossip_at_);
+  t.set(GossipTimer::kPushPull, next_push_pull_at_);
+  t.set(GossipTimer::kReconnect, next_reconnect_at_);
+  t.set(GossipTimer::kReap, next_reap_at_);
+  if (!seeds_.empty() && table_.live_count() == 0 && !self_.leaving) t.set(GossipTimer::kJoin, next_join_at_);
+  if (!self_.leaving) t.set(GossipTimer::kProbe, next_probe_at_);
+  if (probe_) {
+    t.set(GossipTimer::kProbeStage, probe_->indirect_sent || probe_->acked ? probe_->deadline : probe_->indirect_at);
+  }
+  if (self_dirty_) {
+    t.set(GossipTimer::kResign, head_changed_ ? last_input_ : last_signed_ + config_.min_resign_interval);
+  }
+  if (eager_round_due_) t.set(GossipTimer::kEagerRound, last_input_);  // due now
+  for (const auto& [seq, relay] : relays_) t.earliest(GossipTimer::kRelayNack, relay.nack_at);
+  for (const auto& [id, stream] : streams_) t.earliest(GossipTimer::kStreamDeadline, stream.deadline);
   for (const PeerId& id : table_.suspects()) {
     const Member* m = table_.find(id);
-    if (m->suspicion) t = std::min(t, std::max(m->suspicion->deadline(), caught_up_at_));
+    // Not before the core has caught up after a pause.
+    if (m->suspicion) t.earliest(GossipTimer::kSuspicion, std::max(m->suspicion->deadline(), caught_up_at_));
   }
   return t;
 }
+
+TimePoint GossipCore::next_timeout() const { return timers().next(); }
 
 void GossipCore::handle_timeout(TimePoint now) {
   note_input(now);

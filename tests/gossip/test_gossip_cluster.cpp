@@ -607,3 +607,28 @@ TEST_CASE("gossip cluster: a push-pull request replayed 200 times is answered at
   net.run_for(10s);
   CHECK(net.converged());  // members' own push-pull goes on
 }
+
+TEST_CASE("gossip core: its timers are named in one table, and its next timeout is their earliest") {
+  GossipNetwork net(119, GossipConfig{});
+  start(net, 4);
+  GossipCore& core = net.core(0);
+  auto consistent = [&] { return core.timers().next() == core.next_timeout(); };
+  CHECK(consistent());
+  CHECK(core.timers().at(GossipTimer::kProbe) != kTimeNever);
+  CHECK(core.timers().at(GossipTimer::kGossip) != kTimeNever);
+  CHECK(core.timers().at(GossipTimer::kJoin) == kTimeNever);  // members are known
+  // A crashed member: a probe stage, then a suspicion stands, each in its place.
+  net.crash(3);
+  bool saw_probe_stage = false, saw_suspicion = false;
+  for (int i = 0; i < 400 && !(saw_probe_stage && saw_suspicion); ++i) {
+    net.run_for(25ms);
+    CHECK(consistent());
+    saw_probe_stage = saw_probe_stage || core.timers().at(GossipTimer::kProbeStage) != kTimeNever;
+    saw_suspicion = saw_suspicion || core.timers().at(GossipTimer::kSuspicion) != kTimeNever;
+  }
+  CHECK(saw_probe_stage);
+  CHECK(saw_suspicion);
+  // A leaving core probes no more.
+  core.leave(net.now());
+  CHECK(core.timers().at(GossipTimer::kProbe) == kTimeNever);
+}
