@@ -117,8 +117,10 @@ class PublishHandle {
   const Manifest& manifest() const;
   // Payload bytes this peer has sent of this version to others so far.
   std::uint64_t bytes_served() const;
-  // Waits until `replicas` peers other than this one hold the whole version,
-  // as gossip tells. Wakes on gossip news, not on a poll.
+  // Waits until `replicas` peers other than this one hold the whole version:
+  // their gossip records say so, and each has proved it by answering a
+  // challenge on random ranges of the version's bytes. Wakes on news, and
+  // at least every second to challenge again.
   // Errors: kTimeout (with how many hold it).
   Status wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout);
   // Stops serving; waits for reads in flight (and for retention, see the top

@@ -314,12 +314,16 @@ Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::millise
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const std::uint64_t seen = impl->current_generation();
+    // Counting also challenges the members that claim the version and have
+    // not proved it (again, when an answer was lost): so wake at least
+    // every second even in a quiet swarm.
     const std::size_t have = impl->call([&] { return impl->engine->replicas(id); });
     if (have >= replicas) return Status::ok();
-    if (!impl->wait_change(seen, deadline)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
       return Status::timeout(std::to_string(have) + " of " + std::to_string(replicas) + " replicas after " +
                              std::to_string(timeout.count()) + " ms");
     }
+    impl->wait_change(seen, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
   }
 }
 
