@@ -2,6 +2,8 @@
 // asked for and of whom, and what equivocation does.
 #include <doctest/doctest.h>
 
+#include <array>
+
 #include "peer/head_tracker.hpp"
 #include "support/gossip_network.hpp"
 #include "support/model_fixture.hpp"
@@ -19,6 +21,14 @@ std::shared_ptr<const Manifest> manifest_of(std::uint64_t seed, const Identity& 
                                             ManifestId parent = {}) {
   const auto image = small_model(seed, 256u << 10);
   return std::make_shared<const Manifest>(build_small(image, key, small_options(version, parent)));
+}
+
+// v1, v2 and v3 of "policy", each the parent of the next.
+std::array<std::shared_ptr<const Manifest>, 3> chain_of_three(const Identity& key) {
+  auto v1 = manifest_of(1, key, 1);
+  auto v2 = manifest_of(2, key, 2, v1->id());
+  auto v3 = manifest_of(3, key, 3, v2->id());
+  return {v1, v2, v3};
 }
 
 PeerId peer_id(std::uint64_t n) { return GossipNetwork::identity_for(n).public_key(); }
@@ -165,9 +175,7 @@ TEST_CASE("head tracker: wanted manifests and kept versions are bounded") {
 TEST_CASE("head tracker: a head whose parent is unknown waits while its chain is fetched back, then extends it") {
   const Identity trainer = test_identity(1);
   HeadTracker heads({trainer.public_key()}, kRetry);
-  auto v1 = manifest_of(1, trainer, 1);
-  auto v2 = manifest_of(2, trainer, 2, v1->id());
-  auto v3 = manifest_of(3, trainer, 3, v2->id());
+  const auto [v1, v2, v3] = chain_of_three(trainer);
   REQUIRE(heads.accept(v1).is_ok());
   REQUIRE(heads.on_head_named(at(0s), peer_id(4), "policy", 3, v3->id()).has_value());
   // v3 arrives; v2 is unknown: v3 waits, and v2 is asked of v3's namer.
@@ -216,9 +224,7 @@ TEST_CASE("head tracker: a chain fetched back that forks from ours shows the ver
 TEST_CASE("head tracker: a head whose parent never comes is believed after the wait") {
   const Identity trainer = test_identity(1);
   HeadTracker heads({trainer.public_key()}, kRetry);
-  auto v1 = manifest_of(1, trainer, 1);
-  auto v2 = manifest_of(2, trainer, 2, v1->id());
-  auto v3 = manifest_of(3, trainer, 3, v2->id());
+  const auto [v1, v2, v3] = chain_of_three(trainer);
   REQUIRE(heads.accept(v1).is_ok());
   REQUIRE(heads.on_head_named(at(0s), peer_id(6), "policy", 3, v3->id()).has_value());
   CHECK_FALSE(*heads.accept(v3));

@@ -45,6 +45,17 @@ bool knows_head(PeerNetwork& net, std::size_t peer, std::uint64_t version) {
   return head && head->version == version;
 }
 
+// Peer 0 publishes `image` as v1 of "policy"; peer 1 fetches it to the end.
+std::shared_ptr<LocalVersion> published_and_fetched(PeerNetwork& net, const std::vector<std::byte>& image,
+                                                    const std::vector<TensorEntry>& tensors) {
+  REQUIRE(net.publish(0, "policy", image, tensors).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  auto v1 = net.fetch(1, "policy", 1);
+  REQUIRE(v1.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*v1); }, 20s));
+  return *v1;
+}
+
 }  // namespace
 
 TEST_CASE("peer core: a published version is found through gossip, fetched, verified and served onwards") {
@@ -135,11 +146,7 @@ TEST_CASE("peer core: shards unchanged since the version held are copied locally
   add_peers(net, 2);
   auto image = small_model(4, 1u << 20);
   const auto tensors = tensors_of(image);
-  REQUIRE(net.publish(0, "policy", image, tensors).is_ok());
-  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
-  auto v1 = net.fetch(1, "policy", 1);
-  REQUIRE(v1.is_ok());
-  REQUIRE(net.run_until([&] { return complete(*v1); }, 20s));
+  const auto v1 = published_and_fetched(net, image, tensors);
   const std::uint64_t received_v1 = net.piece_bytes_received(1);
   // v2 changes the bytes of one 64 KiB shard near the end.
   auto next = image;
@@ -154,7 +161,7 @@ TEST_CASE("peer core: shards unchanged since the version held are copied locally
   const std::uint64_t shard = (*v2_published)->manifest->shard_size();
   CHECK(net.bytes_copied(1) >= image.size() - shard);
   CHECK(net.piece_bytes_received(1) - received_v1 <= shard);
-  CHECK(state_of(*v1) == VersionState::kComplete);  // the source stays as it was
+  CHECK(state_of(v1) == VersionState::kComplete);  // the source stays as it was
 }
 
 TEST_CASE("peer core: a publication that lost its version number, or broke the chain, serves nothing") {
@@ -446,13 +453,9 @@ TEST_CASE("peer core: a shard copied from a local version whose memory changed i
   add_peers(net, 2);
   auto image = small_model(5, 1u << 20);
   const auto tensors = tensors_of(image);
-  REQUIRE(net.publish(0, "policy", image, tensors).is_ok());
-  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
-  auto v1 = net.fetch(1, "policy", 1);
-  REQUIRE(v1.is_ok());
-  REQUIRE(net.run_until([&] { return complete(*v1); }, 20s));
+  const auto v1 = published_and_fetched(net, image, tensors);
   const std::uint64_t received_v1 = net.piece_bytes_received(1);
-  (*v1)->destination.for_each(1000, 1, [](std::span<std::byte> b) { b[0] ^= std::byte{0x55}; });
+  v1->destination.for_each(1000, 1, [](std::span<std::byte> b) { b[0] ^= std::byte{0x55}; });
 
   auto next = image;
   next[next.size() - 1000] ^= std::byte{0xff};
