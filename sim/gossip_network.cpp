@@ -59,11 +59,13 @@ GossipNetwork::GossipNetwork(std::uint64_t seed, gossip::GossipConfig config, Ne
 
 GossipNetwork::~GossipNetwork() = default;
 
-std::unique_ptr<gossip::GossipCore> GossipNetwork::make_core(std::size_t peer, bool outsider) {
+std::unique_ptr<gossip::GossipCore> GossipNetwork::make_core(std::size_t peer, bool outsider,
+                                                             std::optional<std::uint64_t> incarnation_at_start) {
   Peer& p = peers_[peer];
   gossip::LocalPeerInfo local{p.address, "", p.topology};
   // Incarnations start at the virtual time in ms: a restart comes back higher.
-  const auto incarnation = static_cast<std::uint64_t>(now().time_since_epoch().count() / 1000) + 1;
+  const auto incarnation = incarnation_at_start.value_or(
+      static_cast<std::uint64_t>(now().time_since_epoch().count() / 1000) + 1);
   return std::make_unique<gossip::GossipCore>(config_, identity_for(p.key_index), swarm_key(outsider ? 0x66 : 0x11),
                                               local, incarnation, seed_ * 1000003 + peer * 7919 + incarnation, now(),
                                               decoder_);
@@ -130,8 +132,9 @@ void GossipNetwork::crash(std::size_t peer) {
   break_streams_of(peer);
 }
 
-void GossipNetwork::restart(std::size_t peer, const std::vector<std::size_t>& seeds) {
-  peers_[peer].core = make_core(peer, peers_[peer].outsider);
+void GossipNetwork::restart(std::size_t peer, const std::vector<std::size_t>& seeds,
+                            std::optional<std::uint64_t> incarnation) {
+  peers_[peer].core = make_core(peer, peers_[peer].outsider, incarnation);
   peers_[peer].stalled_until = TimePoint{};
   arm_timer(peer);
   join(peer, seeds);

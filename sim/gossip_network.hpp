@@ -54,9 +54,11 @@ class GossipNetwork {
   void preload_all();
 
   void crash(std::size_t peer);
-  // Starts a crashed peer again with the same identity and a new incarnation,
-  // and joins it through `seeds`.
-  void restart(std::size_t peer, const std::vector<std::size_t>& seeds);
+  // Starts a crashed peer again with the same identity and a new incarnation
+  // (the virtual time in ms, or `incarnation`: one below its past life's is a
+  // clock that stepped back), and joins it through `seeds`.
+  void restart(std::size_t peer, const std::vector<std::size_t>& seeds,
+               std::optional<std::uint64_t> incarnation = std::nullopt);
   void leave(std::size_t peer);
   // The peer processes nothing for `how_long`; what arrives meanwhile waits.
   void stall(std::size_t peer, Duration how_long);
@@ -154,7 +156,8 @@ class GossipNetwork {
     TimePoint a_to_b_clock, b_to_a_clock;  // keep each direction in order
   };
 
-  std::unique_ptr<gossip::GossipCore> make_core(std::size_t peer, bool outsider);
+  std::unique_ptr<gossip::GossipCore> make_core(std::size_t peer, bool outsider,
+                                                std::optional<std::uint64_t> incarnation = std::nullopt);
   void schedule(Event e);
   void dispatch(Event& e);
   void drain(std::size_t peer);

@@ -25,6 +25,7 @@ std::string_view member_event_name(MemberEventKind kind) {
     case MemberEventKind::kDead: return "dead";
     case MemberEventKind::kLeft: return "left";
     case MemberEventKind::kRemoved: return "removed";
+    case MemberEventKind::kIdentityConflict: return "identity-conflict";
   }
   return "unknown";
 }
@@ -35,7 +36,7 @@ GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& s
     : config_(config),
       identity_(std::move(identity)),
       gossip_key_(swarm_key.derive("gossip")),
-      sealer_(gossip_key_, identity_.public_key(), initial_incarnation),
+      sealer_(gossip_key_, identity_.public_key(), core::mix64(rng_seed ^ 0xb0070b0070b0070bull)),
       pair_keys_(identity_, gossip_key_, config.max_members),
       rng_(rng_seed),
       seq_rng_(rng_seed ^ 0x9e3779b97f4a7c15ull),
@@ -46,6 +47,7 @@ GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& s
   self_.id = identity_.public_key();
   self_.incarnation = initial_incarnation;
   self_.seq = 0;
+  self_.boot = sealer_.boot_id();
   self_.gossip_addr = std::move(local.gossip_addr);
   self_.data_addr = std::move(local.data_addr);
   self_.topology = std::move(local.topology);

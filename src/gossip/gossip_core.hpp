@@ -64,7 +64,10 @@ struct StreamAction {
   std::vector<std::uint8_t> frame;   // kOpen (first frame) and kSend
 };
 
-enum class MemberEventKind { kJoined, kUpdated, kSuspect, kAlive, kDead, kLeft, kRemoved };
+// kIdentityConflict: another live process signs records with this peer's
+// identity (a key file copied to two hosts, a secret mounted into every pod);
+// the event's record is the other process's.
+enum class MemberEventKind { kJoined, kUpdated, kSuspect, kAlive, kDead, kLeft, kRemoved, kIdentityConflict };
 std::string_view member_event_name(MemberEventKind kind);
 
 struct MemberEvent {
@@ -104,6 +107,8 @@ struct GossipStats {
   // Push-pull requests not answered: their host asked past its rate.
   std::uint64_t syncs_refused = 0;
   std::uint64_t pair_keys_derived = 0;
+  // Our own records from another live process (kIdentityConflict).
+  std::uint64_t identity_conflicts = 0;
 };
 
 // Sums counts (of the peers of a network, say).
@@ -140,6 +145,7 @@ inline GossipStats& operator+=(GossipStats& a, const GossipStats& b) {
   a.liveness_rate_limited += b.liveness_rate_limited;
   a.syncs_refused += b.syncs_refused;
   a.pair_keys_derived += b.pair_keys_derived;
+  a.identity_conflicts += b.identity_conflicts;
   return a;
 }
 
@@ -162,9 +168,12 @@ enum class GossipTimer {
 
 class GossipCore {
  public:
-  // `initial_incarnation` must exceed any incarnation this identity used
+  // `initial_incarnation` should exceed any incarnation this identity used
   // before (drivers pass wall-clock milliseconds at start), so a restarted
-  // peer is believed at once; it also serves as the boot id of the nonces.
+  // peer is believed at once; when it does not (a clock that stepped back),
+  // the peer outbids its past life once it hears that life's record.
+  // `rng_seed` seeds the random streams and the boot id of this life's
+  // nonces: the runtime passes entropy, tests and the simulator a seed.
   GossipCore(GossipConfig config, Identity identity, const SwarmKey& swarm_key, LocalPeerInfo local,
              std::uint64_t initial_incarnation, std::uint64_t rng_seed, TimePoint now,
              std::shared_ptr<RecordDecoder> decoder = nullptr);
@@ -250,6 +259,12 @@ class GossipCore {
   // Datagram handling.
   // `corrections` collects newer records for a sender whose claims are stale.
   void process_items(TimePoint now, std::vector<IncomingItem>& items, std::vector<OutgoingItem>* corrections);
+  // A datagram from another boot than its sender's newest record names
+  // carries the sender's signed record of that boot, newer than ours.
+  bool proves_new_boot(const Opened& opened, const std::vector<IncomingItem>& items);
+  // Our own record, signed and newer than ours, from another boot: a past
+  // life to outbid, or (outbid twice) a live twin.
+  void outbid_other_life(TimePoint now, const RecordVersion& version, const RecordPtr& record);
   void process_record(TimePoint now, const RecordBytes& bytes, std::vector<OutgoingItem>* corrections);
   void process_liveness(TimePoint now, const LivenessItem& item, std::vector<OutgoingItem>* corrections);
   // A claim is news when it could change this peer's view of its target.
@@ -333,6 +348,8 @@ class GossipCore {
 
   PeerRecord self_;
   RecordPtr self_signed_;
+  // Boots of our identity's other lives we outbid, and how often (bounded).
+  std::map<std::uint64_t, int> outbid_boots_;
   bool self_dirty_ = false;
   bool head_changed_ = false;  // part of self_dirty_: re-sign now, not at min_resign_interval
   TimePoint last_signed_;

@@ -48,23 +48,44 @@ void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::sp
     ++stats_.dropped_forged_sender;
     return;
   }
-  // Anti-replay per sender; members keep their window in the member table.
-  ReplayWindow* window = nullptr;
-  if (Member* m = table_.find(opened.sender)) {
-    window = &m->replay;
-  } else {
-    if (stranger_windows_.size() >= kMaxStrangerWindows) stranger_windows_.clear();
-    window = &stranger_windows_[opened.sender];
-  }
-  if (!window->accept(opened.boot_id, opened.counter)) {
-    ++stats_.dropped_replayed;
-    return;
-  }
   Packet packet;
   std::vector<IncomingItem> items;
   if (!decode_packet(opened.plaintext, packet, items).is_ok() || packet.sender != opened.sender) {
     ++stats_.dropped_malformed;
     return;
+  }
+  // Anti-replay per sender, in the boot its newest signed record names;
+  // members keep their window in the member table.
+  ReplayWindow* window = nullptr;
+  Member* member = table_.find(opened.sender);
+  if (Member* m = member) {
+    window = &m->replay;
+    const std::uint64_t boot = m->record->record.boot;
+    if (!window->used() || window->boot_id() != boot) window->restart(boot);
+  } else {
+    if (stranger_windows_.size() >= kMaxStrangerWindows) stranger_windows_.clear();
+    window = &stranger_windows_[opened.sender];
+  }
+  if (!window->accept(opened.boot_id, opened.counter)) {
+    // Another boot is the sender's new life when the datagram carries the
+    // sender's own record naming it, signed and newer than any we hold; a
+    // past life's datagrams carry its older records and stay replays.
+    if (opened.boot_id == window->boot_id() || !proves_new_boot(opened, items)) {
+      ++stats_.dropped_replayed;
+      // A life of this identity that has not heard of its newest record (a
+      // restart whose clock went back, or a twin) is told, once a probe
+      // interval, so it outbids that record instead of talking unheard.
+      if (member != nullptr && opened.boot_id != window->boot_id() &&
+          now - member->last_boot_correction >= config_.probe_interval) {
+        member->last_boot_correction = now;
+        Packet correction;
+        correction.kind = PacketKind::kGossip;
+        send_packet(opened.sender, from, correction, std::vector<OutgoingItem>{member->record});
+      }
+      return;
+    }
+    window->restart(opened.boot_id);
+    window->accept(opened.boot_id, opened.counter);
   }
   if (self_.leaving) return;  // a departing peer only talks
   std::vector<OutgoingItem> corrections;
@@ -88,6 +109,19 @@ void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::sp
     case PacketKind::kNack: on_nack(packet); break;
     case PacketKind::kGossip: break;
   }
+}
+
+bool GossipCore::proves_new_boot(const Opened& opened, const std::vector<IncomingItem>& items) {
+  for (const auto& item : items) {
+    const auto* bytes = std::get_if<RecordBytes>(&item);
+    if (bytes == nullptr) continue;
+    const auto version = peek_record_version(bytes->bytes);
+    if (version && version->id == opened.sender && version->boot == opened.boot_id && table_.is_news(*version) &&
+        decoder_->decode(bytes->bytes).is_ok()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void GossipCore::process_items(TimePoint now, std::vector<IncomingItem>& items,
@@ -125,8 +159,8 @@ void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::ve
     const bool newer = version->incarnation != self_.incarnation ? version->incarnation > self_.incarnation
                                                                   : version->seq > self_.seq;
     if (newer && !self_.leaving) {
-      if (decoder_->decode(bytes.bytes).is_ok()) {
-        refute(now, version->incarnation);
+      if (auto record = decoder_->decode(bytes.bytes)) {
+        outbid_other_life(now, *version, *record);
       } else {
         ++stats_.records_rejected;
         add_correction(corrections, self_signed_);
@@ -176,6 +210,20 @@ void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::ve
     eager_round_due_ = true;
     head_news_ = *record;
   }
+}
+
+void GossipCore::outbid_other_life(TimePoint now, const RecordVersion& version, const RecordPtr& record) {
+  refute(now, version.incarnation);
+  if (version.boot == self_.boot) return;
+  // A past life's records stop at the incarnation it reached, so it is
+  // outbid once (or twice, when its newest record comes late). A life that
+  // signs above us a third time is running now.
+  int& times = outbid_boots_[version.boot];
+  if (++times == 3) {
+    ++stats_.identity_conflicts;
+    emit(MemberEventKind::kIdentityConflict, self_id(), record, version.incarnation);
+  }
+  if (outbid_boots_.size() > 16) outbid_boots_.erase(outbid_boots_.begin());
 }
 
 void GossipCore::preload(TimePoint now, std::span<const RecordPtr> records) {

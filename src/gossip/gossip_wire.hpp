@@ -116,6 +116,7 @@ struct RecordVersion {
   PeerId id;
   std::uint64_t incarnation = 0;
   std::uint64_t seq = 0;
+  std::uint64_t boot = 0;
 };
 std::optional<RecordVersion> peek_record_version(std::span<const std::uint8_t> encoded);
 

@@ -43,6 +43,9 @@ struct Member {
   TimePoint accusations_tat;
   TimePoint last_probed;            // by this peer
   TimePoint last_reminded;          // when this peer last re-spread its suspicion
+  // When this peer last answered a datagram of another boot (a life of this
+  // identity that has not heard of the newest record) with that record.
+  TimePoint last_boot_correction;
 
   const PeerId& id() const { return record->record.id; }
   bool is_live() const { return liveness == Liveness::kAlive || liveness == Liveness::kSuspect; }

@@ -19,10 +19,11 @@ std::vector<std::uint8_t> encode_body(const PeerRecord& r) {
   std::vector<std::uint8_t> out;
   out.reserve(256);
   core::MsgpackWriter w(out);
-  w.write_array_header(11);
+  w.write_array_header(12);
   w.write_bin(r.id.bytes);
   w.write_uint(r.incarnation);
   w.write_uint(r.seq);
+  w.write_uint(r.boot);
   w.write_str(r.gossip_addr);
   w.write_str(r.data_addr);
   w.write_str(r.topology.dc);
@@ -56,10 +57,11 @@ std::vector<std::uint8_t> signing_message(std::span<const std::uint8_t> body) {
 
 Status decode_body(core::MsgpackReader& rd, PeerRecord& r) {
   std::string_view s;
-  rd.expect_array("record", 11);
+  rd.expect_array("record", 12);
   rd.read_bin_exact("record id", r.id.bytes);
   rd.read_uint("record incarnation", r.incarnation);
   rd.read_uint("record seq", r.seq);
+  rd.read_uint("record boot", r.boot);
   if (rd.read_str("gossip address", s, kMaxRecordAddrBytes)) r.gossip_addr.assign(s);
   if (rd.read_str("data address", s, kMaxRecordAddrBytes)) r.data_addr.assign(s);
   if (rd.read_str("dc", s, kMaxTopologyLabelBytes)) r.topology.dc.assign(s);

@@ -43,6 +43,10 @@ struct PeerRecord {
   PeerId id;
   std::uint64_t incarnation = 0;
   std::uint64_t seq = 0;
+  // Random per process start: the boot id in the nonces of this life's
+  // datagrams. Signed here, so a receiver believes a new boot only from a
+  // record, never from a datagram that merely carries it.
+  std::uint64_t boot = 0;
   std::string gossip_addr;  // host:port, UDP and TCP
   std::string data_addr;    // host:port of the data plane, may be empty
   Topology topology;

@@ -52,6 +52,7 @@ void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) 
     case gossip::MemberEventKind::kDead:
     case gossip::MemberEventKind::kLeft:
     case gossip::MemberEventKind::kRemoved: peer_gone(now, event.id); break;
+    case gossip::MemberEventKind::kIdentityConflict: break;  // our own identity: the runtime reports it
     default:
       if (event.record) {
         learn_from_record(now, event.record->record);

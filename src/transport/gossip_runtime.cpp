@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 
+#include "core/entropy.hpp"
 #include "core/host_port.hpp"
 #include "core/log.hpp"
 #include "core/quoted.hpp"
@@ -203,11 +204,13 @@ Result<std::unique_ptr<GossipRuntime>> GossipRuntime::start(asio::io_context& io
   auto seeds = resolve_seeds(rt->options_.seeds, address.is_v6());
   if (!seeds) return seeds.status();
   rt->options_.seeds = std::move(*seeds);
+  // The incarnation only needs to beat a past life's in the usual case (a
+  // clock that stepped back is outbid once the past life's record is heard);
+  // the seed, and with it the boot id, must differ even between processes
+  // that share an identity and start in the same millisecond.
   const std::uint64_t incarnation = wall_clock_ms();
-  std::uint64_t seed = incarnation ^ (std::uint64_t{identity.public_key().bytes[0]} << 56) ^
-                       static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   rt->core_ = std::make_unique<gossip::GossipCore>(rt->options_.config, std::move(identity), swarm_key, local,
-                                                   incarnation, seed, steady_now());
+                                                   incarnation, core::entropy64(), steady_now());
   TH_LOG_INFO(kLog, "listening on " << rt->bound_.to_string() << " (udp+tcp) as peer " << rt->core_->self_id().hex()
                                     << ", advertised as " << rt->options_.advertise << ", swarm "
                                     << swarm_key.fingerprint());
@@ -391,6 +394,13 @@ void GossipRuntime::pump() {
   }
   while (auto event = core_->poll_event()) {
     const auto& r = event->record;
+    if (event->kind == gossip::MemberEventKind::kIdentityConflict) {
+      TH_LOG_ERROR(kLog, "another live process uses this peer's identity "
+                             << event->id.short_hex() << " (its record: incarnation " << event->incarnation
+                             << (r ? ", address " + r->record.gossip_addr : std::string())
+                             << "): give each process its own key file");
+      continue;
+    }
     const auto level = event->kind == gossip::MemberEventKind::kUpdated ? core::LogLevel::kDebug : core::LogLevel::kInfo;
     TENSORHUB_LOG(level, kLog, "member " << gossip::member_event_name(event->kind) << " peer=" << event->id.short_hex()
                                          << " incarnation=" << event->incarnation

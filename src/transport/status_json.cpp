@@ -66,6 +66,7 @@ nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePo
                   {"acks_unasked", s.acks_unasked},
                   {"syncs_refused", s.syncs_refused},
                   {"pair_keys_derived", s.pair_keys_derived},
+                  {"identity_conflicts", s.identity_conflicts},
                   {"probes", s.probes},
                   {"probes_failed", s.probes_failed},
                   {"suspicions", s.suspicions},

@@ -40,7 +40,7 @@ const TimePoint kT0 = TimePoint(10s);
 
 }  // namespace
 
-TEST_CASE("replay window: fresh, duplicate, reordered, too old, new boot") {
+TEST_CASE("replay window: fresh, duplicate, reordered, too old, another boot only when moved to it") {
   ReplayWindow w;
   CHECK(w.accept(5, 10));
   CHECK_FALSE(w.accept(5, 10));  // duplicate
@@ -50,9 +50,13 @@ TEST_CASE("replay window: fresh, duplicate, reordered, too old, new boot") {
   CHECK(w.accept(5, 100));
   CHECK(w.accept(5, 40));        // 60 behind: still inside
   CHECK_FALSE(w.accept(5, 36));  // 64 behind: too old
-  CHECK_FALSE(w.accept(4, 1000));  // an older boot of the sender
-  CHECK(w.accept(6, 1));           // the sender restarted
-  CHECK_FALSE(w.accept(5, 101));
+  CHECK_FALSE(w.accept(4, 1000));  // another boot: smaller
+  CHECK_FALSE(w.accept(6, 1));     // or larger, alike
+  CHECK(w.boot_id() == 5);
+  w.restart(3);                    // the sender's signed record names boot 3
+  CHECK(w.accept(3, 1));
+  CHECK_FALSE(w.accept(3, 1));
+  CHECK_FALSE(w.accept(5, 101));   // its past life's datagrams are replays now
 }
 
 TEST_CASE("rate limiter: one flooding address is cut, others are not") {
