@@ -18,11 +18,14 @@ bool HeadTracker::trusts(const PublicKey& publisher) const {
 
 std::optional<ManifestRequest> HeadTracker::on_head_named(TimePoint now, const PeerId& peer, const std::string& model,
                                                           std::uint64_t version, const ManifestId& id) {
-  if (by_id_.count(id) || equivocated(model, version)) return std::nullopt;
+  if (by_id_.count(id) || equivocated(model, version) || discredited(now, peer)) return std::nullopt;
   // Older than the head: not wanted, unless we believe another manifest of
   // that very version (this one would prove equivocation).
   if (auto h = head(model); h && h->version >= version && !find(model, version)) return std::nullopt;
   auto it = wanted_.find(id);
+  const bool names_it = it != wanted_.end() &&
+                        std::find(it->second.namers.begin(), it->second.namers.end(), peer) != it->second.namers.end();
+  if (!names_it && named_by(peer) >= kMaxNamedPerPeer) return std::nullopt;
   if (it == wanted_.end()) {
     if (wanted_.size() >= kMaxWanted) {
       // The oldest wanted version makes room, unless this one is older still.
@@ -31,7 +34,7 @@ std::optional<ManifestRequest> HeadTracker::on_head_named(TimePoint now, const P
       if (oldest->second.version >= version) return std::nullopt;
       wanted_.erase(oldest);
     }
-    it = wanted_.emplace(id, Wanted{model, version, {}, kNotAsked, kTimeNever}).first;
+    it = wanted_.emplace(id, Wanted{model, version, {}, kNotAsked, kTimeNever, false}).first;
   }
   Wanted& w = it->second;
   // The record's (model, version) must match what others said of this id;
@@ -65,12 +68,69 @@ void HeadTracker::forget_peer(const PeerId& peer) {
 
 std::optional<ManifestRequest> HeadTracker::on_no_manifest(TimePoint now, const PeerId& peer, const ManifestId& id) {
   auto it = wanted_.find(id);
+  if (it != wanted_.end() && !it->second.parent) return on_bad_manifest(now, peer, id);
+  return pass_over(now, peer, id);
+}
+
+std::optional<ManifestRequest> HeadTracker::on_foreign_manifest(TimePoint now, const PeerId& peer,
+                                                                const ManifestId& id) {
+  return pass_over(now, peer, id);
+}
+
+std::optional<ManifestRequest> HeadTracker::pass_over(TimePoint now, const PeerId& peer, const ManifestId& id) {
+  auto it = wanted_.find(id);
   if (it == wanted_.end()) return std::nullopt;
   Wanted& w = it->second;
   auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
   if (pos == w.namers.end()) return std::nullopt;  // not asked of it, or already dropped
   drop_namer(w, pos);
   return ask_next(now, id, w);
+}
+
+std::optional<ManifestRequest> HeadTracker::on_bad_manifest(TimePoint now, const PeerId& peer, const ManifestId& id) {
+  auto it = wanted_.find(id);
+  if (it == wanted_.end()) return std::nullopt;
+  const auto& namers = it->second.namers;
+  if (std::find(namers.begin(), namers.end(), peer) == namers.end()) return std::nullopt;
+  return discredit(now, peer, id);
+}
+
+bool HeadTracker::discredited(TimePoint now, const PeerId& peer) const {
+  auto it = discredited_.find(peer);
+  return it != discredited_.end() && now < it->second.until;
+}
+
+std::optional<ManifestRequest> HeadTracker::discredit(TimePoint now, const PeerId& peer, const ManifestId& id) {
+  auto [d, fresh] = discredited_.try_emplace(peer, Discredit{now, Duration::zero()});
+  d->second.last = fresh ? kDiscreditFor : std::min<Duration>(d->second.last * 2, kMaxDiscreditFor);
+  d->second.until = now + d->second.last;
+  if (discredited_.size() > kMaxDiscredited) {
+    auto soonest = std::min_element(discredited_.begin(), discredited_.end(),
+                                    [](const auto& a, const auto& b) { return a.second.until < b.second.until; });
+    discredited_.erase(soonest);
+  }
+  // What only it named is wanted no more; the rest is asked of others.
+  std::optional<ManifestRequest> next;
+  for (auto it = wanted_.begin(); it != wanted_.end();) {
+    Wanted& w = it->second;
+    auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
+    if (pos != w.namers.end()) {
+      drop_namer(w, pos);
+      if (w.namers.empty() && !waiting_.count(it->first)) {
+        it = wanted_.erase(it);
+        continue;
+      }
+      if (it->first == id) next = ask_next(now, id, w);
+    }
+    ++it;
+  }
+  return next;
+}
+
+std::size_t HeadTracker::named_by(const PeerId& peer) const {
+  std::size_t n = 0;
+  for (const auto& [id, w] : wanted_) n += std::count(w.namers.begin(), w.namers.end(), peer);
+  return n;
 }
 
 std::optional<ManifestRequest> HeadTracker::ask_next(TimePoint now, const ManifestId& id, Wanted& w) {
@@ -143,7 +203,7 @@ bool HeadTracker::wait_for_parent(const std::shared_ptr<const Manifest>& m, std:
   ++waiting_count_;
   auto it = wanted_.find(m->parent());
   if (it == wanted_.end()) {
-    it = wanted_.emplace(m->parent(), Wanted{m->model(), m->version() - 1, {}, kNotAsked, kTimeNever}).first;
+    it = wanted_.emplace(m->parent(), Wanted{m->model(), m->version() - 1, {}, kNotAsked, kTimeNever, true}).first;
   }
   for (const PeerId& p : namers) {
     if (it->second.namers.size() >= kMaxNamers) break;

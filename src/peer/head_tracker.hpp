@@ -21,6 +21,13 @@
 //    signed twice at the fork, or a broken chain) before anything of it is
 //    believed. A manifest whose parent does not come within kChainWait is
 //    believed without it (the parent may be gone from every peer).
+//  - A namer that answers for a head its record named with nothing (no
+//    manifest) or with garbage (undecodable, another id) lied: it names nothing here for a while (kDiscreditFor,
+//    doubling each time, up to kMaxDiscreditFor), and what only it named is
+//    wanted no more. One peer names at most kMaxNamedPerPeer wanted
+//    manifests (an honest record names one head per model, at most 16), so
+//    one member cannot fill the table with fake heads that crowd out the
+//    real one.
 //  - Bounded: at most kMaxWanted manifests are wanted at once (the newest
 //    win), each remembers at most kMaxNamers peers, at most kMaxWaiting wait
 //    for their parent, and per model only the newest kKeptVersions
@@ -67,6 +74,10 @@ class HeadTracker {
   static constexpr std::uint64_t kMaxChainBack = 8;
   static constexpr std::size_t kMaxWaiting = 64;
   static constexpr Duration kChainWait = std::chrono::seconds(8);
+  static constexpr std::size_t kMaxNamedPerPeer = 16;
+  static constexpr Duration kDiscreditFor = std::chrono::seconds(60);
+  static constexpr Duration kMaxDiscreditFor = std::chrono::hours(1);
+  static constexpr std::size_t kMaxDiscredited = 4096;
 
   HeadTracker(std::vector<PublicKey> trusted_publishers, Duration retry);
 
@@ -77,8 +88,18 @@ class HeadTracker {
                                                std::uint64_t version, const ManifestId& id);
   // `peer` is gone: it names nothing any more.
   void forget_peer(const PeerId& peer);
-  // `peer` answered that it does not have `id`: the next namer is asked at once.
+  // `peer` answered that it does not have `id`: the next namer is asked at
+  // once. A peer whose own record named `id` as its head lied, and is
+  // discredited (see above); one asked for a parent may not have it.
   std::optional<ManifestRequest> on_no_manifest(TimePoint now, const PeerId& peer, const ManifestId& id);
+  // `peer` answered for `id` with bytes that are no manifest, or another
+  // id's: it is discredited, and the next namer is asked at once.
+  std::optional<ManifestRequest> on_bad_manifest(TimePoint now, const PeerId& peer, const ManifestId& id);
+  // `peer` answered for `id` with a manifest no publisher we trust signed
+  // (peers may trust different keys): the next namer is asked at once.
+  std::optional<ManifestRequest> on_foreign_manifest(TimePoint now, const PeerId& peer, const ManifestId& id);
+  // Whether `peer`'s head names are ignored now.
+  bool discredited(TimePoint now, const PeerId& peer) const;
 
   // Checks and records a manifest (from a peer, or our own publication).
   // Returns whether the head of its model changed (to it, or to a child
@@ -122,6 +143,11 @@ class HeadTracker {
     std::vector<PeerId> namers;  // peers whose records name it, in the order heard
     std::size_t last_asked = kNotAsked;  // index in namers; the next one is asked next
     TimePoint asked_at = kTimeNever;  // kTimeNever: no answer awaited
+    bool parent = false;  // wanted as the parent of a waiting manifest, not named as a head
+  };
+  struct Discredit {
+    TimePoint until;
+    Duration last;  // the length of the last discredit
   };
 
   static constexpr std::size_t kNotAsked = static_cast<std::size_t>(-1);
@@ -129,6 +155,11 @@ class HeadTracker {
   std::optional<ManifestRequest> ask_next(TimePoint now, const ManifestId& id, Wanted& w);
   std::optional<ManifestRequest> ask(TimePoint now, const ManifestId& id, Wanted& w, std::size_t index);
   void drop_namer(Wanted& w, std::vector<PeerId>::iterator pos);
+  // `peer` lied about `id`: discredited, dropped as a namer everywhere.
+  std::optional<ManifestRequest> discredit(TimePoint now, const PeerId& peer, const ManifestId& id);
+  // `peer` cannot give `id`: the next namer is asked.
+  std::optional<ManifestRequest> pass_over(TimePoint now, const PeerId& peer, const ManifestId& id);
+  std::size_t named_by(const PeerId& peer) const;
   void refresh_head(Model& model, const std::string& name);
   void prune(Model& model);
   // `m` waits for its parent when that is worth asking for (see above).
@@ -142,6 +173,7 @@ class HeadTracker {
   std::map<std::string, Model> models_;
   std::map<ManifestId, std::shared_ptr<const Manifest>> by_id_;  // every manifest in models_
   std::map<ManifestId, Wanted> wanted_;
+  std::map<PeerId, Discredit> discredited_;
   std::set<std::pair<std::string, std::uint64_t>> equivocated_;  // (model, version) signed twice
   std::vector<Equivocation> equivocations_;  // the proof, kept for the first few
   struct Waiting {

@@ -184,6 +184,14 @@ void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::Swarm
   if (!decoded || (*decoded)->id() != message.version_id) {
     report(Report::kWarn, "peer " + from.short_hex() + " sent a bad manifest: " +
                               (decoded ? std::string("wrong id") : decoded.status().to_string()));
+    // A namer that answers with garbage names nothing here for a while.
+    send_manifest_request(heads_.on_bad_manifest(now, from, message.version_id));
+    return;
+  }
+  if (!heads_.trusts((*decoded)->publisher())) {
+    report(Report::kWarn, "refused manifest " + message.version_id.short_hex() + " from " + from.short_hex() +
+                              ": signed by " + (*decoded)->publisher().short_hex() + ", not a trusted publisher");
+    send_manifest_request(heads_.on_foreign_manifest(now, from, message.version_id));
     return;
   }
   const std::size_t equivocations = heads_.equivocations().size();

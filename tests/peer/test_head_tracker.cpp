@@ -33,6 +33,13 @@ std::array<std::shared_ptr<const Manifest>, 3> chain_of_three(const Identity& ke
 
 PeerId peer_id(std::uint64_t n) { return GossipNetwork::identity_for(n).public_key(); }
 
+ManifestId fake_id(std::uint64_t n) {
+  ManifestId id;
+  for (std::size_t i = 0; i < 8; ++i) id.bytes[i] = static_cast<std::uint8_t>(n >> (8 * i));
+  id.bytes[31] = 0xfa;
+  return id;
+}
+
 TimePoint at(Duration d) { return TimePoint(1s) + d; }
 
 }  // namespace
@@ -149,12 +156,14 @@ TEST_CASE("head tracker: heads no newer than ours are not asked for, and a lie a
 TEST_CASE("head tracker: wanted manifests and kept versions are bounded") {
   const Identity trainer = test_identity(1);
   HeadTracker heads({trainer.public_key()}, kRetry);
-  // A member naming endless fake heads fills at most kMaxWanted entries; newer ones win.
+  // Members naming endless fake heads fill at most kMaxWanted entries
+  // (one member at most kMaxNamedPerPeer); newer ones win.
   for (std::uint64_t v = 1; v <= 3 * HeadTracker::kMaxWanted; ++v) {
-    ManifestId fake;
-    fake.bytes[0] = static_cast<std::uint8_t>(v);
-    fake.bytes[1] = static_cast<std::uint8_t>(v >> 8);
-    (void)heads.on_head_named(at(0s), peer_id(1), "policy", v, fake);
+    (void)heads.on_head_named(at(0s), peer_id(1), "policy", v, fake_id(v));
+  }
+  CHECK(heads.wanted() == HeadTracker::kMaxNamedPerPeer);
+  for (std::uint64_t v = 1; v <= 3 * HeadTracker::kMaxWanted; ++v) {
+    (void)heads.on_head_named(at(0s), peer_id(2 + v % 8), "policy", 1000 + v, fake_id(1000 + v));
   }
   CHECK(heads.wanted() == HeadTracker::kMaxWanted);
   // Verified versions beyond kKeptVersions are forgotten, oldest first.
@@ -239,4 +248,70 @@ TEST_CASE("head tracker: a head whose parent never comes is believed after the w
   auto far = manifest_of(9, trainer, 3 + HeadTracker::kMaxChainBack + 1, v2->id());
   REQUIRE(heads.on_head_named(at(20s), peer_id(6), "policy", far->version(), far->id()).has_value());
   CHECK(*heads.accept(far));
+}
+
+TEST_CASE("head tracker: one member's fake heads at the highest versions never crowd out the real head") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  // A hostile member names fake heads far above any real version, and never answers.
+  for (std::uint64_t i = 0; i < 4 * HeadTracker::kMaxWanted; ++i) {
+    (void)heads.on_head_named(at(0s), peer_id(9), "policy", UINT64_MAX - i, fake_id(i));
+  }
+  auto v1 = manifest_of(1, trainer, 1);
+  auto asked = heads.on_head_named(at(1s), peer_id(1), "policy", 1, v1->id());
+  REQUIRE(asked.has_value());
+  CHECK(asked->peer == peer_id(1));
+  REQUIRE(heads.accept(v1).is_ok());
+  CHECK(heads.head("policy")->version == 1);
+}
+
+TEST_CASE("head tracker: a namer that answers its own head with nothing or garbage names nothing for a while") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  for (std::uint64_t i = 0; i < 8; ++i) (void)heads.on_head_named(at(0s), peer_id(9), "policy", 100 + i, fake_id(i));
+  auto v1 = manifest_of(1, trainer, 1);
+  REQUIRE(heads.on_head_named(at(0s), peer_id(9), "policy", 1, v1->id()).has_value());
+  (void)heads.on_head_named(at(0s), peer_id(2), "policy", 1, v1->id());
+  CHECK(heads.wanted() == 9);
+  // It says it has not got the head its own record names: a lie. What only
+  // it named is dropped; the real head is asked of the other namer at once.
+  auto next = heads.on_no_manifest(at(1s), peer_id(9), v1->id());
+  REQUIRE(next.has_value());
+  CHECK(next->peer == peer_id(2));
+  CHECK(heads.wanted() == 1);
+  CHECK(heads.discredited(at(1s), peer_id(9)));
+  // Meanwhile its names are ignored, for a minute, then twice as long after the next lie.
+  CHECK_FALSE(heads.on_head_named(at(30s), peer_id(9), "policy", 200, fake_id(200)).has_value());
+  CHECK(heads.wanted() == 1);
+  CHECK_FALSE(heads.discredited(at(61s), peer_id(9)));
+  REQUIRE(heads.on_head_named(at(61s), peer_id(9), "policy", 201, fake_id(201)).has_value());
+  CHECK_FALSE(heads.on_bad_manifest(at(62s), peer_id(9), fake_id(201)).has_value());  // garbage: a lie too
+  CHECK(heads.discredited(at(62s) + 119s, peer_id(9)));
+  CHECK_FALSE(heads.discredited(at(62s) + 120s, peer_id(9)));
+  // A manifest signed by a key we do not trust is no lie (peers may trust
+  // other keys): that namer is only passed over for that id.
+  auto v2 = manifest_of(2, trainer, 2, v1->id());
+  REQUIRE(heads.on_head_named(at(200s), peer_id(3), "policy", 2, v2->id()).has_value());
+  (void)heads.on_head_named(at(200s), peer_id(4), "policy", 2, v2->id());
+  auto other = heads.on_foreign_manifest(at(201s), peer_id(3), v2->id());
+  REQUIRE(other.has_value());
+  CHECK(other->peer == peer_id(4));
+  CHECK_FALSE(heads.discredited(at(201s), peer_id(3)));
+}
+
+TEST_CASE("head tracker: a namer without the parent of its head is passed over, not discredited") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  const auto [v1, v2, v3] = chain_of_three(trainer);
+  REQUIRE(heads.accept(v1).is_ok());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(2), "policy", 3, v3->id()).has_value());
+  (void)heads.on_head_named(at(0s), peer_id(3), "policy", 3, v3->id());
+  REQUIRE_FALSE(heads.accept(v3).value());  // waits for v2
+  auto parents = heads.parent_requests(at(1s));
+  REQUIRE(parents.size() == 1);
+  const PeerId asked = parents[0].peer;
+  auto next = heads.on_no_manifest(at(1s), asked, v2->id());
+  REQUIRE(next.has_value());
+  CHECK(next->peer != asked);
+  CHECK_FALSE(heads.discredited(at(1s), asked));
 }
