@@ -57,6 +57,11 @@ struct PeerOptions {
   std::vector<std::string> seeds;         // host:port of peers to join through (names looked up at start)
   std::string dc, rack, host;             // topology labels: printable ASCII, at most 64 bytes each
   std::vector<PublicKey> trusted_publishers;  // manifests signed by others are refused
+  // Admission control: when not empty, only these identities are members.
+  // Anyone else holding the swarm key is not heard by gossip and its data
+  // connections are closed once authenticated. Must name this peer. Empty:
+  // anyone holding the swarm key is a member. Peer::set_members changes it.
+  std::vector<PublicKey> members;
   // Limits and tuning (defaults are sensible).
   std::size_t max_neighbours = 16;
   std::size_t upload_slots = 8;  // per host: peers with the same host label divide them
@@ -232,6 +237,12 @@ class Peer {
   // add up to the version's: blocks land straight in them, spanning regions
   // where they must. Errors: as above; kInvalidArgument also for an empty region.
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions);
+
+  // Replaces the member list (PeerOptions::members; empty: anyone holding
+  // the swarm key). Members no longer on it are forgotten at once and their
+  // connections closed. Errors: kInvalidArgument (a list that does not name
+  // this peer).
+  Status set_members(std::vector<PublicKey> members);
 
   // How many peers other than this one hold `id` completely, as gossip tells.
   std::size_t replicas(const ManifestId& id) const;

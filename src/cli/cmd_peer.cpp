@@ -72,6 +72,9 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--swarm-key", args->swarm_key_file, "The swarm key file (tensorhub swarm-key)")->required();
   p->add_option("--seed", args->peer.seeds, "HOST:PORT of a peer to join through; repeatable");
   p->add_option("--trust", *trusted, "Trusted publisher public key (hex); repeatable (default: this peer's own key)");
+  p->add_option("--members", args->members_file,
+                "Admission control: a file of member public keys (hex, one a line); only they are heard and served. "
+                "Reloaded when it changes");
   p->add_option("--dc", args->peer.dc, "Topology label: datacenter");
   p->add_option("--rack", args->peer.rack, "Topology label: rack");
   p->add_option("--host", args->peer.host, "Topology label: host");

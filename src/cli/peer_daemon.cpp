@@ -9,6 +9,8 @@
 #include <set>
 #include <type_traits>
 
+#include <sys/stat.h>
+
 #include "cli/cli_common.hpp"
 #include "cli/reserved_buffers.hpp"
 #include "core/file_io.hpp"
@@ -17,6 +19,7 @@
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
 #include "core/mapped_output_file.hpp"
+#include "core/member_list.hpp"
 #include "core/quoted.hpp"
 #include "tensorhub/safetensors.hpp"
 #include "transport/control_server.hpp"
@@ -29,6 +32,23 @@ using Clock = std::chrono::steady_clock;
 using Key = std::pair<std::string, std::uint64_t>;
 // How often a published file is checked for changes under the daemon.
 constexpr std::chrono::milliseconds kFileCheckInterval{250};
+// How often the member list file is checked for a new list.
+constexpr std::chrono::milliseconds kMembersCheckInterval{1000};
+
+// What tells one version of a file from the next: identity, size, time.
+struct FileStamp {
+  dev_t device = 0;
+  ino_t inode = 0;
+  off_t size = -1;
+  std::int64_t mtime_ns = 0;
+  friend bool operator==(const FileStamp&, const FileStamp&) = default;
+};
+FileStamp stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return FileStamp{};
+  return FileStamp{st.st_dev, st.st_ino, st.st_size,
+                   static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
 
 Json error_line(const Status& s) { return Json{{"done", true}, {"ok", false}, {"error", s.to_string()}}; }
 
@@ -78,6 +98,15 @@ class Daemon {
     if (!identity) return report_error(identity.status());
     auto swarm_key = SwarmKey::load(options_.swarm_key_file);
     if (!swarm_key) return report_error(swarm_key.status());
+    if (!options_.members_file.empty()) {
+      members_stamp_ = stamp_of(options_.members_file);
+      auto members = core::load_member_list(options_.members_file);
+      if (!members) return report_error(members.status().with_context("--members"));
+      if (members->empty()) {
+        return report_error(Status::invalid_argument("--members " + options_.members_file + " lists no key"));
+      }
+      options_.peer.members = std::move(*members);
+    }
     auto peer = peer::start_peer(options_.peer, options_.internal, std::move(*identity), std::move(*swarm_key));
     if (!peer) return report_error(peer.status());
     peer_ = std::move(*peer);
@@ -96,6 +125,7 @@ class Daemon {
     TH_LOG_INFO("peer", "control socket " << path);
 
     for (const std::string& model : options_.follow) follow(model);
+    if (!options_.members_file.empty()) later(kMembersCheckInterval, [this] { watch_members(); });
 
     signals_.async_wait([this](std::error_code ec, int signal) {
       if (ec) return;
@@ -202,6 +232,25 @@ class Daemon {
       return;
     }
     watch_replicas(model, version, id, wait_replicas, release_after, started, reply, 0);
+  }
+
+  // A changed member list file is loaded and put in force; one that does
+  // not load (or lists no key, or not this peer) leaves the list in force.
+  void watch_members() {
+    later(kMembersCheckInterval, [this] { watch_members(); });
+    const FileStamp now = stamp_of(options_.members_file);
+    if (now == members_stamp_) return;
+    members_stamp_ = now;
+    auto members = core::load_member_list(options_.members_file);
+    Status s = !members ? members.status()
+               : members->empty()
+                   ? Status::invalid_argument(options_.members_file + " lists no key")
+                   : peer_->set_members(std::move(*members));
+    if (!s.is_ok()) {
+      TH_LOG_ERROR("peer", "the member list is unchanged: " << s.to_string());
+      return;
+    }
+    TH_LOG_INFO("peer", "member list reloaded from " << options_.members_file);
   }
 
   // A published file that is truncated or written under the daemon serves
@@ -419,6 +468,7 @@ class Daemon {
   std::unique_ptr<Peer> peer_;
   std::unique_ptr<transport::ControlServer> control_;
   ReservedBuffers reserved_;  // declared first: outlives the fetches that use it
+  FileStamp members_stamp_;   // of the member list file last loaded
   std::map<Key, std::size_t> buffer_of_;
   std::map<Key, Published> published_;
   std::map<Key, std::shared_ptr<core::MappedOutputFile>> files_;  // declared before fetched_: outlives its handle

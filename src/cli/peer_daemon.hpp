@@ -25,6 +25,7 @@ struct DaemonOptions {
   PeerOptions peer;
   peer::InternalOptions internal;  // the baselines' leeches, the tests' corrupt holders
   std::string key_file, swarm_key_file, control_path, log_level = "info";
+  std::string members_file;  // --members: reloaded when it changes
   std::vector<std::string> follow;
   double release_deferral_seconds = 60;  // becomes peer.max_release_deferral
   std::uint64_t reserve_bytes = 0;       // --reserve: destination buffers set aside at start

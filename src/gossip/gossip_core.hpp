@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/action_queue.hpp"
@@ -109,6 +110,8 @@ struct GossipStats {
   std::uint64_t pair_keys_derived = 0;
   // Our own records from another live process (kIdentityConflict).
   std::uint64_t identity_conflicts = 0;
+  // Datagrams, stream frames and records of peers not on the admission list.
+  std::uint64_t not_admitted = 0;
 };
 
 // Sums counts (of the peers of a network, say).
@@ -146,6 +149,7 @@ inline GossipStats& operator+=(GossipStats& a, const GossipStats& b) {
   a.syncs_refused += b.syncs_refused;
   a.pair_keys_derived += b.pair_keys_derived;
   a.identity_conflicts += b.identity_conflicts;
+  a.not_admitted += b.not_admitted;
   return a;
 }
 
@@ -198,6 +202,14 @@ class GossipCore {
   // them: for restoring a saved member table, and for simulations that start
   // from a converged swarm. Records that are not news are ignored.
   void preload(TimePoint now, std::span<const RecordPtr> records);
+  // Admission control. With a list, only the peers on it are members: the
+  // datagrams, stream frames and records of anyone else are dropped and
+  // counted (not_admitted), and members no longer on it are removed at once
+  // (kRemoved). Null: anyone holding the swarm key. The list should name
+  // this peer (others holding the same list refuse it otherwise).
+  using AdmissionList = std::unordered_set<PeerId>;
+  void set_admitted(std::shared_ptr<const AdmissionList> admitted);
+  bool admits(const PeerId& id) const { return admitted_ == nullptr || admitted_->count(id) != 0; }
 
   // --- the local record (re-signed at most every min_resign_interval, except
   // for a new head: see eager_round_due_) ---
@@ -377,6 +389,7 @@ class GossipCore {
   RateLimiter rate_limiter_;
   RateLimiter sync_limiter_;
   std::unordered_map<PeerId, ReplayWindow> stranger_windows_;  // senders not (yet) members
+  std::shared_ptr<const AdmissionList> admitted_;                 // null: anyone with the swarm key
 
   std::vector<PeerId> probe_order_;
   std::size_t probe_index_ = 0;

@@ -39,6 +39,10 @@ void GossipCore::handle_datagram(TimePoint now, const std::string& from, std::sp
     ++stats_.dropped_misdirected;
     return;
   }
+  if (!admits(opened.sender)) {
+    ++stats_.not_admitted;
+    return;
+  }
   // The swarm key proves a member sealed it; the sender tag proves which one
   // (and that it was meant for us). Checked before the replay window moves,
   // so nobody can advance another's window.
@@ -169,6 +173,10 @@ void GossipCore::process_record(TimePoint now, const RecordBytes& bytes, std::ve
     if (version->incarnation < self_.incarnation) add_correction(corrections, self_signed_);
     return;
   }
+  if (!admits(version->id)) {
+    ++stats_.not_admitted;
+    return;
+  }
   if (!table_.is_news(*version)) {
     ++stats_.records_stale;
     if (const Member* m = table_.find(version->id);
@@ -226,10 +234,26 @@ void GossipCore::outbid_other_life(TimePoint now, const RecordVersion& version, 
   if (outbid_boots_.size() > 16) outbid_boots_.erase(outbid_boots_.begin());
 }
 
+void GossipCore::set_admitted(std::shared_ptr<const AdmissionList> admitted) {
+  admitted_ = std::move(admitted);
+  if (admitted_ == nullptr) return;
+  if (probe_ && !admits(probe_->target)) probe_.reset();
+  std::vector<PeerId> gone;
+  table_.for_each([&](const Member& m) {
+    if (!admits(m.id())) gone.push_back(m.id());
+  });
+  for (const PeerId& id : gone) {
+    table_.remove(id);
+    std::erase(probe_order_, id);
+    emit(MemberEventKind::kRemoved, id, nullptr, 0);
+  }
+  std::erase_if(stranger_windows_, [&](const auto& entry) { return !admits(entry.first); });
+}
+
 void GossipCore::preload(TimePoint now, std::span<const RecordPtr> records) {
   for (const RecordPtr& record : records) {
     const PeerRecord& r = record->record;
-    if (r.id == self_id() || !table_.is_news(RecordVersion{r.id, r.incarnation, r.seq})) continue;
+    if (r.id == self_id() || !admits(r.id) || !table_.is_news(RecordVersion{r.id, r.incarnation, r.seq})) continue;
     if (table_.apply_record(record, now) == RecordOutcome::kJoined) probe_order_.push_back(r.id);
   }
   for (std::size_t i = probe_order_.size(); i > 1; --i) std::swap(probe_order_[i - 1], probe_order_[rng_.below(i)]);

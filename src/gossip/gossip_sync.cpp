@@ -172,6 +172,11 @@ void GossipCore::handle_stream_frame(TimePoint now, StreamId id, std::span<const
     close_stream(id);
     return;
   }
+  if (!admits(sender)) {
+    ++stats_.not_admitted;
+    close_stream(id);
+    return;
+  }
   switch (it->second.phase) {
     case StreamPhase::kAwaitRequest: {
       if (const auto* probe = std::get_if<StreamProbe>(&body); probe != nullptr && !probe->ack) {

@@ -106,6 +106,15 @@ bool MemberTable::declare_dead(const LivenessItem& own_claim, TimePoint now) {
   return true;
 }
 
+bool MemberTable::remove(const PeerId& id) {
+  if (members_.erase(id) == 0) return false;
+  live_.erase(id);
+  dead_.erase(id);
+  tombstones_.erase(id);
+  suspects_.erase(id);
+  return true;
+}
+
 std::vector<PeerId> MemberTable::expire_tombstones(TimePoint now, Duration ttl) {
   std::vector<PeerId> removed;
   for (const PeerId& id : tombstones_.ids()) {

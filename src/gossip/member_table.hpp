@@ -87,6 +87,8 @@ class MemberTable {
   // it. True if the member was suspect.
   bool declare_dead(const LivenessItem& own_claim, TimePoint now);
 
+  // Forgets a member, whatever its state. True if it was known.
+  bool remove(const PeerId& id);
   // Drops tombstones older than ttl; returns the ids removed.
   std::vector<PeerId> expire_tombstones(TimePoint now, Duration ttl);
 

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -59,6 +60,10 @@ class DataLinks {
   };
 
   explicit DataLinks(PeerId self) : self_(self) {}
+
+  // Admission control: a connection whose authenticated peer `admits`
+  // refuses is closed once its handshake is done. Unset: anyone.
+  void set_admission(std::function<bool(const PeerId&)> admits) { admits_ = std::move(admits); }
 
   const Link* link(const PeerId& peer) const {
     auto it = links_.find(peer);
@@ -113,6 +118,9 @@ class DataLinks {
     }
     if (!self) self = take_accepted(connection);
     if (!self) return out;
+    if (admits_ && !admits_(out.peer)) {
+      return reject(connection, out, Status::permission_denied("the peer is not on this peer's member list"));
+    }
     auto existing = links_.find(out.peer);
     if (existing != links_.end()) {
       if (!replaces_existing_link(self_, out.peer, out.outbound)) {
@@ -239,6 +247,7 @@ class DataLinks {
   }
 
   PeerId self_;
+  std::function<bool(const PeerId&)> admits_;
   std::map<PeerId, Link> links_;                        // established
   std::map<PeerId, Ptr> connecting_;                    // outbound, in handshake
   std::vector<Ptr> accepting_;                          // inbound, in handshake

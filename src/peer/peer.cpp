@@ -282,6 +282,10 @@ std::size_t Peer::replicas(const ManifestId& id) const {
   return impl_->call([&] { return impl_->engine->replicas(id); });
 }
 
+Status Peer::set_members(std::vector<PublicKey> members) {
+  return impl_->call([&] { return impl_->engine->set_members(std::move(members)); });
+}
+
 std::string Peer::status_json() const {
   return impl_->call([&] { return impl_->engine->status_json(); });
 }

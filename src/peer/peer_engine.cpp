@@ -122,8 +122,12 @@ Status PeerEngine::start() {
     if (!parsed) return parsed.status().with_context("data listen");
     data = *parsed;
   }
+  auto admitted = admission_list(options_.members);
+  if (!admitted) return admitted.status();
+  admitted_ = std::move(*admitted);
   tcp_ = std::make_unique<TcpTransport>(io_, identity_, swarm_key_, *this, options_.data_lanes,
                                         [this](const PeerId& peer) { return data_endpoint_of(peer); });
+  tcp_->set_admission([this](const PeerId& peer) { return admitted_ == nullptr || admitted_->count(peer) != 0; });
   TENSORHUB_RETURN_IF_ERROR(tcp_->listen(data));
   const core::HostPort data_bound = tcp_->bound();
 
@@ -138,6 +142,7 @@ Status PeerEngine::start() {
     if (auto a = core::parse_host_port(options_.advertise)) advertised_host = a->host;
   }
   g.data_addr = core::HostPort{advertised_host, data_bound.port}.to_string();
+  g.admitted = admitted_;
   auto runtime = transport::GossipRuntime::start(io_, std::move(g), identity_.clone(), swarm_key_);
   if (!runtime) return runtime.status();
   gossip_ = std::move(*runtime);
@@ -166,6 +171,34 @@ Status PeerEngine::start() {
       if (Status s = join_status(); !s.is_ok()) TH_LOG_ERROR(kLog, s.message());
     });
   }
+  return Status::ok();
+}
+
+Result<std::shared_ptr<const gossip::GossipCore::AdmissionList>> PeerEngine::admission_list(
+    const std::vector<PublicKey>& members) const {
+  if (members.empty()) return std::shared_ptr<const gossip::GossipCore::AdmissionList>();
+  auto list = std::make_shared<gossip::GossipCore::AdmissionList>(members.begin(), members.end());
+  if (!list->count(identity_.public_key())) {
+    return Status::invalid_argument("the member list does not name this peer (" + identity_.public_key().hex() +
+                                    "): the members holding it would refuse this peer");
+  }
+  return std::shared_ptr<const gossip::GossipCore::AdmissionList>(std::move(list));
+}
+
+Status PeerEngine::set_members(std::vector<PublicKey> members) {
+  auto admitted = admission_list(members);
+  if (!admitted) return admitted.status();
+  admitted_ = std::move(*admitted);
+  options_.members = std::move(members);
+  // Gossip forgets those taken off (kRemoved closes what the swarm knows of them).
+  gossip_->core().set_admitted(admitted_);
+  gossip_->pump();
+  if (admitted_ != nullptr) {
+    for (const LinkStats& link : tcp_->links()) {
+      if (!admitted_->count(link.peer)) tcp_->disconnect(link.peer, "taken off the member list");
+    }
+  }
+  TH_LOG_INFO(kLog, "member list: " << (admitted_ ? std::to_string(admitted_->size()) + " members" : std::string("anyone holding the swarm key")));
   return Status::ok();
 }
 

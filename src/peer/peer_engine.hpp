@@ -68,6 +68,8 @@ class PeerEngine final : public TransportEvents {
     return core_->replicas(id);
   }
   std::string status_json() const;
+  // Errors: kInvalidArgument (a list that does not name this peer).
+  Status set_members(std::vector<PublicKey> members);
   // kUnavailable while this peer, started with seeds, has heard from no
   // other peer: no seed answered (not running, unreachable, or holding
   // another swarm key). OK once any peer was heard, or without seeds.
@@ -104,6 +106,10 @@ class PeerEngine final : public TransportEvents {
   // `s`, with why it may have failed when this peer never joined.
   Status with_join_status(Status s) const;
   static TimePoint now();
+  // The admission list for `members`; null when empty. Errors:
+  // kInvalidArgument (a list that does not name this peer).
+  Result<std::shared_ptr<const gossip::GossipCore::AdmissionList>> admission_list(
+      const std::vector<PublicKey>& members) const;
 
   asio::io_context& io_;
   PeerOptions options_;
@@ -114,6 +120,7 @@ class PeerEngine final : public TransportEvents {
   std::unique_ptr<transport::GossipRuntime> gossip_;
   std::unique_ptr<TcpTransport> tcp_;
   std::unique_ptr<PeerCore> core_;
+  std::shared_ptr<const gossip::GossipCore::AdmissionList> admitted_;  // null: anyone with the swarm key
   asio::steady_timer timer_;
   TimePoint timer_at_ = kTimeNever;
   std::map<const LocalVersion*, std::shared_ptr<Lease>> leases_;

@@ -46,6 +46,9 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
   // kUnavailable (cannot bind).
   Status listen(const core::HostPort& at);
   const core::HostPort& bound() const { return bound_; }
+  // Connections (either way) with a peer `admits` refuses are closed once
+  // authenticated. Unset: anyone holding the swarm key.
+  void set_admission(std::function<bool(const PeerId&)> admits) { links_.set_admission(std::move(admits)); }
   // Inbound handshakes closed to stay within the caps.
   std::uint64_t handshakes_shed() const { return handshakes_shed_; }
 

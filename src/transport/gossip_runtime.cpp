@@ -214,6 +214,7 @@ Result<std::unique_ptr<GossipRuntime>> GossipRuntime::start(asio::io_context& io
   TH_LOG_INFO(kLog, "listening on " << rt->bound_.to_string() << " (udp+tcp) as peer " << rt->core_->self_id().hex()
                                     << ", advertised as " << rt->options_.advertise << ", swarm "
                                     << swarm_key.fingerprint());
+  rt->core_->set_admitted(rt->options_.admitted);
   rt->receive_datagram();
   rt->accept_stream();
   if (!rt->options_.seeds.empty()) rt->core_->join(steady_now(), rt->options_.seeds);

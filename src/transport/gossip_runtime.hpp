@@ -33,6 +33,8 @@ struct GossipRuntimeOptions {
   std::size_t max_inbound_streams = 64;
   // From one source address: no single host can take every stream slot.
   std::size_t max_inbound_streams_per_address = 8;
+  // The admission list in force from the start (GossipCore::set_admitted).
+  std::shared_ptr<const gossip::GossipCore::AdmissionList> admitted;
 };
 
 // Now on the runtime's clock, as the cores take it.

@@ -67,6 +67,7 @@ nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePo
                   {"syncs_refused", s.syncs_refused},
                   {"pair_keys_derived", s.pair_keys_derived},
                   {"identity_conflicts", s.identity_conflicts},
+                  {"not_admitted", s.not_admitted},
                   {"probes", s.probes},
                   {"probes_failed", s.probes_failed},
                   {"suspicions", s.suspicions},

@@ -303,6 +303,44 @@ TEST_CASE("gossip cluster: two live processes with one identity are reported by 
   }
 }
 
+TEST_CASE("gossip cluster: with an admission list, a key holder off the list never becomes a member, and one taken off is removed") {
+  GossipNetwork net(111, GossipConfig{});
+  for (std::size_t i = 0; i < 10; ++i) net.add_peer(Topology{"dc1", "rack" + std::to_string(i % 4), "h" + std::to_string(i)});
+  auto listed = std::make_shared<gossip::GossipCore::AdmissionList>();
+  for (std::size_t i = 0; i < 9; ++i) listed->insert(net.id(i));
+  for (std::size_t i = 0; i < 10; ++i) net.core(i).set_admitted(listed);
+  for (std::size_t i = 1; i < 10; ++i) net.join(i, {0});
+  net.run_for(30s);
+  // Peer 9 holds the swarm key but is not listed: nobody lists it as a member.
+  for (std::size_t i = 0; i < 9; ++i) {
+    CHECK(net.core(i).live_members() == 8);
+    CHECK_FALSE(net.core(i).member(net.id(9)).has_value());
+  }
+  CHECK(net.total_stats().not_admitted > 0);
+  // Peer 4 is taken off the list everywhere but itself: removed at once, and
+  // its datagrams, streams and records, which go on, bring it back nowhere.
+  auto fewer = std::make_shared<gossip::GossipCore::AdmissionList>(*listed);
+  fewer->erase(net.id(4));
+  std::size_t removed = 0;
+  net.on_event([&](std::size_t, const gossip::MemberEvent& e) {
+    if (e.kind == gossip::MemberEventKind::kRemoved && e.id == net.id(4)) ++removed;
+  });
+  for (std::size_t i = 0; i < 10; ++i) {
+    if (i == 4) continue;
+    net.core(i).set_admitted(fewer);
+    net.pump(i);
+  }
+  CHECK(removed == 8);
+  const auto before = net.total_stats().not_admitted;
+  net.run_for(60s);
+  for (std::size_t i = 0; i < 9; ++i) {
+    if (i == 4) continue;
+    CHECK_FALSE(net.core(i).member(net.id(4)).has_value());
+    CHECK(net.core(i).live_members() == 7);
+  }
+  CHECK(net.total_stats().not_admitted > before);
+}
+
 TEST_CASE("gossip cluster: stale push-pull state does not resurrect the dead") {
   GossipNetwork net(108, GossipConfig{});
   start(net, 10);

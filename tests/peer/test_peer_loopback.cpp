@@ -518,3 +518,46 @@ TEST_CASE("peer: a requester that asks for every block 20 times takes at most tw
   // version and 16 MiB to the greedy one; without the limits, 21 copies.
   CHECK(served <= 2 * image.size() + (2 * image.size() + (16u << 20)));
 }
+
+TEST_CASE("peer: with a member list, a swarm-key holder off it gets no byte from the members") {
+  const PublicKey publisher_key = GossipNetwork::identity_for(1000).public_key();
+  const std::vector<PublicKey> members = {publisher_key, GossipNetwork::identity_for(1001).public_key(),
+                                          GossipNetwork::identity_for(1002).public_key()};
+  auto listed = [&](PeerOptions& o) { o.members = members; };
+  auto publisher = start_peer(1000, publisher_key, {}, listed);
+  const std::string seed = publisher->gossip_address();
+  auto worker = start_peer(1001, publisher_key, {seed}, listed);
+  // A member without a list of its own introduces the outsider to everyone.
+  auto open = start_peer(1002, publisher_key, {seed});
+  auto outsider = start_peer(1003, publisher_key, {open->gossip_address()});
+
+  auto image = small_model(31, 2u << 20);
+  const auto tensors = tensors_of(image);
+  auto published = publisher->publish("policy", image, tensors);
+  REQUIRE_MESSAGE(published.is_ok(), published.status().to_string());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  auto fetched = worker->fetch("policy", 1);
+  REQUIRE(fetched.is_ok());
+  REQUIRE(fetched->wait(20s).is_ok());
+
+  // The outsider hears of the head and of the holders (through the open
+  // member) but every holder refuses its connections.
+  REQUIRE(outsider->wait_for_head("policy", 0, 10s).is_ok());
+  auto refused = outsider->fetch("policy", 1);
+  REQUIRE(refused.is_ok());
+  CHECK_FALSE(refused->wait(5s).is_ok());
+  CHECK(refused->progress().bytes_verified == 0);
+  CHECK(publisher->status_json().find("\"not_admitted\":0") == std::string::npos);
+
+  // A list must name the peer that holds it.
+  const std::vector<PublicKey> without_self = {GossipNetwork::identity_for(1001).public_key()};
+  CHECK(publisher->set_members(without_self).code() == StatusCode::kInvalidArgument);
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.members = without_self;
+  CHECK(Peer::start(o, GossipNetwork::identity_for(1004), swarm_key()).status().code() == StatusCode::kInvalidArgument);
+
+  // Taken off the publisher's list, the worker is forgotten and cut off there.
+  REQUIRE(publisher->set_members({publisher_key, GossipNetwork::identity_for(1002).public_key()}).is_ok());
+  CHECK(publisher->status_json().find(GossipNetwork::identity_for(1001).public_key().hex()) == std::string::npos);
+}
