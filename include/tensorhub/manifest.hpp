@@ -154,7 +154,8 @@ std::uint64_t auto_shard_size(std::uint64_t image_size);
 // Builds and signs the manifest of `image`, described by `tensors` (any order;
 // the manifest keeps them sorted by offset). Fails on a bad model name, a
 // shard size that is not a power of two in [64 KiB, 1 GiB], an empty or
-// oversized image, or a bad tensor table.
+// oversized image, or a bad tensor table (kInvalidArgument); kIoError when
+// the image could not be read (a mapped file truncated while it is hashed).
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);
 // The same for an image given as regions (none empty); shards may span them.

@@ -13,6 +13,7 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/reserved_buffers.hpp"
+#include "core/bus_error_guard.hpp"
 #include "core/file_io.hpp"
 #include "core/hash.hpp"
 #include "core/host_port.hpp"
@@ -201,7 +202,14 @@ class Daemon {
         reply(line(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here"))), true);
         return;
       }
-      reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(core::blake2b_256(bytes))}}), true);
+      core::Blake2bDigest digest{};
+      if (!core::read_guarded([&] { digest = core::blake2b_256(bytes); })) {
+        reply(line(error_line(Status::io_error(model + " v" + std::to_string(version) +
+                                               " could not be read: its file was truncated"))),
+              true);
+        return;
+      }
+      reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(digest)}}), true);
     } else if (cmd == "release") {
       release(model, version, now, reply);
     } else {

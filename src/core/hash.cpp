@@ -50,12 +50,20 @@ Xxh3Digest xxh3_128(std::span<const std::byte> data) {
 }
 
 Xxh3Digest xxh3_128_of_pieces(std::span<const std::span<const std::byte>> pieces) {
-  std::vector<detail::Piece> list;
-  list.reserve(pieces.size());
-  for (const auto& p : pieces) list.push_back(detail::Piece{p.data(), p.size()});
+  if (pieces.empty()) return xxh3_128(std::span<const std::byte>());
+  // Up to 64 pieces (every shard of a file, most of a tensor list) use no
+  // heap, so a bus-error recovery (bus_error_guard.hpp) skips nothing.
+  constexpr std::size_t kOnStack = 64;
+  detail::Piece on_stack[kOnStack];
+  std::vector<detail::Piece> on_heap;
+  detail::Piece* list = on_stack;
+  if (pieces.size() > kOnStack) {
+    on_heap.resize(pieces.size());
+    list = on_heap.data();
+  }
+  for (std::size_t i = 0; i < pieces.size(); ++i) list[i] = detail::Piece{pieces[i].data(), pieces[i].size()};
   Xxh3Digest out;
-  if (list.empty()) return xxh3_128(std::span<const std::byte>());
-  xxh3_choice().pieces(list.data(), list.size(), out.data());
+  xxh3_choice().pieces(list, pieces.size(), out.data());
   return out;
 }
 

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <atomic>
 
+#include "core/bus_error_guard.hpp"
 #include "core/parallel_for.hpp"
 #include "core/regions.hpp"
 #include "manifest/manifest_codec.hpp"
@@ -60,12 +62,22 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
   TENSORHUB_RETURN_IF_ERROR(manifest_detail::validate_body(shape_only));
 
   body.shards = std::move(shape_only.shards);
+  // The image may be a mapped file that another process truncates while it
+  // is hashed: a shard that cannot be read fails the build, not the process.
+  std::atomic<bool> unreadable{false};
   core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {
     ShardEntry& s = body.shards[i];
     std::vector<ConstRegion> pieces;
     image.pieces(s.byte_offset, s.byte_length, pieces);
-    s.digest = compute_shard_digest_of_pieces(options.shard_hash, pieces);
+    ShardDigest digest{};
+    if (!core::read_guarded([&] { digest = compute_shard_digest_of_pieces(options.shard_hash, pieces); })) {
+      unreadable = true;
+    }
+    s.digest = digest;
   });
+  if (unreadable) {
+    return Status::io_error("the image could not be read while it was hashed (a mapped file truncated under it?)");
+  }
 
   return sign_manifest(std::move(body), publisher);
 }

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "core/bus_error_guard.hpp"
+
 namespace tensorhub::peer {
 namespace {
 
@@ -11,18 +13,24 @@ class HostMemory final : public MemoryDomain {
  public:
   std::string_view name() const override { return "host"; }
 
+  // Every read below may touch a mapped file truncated under it: a fault
+  // fails the read (core::read_guarded), never the process.
+
   bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const override {
     if (index.value >= manifest.shard_count()) return false;
     const ShardEntry& e = manifest.shard(index);
     if (e.byte_offset + e.byte_length > image.size()) return false;
     std::vector<ConstRegion> pieces;
     image.pieces(e.byte_offset, e.byte_length, pieces);
-    return compute_shard_digest_of_pieces(manifest.body().shard_hash, pieces) == e.digest;
+    ShardDigest digest{};
+    const ShardHashAlgorithm algorithm = manifest.body().shard_hash;
+    if (!core::read_guarded([&] { digest = compute_shard_digest_of_pieces(algorithm, pieces); })) return false;
+    return digest == e.digest;
   }
 
-  void copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+  bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
             std::uint64_t length) const override {
-    core::copy_range(from, to, offset, length);
+    return core::read_guarded([&] { core::copy_range(from, to, offset, length); });
   }
 
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
@@ -30,13 +38,16 @@ class HostMemory final : public MemoryDomain {
     crypto_generichash_state state;
     crypto_generichash_init(&state, nullptr, 0, 32);
     crypto_generichash_update(&state, prefix.data(), prefix.size());
-    for (const ByteRange& r : ranges) {
-      image.for_each(r.offset, r.length, [&](std::span<const std::byte> piece) {
-        crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(piece.data()), piece.size());
-      });
-    }
+    const bool read = core::read_guarded([&] {
+      for (const ByteRange& r : ranges) {
+        image.for_each(r.offset, r.length, [&](std::span<const std::byte> piece) {
+          crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(piece.data()), piece.size());
+        });
+      }
+    });
     core::Blake2bDigest out{};
-    crypto_generichash_final(&state, out.data(), out.size());
+    // Bytes that could not be read prove nothing: all zeros matches no digest.
+    if (read) crypto_generichash_final(&state, out.data(), out.size());
     return out;
   }
 };
@@ -46,6 +57,12 @@ class HostMemory final : public MemoryDomain {
 const MemoryDomain& host_memory() {
   static const HostMemory host;
   return host;
+}
+
+bool copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
+                         const core::ConstRegions& from, const core::MutableRegions& to) {
+  const ShardEntry& e = manifest.shard(index);
+  return domain.copy(from, to, e.byte_offset, e.byte_length) && domain.verify_shard(manifest, index, to.as_const());
 }
 
 }  // namespace tensorhub::peer

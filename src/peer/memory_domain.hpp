@@ -27,20 +27,30 @@ class MemoryDomain {
  public:
   virtual ~MemoryDomain() = default;
   virtual std::string_view name() const = 0;
-  // Whether shard `index` of `image` matches the manifest's digest.
+  // Whether shard `index` of `image` matches the manifest's digest (false
+  // also when `image` could not be read: a mapped file truncated under it).
   // REQUIRES: `image` holds the manifest's whole image.
   virtual bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const = 0;
   // Copies [offset, offset + length) of `from` to the same range of `to`.
-  virtual void copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+  // False when `from` could not be read (a mapped file truncated under it):
+  // `to` then holds part of the range.
+  virtual bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
                     std::uint64_t length) const = 0;
   // BLAKE2b-256 of `prefix`, then the bytes of `ranges` of `image` in order:
-  // a proof of possession (possession_proofs.hpp). Small (tens of KiB): the
-  // core asks for it inline. REQUIRES: every range lies inside `image`.
+  // a proof of possession (possession_proofs.hpp); all zeros when `image`
+  // could not be read. Small (tens of KiB): the core asks for it inline.
+  // REQUIRES: every range lies inside `image`.
   virtual core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
                                             const core::ConstRegions& image) const = 0;
 };
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.
 const MemoryDomain& host_memory();
+
+// Copies shard `index` from `from` into `to` and verifies it there (the
+// source is memory its owner may have changed since it was verified): false
+// when the copy or the check fails.
+bool copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
+                         const core::ConstRegions& from, const core::MutableRegions& to);
 
 }  // namespace tensorhub::peer

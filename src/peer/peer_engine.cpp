@@ -579,10 +579,7 @@ void PeerEngine::copy_shards(CopyShards job) {
       const CopyShards& c = shared->copy;
       const Manifest& m = *c.to->manifest;
       for (std::size_t i = part; i < c.shards.size(); i += parts) {
-        const ShardEntry& e = m.shard(c.shards[i]);
-        c.to->domain->copy(c.from->memory, c.to->destination, e.byte_offset, e.byte_length);
-        // The source is memory its owner may have changed since it was verified.
-        if (!c.to->domain->verify_shard(m, c.shards[i], c.to->destination.as_const())) {
+        if (!copy_verified_shard(*c.to->domain, m, c.shards[i], c.from->memory, c.to->destination)) {
           std::lock_guard lock(shared->mutex);
           shared->failed.push_back(c.shards[i]);
         }

@@ -351,11 +351,11 @@ struct CountingDomain final : MemoryDomain {
     ++verified;
     return host_memory().verify_shard(m, i, image);
   }
-  void copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+  bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
             std::uint64_t length) const override {
     ++copied;
     copied_bytes += length;
-    host_memory().copy(from, to, offset, length);
+    return host_memory().copy(from, to, offset, length);
   }
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
                                     const core::ConstRegions& image) const override {

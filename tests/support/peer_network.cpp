@@ -135,10 +135,10 @@ void PeerNetwork::drain(std::size_t peer) {
       const Manifest& m = *copy->to->manifest;
       std::vector<ShardIndex> failed;
       for (ShardIndex s : copy->shards) {
-        const ShardEntry& e = m.shard(s);
-        copy->to->domain->copy(copy->from->memory, copy->to->destination, e.byte_offset, e.byte_length);
-        p.bytes_copied += e.byte_length;
-        if (!copy->to->domain->verify_shard(m, s, copy->to->destination.as_const())) failed.push_back(s);
+        p.bytes_copied += m.shard(s).byte_length;
+        if (!peer::copy_verified_shard(*copy->to->domain, m, s, copy->from->memory, copy->to->destination)) {
+          failed.push_back(s);
+        }
       }
       schedule(Event{now(), Kind::kCopied, peer, std::nullopt, 0, copy->to, false, std::move(failed)});
     } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
