@@ -155,9 +155,11 @@ Status PeerEngine::start() {
   config.super_seed = options_.super_seed;
   config.require_secure_hash = options_.require_secure_hash;
   core_ = std::make_unique<PeerCore>(std::move(config), identity_.public_key(), wall_clock_ms(), &gossip_->core());
+  tcp_->set_member_address([this](const asio::ip::address& a) { return member_hosts_.count(a) != 0; });
   gossip_->on_event([this](const gossip::MemberEvent& e) {
     if (closed_) return;
     joined_ = true;
+    note_member_host(e);
     core_->on_member_event(now(), e);
     pump();
   });
@@ -613,6 +615,33 @@ std::optional<asio::ip::tcp::endpoint> PeerEngine::data_endpoint_of(const PeerId
     return std::nullopt;
   }
   return asio::ip::tcp::endpoint(ip, hp->port);
+}
+
+void PeerEngine::note_member_host(const gossip::MemberEvent& e) {
+  std::optional<asio::ip::address> host;
+  const bool gone = e.kind == gossip::MemberEventKind::kDead || e.kind == gossip::MemberEventKind::kLeft ||
+                    e.kind == gossip::MemberEventKind::kRemoved || e.kind == gossip::MemberEventKind::kIdentityConflict;
+  if (!gone && e.record) {
+    if (auto hp = core::parse_host_port(e.record->record.data_addr)) {
+      std::error_code ec;
+      const auto ip = asio::ip::make_address(hp->host, ec);
+      if (!ec) host = ip;
+    }
+  }
+  auto forget = [&](const asio::ip::address& a) {
+    auto it = member_hosts_.find(a);
+    if (it != member_hosts_.end() && --it->second == 0) member_hosts_.erase(it);
+  };
+  auto known = member_host_of_.find(e.id);
+  if (known != member_host_of_.end()) {
+    if (host && known->second == *host) return;
+    forget(known->second);
+    member_host_of_.erase(known);
+  }
+  if (host && e.kind != gossip::MemberEventKind::kIdentityConflict) {
+    member_host_of_.emplace(e.id, *host);
+    ++member_hosts_[*host];
+  }
 }
 
 void PeerEngine::on_connected(const PeerId& peer) {

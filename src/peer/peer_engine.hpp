@@ -106,6 +106,8 @@ class PeerEngine final : public TransportEvents {
   // `s`, with why it may have failed when this peer never joined.
   Status with_join_status(Status s) const;
   static TimePoint now();
+  // Keeps member_hosts_ in step with gossip.
+  void note_member_host(const gossip::MemberEvent& e);
   // The admission list for `members`; null when empty. Errors:
   // kInvalidArgument (a list that does not name this peer).
   Result<std::shared_ptr<const gossip::GossipCore::AdmissionList>> admission_list(
@@ -121,6 +123,10 @@ class PeerEngine final : public TransportEvents {
   std::unique_ptr<TcpTransport> tcp_;
   std::unique_ptr<PeerCore> core_;
   std::shared_ptr<const gossip::GossipCore::AdmissionList> admitted_;  // null: anyone with the swarm key
+  // The IP of each live member's data address, and how many members each
+  // holds: the acceptor prefers handshakes from them under a flood.
+  std::map<PeerId, asio::ip::address> member_host_of_;
+  std::map<asio::ip::address, std::size_t> member_hosts_;
   asio::steady_timer timer_;
   TimePoint timer_at_ = kTimeNever;
   std::map<const LocalVersion*, std::shared_ptr<Lease>> leases_;

@@ -88,9 +88,11 @@ void TcpTransport::admit(asio::ip::tcp::socket socket) {
       handshaking_.erase(it);
       ++handshakes_shed_;
       if (c) c->close(Status::unavailable("too many handshakes in flight"));
-      return;
+      return true;
     }
+    return false;
   };
+  const auto is_member = [&](const asio::ip::address& a) { return member_address_ && member_address_(a); };
   const auto same = std::count_if(handshaking_.begin(), handshaking_.end(),
                                   [&](const auto& entry) { return entry.second == from; });
   if (static_cast<std::size_t>(same) >= kMaxHandshakesPerAddress) {
@@ -102,7 +104,17 @@ void TcpTransport::admit(asio::ip::tcp::socket socket) {
     return;
   }
   if (handshaking_.size() >= kMaxHandshakes) {
-    shed_oldest([](const asio::ip::address&) { return true; });
+    // Full: a handshake from an address no member has makes room first, so
+    // a flood from many addresses cannot push a member's handshake out. A
+    // newcomer from such an address, when members fill every slot, goes.
+    if (!shed_oldest([&](const asio::ip::address& a) { return !is_member(a); })) {
+      if (!is_member(from)) {
+        ++handshakes_shed_;
+        socket.close(ec);
+        return;
+      }
+      shed_oldest([](const asio::ip::address&) { return true; });
+    }
   }
   auto connection =
       transport::DataConnection::accept(std::move(socket), identity_, swarm_key_, hello_replays_, *this, timeouts_);

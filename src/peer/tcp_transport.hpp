@@ -2,11 +2,11 @@
 // DataConnection), one link per neighbour with extra lanes when asked, the
 // duplicate-connection tie-break of data_links.hpp, and an acceptor.
 //
-// The acceptor admits at most kMaxHandshakes inbound handshakes at once, and
-// kMaxHandshakesPerAddress from one address: a connection from an address
-// at its share is closed at once; past the overall cap, the oldest
-// handshake is closed, so a flood from many addresses cannot keep a member
-// out for long. It accepts at most kAcceptsPerSecond (a burst of
+// The acceptor admits at most kMaxHandshakes inbound handshakes at once,
+// and kMaxHandshakesPerAddress from one address: a connection from an
+// address at its share is closed at once; past the overall cap, the oldest
+// handshake from an address no member has (set_member_address) is closed,
+// so a flood from many addresses cannot push a member's handshake out. It accepts at most kAcceptsPerSecond (a burst of
 // kAcceptBurst): past that the kernel's listen queue holds the rest, so a
 // flood of connections costs at most that many accepts' CPU (about 7 us
 // each). A socket that sends no hello within a second is closed
@@ -49,6 +49,12 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
   // Connections (either way) with a peer `admits` refuses are closed once
   // authenticated. Unset: anyone holding the swarm key.
   void set_admission(std::function<bool(const PeerId&)> admits) { links_.set_admission(std::move(admits)); }
+  // Whether an address is a member's (from gossip records): when the
+  // handshakes in flight are at the cap, those from other addresses are
+  // closed first. Unset: no address is preferred.
+  void set_member_address(std::function<bool(const asio::ip::address&)> is_member) {
+    member_address_ = std::move(is_member);
+  }
   // Inbound handshakes closed to stay within the caps.
   std::uint64_t handshakes_shed() const { return handshakes_shed_; }
 
@@ -96,6 +102,7 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
   // Inbound connections in their handshake, oldest first, with their address.
   std::deque<std::pair<std::weak_ptr<transport::DataConnection>, asio::ip::address>> handshaking_;
   std::uint64_t handshakes_shed_ = 0;
+  std::function<bool(const asio::ip::address&)> member_address_;
   core::HostPort bound_;
   DataLinks<transport::DataConnection> links_;
   bool closed_ = false;

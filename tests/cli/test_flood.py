@@ -25,7 +25,14 @@ varies by 10-20% from run to run, so it asserts only that the flooded fetch
 completes at half the speed or better, unless --speed-goal asks for more
 (the benchmark runs it with 0.8; docs/benchmarks.md).
 
+With --sources N the flood comes from N addresses (127.0.0.2 and up), so the
+per-address cap does not stop it; with --sustained the outsider goes on
+opening idle connections (holding the newest 2,000) for as long as the
+second fetch runs, so the handshakes in flight stay at their cap and a
+member's handshake survives only if the victim prefers members' addresses.
+
 Usage: test_flood.py PATH/TO/tensorhub [--connections 5000] [--replays 10000]
+                     [--sources 1] [--sustained]
                      [--size 256MiB] [--speed-goal 0.5] [--cpu-goal 0.2] [--json]
 Under sanitizers (CPU time is not the product's) CMake passes goals of 0.
 """
@@ -46,6 +53,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peer_processes import free_port, stop_processes, wait_for  # noqa: E402
 
 FLOOD_FROM = "127.0.0.2"
+
+
+def flood_source(i, sources):
+    """The i-th connection's source address: 127.0.0.2 and up, cycled."""
+    n = 2 + i % sources
+    return f"127.0.{n >> 8}.{n & 255}"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -83,6 +96,8 @@ def main():
     ap.add_argument("--connections", type=int, default=5000)
     ap.add_argument("--replays", type=int, default=10000)
     ap.add_argument("--size", default="256MiB")
+    ap.add_argument("--sources", type=int, default=1, help="flood from this many addresses")
+    ap.add_argument("--sustained", action="store_true", help="keep flooding during the second fetch")
     ap.add_argument("--speed-goal", type=float, default=0.5)
     ap.add_argument("--cpu-goal", type=float, default=0.2, help="0: not asserted (sanitizer builds)")
     ap.add_argument("--json", action="store_true")
@@ -180,9 +195,9 @@ def main():
             # The flood: idle connections, held; then the replays.
             cpu0, wall0 = cpu_seconds(pid), time.monotonic()
             idle, refused = [], 0
-            for _ in range(args.connections):
+            for i in range(args.connections):
                 s = socket.socket()
-                s.bind((FLOOD_FROM, 0))
+                s.bind((flood_source(i, args.sources), 0))
                 s.settimeout(5)
                 try:
                     s.connect(target)
@@ -191,11 +206,11 @@ def main():
                     refused += 1
                     s.close()
             replayed = 0
-            for _ in range(args.replays):
+            for i in range(args.replays):
                 s = socket.socket()
                 # Closed with a reset: no TIME_WAIT, so runs do not use up the ports.
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                s.bind((FLOOD_FROM, 0))
+                s.bind((flood_source(i, args.sources), 0))
                 s.settimeout(5)
                 try:
                     s.connect(target)
@@ -230,13 +245,40 @@ def main():
                     alive_throughout = alive_throughout and state == "alive"
                     time.sleep(0.2)
 
+            sustained = 0
+
+            def keep_flooding():
+                nonlocal sustained
+                held = []
+                while watching:
+                    s = socket.socket()
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    s.bind((flood_source(sustained, args.sources), 0))
+                    s.settimeout(1)
+                    try:
+                        s.connect(target)
+                        held.append(s)
+                        sustained += 1
+                    except OSError:
+                        s.close()
+                    if len(held) > 2000:
+                        held.pop(0).close()
+                for s in held:
+                    s.close()
+
             watcher = threading.Thread(target=watch)
             watcher.start()
+            flooder = threading.Thread(target=keep_flooding)
+            if args.sustained:
+                flooder.start()
             cpu1, wall1 = cpu_seconds(pid), time.monotonic()
             flooded = timed_fetch("second")
-            hold_cpu = (cpu_seconds(pid) - cpu1) / (time.monotonic() - wall1)
+            fetch_wall = time.monotonic() - wall1
+            hold_cpu = (cpu_seconds(pid) - cpu1) / fetch_wall
             watching = False
             watcher.join()
+            if args.sustained:
+                flooder.join()
             state_after, incarnation_after = view_of_victim("second")
             still_open = 0  # neither closed nor reset by the victim
             for s in idle:
@@ -254,7 +296,9 @@ def main():
             stop_processes(procs)
 
     ratio = unflooded / flooded
-    result = {"connections": args.connections, "connect_refused": refused, "replays": replayed,
+    result = {"connections": args.connections, "sources": args.sources, "connect_refused": refused,
+              "replays": replayed, "sustained_connections": sustained,
+              "sustained_per_second": round(sustained / fetch_wall) if args.sustained else 0,
               "size": args.size, "flood_wall_s": round(flood_wall, 2), "victim_busy_s": round(busy_wall, 2),
               "victim_cpu_s": round(flood_cpu_s, 3),
               "victim_cpu_us_per_connection": round(flood_cpu_s * 1e6 / max(1, args.connections + replayed), 1),
@@ -274,6 +318,9 @@ def main():
               f"{shed} handshakes at its caps, {still_open} idle connections still open")
         print(f"gossip: the victim {'stayed alive' if alive_throughout else 'was suspected or declared dead'}, "
               f"incarnation {'unchanged' if incarnation_after == incarnation_before else 'changed (it refuted)'}")
+        if args.sustained:
+            print(f"sustained: {sustained} more idle connections from {args.sources} addresses during the "
+                  f"flooded fetch ({sustained / fetch_wall:.0f}/s)")
         print(f"fetch: {unflooded:.2f} s unflooded, {flooded:.2f} s flooded: {ratio:.2f} of the speed")
     assert args.cpu_goal == 0 or flood_cpu < args.cpu_goal, \
         f"the victim used {flood_cpu * 100:.1f}% of a core during the flood"
