@@ -908,8 +908,12 @@ TEST_CASE("fetch session: one liar among honest co-senders gets only itself bann
   Holder liar = full(64, {"dc1", "r1", "h1"});
   liar.corrupt = true;
   d.add_holder(1, liar);
-  d.add_holder(2, full(64, {"dc1", "r2", "h2"}));
-  d.add_holder(3, full(64, {"dc1", "r3", "h3"}));
+  std::size_t honest = 2;
+  SUBCASE("two honest co-senders") {}
+  SUBCASE("fifteen honest co-senders") { honest = 15; }
+  for (std::size_t h = 2; h < 2 + honest; ++h) {
+    d.add_holder(h, full(64, {"dc1", "r" + std::to_string(h), "h" + std::to_string(h)}));
+  }
   d.run();
   REQUIRE(d.result.has_value());
   CHECK(d.result->is_ok());
