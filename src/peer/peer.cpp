@@ -25,12 +25,6 @@ constexpr int kPublishAttempts = 3;
 // How long a publication waits to learn the head it must follow.
 constexpr auto kHeadWait = std::chrono::seconds(10);
 
-std::uint64_t wall_clock_ms() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-}
-
 }  // namespace
 
 struct Peer::Impl {
@@ -214,7 +208,7 @@ Result<PublishHandle> Peer::publish(const std::string& model, std::span<const Co
     o.model = model;
     o.version = next->version;
     o.parent = next->parent;
-    o.created_unix_ms = wall_clock_ms();
+    o.created_unix_ms = transport::wall_clock_ms();
     o.shard_size = impl_->shard_size;
     o.shard_hash = impl_->shard_hash;
     // Hashed here, on the caller's thread and its helpers: the I/O thread goes on serving.

@@ -5,10 +5,8 @@
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <nlohmann/json.hpp>
 
 #include "core/log.hpp"
-#include "transport/status_json.hpp"
 
 namespace tensorhub::peer {
 namespace {
@@ -22,12 +20,6 @@ constexpr std::chrono::seconds kReleaseGrace{1};
 constexpr std::chrono::seconds kJoinGrace{5};
 // How long a leaving peer waits for its departure to spread.
 constexpr Duration kLeaveSettle = std::chrono::seconds(3);
-
-std::uint64_t wall_clock_ms() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
-}
 
 swarm::SwarmConfig swarm_config(const PeerOptions& o, const InternalOptions& internal) {
   swarm::SwarmConfig c;
@@ -154,7 +146,7 @@ Status PeerEngine::start() {
   config.retention = swarm::RetentionPolicy{options_.retain_head_replicas, options_.max_release_deferral};
   config.super_seed = options_.super_seed;
   config.require_secure_hash = options_.require_secure_hash;
-  core_ = std::make_unique<PeerCore>(std::move(config), identity_.public_key(), wall_clock_ms(), &gossip_->core());
+  core_ = std::make_unique<PeerCore>(std::move(config), identity_.public_key(), transport::wall_clock_ms(), &gossip_->core());
   tcp_->set_member_address([this](const asio::ip::address& a) { return member_hosts_.count(a) != 0; });
   gossip_->on_event([this](const gossip::MemberEvent& e) {
     if (closed_) return;
@@ -173,34 +165,6 @@ Status PeerEngine::start() {
       if (Status s = join_status(); !s.is_ok()) TH_LOG_ERROR(kLog, s.message());
     });
   }
-  return Status::ok();
-}
-
-Result<std::shared_ptr<const gossip::GossipCore::AdmissionList>> PeerEngine::admission_list(
-    const std::vector<PublicKey>& members) const {
-  if (members.empty()) return std::shared_ptr<const gossip::GossipCore::AdmissionList>();
-  auto list = std::make_shared<gossip::GossipCore::AdmissionList>(members.begin(), members.end());
-  if (!list->count(identity_.public_key())) {
-    return Status::invalid_argument("the member list does not name this peer (" + identity_.public_key().hex() +
-                                    "): the members holding it would refuse this peer");
-  }
-  return std::shared_ptr<const gossip::GossipCore::AdmissionList>(std::move(list));
-}
-
-Status PeerEngine::set_members(std::vector<PublicKey> members) {
-  auto admitted = admission_list(members);
-  if (!admitted) return admitted.status();
-  admitted_ = std::move(*admitted);
-  options_.members = std::move(members);
-  // Gossip forgets those taken off (kRemoved closes what the swarm knows of them).
-  gossip_->core().set_admitted(admitted_);
-  gossip_->pump();
-  if (admitted_ != nullptr) {
-    for (const LinkStats& link : tcp_->links()) {
-      if (!admitted_->count(link.peer)) tcp_->disconnect(link.peer, "taken off the member list");
-    }
-  }
-  TH_LOG_INFO(kLog, "member list: " << (admitted_ ? std::to_string(admitted_->size()) + " members" : std::string("anyone holding the swarm key")));
   return Status::ok();
 }
 
@@ -316,72 +280,6 @@ void PeerEngine::head_changed(const VersionInfo& head) {
   for (const auto& callback : it->second) {
     run_callback_([callback, head] { callback(head); });
   }
-}
-
-std::string PeerEngine::status_json() const {
-  const TimePoint at = now();
-  const std::uint64_t wall = wall_clock_ms();
-  auto unix_ms = [&](TimePoint t) -> std::uint64_t {
-    if (t == kTimeNever) return 0;
-    const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(at - t).count();
-    return wall - static_cast<std::uint64_t>(std::max<std::int64_t>(0, ago));
-  };
-  auto j = transport::gossip_status_json(gossip_->core(), at);
-  nlohmann::ordered_json versions = nlohmann::ordered_json::array();
-  for (const auto& [id, v] : core_->versions()) {
-    const auto swarm_progress = core_->swarm().progress(id);
-    const std::size_t replicas = core_->replicas(id);
-    std::lock_guard lock(v->mutex);
-    const double fetch_seconds = v->completed == kTimeNever || v->role == VersionRole::kPublished
-                                     ? 0.0
-                                     : to_seconds(v->completed - v->started);
-    versions.push_back({{"model", v->model},
-                        {"version", v->number},
-                        {"id", id.hex()},
-                        {"state", std::string(version_state_name(v->state))},
-                        {"published", v->role == VersionRole::kPublished},
-                        {"bytes_total", v->progress.bytes_total},
-                        {"bytes_verified", v->progress.bytes_verified},
-                        {"shards_total", v->progress.shards_total},
-                        {"shards_verified", v->progress.shards_verified},
-                        {"sources", swarm_progress ? swarm_progress->neighbours : 0},
-                        {"fetch_seconds", fetch_seconds},
-                        {"started_unix_ms", unix_ms(v->started)},
-                        {"complete_unix_ms", unix_ms(v->completed)},
-                        {"bytes_served", v->bytes_served},
-                        {"requests_refused", v->requests_refused},
-                        {"bad_shards", v->bad_shards},
-                        {"requests_timed_out", swarm_progress ? swarm_progress->requests_timed_out : 0},
-                        {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},
-                        {"endgame", swarm_progress ? swarm_progress->endgame : false},
-                        {"replicas", replicas}});
-  }
-  j["versions"] = std::move(versions);
-  nlohmann::ordered_json equivocations = nlohmann::ordered_json::array();
-  for (const Equivocation& e : core_->heads().equivocations()) {
-    equivocations.push_back({{"model", e.model},
-                             {"version", e.version},
-                             {"first", e.first->id().hex()},
-                             {"second", e.second->id().hex()},
-                             {"publisher", e.second->publisher().hex()}});
-  }
-  j["equivocations"] = std::move(equivocations);
-  nlohmann::ordered_json links = nlohmann::ordered_json::array();
-  for (const LinkStats& link : tcp_->links()) {
-    nlohmann::ordered_json lanes = nlohmann::ordered_json::array();
-    for (const auto& lane : link.lanes) {
-      lanes.push_back({{"lane", lane.lane}, {"bytes_sent", lane.bytes_sent}, {"bytes_received", lane.bytes_received}});
-    }
-    links.push_back({{"peer", link.peer.hex()}, {"transport", tcp_->name()}, {"lanes", std::move(lanes)}});
-  }
-  j["data_links"] = std::move(links);
-  j["data_addr"] = tcp_->bound().to_string();
-  j["handshakes_shed"] = tcp_->handshakes_shed();
-  j["discarded_piece_bytes"] = core_->swarm().discarded_piece_bytes();
-  j["work_queued"] = pool_.queued();
-  // Records are validated when decoded; should a string still hold invalid
-  // UTF-8, it is replaced rather than thrown.
-  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 // --------------------------------------------------------------------------
@@ -602,47 +500,6 @@ void PeerEngine::copy_shards(CopyShards job) {
 // Data transports
 
 DataTransport& PeerEngine::transport_for(const PeerId&) { return *tcp_; }
-
-std::optional<asio::ip::tcp::endpoint> PeerEngine::data_endpoint_of(const PeerId& peer) const {
-  auto member = gossip_->core().member(peer);
-  if (!member || !member->record) return std::nullopt;
-  const std::string& addr = member->record->record.data_addr;
-  auto hp = core::parse_host_port(addr);
-  std::error_code ec;
-  const auto ip = hp ? asio::ip::make_address(hp->host, ec) : asio::ip::address{};
-  if (!hp || ec) {
-    TH_LOG_WARN(kLog, "peer " << peer.short_hex() << " gives a data address that is not IP:port: '" << addr << "'");
-    return std::nullopt;
-  }
-  return asio::ip::tcp::endpoint(ip, hp->port);
-}
-
-void PeerEngine::note_member_host(const gossip::MemberEvent& e) {
-  std::optional<asio::ip::address> host;
-  const bool gone = e.kind == gossip::MemberEventKind::kDead || e.kind == gossip::MemberEventKind::kLeft ||
-                    e.kind == gossip::MemberEventKind::kRemoved || e.kind == gossip::MemberEventKind::kIdentityConflict;
-  if (!gone && e.record) {
-    if (auto hp = core::parse_host_port(e.record->record.data_addr)) {
-      std::error_code ec;
-      const auto ip = asio::ip::make_address(hp->host, ec);
-      if (!ec) host = ip;
-    }
-  }
-  auto forget = [&](const asio::ip::address& a) {
-    auto it = member_hosts_.find(a);
-    if (it != member_hosts_.end() && --it->second == 0) member_hosts_.erase(it);
-  };
-  auto known = member_host_of_.find(e.id);
-  if (known != member_host_of_.end()) {
-    if (host && known->second == *host) return;
-    forget(known->second);
-    member_host_of_.erase(known);
-  }
-  if (host && e.kind != gossip::MemberEventKind::kIdentityConflict) {
-    member_host_of_.emplace(e.id, *host);
-    ++member_hosts_[*host];
-  }
-}
 
 void PeerEngine::on_connected(const PeerId& peer) {
   if (closed_) return;

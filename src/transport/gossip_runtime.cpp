@@ -20,13 +20,13 @@ std::string endpoint_string(const asio::ip::address& address, std::uint16_t port
   return core::HostPort{address.to_string(), port}.to_string();
 }
 
+}  // namespace
+
 std::uint64_t wall_clock_ms() {
   return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
 }
-
-}  // namespace
 
 TimePoint steady_now() {
   return TimePoint(std::chrono::duration_cast<Duration>(std::chrono::steady_clock::now().time_since_epoch()));

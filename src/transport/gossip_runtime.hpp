@@ -39,6 +39,9 @@ struct GossipRuntimeOptions {
 
 // Now on the runtime's clock, as the cores take it.
 TimePoint steady_now();
+// Milliseconds since the Unix epoch, for what others read as a date
+// (incarnations, manifest creation times, status). Never for durations.
+std::uint64_t wall_clock_ms();
 
 class GossipRuntime {
  public:

@@ -1,0 +1,76 @@
+// PeerEngine's status: the member table, versions, equivocations and data
+// links as the JSON that `tensorhub status --json` prints (docs/cli.md).
+#include <nlohmann/json.hpp>
+
+#include "peer/peer_engine.hpp"
+#include "transport/status_json.hpp"
+
+namespace tensorhub::peer {
+
+std::string PeerEngine::status_json() const {
+  const TimePoint at = now();
+  const std::uint64_t wall = transport::wall_clock_ms();
+  auto unix_ms = [&](TimePoint t) -> std::uint64_t {
+    if (t == kTimeNever) return 0;
+    const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(at - t).count();
+    return wall - static_cast<std::uint64_t>(std::max<std::int64_t>(0, ago));
+  };
+  auto j = transport::gossip_status_json(gossip_->core(), at);
+  nlohmann::ordered_json versions = nlohmann::ordered_json::array();
+  for (const auto& [id, v] : core_->versions()) {
+    const auto swarm_progress = core_->swarm().progress(id);
+    const std::size_t replicas = core_->replicas(id);
+    std::lock_guard lock(v->mutex);
+    const double fetch_seconds = v->completed == kTimeNever || v->role == VersionRole::kPublished
+                                     ? 0.0
+                                     : to_seconds(v->completed - v->started);
+    versions.push_back({{"model", v->model},
+                        {"version", v->number},
+                        {"id", id.hex()},
+                        {"state", std::string(version_state_name(v->state))},
+                        {"published", v->role == VersionRole::kPublished},
+                        {"bytes_total", v->progress.bytes_total},
+                        {"bytes_verified", v->progress.bytes_verified},
+                        {"shards_total", v->progress.shards_total},
+                        {"shards_verified", v->progress.shards_verified},
+                        {"sources", swarm_progress ? swarm_progress->neighbours : 0},
+                        {"fetch_seconds", fetch_seconds},
+                        {"started_unix_ms", unix_ms(v->started)},
+                        {"complete_unix_ms", unix_ms(v->completed)},
+                        {"bytes_served", v->bytes_served},
+                        {"requests_refused", v->requests_refused},
+                        {"bad_shards", v->bad_shards},
+                        {"requests_timed_out", swarm_progress ? swarm_progress->requests_timed_out : 0},
+                        {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},
+                        {"endgame", swarm_progress ? swarm_progress->endgame : false},
+                        {"replicas", replicas}});
+  }
+  j["versions"] = std::move(versions);
+  nlohmann::ordered_json equivocations = nlohmann::ordered_json::array();
+  for (const Equivocation& e : core_->heads().equivocations()) {
+    equivocations.push_back({{"model", e.model},
+                             {"version", e.version},
+                             {"first", e.first->id().hex()},
+                             {"second", e.second->id().hex()},
+                             {"publisher", e.second->publisher().hex()}});
+  }
+  j["equivocations"] = std::move(equivocations);
+  nlohmann::ordered_json links = nlohmann::ordered_json::array();
+  for (const LinkStats& link : tcp_->links()) {
+    nlohmann::ordered_json lanes = nlohmann::ordered_json::array();
+    for (const auto& lane : link.lanes) {
+      lanes.push_back({{"lane", lane.lane}, {"bytes_sent", lane.bytes_sent}, {"bytes_received", lane.bytes_received}});
+    }
+    links.push_back({{"peer", link.peer.hex()}, {"transport", tcp_->name()}, {"lanes", std::move(lanes)}});
+  }
+  j["data_links"] = std::move(links);
+  j["data_addr"] = tcp_->bound().to_string();
+  j["handshakes_shed"] = tcp_->handshakes_shed();
+  j["discarded_piece_bytes"] = core_->swarm().discarded_piece_bytes();
+  j["work_queued"] = pool_.queued();
+  // Records are validated when decoded; should a string still hold invalid
+  // UTF-8, it is replaced rather than thrown.
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace tensorhub::peer
