@@ -1,4 +1,5 @@
 """What the multi-process tests on loopback share: ports and waiting."""
+import json
 import os
 import random
 import socket
@@ -46,3 +47,19 @@ def stop_processes(procs):
             p.kill()
     for p in procs.values():
         p.wait()
+
+
+def control_raw(path, payload, timeout=10):
+    """Sends `payload` (bytes, one line) to a daemon's control socket and
+    returns the reply lines as JSON."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(payload + b"\n")
+        data = b""
+        while True:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]

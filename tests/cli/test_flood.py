@@ -59,6 +59,16 @@ def flood_source(i, sources):
     """The i-th connection's source address: 127.0.0.2 and up, cycled."""
     n = 2 + i % sources
     return f"127.0.{n >> 8}.{n & 255}"
+
+
+def flood_socket(i, sources, timeout):
+    """An unconnected socket bound to the i-th flood address, closed with a
+    reset (no TIME_WAIT, so runs do not use up the ports)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.bind((flood_source(i, sources), 0))
+    s.settimeout(timeout)
+    return s
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -207,11 +217,7 @@ def main():
                     s.close()
             replayed = 0
             for i in range(args.replays):
-                s = socket.socket()
-                # Closed with a reset: no TIME_WAIT, so runs do not use up the ports.
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                s.bind((flood_source(i, args.sources), 0))
-                s.settimeout(5)
+                s = flood_socket(i, args.sources, 5)
                 try:
                     s.connect(target)
                     s.sendall(hello)
@@ -251,10 +257,7 @@ def main():
                 nonlocal sustained
                 held = []
                 while watching:
-                    s = socket.socket()
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    s.bind((flood_source(sustained, args.sources), 0))
-                    s.settimeout(1)
+                    s = flood_socket(sustained, args.sources, 1)
                     try:
                         s.connect(target)
                         held.append(s)

@@ -27,22 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_processes import free_port, stop_processes, wait_for  # noqa: E402
-
-
-def control_raw(path, payload, timeout=10):
-    """Sends `payload` (bytes, one line) and returns the reply lines as JSON."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        s.sendall(payload + b"\n")
-        data = b""
-        while True:
-            chunk = s.recv(1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+from peer_processes import control_raw, free_port, stop_processes, wait_for  # noqa: E402
 
 
 def main():

@@ -12,31 +12,19 @@
 
 Usage: test_members.py PATH/TO/tensorhub
 """
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_processes import free_port, stop_processes, wait_for  # noqa: E402
+from peer_processes import control_raw, free_port, stop_processes, wait_for  # noqa: E402
 
 
 def status(path):
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(10)
-            s.connect(path)
-            s.sendall(b'{"cmd":"status"}\n')
-            data = b""
-            while True:
-                chunk = s.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
-        return json.loads(data.decode("utf-8").splitlines()[-1])
+        return control_raw(path, b'{"cmd":"status"}')[-1]
     except (OSError, ValueError, IndexError):
         return {}
 
