@@ -101,16 +101,22 @@ void FetchSession::on_super_seed(TimePoint now, const PeerId& peer) {
 
 void FetchSession::on_choked(TimePoint now, const PeerId& peer) {
   auto it = neighbours_.find(peer);
-  if (it == neighbours_.end() || it->second.choked) return;
-  it->second.choked = true;
-  release_requests_of(peer);  // a choking holder drops what we asked
-  withdraw_stranded_claims();
-  schedule(now);
+  if (it != neighbours_.end() && !it->second.choked) {
+    it->second.choked = true;
+    release_requests_of(peer);  // a choking holder drops what we asked
+    withdraw_stranded_claims();
+    schedule(now);
+  }
+  slot_ended(peer);
 }
 
 void FetchSession::on_unchoked(TimePoint now, const PeerId& peer) {
   auto it = neighbours_.find(peer);
   if (it == neighbours_.end()) return;
+  if (decline_slot(peer)) {
+    ask_declined_again();  // when the slots we hold give us nothing to ask
+    return;
+  }
   it->second.choked = false;
   schedule(now);
 }
@@ -160,6 +166,7 @@ void FetchSession::on_disconnected(TimePoint now, const PeerId& peer) {
     }
   }
   schedule(now);
+  slot_ended(peer);
 }
 
 void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason) {
@@ -188,6 +195,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
 void FetchSession::release_neighbour(TimePoint now, const PeerId& peer) {
   lose_neighbour(now, peer, /*ban=*/false, /*reason=*/"");
   actions_.push(ReleaseAction{peer});
+  slot_ended(peer);
 }
 
 void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bitfield& bits) {

@@ -371,6 +371,8 @@ void FetchSession::finish(Status status) {
   if (done_) return;
   done_ = true;
   recent_requests_.clear();
+  declined_.clear();
+  asked_again_.clear();
   for (auto& [index, s] : shards_) {
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
       for (const Request& r : s.requests[b]) actions_.push(CancelAction{r.peer, ShardIndex{index}, BlockIndex{b}});
@@ -380,6 +382,7 @@ void FetchSession::finish(Status status) {
 }
 
 std::optional<FetchAction> FetchSession::poll() {
+  if (actions_.empty() && !declined_.empty() && in_flight_total_ == 0) ask_declined_again();
   return actions_.poll();
 }
 

@@ -125,12 +125,21 @@ struct ClaimAction {
 struct UnclaimAction {
   ShardIndex shard;
 };
+// Hand the holder's unchoke back (not interested): this fetch holds its
+// slot share already (docs/swarm-policy.md, the slot share).
+struct DeclineSlotAction {
+  PeerId peer;
+};
+// Ask a holder whose unchoke was handed back for a slot again (interested).
+struct AskSlotAgainAction {
+  PeerId peer;
+};
 struct DoneAction {
   Status status;  // ok, or why the fetch failed
 };
 using FetchAction =
     std::variant<ConnectAction, DisconnectAction, ReleaseAction, RequestAction, CancelAction, VerifyAction, AnnounceAction,
-                 ClaimAction, UnclaimAction, DoneAction>;
+                 ClaimAction, UnclaimAction, DeclineSlotAction, AskSlotAgainAction, DoneAction>;
 
 struct FetchProgress {
   std::uint64_t bytes_verified = 0;
@@ -187,6 +196,9 @@ class FetchSession {
   void on_bitfield(TimePoint now, const PeerId& peer, const core::Bitfield& bits);
   // The holder will (not) serve our requests now. A new neighbour starts
   // unchoked unless `starts_choked` was set; choking drops its requests.
+  // An unchoke past the slot share is handed back (DeclineSlotAction) and
+  // asked for again (AskSlotAgainAction) as slots held end: see
+  // keep_slot_share.
   void on_choked(TimePoint now, const PeerId& peer);
   void on_unchoked(TimePoint now, const PeerId& peer);
   // Neighbours serving us through one of their upload slots right now:
@@ -199,7 +211,7 @@ class FetchSession {
   // How many upload slots of holders beyond the host this fetch holds at
   // once: the share of its host's slots that it offers (SwarmCore). 0, the
   // default: no limit. With a share, the fetch keeps to it
-  // (keep_slot_share), unless it pulls across the WAN.
+  // (keep_slot_share, decline_slot), unless it pulls across the WAN.
   void set_slot_share(TimePoint now, std::size_t share);
   // Some neighbour beyond the host, other than a super-seed, is across the
   // WAN: what this fetch brings across is paced by the WAN, not by slots.
@@ -252,6 +264,8 @@ class FetchSession {
   // Every timer of this fetch, from its state.
   core::TimerTable<FetchTimer> timers() const;
 
+  // The next action. With none left, a fetch with nothing in flight asks
+  // again every holder whose unchoke it handed back.
   std::optional<FetchAction> poll();
 
   bool done() const { return done_; }
@@ -431,6 +445,22 @@ class FetchSession {
   // never reaches. Both halves are needed to keep every node near its NIC's
   // rate.
   void keep_slot_share(TimePoint now);
+  // The unchoke side of the slot share. A fetcher holds at most its share
+  // of other holders' upload slots: an unchoke beyond that is handed back.
+  // The holders handed back are asked again (ask_declined_again) as slots
+  // held end (choked, released, gone), and all of them once nothing is in
+  // flight. Holders unchoke whoever waits, drawn at random, so without the
+  // share slots fall to fetchers unevenly and stay there for a whole
+  // transfer shorter than a rotation. A starved fetch that pulls across the
+  // WAN takes the slot; so does one asked again while starved. Returns
+  // whether the unchoke was handed back.
+  bool decline_slot(const PeerId& peer);
+  // Slots held (slot_sources) and asked for again reach the share.
+  bool holds_its_share_of_slots() const;
+  void ask_declined_again();
+  // `peer` serves us no more (choked, released or gone): it is neither a
+  // slot held nor one handed back, and others may be asked again.
+  void slot_ended(const PeerId& peer);
   // Whether a neighbour may yet show shards it has not: still connecting,
   // silent about what it holds, or a super-seed (it shows as it goes).
   static bool may_yet_show(const Neighbour& n) { return n.connecting || (n.connected && (!n.has_bits || n.super_seed)); }
@@ -529,6 +559,12 @@ class FetchSession {
   std::size_t slot_share_ = 0;
   std::optional<TimePoint> slot_hungry_since_;  // short of the share and waiting since (or the last probe)
   std::map<PeerId, TimePoint> slot_probes_;  // probes not yet unchoking us: since when
+  // Holders whose unchoke we handed back (decline_slot), asked again in that
+  // order (ask_declined_again). No duplicates.
+  std::deque<PeerId> declined_;
+  // Of those, the ones asked again that have not answered (unchoked, choked
+  // or gone): they count as slots we hold.
+  std::set<PeerId> asked_again_;
   bool probe_far_ = false;                   // the next probe is drawn from the whole list
   bool done_ = false;
 };

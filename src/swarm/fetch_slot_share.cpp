@@ -1,5 +1,6 @@
 // FetchSession's slot share: it holds at most as many holders' upload
-// slots as its peer offers, and probes for free ones.
+// slots as its peer offers, hands back unchokes past that and asks for them
+// again as slots end, and probes for free ones.
 #include "swarm/fetch_session.hpp"
 
 #include <algorithm>
@@ -81,6 +82,49 @@ void FetchSession::keep_slot_share(TimePoint now) {
     connect_to(now, probe);
     slot_probes_.emplace(probe, now);
   }
+}
+
+bool FetchSession::holds_its_share_of_slots() const {
+  return slot_share_ != 0 && slot_sources() + asked_again_.size() >= slot_share_;
+}
+
+bool FetchSession::decline_slot(const PeerId& peer) {
+  const bool asked = asked_again_.erase(peer) != 0;
+  const bool starving = in_flight_total_ == 0;
+  // Starved, a fetch that pulls across the WAN takes the slot: handing it
+  // back only to ask again at once (ask_declined_again) leaves the holder's
+  // slot idle for a round trip, a WAN one when the holder is a trainer
+  // rank. Inside a datacenter that round trip is cheap, and taking the slot
+  // would spread slots worse.
+  const bool takes_it = starving && (asked || pulls_across_wan());
+  auto n = neighbours_.find(peer);
+  const bool same_host = n != neighbours_.end() && n->second.proximity == Proximity::kSameHost;
+  if (takes_it || same_host || !holds_its_share_of_slots()) return false;
+  actions_.push(DeclineSlotAction{peer});
+  if (std::find(declined_.begin(), declined_.end(), peer) == declined_.end()) declined_.push_back(peer);
+  return true;
+}
+
+void FetchSession::ask_declined_again() {
+  // Starved, the slots we hold give us nothing to ask for: every holder
+  // handed back is asked again, and we wait in all their queues, as we did
+  // before declining any. (One at a time, a fetcher could wait on a holder
+  // whose slot stays taken for a whole rotation.)
+  const bool starved = in_flight_total_ == 0;
+  while (!declined_.empty() && !done_ && (starved || !holds_its_share_of_slots())) {
+    const PeerId peer = declined_.front();
+    declined_.pop_front();
+    auto n = neighbours_.find(peer);
+    if (n == neighbours_.end() || !n->second.connected) continue;
+    actions_.push(AskSlotAgainAction{peer});
+    asked_again_.insert(peer);
+  }
+}
+
+void FetchSession::slot_ended(const PeerId& peer) {
+  std::erase(declined_, peer);
+  asked_again_.erase(peer);
+  ask_declined_again();
 }
 
 }  // namespace tensorhub::swarm

@@ -1,6 +1,7 @@
 // SwarmCore: its versions, connections and message routing. The serving
-// side, the slot share and landing pieces are in swarm_serving.cpp,
-// swarm_slot_share.cpp and swarm_landing.cpp beside this file.
+// side and landing pieces are in swarm_serving.cpp and swarm_landing.cpp
+// beside this file; the slot share is the fetch session's
+// (fetch_slot_share.cpp).
 #include "swarm/swarm_core.hpp"
 
 #include <algorithm>
@@ -153,7 +154,6 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       }
     } else if (auto* release = std::get_if<ReleaseAction>(&*action)) {
       v.sources.erase(release->peer);
-      slot_ended(id, v, release->peer);
       auto c = connections_.find(release->peer);
       if (c != connections_.end() && c->second.open) {
         send(release->peer, SwarmMessage::signal(MessageType::kNotInterested, id));
@@ -203,6 +203,11 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       tell_host_mate_requesters(id, v, MessageType::kFetching, claim->shard);
     } else if (auto* unclaim = std::get_if<UnclaimAction>(&*action)) {
       tell_host_mate_requesters(id, v, MessageType::kNotFetching, unclaim->shard);
+    } else if (auto* decline = std::get_if<DeclineSlotAction>(&*action)) {
+      send(decline->peer, SwarmMessage::signal(MessageType::kNotInterested, id));
+    } else if (auto* again = std::get_if<AskSlotAgainAction>(&*action)) {
+      auto c = connections_.find(again->peer);
+      if (c != connections_.end() && c->second.open) send(again->peer, interested(id, v));
     } else if (auto* done = std::get_if<DoneAction>(&*action)) {
       Status status = done->status;
       v.finished = v.fetch->progress();
@@ -213,8 +218,6 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
         }
       }
       v.sources.clear();
-      v.declined.clear();
-      v.asked_again.clear();
       // Before the driver hears that the fetch is over (and lets the
       // destination go), no payload may still be writing into it.
       if (!status.is_ok()) abort_landings(now, id, "the fetch of a version it was sending failed");
@@ -222,7 +225,17 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       break;
     }
   }
-  if (!v.declined.empty() && v.fetch && v.fetch->in_flight_total() == 0) ask_declined_again(id, v);
+}
+
+void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer) {
+  v.sources.insert(peer);
+  v.fetch->on_connected(now, peer);
+  send(peer, interested(id, v));
+}
+
+SwarmMessage SwarmCore::interested(const ManifestId& id, const Version& v) const {
+  // What we hold already travels along, so a super-seed does not reveal it.
+  return SwarmMessage::with_bits(MessageType::kInterested, id, v.layout.shard_count(), v.have.to_bytes());
 }
 
 // --------------------------------------------------------------------------
@@ -273,7 +286,6 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
     if (v.fetch) {
       v.sources.erase(peer);
       v.fetch->on_disconnected(now, peer);
-      slot_ended(id, v, peer);
     }
   }
   for (auto& [id, v] : versions_) drain(now, id, v);
@@ -377,17 +389,12 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kChoke:
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_choked(now, peer);
-        slot_ended(m.version_id, it->second, peer);
         // A payload already landing (on another lane) still arrives.
         std::erase_if(c.requests, [&](const auto& r) { return r.second.version_id == m.version_id && !r.second.landing; });
         drain(now, m.version_id, it->second);
       }
       return;
     case MessageType::kUnchoke:
-      if (it != versions_.end() && it->second.fetch && decline_slot(m.version_id, it->second, peer)) {
-        ask_declined_again(m.version_id, it->second);  // when the slots we hold give us nothing to ask
-        return;
-      }
       if (it != versions_.end() && it->second.fetch) {
         it->second.fetch->on_unchoked(now, peer);
         drain(now, m.version_id, it->second);

@@ -227,12 +227,6 @@ class SwarmCore {
     // A super-seed looks for requesters gone silent with shards shown to
     // them (check_silence) this often, while any are shown.
     TimePoint next_silence_check{};
-    // Holders whose unchoke we handed back (decline_slot), asked again in
-    // that order (ask_declined_again). No duplicates.
-    std::deque<PeerId> declined{};
-    // Of those, the ones asked again that have not answered (unchoked,
-    // choked, or gone): they count as slots we hold.
-    std::set<PeerId> asked_again{};
   };
   struct Outstanding {
     ManifestId version_id;
@@ -272,22 +266,6 @@ class SwarmCore {
   void choke(const ManifestId& id, Version& v, const PeerId& peer);
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
   SwarmMessage interested(const ManifestId& id, const Version& v) const;
-  // A fetcher holds at most as many of other holders' upload slots as it
-  // offers (upload_slots_here): an unchoke beyond that is handed back
-  // (NotInterested). The holders handed back are asked again
-  // (ask_declined_again) as slots we hold end (choked, released, gone), and
-  // all of them once nothing is in flight. Holders unchoke whoever waits,
-  // drawn at random, so without the share slots fall to fetchers unevenly
-  // and stay there for a whole transfer shorter than a rotation. A starved
-  // fetch that pulls across the WAN takes the slot. Returns whether it was
-  // declined.
-  bool decline_slot(const ManifestId& id, Version& v, const PeerId& peer);
-  // Slots held (slot_sources) and asked for again reach upload_slots_here.
-  bool holds_its_share_of_slots(const Version& v) const;
-  void ask_declined_again(const ManifestId& id, Version& v);
-  // `peer` serves us no more (choked, released or gone): it is neither a
-  // slot held nor one handed back, and others may be asked again.
-  void slot_ended(const ManifestId& id, Version& v, const PeerId& peer);
   void send(const PeerId& peer, SwarmMessage message);
   // A claim (kFetching) or its withdrawal (kNotFetching), to the host mates
   // that fetch from us: they alone would bring the shard across our NIC too.

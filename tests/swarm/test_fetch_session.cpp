@@ -99,6 +99,7 @@ class Driver {
   std::set<std::uint32_t> announced;
   std::vector<std::uint32_t> claimed;  // ClaimAction, in order
   std::vector<std::uint32_t> unclaimed;  // UnclaimAction, in order
+  std::vector<PeerId> declined, asked_again;  // DeclineSlotAction, AskSlotAgainAction, in order
 
  private:
   struct Delivery {
@@ -163,6 +164,8 @@ class Driver {
   void handle(AnnounceAction& a) { announced.insert(a.shard.value); }
   void handle(ClaimAction& a) { claimed.push_back(a.shard.value); }
   void handle(UnclaimAction& a) { unclaimed.push_back(a.shard.value); }
+  void handle(DeclineSlotAction& a) { declined.push_back(a.peer); }
+  void handle(AskSlotAgainAction& a) { asked_again.push_back(a.peer); }
   void handle(DoneAction& a) { result = a.status; }
 
   std::priority_queue<Delivery, std::vector<Delivery>, std::greater<>> deliveries;
@@ -946,4 +949,69 @@ TEST_CASE("fetch session: a holder whose connections keep closing before it deli
   MESSAGE("connections in 1 s: " << d.connects.size());
   CHECK(d.connects.size() >= 3);
   CHECK(d.connects.size() <= 6);
+}
+
+TEST_CASE("fetch session: an unchoke past the slot share is handed back, and asked for again when a slot ends") {
+  FetchConfig config;
+  config.starts_choked = true;  // holders grant their slots explicitly
+  config.slot_probes = 0;
+  Driver d(layout(16), config);
+  d.session.set_slot_share(d.now, 1);
+  Holder slow = full(16, {"dc1", "r2", "h2"});
+  slow.block_time = 10s;  // its requests stay in flight
+  d.add_holder(1, slow);
+  d.add_holder(2, full(16, {"dc1", "r3", "h3"}));
+  Holder mate = full(16, {"dc1", "r1", "h0"});  // a host mate: served outside the slots
+  mate.bits = Bitfield(16);                       // (holding nothing, it takes no requests from the others)
+  d.add_holder(3, mate);
+  d.run(100ms);  // connected, choked
+  REQUIRE(d.connects.size() == 3);
+  d.session.on_unchoked(d.now, peer(1));
+  d.pump();
+  CHECK(d.session.in_flight_total() > 0);
+  // Its share is held: the second holder's slot goes back.
+  d.session.on_unchoked(d.now, peer(2));
+  d.pump();
+  CHECK(d.declined == std::vector<PeerId>{peer(2)});
+  CHECK(d.session.slot_sources() == 1);
+  // A host mate's unchoke is never handed back.
+  d.session.on_unchoked(d.now, peer(3));
+  d.pump();
+  CHECK(d.declined.size() == 1);
+  // The slot held ends: the holder handed back is asked again, and its
+  // unchoke then is taken.
+  d.session.on_choked(d.now, peer(1));
+  d.pump();
+  CHECK(d.asked_again == std::vector<PeerId>{peer(2)});
+  d.session.on_unchoked(d.now, peer(2));
+  d.pump();
+  CHECK(d.declined.size() == 1);
+  CHECK(d.session.slot_sources() == 1);
+}
+
+TEST_CASE("fetch session: a fetch with nothing in flight asks every holder it handed back again") {
+  FetchConfig config;
+  config.starts_choked = true;
+  config.slot_probes = 0;
+  Driver d(layout(16), config);
+  d.session.set_slot_share(d.now, 1);
+  Holder empty = full(16, {"dc1", "r2", "h2"});
+  empty.bits = Bitfield(16);  // unchokes, but holds nothing we want
+  d.add_holder(1, empty);
+  d.add_holder(2, full(16, {"dc1", "r3", "h3"}));
+  d.run(100ms);  // connected, choked
+  REQUIRE(d.connects.size() == 2);
+  d.session.on_unchoked(d.now, peer(1));
+  d.pump();
+  CHECK(d.session.in_flight_total() == 0);
+  // Starving, it may take the slot only once asked again: the unchoke that
+  // comes unasked past the share goes back, and is asked again at once.
+  d.session.on_unchoked(d.now, peer(2));
+  d.pump();
+  CHECK(d.declined == std::vector<PeerId>{peer(2)});
+  CHECK(d.asked_again == std::vector<PeerId>{peer(2)});
+  d.session.on_unchoked(d.now, peer(2));
+  d.pump();
+  CHECK(d.declined.size() == 1);
+  CHECK(d.session.in_flight_total() > 0);
 }
