@@ -1,7 +1,7 @@
-// SwarmCore: its versions, connections and message routing. The serving
-// side and landing pieces are in swarm_serving.cpp and swarm_landing.cpp
-// beside this file; the slot share is the fetch session's
-// (fetch_slot_share.cpp).
+// SwarmCore: its versions, connections and message routing. Each version's
+// serving side is its ServeSession (serve_session.cpp), its fetching side
+// its FetchSession (the slot share included); landing pieces are in
+// swarm_landing.cpp beside this file.
 #include "swarm/swarm_core.hpp"
 
 #include <algorithm>
@@ -30,33 +30,36 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 // --------------------------------------------------------------------------
 // Versions
 
+SwarmCore::Version& SwarmCore::version(const ManifestId& id, const ShardLayout& layout, const core::Bitfield& have,
+                                       bool offered) {
+  auto [it, inserted] = versions_.try_emplace(id, layout, have);
+  if (inserted) {
+    it->second.serve = std::make_unique<ServeSession>(
+        id, layout, it->second.have,
+        UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)), offered,
+        ServeConfig{config_.slot_rotation, config_.fetch.request_timeout}, static_cast<const ServePeers&>(*this),
+        actions_);
+  }
+  return it->second;
+}
+
 void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
                       ServeMode mode) {
-  auto [it, inserted] = versions_.try_emplace(
-      id, layout, std::move(have), UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)),
-      /*shown=*/true);
-  if (!inserted) return;
-  if (mode == ServeMode::kSuperSeed && it->second.have.all()) {
+  if (versions_.count(id)) return;
+  Version& v = version(id, layout, have, /*offered=*/true);
+  if (mode == ServeMode::kSuperSeed && v.have.all()) {
     // Enough revealed, unheld shards per requester for two full request
     // pipelines, so its connection to us never runs dry; at least two.
     const std::uint64_t pipeline = std::uint64_t{config_.fetch.pipeline_blocks} * layout.block_size;
     const std::uint64_t ahead = (2 * pipeline + layout.shard_size - 1) / layout.shard_size;
     const std::uint64_t seed = version_seed(id, 0x5eed);
-    it->second.seeder = std::make_unique<SeedScheduler>(layout.shard_count(), std::max<std::uint64_t>(2, ahead), seed);
+    v.serve->super_seed(std::make_unique<SeedScheduler>(layout.shard_count(), std::max<std::uint64_t>(2, ahead), seed));
   }
   (void)now;
 }
 
 void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have) {
-  auto it = versions_.find(id);
-  if (it == versions_.end()) {
-    it = versions_
-             .try_emplace(id, layout, have,
-                          UploadSlots(upload_slots_here(), config_.slot_rotation, version_seed(id, 0x51075)),
-                          config_.serve_fetched)
-             .first;
-  }
-  Version& v = it->second;
+  Version& v = version(id, layout, have, config_.serve_fetched);
   if (v.fetch) return;
   const std::uint64_t seed = version_seed(id, 0);
   v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now);
@@ -72,10 +75,7 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   // Its requesters hear that it is served here no more (not merely a
   // choke, which they would wait out): where nobody else holds it, their
   // fetch fails instead of waiting for ever.
-  for (const PeerId& peer : it->second.requesters) {
-    send(peer, SwarmMessage::signal(MessageType::kUnknownVersion, id));
-    actions_.push(DropQueuedPieces{peer, id});
-  }
+  it->second.serve->stop();
   // Forget its outstanding requests on every connection.
   for (auto& [peer, c] : connections_) {
     std::erase_if(c.requests, [&](const auto& r) { return r.second.version_id == id; });
@@ -104,6 +104,24 @@ void SwarmCore::set_location(const PeerId& peer, const Location& location) { loc
 Proximity SwarmCore::proximity_of(const PeerId& peer) const {
   const Location* location = locations_->find(peer);
   return location ? proximity(self_, *location) : Proximity::kRemote;
+}
+
+bool SwarmCore::connection_open(const PeerId& peer) const {
+  auto c = connections_.find(peer);
+  return c != connections_.end() && c->second.open;
+}
+
+std::optional<TimePoint> SwarmCore::last_heard(const PeerId& peer) const {
+  auto c = connections_.find(peer);
+  if (c == connections_.end()) return std::nullopt;
+  return c->second.last_heard;
+}
+
+std::size_t SwarmCore::upload_slots_here() const {
+  std::size_t on_host = locations_->peers_on_host(self_);
+  const Location* listed = locations_->find(self_id_);
+  if (listed && listed->dc == self_.dc && listed->rack == self_.rack && listed->host == self_.host && on_host > 0) --on_host;
+  return std::max<std::size_t>(1, config_.upload_slots / (on_host + 1));
 }
 
 void SwarmCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete) {
@@ -190,7 +208,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       // gets our whole bitfield then. A HAVE to every connection was most
       // of the simulator's events (35 per flow at 10,240 peers).
       // (told_ is reused: a set per shard was a tree of allocations.)
-      v.fetch->audience_of_have(announce->shard, v.requesters, v.sources, told_);
+      v.fetch->audience_of_have(announce->shard, v.serve->requesters(), v.sources, told_);
       for (const PeerId& peer : told_) {
         auto c = connections_.find(peer);
         if (c != connections_.end() && c->second.open) {
@@ -200,9 +218,9 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
     } else if (auto* claim = std::get_if<ClaimAction>(&*action)) {
       // The host mates fetching from us: they would otherwise bring it
       // across the NIC we share as well.
-      tell_host_mate_requesters(id, v, MessageType::kFetching, claim->shard);
+      v.serve->tell_host_mate_requesters(MessageType::kFetching, claim->shard);
     } else if (auto* unclaim = std::get_if<UnclaimAction>(&*action)) {
-      tell_host_mate_requesters(id, v, MessageType::kNotFetching, unclaim->shard);
+      v.serve->tell_host_mate_requesters(MessageType::kNotFetching, unclaim->shard);
     } else if (auto* decline = std::get_if<DeclineSlotAction>(&*action)) {
       send(decline->peer, SwarmMessage::signal(MessageType::kNotInterested, id));
     } else if (auto* again = std::get_if<AskSlotAgainAction>(&*action)) {
@@ -274,15 +292,7 @@ void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
     connections_.erase(c);
   }
   for (auto& [id, v] : versions_) {
-    forget_carrier(v, peer);
-    if (v.seeder) v.seeder->remove_requester(peer);
-    v.finishing.erase(peer);
-    const bool was_requester = v.requesters.erase(peer) != 0;
-    std::erase(v.host_mate_requesters, peer);
-    if (was_requester) {
-      v.slots.on_gone(now, peer);
-      drain_slots(now, id, v);
-    }
+    v.serve->on_gone(now, peer);
     if (v.fetch) {
       v.sources.erase(peer);
       v.fetch->on_disconnected(now, peer);
@@ -301,9 +311,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
   c.open = true;  // an inbound connection opens with its first message
   c.last_heard = now;
   auto it = versions_.find(m.version_id);
-  if (it != versions_.end() && it->second.seeder && it->second.seeder->suspended(peer)) {
-    reveal(m.version_id, it->second.seeder->resume(now, peer));
-  }
+  if (it != versions_.end()) it->second.serve->on_heard(now, peer);
   switch (m.type) {
     case MessageType::kInterested: {
       if (it == versions_.end()) {
@@ -311,31 +319,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
         return;
       }
       Version& v = it->second;
-      // A super-seed shows shards (HAVE) once it unchokes the peer. Another
-      // datacenter sees everything: its fetchers share the WAN work among
-      // themselves, and each shard should cross once. A leech shows nothing.
-      const bool super_seeds = v.offered && v.seeder && proximity_of(peer) != Proximity::kRemote;
-      if (super_seeds) {
-        core::Bitfield holds(v.layout.shard_count());
-        if (m.shard_count == v.layout.shard_count()) {
-          if (auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count)) holds = std::move(*bits);
-        }
-        v.seeder->add_requester(peer, holds);
-        send(peer, SwarmMessage::signal(MessageType::kSuperSeed, m.version_id));
-      }
-      const core::Bitfield shown = v.offered && !super_seeds ? v.have : core::Bitfield(v.layout.shard_count());
-      send(peer, SwarmMessage::with_bits(MessageType::kBitfield, m.version_id, v.layout.shard_count(), shown.to_bytes()));
-      if (v.offered) {
-        const bool new_requester = v.requesters.insert(peer).second;
-        if (new_requester && proximity_of(peer) == Proximity::kSameHost) v.host_mate_requesters.push_back(peer);
-        if (served_outside_slots(v, peer)) {
-          send(peer, SwarmMessage::signal(MessageType::kUnchoke, m.version_id));
-        } else {
-          v.slots.on_interested(now, peer);
-        }
-        introduce_requesters(m.version_id, v, peer);
-        drain_slots(now, m.version_id, v);
-      }
+      v.serve->on_interested(now, peer, m);
       // A peer fetching what we fetch is a neighbour for us too.
       if (v.fetch && !v.sources.count(peer)) {
         v.fetch->add_candidate(now, peer, proximity_of(peer));
@@ -344,13 +328,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     }
     case MessageType::kNotInterested:
-      if (it != versions_.end() && it->second.seeder) it->second.seeder->remove_requester(peer);
-      if (it != versions_.end()) it->second.finishing.erase(peer);
-      if (it != versions_.end() && it->second.requesters.erase(peer)) {
-        std::erase(it->second.host_mate_requesters, peer);
-        it->second.slots.on_gone(now, peer);
-        drain_slots(now, m.version_id, it->second);
-      }
+      if (it != versions_.end()) it->second.serve->on_not_interested(now, peer);
       return;
     case MessageType::kBitfield: {
       if (it == versions_.end() || !it->second.fetch) return;
@@ -365,11 +343,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     }
     case MessageType::kHave:
-      if (it != versions_.end() && it->second.seeder && m.shard.value < it->second.layout.shard_count()) {
-        Version& v = it->second;
-        reveal(m.version_id, v.seeder->on_have(now, peer, m.shard));
-        if (v.finishing.count(peer) && v.seeder->pending(peer) == 0) choke(m.version_id, v, peer);
-      }
+      if (it != versions_.end()) it->second.serve->on_have(now, peer, m.shard);
       if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
         it->second.fetch->on_have(now, peer, m.shard);
         drain(now, m.version_id, it->second);
@@ -401,7 +375,12 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       }
       return;
     case MessageType::kRequest:
-      handle_request(now, peer, m);
+      if (it == versions_.end()) {
+        static constexpr std::string_view kUnknown = "unknown version";
+        send(peer, SwarmMessage::refuse(m.version_id, m.request_id, std::vector<std::uint8_t>(kUnknown.begin(), kUnknown.end())));
+        return;
+      }
+      it->second.serve->on_request(now, peer, m);
       return;
     case MessageType::kRefuse:
     case MessageType::kDeferred: {
@@ -484,20 +463,7 @@ void SwarmCore::handle_timeout(TimePoint now) {
     }
   }
   for (auto& [id, v] : versions_) {
-    // A finishing requester gets kFinishingRotations more at most: at 1/8
-    // of a 1 Gbit/s uplink, its two revealed 16 MiB shards take 2.2 s, and
-    // cut off after one rotation they would be revealed again to others.
-    if (now >= version_timer(v, SwarmTimer::kFinishing)) {
-      std::vector<PeerId> overdue;
-      for (const auto& [peer, since] : v.finishing) {
-        if (now >= since + config_.slot_rotation * kFinishingRotations) overdue.push_back(peer);
-      }
-      for (const PeerId& peer : overdue) choke(id, v, peer);
-    }
-    v.slots.handle_timeout(now);
-    drain_slots(now, id, v);
-    if (now >= version_timer(v, SwarmTimer::kReveal)) reveal(id, v.seeder->handle_timeout(now));
-    if (now >= version_timer(v, SwarmTimer::kSilenceCheck)) check_silence(now, id, v);
+    v.serve->handle_timeout(now);
     if (now >= version_timer(v, SwarmTimer::kFetch)) {
       v.fetch->handle_timeout(now);
       drain(now, id, v);
@@ -507,15 +473,10 @@ void SwarmCore::handle_timeout(TimePoint now) {
 
 TimePoint SwarmCore::version_timer(const Version& v, SwarmTimer timer) const {
   switch (timer) {
-    case SwarmTimer::kSlotRotation: return v.slots.next_timeout();
-    case SwarmTimer::kFinishing: {
-      TimePoint t = kTimeNever;
-      for (const auto& [peer, since] : v.finishing) t = std::min(t, since + config_.slot_rotation * kFinishingRotations);
-      return t;
-    }
-    case SwarmTimer::kReveal: return v.seeder ? v.seeder->next_timeout() : kTimeNever;
-    case SwarmTimer::kSilenceCheck:
-      return v.seeder && v.seeder->total_pending() > 0 ? v.next_silence_check : kTimeNever;
+    case SwarmTimer::kSlotRotation: return v.serve->slot_rotation_at();
+    case SwarmTimer::kFinishing: return v.serve->finishing_at();
+    case SwarmTimer::kReveal: return v.serve->reveal_at();
+    case SwarmTimer::kSilenceCheck: return v.serve->silence_check_at();
     case SwarmTimer::kFetch: return v.fetch ? v.fetch->next_timeout() : kTimeNever;
     case SwarmTimer::kLandingStall:
     case SwarmTimer::kCount: break;

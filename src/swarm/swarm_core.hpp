@@ -30,6 +30,8 @@
 #include "swarm/landing_tracker.hpp"
 #include "swarm/location_book.hpp"
 #include "swarm/seed_scheduler.hpp"
+#include "swarm/serve_session.hpp"
+#include "swarm/swarm_actions.hpp"
 #include "swarm/swarm_messages.hpp"
 #include "swarm/topology.hpp"
 #include "swarm/upload_slots.hpp"
@@ -37,10 +39,6 @@
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::swarm {
-
-// How long a super-seed's requester whose turn is over may still finish the
-// shards revealed to it, in slot rotations.
-inline constexpr int kFinishingRotations = 2;
 
 struct SwarmConfig {
   FetchConfig fetch;
@@ -60,51 +58,6 @@ struct SwarmConfig {
   // not keep its block from the others.
   double min_landing_bytes_per_second = 256 * 1024;
 };
-
-// --- actions for the driver ---
-struct OpenConnection {
-  PeerId peer;
-};
-struct CloseConnection {
-  PeerId peer;
-  std::string reason;
-};
-struct SendMessage {
-  PeerId peer;
-  SwarmMessage message;
-};
-// Send `header` (a piece), then `length` bytes of the version's image from
-// `offset`, straight from memory.
-struct ServePiece {
-  PeerId peer;
-  SwarmMessage header;
-  ManifestId version_id;
-  std::uint64_t offset = 0;
-  std::uint32_t length = 0;
-};
-// The requester was choked (or the version stopped): the pieces of this
-// version queued for it and not yet being sent are dropped, since it has
-// forgotten their requests (BitTorrent's choke semantics) and would only
-// discard them: each slot rotation would send a request pipeline per choked
-// requester for nothing.
-struct DropQueuedPieces {
-  PeerId peer;
-  ManifestId version_id;
-};
-struct VerifyShard {
-  ManifestId version_id;
-  ShardIndex shard;
-};
-struct ShardHeld {  // verified and now served; coarse progress for gossip
-  ManifestId version_id;
-  ShardIndex shard;
-};
-struct FetchFinished {
-  ManifestId version_id;
-  Status status;
-};
-using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, DropQueuedPieces, VerifyShard,
-                                 ShardHeld, FetchFinished>;
 
 // A landing payload that has made no progress for this many request
 // timeouts is stalled (a driver that reports no progress: since it began),
@@ -132,13 +85,16 @@ enum class SwarmTimer {
   kCount
 };
 
-class SwarmCore {
+class SwarmCore final : private ServePeers {
  public:
   // `locations`: where peers sit, shared with other cores that see the same
   // world (the simulator's); nullptr: this core keeps a book of its own.
   SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed,
             std::shared_ptr<LocationBook> locations = nullptr);
-  ~SwarmCore();
+  ~SwarmCore() override;
+  // Not copied or moved: its serve sessions point back at it.
+  SwarmCore(const SwarmCore&) = delete;
+  SwarmCore& operator=(const SwarmCore&) = delete;
 
   // Versions. `have` has one bit per shard of `layout`.
   enum class ServeMode {
@@ -198,35 +154,13 @@ class SwarmCore {
 
  private:
   struct Version {
-    Version(ShardLayout l, core::Bitfield h, UploadSlots s, bool shown)
-        : layout(l), have(std::move(h)), slots(std::move(s)), offered(shown) {}
+    Version(ShardLayout l, core::Bitfield h) : layout(l), have(std::move(h)) {}
     ShardLayout layout;
     core::Bitfield have;
+    std::unique_ptr<ServeSession> serve;  // never null; reads `have`
     std::unique_ptr<FetchSession> fetch;  // while fetching
-    std::unique_ptr<SeedScheduler> seeder;  // when super-seeding
     std::optional<FetchProgress> finished;  // the fetch's last progress, once it is over
-    UploadSlots slots;
-    std::set<PeerId> requesters;          // neighbours that fetch it from us
     std::set<PeerId> sources;             // neighbours we fetch it from
-    // A super-seed's requesters whose turn is over, served until they hold
-    // what was revealed to them (kFinishingRotations at most): since when.
-    std::map<PeerId, TimePoint> finishing;
-    // Shards this holder sends into other datacenters: per (datacenter,
-    // shard), the requester carrying it across and when it last asked for
-    // it. Bounded by shards x datacenters; a carrier's entries go when it is
-    // choked or its connection closes.
-    struct WanCarrier {
-      PeerId peer;
-      TimePoint last_asked;
-    };
-    std::map<std::pair<std::string, std::uint32_t>, WanCarrier> wan_carriers;
-    bool offered = true;  // shown and served to requesters (false: fetched by a leech)
-    // Those of the requesters on our host, whom our claims (kFetching) concern.
-    // Invariant: exactly the members of requesters on our host.
-    std::vector<PeerId> host_mate_requesters;
-    // A super-seed looks for requesters gone silent with shards shown to
-    // them (check_silence) this often, while any are shown.
-    TimePoint next_silence_check{};
   };
   struct Outstanding {
     ManifestId version_id;
@@ -253,42 +187,16 @@ class SwarmCore {
   };
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
-  void drain_slots(TimePoint now, const ManifestId& id, Version& v);
-  // A host mate: served whenever it asks, outside the upload slots, which
-  // share out the NIC that its blocks never cross. (Not by a super-seed,
-  // whose reveals follow its slots.)
-  bool served_outside_slots(const Version& v, const PeerId& peer) const;
   // This peer's part of the host's upload slots: the peers on one host
   // share its NIC, so they divide config_.upload_slots among them (at
   // least one each), counted in the location book when a version starts.
   std::size_t upload_slots_here() const;
-  // Stops serving `peer` this version now.
-  void choke(const ManifestId& id, Version& v, const PeerId& peer);
   void start_with(TimePoint now, const ManifestId& id, Version& v, const PeerId& peer);
   SwarmMessage interested(const ManifestId& id, const Version& v) const;
   void send(const PeerId& peer, SwarmMessage message);
-  // A claim (kFetching) or its withdrawal (kNotFetching), to the host mates
-  // that fetch from us: they alone would bring the shard across our NIC too.
-  void tell_host_mate_requesters(const ManifestId& id, const Version& v, MessageType type, ShardIndex shard);
-  void reveal(const ManifestId& id, const std::vector<Reveal>& reveals);
-  // A super-seed's requester with shards shown to it that has said nothing
-  // for a while (2 request timeouts; 8 across the WAN, where a block takes
-  // longer) is suspended (SeedScheduler::suspend) until it speaks again.
-  void check_silence(TimePoint now, const ManifestId& id, Version& v);
-  void handle_request(TimePoint now, const PeerId& peer, const SwarmMessage& m);
-  // Peer exchange: tells a new requester of up to kMaxPeersListed others
-  // that fetch the version from us, nearest to it first. Fetchers otherwise
-  // find each other only as their gossip records spread (a round per hop),
-  // and meanwhile all pull from the holders gossip named first.
-  void introduce_requesters(const ManifestId& id, const Version& v, const PeerId& newcomer);
-  // Whether another requester in `peer`'s datacenter (across the WAN from
-  // us) carries `shard` over now, so `peer` should get it from that mate; if
-  // not, `peer` becomes its carrier. A carrier stops counting
-  // 4 x request_timeout after its last request for the shard, when it is
-  // choked, and when its connection closes: a lost carrier costs a deferral,
-  // not the shard.
-  bool carried_by_a_mate(TimePoint now, Version& v, const PeerId& peer, ShardIndex shard);
-  void forget_carrier(Version& v, const PeerId& peer);
+  // The version (created, serving, when new): `offered` says whether it is
+  // shown and served (false: fetched by a leech).
+  Version& version(const ManifestId& id, const ShardLayout& layout, const core::Bitfield& have, bool offered);
   void forget_connection(TimePoint now, const PeerId& peer);
   // Ends the landing of `o` (its payload arrived, or will not).
   void end_landing(const Outstanding& o);
@@ -298,9 +206,12 @@ class SwarmCore {
   TimePoint next_landing_deadline() const;
   // When one of a version's timers comes (kTimeNever: it does not stand).
   TimePoint version_timer(const Version& v, SwarmTimer timer) const;
-  // How near a peer is; an unknown peer counts as remote (it is never
-  // preferred over a known neighbour).
-  Proximity proximity_of(const PeerId& peer) const;
+  // ServePeers. How near a peer is; an unknown peer counts as remote (it is
+  // never preferred over a known neighbour).
+  Proximity proximity_of(const PeerId& peer) const override;
+  const Location* location_of(const PeerId& peer) const override { return locations_->find(peer); }
+  bool connection_open(const PeerId& peer) const override;
+  std::optional<TimePoint> last_heard(const PeerId& peer) const override;
   // This peer's random stream for one purpose (`salt`) in one version.
   std::uint64_t version_seed(const ManifestId& id, std::uint64_t salt) const;
 

@@ -1,0 +1,60 @@
+// What a SwarmCore asks its driver to do (SwarmCore::poll): open and close
+// connections, send messages and pieces, drop queued pieces, verify shards,
+// and hear of shards held and fetches finished.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "swarm/swarm_messages.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::swarm {
+
+struct OpenConnection {
+  PeerId peer;
+};
+struct CloseConnection {
+  PeerId peer;
+  std::string reason;
+};
+struct SendMessage {
+  PeerId peer;
+  SwarmMessage message;
+};
+// Send `header` (a piece), then `length` bytes of the version's image from
+// `offset`, straight from memory.
+struct ServePiece {
+  PeerId peer;
+  SwarmMessage header;
+  ManifestId version_id;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+// The requester was choked (or the version stopped): the pieces of this
+// version queued for it and not yet being sent are dropped, since it has
+// forgotten their requests (BitTorrent's choke semantics) and would only
+// discard them: each slot rotation would send a request pipeline per choked
+// requester for nothing.
+struct DropQueuedPieces {
+  PeerId peer;
+  ManifestId version_id;
+};
+struct VerifyShard {
+  ManifestId version_id;
+  ShardIndex shard;
+};
+struct ShardHeld {  // verified and now served; coarse progress for gossip
+  ManifestId version_id;
+  ShardIndex shard;
+};
+struct FetchFinished {
+  ManifestId version_id;
+  Status status;
+};
+using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, DropQueuedPieces, VerifyShard,
+                                 ShardHeld, FetchFinished>;
+
+}  // namespace tensorhub::swarm
