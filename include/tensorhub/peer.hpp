@@ -152,6 +152,8 @@ class FetchHandle {
   FetchHandle(FetchHandle&&) noexcept;
   FetchHandle& operator=(FetchHandle&&) noexcept;
   const VersionInfo& info() const;
+  // The version's signed manifest: its tensor table and shards.
+  const Manifest& manifest() const;
   FetchProgressInfo progress() const;
   // Waits for the outcome: ok when every byte is verified.
   // Errors: kTimeout (the fetch goes on), kUnavailable (no holder could

@@ -345,6 +345,7 @@ FetchHandle::~FetchHandle() {
   if (state_) state_->release(ReleaseMode::kNow);
 }
 const VersionInfo& FetchHandle::info() const { return state_->info; }
+const Manifest& FetchHandle::manifest() const { return *state_->version->manifest; }
 
 FetchProgressInfo FetchHandle::progress() const {
   std::lock_guard lock(state_->version->mutex);

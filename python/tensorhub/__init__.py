@@ -1,0 +1,230 @@
+"""TensorHub for Python: publish tensors where they are, fetch them into yours.
+
+An in-process peer (``Peer.start``) joins a swarm over gossip and moves
+versions of a model's weights between peers. Memory crosses into the C++ peer
+as (address, nbytes) pairs taken from numpy arrays (and, in a later step,
+torch tensors), so publishing a dict of contiguous arrays copies nothing, and
+a fetch lands its blocks straight in the arrays it returns or is given.
+
+What this package does not do yet is listed in docs/python.md.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _native
+
+__all__ = ["Error", "Peer", "Published", "Fetched", "generate_swarm_key"]
+
+
+class Error(RuntimeError):
+    """A TensorHub failure, with the one-line reason the peer gives.
+    ``code`` names the kind: invalid_argument, corrupt, verify_failed,
+    not_found, already_exists, permission_denied, io_error, unavailable,
+    timeout, cancelled or internal."""
+
+    code = "internal"
+
+
+_native._set_error_type(Error)
+
+# safetensors dtype names (the manifest's) <-> numpy dtypes. BF16 and the F8
+# types have no numpy dtype: they travel as raw bytes and come back as uint16
+# or uint8 views of the same bytes.
+_TO_NUMPY = {
+    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16,
+    "F16": np.float16, "U32": np.uint32, "I32": np.int32, "F32": np.float32,
+    "U64": np.uint64, "I64": np.int64, "F64": np.float64,
+    "BF16": np.uint16, "F8_E5M2": np.uint8, "F8_E4M3": np.uint8, "F8_E8M0": np.uint8,
+}
+_FROM_NUMPY = {np.dtype(v): k for k, v in _TO_NUMPY.items() if k not in ("BF16", "F8_E5M2", "F8_E4M3", "F8_E8M0")}
+
+
+def generate_swarm_key() -> bytes:
+    """32 random bytes: a new swarm key (every member must hold the same)."""
+    return os.urandom(32)
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+def _as_publishable(name: str, value) -> Tuple[np.ndarray, str]:
+    array = np.asarray(value)
+    dtype = _FROM_NUMPY.get(array.dtype)
+    if dtype is None:
+        raise Error(f"tensor '{name}': dtype {array.dtype} has no safetensors name")
+    if not array.flags["C_CONTIGUOUS"]:
+        array = np.ascontiguousarray(array)  # packed once; the copy is kept with the handle
+    return array, dtype
+
+
+class Published:
+    """A version this peer published. It is served while the handle lives;
+    ``release()`` (or leaving a ``with`` block) stops serving it and lets the
+    arrays go."""
+
+    def __init__(self, native):
+        self._native = native  # holds the arrays it serves from until it is released
+
+    @property
+    def version(self) -> int:
+        return self._native.version
+
+    @property
+    def manifest_id(self) -> str:
+        return self._native.manifest_id
+
+    @property
+    def nbytes(self) -> int:
+        return self._native.nbytes
+
+    def wait_replicated(self, replicas: int, timeout: Optional[float] = None) -> None:
+        """Waits until ``replicas`` other peers hold the version and proved it."""
+        self._native.wait_replicated(replicas, timeout)
+
+    def release(self) -> None:
+        if self._native is not None:
+            self._native.release()
+            self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Fetched:
+    """A version being fetched. ``wait()`` raises unless every byte verified;
+    ``state_dict()`` then gives the tensors as numpy arrays (views of the
+    fetched memory, no copy)."""
+
+    def __init__(self, native, buffer: np.ndarray):
+        self._native = native  # holds the buffer it writes into until it is released
+        self._buffer = buffer
+
+    @property
+    def version(self) -> int:
+        return self._native.info["version"]
+
+    @property
+    def manifest_id(self) -> str:
+        return self._native.info["manifest_id"]
+
+    @property
+    def tensors(self):
+        """(name, dtype, shape, byte offset, byte length) of each tensor."""
+        return self._native.tensors
+
+    def progress(self) -> dict:
+        return self._native.progress()
+
+    def wait(self, timeout: Optional[float] = None) -> "Fetched":
+        self._native.wait(timeout)
+        return self
+
+    def state_dict(self) -> dict:
+        """Every tensor, as a numpy array over the fetched bytes. REQUIRES:
+        wait() returned (a view of unverified bytes is never handed out)."""
+        if not self._native.progress()["done"]:
+            raise Error("the fetch has not finished: wait() first")
+        out = {}
+        for name, dtype, shape, offset, length in self._native.tensors:
+            raw = self._buffer[offset:offset + length]
+            out[name] = raw.view(_TO_NUMPY[dtype]).reshape(shape)
+        return out
+
+    def release(self) -> None:
+        if self._native is not None:
+            self._native.release()
+            self._native = None
+            self._buffer = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Peer:
+    """An in-process TensorHub peer: ``Peer.start(listen=..., seeds=[...],
+    swarm_key=...)``. Waiting calls release the GIL."""
+
+    def __init__(self, native):
+        self._native = native
+
+    @classmethod
+    def start(cls, *, listen: str = "127.0.0.1:0", data_listen: Optional[str] = None,
+              advertise: Optional[str] = None, seeds: Iterable[str] = (), key_file: Optional[str] = None,
+              swarm_key: Optional[bytes] = None, swarm_key_file: Optional[str] = None,
+              trusted_publishers: Iterable[str] = (), members: Iterable[str] = (), dc: str = "", rack: str = "",
+              host: str = "", shard_size: Optional[int] = None, block_size: Optional[int] = None,
+              retain_head_replicas: Optional[int] = None) -> "Peer":
+        options = {
+            "listen": listen, "data_listen": data_listen, "advertise": advertise, "seeds": list(seeds),
+            "trusted_publishers": list(trusted_publishers), "members": list(members),
+            "dc": dc, "rack": rack, "host": host, "shard_size": shard_size, "block_size": block_size,
+            "retain_head_replicas": retain_head_replicas,
+        }
+        if data_listen is None and listen.endswith(":0"):
+            options["data_listen"] = listen  # port 0 for both
+        return cls(_native.Peer.start(options, key_file, swarm_key, swarm_key_file))
+
+    @property
+    def id(self) -> str:
+        """This peer's public key (hex): what others list in trusted_publishers or members."""
+        return self._native.id
+
+    @property
+    def gossip_address(self) -> str:
+        return self._native.gossip_address
+
+    def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]]) -> Published:
+        """Publishes ``tensors`` (name -> array) as the next version of
+        ``model``. Contiguous arrays are served where they are; others are
+        packed once."""
+        items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
+        arrays, regions, specs = [], [], []
+        offset = 0
+        for name, value in items:
+            array, dtype = _as_publishable(name, value)
+            arrays.append(array)
+            specs.append((name, dtype, [int(d) for d in array.shape], offset, array.nbytes))
+            if array.nbytes:
+                regions.append((_address(array), array.nbytes))
+            offset += array.nbytes
+        return Published(self._native.publish(model, regions, specs, arrays))
+
+    def latest(self, model: str) -> Optional[dict]:
+        return self._native.latest(model)
+
+    def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> dict:
+        return self._native.wait_for_head(model, after, timeout)
+
+    def fetch(self, model: str, version: int = 0) -> Fetched:
+        """Fetches a version (0: the head) into memory this package allocates;
+        ``Fetched.state_dict()`` gives its tensors once ``wait()`` returns."""
+        info = self._native.version_info(model, version)
+        buffer = np.empty(info["nbytes"], dtype=np.uint8)
+        native = self._native.fetch(model, info["version"], [(_address(buffer), buffer.nbytes)], buffer)
+        return Fetched(native, buffer)
+
+    def status(self) -> dict:
+        import json
+
+        return json.loads(self._native.status_json())
+
+    def close(self) -> None:
+        """Leaves the swarm gracefully (up to 4 s) and stops."""
+        self._native = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,319 @@
+// tensorhub._native: a thin pybind11 binding of the public C++ API
+// (include/tensorhub/). Memory crosses as (address, nbytes) pairs that the
+// Python side takes from numpy arrays or torch tensors and keeps alive; no
+// framework type is named here. Every call that waits releases the GIL, and
+// no Python runs on the peer's threads.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tensorhub/dtype.hpp"
+#include "tensorhub/identity.hpp"
+#include "tensorhub/manifest.hpp"
+#include "tensorhub/peer.hpp"
+#include "tensorhub/status.hpp"
+#include "tensorhub/swarm_key.hpp"
+#include "tensorhub/tensor.hpp"
+
+namespace py = pybind11;
+using namespace tensorhub;
+
+namespace {
+
+// (address, nbytes) of one region, as Python passes it.
+using RegionSpec = std::pair<std::uintptr_t, std::uint64_t>;
+// (name, dtype name, shape, byte offset, byte length), as the manifest lists it.
+using TensorSpec = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::uint64_t, std::uint64_t>;
+
+py::object error_type;  // tensorhub.Error, set by the package at import
+
+// The kind of failure, as a Python identifier.
+const char* code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kCorrupt: return "corrupt";
+    case StatusCode::kVerifyFailed: return "verify_failed";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kAlreadyExists: return "already_exists";
+    case StatusCode::kPermissionDenied: return "permission_denied";
+    case StatusCode::kIoError: return "io_error";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kTimeout: return "timeout";
+    case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kInternal: return "internal";
+  }
+  return "internal";
+}
+
+[[noreturn]] void raise(const Status& s) {
+  py::object e = error_type(s.to_string());
+  e.attr("code") = code_name(s.code());
+  PyErr_SetObject(error_type.ptr(), e.ptr());
+  throw py::error_already_set();
+}
+void check(const Status& s) {
+  if (!s.is_ok()) raise(s);
+}
+template <typename T>
+T value_or_raise(Result<T> r) {
+  if (!r.is_ok()) raise(r.status());
+  return std::move(*r);
+}
+
+std::chrono::milliseconds millis(std::optional<double> seconds) {
+  if (!seconds) return std::chrono::milliseconds(std::chrono::hours(24 * 365));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(*seconds * 1000.0));
+}
+
+std::vector<TensorSpec> tensor_specs(const Manifest& m) {
+  std::vector<TensorSpec> out;
+  for (const TensorEntry& t : m.tensors()) {
+    out.emplace_back(t.name, std::string(dtype_name(t.dtype)), t.shape, t.byte_offset, t.byte_length);
+  }
+  return out;
+}
+
+std::vector<TensorEntry> tensor_entries(const std::vector<TensorSpec>& specs) {
+  std::vector<TensorEntry> out;
+  out.reserve(specs.size());
+  for (const auto& [name, dtype, shape, offset, length] : specs) {
+    auto d = dtype_from_name(dtype);
+    if (!d) raise(Status::invalid_argument("tensor '" + name + "': unknown dtype '" + dtype + "'"));
+    out.push_back(TensorEntry{name, *d, shape, offset, length});
+  }
+  return out;
+}
+
+py::dict version_dict(const VersionInfo& v) {
+  py::dict d;
+  d["model"] = v.model;
+  d["version"] = v.version;
+  d["manifest_id"] = v.id.hex();
+  d["nbytes"] = v.bytes;
+  return d;
+}
+
+PeerOptions options_from(const py::dict& o) {
+  PeerOptions p;
+  auto get_str = [&](const char* k, std::string& out) {
+    if (o.contains(k) && !o[k].is_none()) out = o[k].cast<std::string>();
+  };
+  get_str("listen", p.listen);
+  get_str("data_listen", p.data_listen);
+  get_str("advertise", p.advertise);
+  get_str("dc", p.dc);
+  get_str("rack", p.rack);
+  get_str("host", p.host);
+  if (o.contains("seeds") && !o["seeds"].is_none()) p.seeds = o["seeds"].cast<std::vector<std::string>>();
+  auto keys = [&](const char* k, std::vector<PublicKey>& out) {
+    if (!o.contains(k) || o[k].is_none()) return;
+    for (const auto& hex : o[k].cast<std::vector<std::string>>()) {
+      out.push_back(value_or_raise(PublicKey::from_hex(hex)));
+    }
+  };
+  keys("trusted_publishers", p.trusted_publishers);
+  keys("members", p.members);
+  if (o.contains("shard_size") && !o["shard_size"].is_none()) p.shard_size = o["shard_size"].cast<std::uint64_t>();
+  if (o.contains("block_size") && !o["block_size"].is_none()) p.block_size = o["block_size"].cast<std::uint32_t>();
+  if (o.contains("retain_head_replicas") && !o["retain_head_replicas"].is_none()) {
+    p.retain_head_replicas = o["retain_head_replicas"].cast<std::size_t>();
+  }
+  return p;
+}
+
+// A peer leaves gracefully when dropped (up to 4 s): not with the GIL held.
+struct DeletePeerWithoutGil {
+  void operator()(Peer* peer) const {
+    py::gil_scoped_release nogil;
+    delete peer;
+  }
+};
+using PeerHolder = std::unique_ptr<Peer, DeletePeerWithoutGil>;
+
+// A handle with the Python object that owns its memory: the handle goes
+// first (its release waits for reads and writes in flight, without the GIL),
+// then the memory.
+template <typename Handle>
+struct Owned {
+  py::object owner;
+  std::unique_ptr<Handle> handle;
+  Owned(py::object o, Handle h) : owner(std::move(o)), handle(std::make_unique<Handle>(std::move(h))) {}
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() {
+    if (handle) {
+      py::gil_scoped_release nogil;
+      handle.reset();
+    }
+  }
+  void release() {
+    if (!handle) return;
+    {
+      py::gil_scoped_release nogil;
+      handle->release();
+    }
+  }
+  Handle& get() const {
+    if (!handle) raise(Status::cancelled("released"));
+    return *handle;
+  }
+};
+using Published = Owned<PublishHandle>;
+using Fetched = Owned<FetchHandle>;
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "TensorHub's C++ peer (use the tensorhub package, not this module)";
+  m.def("_set_error_type", [](py::object type) { error_type = std::move(type); });
+
+  m.def("generate_key", [] {
+    const Identity id = Identity::generate();
+    return id.public_key().hex();
+  });
+  m.def("public_key_of", [](const std::string& key_file) {
+    return value_or_raise(Identity::load(key_file)).public_key().hex();
+  });
+
+  py::class_<Published, std::unique_ptr<Published>>(m, "Published")
+      .def_property_readonly("version", [](const Published& p) { return p.get().version(); })
+      .def_property_readonly("manifest_id", [](const Published& p) { return p.get().manifest_id().hex(); })
+      .def_property_readonly("nbytes", [](const Published& p) { return p.get().manifest().total_size(); })
+      .def_property_readonly("tensors", [](const Published& p) { return tensor_specs(p.get().manifest()); })
+      .def_property_readonly("bytes_served", [](const Published& p) { return p.get().bytes_served(); })
+      .def("wait_replicated",
+           [](Published& p, std::size_t replicas, std::optional<double> timeout) {
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = p.get().wait_replicated(replicas, millis(timeout));
+             }
+             check(s);
+           },
+           py::arg("replicas"), py::arg("timeout") = py::none())
+      .def("release", &Published::release);
+
+  py::class_<Fetched, std::unique_ptr<Fetched>>(m, "Fetched")
+      .def_property_readonly("info", [](const Fetched& f) { return version_dict(f.get().info()); })
+      .def_property_readonly("tensors", [](const Fetched& f) { return tensor_specs(f.get().manifest()); })
+      .def("progress",
+           [](const Fetched& f) {
+             const FetchProgressInfo p = f.get().progress();
+             py::dict d;
+             d["bytes_total"] = p.bytes_total;
+             d["bytes_verified"] = p.bytes_verified;
+             d["shards_total"] = p.shards_total;
+             d["shards_verified"] = p.shards_verified;
+             d["sources"] = p.sources;
+             d["done"] = p.done;
+             return d;
+           })
+      .def("wait",
+           [](Fetched& f, std::optional<double> timeout) {
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = f.get().wait(millis(timeout));
+             }
+             check(s);
+           },
+           py::arg("timeout") = py::none())
+      .def("release", &Fetched::release);
+
+  py::class_<Peer, PeerHolder>(m, "Peer")
+      .def_static(
+          "start",
+          [](const py::dict& options, std::optional<std::string> key_file, std::optional<py::bytes> swarm_key,
+             std::optional<std::string> swarm_key_file) {
+            PeerOptions o = options_from(options);
+            Identity identity = key_file ? value_or_raise(Identity::load(*key_file)) : Identity::generate();
+            SwarmKey key = SwarmKey::generate();
+            if (swarm_key_file) {
+              key = value_or_raise(SwarmKey::load(*swarm_key_file));
+            } else if (swarm_key) {
+              const std::string bytes = *swarm_key;
+              if (bytes.size() != 32) raise(Status::invalid_argument("a swarm key is 32 bytes"));
+              std::array<std::uint8_t, 32> raw{};
+              std::memcpy(raw.data(), bytes.data(), 32);
+              key = SwarmKey::from_bytes(raw);
+            } else {
+              raise(Status::invalid_argument("a swarm key is needed (swarm_key or swarm_key_file)"));
+            }
+            Result<std::unique_ptr<Peer>> peer = Status::internal("not started");
+            {
+              py::gil_scoped_release nogil;
+              peer = Peer::start(std::move(o), std::move(identity), std::move(key));
+            }
+            return PeerHolder(value_or_raise(std::move(peer)).release());
+          },
+          py::arg("options"), py::arg("key_file") = py::none(), py::arg("swarm_key") = py::none(),
+          py::arg("swarm_key_file") = py::none())
+      .def_property_readonly("id", [](const Peer& p) { return p.id().hex(); })
+      .def_property_readonly("gossip_address", &Peer::gossip_address)
+      .def("publish",
+           [](Peer& p, const std::string& model, const std::vector<RegionSpec>& regions,
+              const std::vector<TensorSpec>& tensors, py::object owner) {
+             std::vector<ConstRegion> spans;
+             spans.reserve(regions.size());
+             for (const auto& [address, nbytes] : regions) {
+               spans.emplace_back(reinterpret_cast<const std::byte*>(address), static_cast<std::size_t>(nbytes));
+             }
+             std::vector<TensorEntry> entries = tensor_entries(tensors);
+             Result<PublishHandle> r = Status::internal("not published");
+             {
+               py::gil_scoped_release nogil;
+               r = p.publish(model, spans, std::move(entries));
+             }
+             return std::make_unique<Published>(std::move(owner), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("regions"), py::arg("tensors"), py::arg("owner"))
+      .def("latest",
+           [](const Peer& p, const std::string& model) -> py::object {
+             auto v = p.latest(model);
+             return v ? py::object(version_dict(*v)) : py::object(py::none());
+           })
+      .def("version_info",
+           [](const Peer& p, const std::string& model, std::uint64_t version) {
+             return version_dict(value_or_raise(p.version_info(model, version)));
+           })
+      .def("wait_for_head",
+           [](Peer& p, const std::string& model, std::uint64_t after, std::optional<double> timeout) {
+             Result<VersionInfo> r = Status::internal("not waited");
+             {
+               py::gil_scoped_release nogil;
+               r = p.wait_for_head(model, after, millis(timeout));
+             }
+             return version_dict(value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("after") = 0, py::arg("timeout") = py::none())
+      .def("fetch",
+           [](Peer& p, const std::string& model, std::uint64_t version, const std::vector<RegionSpec>& regions,
+              py::object owner) {
+             std::vector<MutableRegion> spans;
+             spans.reserve(regions.size());
+             for (const auto& [address, nbytes] : regions) {
+               spans.emplace_back(reinterpret_cast<std::byte*>(address), static_cast<std::size_t>(nbytes));
+             }
+             Result<FetchHandle> r = Status::internal("not fetched");
+             {
+               py::gil_scoped_release nogil;
+               r = p.fetch(model, version, spans);
+             }
+             return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"))
+      .def("replicas", [](const Peer& p, const std::string& manifest_id) {
+        return p.replicas(value_or_raise(ManifestId::from_hex(manifest_id)));
+      })
+      .def("status_json", &Peer::status_json);
+}

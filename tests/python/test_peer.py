@@ -1,0 +1,119 @@
+"""The Python package's in-process peer over loopback: numpy arrays published
+where they are and fetched into memory the package allocates, every dtype the
+manifest names, odd and empty shapes, errors as exceptions, and waits that
+leave the GIL free."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tensorhub as th
+
+SWARM = bytes(range(32))
+
+
+def start_pair():
+    # No retention: a release lets go at once (with it, the last holder of
+    # the head waits up to a minute for another to hold it).
+    small = dict(swarm_key=SWARM, shard_size=64 << 10, block_size=16 << 10, retain_head_replicas=0)
+    trainer = th.Peer.start(host="trainer", **small)
+    worker = th.Peer.start(host="worker", seeds=[trainer.gossip_address], trusted_publishers=[trainer.id], **small)
+    return trainer, worker
+
+
+def weights(seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "embed.weight": rng.standard_normal((257, 33), dtype=np.float32),
+        "layers.0.bias": rng.standard_normal(7).astype(np.float16),
+        "layers.0.step": np.array([seed], dtype=np.int64),
+        "layers.0.mask": rng.integers(0, 2, size=(3, 5, 2)).astype(np.bool_),
+        "layers.0.ids": rng.integers(-5, 5, size=(1000,), dtype=np.int32),
+        "empty": np.zeros((0, 4), dtype=np.float64),
+        "scalar": np.array(3.5, dtype=np.float64),
+        "bytes": rng.integers(0, 255, size=(131071,), dtype=np.uint8),
+    }
+
+
+def test_publish_and_fetch_round_trip_every_dtype_and_shape():
+    trainer, worker = start_pair()
+    try:
+        published = trainer.publish("policy", weights(1))
+        assert published.version == 1
+        head = worker.wait_for_head("policy", timeout=20)
+        assert head["version"] == 1 and head["manifest_id"] == published.manifest_id
+        fetched = worker.fetch("policy").wait(timeout=30)
+        got = fetched.state_dict()
+        want = weights(1)
+        assert set(got) == set(want)
+        for name, array in want.items():
+            assert got[name].dtype == array.dtype, name
+            assert got[name].shape == array.shape, name
+            np.testing.assert_array_equal(got[name], array)
+        # A second version follows the first, and arrives as such.
+        second = trainer.publish("policy", weights(2))
+        assert second.version == 2
+        assert worker.wait_for_head("policy", after=1, timeout=20)["version"] == 2
+        np.testing.assert_array_equal(worker.fetch("policy", 2).wait(30).state_dict()["embed.weight"],
+                                      weights(2)["embed.weight"])
+        fetched.release()
+        published.release()
+        second.release()
+    finally:
+        worker.close()
+        trainer.close()
+
+
+def test_a_non_contiguous_array_is_packed_once_and_arrives_as_its_values():
+    trainer, worker = start_pair()
+    try:
+        base = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+        with trainer.publish("policy", [("transposed", base.T), ("strided", base[::3, 1::2])]):
+            worker.wait_for_head("policy", timeout=20)
+            got = worker.fetch("policy").wait(30).state_dict()
+            np.testing.assert_array_equal(got["transposed"], base.T)
+            np.testing.assert_array_equal(got["strided"], base[::3, 1::2])
+    finally:
+        worker.close()
+        trainer.close()
+
+
+def test_errors_are_exceptions_with_the_peers_reason():
+    trainer, worker = start_pair()
+    try:
+        with pytest.raises(th.Error) as e:
+            worker.wait_for_head("nothing-here", timeout=0.2)
+        assert e.value.code == "timeout"
+        with pytest.raises(th.Error) as e:
+            trainer.publish("Bad Name!", {"x": np.zeros(4, dtype=np.float32)})
+        assert e.value.code == "invalid_argument"
+        with pytest.raises(th.Error):
+            trainer.publish("policy", {"x": np.zeros(4, dtype=np.complex64)})
+        with pytest.raises(th.Error):
+            th.Peer.start(swarm_key=b"short")
+    finally:
+        worker.close()
+        trainer.close()
+
+
+def test_a_wait_leaves_the_gil_free():
+    trainer = th.Peer.start(swarm_key=SWARM)
+    try:
+        ticks = []
+        stop = threading.Event()
+
+        def tick():
+            while not stop.is_set():
+                ticks.append(time.monotonic())
+                time.sleep(0.01)
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        with pytest.raises(th.Error):
+            trainer.wait_for_head("policy", timeout=1.0)
+        stop.set()
+        ticker.join()
+        assert len(ticks) >= 50, f"the ticker ran {len(ticks)} times during a 1 s wait"
+    finally:
+        trainer.close()
