@@ -206,12 +206,29 @@ class Peer:
     def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> dict:
         return self._native.wait_for_head(model, after, timeout)
 
-    def fetch(self, model: str, version: int = 0) -> Fetched:
-        """Fetches a version (0: the head) into memory this package allocates;
-        ``Fetched.state_dict()`` gives its tensors once ``wait()`` returns."""
+    def fetch(self, model: str, version: int = 0, *, into=None) -> Fetched:
+        """Fetches a version (0: the head). ``into``: nothing (this package
+        allocates the memory), or a writable, C-contiguous buffer (a numpy
+        array, a bytearray, ...) of exactly the version's size, which the
+        blocks land in. ``Fetched.state_dict()`` gives the tensors as views of
+        that memory once ``wait()`` returns. Until then its bytes are not the
+        version's (a failed fetch leaves them undefined)."""
         info = self._native.version_info(model, version)
-        buffer = np.empty(info["nbytes"], dtype=np.uint8)
-        native = self._native.fetch(model, info["version"], [(_address(buffer), buffer.nbytes)], buffer)
+        if into is None:
+            buffer = np.empty(info["nbytes"], dtype=np.uint8)
+        else:
+            try:
+                view = memoryview(into)
+            except TypeError:
+                raise Error(f"into: a {type(into).__name__} is not a buffer") from None
+            if view.readonly or not view.c_contiguous:
+                raise Error("into: the buffer must be writable and C-contiguous")
+            buffer = np.frombuffer(view.cast("B"), dtype=np.uint8)
+            if buffer.nbytes != info["nbytes"]:
+                raise Error(f"into: the buffer holds {buffer.nbytes} bytes; {model} v{info['version']} "
+                            f"is {info['nbytes']}")
+        regions = [(_address(buffer), buffer.nbytes)] if buffer.nbytes else []
+        native = self._native.fetch(model, info["version"], regions, buffer)
         return Fetched(native, buffer)
 
     def status(self) -> dict:

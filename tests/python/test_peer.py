@@ -117,3 +117,24 @@ def test_a_wait_leaves_the_gil_free():
         assert len(ticks) >= 50, f"the ticker ran {len(ticks)} times during a 1 s wait"
     finally:
         trainer.close()
+
+
+def test_a_fetch_lands_in_the_callers_buffer():
+    trainer, worker = start_pair()
+    try:
+        with trainer.publish("policy", weights(3)) as published:
+            worker.wait_for_head("policy", timeout=20)
+            with pytest.raises(th.Error):
+                worker.fetch("policy", into=bytearray(published.nbytes - 1))  # one byte short
+            with pytest.raises(th.Error):
+                worker.fetch("policy", into=bytes(published.nbytes))  # read-only
+            mine = np.zeros(published.nbytes, dtype=np.uint8)
+            fetched = worker.fetch("policy", into=mine).wait(30)
+            got = fetched.state_dict()
+            np.testing.assert_array_equal(got["embed.weight"], weights(3)["embed.weight"])
+            # The tensors are views of the caller's memory, not copies.
+            assert np.shares_memory(got["embed.weight"], mine)
+            fetched.release()
+    finally:
+        worker.close()
+        trainer.close()
