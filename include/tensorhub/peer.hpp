@@ -216,6 +216,10 @@ class Peer {
   // A verified version of `model` (kLatestVersion: the head), e.g. to size
   // a destination. Errors: kUnavailable (no version known yet), kNotFound.
   Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;
+  // The signed manifest of a verified version (kLatestVersion: the head):
+  // its tensor table, e.g. to lay out destination regions before a fetch.
+  // Errors: as version_info.
+  Result<Manifest> manifest(const std::string& model, std::uint64_t version) const;
   // Calls `callback` (on the callback thread) with the current head, if any,
   // and then for each new verified head.
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);

@@ -103,9 +103,10 @@ class Fetched:
     ``state_dict()`` then gives the tensors as numpy arrays (views of the
     fetched memory, no copy)."""
 
-    def __init__(self, native, buffer: np.ndarray):
-        self._native = native  # holds the buffer it writes into until it is released
-        self._buffer = buffer
+    def __init__(self, native, buffer: Optional[np.ndarray], arrays: Optional[dict] = None):
+        self._native = native  # holds the memory it writes into until it is released
+        self._buffer = buffer  # the whole version, when it lands in one buffer
+        self._arrays = arrays  # else each tensor's array
 
     @property
     def version(self) -> int:
@@ -132,6 +133,8 @@ class Fetched:
         wait() returned (a view of unverified bytes is never handed out)."""
         if not self._native.progress()["done"]:
             raise Error("the fetch has not finished: wait() first")
+        if self._arrays is not None:
+            return dict(self._arrays)
         out = {}
         for name, dtype, shape, offset, length in self._native.tensors:
             raw = self._buffer[offset:offset + length]
@@ -142,7 +145,6 @@ class Fetched:
         if self._native is not None:
             self._native.release()
             self._native = None
-            self._buffer = None
 
     def __enter__(self):
         return self
@@ -208,12 +210,17 @@ class Peer:
 
     def fetch(self, model: str, version: int = 0, *, into=None) -> Fetched:
         """Fetches a version (0: the head). ``into``: nothing (this package
-        allocates the memory), or a writable, C-contiguous buffer (a numpy
+        allocates the memory); a writable, C-contiguous buffer (a numpy
         array, a bytearray, ...) of exactly the version's size, which the
-        blocks land in. ``Fetched.state_dict()`` gives the tensors as views of
+        blocks land in; or a mapping of tensor name to a writable,
+        C-contiguous numpy array of the tensor's shape and item size, which
+        receives that tensor in place (tensors not given land in memory
+        allocated here). ``Fetched.state_dict()`` gives the tensors as views of
         that memory once ``wait()`` returns. Until then its bytes are not the
         version's (a failed fetch leaves them undefined)."""
         info = self._native.version_info(model, version)
+        if isinstance(into, Mapping):
+            return self._fetch_into_arrays(model, info, into)
         if into is None:
             buffer = np.empty(info["nbytes"], dtype=np.uint8)
         else:
@@ -230,6 +237,49 @@ class Peer:
         regions = [(_address(buffer), buffer.nbytes)] if buffer.nbytes else []
         native = self._native.fetch(model, info["version"], regions, buffer)
         return Fetched(native, buffer)
+
+    def _fetch_into_arrays(self, model: str, info: dict, into: Mapping[str, np.ndarray]) -> Fetched:
+        # The version's bytes, laid end to end: each tensor lands in the
+        # caller's array of its name; a tensor not given, and any bytes
+        # between tensors, land in memory allocated here.
+        tensors = sorted(self._native.version_tensors(model, info["version"]), key=lambda t: t[3])
+        unknown = set(into) - {t[0] for t in tensors}
+        if unknown:
+            raise Error(f"into: {model} v{info['version']} has no tensor {sorted(unknown)[0]!r}")
+        regions, owner, arrays = [], [], {}
+        position = 0
+
+        def scratch(nbytes):
+            array = np.empty(nbytes, dtype=np.uint8)
+            owner.append(array)
+            regions.append((_address(array), nbytes))
+            return array
+
+        for name, dtype, shape, offset, length in tensors:
+            if offset > position:
+                scratch(offset - position)
+            target = into.get(name)
+            if target is None:
+                array = scratch(length).view(_TO_NUMPY[dtype]).reshape(shape) if length else \
+                    np.empty(shape, dtype=_TO_NUMPY[dtype])
+            else:
+                array = target
+                if not isinstance(array, np.ndarray) or not array.flags["C_CONTIGUOUS"] or \
+                        not array.flags["WRITEABLE"]:
+                    raise Error(f"into[{name!r}]: a writable, C-contiguous numpy array is needed")
+                if array.nbytes != length or list(array.shape) != list(shape) or \
+                        array.dtype.itemsize != np.dtype(_TO_NUMPY[dtype]).itemsize:
+                    raise Error(f"into[{name!r}]: {array.dtype}{list(array.shape)} does not hold "
+                                f"{dtype}{list(shape)}")
+                if length:
+                    owner.append(array)
+                    regions.append((_address(array), length))
+            arrays[name] = array
+            position = offset + length
+        if info["nbytes"] > position:
+            scratch(info["nbytes"] - position)
+        native = self._native.fetch(model, info["version"], regions, owner)
+        return Fetched(native, None, arrays)
 
     def status(self) -> dict:
         import json

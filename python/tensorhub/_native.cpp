@@ -286,6 +286,10 @@ PYBIND11_MODULE(_native, m) {
            [](const Peer& p, const std::string& model, std::uint64_t version) {
              return version_dict(value_or_raise(p.version_info(model, version)));
            })
+      .def("version_tensors",
+           [](const Peer& p, const std::string& model, std::uint64_t version) {
+             return tensor_specs(value_or_raise(p.manifest(model, version)));
+           })
       .def("wait_for_head",
            [](Peer& p, const std::string& model, std::uint64_t after, std::optional<double> timeout) {
              Result<VersionInfo> r = Status::internal("not waited");

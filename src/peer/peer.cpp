@@ -233,6 +233,14 @@ Result<VersionInfo> Peer::version_info(const std::string& model, std::uint64_t v
   return impl_->call([&] { return impl_->engine->version_info(model, version); });
 }
 
+Result<Manifest> Peer::manifest(const std::string& model, std::uint64_t version) const {
+  return impl_->call([&]() -> Result<Manifest> {
+    auto m = impl_->engine->manifest(model, version);
+    if (!m) return m.status();
+    return Manifest(**m);
+  });
+}
+
 void Peer::subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback) {
   impl_->call([&] { impl_->engine->subscribe(model, std::move(callback)); });
 }

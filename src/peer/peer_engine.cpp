@@ -255,9 +255,15 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
 }
 
 Result<VersionInfo> PeerEngine::version_info(const std::string& model, std::uint64_t version) const {
+  auto m = manifest(model, version);
+  if (!m) return m.status();
+  return VersionInfo{(*m)->model(), (*m)->version(), (*m)->id(), (*m)->total_size()};
+}
+
+Result<std::shared_ptr<const Manifest>> PeerEngine::manifest(const std::string& model, std::uint64_t version) const {
   auto m = core_->resolve(model, version);
   if (!m) return with_join_status(m.status());
-  return VersionInfo{(*m)->model(), (*m)->version(), (*m)->id(), (*m)->total_size()};
+  return m;
 }
 
 void PeerEngine::release(const std::shared_ptr<LocalVersion>& v, ReleaseMode mode, std::function<void()> done) {

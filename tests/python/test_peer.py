@@ -138,3 +138,29 @@ def test_a_fetch_lands_in_the_callers_buffer():
     finally:
         worker.close()
         trainer.close()
+
+
+def test_a_fetch_lands_each_tensor_in_the_callers_array_of_its_name():
+    trainer, worker = start_pair()
+    try:
+        with trainer.publish("policy", weights(4)):
+            worker.wait_for_head("policy", timeout=20)
+            mine = {"embed.weight": np.zeros((257, 33), np.float32), "layers.0.ids": np.zeros(1000, np.int32)}
+            with pytest.raises(th.Error):
+                worker.fetch("policy", into={"embed.weight": np.zeros((257, 32), np.float32)})  # wrong shape
+            with pytest.raises(th.Error):
+                worker.fetch("policy", into={"no.such": np.zeros(4, np.float32)})
+            with pytest.raises(th.Error):
+                worker.fetch("policy", into={"embed.weight": np.zeros((33, 257), np.float32).T})  # not contiguous
+            fetched = worker.fetch("policy", into=mine).wait(30)
+            want = weights(4)
+            np.testing.assert_array_equal(mine["embed.weight"], want["embed.weight"])  # in place
+            np.testing.assert_array_equal(mine["layers.0.ids"], want["layers.0.ids"])
+            got = fetched.state_dict()
+            assert got["embed.weight"] is mine["embed.weight"]
+            for name, array in want.items():
+                np.testing.assert_array_equal(got[name], array)
+            fetched.release()
+    finally:
+        worker.close()
+        trainer.close()
