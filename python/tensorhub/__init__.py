@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["Error", "Peer", "Published", "Fetched", "generate_swarm_key"]
+__all__ = ["Error", "Peer", "Published", "Fetched", "connect", "generate_swarm_key"]
 
 
 class Error(RuntimeError):
@@ -295,3 +295,6 @@ class Peer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+from .daemon import connect  # noqa: E402  (it needs Error, above)

@@ -318,6 +318,14 @@ void HeadTracker::prune(Model& model) {
   }
 }
 
+std::vector<VersionInfo> HeadTracker::heads() const {
+  std::vector<VersionInfo> out;
+  for (const auto& [name, model] : models_) {
+    if (model.head) out.push_back(*model.head);
+  }
+  return out;
+}
+
 std::optional<VersionInfo> HeadTracker::head(const std::string& model) const {
   auto it = models_.find(model);
   if (it == models_.end()) return std::nullopt;

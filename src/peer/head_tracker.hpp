@@ -118,6 +118,8 @@ class HeadTracker {
 
   // The newest verified version of `model`.
   std::optional<VersionInfo> head(const std::string& model) const;
+  // The head of every model with one, by model name.
+  std::vector<VersionInfo> heads() const;
   // A verified manifest, by id or by (model, version).
   std::shared_ptr<const Manifest> manifest(const ManifestId& id) const;
   std::shared_ptr<const Manifest> find(const std::string& model, std::uint64_t version) const;

@@ -46,6 +46,10 @@ std::string PeerEngine::status_json() const {
                         {"replicas", replicas}});
   }
   j["versions"] = std::move(versions);
+  // The verified head of each model (known_heads is what gossip names).
+  nlohmann::ordered_json heads = nlohmann::ordered_json::object();
+  for (const VersionInfo& h : core_->heads().heads()) heads[h.model] = {{"version", h.version}, {"id", h.id.hex()}};
+  j["heads"] = std::move(heads);
   nlohmann::ordered_json equivocations = nlohmann::ordered_json::array();
   for (const Equivocation& e : core_->heads().equivocations()) {
     equivocations.push_back({{"model", e.model},

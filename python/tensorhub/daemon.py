@@ -1,0 +1,148 @@
+"""A pure-Python client of a running ``tensorhub peer`` daemon, over its
+control socket: no compiled code loads in the caller's process (an inference
+engine's, say). Versions travel as safetensors files in a directory both
+sides can map, ``/dev/shm`` by default: a publish writes one and has the
+daemon serve it; a fetch has the daemon write one and maps it."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+import uuid
+from typing import Iterable, Mapping, Optional, Tuple, Union
+
+from . import Error
+from . import safetensors
+
+
+def _error(line: dict) -> Error:
+    e = Error(line.get("error", "the daemon failed without a reason"))
+    message = e.args[0]
+    e.code = message.split(":", 1)[0].strip().replace(" ", "_") if ":" in message else "internal"
+    return e
+
+
+class DaemonPublished:
+    """A version the daemon publishes from a file this client wrote; the file
+    goes when the version is released."""
+
+    def __init__(self, client: "Daemon", model: str, version: int, manifest_id: str, path: str):
+        self._client, self.model, self.version, self.manifest_id, self._path = client, model, version, manifest_id, path
+
+    def release(self) -> None:
+        if self._path is None:
+            return
+        self._client._request({"cmd": "release", "model": self.model, "version": self.version, "now": True})
+        os.unlink(self._path)
+        self._path = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class DaemonFetched:
+    """A version the daemon fetched into a file; ``state_dict()`` maps it."""
+
+    def __init__(self, path: str, version: int, manifest_id: str):
+        self._path, self.version, self.manifest_id = path, version, manifest_id
+
+    def state_dict(self) -> dict:
+        return safetensors.read(self._path)
+
+    def release(self) -> None:
+        if self._path is not None and os.path.exists(self._path):
+            os.unlink(self._path)
+        self._path = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Daemon:
+    """``tensorhub.connect(control=PATH)``: the same calls as an in-process
+    Peer, carried out by the daemon listening on ``control``."""
+
+    def __init__(self, control: str, directory: Optional[str] = None, timeout: float = 600.0):
+        self.control = control
+        self.directory = directory or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+        self.timeout = timeout
+
+    def _request(self, request: dict, timeout: Optional[float] = None) -> dict:
+        """Sends one request and returns its final line (raising its error)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout or self.timeout)
+            try:
+                s.connect(self.control)
+            except OSError as e:
+                raise Error(f"cannot reach the daemon at {self.control}: {e.strerror}") from None
+            s.sendall(json.dumps(request).encode() + b"\n")
+            data = b""
+            while True:
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+        lines = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+        if not lines:
+            raise Error("the daemon closed the connection without an answer")
+        last = lines[-1]
+        if last.get("ok") is False:
+            raise _error(last)
+        return last
+
+    def status(self) -> dict:
+        return self._request({"cmd": "status"})
+
+    def latest(self, model: str) -> Optional[dict]:
+        """The daemon's newest verified head of ``model``, if any."""
+        head = self.status().get("heads", {}).get(model)
+        return None if head is None else {"model": model, "version": head["version"], "manifest_id": head["id"]}
+
+    def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> dict:
+        """Asks the daemon's status every 50 ms until a head of ``model``
+        newer than ``after`` is known."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            head = self.latest(model)
+            if head is not None and head["version"] > after:
+                return head
+            if deadline is not None and time.monotonic() >= deadline:
+                e = Error(f"timeout: no head of {model} after v{after} within {timeout} s")
+                e.code = "timeout"
+                raise e
+            time.sleep(0.05)
+
+    def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]],
+                metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
+        items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
+        path = os.path.join(self.directory, f"tensorhub-{model}-{uuid.uuid4().hex}.safetensors")
+        try:
+            safetensors.write(path, items, metadata)
+        except ValueError as e:
+            raise Error(str(e)) from None
+        try:
+            done = self._request({"cmd": "publish", "model": model, "file": path})
+        except Error:
+            os.unlink(path)
+            raise
+        return DaemonPublished(self, model, done["version"], done["id"], path)
+
+    def fetch(self, model: str, version: int = 0) -> DaemonFetched:
+        """Has the daemon fetch the version (0: the head) into a file here and
+        waits until every byte is verified."""
+        path = os.path.join(self.directory, f"tensorhub-{model}-{uuid.uuid4().hex}.safetensors")
+        done = self._request({"cmd": "fetch", "model": model, "version": version, "out": path})
+        return DaemonFetched(path, done.get("version", version), done.get("id", ""))
+
+
+def connect(control: str, directory: Optional[str] = None) -> Daemon:
+    """A client of the ``tensorhub peer`` daemon whose control socket is ``control``."""
+    return Daemon(control, directory)
