@@ -2,9 +2,10 @@
 
 An in-process peer (``Peer.start``) joins a swarm over gossip and moves
 versions of a model's weights between peers. Memory crosses into the C++ peer
-as (address, nbytes) pairs taken from numpy arrays (and, in a later step,
-torch tensors), so publishing a dict of contiguous arrays copies nothing, and
-a fetch lands its blocks straight in the arrays it returns or is given.
+as (address, nbytes) pairs taken from numpy arrays or CPU torch tensors, so
+publishing a dict of contiguous tensors copies nothing, and a fetch lands its
+blocks straight in the arrays it returns or is given. torch is never
+imported here: tensors are recognised when the caller has imported it.
 
 What this package does not do yet is listed in docs/python.md.
 """
@@ -52,14 +53,57 @@ def _address(array: np.ndarray) -> int:
     return int(array.__array_interface__["data"][0])
 
 
-def _as_publishable(name: str, value) -> Tuple[np.ndarray, str]:
+def _torch():
+    """torch, when the caller's process has it (never imported otherwise)."""
+    import sys
+
+    return sys.modules.get("torch")
+
+
+def _torch_dtypes(torch):
+    return {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.float16: "F16",
+            torch.bfloat16: "BF16", torch.int32: "I32", torch.float32: "F32", torch.int64: "I64",
+            torch.float64: "F64"}
+
+
+def _is_torch_tensor(value) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _as_publishable(name: str, value):
+    """(object that owns the memory, address, nbytes, safetensors dtype, shape)."""
+    if _is_torch_tensor(value):
+        torch = _torch()
+        tensor = value.detach()
+        if tensor.device.type != "cpu":
+            raise Error(f"tensor '{name}': {tensor.device} tensors are not served yet (CPU only)")
+        dtype = _torch_dtypes(torch).get(tensor.dtype)
+        if dtype is None:
+            raise Error(f"tensor '{name}': dtype {tensor.dtype} has no safetensors name")
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()  # packed once; the copy is kept with the handle
+        return tensor, tensor.data_ptr(), tensor.element_size() * tensor.numel(), dtype, list(tensor.shape)
     array = np.asarray(value)
     dtype = _FROM_NUMPY.get(array.dtype)
     if dtype is None:
         raise Error(f"tensor '{name}': dtype {array.dtype} has no safetensors name")
     if not array.flags["C_CONTIGUOUS"]:
         array = np.ascontiguousarray(array)  # packed once; the copy is kept with the handle
-    return array, dtype
+    return array, _address(array), array.nbytes, dtype, [int(d) for d in array.shape]
+
+
+def _as_torch(array: np.ndarray, dtype: str):
+    """A torch tensor over the same memory as ``array`` (a view of the
+    manifest's ``dtype``)."""
+    torch = _torch()
+    # torch has no unsigned 16/32/64-bit types: the same bits, signed.
+    signed = {np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
+    view = signed.get(array.dtype)
+    tensor = torch.from_numpy(array.view(view) if view is not None else array)
+    if dtype == "BF16":
+        tensor = tensor.view(torch.bfloat16)
+    return tensor
 
 
 class Published:
@@ -128,17 +172,26 @@ class Fetched:
         self._native.wait(timeout)
         return self
 
-    def state_dict(self) -> dict:
-        """Every tensor, as a numpy array over the fetched bytes. REQUIRES:
+    def state_dict(self, kind: str = "numpy") -> dict:
+        """Every tensor over the fetched bytes (no copy): numpy arrays, or
+        with ``kind="torch"`` torch tensors (BF16 as bfloat16). Tensors that
+        landed in the caller's own arrays or tensors are those. REQUIRES:
         wait() returned (a view of unverified bytes is never handed out)."""
+        if kind not in ("numpy", "torch"):
+            raise Error(f"kind: 'numpy' or 'torch', not {kind!r}")
+        if kind == "torch" and _torch() is None:
+            raise Error("kind='torch': import torch first")
         if not self._native.progress()["done"]:
             raise Error("the fetch has not finished: wait() first")
-        if self._arrays is not None:
-            return dict(self._arrays)
         out = {}
         for name, dtype, shape, offset, length in self._native.tensors:
-            raw = self._buffer[offset:offset + length]
-            out[name] = raw.view(_TO_NUMPY[dtype]).reshape(shape)
+            if self._arrays is not None:
+                value = self._arrays[name]
+            else:
+                value = self._buffer[offset:offset + length].view(_TO_NUMPY[dtype]).reshape(shape)
+            if kind == "torch" and isinstance(value, np.ndarray):
+                value = _as_torch(value, dtype)
+            out[name] = value
         return out
 
     def release(self) -> None:
@@ -191,16 +244,16 @@ class Peer:
         ``model``. Contiguous arrays are served where they are; others are
         packed once."""
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
-        arrays, regions, specs = [], [], []
+        owners, regions, specs = [], [], []
         offset = 0
         for name, value in items:
-            array, dtype = _as_publishable(name, value)
-            arrays.append(array)
-            specs.append((name, dtype, [int(d) for d in array.shape], offset, array.nbytes))
-            if array.nbytes:
-                regions.append((_address(array), array.nbytes))
-            offset += array.nbytes
-        return Published(self._native.publish(model, regions, specs, arrays))
+            owner, address, nbytes, dtype, shape = _as_publishable(name, value)
+            owners.append(owner)
+            specs.append((name, dtype, shape, offset, nbytes))
+            if nbytes:
+                regions.append((address, nbytes))
+            offset += nbytes
+        return Published(self._native.publish(model, regions, specs, owners))
 
     def latest(self, model: str) -> Optional[dict]:
         return self._native.latest(model)
@@ -262,6 +315,17 @@ class Peer:
             if target is None:
                 array = scratch(length).view(_TO_NUMPY[dtype]).reshape(shape) if length else \
                     np.empty(shape, dtype=_TO_NUMPY[dtype])
+            elif _is_torch_tensor(target):
+                array = target
+                want = [k for k, v in _torch_dtypes(_torch()).items() if v == dtype]
+                if array.device.type != "cpu" or not array.is_contiguous():
+                    raise Error(f"into[{name!r}]: a contiguous CPU tensor is needed")
+                if not want or array.dtype != want[0] or list(array.shape) != list(shape):
+                    raise Error(f"into[{name!r}]: {array.dtype}{list(array.shape)} does not hold "
+                                f"{dtype}{list(shape)}")
+                if length:
+                    owner.append(array)
+                    regions.append((array.data_ptr(), length))
             else:
                 array = target
                 if not isinstance(array, np.ndarray) or not array.flags["C_CONTIGUOUS"] or \

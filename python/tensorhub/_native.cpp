@@ -34,7 +34,10 @@ using RegionSpec = std::pair<std::uintptr_t, std::uint64_t>;
 // (name, dtype name, shape, byte offset, byte length), as the manifest lists it.
 using TensorSpec = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::uint64_t, std::uint64_t>;
 
-py::object error_type;  // tensorhub.Error, set by the package at import
+// tensorhub.Error, set by the package at import. A handle that is never
+// released: a py::object here would drop its reference after the
+// interpreter is gone, at process exit.
+py::handle error_type;
 
 // The kind of failure, as a Python identifier.
 const char* code_name(StatusCode code) {
@@ -175,7 +178,7 @@ using Fetched = Owned<FetchHandle>;
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "TensorHub's C++ peer (use the tensorhub package, not this module)";
-  m.def("_set_error_type", [](py::object type) { error_type = std::move(type); });
+  m.def("_set_error_type", [](py::object type) { error_type = type.release(); });
 
   m.def("generate_key", [] {
     const Identity id = Identity::generate();
@@ -276,7 +279,8 @@ PYBIND11_MODULE(_native, m) {
              }
              return std::make_unique<Published>(std::move(owner), value_or_raise(std::move(r)));
            },
-           py::arg("model"), py::arg("regions"), py::arg("tensors"), py::arg("owner"))
+           // A handle keeps its peer alive: released after the peer, it would call into nothing.
+           py::arg("model"), py::arg("regions"), py::arg("tensors"), py::arg("owner"), py::keep_alive<0, 1>())
       .def("latest",
            [](const Peer& p, const std::string& model) -> py::object {
              auto v = p.latest(model);
@@ -315,7 +319,7 @@ PYBIND11_MODULE(_native, m) {
              }
              return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
            },
-           py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"))
+           py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"), py::keep_alive<0, 1>())
       .def("replicas", [](const Peer& p, const std::string& manifest_id) {
         return p.replicas(value_or_raise(ManifestId::from_hex(manifest_id)));
       })
