@@ -93,6 +93,22 @@ def _as_publishable(name: str, value):
     return array, _address(array), array.nbytes, dtype, [int(d) for d in array.shape]
 
 
+def _cast(name: str, value, dtype):
+    """``value`` as ``dtype`` when it is floating point; as it is otherwise."""
+    if _is_torch_tensor(value):
+        torch = _torch()
+        if not isinstance(dtype, torch.dtype):
+            raise Error(f"dtype: a torch dtype is needed for torch tensor '{name}', not {dtype!r}")
+        return value.to(dtype) if value.is_floating_point() else value
+    array = np.asarray(value)
+    if not np.issubdtype(array.dtype, np.floating):
+        return array
+    try:
+        return array.astype(np.dtype(dtype))
+    except TypeError:
+        raise Error(f"dtype: {dtype!r} is not a numpy dtype (tensor '{name}')") from None
+
+
 def _as_torch(array: np.ndarray, dtype: str):
     """A torch tensor over the same memory as ``array`` (a view of the
     manifest's ``dtype``)."""
@@ -239,11 +255,16 @@ class Peer:
     def gossip_address(self) -> str:
         return self._native.gossip_address
 
-    def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]]) -> Published:
-        """Publishes ``tensors`` (name -> array) as the next version of
-        ``model``. Contiguous arrays are served where they are; others are
-        packed once."""
+    def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]], *,
+                dtype=None) -> Published:
+        """Publishes ``tensors`` (name -> numpy array or CPU torch tensor) as
+        the next version of ``model``. Contiguous ones are served where they
+        are; others are packed once. ``dtype`` (a numpy or torch dtype):
+        floating-point tensors are cast to it first (packed once: the
+        rollout dtype of a trainer's fp32 weights, say)."""
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
+        if dtype is not None:
+            items = [(name, _cast(name, value, dtype)) for name, value in items]
         owners, regions, specs = [], [], []
         offset = 0
         for name, value in items:
@@ -254,6 +275,14 @@ class Peer:
                 regions.append((address, nbytes))
             offset += nbytes
         return Published(self._native.publish(model, regions, specs, owners))
+
+    def publish_safetensors(self, model: str, path: str) -> Published:
+        """Publishes the tensors of a safetensors file, served from a mapping
+        of it (no copy). The file must not change until the handle is
+        released: a changed one fails verification at the fetchers."""
+        from . import safetensors
+
+        return self.publish(model, safetensors.read(path))
 
     def latest(self, model: str) -> Optional[dict]:
         return self._native.latest(model)

@@ -45,7 +45,8 @@ def write(path: str, tensors: Iterable[Tuple[str, np.ndarray]], metadata: Option
         f.write(struct.pack("<Q", len(encoded)))
         f.write(encoded)
         for array in arrays:
-            f.write(memoryview(array).cast("B"))
+            if array.nbytes:
+                f.write(array.reshape(-1).view(np.uint8).data)
     return 8 + len(encoded) + offset
 
 

@@ -164,3 +164,27 @@ def test_a_fetch_lands_each_tensor_in_the_callers_array_of_its_name():
     finally:
         worker.close()
         trainer.close()
+
+
+def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(tmp_path):
+    from tensorhub import safetensors
+
+    trainer, worker = start_pair()
+    try:
+        fp32 = {"w": np.linspace(-1, 1, 4096, dtype=np.float32).reshape(64, 64), "step": np.array([3], np.int64)}
+        with trainer.publish("policy", fp32, dtype=np.float16):
+            worker.wait_for_head("policy", timeout=20)
+            got = worker.fetch("policy").wait(30).state_dict()
+            assert got["w"].dtype == np.float16 and got["step"].dtype == np.int64  # integers stay
+            np.testing.assert_array_equal(got["w"], fp32["w"].astype(np.float16))
+        path = str(tmp_path / "model.safetensors")
+        safetensors.write(path, weights(6).items(), metadata={"step": "6"})
+        with trainer.publish_safetensors("policy", path) as published:
+            assert published.version == 2
+            worker.wait_for_head("policy", after=1, timeout=20)
+            got = worker.fetch("policy", 2).wait(30).state_dict()
+            for name, array in weights(6).items():
+                np.testing.assert_array_equal(got[name], array)
+    finally:
+        worker.close()
+        trainer.close()

@@ -52,3 +52,19 @@ def test_torch_tensors_round_trip_and_land_in_a_models_own_parameters():
     finally:
         worker.close()
         trainer.close()
+
+
+def test_fp32_weights_published_as_bf16():
+    trainer, worker = start_pair()
+    try:
+        weights = {"w": torch.randn(128, 64), "ids": torch.arange(10)}
+        with trainer.publish("policy", weights, dtype=torch.bfloat16):
+            worker.wait_for_head("policy", timeout=20)
+            got = worker.fetch("policy").wait(30).state_dict(kind="torch")
+            assert got["w"].dtype == torch.bfloat16 and got["ids"].dtype == torch.int64
+            assert torch.equal(got["w"], weights["w"].to(torch.bfloat16))
+            with pytest.raises(th.Error):
+                trainer.publish("policy", weights, dtype="float16")  # not a torch dtype
+    finally:
+        worker.close()
+        trainer.close()
