@@ -17,6 +17,7 @@ from typing import Iterable, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from . import _native
+from ._releasable import Releasable
 
 __all__ = ["Error", "Peer", "Published", "Fetched", "connect", "generate_swarm_key"]
 
@@ -122,7 +123,7 @@ def _as_torch(array: np.ndarray, dtype: str):
     return tensor
 
 
-class Published:
+class Published(Releasable):
     """A version this peer published. It is served while the handle lives;
     ``release()`` (or leaving a ``with`` block) stops serving it and lets the
     arrays go."""
@@ -146,19 +147,11 @@ class Published:
         """Waits until ``replicas`` other peers hold the version and proved it."""
         self._native.wait_replicated(replicas, timeout)
 
-    def release(self) -> None:
-        if self._native is not None:
-            self._native.release()
-            self._native = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
+    def _release(self) -> None:
+        self._native.release()
 
 
-class Fetched:
+class Fetched(Releasable):
     """A version being fetched. ``wait()`` raises unless every byte verified;
     ``state_dict()`` then gives the tensors as numpy arrays (views of the
     fetched memory, no copy)."""
@@ -210,16 +203,8 @@ class Fetched:
             out[name] = value
         return out
 
-    def release(self) -> None:
-        if self._native is not None:
-            self._native.release()
-            self._native = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
+    def _release(self) -> None:
+        self._native.release()
 
 
 class Peer:

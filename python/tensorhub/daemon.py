@@ -15,6 +15,7 @@ from typing import Iterable, Mapping, Optional, Tuple, Union
 
 from . import Error
 from . import safetensors
+from ._releasable import Releasable
 
 
 def _error(line: dict) -> Error:
@@ -24,28 +25,19 @@ def _error(line: dict) -> Error:
     return e
 
 
-class DaemonPublished:
+class DaemonPublished(Releasable):
     """A version the daemon publishes from a file this client wrote; the file
     goes when the version is released."""
 
     def __init__(self, client: "Daemon", model: str, version: int, manifest_id: str, path: str):
         self._client, self.model, self.version, self.manifest_id, self._path = client, model, version, manifest_id, path
 
-    def release(self) -> None:
-        if self._path is None:
-            return
+    def _release(self) -> None:
         self._client._request({"cmd": "release", "model": self.model, "version": self.version, "now": True})
         os.unlink(self._path)
-        self._path = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
 
-class DaemonFetched:
+class DaemonFetched(Releasable):
     """A version the daemon fetched into a file; ``state_dict()`` maps it."""
 
     def __init__(self, path: str, version: int, manifest_id: str):
@@ -54,16 +46,9 @@ class DaemonFetched:
     def state_dict(self) -> dict:
         return safetensors.read(self._path)
 
-    def release(self) -> None:
-        if self._path is not None and os.path.exists(self._path):
+    def _release(self) -> None:
+        if os.path.exists(self._path):
             os.unlink(self._path)
-        self._path = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
 
 
 class Daemon:
