@@ -154,6 +154,10 @@ class FetchHandle {
   const VersionInfo& info() const;
   // The version's signed manifest: its tensor table and shards.
   const Manifest& manifest() const;
+  // One flag per shard of manifest(): verified, so its bytes in the
+  // destination are final (a consumer may read those while the rest
+  // arrive). Empty once released.
+  std::vector<bool> verified_shards() const;
   FetchProgressInfo progress() const;
   // Waits for the outcome: ok when every byte is verified.
   // Errors: kTimeout (the fetch goes on), kUnavailable (no holder could

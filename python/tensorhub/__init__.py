@@ -12,6 +12,7 @@ What this package does not do yet is listed in docs/python.md.
 from __future__ import annotations
 
 import os
+import time
 from typing import Iterable, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -92,6 +93,13 @@ def _as_publishable(name: str, value):
     if not array.flags["C_CONTIGUOUS"]:
         array = np.ascontiguousarray(array)  # packed once; the copy is kept with the handle
     return array, _address(array), array.nbytes, dtype, [int(d) for d in array.shape]
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in ("numpy", "torch"):
+        raise Error(f"kind: 'numpy' or 'torch', not {kind!r}")
+    if kind == "torch" and _torch() is None:
+        raise Error("kind='torch': import torch first")
 
 
 def _cast(name: str, value, dtype):
@@ -181,17 +189,51 @@ class Fetched(Releasable):
         self._native.wait(timeout)
         return self
 
-    def state_dict(self, kind: str = "numpy") -> dict:
-        """Every tensor over the fetched bytes (no copy): numpy arrays, or
-        with ``kind="torch"`` torch tensors (BF16 as bfloat16). Tensors that
-        landed in the caller's own arrays or tensors are those. REQUIRES:
-        wait() returned (a view of unverified bytes is never handed out)."""
-        if kind not in ("numpy", "torch"):
-            raise Error(f"kind: 'numpy' or 'torch', not {kind!r}")
-        if kind == "torch" and _torch() is None:
-            raise Error("kind='torch': import torch first")
-        if not self._native.progress()["done"]:
-            raise Error("the fetch has not finished: wait() first")
+    def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy",
+                     timeout: Optional[float] = None):
+        """Yields lists of (name, tensor) in the version's order (a
+        state_dict's: layer order) as soon as every byte of each is verified,
+        so loading overlaps the transfer; each list holds up to
+        ``batch_bytes`` (one tensor at least). ``names``: only these. Raises
+        the fetch's error if it fails; nothing unverified is ever yielded."""
+        _check_kind(kind)
+        wanted = None if names is None else set(names)
+        pending = [t for t in sorted(self._native.tensors, key=lambda t: t[3]) if wanted is None or t[0] in wanted]
+        shard = self._native.shard_size
+        deadline = None if timeout is None else time.monotonic() + timeout
+        views = None
+        while pending:
+            flags = self._native.verified_shards()
+            ready = 0
+            for _, _, _, offset, length in pending:
+                first, last = offset // shard, (offset + max(length, 1) - 1) // shard
+                if length and not all(flags[first:last + 1]):
+                    break
+                ready += 1
+            if ready == 0:
+                if self._native.progress()["done"]:
+                    self._native.wait(0)  # raises why the fetch failed
+                if deadline is not None and time.monotonic() >= deadline:
+                    e = Error("timeout: the next tensor was not verified in time")
+                    e.code = "timeout"
+                    raise e
+                time.sleep(0.005)
+                continue
+            if views is None:
+                views = self._views(kind)
+            batch, size = [], 0
+            for name, _, _, _, length in pending[:ready]:
+                if batch and size + length > batch_bytes:
+                    yield batch
+                    batch, size = [], 0
+                batch.append((name, views[name]))
+                size += length
+            if batch:
+                yield batch
+            pending = pending[ready:]
+
+    def _views(self, kind: str) -> dict:
+        """Every tensor over the destination, verified or not (private)."""
         out = {}
         for name, dtype, shape, offset, length in self._native.tensors:
             if self._arrays is not None:
@@ -202,6 +244,16 @@ class Fetched(Releasable):
                 value = _as_torch(value, dtype)
             out[name] = value
         return out
+
+    def state_dict(self, kind: str = "numpy") -> dict:
+        """Every tensor over the fetched bytes (no copy): numpy arrays, or
+        with ``kind="torch"`` torch tensors (BF16 as bfloat16). Tensors that
+        landed in the caller's own arrays or tensors are those. REQUIRES:
+        wait() returned (a view of unverified bytes is never handed out)."""
+        _check_kind(kind)
+        if not self._native.progress()["done"]:
+            raise Error("the fetch has not finished: wait() first")
+        return self._views(kind)
 
     def _release(self) -> None:
         self._native.release()

@@ -209,6 +209,8 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Fetched, std::unique_ptr<Fetched>>(m, "Fetched")
       .def_property_readonly("info", [](const Fetched& f) { return version_dict(f.get().info()); })
       .def_property_readonly("tensors", [](const Fetched& f) { return tensor_specs(f.get().manifest()); })
+      .def_property_readonly("shard_size", [](const Fetched& f) { return f.get().manifest().body().shard_size; })
+      .def("verified_shards", [](const Fetched& f) { return f.get().verified_shards(); })
       .def("progress",
            [](const Fetched& f) {
              const FetchProgressInfo p = f.get().progress();

@@ -354,6 +354,11 @@ FetchHandle::~FetchHandle() {
 }
 const VersionInfo& FetchHandle::info() const { return state_->info; }
 const Manifest& FetchHandle::manifest() const { return *state_->version->manifest; }
+std::vector<bool> FetchHandle::verified_shards() const {
+  State& s = *state_;
+  if (s.phase.load() == HeldVersion::kReleased) return {};
+  return s.impl->call([&] { return s.impl->engine->verified_shards(*s.version); });
+}
 
 FetchProgressInfo FetchHandle::progress() const {
   std::lock_guard lock(state_->version->mutex);

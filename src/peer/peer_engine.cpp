@@ -260,6 +260,22 @@ Result<VersionInfo> PeerEngine::version_info(const std::string& model, std::uint
   return VersionInfo{(*m)->model(), (*m)->version(), (*m)->id(), (*m)->total_size()};
 }
 
+std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {
+  const std::uint32_t count = v.manifest->shard_count();
+  std::vector<bool> out(count, false);
+  bool complete = false;
+  {
+    std::lock_guard lock(v.mutex);
+    complete = v.state == VersionState::kComplete;
+  }
+  if (complete) {
+    out.assign(count, true);
+  } else if (const core::Bitfield* have = core_->swarm().have(v.manifest->id())) {
+    for (std::uint32_t i = 0; i < count && i < have->size(); ++i) out[i] = have->test(i);
+  }
+  return out;
+}
+
 Result<std::shared_ptr<const Manifest>> PeerEngine::manifest(const std::string& model, std::uint64_t version) const {
   auto m = core_->resolve(model, version);
   if (!m) return with_join_status(m.status());

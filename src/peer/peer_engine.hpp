@@ -61,6 +61,8 @@ class PeerEngine final : public TransportEvents {
   Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;
   // Errors: as version_info.
   Result<std::shared_ptr<const Manifest>> manifest(const std::string& model, std::uint64_t version) const;
+  // One flag per shard of `v`: verified here.
+  std::vector<bool> verified_shards(const LocalVersion& v) const;
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
   // Peers that proved they hold `id`; challenges those that claim it and
   // have not (PeerCore::challenge_holders).

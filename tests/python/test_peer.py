@@ -188,3 +188,28 @@ def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(tmp_path
     finally:
         worker.close()
         trainer.close()
+
+
+def test_iter_tensors_yields_every_tensor_in_order_once_verified_in_batches():
+    trainer, worker = start_pair()
+    try:
+        with trainer.publish("policy", weights(7)):
+            worker.wait_for_head("policy", timeout=20)
+            fetched = worker.fetch("policy")
+            seen = []
+            for batch in fetched.iter_tensors(batch_bytes=32 << 10, timeout=30):
+                assert batch
+                assert sum(a.nbytes for _, a in batch) <= 32 << 10 or len(batch) == 1
+                seen.extend(batch)
+            want = weights(7)
+            assert [name for name, _ in seen] == list(want)  # the published order
+            for name, array in seen:
+                np.testing.assert_array_equal(array, want[name])
+            fetched.wait(10)
+            only = list(worker.fetch("policy").iter_tensors(names=["layers.0.step"], timeout=30))
+            assert [name for batch in only for name, _ in batch] == ["layers.0.step"]
+            with pytest.raises(th.Error):
+                next(iter(worker.fetch("policy").iter_tensors(kind="jax")))
+    finally:
+        worker.close()
+        trainer.close()
