@@ -13,15 +13,6 @@ import tensorhub as th
 SWARM = bytes(range(32))
 
 
-def start_pair():
-    # No retention: a release lets go at once (with it, the last holder of
-    # the head waits up to a minute for another to hold it).
-    small = dict(swarm_key=SWARM, shard_size=64 << 10, block_size=16 << 10, retain_head_replicas=0)
-    trainer = th.Peer.start(host="trainer", **small)
-    worker = th.Peer.start(host="worker", seeds=[trainer.gossip_address], trusted_publishers=[trainer.id], **small)
-    return trainer, worker
-
-
 def weights(seed):
     rng = np.random.default_rng(seed)
     return {
@@ -36,65 +27,53 @@ def weights(seed):
     }
 
 
-def test_publish_and_fetch_round_trip_every_dtype_and_shape():
-    trainer, worker = start_pair()
-    try:
-        published = trainer.publish("policy", weights(1))
-        assert published.version == 1
-        head = worker.wait_for_head("policy", timeout=20)
-        assert head["version"] == 1 and head["manifest_id"] == published.manifest_id
-        fetched = worker.fetch("policy").wait(timeout=30)
-        got = fetched.state_dict()
-        want = weights(1)
-        assert set(got) == set(want)
-        for name, array in want.items():
-            assert got[name].dtype == array.dtype, name
-            assert got[name].shape == array.shape, name
-            np.testing.assert_array_equal(got[name], array)
-        # A second version follows the first, and arrives as such.
-        second = trainer.publish("policy", weights(2))
-        assert second.version == 2
-        assert worker.wait_for_head("policy", after=1, timeout=20)["version"] == 2
-        np.testing.assert_array_equal(worker.fetch("policy", 2).wait(30).state_dict()["embed.weight"],
-                                      weights(2)["embed.weight"])
-        fetched.release()
-        published.release()
-        second.release()
-    finally:
-        worker.close()
-        trainer.close()
+def test_publish_and_fetch_round_trip_every_dtype_and_shape(pair):
+    trainer, worker = pair
+    published = trainer.publish("policy", weights(1))
+    assert published.version == 1
+    head = worker.wait_for_head("policy", timeout=20)
+    assert head["version"] == 1 and head["manifest_id"] == published.manifest_id
+    fetched = worker.fetch("policy").wait(timeout=30)
+    got = fetched.state_dict()
+    want = weights(1)
+    assert set(got) == set(want)
+    for name, array in want.items():
+        assert got[name].dtype == array.dtype, name
+        assert got[name].shape == array.shape, name
+        np.testing.assert_array_equal(got[name], array)
+    # A second version follows the first, and arrives as such.
+    second = trainer.publish("policy", weights(2))
+    assert second.version == 2
+    assert worker.wait_for_head("policy", after=1, timeout=20)["version"] == 2
+    np.testing.assert_array_equal(worker.fetch("policy", 2).wait(30).state_dict()["embed.weight"],
+                                  weights(2)["embed.weight"])
+    fetched.release()
+    published.release()
+    second.release()
 
 
-def test_a_non_contiguous_array_is_packed_once_and_arrives_as_its_values():
-    trainer, worker = start_pair()
-    try:
-        base = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
-        with trainer.publish("policy", [("transposed", base.T), ("strided", base[::3, 1::2])]):
-            worker.wait_for_head("policy", timeout=20)
-            got = worker.fetch("policy").wait(30).state_dict()
-            np.testing.assert_array_equal(got["transposed"], base.T)
-            np.testing.assert_array_equal(got["strided"], base[::3, 1::2])
-    finally:
-        worker.close()
-        trainer.close()
+def test_a_non_contiguous_array_is_packed_once_and_arrives_as_its_values(pair):
+    trainer, worker = pair
+    base = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    with trainer.publish("policy", [("transposed", base.T), ("strided", base[::3, 1::2])]):
+        worker.wait_for_head("policy", timeout=20)
+        got = worker.fetch("policy").wait(30).state_dict()
+        np.testing.assert_array_equal(got["transposed"], base.T)
+        np.testing.assert_array_equal(got["strided"], base[::3, 1::2])
 
 
-def test_errors_are_exceptions_with_the_peers_reason():
-    trainer, worker = start_pair()
-    try:
-        with pytest.raises(th.Error) as e:
-            worker.wait_for_head("nothing-here", timeout=0.2)
-        assert e.value.code == "timeout"
-        with pytest.raises(th.Error) as e:
-            trainer.publish("Bad Name!", {"x": np.zeros(4, dtype=np.float32)})
-        assert e.value.code == "invalid_argument"
-        with pytest.raises(th.Error):
-            trainer.publish("policy", {"x": np.zeros(4, dtype=np.complex64)})
-        with pytest.raises(th.Error):
-            th.Peer.start(swarm_key=b"short")
-    finally:
-        worker.close()
-        trainer.close()
+def test_errors_are_exceptions_with_the_peers_reason(pair):
+    trainer, worker = pair
+    with pytest.raises(th.Error) as e:
+        worker.wait_for_head("nothing-here", timeout=0.2)
+    assert e.value.code == "timeout"
+    with pytest.raises(th.Error) as e:
+        trainer.publish("Bad Name!", {"x": np.zeros(4, dtype=np.float32)})
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(th.Error):
+        trainer.publish("policy", {"x": np.zeros(4, dtype=np.complex64)})
+    with pytest.raises(th.Error):
+        th.Peer.start(swarm_key=b"short")
 
 
 def test_a_wait_leaves_the_gil_free():
@@ -119,97 +98,81 @@ def test_a_wait_leaves_the_gil_free():
         trainer.close()
 
 
-def test_a_fetch_lands_in_the_callers_buffer():
-    trainer, worker = start_pair()
-    try:
-        with trainer.publish("policy", weights(3)) as published:
-            worker.wait_for_head("policy", timeout=20)
-            with pytest.raises(th.Error):
-                worker.fetch("policy", into=bytearray(published.nbytes - 1))  # one byte short
-            with pytest.raises(th.Error):
-                worker.fetch("policy", into=bytes(published.nbytes))  # read-only
-            mine = np.zeros(published.nbytes, dtype=np.uint8)
-            fetched = worker.fetch("policy", into=mine).wait(30)
-            got = fetched.state_dict()
-            np.testing.assert_array_equal(got["embed.weight"], weights(3)["embed.weight"])
-            # The tensors are views of the caller's memory, not copies.
-            assert np.shares_memory(got["embed.weight"], mine)
-            fetched.release()
-    finally:
-        worker.close()
-        trainer.close()
+def test_a_fetch_lands_in_the_callers_buffer(pair):
+    trainer, worker = pair
+    with trainer.publish("policy", weights(3)) as published:
+        worker.wait_for_head("policy", timeout=20)
+        with pytest.raises(th.Error):
+            worker.fetch("policy", into=bytearray(published.nbytes - 1))  # one byte short
+        with pytest.raises(th.Error):
+            worker.fetch("policy", into=bytes(published.nbytes))  # read-only
+        mine = np.zeros(published.nbytes, dtype=np.uint8)
+        fetched = worker.fetch("policy", into=mine).wait(30)
+        got = fetched.state_dict()
+        np.testing.assert_array_equal(got["embed.weight"], weights(3)["embed.weight"])
+        # The tensors are views of the caller's memory, not copies.
+        assert np.shares_memory(got["embed.weight"], mine)
+        fetched.release()
 
 
-def test_a_fetch_lands_each_tensor_in_the_callers_array_of_its_name():
-    trainer, worker = start_pair()
-    try:
-        with trainer.publish("policy", weights(4)):
-            worker.wait_for_head("policy", timeout=20)
-            mine = {"embed.weight": np.zeros((257, 33), np.float32), "layers.0.ids": np.zeros(1000, np.int32)}
-            with pytest.raises(th.Error):
-                worker.fetch("policy", into={"embed.weight": np.zeros((257, 32), np.float32)})  # wrong shape
-            with pytest.raises(th.Error):
-                worker.fetch("policy", into={"no.such": np.zeros(4, np.float32)})
-            with pytest.raises(th.Error):
-                worker.fetch("policy", into={"embed.weight": np.zeros((33, 257), np.float32).T})  # not contiguous
-            fetched = worker.fetch("policy", into=mine).wait(30)
-            want = weights(4)
-            np.testing.assert_array_equal(mine["embed.weight"], want["embed.weight"])  # in place
-            np.testing.assert_array_equal(mine["layers.0.ids"], want["layers.0.ids"])
-            got = fetched.state_dict()
-            assert got["embed.weight"] is mine["embed.weight"]
-            for name, array in want.items():
-                np.testing.assert_array_equal(got[name], array)
-            fetched.release()
-    finally:
-        worker.close()
-        trainer.close()
+def test_a_fetch_lands_each_tensor_in_the_callers_array_of_its_name(pair):
+    trainer, worker = pair
+    with trainer.publish("policy", weights(4)):
+        worker.wait_for_head("policy", timeout=20)
+        mine = {"embed.weight": np.zeros((257, 33), np.float32), "layers.0.ids": np.zeros(1000, np.int32)}
+        with pytest.raises(th.Error):
+            worker.fetch("policy", into={"embed.weight": np.zeros((257, 32), np.float32)})  # wrong shape
+        with pytest.raises(th.Error):
+            worker.fetch("policy", into={"no.such": np.zeros(4, np.float32)})
+        with pytest.raises(th.Error):
+            worker.fetch("policy", into={"embed.weight": np.zeros((33, 257), np.float32).T})  # not contiguous
+        fetched = worker.fetch("policy", into=mine).wait(30)
+        want = weights(4)
+        np.testing.assert_array_equal(mine["embed.weight"], want["embed.weight"])  # in place
+        np.testing.assert_array_equal(mine["layers.0.ids"], want["layers.0.ids"])
+        got = fetched.state_dict()
+        assert got["embed.weight"] is mine["embed.weight"]
+        for name, array in want.items():
+            np.testing.assert_array_equal(got[name], array)
+        fetched.release()
 
 
-def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(tmp_path):
+def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(pair, tmp_path):
     from tensorhub import safetensors
 
-    trainer, worker = start_pair()
-    try:
-        fp32 = {"w": np.linspace(-1, 1, 4096, dtype=np.float32).reshape(64, 64), "step": np.array([3], np.int64)}
-        with trainer.publish("policy", fp32, dtype=np.float16):
-            worker.wait_for_head("policy", timeout=20)
-            got = worker.fetch("policy").wait(30).state_dict()
-            assert got["w"].dtype == np.float16 and got["step"].dtype == np.int64  # integers stay
-            np.testing.assert_array_equal(got["w"], fp32["w"].astype(np.float16))
-        path = str(tmp_path / "model.safetensors")
-        safetensors.write(path, weights(6).items(), metadata={"step": "6"})
-        with trainer.publish_safetensors("policy", path) as published:
-            assert published.version == 2
-            worker.wait_for_head("policy", after=1, timeout=20)
-            got = worker.fetch("policy", 2).wait(30).state_dict()
-            for name, array in weights(6).items():
-                np.testing.assert_array_equal(got[name], array)
-    finally:
-        worker.close()
-        trainer.close()
+    trainer, worker = pair
+    fp32 = {"w": np.linspace(-1, 1, 4096, dtype=np.float32).reshape(64, 64), "step": np.array([3], np.int64)}
+    with trainer.publish("policy", fp32, dtype=np.float16):
+        worker.wait_for_head("policy", timeout=20)
+        got = worker.fetch("policy").wait(30).state_dict()
+        assert got["w"].dtype == np.float16 and got["step"].dtype == np.int64  # integers stay
+        np.testing.assert_array_equal(got["w"], fp32["w"].astype(np.float16))
+    path = str(tmp_path / "model.safetensors")
+    safetensors.write(path, weights(6).items(), metadata={"step": "6"})
+    with trainer.publish_safetensors("policy", path) as published:
+        assert published.version == 2
+        worker.wait_for_head("policy", after=1, timeout=20)
+        got = worker.fetch("policy", 2).wait(30).state_dict()
+        for name, array in weights(6).items():
+            np.testing.assert_array_equal(got[name], array)
 
 
-def test_iter_tensors_yields_every_tensor_in_order_once_verified_in_batches():
-    trainer, worker = start_pair()
-    try:
-        with trainer.publish("policy", weights(7)):
-            worker.wait_for_head("policy", timeout=20)
-            fetched = worker.fetch("policy")
-            seen = []
-            for batch in fetched.iter_tensors(batch_bytes=32 << 10, timeout=30):
-                assert batch
-                assert sum(a.nbytes for _, a in batch) <= 32 << 10 or len(batch) == 1
-                seen.extend(batch)
-            want = weights(7)
-            assert [name for name, _ in seen] == list(want)  # the published order
-            for name, array in seen:
-                np.testing.assert_array_equal(array, want[name])
-            fetched.wait(10)
-            only = list(worker.fetch("policy").iter_tensors(names=["layers.0.step"], timeout=30))
-            assert [name for batch in only for name, _ in batch] == ["layers.0.step"]
-            with pytest.raises(th.Error):
-                next(iter(worker.fetch("policy").iter_tensors(kind="jax")))
-    finally:
-        worker.close()
-        trainer.close()
+def test_iter_tensors_yields_every_tensor_in_order_once_verified_in_batches(pair):
+    trainer, worker = pair
+    with trainer.publish("policy", weights(7)):
+        worker.wait_for_head("policy", timeout=20)
+        fetched = worker.fetch("policy")
+        seen = []
+        for batch in fetched.iter_tensors(batch_bytes=32 << 10, timeout=30):
+            assert batch
+            assert sum(a.nbytes for _, a in batch) <= 32 << 10 or len(batch) == 1
+            seen.extend(batch)
+        want = weights(7)
+        assert [name for name, _ in seen] == list(want)  # the published order
+        for name, array in seen:
+            np.testing.assert_array_equal(array, want[name])
+        fetched.wait(10)
+        only = list(worker.fetch("policy").iter_tensors(names=["layers.0.step"], timeout=30))
+        assert [name for batch in only for name, _ in batch] == ["layers.0.step"]
+        with pytest.raises(th.Error):
+            next(iter(worker.fetch("policy").iter_tensors(kind="jax")))

@@ -1,70 +1,52 @@
 """torch tensors in and out of the in-process peer: CPU tensors published
 where they lie (bf16 included), a model's own parameters fetched in place,
 and state_dict as torch tensors over the fetched bytes."""
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import tensorhub as th  # noqa: E402
 
-SWARM = bytes(range(32, 64))
 
-
-def start_pair():
-    small = dict(swarm_key=SWARM, shard_size=64 << 10, block_size=16 << 10, retain_head_replicas=0)
-    trainer = th.Peer.start(host="trainer", **small)
-    worker = th.Peer.start(host="worker", seeds=[trainer.gossip_address], trusted_publishers=[trainer.id], **small)
-    return trainer, worker
-
-
-def test_torch_tensors_round_trip_and_land_in_a_models_own_parameters():
+def test_torch_tensors_round_trip_and_land_in_a_models_own_parameters(pair):
     torch.manual_seed(0)
     trained = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
     extra = {"bf16": torch.randn(300, 7).to(torch.bfloat16), "step": torch.tensor([12], dtype=torch.int64),
              "transposed": torch.randn(16, 9).t()}  # not contiguous: packed once
-    trainer, worker = start_pair()
-    try:
-        weights = dict(trained.state_dict())
-        weights.update(extra)
-        with trainer.publish("policy", weights):
-            worker.wait_for_head("policy", timeout=20)
-            # As torch tensors over the fetched bytes.
-            got = worker.fetch("policy").wait(30).state_dict(kind="torch")
-            assert got["bf16"].dtype == torch.bfloat16
-            assert torch.equal(got["bf16"], extra["bf16"])
-            assert torch.equal(got["step"], extra["step"])
-            assert torch.equal(got["transposed"], extra["transposed"])
-            # In place, into a fresh model's own parameters.
-            rollout = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
-            own = rollout.state_dict()
-            fetched = worker.fetch("policy", into=own).wait(30)
-            for name, value in trained.state_dict().items():
-                assert torch.equal(rollout.state_dict()[name], value), name
-            x = torch.randn(4, 64)
-            assert torch.equal(rollout(x), trained(x))
-            assert fetched.state_dict(kind="torch")["0.weight"].data_ptr() == own["0.weight"].data_ptr()
-            # A tensor of another dtype or shape is refused before the fetch starts.
-            with pytest.raises(th.Error):
-                worker.fetch("policy", into={"bf16": torch.zeros(300, 7)})
-            with pytest.raises(th.Error):
-                worker.fetch("policy", into={"0.weight": torch.zeros(64, 32)})
-    finally:
-        worker.close()
-        trainer.close()
+    trainer, worker = pair
+    weights = dict(trained.state_dict())
+    weights.update(extra)
+    with trainer.publish("policy", weights):
+        worker.wait_for_head("policy", timeout=20)
+        # As torch tensors over the fetched bytes.
+        got = worker.fetch("policy").wait(30).state_dict(kind="torch")
+        assert got["bf16"].dtype == torch.bfloat16
+        assert torch.equal(got["bf16"], extra["bf16"])
+        assert torch.equal(got["step"], extra["step"])
+        assert torch.equal(got["transposed"], extra["transposed"])
+        # In place, into a fresh model's own parameters.
+        rollout = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+        own = rollout.state_dict()
+        fetched = worker.fetch("policy", into=own).wait(30)
+        for name, value in trained.state_dict().items():
+            assert torch.equal(rollout.state_dict()[name], value), name
+        x = torch.randn(4, 64)
+        assert torch.equal(rollout(x), trained(x))
+        assert fetched.state_dict(kind="torch")["0.weight"].data_ptr() == own["0.weight"].data_ptr()
+        # A tensor of another dtype or shape is refused before the fetch starts.
+        with pytest.raises(th.Error):
+            worker.fetch("policy", into={"bf16": torch.zeros(300, 7)})
+        with pytest.raises(th.Error):
+            worker.fetch("policy", into={"0.weight": torch.zeros(64, 32)})
 
 
-def test_fp32_weights_published_as_bf16():
-    trainer, worker = start_pair()
-    try:
-        weights = {"w": torch.randn(128, 64), "ids": torch.arange(10)}
-        with trainer.publish("policy", weights, dtype=torch.bfloat16):
-            worker.wait_for_head("policy", timeout=20)
-            got = worker.fetch("policy").wait(30).state_dict(kind="torch")
-            assert got["w"].dtype == torch.bfloat16 and got["ids"].dtype == torch.int64
-            assert torch.equal(got["w"], weights["w"].to(torch.bfloat16))
-            with pytest.raises(th.Error):
-                trainer.publish("policy", weights, dtype="float16")  # not a torch dtype
-    finally:
-        worker.close()
-        trainer.close()
+def test_fp32_weights_published_as_bf16(pair):
+    trainer, worker = pair
+    weights = {"w": torch.randn(128, 64), "ids": torch.arange(10)}
+    with trainer.publish("policy", weights, dtype=torch.bfloat16):
+        worker.wait_for_head("policy", timeout=20)
+        got = worker.fetch("policy").wait(30).state_dict(kind="torch")
+        assert got["w"].dtype == torch.bfloat16 and got["ids"].dtype == torch.int64
+        assert torch.equal(got["w"], weights["w"].to(torch.bfloat16))
+        with pytest.raises(th.Error):
+            trainer.publish("policy", weights, dtype="float16")  # not a torch dtype
