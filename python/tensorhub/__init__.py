@@ -136,8 +136,9 @@ class Published(Releasable):
     ``release()`` (or leaving a ``with`` block) stops serving it and lets the
     arrays go."""
 
-    def __init__(self, native):
+    def __init__(self, native, metadata: dict):
         self._native = native  # holds the arrays it serves from until it is released
+        self.metadata = metadata  # the version's safetensors __metadata__
 
     @property
     def version(self) -> int:
@@ -164,10 +165,12 @@ class Fetched(Releasable):
     ``state_dict()`` then gives the tensors as numpy arrays (views of the
     fetched memory, no copy)."""
 
-    def __init__(self, native, buffer: Optional[np.ndarray], arrays: Optional[dict] = None):
+    def __init__(self, native, buffer: Optional[np.ndarray], arrays: Optional[dict] = None,
+                 lead: Optional[np.ndarray] = None):
         self._native = native  # holds the memory it writes into until it is released
         self._buffer = buffer  # the whole version, when it lands in one buffer
         self._arrays = arrays  # else each tensor's array
+        self._lead = lead if buffer is None else buffer  # the bytes before the first tensor lie at its start
 
     @property
     def version(self) -> int:
@@ -245,6 +248,25 @@ class Fetched(Releasable):
             out[name] = value
         return out
 
+    @property
+    def metadata(self) -> dict:
+        """The version's safetensors ``__metadata__`` (str -> str; {} for a
+        version without a header, as the C++ API may publish one).
+        REQUIRES: wait() returned."""
+        if not self._native.progress()["done"]:
+            raise Error("the fetch has not finished: wait() first")
+        from . import safetensors
+
+        tensors = self._native.tensors
+        start = min((t[3] for t in tensors), default=self._native.info["nbytes"])
+        if self._lead is None or start < 8 or self._lead.nbytes < start:
+            return {}
+        try:
+            base, _, metadata = safetensors.decode_header(self._lead[:start])
+        except ValueError:
+            return {}
+        return metadata if base == start else {}
+
     def state_dict(self, kind: str = "numpy") -> dict:
         """Every tensor over the fetched bytes (no copy): numpy arrays, or
         with ``kind="torch"`` torch tensors (BF16 as bfloat16). Tensors that
@@ -293,33 +315,53 @@ class Peer:
         return self._native.gossip_address
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]], *,
-                dtype=None) -> Published:
+                dtype=None, metadata: Optional[Mapping[str, str]] = None) -> Published:
         """Publishes ``tensors`` (name -> numpy array or CPU torch tensor) as
         the next version of ``model``. Contiguous ones are served where they
         are; others are packed once. ``dtype`` (a numpy or torch dtype):
         floating-point tensors are cast to it first (packed once: the
-        rollout dtype of a trainer's fp32 weights, say)."""
+        rollout dtype of a trainer's fp32 weights, say). ``metadata``
+        (str -> str: the trainer's step, say) goes in the version's
+        safetensors header, signed with it; a fetcher reads it as
+        ``Fetched.metadata``. The version is a safetensors image: the header
+        (built here, a few KiB) and then the tensors, where they lie."""
+        from . import safetensors
+
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
         if dtype is not None:
             items = [(name, _cast(name, value, dtype)) for name, value in items]
-        owners, regions, specs = [], [], []
-        offset = 0
-        for name, value in items:
-            owner, address, nbytes, dtype, shape = _as_publishable(name, value)
+        publishable = [(name,) + _as_publishable(name, value) for name, value in items]
+        try:
+            header = safetensors.encode_header([(n, d, s, b) for n, _, _, b, d, s in publishable], metadata)
+        except ValueError as e:
+            raise Error(f"tensors: {e}") from None
+        header = np.frombuffer(bytearray(header), dtype=np.uint8)
+        owners, regions, specs = [header], [(_address(header), header.nbytes)], []
+        offset = header.nbytes
+        for name, owner, address, nbytes, dtype_name, shape in publishable:
             owners.append(owner)
-            specs.append((name, dtype, shape, offset, nbytes))
+            specs.append((name, dtype_name, shape, offset, nbytes))
             if nbytes:
                 regions.append((address, nbytes))
             offset += nbytes
-        return Published(self._native.publish(model, regions, specs, owners))
+        return Published(self._native.publish(model, regions, specs, owners), dict(metadata or {}))
 
     def publish_safetensors(self, model: str, path: str) -> Published:
-        """Publishes the tensors of a safetensors file, served from a mapping
-        of it (no copy). The file must not change until the handle is
-        released: a changed one fails verification at the fetchers."""
+        """Publishes a safetensors file as it is (its header and metadata
+        included), served from a mapping of it (no copy). The file must not
+        change until the handle is released: a changed one fails
+        verification at the fetchers."""
         from . import safetensors
 
-        return self.publish(model, safetensors.read(path))
+        try:
+            data, base, header, metadata = safetensors.layout(path)
+        except (OSError, ValueError) as e:
+            raise Error(f"invalid argument: {e}") from None
+        specs = sorted(((name, entry["dtype"], entry["shape"], base + entry["data_offsets"][0],
+                         entry["data_offsets"][1] - entry["data_offsets"][0]) for name, entry in header.items()),
+                       key=lambda spec: spec[3])
+        regions = [(_address(data), data.nbytes)]
+        return Published(self._native.publish(model, regions, specs, [data]), metadata)
 
     def latest(self, model: str) -> Optional[dict]:
         return self._native.latest(model)
@@ -367,6 +409,7 @@ class Peer:
             raise Error(f"into: {model} v{info['version']} has no tensor {sorted(unknown)[0]!r}")
         regions, owner, arrays = [], [], {}
         position = 0
+        lead = None
 
         def scratch(nbytes):
             array = np.empty(nbytes, dtype=np.uint8)
@@ -376,7 +419,9 @@ class Peer:
 
         for name, dtype, shape, offset, length in tensors:
             if offset > position:
-                scratch(offset - position)
+                gap = scratch(offset - position)
+                if position == 0:
+                    lead = gap  # the version's header
             target = into.get(name)
             if target is None:
                 array = scratch(length).view(_TO_NUMPY[dtype]).reshape(shape) if length else \
@@ -409,7 +454,7 @@ class Peer:
         if info["nbytes"] > position:
             scratch(info["nbytes"] - position)
         native = self._native.fetch(model, info["version"], regions, owner)
-        return Fetched(native, None, arrays)
+        return Fetched(native, None, arrays, lead)
 
     def status(self) -> dict:
         import json

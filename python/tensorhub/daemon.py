@@ -29,8 +29,9 @@ class DaemonPublished(Releasable):
     """A version the daemon publishes from a file this client wrote; the file
     goes when the version is released."""
 
-    def __init__(self, client: "Daemon", model: str, version: int, manifest_id: str, path: str):
+    def __init__(self, client: "Daemon", model: str, version: int, manifest_id: str, path: str, metadata: dict):
         self._client, self.model, self.version, self.manifest_id, self._path = client, model, version, manifest_id, path
+        self.metadata = metadata
 
     def _release(self) -> None:
         self._client._request({"cmd": "release", "model": self.model, "version": self.version, "now": True})
@@ -46,9 +47,37 @@ class DaemonFetched(Releasable):
     def state_dict(self) -> dict:
         return safetensors.read(self._path)
 
+    @property
+    def metadata(self) -> dict:
+        """The version's safetensors ``__metadata__`` (the trainer's step, say)."""
+        return safetensors.read_metadata(self._path)
+
     def _release(self) -> None:
         if os.path.exists(self._path):
             os.unlink(self._path)
+
+
+class DaemonHeld(Releasable):
+    """A hold on a version that the daemon keeps as a file for every process
+    of this node: ``path`` (a safetensors file) and ``dir`` (its folder, a
+    model directory for an engine that loads one). ``release()`` lets go of
+    this hold; the file goes when the last one does."""
+
+    def __init__(self, client: "Daemon", model: str, line: dict):
+        self._client, self.model = client, model
+        self.version, self.manifest_id = line["version"], line["id"]
+        self.path, self.dir, self.nbytes = line["path"], line["dir"], line["bytes"]
+
+    def state_dict(self) -> dict:
+        """The tensors, as read-only numpy arrays over a mapping of the file."""
+        return safetensors.read(self.path)
+
+    @property
+    def metadata(self) -> dict:
+        return safetensors.read_metadata(self.path)
+
+    def _release(self) -> None:
+        self._client._request({"cmd": "unhold", "model": self.model, "version": self.version})
 
 
 class Daemon:
@@ -83,6 +112,10 @@ class Daemon:
             raise _error(last)
         return last
 
+    def _file_for(self, model: str) -> str:
+        """A new file name in the shared folder (a model's '/' as '%2F')."""
+        return os.path.join(self.directory, f"tensorhub-{model.replace('/', '%2F')}-{uuid.uuid4().hex}.safetensors")
+
     def status(self) -> dict:
         return self._request({"cmd": "status"})
 
@@ -106,9 +139,9 @@ class Daemon:
             time.sleep(0.05)
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]],
-                metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
+                *, metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
-        path = os.path.join(self.directory, f"tensorhub-{model}-{uuid.uuid4().hex}.safetensors")
+        path = self._file_for(model)
         try:
             safetensors.write(path, items, metadata)
         except ValueError as e:
@@ -118,14 +151,22 @@ class Daemon:
         except Error:
             os.unlink(path)
             raise
-        return DaemonPublished(self, model, done["version"], done["id"], path)
+        return DaemonPublished(self, model, done["version"], done["id"], path, dict(metadata or {}))
 
     def fetch(self, model: str, version: int = 0) -> DaemonFetched:
         """Has the daemon fetch the version (0: the head) into a file here and
         waits until every byte is verified."""
-        path = os.path.join(self.directory, f"tensorhub-{model}-{uuid.uuid4().hex}.safetensors")
+        path = self._file_for(model)
         done = self._request({"cmd": "fetch", "model": model, "version": version, "out": path})
         return DaemonFetched(path, done.get("version", version), done.get("id", ""))
+
+
+    def hold(self, model: str, version: int = 0) -> DaemonHeld:
+        """Has the daemon keep version ``version`` (0: the head) of ``model``
+        as a file in its hold folder and waits until every byte is verified.
+        The first hold fetches it; the others, from any process of this node
+        (the ranks of one engine), share that one file."""
+        return DaemonHeld(self, model, self._request({"cmd": "hold", "model": model, "version": version}))
 
 
 def connect(control: str, directory: Optional[str] = None) -> Daemon:

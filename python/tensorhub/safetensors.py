@@ -1,14 +1,15 @@
-"""The safetensors file format, for numpy arrays: what the daemon publishes
-(a file it maps) and what its fetches write. An 8-byte little-endian header
+"""The safetensors file format, for numpy arrays. Every version the Python
+package publishes is a safetensors image: an 8-byte little-endian header
 length, a JSON header of name -> dtype, shape and data offsets (plus an
-optional ``__metadata__`` of strings), padded with spaces to 8 bytes, then
-the tensors' bytes."""
+optional ``__metadata__`` of strings: the trainer's step, say), padded with
+spaces to 8 bytes, then the tensors' bytes. So a version fetched to a file is
+a safetensors file, whoever published it."""
 from __future__ import annotations
 
 import json
 import os
 import struct
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -22,38 +23,70 @@ def _dtype_tables():
     return _FROM_NUMPY, _TO_NUMPY
 
 
-def write(path: str, tensors: Iterable[Tuple[str, np.ndarray]], metadata: Optional[Mapping[str, str]] = None) -> int:
-    """Writes ``tensors`` (name, array) to ``path`` (replacing it); returns its size."""
-    from_numpy, _ = _dtype_tables()
+def encode_header(entries: Iterable[Tuple[str, str, Sequence[int], int]],
+                  metadata: Optional[Mapping[str, str]] = None) -> bytes:
+    """The header (length prefix, JSON, padding) of tensors laid end to end
+    in the given order: each entry is (name, safetensors dtype, shape,
+    nbytes). Raises ValueError for a name used twice or ``__metadata__``."""
     header: Dict[str, object] = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    arrays = []
     offset = 0
+    for name, dtype, shape, nbytes in entries:
+        if name == "__metadata__" or name in header:
+            raise ValueError(f"tensor name {name!r} is used twice or reserved")
+        header[name] = {"dtype": dtype, "shape": [int(d) for d in shape], "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded
+
+
+def decode_header(prefix) -> Tuple[int, dict, Dict[str, str]]:
+    """(data start, tensors by name, metadata) of the safetensors header at
+    the start of ``prefix`` (bytes-like, at least the whole header). Raises
+    ValueError when it is not one."""
+    data = memoryview(prefix).cast("B")
+    if len(data) < 8:
+        raise ValueError("too short for a safetensors header")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > _MAX_HEADER or 8 + length > len(data):
+        raise ValueError(f"a header of {length} bytes does not fit")
+    try:
+        header = json.loads(bytes(data[8:8 + length]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"the header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError("__metadata__ must map strings to strings")
+    return 8 + length, header, metadata
+
+
+def write(path: str, tensors: Iterable[Tuple[str, np.ndarray]], metadata: Optional[Mapping[str, str]] = None) -> int:
+    """Writes ``tensors`` (name, array) to ``path`` (replacing it); returns its size."""
+    from_numpy, _ = _dtype_tables()
+    arrays, entries = [], []
     for name, value in tensors:
         array = np.ascontiguousarray(value)
         dtype = from_numpy.get(array.dtype)
         if dtype is None:
             raise ValueError(f"tensor '{name}': dtype {array.dtype} has no safetensors name")
-        header[name] = {"dtype": dtype, "shape": [int(d) for d in array.shape],
-                        "data_offsets": [offset, offset + array.nbytes]}
+        entries.append((name, dtype, array.shape, array.nbytes))
         arrays.append(array)
-        offset += array.nbytes
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
+    header = encode_header(entries, metadata)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)))
-        f.write(encoded)
+        f.write(header)
         for array in arrays:
             if array.nbytes:
                 f.write(array.reshape(-1).view(np.uint8).data)
-    return 8 + len(encoded) + offset
+    return len(header) + sum(a.nbytes for a in arrays)
 
 
-def read(path: str) -> Dict[str, np.ndarray]:
-    """The tensors of a safetensors file, as read-only numpy arrays over a
-    mapping of it (no copy)."""
-    _, to_numpy = _dtype_tables()
+def layout(path: str):
+    """(a read-only byte mapping of the whole file, data start, tensors by
+    name, metadata) of a safetensors file."""
     size = os.path.getsize(path)
     if size < 8:
         raise ValueError(f"{path}: too short for a safetensors file")
@@ -61,15 +94,29 @@ def read(path: str) -> Dict[str, np.ndarray]:
     (length,) = struct.unpack("<Q", bytes(data[:8]))
     if length > _MAX_HEADER or 8 + length > size:
         raise ValueError(f"{path}: a header of {length} bytes does not fit")
-    header = json.loads(bytes(data[8:8 + length]))
-    base = 8 + length
-    out = {}
+    try:
+        base, header, metadata = decode_header(data[:8 + length])
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
     for name, entry in header.items():
-        if name == "__metadata__":
-            continue
         begin, end = entry["data_offsets"]
         if not 0 <= begin <= end <= size - base:
             raise ValueError(f"{path}: tensor '{name}' lies outside the file")
-        dtype = to_numpy[entry["dtype"]]
-        out[name] = data[base + begin:base + end].view(dtype).reshape(entry["shape"])
+    return data, base, header, metadata
+
+
+def read(path: str) -> Dict[str, np.ndarray]:
+    """The tensors of a safetensors file, as read-only numpy arrays over a
+    mapping of it (no copy)."""
+    _, to_numpy = _dtype_tables()
+    data, base, header, _ = layout(path)
+    out = {}
+    for name, entry in header.items():
+        begin, end = entry["data_offsets"]
+        out[name] = data[base + begin:base + end].view(to_numpy[entry["dtype"]]).reshape(entry["shape"])
     return out
+
+
+def read_metadata(path: str) -> Dict[str, str]:
+    """The ``__metadata__`` of a safetensors file ({} when it has none)."""
+    return layout(path)[3]

@@ -100,6 +100,8 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--reserve-count", args->reserve_count, "How many --reserve buffers (default 1; 2 for a double buffer)");
   p->add_option("--follow", args->follow, "Fetch every new head of this model as it appears; repeatable");
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
+  p->add_option("--hold-dir", args->hold_directory,
+                "Where held versions go, in a folder per peer id (default /dev/shm/tensorhub: memory)");
   p->add_flag("--no-super-seed", [args](std::int64_t) { args->peer.super_seed = false; },
               "Advertise every shard of a published version at once (default: reveal a few at a time, rarest first)");
   p->add_flag("--no-serve-fetched", [args](std::int64_t) { args->internal.serve_fetched = false; },

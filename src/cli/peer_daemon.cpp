@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 
 #include "cli/cli_common.hpp"
+#include "cli/control_lines.hpp"
+#include "cli/held_versions.hpp"
 #include "cli/reserved_buffers.hpp"
 #include "core/bus_error_guard.hpp"
 #include "core/file_io.hpp"
@@ -28,7 +30,6 @@
 namespace tensorhub::cli {
 namespace {
 
-using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 using Key = std::pair<std::string, std::uint64_t>;
 // How often a published file is checked for changes under the daemon.
@@ -50,12 +51,6 @@ FileStamp stamp_of(const std::string& path) {
   return FileStamp{st.st_dev, st.st_ino, st.st_size,
                    static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
-
-Json error_line(const Status& s) { return Json{{"done", true}, {"ok", false}, {"error", s.to_string()}}; }
-
-// Every line the daemon writes: invalid UTF-8 (there should be none) is
-// replaced, never thrown.
-std::string line(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 // A request's field, or `fallback` when absent; kInvalidArgument when it is
 // there with another type.
@@ -123,6 +118,7 @@ class Daemon {
         io_, path, [this](const std::string& request, transport::ControlServer::Reply reply) { handle(request, reply); });
     if (!control) return report_error(control.status());
     control_ = std::move(*control);
+    held_ = std::make_unique<HeldVersions>(*peer_, options_.hold_directory + "/" + peer_->id().hex().substr(0, 12));
     TH_LOG_INFO("peer", "control socket " << path);
 
     for (const std::string& model : options_.follow) follow(model);
@@ -136,6 +132,7 @@ class Daemon {
     });
     io_.run();
     // Handles go before the peer; the peer's destructor leaves gracefully.
+    held_.reset();
     fetched_.clear();
     published_.clear();
     peer_.reset();
@@ -212,6 +209,11 @@ class Daemon {
       reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(digest)}}), true);
     } else if (cmd == "release") {
       release(model, version, now, reply);
+    } else if (cmd == "hold") {
+      hold(model, version, reply);
+    } else if (cmd == "unhold") {
+      auto left = held_->unhold(model, version);
+      reply(line(left ? Json{{"done", true}, {"ok", true}, {"holds", *left}} : error_line(left.status())), true);
     } else {
       reply(line(error_line(Status::invalid_argument("unknown command " + core::quoted(cmd)))),
             true);
@@ -349,9 +351,7 @@ class Daemon {
     const FetchProgressInfo p = handle->progress();
     Status s = handle->wait(std::chrono::milliseconds(0));
     if (s.code() == StatusCode::kTimeout) {
-      reply(line(Json{{"event", "progress"}, {"bytes_verified", p.bytes_verified}, {"bytes_total", p.bytes_total},
-                 {"shards_verified", p.shards_verified}, {"shards_total", p.shards_total}, {"sources", p.sources}}),
-            false);
+      reply(line(progress_line(p)), false);
       later(std::chrono::milliseconds(50), [=, this] { watch_fetch(handle, info, finish, done, started, reply); });
       return;
     }
@@ -363,6 +363,19 @@ class Daemon {
     reply(line(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()}, {"bytes", bytes},
                {"seconds", seconds}}),
           true);
+  }
+
+  void hold(const std::string& model, std::uint64_t version, const transport::ControlServer::Reply& reply) {
+    auto known = peer_->version_info(model, version);
+    if (!known) return reply(line(error_line(known.status())), true);
+    const bool polling = held_->fetching();
+    held_->hold(*known, reply);
+    if (!polling && held_->fetching()) later(std::chrono::milliseconds(50), [this] { poll_holds(); });
+  }
+
+  void poll_holds() {
+    held_->poll();
+    if (held_->fetching()) later(std::chrono::milliseconds(50), [this] { poll_holds(); });
   }
 
   void release(const std::string& model, std::uint64_t version, bool now, const transport::ControlServer::Reply& reply) {
@@ -481,6 +494,7 @@ class Daemon {
   std::map<Key, Published> published_;
   std::map<Key, std::shared_ptr<core::MappedOutputFile>> files_;  // declared before fetched_: outlives its handle
   std::map<Key, std::unique_ptr<FetchHandle>> fetched_;
+  std::unique_ptr<HeldVersions> held_;
 };
 
 }  // namespace

@@ -9,6 +9,10 @@
 //       streams progress; writes a verified file; keeps serving the copy
 //   {"cmd":"digest","model":M,"version":N}   BLAKE2b-256 of a held version
 //   {"cmd":"release","model":M,"version":N}
+//   {"cmd":"hold","model":M,"version":N|0}
+//       fetches the version once into a file under --hold-dir that the
+//       processes of this node map (held_versions.hpp); counted
+//   {"cmd":"unhold","model":M,"version":N}  lets go of one hold
 // With --follow MODEL the daemon fetches every new head of MODEL as it
 // appears and keeps the two newest (a double buffer), as a rollout worker.
 #pragma once
@@ -30,6 +34,7 @@ struct DaemonOptions {
   double release_deferral_seconds = 60;  // becomes peer.max_release_deferral
   std::uint64_t reserve_bytes = 0;       // --reserve: destination buffers set aside at start
   std::size_t reserve_count = 1;
+  std::string hold_directory = "/dev/shm/tensorhub";  // --hold-dir: a subfolder per peer id
 };
 
 int run_peer_daemon(DaemonOptions options);

@@ -2,6 +2,7 @@
 where they are and fetched into memory the package allocates, every dtype the
 manifest names, odd and empty shapes, errors as exceptions, and waits that
 leave the GIL free."""
+import os
 import threading
 import time
 
@@ -150,11 +151,41 @@ def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(pair, tm
     path = str(tmp_path / "model.safetensors")
     safetensors.write(path, weights(6).items(), metadata={"step": "6"})
     with trainer.publish_safetensors("policy", path) as published:
-        assert published.version == 2
+        assert published.version == 2 and published.metadata == {"step": "6"}
+        assert published.nbytes == os.path.getsize(path)  # the file as it is, header included
         worker.wait_for_head("policy", after=1, timeout=20)
-        got = worker.fetch("policy", 2).wait(30).state_dict()
+        fetched = worker.fetch("policy", 2).wait(30)
+        got = fetched.state_dict()
         for name, array in weights(6).items():
             np.testing.assert_array_equal(got[name], array)
+        assert fetched.metadata == {"step": "6"}
+        with open(path, "rb") as f:
+            assert bytes(worker.fetch("policy", 2).wait(30)._buffer) == f.read()
+
+
+def test_metadata_travels_in_the_versions_safetensors_header(pair):
+    from tensorhub import safetensors
+
+    trainer, worker = pair
+    with trainer.publish("policy", weights(3), metadata={"step": "3", "run": "ppo-α"}) as published:
+        assert published.metadata == {"step": "3", "run": "ppo-α"}
+        worker.wait_for_head("policy", timeout=20)
+        into_buffer = worker.fetch("policy").wait(30)
+        assert into_buffer.metadata == {"step": "3", "run": "ppo-α"}
+        # The version is a safetensors image: its bytes parse as one.
+        base, header, metadata = safetensors.decode_header(into_buffer._buffer)
+        assert metadata["step"] == "3" and set(header) == set(weights(3))
+        mine = {name: np.empty_like(array) for name, array in weights(3).items()}
+        into_arrays = worker.fetch("policy", into=mine).wait(30)
+        assert into_arrays.metadata == {"step": "3", "run": "ppo-α"}
+        np.testing.assert_array_equal(mine["embed.weight"], weights(3)["embed.weight"])
+        with pytest.raises(th.Error):
+            worker.fetch("policy").metadata  # before wait()
+    with trainer.publish("policy", {"x": np.zeros(3, np.float32)}) as bare:
+        worker.wait_for_head("policy", after=1, timeout=20)
+        assert worker.fetch("policy", bare.version).wait(30).metadata == {}
+    with pytest.raises(th.Error):
+        trainer.publish("policy", [("x", np.zeros(1)), ("x", np.ones(1))])  # one name twice
 
 
 def test_iter_tensors_yields_every_tensor_in_order_once_verified_in_batches(pair):
