@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _native
 from ._releasable import Releasable
+from ._views import batches, torch_view
 
 __all__ = ["Error", "Peer", "Published", "Fetched", "connect", "generate_swarm_key"]
 
@@ -79,7 +80,7 @@ def _as_publishable(name: str, value):
         torch = _torch()
         tensor = value.detach()
         if tensor.device.type != "cpu":
-            raise Error(f"tensor '{name}': {tensor.device} tensors are not served yet (CPU only)")
+            tensor = tensor.to("cpu")  # a host copy, made once (served from GPU memory in place: not yet)
         dtype = _torch_dtypes(torch).get(tensor.dtype)
         if dtype is None:
             raise Error(f"tensor '{name}': dtype {tensor.dtype} has no safetensors name")
@@ -116,19 +117,6 @@ def _cast(name: str, value, dtype):
         return array.astype(np.dtype(dtype))
     except TypeError:
         raise Error(f"dtype: {dtype!r} is not a numpy dtype (tensor '{name}')") from None
-
-
-def _as_torch(array: np.ndarray, dtype: str):
-    """A torch tensor over the same memory as ``array`` (a view of the
-    manifest's ``dtype``)."""
-    torch = _torch()
-    # torch has no unsigned 16/32/64-bit types: the same bits, signed.
-    signed = {np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
-    view = signed.get(array.dtype)
-    tensor = torch.from_numpy(array.view(view) if view is not None else array)
-    if dtype == "BF16":
-        tensor = tensor.view(torch.bfloat16)
-    return tensor
 
 
 class Published(Releasable):
@@ -224,15 +212,8 @@ class Fetched(Releasable):
                 continue
             if views is None:
                 views = self._views(kind)
-            batch, size = [], 0
-            for name, _, _, _, length in pending[:ready]:
-                if batch and size + length > batch_bytes:
-                    yield batch
-                    batch, size = [], 0
-                batch.append((name, views[name]))
-                size += length
-            if batch:
-                yield batch
+            yield from batches(((name, views[name], length) for name, _, _, _, length in pending[:ready]),
+                               batch_bytes)
             pending = pending[ready:]
 
     def _views(self, kind: str) -> dict:
@@ -244,7 +225,7 @@ class Fetched(Releasable):
             else:
                 value = self._buffer[offset:offset + length].view(_TO_NUMPY[dtype]).reshape(shape)
             if kind == "torch" and isinstance(value, np.ndarray):
-                value = _as_torch(value, dtype)
+                value = torch_view(value, dtype)
             out[name] = value
         return out
 
@@ -348,20 +329,54 @@ class Peer:
 
     def publish_safetensors(self, model: str, path: str) -> Published:
         """Publishes a safetensors file as it is (its header and metadata
-        included), served from a mapping of it (no copy). The file must not
-        change until the handle is released: a changed one fails
-        verification at the fetchers."""
+        included), or a checkpoint directory's ``*.safetensors`` files as one
+        version (a header of all their tensors, built here, then each
+        file's tensor bytes), served from mappings of the files (no copy).
+        The files must not change until the handle is released: a changed
+        one fails verification at the fetchers. Tensor names must be unique
+        across a directory's files."""
         from . import safetensors
 
+        files = [path]
+        if os.path.isdir(path):
+            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+            if not files:
+                raise Error(f"invalid argument: {path} holds no .safetensors file")
         try:
-            data, base, header, metadata = safetensors.layout(path)
+            layouts = [safetensors.layout(f) for f in files]
         except (OSError, ValueError) as e:
             raise Error(f"invalid argument: {e}") from None
-        specs = sorted(((name, entry["dtype"], entry["shape"], base + entry["data_offsets"][0],
-                         entry["data_offsets"][1] - entry["data_offsets"][0]) for name, entry in header.items()),
-                       key=lambda spec: spec[3])
-        regions = [(_address(data), data.nbytes)]
-        return Published(self._native.publish(model, regions, specs, [data]), metadata)
+        if len(layouts) == 1:
+            data, base, header, metadata = layouts[0]
+            specs = sorted(((name, e["dtype"], e["shape"], base + e["data_offsets"][0],
+                             e["data_offsets"][1] - e["data_offsets"][0]) for name, e in header.items()),
+                           key=lambda spec: spec[3])
+            return Published(self._native.publish(model, [(_address(data), data.nbytes)], specs, [data]), metadata)
+        # Each file's tensor bytes, as they lie, after one header for them all.
+        tensors, regions, owners, metadata = [], [], [], {}
+        for data, base, header, file_metadata in layouts:
+            metadata.update(file_metadata)
+            body = data[base:]
+            for name, e in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+                tensors.append((name, e["dtype"], e["shape"], e["data_offsets"][0], e["data_offsets"][1], body))
+        position = None
+        for name, dtype, shape, begin, end, body in tensors:
+            if position is None or position[0] is not body or position[1] != begin:
+                regions.append([body, begin, begin])  # a new run of bytes: tensors of one file are adjacent
+            regions[-1][2] = end
+            position = (body, end)
+        try:
+            header = safetensors.encode_header([(t[0], t[1], t[2], t[4] - t[3]) for t in tensors], metadata)
+        except ValueError as e:
+            raise Error(f"invalid argument: {path}: {e}") from None
+        header = np.frombuffer(bytearray(header), dtype=np.uint8)
+        specs, offset = [], header.nbytes
+        for name, dtype, shape, begin, end, _ in tensors:
+            specs.append((name, dtype, shape, offset, end - begin))
+            offset += end - begin
+        spans = [(_address(header), header.nbytes)] + [
+            (_address(body) + begin, end - begin) for body, begin, end in regions if end > begin]
+        return Published(self._native.publish(model, spans, specs, [header] + [l[0] for l in layouts]), metadata)
 
     def latest(self, model: str) -> Optional[dict]:
         return self._native.latest(model)

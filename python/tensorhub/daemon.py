@@ -16,6 +16,7 @@ from typing import Iterable, Mapping, Optional, Tuple, Union
 from . import Error
 from . import safetensors
 from ._releasable import Releasable
+from ._views import batches, torch_view
 
 
 def _error(line: dict) -> Error:
@@ -38,26 +39,47 @@ class DaemonPublished(Releasable):
         os.unlink(self._path)
 
 
-class DaemonFetched(Releasable):
-    """A version the daemon fetched into a file; ``state_dict()`` maps it."""
+class _VerifiedFile(Releasable):
+    """A verified version in a safetensors file that this process maps."""
 
-    def __init__(self, path: str, version: int, manifest_id: str):
-        self._path, self.version, self.manifest_id = path, version, manifest_id
+    path: str
 
-    def state_dict(self) -> dict:
-        return safetensors.read(self._path)
+    def state_dict(self, kind: str = "numpy") -> dict:
+        """Every tensor, over a read-only mapping of the file (no copy):
+        numpy arrays, or with ``kind="torch"`` torch tensors (bf16 as
+        ``torch.bfloat16``). Do not write to them."""
+        return {name: tensor for batch in self.iter_tensors(batch_bytes=0, kind=kind) for name, tensor in batch}
+
+    def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy", timeout=None):
+        """Lists of (name, tensor) in the file's order, up to ``batch_bytes``
+        each, as the in-process ``Fetched.iter_tensors`` yields them (every
+        byte is verified already)."""
+        from . import _check_kind
+
+        _check_kind(kind)
+        wanted = None if names is None else set(names)
+        items = ((name, torch_view(array, dtype) if kind == "torch" else array, array.nbytes)
+                 for name, dtype, array in safetensors.entries(self.path) if wanted is None or name in wanted)
+        yield from batches(items, batch_bytes)
 
     @property
     def metadata(self) -> dict:
         """The version's safetensors ``__metadata__`` (the trainer's step, say)."""
-        return safetensors.read_metadata(self._path)
+        return safetensors.read_metadata(self.path)
+
+
+class DaemonFetched(_VerifiedFile):
+    """A version the daemon fetched into a file of this client's."""
+
+    def __init__(self, path: str, version: int, manifest_id: str):
+        self.path, self.version, self.manifest_id = path, version, manifest_id
 
     def _release(self) -> None:
-        if os.path.exists(self._path):
-            os.unlink(self._path)
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
-class DaemonHeld(Releasable):
+class DaemonHeld(_VerifiedFile):
     """A hold on a version that the daemon keeps as a file for every process
     of this node: ``path`` (a safetensors file) and ``dir`` (its folder, a
     model directory for an engine that loads one). ``release()`` lets go of
@@ -67,14 +89,6 @@ class DaemonHeld(Releasable):
         self._client, self.model = client, model
         self.version, self.manifest_id = line["version"], line["id"]
         self.path, self.dir, self.nbytes = line["path"], line["dir"], line["bytes"]
-
-    def state_dict(self) -> dict:
-        """The tensors, as read-only numpy arrays over a mapping of the file."""
-        return safetensors.read(self.path)
-
-    @property
-    def metadata(self) -> dict:
-        return safetensors.read_metadata(self.path)
 
     def _release(self) -> None:
         self._client._request({"cmd": "unhold", "model": self.model, "version": self.version})

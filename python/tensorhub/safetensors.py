@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -105,16 +105,25 @@ def layout(path: str):
     return data, base, header, metadata
 
 
+def entries(path: str) -> List[Tuple[str, str, np.ndarray]]:
+    """(name, safetensors dtype, read-only array over a mapping of the file)
+    of each tensor, in the file's byte order."""
+    _, to_numpy = _dtype_tables()
+    data, base, header, _ = layout(path)
+    out = []
+    for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+        begin, end = entry["data_offsets"]
+        if entry.get("dtype") not in to_numpy:
+            raise ValueError(f"{path}: tensor '{name}' has dtype {entry.get('dtype')!r}, which is not supported")
+        out.append((name, entry["dtype"],
+                    data[base + begin:base + end].view(to_numpy[entry["dtype"]]).reshape(entry["shape"])))
+    return out
+
+
 def read(path: str) -> Dict[str, np.ndarray]:
     """The tensors of a safetensors file, as read-only numpy arrays over a
     mapping of it (no copy)."""
-    _, to_numpy = _dtype_tables()
-    data, base, header, _ = layout(path)
-    out = {}
-    for name, entry in header.items():
-        begin, end = entry["data_offsets"]
-        out[name] = data[base + begin:base + end].view(to_numpy[entry["dtype"]]).reshape(entry["shape"])
-    return out
+    return {name: array for name, _, array in entries(path)}
 
 
 def read_metadata(path: str) -> Dict[str, str]:

@@ -163,6 +163,33 @@ def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(pair, tm
             assert bytes(worker.fetch("policy", 2).wait(30)._buffer) == f.read()
 
 
+def test_a_checkpoint_directory_is_published_as_one_version(pair, tmp_path):
+    from tensorhub import safetensors
+
+    trainer, worker = pair
+    all_weights = weights(4)
+    names = list(all_weights)
+    safetensors.write(str(tmp_path / "model-00001-of-00002.safetensors"),
+                      [(n, all_weights[n]) for n in names[:3]], metadata={"step": "4"})
+    safetensors.write(str(tmp_path / "model-00002-of-00002.safetensors"), [(n, all_weights[n]) for n in names[3:]])
+    (tmp_path / "config.json").write_text("{}")
+    with trainer.publish_safetensors("policy", str(tmp_path)) as published:
+        assert published.metadata == {"step": "4"}
+        worker.wait_for_head("policy", timeout=20)
+        fetched = worker.fetch("policy").wait(30)
+        got = fetched.state_dict()
+        assert list(got) == names
+        for name, array in all_weights.items():
+            np.testing.assert_array_equal(got[name], array)
+        assert fetched.metadata == {"step": "4"}
+    safetensors.write(str(tmp_path / "model-00003-of-00003.safetensors"), [(names[0], all_weights[names[0]])])
+    with pytest.raises(th.Error) as e:
+        trainer.publish_safetensors("policy", str(tmp_path))  # one name in two files
+    assert "used twice" in str(e.value)
+    with pytest.raises(th.Error):
+        trainer.publish_safetensors("policy", str(tmp_path / "empty-dir-that-is-missing"))
+
+
 def test_metadata_travels_in_the_versions_safetensors_header(pair):
     from tensorhub import safetensors
 
@@ -179,8 +206,6 @@ def test_metadata_travels_in_the_versions_safetensors_header(pair):
         into_arrays = worker.fetch("policy", into=mine).wait(30)
         assert into_arrays.metadata == {"step": "3", "run": "ppo-α"}
         np.testing.assert_array_equal(mine["embed.weight"], weights(3)["embed.weight"])
-        with pytest.raises(th.Error):
-            worker.fetch("policy").metadata  # before wait()
     with trainer.publish("policy", {"x": np.zeros(3, np.float32)}) as bare:
         worker.wait_for_head("policy", after=1, timeout=20)
         assert worker.fetch("policy", bare.version).wait(30).metadata == {}
