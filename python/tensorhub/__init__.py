@@ -31,6 +31,15 @@ class Error(RuntimeError):
     timeout, cancelled or internal."""
 
     code = "internal"
+    CODES = ("invalid_argument", "corrupt", "verify_failed", "not_found", "already_exists", "permission_denied",
+             "io_error", "unavailable", "timeout", "cancelled", "internal")
+
+    def __init__(self, message: str, code: Optional[str] = None):
+        super().__init__(message)
+        if code is None:  # "timeout: ..." is a timeout
+            prefix = message.split(":", 1)[0].strip().replace(" ", "_") if ":" in message else ""
+            code = prefix if prefix in self.CODES else "internal"
+        self.code = code
 
 
 _native._set_error_type(Error)
@@ -83,24 +92,42 @@ def _as_publishable(name: str, value):
             tensor = tensor.to("cpu")  # a host copy, made once (served from GPU memory in place: not yet)
         dtype = _torch_dtypes(torch).get(tensor.dtype)
         if dtype is None:
-            raise Error(f"tensor '{name}': dtype {tensor.dtype} has no safetensors name")
+            raise Error(f"invalid argument: tensor '{name}': dtype {tensor.dtype} has no safetensors name")
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()  # packed once; the copy is kept with the handle
         return tensor, tensor.data_ptr(), tensor.element_size() * tensor.numel(), dtype, list(tensor.shape)
     array = np.asarray(value)
     dtype = _FROM_NUMPY.get(array.dtype)
     if dtype is None:
-        raise Error(f"tensor '{name}': dtype {array.dtype} has no safetensors name")
+        raise Error(f"invalid argument: tensor '{name}': dtype {array.dtype} has no safetensors name")
     if not array.flags["C_CONTIGUOUS"]:
         array = np.ascontiguousarray(array)  # packed once; the copy is kept with the handle
     return array, _address(array), array.nbytes, dtype, [int(d) for d in array.shape]
 
 
+def _host_array(name: str, value) -> Tuple[np.ndarray, str]:
+    """(a numpy array of ``value``'s bytes and shape in host memory, its
+    safetensors dtype): bf16 torch tensors come as int16 arrays of their
+    bits; other devices' tensors are copied to the host."""
+    if _is_torch_tensor(value):
+        torch = _torch()
+        tensor = value.detach().to("cpu").contiguous()
+        dtype = _torch_dtypes(torch).get(tensor.dtype)
+        if dtype is None:
+            raise Error(f"invalid argument: tensor '{name}': dtype {tensor.dtype} has no safetensors name")
+        return (tensor.view(torch.int16) if dtype == "BF16" else tensor).numpy(), dtype
+    array = np.asarray(value)
+    dtype = _FROM_NUMPY.get(array.dtype)
+    if dtype is None:
+        raise Error(f"invalid argument: tensor '{name}': dtype {array.dtype} has no safetensors name")
+    return array, dtype
+
+
 def _check_kind(kind: str) -> None:
     if kind not in ("numpy", "torch"):
-        raise Error(f"kind: 'numpy' or 'torch', not {kind!r}")
+        raise Error(f"invalid argument: kind: 'numpy' or 'torch', not {kind!r}")
     if kind == "torch" and _torch() is None:
-        raise Error("kind='torch': import torch first")
+        raise Error("invalid argument: kind='torch': import torch first")
 
 
 def _cast(name: str, value, dtype):
@@ -108,7 +135,7 @@ def _cast(name: str, value, dtype):
     if _is_torch_tensor(value):
         torch = _torch()
         if not isinstance(dtype, torch.dtype):
-            raise Error(f"dtype: a torch dtype is needed for torch tensor '{name}', not {dtype!r}")
+            raise Error(f"invalid argument: dtype: a torch dtype is needed for torch tensor '{name}', not {dtype!r}")
         return value.to(dtype) if value.is_floating_point() else value
     array = np.asarray(value)
     if not np.issubdtype(array.dtype, np.floating):
@@ -116,7 +143,7 @@ def _cast(name: str, value, dtype):
     try:
         return array.astype(np.dtype(dtype))
     except TypeError:
-        raise Error(f"dtype: {dtype!r} is not a numpy dtype (tensor '{name}')") from None
+        raise Error(f"invalid argument: dtype: {dtype!r} is not a numpy dtype (tensor '{name}')") from None
 
 
 class Published(Releasable):
@@ -205,9 +232,7 @@ class Fetched(Releasable):
                 if self._native.progress()["done"]:
                     self._native.wait(0)  # raises why the fetch failed
                 if deadline is not None and time.monotonic() >= deadline:
-                    e = Error("timeout: the next tensor was not verified in time")
-                    e.code = "timeout"
-                    raise e
+                    raise Error("timeout: the next tensor was not verified in time")
                 time.sleep(0.005)
                 continue
             if views is None:
@@ -235,7 +260,7 @@ class Fetched(Releasable):
         version without a header, as the C++ API may publish one).
         REQUIRES: wait() returned."""
         if not self._native.progress()["done"]:
-            raise Error("the fetch has not finished: wait() first")
+            raise Error("invalid argument: the fetch has not finished: wait() first")
         from . import safetensors
 
         tensors = self._native.tensors
@@ -255,7 +280,7 @@ class Fetched(Releasable):
         wait() returned (a view of unverified bytes is never handed out)."""
         _check_kind(kind)
         if not self._native.progress()["done"]:
-            raise Error("the fetch has not finished: wait() first")
+            raise Error("invalid argument: the fetch has not finished: wait() first")
         return self._views(kind)
 
     def _release(self) -> None:
@@ -315,7 +340,7 @@ class Peer:
         try:
             header = safetensors.encode_header([(n, d, s, b) for n, _, _, b, d, s in publishable], metadata)
         except ValueError as e:
-            raise Error(f"tensors: {e}") from None
+            raise Error(f"invalid argument: tensors: {e}") from None
         header = np.frombuffer(bytearray(header), dtype=np.uint8)
         owners, regions, specs = [header], [(_address(header), header.nbytes)], []
         offset = header.nbytes
@@ -327,56 +352,37 @@ class Peer:
             offset += nbytes
         return Published(self._native.publish(model, regions, specs, owners), dict(metadata or {}))
 
-    def publish_safetensors(self, model: str, path: str) -> Published:
+    def publish_safetensors(self, model: str, path: str, *, metadata: Optional[Mapping[str, str]] = None) -> Published:
         """Publishes a safetensors file as it is (its header and metadata
         included), or a checkpoint directory's ``*.safetensors`` files as one
         version (a header of all their tensors, built here, then each
         file's tensor bytes), served from mappings of the files (no copy).
-        The files must not change until the handle is released: a changed
-        one fails verification at the fetchers. Tensor names must be unique
-        across a directory's files."""
+        ``metadata`` is merged over the files' own (a file given with it
+        gets a new header too). The files must not change until the handle
+        is released: a changed one fails verification at the fetchers.
+        Tensor names must be unique across a directory's files."""
         from . import safetensors
 
-        files = [path]
-        if os.path.isdir(path):
-            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
-            if not files:
-                raise Error(f"invalid argument: {path} holds no .safetensors file")
         try:
-            layouts = [safetensors.layout(f) for f in files]
+            if os.path.isdir(path) or metadata:
+                header, runs, merged = safetensors.gather(path, metadata)
+            else:
+                data, base, entries, merged = safetensors.layout(path)
         except (OSError, ValueError) as e:
             raise Error(f"invalid argument: {e}") from None
-        if len(layouts) == 1:
-            data, base, header, metadata = layouts[0]
+        if not (os.path.isdir(path) or metadata):
             specs = sorted(((name, e["dtype"], e["shape"], base + e["data_offsets"][0],
-                             e["data_offsets"][1] - e["data_offsets"][0]) for name, e in header.items()),
+                             e["data_offsets"][1] - e["data_offsets"][0]) for name, e in entries.items()),
                            key=lambda spec: spec[3])
-            return Published(self._native.publish(model, [(_address(data), data.nbytes)], specs, [data]), metadata)
-        # Each file's tensor bytes, as they lie, after one header for them all.
-        tensors, regions, owners, metadata = [], [], [], {}
-        for data, base, header, file_metadata in layouts:
-            metadata.update(file_metadata)
-            body = data[base:]
-            for name, e in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
-                tensors.append((name, e["dtype"], e["shape"], e["data_offsets"][0], e["data_offsets"][1], body))
-        position = None
-        for name, dtype, shape, begin, end, body in tensors:
-            if position is None or position[0] is not body or position[1] != begin:
-                regions.append([body, begin, begin])  # a new run of bytes: tensors of one file are adjacent
-            regions[-1][2] = end
-            position = (body, end)
-        try:
-            header = safetensors.encode_header([(t[0], t[1], t[2], t[4] - t[3]) for t in tensors], metadata)
-        except ValueError as e:
-            raise Error(f"invalid argument: {path}: {e}") from None
+            return Published(self._native.publish(model, [(_address(data), data.nbytes)], specs, [data]), merged)
         header = np.frombuffer(bytearray(header), dtype=np.uint8)
-        specs, offset = [], header.nbytes
-        for name, dtype, shape, begin, end, _ in tensors:
-            specs.append((name, dtype, shape, offset, end - begin))
-            offset += end - begin
-        spans = [(_address(header), header.nbytes)] + [
-            (_address(body) + begin, end - begin) for body, begin, end in regions if end > begin]
-        return Published(self._native.publish(model, spans, specs, [header] + [l[0] for l in layouts]), metadata)
+        _, entries, _ = safetensors.decode_header(header)
+        specs = sorted(((name, e["dtype"], e["shape"], header.nbytes + e["data_offsets"][0],
+                         e["data_offsets"][1] - e["data_offsets"][0]) for name, e in entries.items()),
+                       key=lambda spec: spec[3])
+        regions = [(_address(header), header.nbytes)] + [(_address(body) + begin, end - begin)
+                                                        for body, begin, end in runs]
+        return Published(self._native.publish(model, regions, specs, [header, runs]), merged)
 
     def latest(self, model: str) -> Optional[dict]:
         return self._native.latest(model)
@@ -403,12 +409,12 @@ class Peer:
             try:
                 view = memoryview(into)
             except TypeError:
-                raise Error(f"into: a {type(into).__name__} is not a buffer") from None
+                raise Error(f"invalid argument: into: a {type(into).__name__} is not a buffer") from None
             if view.readonly or not view.c_contiguous:
-                raise Error("into: the buffer must be writable and C-contiguous")
+                raise Error("invalid argument: into: the buffer must be writable and C-contiguous")
             buffer = np.frombuffer(view.cast("B"), dtype=np.uint8)
             if buffer.nbytes != info["nbytes"]:
-                raise Error(f"into: the buffer holds {buffer.nbytes} bytes; {model} v{info['version']} "
+                raise Error(f"invalid argument: into: the buffer holds {buffer.nbytes} bytes; {model} v{info['version']} "
                             f"is {info['nbytes']}")
         regions = [(_address(buffer), buffer.nbytes)] if buffer.nbytes else []
         native = self._native.fetch(model, info["version"], regions, buffer)
@@ -421,7 +427,7 @@ class Peer:
         tensors = sorted(self._native.version_tensors(model, info["version"]), key=lambda t: t[3])
         unknown = set(into) - {t[0] for t in tensors}
         if unknown:
-            raise Error(f"into: {model} v{info['version']} has no tensor {sorted(unknown)[0]!r}")
+            raise Error(f"invalid argument: into: {model} v{info['version']} has no tensor {sorted(unknown)[0]!r}")
         regions, owner, arrays = [], [], {}
         position = 0
         lead = None
@@ -445,9 +451,9 @@ class Peer:
                 array = target
                 want = [k for k, v in _torch_dtypes(_torch()).items() if v == dtype]
                 if array.device.type != "cpu" or not array.is_contiguous():
-                    raise Error(f"into[{name!r}]: a contiguous CPU tensor is needed")
+                    raise Error(f"invalid argument: into[{name!r}]: a contiguous CPU tensor is needed")
                 if not want or array.dtype != want[0] or list(array.shape) != list(shape):
-                    raise Error(f"into[{name!r}]: {array.dtype}{list(array.shape)} does not hold "
+                    raise Error(f"invalid argument: into[{name!r}]: {array.dtype}{list(array.shape)} does not hold "
                                 f"{dtype}{list(shape)}")
                 if length:
                     owner.append(array)
@@ -456,10 +462,10 @@ class Peer:
                 array = target
                 if not isinstance(array, np.ndarray) or not array.flags["C_CONTIGUOUS"] or \
                         not array.flags["WRITEABLE"]:
-                    raise Error(f"into[{name!r}]: a writable, C-contiguous numpy array is needed")
+                    raise Error(f"invalid argument: into[{name!r}]: a writable, C-contiguous numpy array is needed")
                 if array.nbytes != length or list(array.shape) != list(shape) or \
                         array.dtype.itemsize != np.dtype(_TO_NUMPY[dtype]).itemsize:
-                    raise Error(f"into[{name!r}]: {array.dtype}{list(array.shape)} does not hold "
+                    raise Error(f"invalid argument: into[{name!r}]: {array.dtype}{list(array.shape)} does not hold "
                                 f"{dtype}{list(shape)}")
                 if length:
                     owner.append(array)

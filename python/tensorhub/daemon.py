@@ -19,24 +19,32 @@ from ._releasable import Releasable
 from ._views import batches, torch_view
 
 
-def _error(line: dict) -> Error:
-    e = Error(line.get("error", "the daemon failed without a reason"))
-    message = e.args[0]
-    e.code = message.split(":", 1)[0].strip().replace(" ", "_") if ":" in message else "internal"
-    return e
-
-
 class DaemonPublished(Releasable):
     """A version the daemon publishes from a file this client wrote; the file
     goes when the version is released."""
 
-    def __init__(self, client: "Daemon", model: str, version: int, manifest_id: str, path: str, metadata: dict):
+    def __init__(self, client: "Daemon", model: str, version: int, manifest_id: str, path: str, metadata: dict,
+                 owned: bool = True):
         self._client, self.model, self.version, self.manifest_id, self._path = client, model, version, manifest_id, path
-        self.metadata = metadata
+        self.metadata, self._owned = metadata, owned
+        self.nbytes = os.path.getsize(path)
+
+    def wait_replicated(self, replicas: int, timeout: Optional[float] = None) -> None:
+        """Waits until ``replicas`` other peers hold the version and proved
+        it (the daemon's status, asked every 50 ms)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            versions = self._client.status().get("versions", [])
+            if any(v.get("id") == self.manifest_id and v.get("replicas", 0) >= replicas for v in versions):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Error(f"timeout: {self.model} v{self.version} has fewer than {replicas} replicas")
+            time.sleep(0.05)
 
     def _release(self) -> None:
         self._client._request({"cmd": "release", "model": self.model, "version": self.version, "now": True})
-        os.unlink(self._path)
+        if self._owned:
+            os.unlink(self._path)
 
 
 class _VerifiedFile(Releasable):
@@ -110,7 +118,7 @@ class Daemon:
             try:
                 s.connect(self.control)
             except OSError as e:
-                raise Error(f"cannot reach the daemon at {self.control}: {e.strerror}") from None
+                raise Error(f"unavailable: cannot reach the daemon at {self.control}: {e.strerror}") from None
             s.sendall(json.dumps(request).encode() + b"\n")
             data = b""
             while True:
@@ -120,10 +128,10 @@ class Daemon:
                 data += chunk
         lines = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
         if not lines:
-            raise Error("the daemon closed the connection without an answer")
+            raise Error("unavailable: the daemon closed the connection without an answer")
         last = lines[-1]
         if last.get("ok") is False:
-            raise _error(last)
+            raise Error(last.get("error", "internal: the daemon failed without a reason"))
         return last
 
     def _file_for(self, model: str) -> str:
@@ -147,25 +155,62 @@ class Daemon:
             if head is not None and head["version"] > after:
                 return head
             if deadline is not None and time.monotonic() >= deadline:
-                e = Error(f"timeout: no head of {model} after v{after} within {timeout} s")
-                e.code = "timeout"
-                raise e
+                raise Error(f"timeout: no head of {model} after v{after} within {timeout} s")
             time.sleep(0.05)
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]],
-                *, metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
+                *, dtype=None, metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
+        """Writes ``tensors`` (numpy arrays or torch tensors, any device) as a
+        safetensors file in the shared folder and has the daemon publish it
+        (served from the file until ``release()``). ``dtype``: floating-point
+        tensors are cast to it first, as ``Peer.publish`` does."""
+        from . import _cast, _host_array
+
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
+        if dtype is not None:
+            items = [(name, _cast(name, value, dtype)) for name, value in items]
+        arrays, dtypes = [], {}
+        for name, value in items:
+            array, dtypes[name] = _host_array(name, value)
+            arrays.append((name, array))
         path = self._file_for(model)
         try:
-            safetensors.write(path, items, metadata)
+            safetensors.write(path, arrays, metadata, dtypes)
         except ValueError as e:
-            raise Error(str(e)) from None
+            raise Error(f"invalid argument: {e}") from None
+        return self._publish_file(model, path, dict(metadata or {}))
+
+    def publish_safetensors(self, model: str, path: str, *,
+                            metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
+        """Has the daemon publish a safetensors file where it lies (no
+        copy; the file stays when the version is released), or a checkpoint
+        directory, or a file with ``metadata`` merged in: those are written
+        once as one file in the shared folder, as ``Peer.publish_safetensors``
+        lays them out."""
+        if not os.path.isdir(path) and not metadata:
+            done = self._request({"cmd": "publish", "model": model, "file": os.path.abspath(path)})
+            return DaemonPublished(self, model, done["version"], done["id"], os.path.abspath(path),
+                                   safetensors.read_metadata(path), owned=False)
+        try:
+            header, runs, merged = safetensors.gather(path, metadata)
+        except (OSError, ValueError) as e:
+            raise Error(f"invalid argument: {e}") from None
+        out = self._file_for(model)
+        with open(out, "wb") as f:
+            f.write(header)
+            for body, begin, end in runs:
+                f.write(body[begin:end].data)
+        return self._publish_file(model, out, merged)
+
+    def _publish_file(self, model: str, path: str, metadata: dict) -> DaemonPublished:
+        """Has the daemon publish ``path``, a file this client wrote (and
+        removes when the version is released, or now if the publish fails)."""
         try:
             done = self._request({"cmd": "publish", "model": model, "file": path})
         except Error:
             os.unlink(path)
             raise
-        return DaemonPublished(self, model, done["version"], done["id"], path, dict(metadata or {}))
+        return DaemonPublished(self, model, done["version"], done["id"], path, metadata)
 
     def fetch(self, model: str, version: int = 0) -> DaemonFetched:
         """Has the daemon fetch the version (0: the head) into a file here and

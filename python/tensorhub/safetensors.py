@@ -64,13 +64,16 @@ def decode_header(prefix) -> Tuple[int, dict, Dict[str, str]]:
     return 8 + length, header, metadata
 
 
-def write(path: str, tensors: Iterable[Tuple[str, np.ndarray]], metadata: Optional[Mapping[str, str]] = None) -> int:
-    """Writes ``tensors`` (name, array) to ``path`` (replacing it); returns its size."""
+def write(path: str, tensors: Iterable[Tuple[str, np.ndarray]], metadata: Optional[Mapping[str, str]] = None,
+          dtypes: Optional[Mapping[str, str]] = None) -> int:
+    """Writes ``tensors`` (name, array) to ``path`` (replacing it); returns
+    its size. ``dtypes``: a tensor's safetensors dtype where its array's does
+    not say it (BF16 bits in an int16 array)."""
     from_numpy, _ = _dtype_tables()
     arrays, entries = [], []
     for name, value in tensors:
         array = np.ascontiguousarray(value)
-        dtype = from_numpy.get(array.dtype)
+        dtype = (dtypes or {}).get(name) or from_numpy.get(array.dtype)
         if dtype is None:
             raise ValueError(f"tensor '{name}': dtype {array.dtype} has no safetensors name")
         entries.append((name, dtype, array.shape, array.nbytes))
@@ -129,3 +132,37 @@ def read(path: str) -> Dict[str, np.ndarray]:
 def read_metadata(path: str) -> Dict[str, str]:
     """The ``__metadata__`` of a safetensors file ({} when it has none)."""
     return layout(path)[3]
+
+
+def checkpoint_files(path: str) -> List[str]:
+    """``path`` itself, or a directory's ``*.safetensors`` files in name order."""
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"{path} holds no .safetensors file")
+    return files
+
+
+def gather(path: str, metadata: Optional[Mapping[str, str]] = None):
+    """One safetensors image of a checkpoint (a file, or a directory's
+    files): (header bytes, runs, metadata). The image is the header, then
+    each run's bytes, (mapped array, begin, end), laid end to end: a run
+    per stretch of adjacent tensors of one file, so nothing is copied to
+    build it. ``metadata`` is merged over the files' own."""
+    tensors, merged, mappings = [], {}, []
+    for f in checkpoint_files(path):
+        data, base, header, file_metadata = layout(f)
+        mappings.append(data)
+        merged.update(file_metadata)
+        body = data[base:]
+        for name, e in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
+            tensors.append((name, e["dtype"], e["shape"], e["data_offsets"][0], e["data_offsets"][1], body))
+    merged.update(metadata or {})
+    runs = []
+    for name, dtype, shape, begin, end, body in tensors:
+        if not runs or runs[-1][0] is not body or runs[-1][2] != begin:
+            runs.append([body, begin, begin])
+        runs[-1][2] = end
+    header = encode_header([(t[0], t[1], t[2], t[4] - t[3]) for t in tensors], merged)
+    return header, [tuple(r) for r in runs if r[2] > r[1]], merged

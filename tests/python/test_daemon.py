@@ -2,68 +2,16 @@
 daemon publishes what the client hands it, another fetches it for its own
 client, and an in-process peer in the same swarm fetches the same bytes; a
 daemon holds a version as one file that several processes of its node share."""
-import contextlib
 import os
-import socket
-import subprocess
-import tempfile
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import tensorhub as th
+from conftest import BINARY, swarm_of_daemons
 
-BINARY = os.environ.get("TENSORHUB_BINARY")
 pytestmark = pytest.mark.skipif(not BINARY, reason="TENSORHUB_BINARY names no tensorhub binary")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def swarm_of_daemons(names):
-    """Daemons named `names` (the first is every other's seed), each with a
-    client; the first and the key in <folder>/trainer.key are trusted
-    publishers. Yields (clients, ids, swarm key file, ports, folder)."""
-    procs = []
-    with tempfile.TemporaryDirectory(prefix="tensorhub-py-") as d:
-        def run(*args):
-            out = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=30)
-            assert out.returncode == 0, out.stderr
-            return out.stdout
-
-        swarm = os.path.join(d, "swarm.key")
-        run("swarm-key", "--out", swarm)
-        keys = {n: os.path.join(d, n + ".key") for n in [*names, "trainer"]}
-        ids = {n: run("keygen", "--out", k).split()[0] for n, k in keys.items()}
-        ports = {n: free_port() for n in names}
-        trust = ["--trust", ids[names[0]], "--trust", ids["trainer"]]
-        clients = {}
-        try:
-            for i, name in enumerate(names):
-                sock = os.path.join(d, name + ".sock")
-                seed = ["--seed", f"127.0.0.1:{ports[names[0]]}"] if i else []
-                procs.append(subprocess.Popen(
-                    [BINARY, "peer", "--listen", f"127.0.0.1:{ports[name]}", "--data-listen", "127.0.0.1:0",
-                     "--key", keys[name], "--swarm-key", swarm, *trust, "--control", sock,
-                     "--retain-replicas", "0", "--host", name, "--hold-dir", os.path.join(d, "hold"), *seed],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-                deadline = time.monotonic() + 10
-                while not os.path.exists(sock):
-                    assert time.monotonic() < deadline, f"daemon {name} did not start"
-                    time.sleep(0.05)
-                clients[name] = th.connect(sock, directory=d)
-            yield clients, ids, swarm, ports, d
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(timeout=10)
 
 
 def weights(seed):
@@ -74,7 +22,8 @@ def weights(seed):
 
 
 def test_daemon_clients_and_an_in_process_peer_see_the_same_version():
-    with swarm_of_daemons(["a", "b"]) as (clients, ids, swarm, ports, d):
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        clients, ids, swarm, ports, d = daemons.clients, daemons.ids, daemons.swarm, daemons.ports, daemons.folder
         a, b = clients["a"], clients["b"]
         with a.publish("policy", weights(41), metadata={"step": "41"}) as published:
             assert published.version == 1
@@ -102,7 +51,8 @@ def test_daemon_clients_and_an_in_process_peer_see_the_same_version():
 
 
 def test_a_version_published_in_process_reaches_a_daemon_as_a_safetensors_file():
-    with swarm_of_daemons(["a", "b"]) as (clients, ids, swarm, ports, d):
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        clients, ids, swarm, ports, d = daemons.clients, daemons.ids, daemons.swarm, daemons.ports, daemons.folder
         trainer = th.Peer.start(key_file=os.path.join(d, "trainer.key"), swarm_key_file=swarm,
                                 seeds=[f"127.0.0.1:{ports['a']}"], host="t", retain_head_replicas=0)
         try:
@@ -118,7 +68,8 @@ def test_a_version_published_in_process_reaches_a_daemon_as_a_safetensors_file()
 
 
 def test_the_ranks_of_one_node_share_one_held_file():
-    with swarm_of_daemons(["a", "b"]) as (clients, ids, swarm, ports, d):
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        clients, ids, swarm, ports, d = daemons.clients, daemons.ids, daemons.swarm, daemons.ports, daemons.folder
         a, b = clients["a"], clients["b"]
         with a.publish("org/policy", weights(8), metadata={"step": "8"}) as published:
             b.wait_for_head("org/policy", timeout=20)

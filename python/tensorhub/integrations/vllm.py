@@ -1,0 +1,196 @@
+"""vLLM: a ``WeightTransferEngine`` named "tensorhub", and a worker extension
+for vLLM releases without that API. Both load through the node's
+``tensorhub peer`` daemon (``control``): no compiled code enters vLLM's
+processes, and the tensor-parallel ranks of a node map one held file.
+
+The engine (vLLM's native weight-transfer API)::
+
+    # installed with the package: the entry point
+    # [vllm.general_plugins] tensorhub = tensorhub.integrations.vllm:register
+    vllm serve MODEL --weight-transfer-config '{"backend": "tensorhub"}'
+    # the trainer, per step, after publishing version v:
+    client.init_weight_transfer_engine({"model": "policy", "control": "/run/tensorhub.sock"})  # once
+    client.start_weight_update(); client.update_weights({"version": v}); client.finish_weight_update()
+
+The worker extension (older vLLM)::
+
+    LLM(MODEL, worker_extension_cls="tensorhub.integrations.vllm.TensorHubWorkerExtension")
+    llm.collective_rpc("tensorhub_update", args=("policy", v, "/run/tensorhub.sock"))
+
+Tested against a double of ``vllm.distributed.weight_transfer`` written from
+vLLM's source (tests/python/test_integrations.py), not against vLLM."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ._common import VersionLoader, explicit_version, reach
+
+__all__ = ["register", "TensorHubInitInfo", "TensorHubUpdateInfo", "TensorHubWeightTransferEngine",
+           "TensorHubWorkerExtension"]
+
+_ENGINE_NAME = "tensorhub"
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point: registers the engine under
+    "tensorhub" (lazily: this module is imported only when a server uses
+    it). vLLM runs plugins in each of its processes, so a second call is a
+    no-op."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    if _ENGINE_NAME in getattr(WeightTransferEngineFactory, "_registry", {}):
+        return
+    try:
+        WeightTransferEngineFactory.register_engine(_ENGINE_NAME, __name__, "TensorHubWeightTransferEngine")
+    except ValueError:
+        pass  # registered meanwhile
+
+
+def _vllm_base():
+    """vLLM's classes when vLLM is importable; plain ones otherwise, so this
+    module imports (and is tested) without vLLM."""
+    try:
+        from vllm.distributed.weight_transfer import base
+
+        return base.WeightTransferEngine, base.WeightTransferInitInfo, base.WeightTransferUpdateInfo
+    except ImportError:
+        return object, object, object
+
+
+_EngineBase, _InitBase, _UpdateBase = _vllm_base()
+
+
+@dataclass
+class TensorHubInitInfo(_InitBase):
+    model: str  # the model name the trainer publishes under
+    control: str = "/run/tensorhub.sock"  # this node's daemon
+    batch_bytes: int = 512 << 20  # tensors handed to load_weights at a time
+    timeout: float = 600.0  # seconds a rank waits for its version before the update fails
+
+
+@dataclass
+class TensorHubUpdateInfo(_UpdateBase):
+    version: int  # the explicit version every rank loads
+
+
+class TensorHubWeightTransferEngine(_EngineBase):
+    """Loads version ``update_info["version"]`` of the model into vLLM's
+    model through ``load_weights``, in batches, inside vLLM's layerwise
+    reload (as its checkpoint-format engines do). Every rank loads that
+    version or raises. The version loaded last stays held on the node (and
+    served to the swarm) until the next one is loaded."""
+
+    init_info_cls = TensorHubInitInfo
+    update_info_cls = TensorHubUpdateInfo
+
+    def __init__(self, config, *args, **kwargs):
+        # vLLM has called this (config, parallel_config) and, since, (config,
+        # vllm_config, device, model): both are taken.
+        names = ["vllm_config", "device", "model"] if len(args) != 1 else ["parallel_config"]
+        given = dict(zip(names, args), **kwargs)
+        if _EngineBase is not object and "vllm_config" in given:
+            super().__init__(config, given["vllm_config"], given.get("device"), given.get("model"))
+        else:
+            self.config = config
+            self.model = given.get("model")
+            self.device = given.get("device")
+            vllm_config = given.get("vllm_config")
+            self.model_config = getattr(vllm_config, "model_config", None)
+        self._loader: Optional[VersionLoader] = None
+        self._reloading = False
+
+    def parse_init_info(self, init_dict: dict) -> TensorHubInitInfo:
+        try:
+            return TensorHubInitInfo(**init_dict)
+        except TypeError as e:
+            raise ValueError(f"Invalid init_info for {type(self).__name__}: {e}") from e
+
+    def parse_update_info(self, update_dict: dict) -> TensorHubUpdateInfo:
+        try:
+            return TensorHubUpdateInfo(**update_dict)
+        except TypeError as e:
+            raise ValueError(f"Invalid update_info for {type(self).__name__}: {e}") from e
+
+    def init_transfer_engine(self, init_info: TensorHubInitInfo) -> None:
+        if isinstance(init_info, dict):
+            init_info = self.parse_init_info(init_info)
+        if self._loader is not None:
+            self._loader.close()
+        self._loader = VersionLoader(reach(control=init_info.control), init_info.model, init_info.batch_bytes,
+                                     init_info.timeout)
+
+    def start_weight_update(self, *args, **kwargs) -> None:
+        reload = _layerwise_reload()
+        if reload is not None and self.model is not None:
+            reload[0](self.model)
+            self._reloading = True
+
+    def update_weights(self, update_info: dict) -> None:
+        self.receive_weights(self.parse_update_info(update_info))
+        torch = sys.modules.get("torch")
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and accelerator.is_available():
+            accelerator.synchronize()
+
+    def receive_weights(self, update_info: TensorHubUpdateInfo, load_weights=None) -> None:
+        """Loads the version into the model (``load_weights``: the callback
+        vLLM passed before its engines owned the model)."""
+        if self._loader is None:
+            raise RuntimeError("init_transfer_engine must be called before receive_weights")
+        load = load_weights or self.model.load_weights
+        self._loader.load(explicit_version(update_info.version), load)
+
+    def finish_weight_update(self, *args, **kwargs) -> None:
+        if self._reloading:
+            self._reloading = False
+            _layerwise_reload()[1](self.model, self.model_config)
+
+    def shutdown(self) -> None:
+        if self._reloading:
+            self.finish_weight_update()
+        if self._loader is not None:
+            self._loader.close()
+
+    @staticmethod
+    def trainer_send_weights(iterator, trainer_args) -> Any:
+        """The trainer's side: publishes ``iterator``'s (name, tensor) pairs
+        as the next version of ``trainer_args["model"]`` through
+        ``trainer_args["hub"]`` (a Peer or a daemon client), with
+        ``dtype``/``metadata`` if given, and returns the handle, which
+        serves the version until it is released. Hand its ``version`` to
+        the workers' ``update_weights``."""
+        return trainer_args["hub"].publish(trainer_args["model"], list(iterator), dtype=trainer_args.get("dtype"),
+                                           metadata=trainer_args.get("metadata"))
+
+
+def _layerwise_reload():
+    """vLLM's (initialize_layerwise_reload, finalize_layerwise_reload), or
+    None where this vLLM has no layerwise reload."""
+    try:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+    except ImportError:
+        return None
+    return initialize_layerwise_reload, finalize_layerwise_reload
+
+
+class TensorHubWorkerExtension:
+    """``--worker-extension-cls tensorhub.integrations.vllm.TensorHubWorkerExtension``:
+    vLLM mixes it into each worker, and ``collective_rpc("tensorhub_update",
+    args=(model, version, control))`` loads that version on every rank (an
+    error on any rank fails the call)."""
+
+    def tensorhub_update(self, model: str, version: int, control: str = "/run/tensorhub.sock",
+                         batch_bytes: int = 512 << 20) -> int:
+        loaders = self.__dict__.setdefault("_tensorhub_loaders", {})
+        if model not in loaders:
+            loaders[model] = VersionLoader(reach(control=control), model, batch_bytes)
+        net = self.model_runner.model
+        loaders[model].load(explicit_version(version), net.load_weights)
+        try:
+            from vllm.model_executor.model_loader.utils import process_weights_after_loading
+        except ImportError:
+            return version
+        process_weights_after_loading(net, self.model_runner.model_config, self.device)
+        return version

@@ -1,0 +1,284 @@
+"""Doubles of the interfaces the adapters plug into, written from the
+engines' own source (none of these engines can be installed here):
+
+- vLLM (vllm-project/vllm, vllm/distributed/weight_transfer/base.py and
+  factory.py, 2026): WeightTransferEngine's constructor (config,
+  vllm_config, device, model), parse_*_info, the four-phase lifecycle, and
+  the factory's registry, which refuses a name registered twice; the
+  layerwise reload pair of vllm/model_executor/model_loader/reload.py.
+- a model's load_weights as vLLM's and SGLang's loaders work: checkpoint
+  names q/k/v_proj fused into qkv_proj through a stacked-params mapping, and
+  each tensor-parallel rank narrowing out its own slice.
+- SGLang (sgl-project/sglang, python/sglang/srt/entrypoints/http_server.py):
+  POST /pause_generation, /update_weights_from_disk ({"success",
+  "message"}; 400 when it fails), /continue_generation.
+- verl (verl/checkpoint_engine/base.py) and NeMo-RL
+  (nemo_rl/utils/checkpoint_engines/base.py): their CheckpointEngine
+  method sets, as Protocols."""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import http.server
+import json
+import os
+import sys
+import threading
+import types
+from typing import Any, List, Protocol, runtime_checkable
+
+import numpy as np
+
+
+# --- vLLM -------------------------------------------------------------------
+
+def install_vllm_double():
+    """Puts the vLLM double in sys.modules; returns (factory, reload calls)."""
+    calls: List[str] = []
+
+    @dataclasses.dataclass
+    class WeightTransferInitInfo(abc.ABC):  # noqa: B024
+        pass
+
+    @dataclasses.dataclass
+    class WeightTransferUpdateInfo(abc.ABC):  # noqa: B024
+        pass
+
+    class WeightTransferEngine(abc.ABC):
+        init_info_cls: type
+        update_info_cls: type
+
+        def __init__(self, config, vllm_config, device, model):
+            self.config = config
+            self.vllm_config = vllm_config
+            self.parallel_config = vllm_config.parallel_config
+            self.model_config = vllm_config.model_config
+            self.device = device
+            self.model = model
+
+        def parse_update_info(self, update_dict):
+            try:
+                return self.update_info_cls(**update_dict)
+            except TypeError as e:
+                raise ValueError(f"Invalid update_info for {self.__class__.__name__}: {e}") from e
+
+        @abc.abstractmethod
+        def init_transfer_engine(self, init_info): ...
+
+        @abc.abstractmethod
+        def start_weight_update(self): ...
+
+        @abc.abstractmethod
+        def finish_weight_update(self): ...
+
+        @abc.abstractmethod
+        def receive_weights(self, update_info): ...
+
+        @abc.abstractmethod
+        def shutdown(self): ...
+
+        @staticmethod
+        @abc.abstractmethod
+        def trainer_send_weights(iterator, trainer_args): ...
+
+    class WeightTransferEngineFactory:
+        _registry: dict = {}
+
+        @classmethod
+        def register_engine(cls, name, module_path_or_cls, class_name=None):
+            if name in cls._registry:
+                raise ValueError(f"Weight transfer engine '{name}' is already registered.")
+            import importlib
+
+            cls._registry[name] = lambda: getattr(importlib.import_module(module_path_or_cls), class_name)
+
+        @classmethod
+        def create_engine(cls, config, vllm_config, device, model):
+            return cls._registry[config.backend]()(config, vllm_config, device, model)
+
+    def initialize_layerwise_reload(model):
+        calls.append("initialize_layerwise_reload")
+
+    def finalize_layerwise_reload(model, model_config):
+        calls.append("finalize_layerwise_reload")
+
+    modules = {name: types.ModuleType(name) for name in (
+        "vllm", "vllm.distributed", "vllm.distributed.weight_transfer", "vllm.distributed.weight_transfer.base",
+        "vllm.distributed.weight_transfer.factory", "vllm.model_executor", "vllm.model_executor.model_loader",
+        "vllm.model_executor.model_loader.reload")}
+    base = modules["vllm.distributed.weight_transfer.base"]
+    base.WeightTransferEngine = WeightTransferEngine
+    base.WeightTransferInitInfo = WeightTransferInitInfo
+    base.WeightTransferUpdateInfo = WeightTransferUpdateInfo
+    modules["vllm.distributed.weight_transfer"].base = base
+    modules["vllm.distributed.weight_transfer.factory"].WeightTransferEngineFactory = WeightTransferEngineFactory
+    reload = modules["vllm.model_executor.model_loader.reload"]
+    reload.initialize_layerwise_reload = initialize_layerwise_reload
+    reload.finalize_layerwise_reload = finalize_layerwise_reload
+    sys.modules.update(modules)
+    return WeightTransferEngineFactory, calls
+
+
+def remove_vllm_double():
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+
+
+# --- a model's load_weights ----------------------------------------------------
+
+class FusedModel:
+    """One decoder layer's attention projections as an engine holds them:
+    q, k and v fused into qkv_proj, cut across `tp` ranks (rank `rank` keeps
+    rows [rank*h/tp, (rank+1)*h/tp) of each). load_weights maps checkpoint
+    names to its own, as vLLM's stacked_params_mapping does, and records
+    every batch it was given."""
+
+    STACKED = [("qkv_proj", "q_proj", 0), ("qkv_proj", "k_proj", 1), ("qkv_proj", "v_proj", 2)]
+
+    def __init__(self, hidden: int, tp: int, rank: int):
+        import torch
+
+        self.hidden, self.tp, self.rank = hidden, tp, rank
+        rows = hidden // tp
+        self.params = {"layers.0.self_attn.qkv_proj.weight": torch.zeros(3 * rows, hidden),
+                       "layers.0.self_attn.o_proj.weight": torch.zeros(hidden, rows),
+                       "embed_tokens.weight": torch.zeros(16, hidden)}
+        self.batches: List[List[str]] = []
+
+    def load_weights(self, weights):
+        batch = list(weights)
+        self.batches.append([name for name, _ in batch])
+        rows = self.hidden // self.tp
+        for name, tensor in batch:
+            for fused, part, index in self.STACKED:
+                if part in name:
+                    shard = tensor.narrow(0, self.rank * rows, rows)
+                    self.params[name.replace(part, fused)][index * rows:(index + 1) * rows].copy_(shard)
+                    break
+            else:
+                if "o_proj" in name:
+                    self.params[name].copy_(tensor.narrow(1, self.rank * rows, rows))
+                else:
+                    self.params[name].copy_(tensor)
+        return {name for name, _ in batch}
+
+    @staticmethod
+    def checkpoint(hidden: int, seed: int):
+        """A checkpoint's tensors (HF names, unfused), as float32 numpy."""
+        rng = np.random.default_rng(seed)
+        names = ["embed_tokens.weight", "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
+                 "layers.0.self_attn.v_proj.weight", "layers.0.self_attn.o_proj.weight"]
+        shapes = [(16, hidden)] + [(hidden, hidden)] * 4
+        return {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+
+    def expected(self, checkpoint):
+        rows = self.hidden // self.tp
+        r = slice(self.rank * rows, (self.rank + 1) * rows)
+        prefix = "layers.0.self_attn."
+        return {
+            prefix + "qkv_proj.weight": np.concatenate([checkpoint[prefix + p + ".weight"][r]
+                                                         for p in ("q_proj", "k_proj", "v_proj")]),
+            prefix + "o_proj.weight": checkpoint[prefix + "o_proj.weight"][:, r],
+            "embed_tokens.weight": checkpoint["embed_tokens.weight"],
+        }
+
+
+# --- SGLang -------------------------------------------------------------------
+
+class FakeSGLang:
+    """An HTTP server on 127.0.0.1 that answers as SGLang's http_server does
+    and records each call. /update_weights_from_disk loads model_path as a
+    model directory (its model.safetensors and, when `needs_config`, its
+    config.json) and fails with 400 when `fail` is set or a file is
+    missing."""
+
+    def __init__(self, needs_config: bool = False):
+        self.calls: List[tuple] = []
+        self.loaded = None  # the tensors of the last successful load
+        self.fail = False
+        self.needs_config = needs_config
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                server.calls.append((self.path, body))
+                status, answer = 200, {"success": True, "message": "Succeeded to update model weights."}
+                if self.path == "/update_weights_from_disk":
+                    status, answer = server._load(body)
+                elif self.path not in ("/pause_generation", "/continue_generation"):
+                    status, answer = 404, {"detail": "Not Found"}
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _load(self, body):
+        from tensorhub import safetensors
+
+        path = body.get("model_path", "")
+        if self.fail:
+            return 400, {"success": False, "message": "Failed to update weights: out of memory"}
+        if self.needs_config and not os.path.exists(os.path.join(path, "config.json")):
+            return 400, {"success": False, "message": f"no config.json in {path}"}
+        try:
+            self.loaded = {n: np.array(a) for n, a in safetensors.read(os.path.join(path, "model.safetensors")).items()}
+        except (OSError, ValueError) as e:
+            return 400, {"success": False, "message": str(e)}
+        return 200, {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# --- verl and NeMo-RL ---------------------------------------------------------
+
+@runtime_checkable
+class VerlCheckpointEngine(Protocol):
+    """verl/checkpoint_engine/base.py: CheckpointEngine(WithCache)."""
+
+    def prepare(self) -> dict: ...
+
+    @classmethod
+    def build_topology(cls, trainer_world_size: int, rollout_world_size: int, metadata: list) -> tuple: ...
+
+    def init_process_group(self, **kwargs): ...
+
+    def finalize(self): ...
+
+    async def send_weights(self, weights): ...
+
+    def receive_weights(self): ...
+
+    def get_weights(self): ...
+
+
+@runtime_checkable
+class NemoRLCheckpointEngine(Protocol):
+    """nemo_rl/utils/checkpoint_engines/base.py: CheckpointEngine."""
+
+    cleanup_after_load: bool
+
+    def prepare(self) -> Any: ...
+
+    def init_policy_process_group(self, *, worker_rank: int, train_world_size: int, rollout_world_size: int,
+                                  metadata: list) -> None: ...
+
+    def init_rollout_process_group(self, *, rollout_rank: int, train_world_size: int, rollout_world_size: int,
+                                   metadata: list) -> None: ...
+
+    def finalize(self) -> None: ...
+
+    async def send_weights(self, weights) -> None: ...
+
+    def receive_weight_batches(self): ...
