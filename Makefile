@@ -1,7 +1,8 @@
 # TensorHub: thin wrapper over scripts/install-deps, CMake and CTest.
 #   make demo   install what is missing, build, run the demo (tensorhub demo; DEMO_ARGS="--peers 8 --size 1GiB")
 #   make test   install what is missing, build, run the tests (plus ASan/UBSan unit tests)
-# Also: make build, make bench, make bench-cluster (root), make sim, make test-asan, make fuzz, make clean.
+# Also: make build, make bench, make bench-cluster (root), make sim, make test-asan, make fuzz, make clean,
+#   make python-install PYTHON=/path/to/venv/bin/python (the Python package into that environment).
 
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
@@ -9,8 +10,9 @@ FUZZ_DIR ?= build-fuzz
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 30
+PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps configure build test test-fast test-asan demo demo-manifest bench bench-cluster sim fuzz clean
+.PHONY: all deps configure build test test-fast test-asan demo demo-manifest bench bench-cluster sim fuzz clean python-install
 
 all: build
 
@@ -57,6 +59,9 @@ sim: build
 	$(BUILD_DIR)/sim/tensorhub-sim $(SIM_SCENARIO) --json $(BUILD_DIR)/sim-report.json --csv $(BUILD_DIR)/sim
 	@echo "JSON summary: $(BUILD_DIR)/sim-report.json; CSV: $(BUILD_DIR)/sim-completions.csv, $(BUILD_DIR)/sim-timeline.csv"
 	sim/plot $(BUILD_DIR)/sim "$$(basename $(SIM_SCENARIO) .json)"
+
+python-install: build
+	$(PYTHON) python/install.py --python $(PYTHON) --build-dir $(BUILD_DIR)
 
 fuzz: deps
 	tests/fuzz/run $(FUZZ_DIR) $(FUZZ_SECONDS)
