@@ -39,7 +39,8 @@ struct PeerEngine::Lease {
   int uses = 0;
   // Pieces queued or being written, per peer, by offset in the image.
   std::map<PeerId, std::set<std::uint64_t>> sending_to;
-  // Payload bytes queued for each peer so far, sent or not.
+  // Payload bytes queued for each peer so far in its current fetch (since
+  // it last said it wanted no more), sent or not.
   std::map<PeerId, std::uint64_t> bytes_to;
   std::vector<std::function<void()>> on_idle;
 
@@ -322,6 +323,7 @@ void PeerEngine::pump() {
       serve_piece(*serve);
     } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
       transport_for(drop->peer).cancel_pieces_of(drop->peer, drop->version_id);
+      if (drop->fetch_ended) requester_done(drop->peer, drop->version_id);
     } else if (auto* cancel = std::get_if<CancelQueuedPiece>(&*action)) {
       transport_for(cancel->peer).cancel_piece(cancel->peer, cancel->request_id);
     } else if (auto* hash = std::get_if<HashShard>(&*action)) {
@@ -377,6 +379,12 @@ std::shared_ptr<PeerEngine::Lease> PeerEngine::lease_of(const std::shared_ptr<Lo
     lease->version = v;
   }
   return lease;
+}
+
+void PeerEngine::requester_done(const PeerId& peer, const ManifestId& version_id) {
+  auto v = core_->find(version_id);
+  if (!v) return;
+  if (auto it = leases_.find(v.get()); it != leases_.end()) it->second->bytes_to.erase(peer);
 }
 
 void PeerEngine::release_memory(ReleaseMemory release) {

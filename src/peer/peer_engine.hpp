@@ -102,6 +102,8 @@ class PeerEngine final : public TransportEvents {
   DataTransport& transport_for(const PeerId& peer);
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
   void serve_piece(const swarm::ServePiece& serve);
+  // The requester's fetch of the version ended: its allowance starts again.
+  void requester_done(const PeerId& peer, const ManifestId& version_id);
   void hash_shard(const HashShard& job);
   void copy_shards(CopyShards job);
   void release_memory(ReleaseMemory release);

@@ -53,6 +53,7 @@ void ServeSession::on_interested(TimePoint now, const PeerId& peer, const SwarmM
 }
 
 void ServeSession::on_not_interested(TimePoint now, const PeerId& peer) {
+  actions_.push(DropQueuedPieces{peer, id_, /*fetch_ended=*/true});
   if (seeder_) seeder_->remove_requester(peer);
   finishing_.erase(peer);
   if (requesters_.erase(peer)) {

@@ -37,10 +37,14 @@ struct ServePiece {
 // version queued for it and not yet being sent are dropped, since it has
 // forgotten their requests (BitTorrent's choke semantics) and would only
 // discard them: each slot rotation would send a request pipeline per choked
-// requester for nothing.
+// requester for nothing. `fetch_ended`: the requester said it wants no
+// more of the version (its fetch ended), so what it was sent no longer
+// counts against its allowance (a fetch of the version again, after a
+// release, starts afresh).
 struct DropQueuedPieces {
   PeerId peer;
   ManifestId version_id;
+  bool fetch_ended = false;
 };
 struct VerifyShard {
   ManifestId version_id;

@@ -519,6 +519,30 @@ TEST_CASE("peer: a requester that asks for every block 20 times takes at most tw
   CHECK(served <= 2 * image.size() + (2 * image.size() + (16u << 20)));
 }
 
+TEST_CASE("peer: a worker that fetches a version again after each release is served every time") {
+  // The twice-the-version allowance counts one fetch: a worker that
+  // releases the version and fetches it again (a rollout that reloads, a
+  // restarted engine) starts afresh. The publisher is its only source.
+  const PublicKey key = GossipNetwork::identity_for(695).public_key();
+  auto publisher = start_peer(695, key, {}, [](PeerOptions& o) { o.super_seed = false; });
+  auto worker = start_peer(696, key, {publisher->gossip_address()}, [](PeerOptions& o) { o.retain_head_replicas = 0; });
+  auto image = small_model(30, 16u << 20);  // four fetches: more than twice it and 16 MiB
+  const auto tensors = tensors_of(image);
+  auto handle = publisher->publish("policy", image, tensors);
+  REQUIRE(handle.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    auto fetched = worker->fetch("policy", 1);
+    REQUIRE(fetched.is_ok());
+    const Status done = fetched->wait(20s);
+    REQUIRE_MESSAGE(done.is_ok(), done.to_string());
+    CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), image.begin(), image.end()));
+    fetched->release();
+  }
+  CHECK(handle->bytes_served() >= 4 * image.size());
+}
+
 TEST_CASE("peer: with a member list, a swarm-key holder off it gets no byte from the members") {
   const PublicKey publisher_key = GossipNetwork::identity_for(1000).public_key();
   const std::vector<PublicKey> members = {publisher_key, GossipNetwork::identity_for(1001).public_key(),
