@@ -208,13 +208,19 @@ class Fetched(Releasable):
         return self
 
     def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy",
-                     timeout: Optional[float] = None):
-        """Yields lists of (name, tensor) in the version's order (a
-        state_dict's: layer order) as soon as every byte of each is verified,
-        so loading overlaps the transfer; each list holds up to
-        ``batch_bytes`` (one tensor at least). ``names``: only these. Raises
-        the fetch's error if it fails; nothing unverified is ever yielded."""
+                     timeout: Optional[float] = None, order: str = "layer"):
+        """Yields lists of (name, tensor) as soon as every byte of each is
+        verified, so loading overlaps the transfer; each list holds up to
+        ``batch_bytes`` (one tensor at least). ``order="layer"``: in the
+        version's order (a state_dict's: layer order), so a tensor waits for
+        those before it; ``order="verified"``: whichever tensors are
+        complete, lowest offset first, which yields sooner (the swarm fetches
+        shards rarest first, not in order; a loader whose load_weights takes
+        tensors in any order wants this). ``names``: only these. Raises the
+        fetch's error if it fails; nothing unverified is ever yielded."""
         _check_kind(kind)
+        if order not in ("layer", "verified"):
+            raise Error(f"invalid argument: order: 'layer' or 'verified', not {order!r}")
         wanted = None if names is None else set(names)
         pending = [t for t in sorted(self._native.tensors, key=lambda t: t[3]) if wanted is None or t[0] in wanted]
         shard = self._native.shard_size
@@ -222,13 +228,16 @@ class Fetched(Releasable):
         views = None
         while pending:
             flags = self._native.verified_shards()
-            ready = 0
-            for _, _, _, offset, length in pending:
+            ready, waiting = [], []
+            for t in pending:
+                offset, length = t[3], t[4]
                 first, last = offset // shard, (offset + max(length, 1) - 1) // shard
-                if length and not all(flags[first:last + 1]):
-                    break
-                ready += 1
-            if ready == 0:
+                complete = not length or all(flags[first:last + 1])
+                if complete and (order == "verified" or not waiting):
+                    ready.append(t)
+                else:
+                    waiting.append(t)
+            if not ready:
                 if self._native.progress()["done"]:
                     self._native.wait(0)  # raises why the fetch failed
                 if deadline is not None and time.monotonic() >= deadline:
@@ -237,9 +246,8 @@ class Fetched(Releasable):
                 continue
             if views is None:
                 views = self._views(kind)
-            yield from batches(((name, views[name], length) for name, _, _, _, length in pending[:ready]),
-                               batch_bytes)
-            pending = pending[ready:]
+            yield from batches(((name, views[name], length) for name, _, _, _, length in ready), batch_bytes)
+            pending = waiting
 
     def _views(self, kind: str) -> dict:
         """Every tensor over the destination, verified or not (private)."""

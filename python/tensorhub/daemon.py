@@ -58,10 +58,11 @@ class _VerifiedFile(Releasable):
         ``torch.bfloat16``). Do not write to them."""
         return {name: tensor for batch in self.iter_tensors(batch_bytes=0, kind=kind) for name, tensor in batch}
 
-    def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy", timeout=None):
+    def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy", timeout=None,
+                     order: str = "layer"):
         """Lists of (name, tensor) in the file's order, up to ``batch_bytes``
         each, as the in-process ``Fetched.iter_tensors`` yields them (every
-        byte is verified already)."""
+        byte is verified already, so ``order`` changes nothing)."""
         from . import _check_kind
 
         _check_kind(kind)

@@ -228,6 +228,13 @@ def test_iter_tensors_yields_every_tensor_in_order_once_verified_in_batches(pair
         for name, array in seen:
             np.testing.assert_array_equal(array, want[name])
         fetched.wait(10)
+        any_order = [pair for batch in worker.fetch("policy").iter_tensors(order="verified", timeout=30)
+                     for pair in batch]
+        assert sorted(name for name, _ in any_order) == sorted(want)
+        for name, array in any_order:
+            np.testing.assert_array_equal(array, want[name])
+        with pytest.raises(th.Error):
+            next(iter(worker.fetch("policy").iter_tensors(order="random")))
         only = list(worker.fetch("policy").iter_tensors(names=["layers.0.step"], timeout=30))
         assert [name for batch in only for name, _ in batch] == ["layers.0.step"]
         with pytest.raises(th.Error):

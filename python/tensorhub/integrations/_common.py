@@ -55,8 +55,12 @@ class VersionLoader:
     tensor). The version loaded last stays held (the node's copy, served to
     the swarm and mapped by its other ranks) until the next one is loaded."""
 
-    def __init__(self, hub, model: str, batch_bytes: int = 512 << 20, timeout: Optional[float] = 600.0):
-        self.hub, self.model, self.batch_bytes, self.timeout = hub, model, batch_bytes, timeout
+    def __init__(self, hub, model: str, batch_bytes: int = 512 << 20, timeout: Optional[float] = 600.0,
+                 order: str = "verified"):
+        """``order``: as iter_tensors takes it; "verified" (the default)
+        hands each tensor over as soon as it is complete, since the engines'
+        load_weights take tensors in any order."""
+        self.hub, self.model, self.batch_bytes, self.timeout, self.order = hub, model, batch_bytes, timeout, order
         self.current = None  # the handle of the version loaded last
         self.loaded = 0  # its number
 
@@ -72,7 +76,8 @@ class VersionLoader:
         else:
             handle = self.hub.hold(self.model, version)
         try:
-            yield from handle.iter_tensors(batch_bytes=self.batch_bytes, kind="torch", timeout=self.timeout)
+            yield from handle.iter_tensors(batch_bytes=self.batch_bytes, kind="torch", timeout=self.timeout,
+                                           order=self.order)
             if isinstance(handle, th.Fetched):
                 handle.wait(self.timeout)
         except BaseException:
