@@ -11,7 +11,14 @@ namespace tensorhub::cli {
 
 namespace fs = std::filesystem;
 
-HeldVersions::HeldVersions(Peer& peer, std::string directory) : peer_(peer), directory_(std::move(directory)) {}
+HeldVersions::HeldVersions(Peer& peer, std::string directory) : peer_(peer), directory_(std::move(directory)) {
+  // Files a killed daemon of this identity left behind: nobody holds them.
+  std::error_code ec;
+  const auto removed = fs::remove_all(directory_, ec);
+  if (!ec && removed != 0 && removed != static_cast<std::uintmax_t>(-1)) {
+    TH_LOG_INFO("peer", "removed " << removed << " files and folders left in " << directory_);
+  }
+}
 
 HeldVersions::~HeldVersions() {
   while (!held_.empty()) remove(held_.begin()->first);

@@ -4,6 +4,8 @@
 // (under /dev/shm by default: memory, not disk), and every rank maps that
 // file. A hold is counted: the file stays, and is served to the swarm, until
 // every hold on it is let go (or the daemon stops), then it is removed.
+// A daemon that is killed leaves its files; the next start of a daemon
+// with its identity removes them.
 //
 // Thread-compatibility: runs on the daemon's thread.
 #pragma once
@@ -25,7 +27,8 @@ class HeldVersions {
  public:
   using Reply = transport::ControlServer::Reply;
 
-  // `directory`: where the held files go (created on the first hold).
+  // `directory`: where the held files go (created on the first hold; what
+  // a killed daemon left there is removed now). It belongs to this daemon.
   HeldVersions(Peer& peer, std::string directory);
   ~HeldVersions();  // releases every hold and removes its file
   HeldVersions(const HeldVersions&) = delete;

@@ -114,11 +114,12 @@ class Daemon {
       if (!default_path) return report_error(default_path.status());
       path = *default_path;
     }
+    // Before the control socket opens: what a killed life left is gone by then.
+    held_ = std::make_unique<HeldVersions>(*peer_, options_.hold_directory + "/" + peer_->id().hex().substr(0, 12));
     auto control = transport::ControlServer::start(
         io_, path, [this](const std::string& request, transport::ControlServer::Reply reply) { handle(request, reply); });
     if (!control) return report_error(control.status());
     control_ = std::move(*control);
-    held_ = std::make_unique<HeldVersions>(*peer_, options_.hold_directory + "/" + peer_->id().hex().substr(0, 12));
     TH_LOG_INFO("peer", "control socket " << path);
 
     for (const std::string& model : options_.follow) follow(model);

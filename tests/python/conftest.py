@@ -55,23 +55,28 @@ def swarm_of_daemons(names, extra=None):
         ids = {n: run("keygen", "--out", k).split()[0] for n, k in keys.items()}
         ports = {n: free_port() for n in names}
         trust = ["--trust", ids[names[0]], "--trust", ids["trainer"]]
-        clients = {}
+        clients, commands = {}, {}
         try:
             for i, name in enumerate(names):
                 sock = os.path.join(d, name + ".sock")
                 seed = ["--seed", f"127.0.0.1:{ports[names[0]]}"] if i else []
-                procs.append(subprocess.Popen(
-                    [BINARY, "peer", "--listen", f"127.0.0.1:{ports[name]}", "--data-listen", "127.0.0.1:0",
-                     "--key", keys[name], "--swarm-key", swarm, *trust, "--control", sock,
-                     "--retain-replicas", "0", "--host", name, "--hold-dir", os.path.join(d, "hold"), *seed, *(extra or {}).get(name, [])],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                commands[name] = [BINARY, "peer", "--listen", f"127.0.0.1:{ports[name]}", "--data-listen",
+                                  "127.0.0.1:0", "--key", keys[name], "--swarm-key", swarm, *trust, "--control", sock,
+                                  "--retain-replicas", "0", "--host", name, "--hold-dir", os.path.join(d, "hold"),
+                                  *seed, *(extra or {}).get(name, [])]
+                procs.append(subprocess.Popen(commands[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
                 deadline = time.monotonic() + 10
                 while not os.path.exists(sock):
                     assert time.monotonic() < deadline, f"daemon {name} did not start"
                     time.sleep(0.05)
                 clients[name] = th.connect(sock, directory=d)
+            def restart(name):
+                """Starts daemon `name` again (after it was killed)."""
+                procs.append(subprocess.Popen(commands[name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                return procs[-1]
+
             yield types.SimpleNamespace(clients=clients, ids=ids, swarm=swarm, ports=ports, folder=d,
-                                        procs=dict(zip(names, procs)))
+                                        procs=dict(zip(names, procs)), restart=restart)
         finally:
             for p in procs:
                 p.terminate()

@@ -3,7 +3,9 @@ daemon publishes what the client hands it, another fetches it for its own
 client, and an in-process peer in the same swarm fetches the same bytes; a
 daemon holds a version as one file that several processes of its node share."""
 import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -109,3 +111,22 @@ def test_the_ranks_of_one_node_share_one_held_file():
             assert e.value.code == "not_found"
             with pytest.raises(th.Error):
                 b.hold("org/policy", 99)  # not known
+
+
+def test_a_restarted_daemon_removes_the_files_its_killed_life_held():
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        a, b = daemons.clients["a"], daemons.clients["b"]
+        with a.publish("policy", weights(9)) as published:
+            b.wait_for_head("policy", timeout=20)
+            held = b.hold("policy", published.version)
+            assert os.path.exists(held.path)
+            daemons.procs["b"].send_signal(signal.SIGKILL)
+            daemons.procs["b"].wait(10)
+            assert os.path.exists(held.path)  # nobody removed it
+            os.unlink(b.control)
+            daemons.restart("b")
+            deadline = time.monotonic() + 10
+            while not os.path.exists(b.control):
+                assert time.monotonic() < deadline, "daemon b did not start again"
+                time.sleep(0.05)
+            assert not os.path.exists(held.path)
