@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _native
 from ._releasable import Releasable
-from ._views import batches, torch_view
+from ._views import batches, torch_dtypes, torch_view
 
 __all__ = ["Error", "Peer", "Published", "Fetched", "connect", "generate_swarm_key"]
 
@@ -72,12 +72,6 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def _torch_dtypes(torch):
-    return {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.float16: "F16",
-            torch.bfloat16: "BF16", torch.int32: "I32", torch.float32: "F32", torch.int64: "I64",
-            torch.float64: "F64"}
-
-
 def _is_torch_tensor(value) -> bool:
     torch = _torch()
     return torch is not None and isinstance(value, torch.Tensor)
@@ -90,7 +84,7 @@ def _as_publishable(name: str, value):
         tensor = value.detach()
         if tensor.device.type != "cpu":
             tensor = tensor.to("cpu")  # a host copy, made once (served from GPU memory in place: not yet)
-        dtype = _torch_dtypes(torch).get(tensor.dtype)
+        dtype = torch_dtypes(torch).get(tensor.dtype)
         if dtype is None:
             raise Error(f"invalid argument: tensor '{name}': dtype {tensor.dtype} has no safetensors name")
         if not tensor.is_contiguous():
@@ -107,15 +101,17 @@ def _as_publishable(name: str, value):
 
 def _host_array(name: str, value) -> Tuple[np.ndarray, str]:
     """(a numpy array of ``value``'s bytes and shape in host memory, its
-    safetensors dtype): bf16 torch tensors come as int16 arrays of their
-    bits; other devices' tensors are copied to the host."""
+    safetensors dtype): bf16, f8 and unsigned torch tensors come as integer
+    arrays of their bits; other devices' tensors are copied to the host."""
     if _is_torch_tensor(value):
         torch = _torch()
         tensor = value.detach().to("cpu").contiguous()
-        dtype = _torch_dtypes(torch).get(tensor.dtype)
+        dtype = torch_dtypes(torch).get(tensor.dtype)
         if dtype is None:
             raise Error(f"invalid argument: tensor '{name}': dtype {tensor.dtype} has no safetensors name")
-        return (tensor.view(torch.int16) if dtype == "BF16" else tensor).numpy(), dtype
+        if dtype not in _FROM_NUMPY.values():  # bf16, f8, torch's unsigned types: the same bits as integers
+            tensor = tensor.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+        return tensor.numpy(), dtype
     array = np.asarray(value)
     dtype = _FROM_NUMPY.get(array.dtype)
     if dtype is None:
@@ -457,7 +453,7 @@ class Peer:
                     np.empty(shape, dtype=_TO_NUMPY[dtype])
             elif _is_torch_tensor(target):
                 array = target
-                want = [k for k, v in _torch_dtypes(_torch()).items() if v == dtype]
+                want = [k for k, v in torch_dtypes(_torch()).items() if v == dtype]
                 if array.device.type != "cpu" or not array.is_contiguous():
                     raise Error(f"invalid argument: into[{name!r}]: a contiguous CPU tensor is needed")
                 if not want or array.dtype != want[0] or list(array.shape) != list(shape):

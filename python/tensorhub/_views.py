@@ -9,19 +9,36 @@ from typing import Iterable, Iterator, List, Tuple
 import numpy as np
 
 
+def torch_dtypes(torch) -> dict:
+    """torch dtype -> safetensors name, for the dtypes this torch has (the
+    F8 types from torch 2.1, the unsigned 16/32/64-bit ones from 2.3)."""
+    table = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16", torch.float16: "F16",
+             torch.bfloat16: "BF16", torch.int32: "I32", torch.float32: "F32", torch.int64: "I64",
+             torch.float64: "F64"}
+    optional = {"float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e8m0fnu": "F8_E8M0",
+                "uint16": "U16", "uint32": "U32", "uint64": "U64"}
+    for attribute, name in optional.items():
+        if isinstance(getattr(torch, attribute, None), torch.dtype):
+            table[getattr(torch, attribute)] = name
+    return table
+
+
 def torch_view(array: np.ndarray, dtype: str):
     """A torch tensor over the same memory as ``array``, of the manifest's
-    ``dtype`` (BF16 as bfloat16; torch has no unsigned 16/32/64-bit types,
-    so those come as the signed type of the same bits). A read-only array
-    (a mapped file) gives a tensor that must not be written."""
+    ``dtype`` where this torch has it (BF16 as bfloat16, F8_E4M3 as
+    float8_e4m3fn, ...); where it has not (F8 before torch 2.1, unsigned
+    16/32/64-bit before 2.3), the same bits as uint8 or the signed type of
+    their size. A read-only array (a mapped file) gives a tensor that must
+    not be written."""
     torch = sys.modules["torch"]
     signed = {np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32, np.dtype(np.uint64): np.int64}
     view = signed.get(array.dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch warns of read-only memory; it is left unwritten
         tensor = torch.from_numpy(array.view(view) if view is not None else array)
-    if dtype == "BF16":
-        tensor = tensor.view(torch.bfloat16)
+    native = {name: t for t, name in torch_dtypes(torch).items()}.get(dtype)
+    if native is not None and native != tensor.dtype:
+        tensor = tensor.view(native)
     return tensor
 
 

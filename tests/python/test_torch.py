@@ -1,6 +1,7 @@
 """torch tensors in and out of the in-process peer: CPU tensors published
 where they lie (bf16 included), a model's own parameters fetched in place,
 and state_dict as torch tensors over the fetched bytes."""
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -50,3 +51,25 @@ def test_fp32_weights_published_as_bf16(pair):
         assert torch.equal(got["w"], weights["w"].to(torch.bfloat16))
         with pytest.raises(th.Error):
             trainer.publish("policy", weights, dtype="float16")  # not a torch dtype
+
+
+def test_f8_weights_come_back_as_float8_where_torch_has_it_and_as_their_bytes_otherwise(pair, tmp_path):
+    from tensorhub import safetensors
+
+    trainer, worker = pair
+    bits = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    path = str(tmp_path / "fp8.safetensors")
+    safetensors.write(path, [("w", bits), ("scale", np.ones(16, np.float32))], dtypes={"w": "F8_E4M3"})
+    with trainer.publish_safetensors("policy", path):
+        worker.wait_for_head("policy", timeout=20)
+        got = worker.fetch("policy").wait(30).state_dict(kind="torch")
+        float8 = getattr(torch, "float8_e4m3fn", None)
+        assert got["w"].dtype == (float8 if float8 is not None else torch.uint8)
+        assert torch.equal(got["w"].view(torch.uint8), torch.from_numpy(bits))
+        if float8 is not None:
+            # And a float8 tensor is published as F8_E4M3, byte for byte.
+            with trainer.publish("policy", {"w": got["w"].clone()}) as again:
+                worker.wait_for_head("policy", after=1, timeout=20)
+                back = worker.fetch("policy", again.version).wait(30)
+                assert [t[1] for t in back.tensors] == ["F8_E4M3"]
+                assert torch.equal(back.state_dict(kind="torch")["w"].view(torch.uint8), torch.from_numpy(bits))
