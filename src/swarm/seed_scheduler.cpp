@@ -11,6 +11,7 @@ SeedScheduler::SeedScheduler(std::uint32_t shard_count, std::size_t reveal_ahead
       reveal_ahead_(reveal_ahead),
       stall_timeout_(stall_timeout),
       copies_(shard_count, seed),
+      uncopied_(shard_count, true),
       everything_(shard_count, true),
       held_(shard_count, 0),
       unheld_(shard_count) {}
@@ -27,6 +28,34 @@ void SeedScheduler::remove_held(const core::Bitfield& has) {
   }
 }
 
+void SeedScheduler::count_copy(ShardIndex shard) {
+  copies_.increment(shard);
+  uncopied_.reset(shard.value);
+}
+
+void SeedScheduler::uncount_copy(ShardIndex shard) {
+  copies_.decrement(shard);
+  if (copies_.availability(shard) == 0) uncopied_.set(shard.value);
+}
+
+void SeedScheduler::count_copies(const core::Bitfield& has) {
+  copies_.add_peer(has);
+  for (std::size_t s = has.find_next(0, true); s < shard_count_; s = has.find_next(s + 1, true)) uncopied_.reset(s);
+}
+
+std::optional<ShardIndex> SeedScheduler::next_for(const Requester& r) const {
+  // A shard without a copy is neither held by r nor shown to it, unless r
+  // is suspended (its holdings uncounted) or it lapsed there.
+  for (std::size_t s = uncopied_.find_next(0, true); s < shard_count_; s = uncopied_.find_next(s + 1, true)) {
+    if (!r.has.test(s) && !r.revealed.test(s)) return ShardIndex{static_cast<std::uint32_t>(s)};
+  }
+  auto picked = copies_.pick(
+      everything_, 1, [&](ShardIndex s) { return !r.has.test(s.value) && !r.revealed.test(s.value); },
+      /*min_availability=*/1);
+  if (picked.empty()) return std::nullopt;
+  return picked.front();
+}
+
 void SeedScheduler::add_requester(const PeerId& peer, const core::Bitfield& has) {
   remove_requester(peer);  // a second arrival replaces the first
   Requester r;
@@ -35,7 +64,7 @@ void SeedScheduler::add_requester(const PeerId& peer, const core::Bitfield& has)
   r.lapsed = core::Bitfield(shard_count_);
   if (has.size() == shard_count_) {
     r.has = has;
-    copies_.add_peer(has);
+    count_copies(has);
     add_held(has);
   }
   requesters_.emplace(peer, std::move(r));
@@ -62,7 +91,7 @@ void SeedScheduler::forget_revealed(Requester& r) {
   for (std::uint32_t s = 0; s < shard_count_ && r.pending > 0; ++s) {
     if (r.revealed.test(s) && !r.has.test(s)) {
       r.revealed.reset(s);
-      if (!r.suspended && !r.lapsed.test(s)) copies_.decrement(ShardIndex{s});  // a lapsed one is uncounted already
+      if (!r.suspended && !r.lapsed.test(s)) uncount_copy(ShardIndex{s});  // a lapsed one is uncounted already
       --r.pending;
       --total_pending_;
     }
@@ -90,7 +119,7 @@ std::vector<Reveal> SeedScheduler::suspend(TimePoint now, const PeerId& peer) {
   r.waiting = false;
   forget_revealed(r);
   for (std::uint32_t s = 0; s < shard_count_; ++s) {
-    if (r.has.test(s)) copies_.decrement(ShardIndex{s});
+    if (r.has.test(s)) uncount_copy(ShardIndex{s});
   }
   remove_held(r.has);
   r.suspended = true;
@@ -109,7 +138,7 @@ std::vector<Reveal> SeedScheduler::resume(TimePoint now, const PeerId& peer) {
 
 void SeedScheduler::restore(Requester& r) {
   r.suspended = false;
-  copies_.add_peer(r.has);
+  count_copies(r.has);
   add_held(r.has);
 }
 
@@ -132,7 +161,7 @@ std::vector<Reveal> SeedScheduler::on_have(TimePoint now, const PeerId& peer, Sh
     if (r.lapsed.test(shard.value)) {  // ...unless it lapsed
       r.lapsed.reset(shard.value);
       --r.lapsed_count;
-      copies_.increment(shard);
+      count_copy(shard);
     } else if (r.lapsed_count == 0) {
       // A gap of a requester that keeps up: the usual gap learns from it.
       const Duration gap = now - r.gap_start;
@@ -141,7 +170,7 @@ std::vector<Reveal> SeedScheduler::on_have(TimePoint now, const PeerId& peer, Sh
     std::erase(r.first_copies, shard);
     r.gap_start = now;
   } else {
-    copies_.increment(shard);  // it got this one elsewhere
+    count_copy(shard);  // it got this one elsewhere
   }
   if (held_[shard.value]++ == 0) {
     --unheld_;
@@ -159,7 +188,7 @@ void SeedScheduler::remove_requester(const PeerId& peer) {
   if (!it->second.suspended) {  // else its copies are uncounted already
     const Requester& r = it->second;
     for (std::uint32_t s = 0; s < shard_count_; ++s) {
-      if (r.has.test(s) || (r.revealed.test(s) && !r.lapsed.test(s))) copies_.decrement(ShardIndex{s});
+      if (r.has.test(s) || (r.revealed.test(s) && !r.lapsed.test(s))) uncount_copy(ShardIndex{s});
     }
     remove_held(it->second.has);
   }
@@ -203,7 +232,7 @@ TimePoint SeedScheduler::lapse_due(const Requester& r) const {
 
 void SeedScheduler::lapse(Requester& r) {
   for (ShardIndex s : r.first_copies) {
-    copies_.decrement(s);
+    uncount_copy(s);
     r.lapsed.set(s.value);
     ++r.lapsed_count;
   }
@@ -261,12 +290,10 @@ void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::v
   r.waiting = false;
   for (std::size_t given = 0; given < limit && r.active && !r.finishing && !r.suspended && r.pending < reveal_ahead_; ++given) {
     // The shard with the fewest copies that this requester neither holds nor
-    // has been shown; ties in the picker's random order.
-    auto picked = copies_.pick(
-        everything_, 1, [&](ShardIndex s) { return !r.has.test(s.value) && !r.revealed.test(s.value); },
-        /*min_availability=*/0);
-    if (picked.empty()) break;  // everything it lacks is revealed
-    const ShardIndex s = picked.front();
+    // has been shown (first copies in shard order).
+    const std::optional<ShardIndex> next = next_for(r);
+    if (!next) break;  // everything it lacks is revealed
+    const ShardIndex s = *next;
     const bool first_copy = copies_.availability(s) == 0;
     if (!first_copy && unheld_ > 0 && now < last_progress_ + stall_timeout_) {
       r.waiting = true;  // first copies are still on their way: no duplicates yet
@@ -280,7 +307,7 @@ void SeedScheduler::top_up(TimePoint now, const PeerId& id, Requester& r, std::v
     r.revealed.set(s.value);
     ++r.pending;
     ++total_pending_;
-    copies_.increment(s);
+    count_copy(s);
     if (first_copy) {
       last_progress_ = now;
       r.first_copies.push_back(s);

@@ -31,6 +31,12 @@
 // lapsed one. It may still complete them. The usual gap is smoothed over
 // the requesters that do not lag.
 //
+// First copies go out in shard order (the lowest-numbered shard without a
+// copy): each requester still gets distinct shards, and a fetcher that
+// reads the version front to back (a loader streaming tensors as they
+// verify) gets its first tensors first instead of at the end. Second copies
+// go to the shards with the fewest copies, ties in random order.
+//
 // Copies are counted over the current requesters: a requester contributes
 // one copy of every shard it holds or has been revealed. A requester that
 // leaves, or is choked, takes its copies with it, so what only it had is
@@ -46,6 +52,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "core/bitfield.hpp"
@@ -150,11 +157,21 @@ class SeedScheduler {
   TimePoint lapse_due(const Requester& r) const;
   void lapse(Requester& r);
   void remove_held(const core::Bitfield& has);
+  // Every change of a shard's copies goes through these, which keep
+  // uncopied_ in step with copies_.
+  void count_copy(ShardIndex shard);
+  void uncount_copy(ShardIndex shard);
+  void count_copies(const core::Bitfield& has);
+  // The next shard to reveal to `r`: the lowest-numbered without a copy,
+  // else the fewest copies (random ties); none when `r` has or was shown
+  // every shard.
+  std::optional<ShardIndex> next_for(const Requester& r) const;
 
   std::uint32_t shard_count_;
   std::size_t reveal_ahead_;
   Duration stall_timeout_;
   PiecePicker copies_;               // availability = copies among requesters
+  core::Bitfield uncopied_;          // shards with no copy; invariant: bit s == (copies_.availability(s) == 0)
   core::Bitfield everything_;        // the seed holds every shard
   std::vector<std::uint32_t> held_;  // per shard: requesters holding it
   std::uint32_t unheld_;

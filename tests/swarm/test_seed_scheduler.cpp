@@ -45,6 +45,27 @@ TEST_CASE("seed scheduler: active requesters are shown distinct shards first") {
   for (std::uint32_t s = 0; s < 12; ++s) CHECK(seeder.copies(ShardIndex{s}) == 1);
 }
 
+TEST_CASE("seed scheduler: first copies go out in shard order, so a lone fetcher reads the version front to back") {
+  // A fetcher streaming tensors as they verify needs the first shards
+  // first. Alone, it is shown 0, 1, 2, ... as it completes them; a second
+  // requester gets the next shards nobody has, and one that already holds
+  // the front is shown what follows it.
+  SeedScheduler seeder(64, 2, 7);
+  seeder.add_requester(peer(1), core::Bitfield(64));
+  std::vector<std::uint32_t> order;
+  for (ShardIndex s : shards_for(seeder.activate(t0, peer(1)), peer(1))) order.push_back(s.value);
+  for (std::uint32_t done = 0; done < 10; ++done) {
+    for (ShardIndex s : shards_for(seeder.on_have(t0, peer(1), ShardIndex{done}), peer(1))) order.push_back(s.value);
+  }
+  CHECK(order == std::vector<std::uint32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  seeder.add_requester(peer(2), core::Bitfield(64));
+  CHECK(shards_for(seeder.activate(t0, peer(2)), peer(2)) == std::vector<ShardIndex>{ShardIndex{12}, ShardIndex{13}});
+  core::Bitfield front(64);
+  for (std::uint32_t s = 0; s < 20; ++s) front.set(s);
+  seeder.add_requester(peer(3), front);
+  CHECK(shards_for(seeder.activate(t0, peer(3)), peer(3)) == std::vector<ShardIndex>{ShardIndex{20}, ShardIndex{21}});
+}
+
 TEST_CASE("seed scheduler: nothing for inactive requesters, a HAVE tops the quota up with the rarest shard") {
   SeedScheduler seeder(4, 1, 2);
   seeder.add_requester(peer(1), core::Bitfield(4));
