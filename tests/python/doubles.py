@@ -243,6 +243,46 @@ class FakeSGLang:
 
 # --- verl and NeMo-RL ---------------------------------------------------------
 
+def install_verl_double():
+    """verl.checkpoint_engine.base with its CheckpointEngineRegistry (a
+    decorator registering a class under a backend name; new() builds one)."""
+    class CheckpointEngineRegistry:
+        _registry: dict = {}
+
+        def register(backend):  # noqa: N805 (verl defines it without self, used on the class)
+            def wrapper(cls):
+                CheckpointEngineRegistry._registry[backend] = cls
+                return cls
+            return wrapper
+
+        @classmethod
+        def new(cls, backend, *args, **kwargs):
+            if backend not in cls._registry:
+                raise ValueError(f"Checkpoint engine {backend} not registered")
+            return cls._registry[backend](*args, **kwargs)
+
+    modules = {name: types.ModuleType(name) for name in ("verl", "verl.checkpoint_engine",
+                                                          "verl.checkpoint_engine.base")}
+    modules["verl.checkpoint_engine.base"].CheckpointEngineRegistry = CheckpointEngineRegistry
+    sys.modules.update(modules)
+    return CheckpointEngineRegistry
+
+
+def remove_verl_double():
+    for name in [n for n in sys.modules if n == "verl" or n.startswith("verl.")]:
+        del sys.modules[name]
+
+
+def nemo_rl_create_checkpoint_engine(backend: str, *, bucket_size_bytes: int, engine_kwargs: dict):
+    """NeMo-RL's create_checkpoint_engine: "module:Class", built with
+    bucket_size= and the engine kwargs."""
+    import importlib
+
+    module_name, class_name = backend.split(":", 1)
+    engine_cls = getattr(importlib.import_module(module_name), class_name)
+    return engine_cls(bucket_size=bucket_size_bytes, **engine_kwargs)
+
+
 @runtime_checkable
 class VerlCheckpointEngine(Protocol):
     """verl/checkpoint_engine/base.py: CheckpointEngine(WithCache)."""

@@ -18,8 +18,8 @@ import pytest
 
 import tensorhub as th
 from conftest import BINARY, swarm_of_daemons
-from doubles import (FakeSGLang, FusedModel, NemoRLCheckpointEngine, VerlCheckpointEngine, install_vllm_double,
-                     remove_vllm_double)
+from doubles import (FakeSGLang, FusedModel, NemoRLCheckpointEngine, VerlCheckpointEngine, install_verl_double,
+                     install_vllm_double, nemo_rl_create_checkpoint_engine, remove_verl_double, remove_vllm_double)
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not BINARY, reason="TENSORHUB_BINARY names no tensorhub binary")
@@ -215,16 +215,28 @@ def run_group_transfer(trainer_engines, rollout_engines, weights, prepare, init)
     return received
 
 
-def test_verl_checkpoint_engine_moves_each_step_to_every_rollout():
-    from tensorhub.integrations.verl import TensorHubCheckpointEngine
+@pytest.fixture
+def verl_registry():
+    registry = install_verl_double()
+    adapter = importlib.reload(importlib.import_module("tensorhub.integrations.verl"))
+    yield registry, adapter
+    remove_verl_double()
+    importlib.reload(adapter)
+
+
+def test_verl_checkpoint_engine_moves_each_step_to_every_rollout(verl_registry):
+    registry, adapter = verl_registry
+    TensorHubCheckpointEngine = adapter.TensorHubCheckpointEngine
+    assert registry._registry["tensorhub"] is TensorHubCheckpointEngine  # registered at import
 
     with swarm_of_daemons(["node"]) as daemons:
         trainer = start_trainer(daemons)
         control = daemons.clients["node"].control
         try:
-            trainers = [TensorHubCheckpointEngine(bucket_size=1 << 10, is_master=rank == 0, model="policy", hub=trainer)
-                        for rank in range(2)]
-            rollouts = [TensorHubCheckpointEngine(bucket_size=1 << 10, model="policy", control=control, timeout=20)
+            # As verl builds them: CheckpointEngineRegistry.new(backend, bucket_size=..., **engine_kwargs).
+            trainers = [registry.new("tensorhub", bucket_size=1 << 10, is_master=rank == 0, model="policy",
+                                     hub=trainer) for rank in range(2)]
+            rollouts = [registry.new("tensorhub", bucket_size=1 << 10, model="policy", control=control, timeout=20)
                         for _ in range(3)]
             for engine in trainers + rollouts:
                 assert isinstance(engine, VerlCheckpointEngine)
@@ -268,8 +280,9 @@ def test_nemo_rl_checkpoint_engine_moves_a_refit_to_every_rollout():
         try:
             trainers = [TensorHubCheckpointEngine(bucket_size=1 << 10, rank=rank, model="policy", hub=trainer)
                         for rank in range(2)]
-            rollouts = [TensorHubCheckpointEngine(bucket_size=1 << 10, model="policy", control=control, timeout=20)
-                        for _ in range(2)]
+            rollouts = [nemo_rl_create_checkpoint_engine(  # as NeMo-RL builds it from refit_transport
+                "tensorhub.integrations.nemo_rl:TensorHubCheckpointEngine", bucket_size_bytes=1 << 10,
+                engine_kwargs={"model": "policy", "control": control, "timeout": 20}) for _ in range(2)]
             for engine in trainers + rollouts:
                 assert isinstance(engine, NemoRLCheckpointEngine)
 
