@@ -263,8 +263,7 @@ class Fetched(Releasable):
         """The version's safetensors ``__metadata__`` (str -> str; {} for a
         version without a header, as the C++ API may publish one).
         REQUIRES: wait() returned."""
-        if not self._native.progress()["done"]:
-            raise Error("invalid argument: the fetch has not finished: wait() first")
+        self._check_verified()
         from . import safetensors
 
         tensors = self._native.tensors
@@ -281,11 +280,18 @@ class Fetched(Releasable):
         """Every tensor over the fetched bytes (no copy): numpy arrays, or
         with ``kind="torch"`` torch tensors (BF16 as bfloat16). Tensors that
         landed in the caller's own arrays or tensors are those. REQUIRES:
-        wait() returned (a view of unverified bytes is never handed out)."""
+        wait() returned without an error (a view of unverified bytes is never
+        handed out: after a failed fetch this raises its error)."""
         _check_kind(kind)
+        self._check_verified()
+        return self._views(kind)
+
+    def _check_verified(self) -> None:
+        """Raises unless every byte is verified: the fetch's own error when
+        it failed (its bytes are never handed out), else that it is not done."""
         if not self._native.progress()["done"]:
             raise Error("invalid argument: the fetch has not finished: wait() first")
-        return self._views(kind)
+        self._native.wait(0)
 
     def _release(self) -> None:
         self._native.release()

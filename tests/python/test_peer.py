@@ -77,6 +77,21 @@ def test_errors_are_exceptions_with_the_peers_reason(pair):
         th.Peer.start(swarm_key=b"short")
 
 
+def test_a_failed_fetch_hands_out_no_byte(pair):
+    trainer, worker = pair
+    published = trainer.publish("policy", {"x": np.ones(1 << 20, np.float32)})
+    worker.wait_for_head("policy", timeout=20)
+    published.release()  # the only holder is gone before the fetch begins
+    fetched = worker.fetch("policy", 1)
+    with pytest.raises(th.Error) as waited:
+        fetched.wait(60)
+    assert waited.value.code == "unavailable"
+    for hand_out in (fetched.state_dict, lambda: fetched.metadata, lambda: list(fetched.iter_tensors(timeout=5))):
+        with pytest.raises(th.Error) as e:
+            hand_out()
+        assert e.value.code == "unavailable", e.value
+
+
 def test_a_wait_leaves_the_gil_free():
     trainer = th.Peer.start(swarm_key=SWARM)
     try:
@@ -143,7 +158,7 @@ def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(pair, tm
 
     trainer, worker = pair
     fp32 = {"w": np.linspace(-1, 1, 4096, dtype=np.float32).reshape(64, 64), "step": np.array([3], np.int64)}
-    with trainer.publish("policy", fp32, dtype=np.float16):
+    with trainer.publish("policy", ((name, array) for name, array in fp32.items()), dtype=np.float16):  # a generator
         worker.wait_for_head("policy", timeout=20)
         got = worker.fetch("policy").wait(30).state_dict()
         assert got["w"].dtype == np.float16 and got["step"].dtype == np.int64  # integers stay
