@@ -130,3 +130,31 @@ def test_a_restarted_daemon_removes_the_files_its_killed_life_held():
                 assert time.monotonic() < deadline, "daemon b did not start again"
                 time.sleep(0.05)
             assert not os.path.exists(held.path)
+
+
+def test_a_hold_whose_fetch_fails_answers_every_holder_and_leaves_no_file():
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        a, b = daemons.clients["a"], daemons.clients["b"]
+        published = a.publish("policy", weights(10))
+        b.wait_for_head("policy", timeout=20)
+        published.release()  # the only holder is gone before the hold fetches
+        errors = []
+
+        def rank():
+            try:
+                th.connect(b.control, directory=daemons.folder).hold("policy", 1)
+            except th.Error as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=rank) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [e.code for e in errors] == ["unavailable", "unavailable"], errors
+        hold_dir = os.path.join(daemons.folder, "hold")
+        leftovers = [os.path.join(root, f) for root, _, files in os.walk(hold_dir) for f in files]
+        assert leftovers == []
+        with pytest.raises(th.Error) as e:
+            b._request({"cmd": "unhold", "model": "policy", "version": 1})
+        assert e.value.code == "not_found"
