@@ -91,16 +91,25 @@ class DaemonFetched(_VerifiedFile):
 class DaemonHeld(_VerifiedFile):
     """A hold on a version that the daemon keeps as a file for every process
     of this node: ``path`` (a safetensors file) and ``dir`` (its folder, a
-    model directory for an engine that loads one). ``release()`` lets go of
-    this hold; the file goes when the last one does."""
+    model directory for an engine that loads one). The hold lasts while this
+    handle's connection to the daemon is open: ``release()`` closes it, and
+    a process that dies lets go with it. The file goes when the last hold
+    does."""
 
-    def __init__(self, client: "Daemon", model: str, line: dict):
-        self._client, self.model = client, model
+    def __init__(self, connection: socket.socket, model: str, line: dict):
+        self._connection, self.model = connection, model
         self.version, self.manifest_id = line["version"], line["id"]
         self.path, self.dir, self.nbytes = line["path"], line["dir"], line["bytes"]
 
     def _release(self) -> None:
-        self._client._request({"cmd": "unhold", "model": self.model, "version": self.version})
+        # Closing our half tells the daemon; its last line says it let go.
+        try:
+            self._connection.shutdown(socket.SHUT_WR)
+            Daemon._answer(self._connection)
+        except OSError:
+            pass  # the daemon is gone: so is the hold
+        finally:
+            self._connection.close()
 
 
 class Daemon:
@@ -112,28 +121,47 @@ class Daemon:
         self.directory = directory or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         self.timeout = timeout
 
-    def _request(self, request: dict, timeout: Optional[float] = None) -> dict:
-        """Sends one request and returns its final line (raising its error)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout or self.timeout)
-            try:
-                s.connect(self.control)
-            except OSError as e:
-                raise Error(f"unavailable: cannot reach the daemon at {self.control}: {e.strerror}") from None
-            s.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while True:
-                chunk = s.recv(1 << 16)
-                if not chunk:
-                    break
-                data += chunk
-        lines = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
-        if not lines:
+    def _connect(self, request: dict, timeout: Optional[float] = None) -> socket.socket:
+        """A connection to the daemon that carries ``request``."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout or self.timeout)
+        try:
+            s.connect(self.control)
+        except OSError as e:
+            s.close()
+            raise Error(f"unavailable: cannot reach the daemon at {self.control}: {e.strerror}") from None
+        s.sendall(json.dumps(request).encode() + b"\n")
+        return s
+
+    @staticmethod
+    def _answer(s: socket.socket) -> dict:
+        """Reads the answer's lines up to the one that says "done" (or the
+        end) and returns it, raising its error."""
+        buffer, last = b"", None
+        while True:
+            while b"\n" in buffer:
+                text, buffer = buffer.split(b"\n", 1)
+                if text.strip():
+                    last = json.loads(text.decode("utf-8"))
+                    if last.get("done"):
+                        buffer = b""
+                        break
+            if last is not None and last.get("done"):
+                break
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            buffer += chunk
+        if last is None:
             raise Error("unavailable: the daemon closed the connection without an answer")
-        last = lines[-1]
         if last.get("ok") is False:
             raise Error(last.get("error", "internal: the daemon failed without a reason"))
         return last
+
+    def _request(self, request: dict, timeout: Optional[float] = None) -> dict:
+        """Sends one request and returns its final line (raising its error)."""
+        with self._connect(request, timeout) as s:
+            return self._answer(s)
 
     def _file_for(self, model: str) -> str:
         """A new file name in the shared folder (a model's '/' as '%2F')."""
@@ -226,7 +254,14 @@ class Daemon:
         as a file in its hold folder and waits until every byte is verified.
         The first hold fetches it; the others, from any process of this node
         (the ranks of one engine), share that one file."""
-        return DaemonHeld(self, model, self._request({"cmd": "hold", "model": model, "version": version}))
+        s = self._connect({"cmd": "hold", "model": model, "version": version})
+        try:
+            line = self._answer(s)
+        except BaseException:
+            s.close()
+            raise
+        s.settimeout(None)  # the hold lasts as long as the connection
+        return DaemonHeld(s, model, line)
 
 
 def connect(control: str, directory: Optional[str] = None) -> Daemon:

@@ -32,7 +32,7 @@ std::string HeldVersions::path_of(const std::string& model, std::uint64_t versio
   return directory_ + "/" + component + "/v" + std::to_string(version) + "/model.safetensors";
 }
 
-void HeldVersions::hold(const VersionInfo& info, Reply reply) {
+bool HeldVersions::hold(const VersionInfo& info, Reply reply) {
   const Key key{info.model, info.version};
   if (auto it = held_.find(key); it != held_.end()) {
     Held& held = it->second;
@@ -41,7 +41,7 @@ void HeldVersions::hold(const VersionInfo& info, Reply reply) {
           false);
     held.waiting.push_back(std::move(reply));
     if (held.verified) answer(held, Status::ok());
-    return;
+    return true;
   }
   const std::string path = path_of(info.model, info.version);
   std::error_code ec;
@@ -50,18 +50,18 @@ void HeldVersions::hold(const VersionInfo& info, Reply reply) {
     reply(line(error_line(Status::io_error("cannot create " + fs::path(path).parent_path().string() + ": " +
                                            ec.message()))),
           true);
-    return;
+    return false;
   }
   auto file = core::MappedOutputFile::create(path, info.bytes, 0644, /*overwrite=*/true);
   if (!file) {
     reply(line(error_line(file.status())), true);
-    return;
+    return false;
   }
   auto owned = std::make_shared<core::MappedOutputFile>(std::move(*file));
   auto handle = peer_.fetch(info.model, info.version, owned->bytes());
   if (!handle) {
     reply(line(error_line(handle.status())), true);
-    return;
+    return false;
   }
   Held& held = held_[key];
   held.info = info;
@@ -70,6 +70,7 @@ void HeldVersions::hold(const VersionInfo& info, Reply reply) {
   held.holds = 1;
   reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}, {"holds", 1}}), false);
   held.waiting.push_back(std::move(reply));
+  return true;
 }
 
 bool HeldVersions::fetching() const {
@@ -108,7 +109,7 @@ void HeldVersions::answer(Held& held, const Status& result) {
                       {"path", held.file->path()}, {"dir", fs::path(held.file->path()).parent_path().string()},
                       {"bytes", held.info.bytes}, {"holds", held.holds}})
           : line(error_line(result));
-  for (const Reply& reply : held.waiting) reply(last, true);
+  for (const Reply& reply : held.waiting) reply(last, /*last=*/!result.is_ok());  // a hold keeps its connection
   held.waiting.clear();
 }
 

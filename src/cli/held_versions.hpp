@@ -3,7 +3,8 @@
 // daemon fetches it once into <directory>/<model>/v<N>/model.safetensors
 // (under /dev/shm by default: memory, not disk), and every rank maps that
 // file. A hold is counted: the file stays, and is served to the swarm, until
-// every hold on it is let go (or the daemon stops), then it is removed.
+// every hold on it is let go (the daemon ties each to a control connection,
+// so a rank that dies lets go too) or the daemon stops; then it is removed.
 // A daemon that is killed leaves its files; the next start of a daemon
 // with its identity removes them.
 //
@@ -35,13 +36,17 @@ class HeldVersions {
   HeldVersions& operator=(const HeldVersions&) = delete;
 
   // Adds a hold on `info`'s version: fetched into its file if this is the
-  // first. `reply` gets progress lines, then a last line with "path" (the
-  // verified file), "dir", "version", "id" and "holds" (the count), or the
-  // error that ended the fetch (the hold is then gone).
-  void hold(const VersionInfo& info, Reply reply);
+  // first. `reply` gets progress lines, then a line with "done": true,
+  // "path" (the verified file), "dir", "version", "id" and "holds" (the
+  // count), which leaves the connection open (the hold lasts until the
+  // caller's unhold), or, as its last line, the error that ended the fetch
+  // (the hold is then gone: unhold finds nothing). Returns false when it
+  // answered at once with an error (no hold was added).
+  bool hold(const VersionInfo& info, Reply reply);
 
-  // Lets go of one hold. Errors: kNotFound (no hold on that version).
-  // Returns the holds left; at 0 the version is released and its file removed.
+  // Lets go of one hold. Errors: kNotFound (no hold on that version: its
+  // fetch failed). Returns the holds left; at 0 the version is released and
+  // its file removed.
   Result<std::size_t> unhold(const std::string& model, std::uint64_t version);
 
   // Sends progress to the holds being fetched and answers those that ended.

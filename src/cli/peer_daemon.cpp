@@ -117,7 +117,9 @@ class Daemon {
     // Before the control socket opens: what a killed life left is gone by then.
     held_ = std::make_unique<HeldVersions>(*peer_, options_.hold_directory + "/" + peer_->id().hex().substr(0, 12));
     auto control = transport::ControlServer::start(
-        io_, path, [this](const std::string& request, transport::ControlServer::Reply reply) { handle(request, reply); });
+        io_, path,
+        [this](const std::string& request, transport::ControlServer::Reply reply,
+               transport::ControlServer::WhenClosed when_closed) { handle(request, reply, when_closed); });
     if (!control) return report_error(control.status());
     control_ = std::move(*control);
     TH_LOG_INFO("peer", "control socket " << path);
@@ -148,10 +150,11 @@ class Daemon {
   };
 
   // Every request gets an answer, however malformed, and the daemon lives on.
-  void handle(const std::string& request, const transport::ControlServer::Reply& reply) {
+  void handle(const std::string& request, const transport::ControlServer::Reply& reply,
+              const transport::ControlServer::WhenClosed& when_closed) {
     Status s = Status::ok();
     try {
-      s = handle_request(request, reply);
+      s = handle_request(request, reply, when_closed);
     } catch (const std::exception& e) {
       s = Status::internal(std::string("the request failed: ") + e.what());
       TH_LOG_ERROR("peer", s.message());
@@ -160,7 +163,8 @@ class Daemon {
   }
 
   // An error it returns is the request's answer; otherwise it answers itself.
-  Status handle_request(const std::string& request, const transport::ControlServer::Reply& reply) {
+  Status handle_request(const std::string& request, const transport::ControlServer::Reply& reply,
+                        const transport::ControlServer::WhenClosed& when_closed) {
     const Json req = Json::parse(request, nullptr, /*allow_exceptions=*/false);
     if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
       return Status::invalid_argument("expected a JSON object with a \"cmd\" string");
@@ -176,6 +180,10 @@ class Daemon {
     for (const Status* st : {&model.status(), &version.status(), &file.status(), &out.status(), &wait_replicas.status(),
                              &release_after.status(), &now.status()}) {
       TENSORHUB_RETURN_IF_ERROR(*st);
+    }
+    if (cmd == "hold") {
+      hold(*model, *version, reply, when_closed);
+      return Status::ok();
     }
     handle_command(cmd, *model, *version, *file, *out, *wait_replicas, *release_after, *now, reply);
     return Status::ok();
@@ -210,11 +218,6 @@ class Daemon {
       reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(digest)}}), true);
     } else if (cmd == "release") {
       release(model, version, now, reply);
-    } else if (cmd == "hold") {
-      hold(model, version, reply);
-    } else if (cmd == "unhold") {
-      auto left = held_->unhold(model, version);
-      reply(line(left ? Json{{"done", true}, {"ok", true}, {"holds", *left}} : error_line(left.status())), true);
     } else {
       reply(line(error_line(Status::invalid_argument("unknown command " + core::quoted(cmd)))),
             true);
@@ -366,11 +369,21 @@ class Daemon {
           true);
   }
 
-  void hold(const std::string& model, std::uint64_t version, const transport::ControlServer::Reply& reply) {
+  // A hold lasts while its connection is open: the client (a rank of an
+  // engine) closes it to let go, and one that dies lets go with it.
+  void hold(const std::string& model, std::uint64_t version, const transport::ControlServer::Reply& reply,
+            const transport::ControlServer::WhenClosed& when_closed) {
     auto known = peer_->version_info(model, version);
     if (!known) return reply(line(error_line(known.status())), true);
     const bool polling = held_->fetching();
-    held_->hold(*known, reply);
+    if (!held_->hold(*known, reply)) return;  // answered with its error
+    when_closed([this, reply, model, number = known->version] {
+      if (!held_) return;  // the daemon is stopping
+      auto left = held_->unhold(model, number);
+      reply(line(left ? Json{{"done", true}, {"ok", true}, {"released", true}, {"holds", *left}}
+                      : error_line(left.status())),
+            true);
+    });
     if (!polling && held_->fetching()) later(std::chrono::milliseconds(50), [this] { poll_holds(); });
   }
 

@@ -11,8 +11,9 @@
 //   {"cmd":"release","model":M,"version":N}
 //   {"cmd":"hold","model":M,"version":N|0}
 //       fetches the version once into a file under --hold-dir that the
-//       processes of this node map (held_versions.hpp); counted
-//   {"cmd":"unhold","model":M,"version":N}  lets go of one hold
+//       processes of this node map (held_versions.hpp); the answer's
+//       "done" line leaves the connection open, and the hold lasts until
+//       the client closes it (then a last line, "released")
 // With --follow MODEL the daemon fetches every new head of MODEL as it
 // appears and keeps the two newest (a double buffer), as a rollout worker.
 #pragma once

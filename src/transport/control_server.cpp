@@ -3,7 +3,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <deque>
+#include <functional>
+#include <vector>
 #include <optional>
 #include <string>
 #include <unistd.h>
@@ -26,9 +29,10 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
                            [self](std::error_code ec, std::size_t n) {
                              if (ec) return;
                              std::string line = self->request_.substr(0, n - 1);
-                             self->handler_(line, [self](const std::string& reply, bool last) {
-                               self->write(reply, last);
-                             });
+                             self->handler_(
+                                 line, [self](const std::string& reply, bool last) { self->write(reply, last); },
+                                 [self](std::function<void()> fn) { self->on_close_.push_back(std::move(fn)); });
+                             self->watch_close();
                            });
   }
 
@@ -63,8 +67,23 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
     });
   }
 
+  // Reads past the request until the client closes (or the connection
+  // ends): then the close callbacks run, once. Bytes after the request
+  // line are ignored.
+  void watch_close() {
+    auto self = shared_from_this();
+    socket_.async_read_some(asio::buffer(discard_), [self](std::error_code ec, std::size_t) {
+      if (!ec) return self->watch_close();
+      auto callbacks = std::move(self->on_close_);
+      self->on_close_.clear();
+      for (auto& fn : callbacks) fn();
+    });
+  }
+
   asio::local::stream_protocol::socket socket_;
   ControlServer::Handler& handler_;
+  std::vector<std::function<void()>> on_close_;
+  std::array<char, 256> discard_{};
   std::string request_;
   std::deque<std::string> outbox_;
   bool writing_ = false;

@@ -20,7 +20,12 @@ class ControlServer {
   // `send(line, last)`: writes one response line; after last=true the
   // connection closes. The handler may keep `send` and call it later.
   using Reply = std::function<void(const std::string& line, bool last)>;
-  using Handler = std::function<void(const std::string& request, Reply send)>;
+  // `when_closed(fn)`: `fn` runs once the client closes its end of this
+  // request's connection (or it fails), for a request whose effect lasts
+  // as long as the connection does (a lease). The client may close its
+  // writing half and read on: the answer `fn` sends still reaches it.
+  using WhenClosed = std::function<void(std::function<void()> fn)>;
+  using Handler = std::function<void(const std::string& request, Reply send, WhenClosed when_closed)>;
 
   static Result<std::unique_ptr<ControlServer>> start(asio::io_context& io, const std::string& path, Handler handler);
   ~ControlServer();

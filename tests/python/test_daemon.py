@@ -4,6 +4,8 @@ client, and an in-process peer in the same swarm fetches the same bytes; a
 daemon holds a version as one file that several processes of its node share."""
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -106,9 +108,6 @@ def test_the_ranks_of_one_node_share_one_held_file():
             assert os.path.exists(path)  # one hold is left
             holds[3].release()
             assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
-            with pytest.raises(th.Error) as e:
-                holds[3]._client._request({"cmd": "unhold", "model": "org/policy", "version": 1})
-            assert e.value.code == "not_found"
             with pytest.raises(th.Error):
                 b.hold("org/policy", 99)  # not known
 
@@ -155,6 +154,29 @@ def test_a_hold_whose_fetch_fails_answers_every_holder_and_leaves_no_file():
         hold_dir = os.path.join(daemons.folder, "hold")
         leftovers = [os.path.join(root, f) for root, _, files in os.walk(hold_dir) for f in files]
         assert leftovers == []
-        with pytest.raises(th.Error) as e:
-            b._request({"cmd": "unhold", "model": "policy", "version": 1})
-        assert e.value.code == "not_found"
+
+
+def test_a_rank_that_dies_lets_go_of_its_hold():
+    """A hold lasts while its connection does: a rank killed while holding
+    (no release) lets go, and with the last hold the file goes."""
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        a, b = daemons.clients["a"], daemons.clients["b"]
+        with a.publish("policy", weights(11)) as published:
+            b.wait_for_head("policy", timeout=20)
+            mine = b.hold("policy", published.version)
+            rank = subprocess.Popen(
+                [sys.executable, "-c", "import sys, time, tensorhub as th; "
+                 "h = th.connect(sys.argv[1]).hold('policy', int(sys.argv[2])); print(h.path, flush=True); "
+                 "time.sleep(600)", b.control, str(published.version)],
+                stdout=subprocess.PIPE, text=True)
+            try:
+                assert rank.stdout.readline().strip() == mine.path
+                mine.release()
+                assert os.path.exists(mine.path)  # the rank still holds it
+            finally:
+                rank.send_signal(signal.SIGKILL)
+                rank.wait(10)
+            deadline = time.monotonic() + 10
+            while os.path.exists(mine.path):
+                assert time.monotonic() < deadline, "the dead rank's hold was not let go"
+                time.sleep(0.05)
