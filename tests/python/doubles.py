@@ -33,7 +33,8 @@ import numpy as np
 # --- vLLM -------------------------------------------------------------------
 
 def install_vllm_double():
-    """Puts the vLLM double in sys.modules; returns (factory, reload calls)."""
+    """Puts the vLLM double in sys.modules; returns (factory, reload calls);
+    the trainer factory is factory.trainer_factory."""
     calls: List[str] = []
 
     @dataclasses.dataclass
@@ -96,6 +97,35 @@ def install_vllm_double():
         def create_engine(cls, config, vllm_config, device, model):
             return cls._registry[config.backend]()(config, vllm_config, device, model)
 
+    class TrainerWeightTransferEngine(abc.ABC):
+        init_info_cls: type
+
+        def __init__(self, config, *, client, source, is_sender=True):
+            self.config, self.is_sender, self.client, self.source = config, is_sender, client, source
+
+        @classmethod
+        @abc.abstractmethod
+        def trainer_init(cls, config, init_info, *, client, source): ...
+
+        @abc.abstractmethod
+        def send_weights(self): ...
+
+    class WeightTransferTrainerFactory:
+        _registry: dict = {}
+
+        @classmethod
+        def register_engine(cls, name, module_path_or_cls, class_name=None):
+            if name in cls._registry:
+                raise ValueError(f"Weight transfer trainer engine '{name}' is already registered.")
+            import importlib
+
+            cls._registry[name] = lambda: getattr(importlib.import_module(module_path_or_cls), class_name)
+
+        @classmethod
+        def trainer_init(cls, backend, config, init_info, *, client, source):
+            engine_cls = cls._registry[backend]()
+            return engine_cls.trainer_init(config=config, init_info=init_info, client=client, source=source)
+
     def initialize_layerwise_reload(model):
         calls.append("initialize_layerwise_reload")
 
@@ -110,12 +140,16 @@ def install_vllm_double():
     base.WeightTransferEngine = WeightTransferEngine
     base.WeightTransferInitInfo = WeightTransferInitInfo
     base.WeightTransferUpdateInfo = WeightTransferUpdateInfo
+    base.TrainerWeightTransferEngine = TrainerWeightTransferEngine
     modules["vllm.distributed.weight_transfer"].base = base
     modules["vllm.distributed.weight_transfer.factory"].WeightTransferEngineFactory = WeightTransferEngineFactory
+    modules["vllm.distributed.weight_transfer.factory"].WeightTransferTrainerFactory = WeightTransferTrainerFactory
+    modules["vllm.distributed.weight_transfer"].factory = modules["vllm.distributed.weight_transfer.factory"]
     reload = modules["vllm.model_executor.model_loader.reload"]
     reload.initialize_layerwise_reload = initialize_layerwise_reload
     reload.finalize_layerwise_reload = finalize_layerwise_reload
     sys.modules.update(modules)
+    WeightTransferEngineFactory.trainer_factory = WeightTransferTrainerFactory
     return WeightTransferEngineFactory, calls
 
 

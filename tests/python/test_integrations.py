@@ -129,6 +129,72 @@ def test_vllm_engine_loads_the_handed_down_version_on_every_tensor_parallel_rank
             trainer.close()
 
 
+def test_vllm_trainer_engine_moves_each_round_to_every_worker_through_the_sync_client(vllm_double):
+    adapter, factory, calls = vllm_double
+    adapter.register()
+    trainers = factory.trainer_factory
+    assert "tensorhub" in trainers._registry
+    with swarm_of_daemons(["node"]) as daemons:
+        control = daemons.clients["node"].control
+        config = types.SimpleNamespace(backend="tensorhub")
+        vllm_config = types.SimpleNamespace(parallel_config=types.SimpleNamespace(), model_config=object())
+        ranks = [FusedModel(HIDDEN, 2, r) for r in range(2)]
+        workers = [factory.create_engine(config, vllm_config, "cpu", m) for m in ranks]
+
+        class Client:
+            """A VLLMWeightSyncClient: each call goes to every worker, as
+            vLLM's engine client fans it out."""
+
+            def __init__(self):
+                self.calls = []
+
+            def init_weight_transfer_engine(self, info):
+                self.calls.append("init")
+                for w in workers:
+                    w.init_transfer_engine(w.parse_init_info(info))
+
+            def start_weight_update(self):
+                self.calls.append("start")
+                for w in workers:
+                    w.start_weight_update()
+
+            def update_weights(self, info):
+                self.calls.append(f"update v{info['version']}")
+                for w in workers:
+                    w.update_weights(info)
+
+            def finish_weight_update(self):
+                self.calls.append("finish")
+                for w in workers:
+                    w.finish_weight_update()
+
+        class Source:
+            """A WeightSource: a fresh pass of the trainer's weights each round."""
+
+            def __init__(self):
+                self.round, self.passes = 0, 0
+
+            def __iter__(self):
+                self.passes += 1
+                return iter(FusedModel.checkpoint(HIDDEN, 70 + self.round).items())
+
+        client, source = Client(), Source()
+        info = {"model": "policy", "control": control, "worker_control": control}
+        sender = trainers.trainer_init("tensorhub", config, dict(info, rank=0), client=client, source=source)
+        other = trainers.trainer_init("tensorhub", config, dict(info, rank=1), client=client, source=source)
+        assert sender.is_sender and not other.is_sender and client.calls == ["init"]
+        for round_ in (0, 1):
+            source.round = round_
+            other.send_weights()  # iterates the source (the gathers), publishes nothing
+            sender.send_weights()
+            for model in ranks:
+                assert_loaded(model, FusedModel.checkpoint(HIDDEN, 70 + round_))
+        assert client.calls == ["init", "start", "update v1", "finish", "start", "update v2", "finish"]
+        assert source.passes == 4
+        for engine in workers + [sender, other]:
+            engine.shutdown()
+
+
 def test_sglang_updater_pauses_reloads_from_the_held_file_and_continues():
     server = FakeSGLang(needs_config=True)
     with swarm_of_daemons(["node"]) as daemons:

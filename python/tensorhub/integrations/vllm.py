@@ -8,7 +8,12 @@ The engine (vLLM's native weight-transfer API)::
     # installed with the package: the entry point
     # [vllm.general_plugins] tensorhub = tensorhub.integrations.vllm:register
     vllm serve MODEL --weight-transfer-config '{"backend": "tensorhub"}'
-    # the trainer, per step, after publishing version v:
+    # the trainer, with vLLM's trainer-side API:
+    engine = WeightTransferTrainerFactory.trainer_init(
+        "tensorhub", config, {"model": "policy", "rank": rank, "control": "/run/tensorhub.sock"},
+        client=client, source=source)
+    engine.send_weights()   # each step: publish, then every worker loads that version
+    # or by hand, after publishing version v:
     client.init_weight_transfer_engine({"model": "policy", "control": "/run/tensorhub.sock"})  # once
     client.start_weight_update(); client.update_weights({"version": v}); client.finish_weight_update()
 
@@ -25,10 +30,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ._common import VersionLoader, explicit_version, reach
+from ._common import Publisher, VersionLoader, explicit_version, reach
 
 __all__ = ["register", "TensorHubInitInfo", "TensorHubUpdateInfo", "TensorHubWeightTransferEngine",
-           "TensorHubWorkerExtension"]
+           "TensorHubTrainerInitInfo", "TensorHubTrainerEngine", "TensorHubWorkerExtension"]
 
 _ENGINE_NAME = "tensorhub"
 
@@ -38,14 +43,18 @@ def register() -> None:
     "tensorhub" (lazily: this module is imported only when a server uses
     it). vLLM runs plugins in each of its processes, so a second call is a
     no-op."""
-    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+    from vllm.distributed.weight_transfer import factory
 
-    if _ENGINE_NAME in getattr(WeightTransferEngineFactory, "_registry", {}):
-        return
-    try:
-        WeightTransferEngineFactory.register_engine(_ENGINE_NAME, __name__, "TensorHubWeightTransferEngine")
-    except ValueError:
-        pass  # registered meanwhile
+    registries = [(factory.WeightTransferEngineFactory, "TensorHubWeightTransferEngine")]
+    if hasattr(factory, "WeightTransferTrainerFactory"):  # vLLM with trainer-side engines
+        registries.append((factory.WeightTransferTrainerFactory, "TensorHubTrainerEngine"))
+    for registry, class_name in registries:
+        if _ENGINE_NAME in getattr(registry, "_registry", {}):
+            continue
+        try:
+            registry.register_engine(_ENGINE_NAME, __name__, class_name)
+        except ValueError:
+            pass  # registered meanwhile
 
 
 def _vllm_base():
@@ -53,13 +62,13 @@ def _vllm_base():
     module imports (and is tested) without vLLM."""
     try:
         from vllm.distributed.weight_transfer import base
-
-        return base.WeightTransferEngine, base.WeightTransferInitInfo, base.WeightTransferUpdateInfo
     except ImportError:
-        return object, object, object
+        return object, object, object, object
+    return (base.WeightTransferEngine, base.WeightTransferInitInfo, base.WeightTransferUpdateInfo,
+            getattr(base, "TrainerWeightTransferEngine", object))
 
 
-_EngineBase, _InitBase, _UpdateBase = _vllm_base()
+_EngineBase, _InitBase, _UpdateBase, _TrainerBase = _vllm_base()
 
 
 @dataclass
@@ -163,6 +172,59 @@ class TensorHubWeightTransferEngine(_EngineBase):
         the workers' ``update_weights``."""
         return trainer_args["hub"].publish(trainer_args["model"], list(iterator), dtype=trainer_args.get("dtype"),
                                            metadata=trainer_args.get("metadata"))
+
+
+@dataclass
+class TensorHubTrainerInitInfo(_InitBase):
+    model: str  # the model name versions are published under
+    rank: int = 0  # this trainer rank; rank 0 publishes and drives the workers
+    control: str = ""  # the trainer node's daemon, or:
+    peer_options: Optional[dict] = None  # an in-process peer's Peer.start keywords
+    worker_control: str = "/run/tensorhub.sock"  # the daemon socket on the inference nodes
+    dtype: Any = None  # the rollout dtype floating-point weights are cast to, if any
+
+
+class TensorHubTrainerEngine(_TrainerBase):
+    """The trainer's side of vLLM's weight-transfer API: ``trainer_init``
+    tells the inference side where to load from (through the
+    ``VLLMWeightSyncClient``), and each ``send_weights()`` publishes the
+    source's weights as the next version (every trainer rank iterates the
+    source, which keeps FSDP's gathers in step; rank 0 publishes) and has
+    every worker load exactly that version. The publication is served until
+    the next one."""
+
+    init_info_cls = TensorHubTrainerInitInfo
+
+    def __init__(self, config, *, client, source, is_sender: bool = True, publisher=None):
+        self.config, self.client, self.source, self.is_sender = config, client, source, is_sender
+        self.publisher = publisher
+        self.version = 0  # the last version sent
+
+    @classmethod
+    def trainer_init(cls, config, init_info, *, client, source) -> "TensorHubTrainerEngine":
+        if isinstance(init_info, dict):
+            init_info = TensorHubTrainerInitInfo(**init_info)
+        is_sender = init_info.rank == 0
+        publisher = None
+        if is_sender:
+            hub = reach(control=init_info.control or None, peer_options=init_info.peer_options)
+            publisher = Publisher(hub, init_info.model, init_info.dtype)
+            client.init_weight_transfer_engine({"model": init_info.model, "control": init_info.worker_control})
+        return cls(config, client=client, source=source, is_sender=is_sender, publisher=publisher)
+
+    def send_weights(self) -> None:
+        weights = list(iter(self.source))  # on every rank: the gathers run in step
+        if not self.is_sender:
+            return
+        published = self.publisher.publish(weights)
+        self.version = published.version
+        self.client.start_weight_update()
+        self.client.update_weights({"version": published.version})
+        self.client.finish_weight_update()
+
+    def shutdown(self) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
 
 
 def _layerwise_reload():
