@@ -82,17 +82,24 @@ def install_vllm_double():
         @abc.abstractmethod
         def trainer_send_weights(iterator, trainer_args): ...
 
-    class WeightTransferEngineFactory:
-        _registry: dict = {}
+    class LazyRegistry:
+        """Both of vLLM's factories: a name registered twice is refused,
+        and the module is imported only when the engine is built."""
+        kind = "engine"
+
+        def __init_subclass__(cls, **kwargs):
+            super().__init_subclass__(**kwargs)
+            cls._registry = {}
 
         @classmethod
         def register_engine(cls, name, module_path_or_cls, class_name=None):
             if name in cls._registry:
-                raise ValueError(f"Weight transfer engine '{name}' is already registered.")
+                raise ValueError(f"Weight transfer {cls.kind} '{name}' is already registered.")
             import importlib
 
             cls._registry[name] = lambda: getattr(importlib.import_module(module_path_or_cls), class_name)
 
+    class WeightTransferEngineFactory(LazyRegistry):
         @classmethod
         def create_engine(cls, config, vllm_config, device, model):
             return cls._registry[config.backend]()(config, vllm_config, device, model)
@@ -110,16 +117,8 @@ def install_vllm_double():
         @abc.abstractmethod
         def send_weights(self): ...
 
-    class WeightTransferTrainerFactory:
-        _registry: dict = {}
-
-        @classmethod
-        def register_engine(cls, name, module_path_or_cls, class_name=None):
-            if name in cls._registry:
-                raise ValueError(f"Weight transfer trainer engine '{name}' is already registered.")
-            import importlib
-
-            cls._registry[name] = lambda: getattr(importlib.import_module(module_path_or_cls), class_name)
+    class WeightTransferTrainerFactory(LazyRegistry):
+        kind = "trainer engine"
 
         @classmethod
         def trainer_init(cls, backend, config, init_info, *, client, source):
