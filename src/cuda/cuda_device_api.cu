@@ -1,0 +1,161 @@
+// DeviceApi over the CUDA runtime: one device, chosen by UUID; copies on
+// non-blocking streams; tickets are events without timing.
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cuda/device_api.hpp"
+
+namespace tensorhub::cuda {
+namespace {
+
+std::string uuid_text(const cudaUUID_t& uuid) {
+  // nvidia-smi's form: GPU-8-4-4-4-12 hex digits.
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char out[64];
+  std::snprintf(out, sizeof out, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return out;
+}
+
+Status failure(const char* what, cudaError_t e) {
+  return Status::unavailable(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+class CudaDevice final : public DeviceApi {
+ public:
+  CudaDevice(int ordinal, std::string uuid) : ordinal_(ordinal), uuid_(std::move(uuid)) {}
+  ~CudaDevice() override {
+    cudaSetDevice(ordinal_);
+    for (auto& [id, e] : events_) cudaEventDestroy(e);
+    for (cudaStream_t s : streams_) cudaStreamDestroy(s);
+  }
+
+  Status open(int streams) {
+    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return failure("cudaSetDevice", e);
+    for (int i = 0; i < streams; ++i) {
+      cudaStream_t s = nullptr;
+      if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
+        return failure("cudaStreamCreateWithFlags", e);
+      }
+      streams_.push_back(s);
+    }
+    return Status::ok();
+  }
+
+  std::string name() const override { return "cuda:" + uuid_; }
+
+  Status allocate_pinned(std::size_t bytes, std::byte*& out) override {
+    cudaSetDevice(ordinal_);
+    void* p = nullptr;
+    if (cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable); e != cudaSuccess) {
+      return failure("cudaHostAlloc", e);
+    }
+    out = static_cast<std::byte*>(p);
+    return Status::ok();
+  }
+  void free_pinned(std::byte* memory) override { cudaFreeHost(memory); }
+
+  Status allocate_device(std::size_t bytes, std::byte*& out) override {
+    cudaSetDevice(ordinal_);
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) return failure("cudaMalloc", e);
+    out = static_cast<std::byte*>(p);
+    return Status::ok();
+  }
+  void free_device(std::byte* memory) override {
+    cudaSetDevice(ordinal_);
+    cudaFree(memory);
+  }
+
+  int stream_count() const override { return static_cast<int>(streams_.size()); }
+
+  Status copy_async(CopyDirection direction, std::byte* to, const std::byte* from, std::size_t bytes,
+                    int stream) override {
+    cudaSetDevice(ordinal_);
+    const cudaMemcpyKind kind =
+        direction == CopyDirection::kHostToDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, kind, streams_[static_cast<std::size_t>(stream)]);
+        e != cudaSuccess) {
+      return failure("cudaMemcpyAsync", e);
+    }
+    return Status::ok();
+  }
+
+  Status record(int stream, Ticket& out) override {
+    cudaSetDevice(ordinal_);
+    cudaEvent_t e = nullptr;
+    if (cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); r != cudaSuccess) {
+      return failure("cudaEventCreateWithFlags", r);
+    }
+    if (cudaError_t r = cudaEventRecord(e, streams_[static_cast<std::size_t>(stream)]); r != cudaSuccess) {
+      cudaEventDestroy(e);
+      return failure("cudaEventRecord", r);
+    }
+    std::lock_guard lock(mutex_);
+    out.id = next_id_++;
+    events_[out.id] = e;
+    return Status::ok();
+  }
+
+  TicketState query(Ticket ticket) override {
+    cudaEvent_t e = event(ticket);
+    if (e == nullptr) return TicketState::kFailed;
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return TicketState::kPending;
+    return r == cudaSuccess ? TicketState::kDone : TicketState::kFailed;
+  }
+
+  TicketState wait(Ticket ticket) override {
+    cudaEvent_t e = event(ticket);
+    if (e == nullptr) return TicketState::kFailed;
+    return cudaEventSynchronize(e) == cudaSuccess ? TicketState::kDone : TicketState::kFailed;
+  }
+
+  void release(Ticket ticket) override {
+    std::lock_guard lock(mutex_);
+    auto it = events_.find(ticket.id);
+    if (it == events_.end()) return;
+    cudaEventDestroy(it->second);
+    events_.erase(it);
+  }
+
+ private:
+  cudaEvent_t event(Ticket ticket) {
+    std::lock_guard lock(mutex_);
+    auto it = events_.find(ticket.id);
+    return it == events_.end() ? nullptr : it->second;
+  }
+
+  int ordinal_;
+  std::string uuid_;
+  std::vector<cudaStream_t> streams_;
+  std::mutex mutex_;
+  std::map<std::uint64_t, cudaEvent_t> events_;
+  std::uint64_t next_id_ = 1;
+};
+
+}  // namespace
+
+Status open_cuda_device(std::string_view uuid, int streams, std::unique_ptr<DeviceApi>& out) {
+  if (streams < 1) return Status::invalid_argument("a device needs at least one stream");
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) return failure("no usable CUDA device", e);
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    const std::string id = uuid_text(prop.uuid);
+    if (!uuid.empty() && id != uuid) continue;
+    auto device = std::make_unique<CudaDevice>(i, id);
+    if (Status s = device->open(streams); !s) return s;
+    out = std::move(device);
+    return Status::ok();
+  }
+  if (uuid.empty()) return Status::unavailable("no CUDA device on this machine");
+  return Status::not_found("no CUDA device with UUID " + std::string(uuid));
+}
+
+}  // namespace tensorhub::cuda

@@ -1,0 +1,99 @@
+#include "cuda/staging_ring.hpp"
+
+#include <cassert>
+
+namespace tensorhub::cuda {
+
+Status StagingRing::create(DeviceApi& device, Options options, std::unique_ptr<StagingRing>& out) {
+  if (options.slots == 0 || options.slot_bytes == 0) {
+    return Status::invalid_argument("a staging ring needs at least one slot of at least one byte");
+  }
+  if (options.slot_bytes > SIZE_MAX / options.slots) return Status::invalid_argument("staging ring too large");
+  std::byte* pinned = nullptr;
+  if (Status s = device.allocate_pinned(options.slot_bytes * options.slots, pinned); !s) {
+    return Status::unavailable("staging ring of " + std::to_string(options.slots) + " x " +
+                               std::to_string(options.slot_bytes) + " bytes: " + s.message());
+  }
+  out.reset(new StagingRing(device, options, pinned));
+  return Status::ok();
+}
+
+StagingRing::StagingRing(DeviceApi& device, Options options, std::byte* pinned)
+    : device_(device), options_(options), pinned_(pinned), slots_(options.slots) {
+  for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].memory = pinned_ + i * options_.slot_bytes;
+}
+
+StagingRing::~StagingRing() {
+  for (Slot& s : slots_) {
+    if (!s.submitted) continue;
+    device_.wait(s.ticket);
+    device_.release(s.ticket);
+  }
+  device_.free_pinned(pinned_);
+}
+
+std::span<std::byte> StagingRing::acquire() {
+  for (std::size_t k = 0; k < slots_.size(); ++k) {
+    const std::size_t i = (next_ + k) % slots_.size();
+    if (slots_[i].busy) continue;
+    slots_[i].busy = true;
+    next_ = (i + 1) % slots_.size();
+    return {slots_[i].memory, options_.slot_bytes};
+  }
+  return {};
+}
+
+StagingRing::Slot* StagingRing::slot_of(std::span<std::byte> slot) {
+  if (slot.data() < pinned_) return nullptr;
+  const std::size_t at = static_cast<std::size_t>(slot.data() - pinned_);
+  if (at % options_.slot_bytes != 0 || at / options_.slot_bytes >= slots_.size()) return nullptr;
+  return &slots_[at / options_.slot_bytes];
+}
+
+Status StagingRing::submit(std::span<std::byte> slot, const core::MutableRegions& destination, std::uint64_t offset,
+                           std::uint64_t length, std::uint64_t tag) {
+  Slot* s = slot_of(slot);
+  assert(s != nullptr && s->busy && !s->submitted);
+  assert(length <= options_.slot_bytes && offset + length <= destination.size());
+  if (s == nullptr) return Status::internal("submit of a span that is no slot of this ring");
+  const int stream = next_stream_;
+  next_stream_ = (next_stream_ + 1) % device_.stream_count();
+  Status status;
+  std::uint64_t from = 0;
+  destination.for_each(offset, length, [&](std::span<std::byte> piece) {
+    if (status) status = device_.copy_async(CopyDirection::kHostToDevice, piece.data(), s->memory + from, piece.size(), stream);
+    from += piece.size();
+  });
+  if (status) status = device_.record(stream, s->ticket);
+  if (!status) {
+    // Copies already enqueued still read the slot: wait for them before it
+    // is handed out again.
+    Ticket drain;
+    if (device_.record(stream, drain)) {
+      device_.wait(drain);
+      device_.release(drain);
+    }
+    s->busy = false;
+    return status;
+  }
+  s->submitted = true;
+  s->landed = Landed{tag, offset, length, false};
+  ++in_flight_;
+  return Status::ok();
+}
+
+void StagingRing::poll(std::vector<Landed>& out) {
+  for (Slot& s : slots_) {
+    if (!s.submitted) continue;
+    const TicketState state = device_.query(s.ticket);
+    if (state == TicketState::kPending) continue;
+    device_.release(s.ticket);
+    s.landed.ok = state == TicketState::kDone;
+    out.push_back(s.landed);
+    s.submitted = false;
+    s.busy = false;
+    --in_flight_;
+  }
+}
+
+}  // namespace tensorhub::cuda

@@ -1,0 +1,128 @@
+#include "support/fake_device.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tensorhub::testing {
+
+FakeDevice::~FakeDevice() {
+  for (auto& [p, n] : pinned_) delete[] p;
+  for (auto& [p, n] : device_) delete[] p;
+}
+
+Status FakeDevice::allocate_pinned(std::size_t bytes, std::byte*& out) {
+  if (lost_) return Status::unavailable("fake device lost");
+  if (bytes > pinned_limit_ - std::min(pinned_limit_, pinned_bytes_)) {
+    return Status::unavailable("out of pinned memory");
+  }
+  out = new std::byte[bytes];
+  pinned_[out] = bytes;
+  pinned_bytes_ += bytes;
+  peak_pinned_bytes_ = std::max(peak_pinned_bytes_, pinned_bytes_);
+  return Status::ok();
+}
+
+void FakeDevice::free_pinned(std::byte* memory) {
+  auto it = pinned_.find(memory);
+  if (it == pinned_.end()) return;
+  pinned_bytes_ -= it->second;
+  delete[] it->first;
+  pinned_.erase(it);
+}
+
+Status FakeDevice::allocate_device(std::size_t bytes, std::byte*& out) {
+  if (lost_) return Status::unavailable("fake device lost");
+  out = new std::byte[bytes];
+  device_[out] = bytes;
+  device_bytes_ += bytes;
+  return Status::ok();
+}
+
+void FakeDevice::free_device(std::byte* memory) {
+  auto it = device_.find(memory);
+  if (it == device_.end()) return;
+  device_bytes_ -= it->second;
+  delete[] it->first;
+  device_.erase(it);
+}
+
+bool FakeDevice::inside(const Allocations& a, const std::byte* p, std::size_t bytes) {
+  auto it = a.upper_bound(p);
+  if (it == a.begin()) return false;
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second;
+}
+
+Status FakeDevice::copy_async(cuda::CopyDirection direction, std::byte* to, const std::byte* from, std::size_t bytes,
+                              int stream) {
+  if (lost_) return Status::unavailable("fake device lost");
+  const bool to_device = direction == cuda::CopyDirection::kHostToDevice;
+  const bool placed = to_device ? inside(pinned_, from, bytes) && inside(device_, to, bytes)
+                                : inside(device_, from, bytes) && inside(pinned_, to, bytes);
+  if (!placed) ++misplaced_copies_;
+  const bool fails = std::find(fail_at_.begin(), fail_at_.end(), copies_enqueued_) != fail_at_.end();
+  ++copies_enqueued_;
+  streams_[static_cast<std::size_t>(stream)].ops.push_back(Op{false, 0, to, from, bytes, fails});
+  return Status::ok();
+}
+
+Status FakeDevice::record(int stream, cuda::Ticket& out) {
+  if (lost_) return Status::unavailable("fake device lost");
+  out.id = next_ticket_++;
+  tickets_[out.id] = cuda::TicketState::kPending;
+  ticket_stream_[out.id] = stream;
+  streams_[static_cast<std::size_t>(stream)].ops.push_back(Op{true, out.id, nullptr, nullptr, 0, false});
+  return Status::ok();
+}
+
+cuda::TicketState FakeDevice::query(cuda::Ticket ticket) {
+  auto it = tickets_.find(ticket.id);
+  return it == tickets_.end() ? cuda::TicketState::kFailed : it->second;
+}
+
+cuda::TicketState FakeDevice::wait(cuda::Ticket ticket) {
+  auto it = ticket_stream_.find(ticket.id);
+  if (it == ticket_stream_.end()) return cuda::TicketState::kFailed;
+  while (query(ticket) == cuda::TicketState::kPending && step(it->second)) {
+  }
+  return query(ticket);
+}
+
+void FakeDevice::release(cuda::Ticket ticket) {
+  tickets_.erase(ticket.id);
+  ticket_stream_.erase(ticket.id);
+}
+
+bool FakeDevice::step(int stream) {
+  Stream& s = streams_[static_cast<std::size_t>(stream)];
+  if (s.ops.empty()) return false;
+  const Op op = s.ops.front();
+  s.ops.pop_front();
+  if (op.is_ticket) {
+    auto it = tickets_.find(op.ticket);
+    if (it != tickets_.end()) it->second = s.failed_since_ticket ? cuda::TicketState::kFailed : cuda::TicketState::kDone;
+    s.failed_since_ticket = false;
+  } else if (op.fails) {
+    s.failed_since_ticket = true;
+  } else {
+    std::memcpy(op.to, op.from, op.bytes);
+    ++copies_run_;
+  }
+  return true;
+}
+
+bool FakeDevice::step_any(std::mt19937_64& rng) {
+  std::vector<int> busy;
+  for (std::size_t i = 0; i < streams_.size(); ++i)
+    if (!streams_[i].ops.empty()) busy.push_back(static_cast<int>(i));
+  if (busy.empty()) return false;
+  return step(busy[rng() % busy.size()]);
+}
+
+void FakeDevice::run_all() {
+  for (std::size_t i = 0; i < streams_.size(); ++i)
+    while (step(static_cast<int>(i))) {
+    }
+}
+
+}  // namespace tensorhub::testing

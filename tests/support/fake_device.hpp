@@ -1,0 +1,100 @@
+// A fake GPU for the deterministic tests: host memory posing as pinned and
+// device memory, copies queued per stream that happen only when the test
+// runs them (in stream order), and tickets that end when their stream
+// reaches them. So a test decides when each copy lands, sees exactly what a
+// premature reuse of a buffer would do (the copy reads the bytes that are
+// there when it runs, like DMA), and can make copies fail or the device be
+// lost. It also checks what the hardware needs: every copy's host side in
+// pinned memory and its device side in device memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "cuda/device_api.hpp"
+
+namespace tensorhub::testing {
+
+class FakeDevice final : public cuda::DeviceApi {
+ public:
+  explicit FakeDevice(int streams = 2) : streams_(static_cast<std::size_t>(streams)) {}
+  ~FakeDevice() override;
+
+  std::string name() const override { return "fake"; }
+  Status allocate_pinned(std::size_t bytes, std::byte*& out) override;
+  void free_pinned(std::byte* memory) override;
+  Status allocate_device(std::size_t bytes, std::byte*& out) override;
+  void free_device(std::byte* memory) override;
+  int stream_count() const override { return static_cast<int>(streams_.size()); }
+  Status copy_async(cuda::CopyDirection direction, std::byte* to, const std::byte* from, std::size_t bytes,
+                    int stream) override;
+  Status record(int stream, cuda::Ticket& out) override;
+  cuda::TicketState query(cuda::Ticket ticket) override;
+  cuda::TicketState wait(cuda::Ticket ticket) override;
+  void release(cuda::Ticket ticket) override;
+
+  // ---- What the test drives ----
+  // Runs the oldest queued operation of `stream`; false when there is none.
+  bool step(int stream);
+  // Runs one operation of a stream chosen by `rng`; false when all are idle.
+  bool step_any(std::mt19937_64& rng);
+  void run_all();
+  // The `n`-th copy enqueued from now on (0: the next) fails when it runs:
+  // its bytes are not copied and the next ticket on its stream fails.
+  void fail_copy(std::size_t n) { fail_at_.push_back(copies_enqueued_ + n); }
+  // Every later call that enqueues work is refused (kUnavailable).
+  void lose() { lost_ = true; }
+  // Pinned bytes the device will hand out in all (allocations past it fail).
+  void limit_pinned(std::size_t bytes) { pinned_limit_ = bytes; }
+
+  // ---- What the test checks ----
+  std::size_t pinned_bytes() const { return pinned_bytes_; }
+  std::size_t peak_pinned_bytes() const { return peak_pinned_bytes_; }
+  std::size_t device_bytes() const { return device_bytes_; }
+  std::size_t queued(int stream) const { return streams_[static_cast<std::size_t>(stream)].size(); }
+  std::size_t copies_run() const { return copies_run_; }
+  // Copies whose host side was not pinned or whose device side was not
+  // device memory (or not inside one allocation): always a bug.
+  std::size_t misplaced_copies() const { return misplaced_copies_; }
+  std::size_t live_tickets() const { return tickets_.size(); }
+
+ private:
+  struct Op {
+    bool is_ticket = false;
+    std::uint64_t ticket = 0;
+    std::byte* to = nullptr;
+    const std::byte* from = nullptr;
+    std::size_t bytes = 0;
+    bool fails = false;
+  };
+  struct Stream {
+    std::deque<Op> ops;
+    bool failed_since_ticket = false;
+    std::size_t size() const { return ops.size(); }
+  };
+  using Allocations = std::map<const std::byte*, std::size_t>;  // start -> size
+  static bool inside(const Allocations& a, const std::byte* p, std::size_t bytes);
+
+  std::vector<Stream> streams_;
+  std::map<std::uint64_t, cuda::TicketState> tickets_;
+  std::map<std::uint64_t, int> ticket_stream_;
+  std::uint64_t next_ticket_ = 1;
+  Allocations pinned_;
+  Allocations device_;
+  std::size_t pinned_bytes_ = 0;
+  std::size_t peak_pinned_bytes_ = 0;
+  std::size_t pinned_limit_ = SIZE_MAX;
+  std::size_t device_bytes_ = 0;
+  std::vector<std::size_t> fail_at_;
+  std::size_t copies_enqueued_ = 0;
+  std::size_t copies_run_ = 0;
+  std::size_t misplaced_copies_ = 0;
+  bool lost_ = false;
+};
+
+}  // namespace tensorhub::testing
