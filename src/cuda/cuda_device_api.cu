@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/device_api.hpp"
+#include "cuda/shard_hash_kernel.hpp"
 
 namespace tensorhub::cuda {
 namespace {
@@ -121,6 +122,57 @@ class CudaDevice final : public DeviceApi {
     if (it == events_.end()) return;
     cudaEventDestroy(it->second);
     events_.erase(it);
+  }
+
+  Status copy(std::byte* to, const std::byte* from, std::size_t bytes) override {
+    cudaSetDevice(ordinal_);
+    if (cudaError_t e = cudaMemcpy(to, from, bytes, cudaMemcpyDefault); e != cudaSuccess) return failure("cudaMemcpy", e);
+    return Status::ok();
+  }
+
+  Status hash_xxh3(const xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) override {
+    cudaSetDevice(ordinal_);
+    DeviceShard shard;
+    shard.piece_count = static_cast<std::uint32_t>(count);
+    for (std::size_t i = 0; i < count; ++i) shard.length += pieces[i].length;
+    std::uint64_t item_start[2];
+    const std::uint64_t slots = shard_hash_plan(&shard, 1, item_start);
+    // One allocation holds the batch's tables, its scratch and the digest.
+    auto align = [](std::size_t n) { return (n + 255) & ~std::size_t{255}; };
+    const std::size_t pieces_at = 0;
+    const std::size_t shard_at = pieces_at + align(sizeof(xxh3::Piece) * (count + 1));
+    const std::size_t items_at = shard_at + align(sizeof shard);
+    const std::size_t terms_at = items_at + align(sizeof item_start);
+    const std::size_t digest_at = terms_at + align(sizeof(xxh3::Lanes) * (slots + 1));
+    const std::size_t total = digest_at + align(17);
+    cudaStream_t s = cudaStreamPerThread;
+    std::byte* base = nullptr;
+    if (cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&base), total, s); e != cudaSuccess) {
+      return failure("cudaMallocAsync", e);
+    }
+    cudaError_t e = cudaSuccess;
+    auto upload = [&](std::size_t at, const void* from, std::size_t n) {
+      if (e == cudaSuccess && n > 0) e = cudaMemcpyAsync(base + at, from, n, cudaMemcpyHostToDevice, s);
+    };
+    upload(pieces_at, pieces, sizeof(xxh3::Piece) * count);
+    upload(shard_at, &shard, sizeof shard);
+    upload(items_at, item_start, sizeof item_start);
+    const ShardHashBatch batch{reinterpret_cast<const xxh3::Piece*>(base + pieces_at),
+                               reinterpret_cast<const DeviceShard*>(base + shard_at),
+                               reinterpret_cast<const std::uint64_t*>(base + items_at),
+                               1,
+                               item_start[1],
+                               reinterpret_cast<xxh3::Lanes*>(base + terms_at),
+                               reinterpret_cast<std::uint8_t*>(base + digest_at),
+                               reinterpret_cast<std::uint8_t*>(base + digest_at + 16)};
+    const char* launch = e == cudaSuccess ? launch_shard_hash(batch, s) : nullptr;
+    if (e == cudaSuccess && launch == nullptr) e = cudaMemcpyAsync(digest, base + digest_at, 16, cudaMemcpyDeviceToHost, s);
+    cudaFreeAsync(base, s);
+    const cudaError_t synced = cudaStreamSynchronize(s);
+    if (launch != nullptr) return Status::unavailable(std::string("XXH3 kernel: ") + launch);
+    if (e != cudaSuccess) return failure("XXH3 on the device", e);
+    if (synced != cudaSuccess) return failure("XXH3 on the device", synced);
+    return Status::ok();
   }
 
  private:

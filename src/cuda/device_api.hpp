@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "cuda/xxh3_blocks.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::cuda {
@@ -61,6 +62,15 @@ class DeviceApi {
   // Blocks until the ticket is done or failed, and says which.
   virtual TicketState wait(Ticket ticket) = 0;
   virtual void release(Ticket ticket) = 0;
+
+  // Copies `bytes` bytes between any two places, host (pinned or not) or
+  // device, and returns when they are there. Callable from any thread.
+  // Errors: kUnavailable.
+  virtual Status copy(std::byte* to, const std::byte* from, std::size_t bytes) = 0;
+  // XXH3-128 (canonical form) of the concatenation of `count` `pieces` (device
+  // memory), computed on the device: only the 16 bytes come back. Callable
+  // from any thread. Errors: kUnavailable.
+  virtual Status hash_xxh3(const xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) = 0;
 };
 
 // The CUDA runtime on the device whose UUID is `uuid` ("GPU-..." as

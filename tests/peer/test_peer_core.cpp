@@ -4,6 +4,7 @@
 
 #include "core/random_fill.hpp"
 #include "support/model_fixture.hpp"
+#include "support/peer_checks.hpp"
 #include "support/peer_network.hpp"
 
 using namespace tensorhub;
@@ -12,38 +13,6 @@ using namespace tensorhub::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-bool complete(const std::shared_ptr<LocalVersion>& v) {
-  std::lock_guard lock(v->mutex);
-  return v->state == VersionState::kComplete;
-}
-
-VersionState state_of(const std::shared_ptr<LocalVersion>& v) {
-  std::lock_guard lock(v->mutex);
-  return v->state;
-}
-
-bool same_bytes(const std::shared_ptr<LocalVersion>& v, const std::vector<std::byte>& image) {
-  if (v->destination.size() != image.size()) return false;
-  bool same = true;
-  std::size_t at = 0;
-  v->destination.for_each(0, image.size(), [&](std::span<std::byte> piece) {
-    same = same && std::equal(piece.begin(), piece.end(), image.begin() + static_cast<std::ptrdiff_t>(at));
-    at += piece.size();
-  });
-  return same;
-}
-
-// Peers 0..n-1 on their own hosts, joined and converged.
-void add_peers(PeerNetwork& net, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) net.add_peer(Location{"dc", "r" + std::to_string(i % 2), "h" + std::to_string(i)});
-  REQUIRE(net.run_until([&] { return net.gossip().converged(); }, 20s));
-}
-
-bool knows_head(PeerNetwork& net, std::size_t peer, std::uint64_t version) {
-  auto head = net.core(peer).latest("policy");
-  return head && head->version == version;
-}
 
 // Peer 0 publishes `image` as v1 of "policy"; peer 1 fetches it to the end.
 std::shared_ptr<LocalVersion> published_and_fetched(PeerNetwork& net, const std::vector<std::byte>& image,

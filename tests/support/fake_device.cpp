@@ -93,6 +93,27 @@ void FakeDevice::release(cuda::Ticket ticket) {
   ticket_stream_.erase(ticket.id);
 }
 
+Status FakeDevice::copy(std::byte* to, const std::byte* from, std::size_t bytes) {
+  if (lost_) return Status::unavailable("fake device lost");
+  if (inside(device_, from, bytes) && !inside(device_, to, bytes)) bytes_to_host_ += bytes;
+  std::memmove(to, from, bytes);
+  return Status::ok();
+}
+
+Status FakeDevice::hash_xxh3(const cuda::xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) {
+  if (lost_) return Status::unavailable("fake device lost");
+  std::uint64_t length = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!inside(device_, reinterpret_cast<const std::byte*>(pieces[i].data), pieces[i].length)) ++misplaced_copies_;
+    length += pieces[i].length;
+  }
+  const cuda::xxh3::PiecesLoader in{pieces, static_cast<int>(count)};
+  cuda::xxh3::canonical(cuda::xxh3::hash(in, length), digest);
+  ++hashes_;
+  hashed_bytes_ += length;
+  return Status::ok();
+}
+
 bool FakeDevice::step(int stream) {
   Stream& s = streams_[static_cast<std::size_t>(stream)];
   if (s.ops.empty()) return false;
@@ -123,6 +144,32 @@ void FakeDevice::run_all() {
   for (std::size_t i = 0; i < streams_.size(); ++i)
     while (step(static_cast<int>(i))) {
     }
+}
+
+DeviceRegions::DeviceRegions(FakeDevice& device, const std::vector<std::size_t>& sizes) : device_(device) {
+  for (std::size_t n : sizes) {
+    std::byte* p = nullptr;
+    if (!device_.allocate_device(n, p)) continue;  // the fake refuses only when lost
+    regions_.push_back({p, n});
+  }
+}
+
+DeviceRegions::~DeviceRegions() {
+  for (std::span<std::byte> r : regions_) device_.free_device(r.data());
+}
+
+std::vector<std::byte> DeviceRegions::bytes() const {
+  std::vector<std::byte> out;
+  for (std::span<std::byte> r : regions_) out.insert(out.end(), r.begin(), r.end());
+  return out;
+}
+
+void DeviceRegions::fill_from(const std::vector<std::byte>& bytes) {
+  std::size_t at = 0;
+  for (std::span<std::byte> r : regions_) {
+    std::memcpy(r.data(), bytes.data() + at, r.size());
+    at += r.size();
+  }
 }
 
 }  // namespace tensorhub::testing

@@ -14,8 +14,10 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
+#include "core/regions.hpp"
 #include "cuda/device_api.hpp"
 
 namespace tensorhub::testing {
@@ -37,6 +39,9 @@ class FakeDevice final : public cuda::DeviceApi {
   cuda::TicketState query(cuda::Ticket ticket) override;
   cuda::TicketState wait(cuda::Ticket ticket) override;
   void release(cuda::Ticket ticket) override;
+  Status copy(std::byte* to, const std::byte* from, std::size_t bytes) override;
+  // Runs the kernels' own steps (xxh3_blocks.hpp) on the CPU.
+  Status hash_xxh3(const cuda::xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) override;
 
   // ---- What the test drives ----
   // Runs the oldest queued operation of `stream`; false when there is none.
@@ -58,10 +63,15 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t device_bytes() const { return device_bytes_; }
   std::size_t queued(int stream) const { return streams_[static_cast<std::size_t>(stream)].size(); }
   std::size_t copies_run() const { return copies_run_; }
-  // Copies whose host side was not pinned or whose device side was not
-  // device memory (or not inside one allocation): always a bug.
+  // Async copies whose host side was not pinned or whose device side was
+  // not device memory (or not inside one allocation), and hashes of memory
+  // that is not the device's: always a bug.
   std::size_t misplaced_copies() const { return misplaced_copies_; }
   std::size_t live_tickets() const { return tickets_.size(); }
+  std::size_t hashes() const { return hashes_; }
+  std::uint64_t hashed_bytes() const { return hashed_bytes_; }
+  // Bytes that copy() moved out of device memory to the host.
+  std::uint64_t bytes_to_host() const { return bytes_to_host_; }
 
  private:
   struct Op {
@@ -95,6 +105,30 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t copies_run_ = 0;
   std::size_t misplaced_copies_ = 0;
   bool lost_ = false;
+  std::size_t hashes_ = 0;
+  std::uint64_t hashed_bytes_ = 0;
+  std::uint64_t bytes_to_host_ = 0;
+};
+
+// Regions of `device`'s memory of the given sizes, laid end to end; freed
+// with it.
+class DeviceRegions {
+ public:
+  DeviceRegions(FakeDevice& device, const std::vector<std::size_t>& sizes);
+  ~DeviceRegions();
+  DeviceRegions(const DeviceRegions&) = delete;
+  DeviceRegions& operator=(const DeviceRegions&) = delete;
+
+  const std::vector<std::span<std::byte>>& regions() const { return regions_; }
+  core::MutableRegions image() const { return core::MutableRegions(std::span<const std::span<std::byte>>(regions_)); }
+  // The image's bytes, read straight from the fake's memory.
+  std::vector<std::byte> bytes() const;
+  // REQUIRES: bytes.size() == image().size().
+  void fill_from(const std::vector<std::byte>& bytes);
+
+ private:
+  FakeDevice& device_;
+  std::vector<std::span<std::byte>> regions_;
 };
 
 }  // namespace tensorhub::testing

@@ -17,40 +17,14 @@ using namespace tensorhub;
 using cuda::StagingRing;
 using testing::FakeDevice;
 
-namespace {
-
-// Device memory laid out as regions of the given sizes.
-struct DeviceImage {
-  FakeDevice& device;
-  std::vector<std::byte*> allocations;
-  core::MutableRegions regions;
-
-  DeviceImage(FakeDevice& d, std::initializer_list<std::size_t> sizes) : device(d) {
-    for (std::size_t n : sizes) {
-      std::byte* p = nullptr;
-      REQUIRE(device.allocate_device(n, p));
-      allocations.push_back(p);
-      regions.add({p, n});
-    }
-  }
-  ~DeviceImage() {
-    for (std::byte* p : allocations) device.free_device(p);
-  }
-  std::vector<std::byte> bytes() const {
-    std::vector<std::byte> out;
-    for (auto r : regions.regions()) out.insert(out.end(), r.begin(), r.end());
-    return out;
-  }
-};
-
-}  // namespace
+using testing::DeviceRegions;
 
 TEST_CASE("staging ring: an image reaches device regions through 4 slots, copies landing in any order") {
   for (std::uint64_t seed : {1u, 2u, 3u}) {
     FakeDevice device(3);
     // 300,001 bytes over regions of odd sizes, so pieces span regions.
-    DeviceImage image(device, {70001, 13, 130000, 99987});
-    std::vector<std::byte> source(image.regions.size());
+    DeviceRegions memory(device, {70001, 13, 130000, 99987});
+    std::vector<std::byte> source(memory.image().size());
     core::fill_pseudo_random(source, seed);
     std::unique_ptr<StagingRing> ring;
     REQUIRE(StagingRing::create(device, {.slot_bytes = 16384, .slots = 4}, ring));
@@ -74,7 +48,7 @@ TEST_CASE("staging ring: an image reaches device regions through 4 slots, copies
           const std::uint64_t at = offsets[next];
           const std::uint64_t n = std::min<std::uint64_t>(16384, source.size() - at);
           std::memcpy(slot.data(), source.data() + at, n);
-          REQUIRE(ring->submit(slot, image.regions, at, n, at));
+          REQUIRE(ring->submit(slot, memory.image(), at, n, at));
           ++next;
           continue;
         }
@@ -84,7 +58,7 @@ TEST_CASE("staging ring: an image reaches device regions through 4 slots, copies
       ring->poll(landed);
     }
     CHECK(refused > 0);  // the ring really filled up
-    CHECK(image.bytes() == source);
+    CHECK(memory.bytes() == source);
     CHECK(device.misplaced_copies() == 0);
     CHECK(device.live_tickets() == 0);
     CHECK(device.pinned_bytes() == 4 * 16384);  // the ring is the only host memory
@@ -102,7 +76,7 @@ TEST_CASE("staging ring: an image reaches device regions through 4 slots, copies
 
 TEST_CASE("staging ring: a slot is not handed out again while its copy has not run") {
   FakeDevice device(1);
-  DeviceImage image(device, {4096});
+  DeviceRegions memory(device, {4096});
   std::unique_ptr<StagingRing> ring;
   REQUIRE(StagingRing::create(device, {.slot_bytes = 1024, .slots = 2}, ring));
   std::vector<StagingRing::Landed> landed;
@@ -115,8 +89,8 @@ TEST_CASE("staging ring: a slot is not handed out again while its copy has not r
   CHECK(ring->acquire().empty());
   std::memset(a.data(), 0x11, 1024);
   std::memset(b.data(), 0x22, 1024);
-  REQUIRE(ring->submit(a, image.regions, 0, 1024, 0));
-  REQUIRE(ring->submit(b, image.regions, 1024, 1024, 1));
+  REQUIRE(ring->submit(a, memory.image(), 0, 1024, 0));
+  REQUIRE(ring->submit(b, memory.image(), 1024, 1024, 1));
   ring->poll(landed);
   CHECK(landed.empty());
   CHECK(ring->acquire().empty());
@@ -139,21 +113,21 @@ TEST_CASE("staging ring: a slot is not handed out again while its copy has not r
   std::memset(c.data(), 0x33, 1024);
   device.run_all();
   ring->poll(landed);
-  const auto bytes = image.bytes();
+  const auto bytes = memory.bytes();
   CHECK(std::all_of(bytes.begin(), bytes.begin() + 1024, [](std::byte x) { return x == std::byte{0x11}; }));
   CHECK(std::all_of(bytes.begin() + 1024, bytes.begin() + 2048, [](std::byte x) { return x == std::byte{0x22}; }));
 }
 
 TEST_CASE("staging ring: a copy that fails comes back not ok, and its slot is free again") {
   FakeDevice device(2);
-  DeviceImage image(device, {3000, 5000});
+  DeviceRegions memory(device, {3000, 5000});
   std::unique_ptr<StagingRing> ring;
   REQUIRE(StagingRing::create(device, {.slot_bytes = 4096, .slots = 2}, ring));
   // The submission spans both regions: two copies, the second fails.
   device.fail_copy(1);
   auto slot = ring->acquire();
   std::memset(slot.data(), 0x5a, 4096);
-  REQUIRE(ring->submit(slot, image.regions, 1000, 4096, 7));
+  REQUIRE(ring->submit(slot, memory.image(), 1000, 4096, 7));
   device.run_all();
   std::vector<StagingRing::Landed> landed;
   ring->poll(landed);
@@ -169,12 +143,12 @@ TEST_CASE("staging ring: a copy that fails comes back not ok, and its slot is fr
 
 TEST_CASE("staging ring: a lost device refuses the submission and keeps the slot usable") {
   FakeDevice device(1);
-  DeviceImage image(device, {2048});
+  DeviceRegions memory(device, {2048});
   std::unique_ptr<StagingRing> ring;
   REQUIRE(StagingRing::create(device, {.slot_bytes = 1024, .slots = 1}, ring));
   auto slot = ring->acquire();
   device.lose();
-  const Status s = ring->submit(slot, image.regions, 0, 1024, 0);
+  const Status s = ring->submit(slot, memory.image(), 0, 1024, 0);
   CHECK(s.code() == StatusCode::kUnavailable);
   CHECK(ring->in_flight() == 0);
   CHECK(!ring->acquire().empty());
@@ -194,7 +168,7 @@ TEST_CASE("staging ring: creation fails cleanly without pinned memory or with no
 
 TEST_CASE("staging ring: destruction waits for copies in flight, then frees the pinned memory") {
   FakeDevice device(2);
-  DeviceImage image(device, {8192});
+  DeviceRegions memory(device, {8192});
   std::vector<std::byte> source(8192);
   core::fill_pseudo_random(source, 9);
   {
@@ -203,12 +177,12 @@ TEST_CASE("staging ring: destruction waits for copies in flight, then frees the 
     for (std::uint64_t at : {0u, 4096u}) {
       auto slot = ring->acquire();
       std::memcpy(slot.data(), source.data() + at, 4096);
-      REQUIRE(ring->submit(slot, image.regions, at, 4096, at));
+      REQUIRE(ring->submit(slot, memory.image(), at, 4096, at));
     }
     CHECK(device.copies_run() == 0);
   }
   CHECK(device.copies_run() == 2);
-  CHECK(image.bytes() == source);
+  CHECK(memory.bytes() == source);
   CHECK(device.pinned_bytes() == 0);
   CHECK(device.live_tickets() == 0);
 }

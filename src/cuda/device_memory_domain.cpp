@@ -1,0 +1,79 @@
+#include "cuda/device_memory_domain.hpp"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace tensorhub::cuda {
+
+bool DeviceMemoryDomain::read_back(const core::ConstRegions& image, std::uint64_t offset, std::uint64_t length,
+                                   std::vector<std::byte>& out) const {
+  out.resize(static_cast<std::size_t>(length));
+  std::size_t at = 0;
+  bool ok = true;
+  image.for_each(offset, length, [&](std::span<const std::byte> piece) {
+    if (ok) ok = device_.copy(out.data() + at, piece.data(), piece.size()).is_ok();
+    at += piece.size();
+  });
+  return ok;
+}
+
+bool DeviceMemoryDomain::verify_shard(const Manifest& manifest, ShardIndex index,
+                                      const core::ConstRegions& image) const {
+  if (index.value >= manifest.shard_count()) return false;
+  const ShardEntry& e = manifest.shard(index);
+  if (e.byte_offset + e.byte_length > image.size()) return false;
+  if (manifest.body().shard_hash == ShardHashAlgorithm::kXxh3_128) {
+    std::vector<xxh3::Piece> pieces;
+    image.for_each(e.byte_offset, e.byte_length, [&](std::span<const std::byte> piece) {
+      pieces.push_back(xxh3::Piece{reinterpret_cast<const std::uint8_t*>(piece.data()), piece.size()});
+    });
+    std::uint8_t digest[16];
+    if (!device_.hash_xxh3(pieces.data(), pieces.size(), digest)) return false;
+    return e.digest.size == 16 && std::memcmp(digest, e.digest.bytes.data(), 16) == 0;
+  }
+  std::vector<std::byte> bytes;
+  if (!read_back(image, e.byte_offset, e.byte_length, bytes)) return false;
+  return compute_shard_digest(manifest.body().shard_hash, bytes) == e.digest;
+}
+
+bool DeviceMemoryDomain::copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+                              std::uint64_t length) const {
+  // Walk both layouts at once: each copy lies inside one region of each.
+  std::vector<std::span<const std::byte>> sources;
+  std::vector<std::span<std::byte>> targets;
+  from.pieces(offset, length, sources);
+  to.pieces(offset, length, targets);
+  std::size_t s = 0, t = 0;
+  std::size_t s_at = 0, t_at = 0;
+  while (s < sources.size() && t < targets.size()) {
+    const std::size_t n = std::min(sources[s].size() - s_at, targets[t].size() - t_at);
+    if (!device_.copy(targets[t].data() + t_at, sources[s].data() + s_at, n)) return false;
+    s_at += n;
+    t_at += n;
+    if (s_at == sources[s].size()) ++s, s_at = 0;
+    if (t_at == targets[t].size()) ++t, t_at = 0;
+  }
+  return true;
+}
+
+core::Blake2bDigest DeviceMemoryDomain::digest_ranges(std::span<const std::uint8_t> prefix,
+                                                      std::span<const peer::ByteRange> ranges,
+                                                      const core::ConstRegions& image) const {
+  crypto_generichash_state state;
+  crypto_generichash_init(&state, nullptr, 0, 32);
+  crypto_generichash_update(&state, prefix.data(), prefix.size());
+  std::vector<std::byte> bytes;
+  for (const peer::ByteRange& r : ranges) {
+    // Bytes that could not be read prove nothing: all zeros matches no digest.
+    if (!read_back(image, r.offset, r.length, bytes)) return {};
+    crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  }
+  core::Blake2bDigest out{};
+  crypto_generichash_final(&state, out.data(), out.size());
+  return out;
+}
+
+}  // namespace tensorhub::cuda
