@@ -175,6 +175,7 @@ class FetchHandle {
 
  private:
   friend class Peer;
+  friend struct PeerAccess;
   struct State;
   explicit FetchHandle(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;

@@ -8,13 +8,22 @@
 
 namespace tensorhub::cuda {
 
-bool DeviceMemoryDomain::read_back(const core::ConstRegions& image, std::uint64_t offset, std::uint64_t length,
-                                   std::vector<std::byte>& out) const {
-  out.resize(static_cast<std::size_t>(length));
+bool DeviceMemoryDomain::read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const {
   std::size_t at = 0;
   bool ok = true;
-  image.for_each(offset, length, [&](std::span<const std::byte> piece) {
+  image.for_each(offset, out.size(), [&](std::span<const std::byte> piece) {
     if (ok) ok = device_.copy(out.data() + at, piece.data(), piece.size()).is_ok();
+    at += piece.size();
+  });
+  return ok;
+}
+
+bool DeviceMemoryDomain::write(const core::MutableRegions& image, std::uint64_t offset,
+                               std::span<const std::byte> bytes) const {
+  std::size_t at = 0;
+  bool ok = true;
+  image.for_each(offset, bytes.size(), [&](std::span<std::byte> piece) {
+    if (ok) ok = device_.copy(piece.data(), bytes.data() + at, piece.size()).is_ok();
     at += piece.size();
   });
   return ok;
@@ -34,8 +43,8 @@ bool DeviceMemoryDomain::verify_shard(const Manifest& manifest, ShardIndex index
     if (!device_.hash_xxh3(pieces.data(), pieces.size(), digest)) return false;
     return e.digest.size == 16 && std::memcmp(digest, e.digest.bytes.data(), 16) == 0;
   }
-  std::vector<std::byte> bytes;
-  if (!read_back(image, e.byte_offset, e.byte_length, bytes)) return false;
+  std::vector<std::byte> bytes(e.byte_length);
+  if (!read(image, e.byte_offset, bytes)) return false;
   return compute_shard_digest(manifest.body().shard_hash, bytes) == e.digest;
 }
 
@@ -67,8 +76,9 @@ core::Blake2bDigest DeviceMemoryDomain::digest_ranges(std::span<const std::uint8
   crypto_generichash_update(&state, prefix.data(), prefix.size());
   std::vector<std::byte> bytes;
   for (const peer::ByteRange& r : ranges) {
+    bytes.resize(r.length);
     // Bytes that could not be read prove nothing: all zeros matches no digest.
-    if (!read_back(image, r.offset, r.length, bytes)) return {};
+    if (!read(image, r.offset, bytes)) return {};
     crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
   }
   core::Blake2bDigest out{};

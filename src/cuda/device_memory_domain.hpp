@@ -1,8 +1,11 @@
 // GPU memory as a memory domain (peer/memory_domain.hpp): a version whose
 // regions are device memory is verified on the device (the XXH3 kernels;
 // only the 16-byte digest comes back), copied device-side, and proved over
-// small ranges read back to the host. Built over DeviceApi, so the
-// deterministic tests run it on the fake device.
+// small ranges read back to the host. Payloads received for it land through
+// a staging ring (the transport never writes device memory itself), and
+// pieces served from it are read back per piece (the pinned host mirror is
+// not built yet). Built over DeviceApi, so the deterministic tests run it
+// on the fake device.
 //
 // Secure mode's BLAKE2b-256 shards have no device kernel: such a shard is
 // read back to the host and hashed there (correct, and as slow as that
@@ -18,8 +21,11 @@ namespace tensorhub::cuda {
 
 class DeviceMemoryDomain final : public peer::MemoryDomain {
  public:
-  // REQUIRES: `device` outlives the domain and every version in it.
-  explicit DeviceMemoryDomain(DeviceApi& device) : device_(device), name_(device.name()) {}
+  // REQUIRES: `device` and `stage` (a StagingRing on that device, or null:
+  // payloads then land through host buffers and synchronous copies) outlive
+  // the domain and every version in it.
+  explicit DeviceMemoryDomain(DeviceApi& device, peer::PayloadStage* stage = nullptr)
+      : device_(device), stage_(stage), name_(device.name()) {}
 
   std::string_view name() const override { return name_; }
   bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const override;
@@ -28,13 +34,14 @@ class DeviceMemoryDomain final : public peer::MemoryDomain {
             std::uint64_t length) const override;
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const peer::ByteRange> ranges,
                                     const core::ConstRegions& image) const override;
+  bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override;
+  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override;
+  bool host_accessible() const override { return false; }
+  peer::PayloadStage* payload_stage() const override { return stage_; }
 
  private:
-  // The bytes of [offset, offset + length) of `image`, read back to the host.
-  bool read_back(const core::ConstRegions& image, std::uint64_t offset, std::uint64_t length,
-                 std::vector<std::byte>& out) const;
-
   DeviceApi& device_;
+  peer::PayloadStage* stage_;
   std::string name_;
 };
 

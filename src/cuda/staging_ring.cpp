@@ -24,15 +24,21 @@ StagingRing::StagingRing(DeviceApi& device, Options options, std::byte* pinned)
 }
 
 StagingRing::~StagingRing() {
+  drain();
   for (Slot& s : slots_) {
-    if (!s.submitted) continue;
-    device_.wait(s.ticket);
-    device_.release(s.ticket);
+    if (s.landing) device_.release(s.ticket);
   }
   device_.free_pinned(pinned_);
 }
 
-std::span<std::byte> StagingRing::acquire() {
+void StagingRing::drain() {
+  for (Slot& s : slots_) {
+    if (s.landing) device_.wait(s.ticket);
+  }
+}
+
+std::span<std::byte> StagingRing::take(std::uint64_t length) {
+  if (length > options_.slot_bytes) return {};
   for (std::size_t k = 0; k < slots_.size(); ++k) {
     const std::size_t i = (next_ + k) % slots_.size();
     if (slots_[i].busy) continue;
@@ -50,14 +56,20 @@ StagingRing::Slot* StagingRing::slot_of(std::span<std::byte> slot) {
   return &slots_[at / options_.slot_bytes];
 }
 
-Status StagingRing::submit(std::span<std::byte> slot, const core::MutableRegions& destination, std::uint64_t offset,
-                           std::uint64_t length, std::uint64_t tag) {
+void StagingRing::give_back(std::span<std::byte> slot) {
   Slot* s = slot_of(slot);
-  assert(s != nullptr && s->busy && !s->submitted);
+  assert(s != nullptr && s->busy && !s->landing);
+  if (s != nullptr && !s->landing) s->busy = false;
+}
+
+Status StagingRing::land(std::span<std::byte> slot, const core::MutableRegions& destination, std::uint64_t offset,
+                         std::uint64_t length, std::uint64_t tag) {
+  Slot* s = slot_of(slot);
+  assert(s != nullptr && s->busy && !s->landing);
   assert(length <= options_.slot_bytes && offset + length <= destination.size());
-  if (s == nullptr) return Status::internal("submit of a span that is no slot of this ring");
-  const int stream = next_stream_;
-  next_stream_ = (next_stream_ + 1) % device_.stream_count();
+  if (s == nullptr) return Status::internal("a landing from a span that is no slot of this ring");
+  // One range always takes one stream: its landings stay in order.
+  const int stream = static_cast<int>((offset / options_.slot_bytes) % static_cast<std::uint64_t>(device_.stream_count()));
   Status status;
   std::uint64_t from = 0;
   destination.for_each(offset, length, [&](std::span<std::byte> piece) {
@@ -76,7 +88,7 @@ Status StagingRing::submit(std::span<std::byte> slot, const core::MutableRegions
     s->busy = false;
     return status;
   }
-  s->submitted = true;
+  s->landing = true;
   s->landed = Landed{tag, offset, length, false};
   ++in_flight_;
   return Status::ok();
@@ -84,13 +96,13 @@ Status StagingRing::submit(std::span<std::byte> slot, const core::MutableRegions
 
 void StagingRing::poll(std::vector<Landed>& out) {
   for (Slot& s : slots_) {
-    if (!s.submitted) continue;
+    if (!s.landing) continue;
     const TicketState state = device_.query(s.ticket);
     if (state == TicketState::kPending) continue;
     device_.release(s.ticket);
     s.landed.ok = state == TicketState::kDone;
     out.push_back(s.landed);
-    s.submitted = false;
+    s.landing = false;
     s.busy = false;
     --in_flight_;
   }

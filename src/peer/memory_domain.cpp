@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <cstring>
 #include <vector>
 
 #include "core/bus_error_guard.hpp"
@@ -49,6 +50,26 @@ class HostMemory final : public MemoryDomain {
     // Bytes that could not be read prove nothing: all zeros matches no digest.
     if (read) crypto_generichash_final(&state, out.data(), out.size());
     return out;
+  }
+
+  bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override {
+    return core::read_guarded([&] {
+      std::size_t at = 0;
+      image.for_each(offset, out.size(), [&](std::span<const std::byte> piece) {
+        std::memcpy(out.data() + at, piece.data(), piece.size());
+        at += piece.size();
+      });
+    });
+  }
+
+  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override {
+    return core::read_guarded([&] {
+      std::size_t at = 0;
+      image.for_each(offset, bytes.size(), [&](std::span<std::byte> piece) {
+        std::memcpy(piece.data(), bytes.data() + at, piece.size());
+        at += piece.size();
+      });
+    });
   }
 };
 

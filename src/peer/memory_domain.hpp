@@ -2,9 +2,10 @@
 // verifying a shard and copying ranges. The peer's driver runs these on its
 // work pool, never on its I/O thread; the peer core only says which.
 //
-// Host memory is the one domain built. A GPU domain (hashing on the device,
-// copies with cudaMemcpyAsync, registration for RDMA) implements the same
-// interface; the core and the swarm do not change for it.
+// Host memory is built here; GPU memory (src/cuda/device_memory_domain.hpp:
+// hashing on the device, device-side copies, payloads through a staging
+// ring) implements the same interface, and the core and the swarm do not
+// change for it.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "core/hash.hpp"
 #include "core/regions.hpp"
+#include "peer/payload_stage.hpp"
 #include "tensorhub/manifest.hpp"
 
 namespace tensorhub::peer {
@@ -42,6 +44,20 @@ class MemoryDomain {
   // REQUIRES: every range lies inside `image`.
   virtual core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
                                             const core::ConstRegions& image) const = 0;
+  // Copies bytes [offset, offset + out.size()) of `image` to host memory
+  // `out`: false when they could not be read.
+  // REQUIRES: the range lies inside `image`.
+  virtual bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const = 0;
+  // Copies host memory `bytes` to [offset, offset + bytes.size()) of `image`.
+  // REQUIRES: the range lies inside `image`.
+  virtual bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const = 0;
+
+  // Whether the host reads and writes this memory directly: the transport
+  // then receives into it and sends from it. Otherwise payloads go through
+  // payload_stage() (or, when it has none or no buffer is free, a host
+  // buffer and write()), and pieces are served from copies made by read().
+  virtual bool host_accessible() const { return true; }
+  virtual PayloadStage* payload_stage() const { return nullptr; }
 };
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.

@@ -99,6 +99,7 @@ struct PeerAccess {
   using Impl = Peer::Impl;
   static std::unique_ptr<Peer> make(std::unique_ptr<Impl> impl) { return std::unique_ptr<Peer>(new Peer(std::move(impl))); }
   static Impl& impl(Peer& peer) { return *peer.impl_; }
+  static FetchHandle fetch_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version);
 };
 
 namespace {
@@ -268,15 +269,25 @@ Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version,
 }
 
 Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions) {
+  return peer::fetch_into(*this, model, version, regions, peer::host_memory());
+}
+
+Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
+                                     std::span<const MutableRegion> regions, const MemoryDomain& domain) {
+  Impl* impl = &PeerAccess::impl(peer);
   for (const MutableRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("a destination region is empty");
   }
-  auto v = impl_->call([&] { return impl_->engine->fetch(model, version, core::MutableRegions(regions)); });
+  auto v = impl->call([&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
   if (!v) return v.status();
+  return PeerAccess::fetch_handle(impl, std::move(*v));
+}
+
+FetchHandle PeerAccess::fetch_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version) {
   auto state = std::make_shared<FetchHandle::State>();
-  state->impl = impl_.get();
-  state->version = *v;
-  state->info = VersionInfo{(*v)->model, (*v)->number, (*v)->id, (*v)->manifest->total_size()};
+  state->impl = impl;
+  state->info = VersionInfo{version->model, version->number, version->id, version->manifest->total_size()};
+  state->version = std::move(version);
   return FetchHandle(state);
 }
 

@@ -1,4 +1,5 @@
 #include "peer/peer_engine.hpp"
+#include "peer/peer_engine_lease.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -32,37 +33,6 @@ swarm::SwarmConfig swarm_config(const PeerOptions& o, const InternalOptions& int
 
 }  // namespace
 
-// Keeps a version's memory in use while pieces are sent from it and while
-// jobs read or write it; ReleaseMemory's `done` runs once none are left.
-struct PeerEngine::Lease {
-  std::shared_ptr<LocalVersion> version;
-  int uses = 0;
-  // Pieces queued or being written, per peer, by offset in the image.
-  std::map<PeerId, std::set<std::uint64_t>> sending_to;
-  // Payload bytes queued for each peer so far in its current fetch (since
-  // it last said it wanted no more), sent or not.
-  std::map<PeerId, std::uint64_t> bytes_to;
-  std::vector<std::function<void()>> on_idle;
-
-  void piece_done(const PeerId& peer, std::uint64_t offset, std::uint32_t length, bool sent) {
-    if (sent) {  // counted once sent: a piece cancelled while queued never left
-      std::lock_guard lock(version->mutex);
-      version->bytes_served += length;
-    }
-    if (auto it = sending_to.find(peer); it != sending_to.end()) {
-      it->second.erase(offset);
-      if (it->second.empty()) sending_to.erase(it);
-    }
-    end_use();
-  }
-  void end_use() {
-    if (--uses > 0 || on_idle.empty()) return;
-    auto idle = std::move(on_idle);
-    on_idle.clear();
-    for (auto& fn : idle) fn();
-  }
-};
-
 namespace {
 
 // One piece sent to `peer` from a lease's memory.
@@ -93,7 +63,8 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, InternalOption
       identity_(std::move(identity)),
       swarm_key_(std::move(swarm_key)),
       run_callback_(std::move(run_callback)),
-      timer_(io) {
+      timer_(io),
+      landing_poll_(io) {
   if (options_.trusted_publishers.empty()) options_.trusted_publishers.push_back(identity_.public_key());
 }
 
@@ -203,6 +174,8 @@ void PeerEngine::close() {
   }
   closed_ = true;
   timer_.cancel();
+  landing_poll_.cancel();
+  drain_landings();
   if (tcp_) tcp_->close();
   if (gossip_) gossip_->close();
 }
@@ -238,18 +211,21 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const 
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model, std::uint64_t number,
-                                                        core::MutableRegions destination) {
+                                                        core::MutableRegions destination, const MemoryDomain& domain) {
   auto manifest = core_->resolve(model, number);
   if (!manifest) return with_join_status(manifest.status());
   const Manifest& m = **manifest;
   core::AnonymousMemory owned;
+  if (destination.empty() && !domain.host_accessible()) {
+    return Status::invalid_argument("a fetch into " + std::string(domain.name()) + " memory needs its destination");
+  }
   if (destination.empty()) {
     auto memory = core::AnonymousMemory::allocate(m.total_size());
     if (!memory) return memory.status().with_context("the destination of " + model + " v" + std::to_string(m.version()));
     owned = std::move(*memory);
     destination = core::MutableRegions(owned.bytes());
   }
-  auto v = core_->fetch(now(), *manifest, std::move(destination));
+  auto v = core_->fetch(now(), *manifest, std::move(destination), domain);
   if (v) (*v)->owned = std::move(owned);
   pump();
   return v;
@@ -453,19 +429,8 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   queued.insert(s.offset);
   sent += s.length;
   ++source->uses;
-  if (internal_.corrupt_serving) {
-    // A deliberately bad holder (tests only): serves a corrupted copy.
-    struct CorruptedCopy final : LeasedPiece {
-      std::vector<std::byte> bytes;
-    };
-    auto copy = std::make_shared<CorruptedCopy>();
-    for (const auto& piece : serve_pieces_) copy->bytes.insert(copy->bytes.end(), piece.begin(), piece.end());
-    copy->bytes[copy->bytes.size() / 2] ^= std::byte{0x01};
-    copy->lease = std::move(source);
-    copy->peer = s.peer;
-    copy->offset = s.offset;
-    const std::span<const std::byte> whole[] = {copy->bytes};
-    to.send_piece(s.peer, s.header, whole, copy);
+  if (internal_.corrupt_serving || !v->domain->host_accessible()) {
+    serve_copied_piece(s, v, std::move(source));
     return;
   }
   auto piece = std::make_shared<LeasedPiece>();
@@ -545,6 +510,7 @@ void PeerEngine::on_connect_failed(const PeerId& peer) {
 
 void PeerEngine::on_disconnected(const PeerId& peer) {
   if (closed_) return;
+  drop_staged_payloads(peer);
   core_->on_disconnected(now(), peer);
   pump();
 }
@@ -561,11 +527,13 @@ void PeerEngine::piece_destination(const PeerId& peer, const swarm::SwarmMessage
   auto landing = core_->begin_piece(now(), peer, header);
   arm_timer();  // the landing has a deadline
   if (!landing) return;
+  if (!landing->version->domain->host_accessible()) return stage_payload(peer, header, *landing, out);
   landing->version->destination.pieces(landing->offset, landing->length, out);
 }
 
 void PeerEngine::on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) {
   if (closed_) return;
+  if (end_staged_payload(peer, header, stored)) return;
   core_->on_piece(now(), peer, header, stored);
   pump();
 }

@@ -10,6 +10,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,11 @@ class PeerEngine final : public TransportEvents {
   Result<std::shared_ptr<LocalVersion>> publish(std::shared_ptr<const Manifest> manifest, core::ConstRegions image);
   // Errors: as PeerCore::resolve and PeerCore::fetch; kIoError when memory
   // for the destination cannot be had.
+  // `domain`: where the destination lives (host memory unless told);
+  // REQUIRES: it outlives the version.
   Result<std::shared_ptr<LocalVersion>> fetch(const std::string& model, std::uint64_t number,
-                                              core::MutableRegions destination);
+                                              core::MutableRegions destination,
+                                              const MemoryDomain& domain = host_memory());
   // `done` runs on the I/O thread once the memory is its owner's again.
   void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
@@ -102,6 +106,21 @@ class PeerEngine final : public TransportEvents {
   DataTransport& transport_for(const PeerId& peer);
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
   void serve_piece(const swarm::ServePiece& serve);
+  // Serves a piece from a copy of its bytes, made on the pool: from memory
+  // the host cannot read, or corrupted on purpose (InternalOptions).
+  void serve_copied_piece(const swarm::ServePiece& serve, std::shared_ptr<LocalVersion> version,
+                          std::shared_ptr<Lease> source);
+  // Payloads for versions the host cannot write (peer_engine_staging.cpp):
+  // received into a stage's buffer or a host buffer, then landed.
+  void stage_payload(const PeerId& peer, const swarm::SwarmMessage& header, const PieceLanding& landing,
+                     std::vector<std::span<std::byte>>& out);
+  // Ends a staged payload's receipt; false when `header` names none.
+  bool end_staged_payload(const PeerId& peer, const swarm::SwarmMessage& header, bool stored);
+  void drop_staged_payloads(const PeerId& peer);
+  void arm_landing_poll();
+  void poll_landings();
+  // Waits for every landing in flight and forgets them (the engine closes).
+  void drain_landings();
   // The requester's fetch of the version ended: its allowance starts again.
   void requester_done(const PeerId& peer, const ManifestId& version_id);
   void hash_shard(const HashShard& job);
@@ -143,6 +162,29 @@ class PeerEngine final : public TransportEvents {
   bool joined_ = false;  // some other peer was heard of since start
   std::unique_ptr<asio::steady_timer> join_check_;  // logs a peer that joined nobody
   std::list<asio::steady_timer> release_timers_;     // the releases' graces (release_memory)
+  // Payloads being received for versions the host cannot write, by
+  // (neighbour, request id), and the landings whose copies are in flight.
+  struct StagedPayload {
+    std::shared_ptr<LocalVersion> version;
+    std::uint64_t offset = 0;
+    std::uint32_t length = 0;
+    PayloadStage* stage = nullptr;  // null: `bounce` holds the payload
+    std::span<std::byte> buffer;
+    std::vector<std::byte> bounce;
+  };
+  struct Landing {
+    PeerId peer;
+    swarm::SwarmMessage header;
+    PayloadStage* stage = nullptr;
+    std::shared_ptr<Lease> lease;  // the destination is in use until the copy ends
+  };
+  std::map<std::pair<PeerId, std::uint32_t>, StagedPayload> receiving_;
+  std::map<std::uint64_t, Landing> landings_;
+  std::uint64_t next_landing_tag_ = 1;
+  asio::steady_timer landing_poll_;
+  bool landing_poll_armed_ = false;
+  std::uint64_t landings_staged_ = 0;        // through a stage's buffer
+  std::uint64_t landings_through_host_ = 0;  // through a host buffer (no stage buffer free)
   core::WorkPool pool_;  // last: its jobs finish before the rest goes
 };
 

@@ -29,6 +29,7 @@ std::string PeerEngine::status_json() const {
                         {"id", id.hex()},
                         {"state", std::string(version_state_name(v->state))},
                         {"published", v->role == VersionRole::kPublished},
+                        {"memory", std::string(v->domain->name())},
                         {"bytes_total", v->progress.bytes_total},
                         {"bytes_verified", v->progress.bytes_verified},
                         {"shards_total", v->progress.shards_total},
@@ -72,6 +73,10 @@ std::string PeerEngine::status_json() const {
   j["handshakes_shed"] = tcp_->handshakes_shed();
   j["discarded_piece_bytes"] = core_->swarm().discarded_piece_bytes();
   j["work_queued"] = pool_.queued();
+  // Payloads for memory the host cannot write (GPU memory).
+  j["landings"] = {{"staged", landings_staged_},
+                   {"through_host_buffer", landings_through_host_},
+                   {"in_flight", landings_.size()}};
   // Records are validated when decoded; should a string still hold invalid
   // UTF-8, it is replaced rather than thrown.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 
+#include "peer/memory_domain.hpp"
 #include "tensorhub/peer.hpp"
 
 namespace tensorhub::peer {
@@ -24,6 +25,16 @@ struct InternalOptions {
 // Peer::start with internal options.
 Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions internal, Identity identity,
                                          SwarmKey swarm_key);
+
+// Peer::fetch into memory of `domain` (GPU memory, say): `regions` are that
+// domain's, verified and served through it, and payloads land through its
+// payload stage. The public API names GPU destinations once the CUDA device
+// can be chosen there; until then the tests and tools call this.
+// REQUIRES: `domain` outlives the handle's version.
+// Errors: as Peer::fetch; kInvalidArgument for no regions when the host
+// cannot allocate in `domain`.
+Result<FetchHandle> fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
+                               std::span<const MutableRegion> regions, const MemoryDomain& domain);
 
 // Queues `fn` on the peer's I/O thread, behind whatever is queued there
 // (benchmarks measure the thread's lag with it: gossip datagrams wait in

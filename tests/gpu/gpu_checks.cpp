@@ -320,7 +320,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 // Moves `total` bytes of `source` into device memory at `device` through a
 // ring; with `producer`, a thread copies each slot's bytes from `source`
-// (as a NIC would write them) before it is submitted. Returns GB/s.
+// (as a NIC would write them) before it lands. Returns GB/s.
 double staged_rate(DeviceApi& api, const std::uint8_t* source, std::uint8_t* device, std::size_t total,
                    StagingRing::Options options, bool producer) {
   std::unique_ptr<StagingRing> ring;
@@ -329,19 +329,19 @@ double staged_rate(DeviceApi& api, const std::uint8_t* source, std::uint8_t* dev
     std::exit(2);
   }
   core::MutableRegions destination(std::span<std::byte>(reinterpret_cast<std::byte*>(device), total));
-  std::vector<StagingRing::Landed> landed;
+  std::vector<peer::PayloadStage::Landed> landed;
   std::size_t next = 0;
   std::size_t done = 0;
   const std::size_t pieces = (total + options.slot_bytes - 1) / options.slot_bytes;
   const auto start = std::chrono::steady_clock::now();
   while (done < pieces) {
     if (next < pieces) {
-      std::span<std::byte> slot = ring->acquire();
+      std::span<std::byte> slot = ring->take(options.slot_bytes);
       if (!slot.empty()) {
         const std::size_t at = next * options.slot_bytes;
         const std::size_t n = std::min(options.slot_bytes, total - at);
         if (producer) std::memcpy(slot.data(), source + at, n);
-        if (Status s = ring->submit(slot, destination, at, n, next); !s) {
+        if (Status s = ring->land(slot, destination, at, n, next); !s) {
           std::fprintf(stderr, "%s\n", s.to_string().c_str());
           std::exit(2);
         }

@@ -330,6 +330,12 @@ struct CountingDomain final : MemoryDomain {
                                     const core::ConstRegions& image) const override {
     return host_memory().digest_ranges(prefix, ranges, image);
   }
+  bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override {
+    return host_memory().read(image, offset, out);
+  }
+  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override {
+    return host_memory().write(image, offset, bytes);
+  }
 };
 
 }  // namespace

@@ -11,7 +11,10 @@
 #include <thread>
 
 #include "core/random_fill.hpp"
+#include "cuda/device_memory_domain.hpp"
+#include "cuda/staging_ring.hpp"
 #include "peer/peer_internal.hpp"
+#include "support/fake_device.hpp"
 #include "support/gossip_network.hpp"
 #include "support/model_fixture.hpp"
 #include "tensorhub/peer.hpp"
@@ -44,15 +47,24 @@ std::unique_ptr<Peer> start_peer(std::uint64_t key, const PublicKey& publisher, 
   return std::move(*peer);
 }
 
+// A publisher (key `first`) and `workers` peers (keys first + 1, ...)
+// seeded by it, all trusting it.
+std::vector<std::unique_ptr<Peer>> publisher_and_workers(std::uint64_t first, std::size_t workers) {
+  const PublicKey publisher_key = GossipNetwork::identity_for(first).public_key();
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(start_peer(first, publisher_key, {}));
+  const std::string seed = peers[0]->gossip_address();
+  for (std::size_t i = 1; i <= workers; ++i) peers.push_back(start_peer(first + i, publisher_key, {seed}));
+  return peers;
+}
+
 }  // namespace
 
 TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
-  const Identity publisher_id = GossipNetwork::identity_for(600);
-  const PublicKey publisher_key = publisher_id.public_key();
-  auto publisher = start_peer(600, publisher_key, {});
-  const std::string seed = publisher->gossip_address();
-  auto worker1 = start_peer(601, publisher_key, {seed});
-  auto worker2 = start_peer(602, publisher_key, {seed});
+  auto peers = publisher_and_workers(600, 2);
+  Peer* publisher = peers[0].get();
+  Peer* worker1 = peers[1].get();
+  Peer* worker2 = peers[2].get();
 
   auto image = small_model(21, 3u << 20);
   const auto tensors = tensors_of(image);
@@ -60,7 +72,7 @@ TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
   REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
   CHECK(handle->version() == 1);
 
-  for (Peer* worker : {worker1.get(), worker2.get()}) {
+  for (Peer* worker : {worker1, worker2}) {
     auto head = worker->wait_for_head("policy", 0, 10s);
     REQUIRE_MESSAGE(head.is_ok(), head.status().to_string());
     CHECK(head->version == 1);
@@ -82,7 +94,7 @@ TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
   handle->release();
 
   // A third worker fetches from the two, with the publisher's copy gone.
-  auto worker3 = start_peer(603, publisher_key, {seed});
+  auto worker3 = start_peer(603, GossipNetwork::identity_for(600).public_key(), {publisher->gossip_address()});
   REQUIRE(worker3->wait_for_head("policy", 0, 10s).is_ok());
   auto f3 = worker3->fetch("policy", 0);
   REQUIRE(f3.is_ok());
@@ -584,4 +596,87 @@ TEST_CASE("peer: with a member list, a swarm-key holder off it gets no byte from
   // Taken off the publisher's list, the worker is forgotten and cut off there.
   REQUIRE(publisher->set_members({publisher_key, GossipNetwork::identity_for(1002).public_key()}).is_ok());
   CHECK(publisher->status_json().find(GossipNetwork::identity_for(1001).public_key().hex()) == std::string::npos);
+}
+
+namespace {
+
+std::uint64_t landings(Peer& peer, const char* what) {
+  return nlohmann::json::parse(peer.status_json())["landings"][what].get<std::uint64_t>();
+}
+
+}  // namespace
+
+TEST_CASE("peer: a fetch into GPU memory over TCP lands through the staging ring, verifies on the device, and serves onwards") {
+  // GPU memory is the fake device's (host memory posing as device memory,
+  // copies that run when the peer polls their tickets): the engine's path
+  // is the one a real GPU takes.
+  FakeDevice device(2);
+  device.complete_on_query(true);
+  std::unique_ptr<cuda::StagingRing> ring;
+  REQUIRE(cuda::StagingRing::create(device, {.slot_bytes = 64u << 10, .slots = 8}, ring));
+  const cuda::DeviceMemoryDomain gpu(device, ring.get());
+
+  auto peers = publisher_and_workers(660, 2);
+  Peer* publisher = peers[0].get();
+  Peer* worker = peers[1].get();
+  Peer* later = peers[2].get();
+
+  auto image = small_model(66, 3u << 20);
+  auto handle = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  // Regions of odd sizes, so blocks span them.
+  DeviceRegions memory(device, {image.size() / 3 + 7, 1, image.size() - image.size() / 3 - 8});
+  auto fetched = peer::fetch_into(*worker, "policy", 1, memory.regions(), gpu);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(memory.bytes() == image);
+  const std::uint64_t blocks = (image.size() + (64u << 10) - 1) / (64u << 10);
+  CHECK(landings(*worker, "staged") + landings(*worker, "through_host_buffer") >= blocks);
+  CHECK(landings(*worker, "staged") > 0);
+  CHECK(device.hashes() >= (image.size() + (256u << 10) - 1) / (256u << 10));  // every shard on the device
+  CHECK(device.misplaced_copies() == 0);
+  CHECK(device.peak_pinned_bytes() == 8 * (64u << 10));  // the ring is the only host memory it pinned
+  const auto status = nlohmann::json::parse(worker->status_json());
+  CHECK(status["versions"][0]["memory"] == "fake");
+
+  // The publisher lets go (the worker holds it now): a later fetcher is
+  // served from the worker's GPU memory, read back piece by piece.
+  handle->release();
+  REQUIRE(later->wait_for_head("policy", 0, 10s).is_ok());
+  auto copy = later->fetch("policy", 1);
+  REQUIRE(copy.is_ok());
+  REQUIRE_MESSAGE(copy->wait(30s).is_ok(), copy->wait(0ms).to_string());
+  CHECK(std::equal(copy->bytes().begin(), copy->bytes().end(), image.begin(), image.end()));
+  CHECK(device.bytes_to_host() >= image.size());
+  fetched->release();
+}
+
+TEST_CASE("peer: a GPU fetch whose ring is too small lands the rest through host buffers, and still verifies") {
+  FakeDevice device(1);  // copies run only when a ticket is asked about
+  device.complete_on_query(true);
+  std::unique_ptr<cuda::StagingRing> ring;
+  REQUIRE(cuda::StagingRing::create(device, {.slot_bytes = 64u << 10, .slots = 1}, ring));
+  const cuda::DeviceMemoryDomain gpu(device, ring.get());
+  const Identity publisher_id = GossipNetwork::identity_for(670);
+  auto publisher = start_peer(670, publisher_id.public_key(), {});
+  auto worker = start_peer(671, publisher_id.public_key(), {publisher->gossip_address()},
+                           [](PeerOptions& o) { o.data_lanes = 4; });  // payloads arrive four at a time
+  auto image = small_model(67, 2u << 20);
+  auto handle = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(handle.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  DeviceRegions memory(device, {image.size()});
+  auto fetched = peer::fetch_into(*worker, "policy", 1, memory.regions(), gpu);
+  REQUIRE(fetched.is_ok());
+  REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(memory.bytes() == image);
+  MESSAGE("staged " << landings(*worker, "staged") << ", through host buffers "
+                    << landings(*worker, "through_host_buffer"));
+  CHECK(landings(*worker, "staged") > 0);
+  CHECK(landings(*worker, "in_flight") == 0);
+  // Without a destination, a GPU fetch is refused: the host cannot allocate there.
+  auto none = peer::fetch_into(*worker, "policy", 1, {}, gpu);
+  CHECK(none.status().code() == StatusCode::kInvalidArgument);
+  // The handle's destructor lets go at once, before the memory is freed.
 }

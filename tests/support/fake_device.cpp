@@ -11,6 +11,7 @@ FakeDevice::~FakeDevice() {
 }
 
 Status FakeDevice::allocate_pinned(std::size_t bytes, std::byte*& out) {
+  std::lock_guard lock(mutex_);
   if (lost_) return Status::unavailable("fake device lost");
   if (bytes > pinned_limit_ - std::min(pinned_limit_, pinned_bytes_)) {
     return Status::unavailable("out of pinned memory");
@@ -23,6 +24,7 @@ Status FakeDevice::allocate_pinned(std::size_t bytes, std::byte*& out) {
 }
 
 void FakeDevice::free_pinned(std::byte* memory) {
+  std::lock_guard lock(mutex_);
   auto it = pinned_.find(memory);
   if (it == pinned_.end()) return;
   pinned_bytes_ -= it->second;
@@ -31,6 +33,7 @@ void FakeDevice::free_pinned(std::byte* memory) {
 }
 
 Status FakeDevice::allocate_device(std::size_t bytes, std::byte*& out) {
+  std::lock_guard lock(mutex_);
   if (lost_) return Status::unavailable("fake device lost");
   out = new std::byte[bytes];
   device_[out] = bytes;
@@ -39,6 +42,7 @@ Status FakeDevice::allocate_device(std::size_t bytes, std::byte*& out) {
 }
 
 void FakeDevice::free_device(std::byte* memory) {
+  std::lock_guard lock(mutex_);
   auto it = device_.find(memory);
   if (it == device_.end()) return;
   device_bytes_ -= it->second;
@@ -55,6 +59,7 @@ bool FakeDevice::inside(const Allocations& a, const std::byte* p, std::size_t by
 
 Status FakeDevice::copy_async(cuda::CopyDirection direction, std::byte* to, const std::byte* from, std::size_t bytes,
                               int stream) {
+  std::lock_guard lock(mutex_);
   if (lost_) return Status::unavailable("fake device lost");
   const bool to_device = direction == cuda::CopyDirection::kHostToDevice;
   const bool placed = to_device ? inside(pinned_, from, bytes) && inside(device_, to, bytes)
@@ -67,6 +72,7 @@ Status FakeDevice::copy_async(cuda::CopyDirection direction, std::byte* to, cons
 }
 
 Status FakeDevice::record(int stream, cuda::Ticket& out) {
+  std::lock_guard lock(mutex_);
   if (lost_) return Status::unavailable("fake device lost");
   out.id = next_ticket_++;
   tickets_[out.id] = cuda::TicketState::kPending;
@@ -76,24 +82,35 @@ Status FakeDevice::record(int stream, cuda::Ticket& out) {
 }
 
 cuda::TicketState FakeDevice::query(cuda::Ticket ticket) {
+  std::lock_guard lock(mutex_);
   auto it = tickets_.find(ticket.id);
-  return it == tickets_.end() ? cuda::TicketState::kFailed : it->second;
+  if (it == tickets_.end()) return cuda::TicketState::kFailed;
+  if (complete_on_query_) {
+    const int stream = ticket_stream_[ticket.id];
+    while (it->second == cuda::TicketState::kPending && step_locked(stream)) {
+    }
+  }
+  return it->second;
 }
 
 cuda::TicketState FakeDevice::wait(cuda::Ticket ticket) {
-  auto it = ticket_stream_.find(ticket.id);
-  if (it == ticket_stream_.end()) return cuda::TicketState::kFailed;
-  while (query(ticket) == cuda::TicketState::kPending && step(it->second)) {
+  std::lock_guard lock(mutex_);
+  auto it = tickets_.find(ticket.id);
+  if (it == tickets_.end()) return cuda::TicketState::kFailed;
+  const int stream = ticket_stream_[ticket.id];
+  while (it->second == cuda::TicketState::kPending && step_locked(stream)) {
   }
-  return query(ticket);
+  return it->second;
 }
 
 void FakeDevice::release(cuda::Ticket ticket) {
+  std::lock_guard lock(mutex_);
   tickets_.erase(ticket.id);
   ticket_stream_.erase(ticket.id);
 }
 
 Status FakeDevice::copy(std::byte* to, const std::byte* from, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
   if (lost_) return Status::unavailable("fake device lost");
   if (inside(device_, from, bytes) && !inside(device_, to, bytes)) bytes_to_host_ += bytes;
   std::memmove(to, from, bytes);
@@ -101,6 +118,7 @@ Status FakeDevice::copy(std::byte* to, const std::byte* from, std::size_t bytes)
 }
 
 Status FakeDevice::hash_xxh3(const cuda::xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) {
+  std::lock_guard lock(mutex_);
   if (lost_) return Status::unavailable("fake device lost");
   std::uint64_t length = 0;
   for (std::size_t i = 0; i < count; ++i) {
@@ -115,6 +133,11 @@ Status FakeDevice::hash_xxh3(const cuda::xxh3::Piece* pieces, std::size_t count,
 }
 
 bool FakeDevice::step(int stream) {
+  std::lock_guard lock(mutex_);
+  return step_locked(stream);
+}
+
+bool FakeDevice::step_locked(int stream) {
   Stream& s = streams_[static_cast<std::size_t>(stream)];
   if (s.ops.empty()) return false;
   const Op op = s.ops.front();
@@ -133,16 +156,18 @@ bool FakeDevice::step(int stream) {
 }
 
 bool FakeDevice::step_any(std::mt19937_64& rng) {
+  std::lock_guard lock(mutex_);
   std::vector<int> busy;
   for (std::size_t i = 0; i < streams_.size(); ++i)
     if (!streams_[i].ops.empty()) busy.push_back(static_cast<int>(i));
   if (busy.empty()) return false;
-  return step(busy[rng() % busy.size()]);
+  return step_locked(busy[rng() % busy.size()]);
 }
 
 void FakeDevice::run_all() {
+  std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < streams_.size(); ++i)
-    while (step(static_cast<int>(i))) {
+    while (step_locked(static_cast<int>(i))) {
     }
 }
 

@@ -5,7 +5,10 @@
 // premature reuse of a buffer would do (the copy reads the bytes that are
 // there when it runs, like DMA), and can make copies fail or the device be
 // lost. It also checks what the hardware needs: every copy's host side in
-// pinned memory and its device side in device memory.
+// pinned memory and its device side in device memory. Thread-safe, so a
+// peer's threads may use it while a test watches; with complete_on_query a
+// queued copy runs when its ticket is first asked about (a peer that polls
+// then drives the device itself).
 #pragma once
 
 #include <cstddef>
@@ -13,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <span>
 #include <vector>
@@ -56,22 +60,23 @@ class FakeDevice final : public cuda::DeviceApi {
   void lose() { lost_ = true; }
   // Pinned bytes the device will hand out in all (allocations past it fail).
   void limit_pinned(std::size_t bytes) { pinned_limit_ = bytes; }
+  void complete_on_query(bool on) { complete_on_query_ = on; }
 
   // ---- What the test checks ----
-  std::size_t pinned_bytes() const { return pinned_bytes_; }
-  std::size_t peak_pinned_bytes() const { return peak_pinned_bytes_; }
-  std::size_t device_bytes() const { return device_bytes_; }
-  std::size_t queued(int stream) const { return streams_[static_cast<std::size_t>(stream)].size(); }
-  std::size_t copies_run() const { return copies_run_; }
+  std::size_t pinned_bytes() const { return locked(pinned_bytes_); }
+  std::size_t peak_pinned_bytes() const { return locked(peak_pinned_bytes_); }
+  std::size_t device_bytes() const { return locked(device_bytes_); }
+  std::size_t queued(int stream) const { return locked(streams_[static_cast<std::size_t>(stream)].ops).size(); }
+  std::size_t copies_run() const { return locked(copies_run_); }
   // Async copies whose host side was not pinned or whose device side was
   // not device memory (or not inside one allocation), and hashes of memory
   // that is not the device's: always a bug.
-  std::size_t misplaced_copies() const { return misplaced_copies_; }
-  std::size_t live_tickets() const { return tickets_.size(); }
-  std::size_t hashes() const { return hashes_; }
-  std::uint64_t hashed_bytes() const { return hashed_bytes_; }
+  std::size_t misplaced_copies() const { return locked(misplaced_copies_); }
+  std::size_t live_tickets() const { return locked(tickets_).size(); }
+  std::size_t hashes() const { return locked(hashes_); }
+  std::uint64_t hashed_bytes() const { return locked(hashed_bytes_); }
   // Bytes that copy() moved out of device memory to the host.
-  std::uint64_t bytes_to_host() const { return bytes_to_host_; }
+  std::uint64_t bytes_to_host() const { return locked(bytes_to_host_); }
 
  private:
   struct Op {
@@ -89,6 +94,12 @@ class FakeDevice final : public cuda::DeviceApi {
   };
   using Allocations = std::map<const std::byte*, std::size_t>;  // start -> size
   static bool inside(const Allocations& a, const std::byte* p, std::size_t bytes);
+  template <typename T>
+  T locked(const T& field) const {
+    std::lock_guard lock(mutex_);
+    return field;
+  }
+  bool step_locked(int stream);  // REQUIRES: mutex_ held
 
   std::vector<Stream> streams_;
   std::map<std::uint64_t, cuda::TicketState> tickets_;
@@ -105,6 +116,8 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t copies_run_ = 0;
   std::size_t misplaced_copies_ = 0;
   bool lost_ = false;
+  bool complete_on_query_ = false;
+  mutable std::mutex mutex_;
   std::size_t hashes_ = 0;
   std::uint64_t hashed_bytes_ = 0;
   std::uint64_t bytes_to_host_ = 0;

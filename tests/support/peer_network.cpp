@@ -123,9 +123,8 @@ void PeerNetwork::drain(std::size_t peer) {
       auto to = index_of(serve->peer);
       auto v = p.core->find(serve->version_id);
       if (!to || !v) continue;
-      std::vector<std::byte> bytes;
-      v->memory.for_each(serve->offset, serve->length,
-                         [&](std::span<const std::byte> piece) { bytes.insert(bytes.end(), piece.begin(), piece.end()); });
+      std::vector<std::byte> bytes(serve->length);
+      if (!v->domain->read(v->memory, serve->offset, bytes)) continue;
       links_.serve(now(), peer, *to, serve->header, std::move(bytes));
     } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
       const bool good = hash->version->domain->verify_shard(*hash->version->manifest, hash->shard,
@@ -165,11 +164,8 @@ void PeerNetwork::dispatch(Event& e) {
       const std::size_t from = e.link->from;
       links_.deliver(*p.core, now(), gossip_.id(from), peers_[from].core != nullptr, *e.link,
                      [&](const peer::PieceLanding& target, std::span<const std::byte> payload) {
-                       std::size_t done = 0;
-                       target.version->destination.for_each(target.offset, target.length, [&](std::span<std::byte> piece) {
-                         std::memcpy(piece.data(), payload.data() + done, piece.size());
-                         done += piece.size();
-                       });
+                       // Through the domain: GPU memory is not the host's to write.
+                       target.version->domain->write(target.version->destination, target.offset, payload);
                        p.piece_bytes_received += payload.size();
                      });
       break;

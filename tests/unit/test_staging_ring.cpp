@@ -35,12 +35,12 @@ TEST_CASE("staging ring: an image reaches device regions through 4 slots, copies
     std::mt19937_64 rng(seed);
     std::shuffle(offsets.begin(), offsets.end(), rng);
 
-    std::vector<StagingRing::Landed> landed;
+    std::vector<peer::PayloadStage::Landed> landed;
     std::size_t next = 0;
     std::size_t refused = 0;
     while (landed.size() < offsets.size()) {
       if (next < offsets.size()) {
-        std::span<std::byte> slot = ring->acquire();
+        std::span<std::byte> slot = ring->take(ring->slot_bytes());
         if (slot.empty()) {
           ++refused;
           CHECK(ring->in_flight() == 4);
@@ -48,7 +48,7 @@ TEST_CASE("staging ring: an image reaches device regions through 4 slots, copies
           const std::uint64_t at = offsets[next];
           const std::uint64_t n = std::min<std::uint64_t>(16384, source.size() - at);
           std::memcpy(slot.data(), source.data() + at, n);
-          REQUIRE(ring->submit(slot, memory.image(), at, n, at));
+          REQUIRE(ring->land(slot, memory.image(), at, n, at));
           ++next;
           continue;
         }
@@ -79,35 +79,35 @@ TEST_CASE("staging ring: a slot is not handed out again while its copy has not r
   DeviceRegions memory(device, {4096});
   std::unique_ptr<StagingRing> ring;
   REQUIRE(StagingRing::create(device, {.slot_bytes = 1024, .slots = 2}, ring));
-  std::vector<StagingRing::Landed> landed;
+  std::vector<peer::PayloadStage::Landed> landed;
 
-  auto a = ring->acquire();
-  auto b = ring->acquire();
+  auto a = ring->take(ring->slot_bytes());
+  auto b = ring->take(ring->slot_bytes());
   REQUIRE(!a.empty());
   REQUIRE(!b.empty());
   CHECK(a.data() != b.data());
-  CHECK(ring->acquire().empty());
+  CHECK(ring->take(ring->slot_bytes()).empty());
   std::memset(a.data(), 0x11, 1024);
   std::memset(b.data(), 0x22, 1024);
-  REQUIRE(ring->submit(a, memory.image(), 0, 1024, 0));
-  REQUIRE(ring->submit(b, memory.image(), 1024, 1024, 1));
+  REQUIRE(ring->land(a, memory.image(), 0, 1024, 0));
+  REQUIRE(ring->land(b, memory.image(), 1024, 1024, 1));
   ring->poll(landed);
   CHECK(landed.empty());
-  CHECK(ring->acquire().empty());
+  CHECK(ring->take(ring->slot_bytes()).empty());
 
   // The first copy runs but its ticket has not: still not free.
   CHECK(device.step(0));
   ring->poll(landed);
   CHECK(landed.empty());
-  CHECK(ring->acquire().empty());
+  CHECK(ring->take(ring->slot_bytes()).empty());
   // Its ticket: exactly that slot comes back.
   CHECK(device.step(0));
   ring->poll(landed);
   REQUIRE(landed.size() == 1);
   CHECK(landed[0].tag == 0);
-  auto c = ring->acquire();
+  auto c = ring->take(ring->slot_bytes());
   CHECK(c.data() == a.data());
-  CHECK(ring->acquire().empty());
+  CHECK(ring->take(ring->slot_bytes()).empty());
   // Overwriting the reused slot cannot touch what the second copy reads:
   // that slot is still in flight, and its bytes land as they were.
   std::memset(c.data(), 0x33, 1024);
@@ -125,11 +125,11 @@ TEST_CASE("staging ring: a copy that fails comes back not ok, and its slot is fr
   REQUIRE(StagingRing::create(device, {.slot_bytes = 4096, .slots = 2}, ring));
   // The submission spans both regions: two copies, the second fails.
   device.fail_copy(1);
-  auto slot = ring->acquire();
+  auto slot = ring->take(ring->slot_bytes());
   std::memset(slot.data(), 0x5a, 4096);
-  REQUIRE(ring->submit(slot, memory.image(), 1000, 4096, 7));
+  REQUIRE(ring->land(slot, memory.image(), 1000, 4096, 7));
   device.run_all();
-  std::vector<StagingRing::Landed> landed;
+  std::vector<peer::PayloadStage::Landed> landed;
   ring->poll(landed);
   REQUIRE(landed.size() == 1);
   CHECK_FALSE(landed[0].ok);
@@ -137,8 +137,8 @@ TEST_CASE("staging ring: a copy that fails comes back not ok, and its slot is fr
   CHECK(landed[0].offset == 1000);
   CHECK(landed[0].length == 4096);
   CHECK(ring->in_flight() == 0);
-  CHECK(!ring->acquire().empty());
-  CHECK(!ring->acquire().empty());
+  CHECK(!ring->take(ring->slot_bytes()).empty());
+  CHECK(!ring->take(ring->slot_bytes()).empty());
 }
 
 TEST_CASE("staging ring: a lost device refuses the submission and keeps the slot usable") {
@@ -146,12 +146,12 @@ TEST_CASE("staging ring: a lost device refuses the submission and keeps the slot
   DeviceRegions memory(device, {2048});
   std::unique_ptr<StagingRing> ring;
   REQUIRE(StagingRing::create(device, {.slot_bytes = 1024, .slots = 1}, ring));
-  auto slot = ring->acquire();
+  auto slot = ring->take(ring->slot_bytes());
   device.lose();
-  const Status s = ring->submit(slot, memory.image(), 0, 1024, 0);
+  const Status s = ring->land(slot, memory.image(), 0, 1024, 0);
   CHECK(s.code() == StatusCode::kUnavailable);
   CHECK(ring->in_flight() == 0);
-  CHECK(!ring->acquire().empty());
+  CHECK(!ring->take(ring->slot_bytes()).empty());
 }
 
 TEST_CASE("staging ring: creation fails cleanly without pinned memory or with no slots") {
@@ -175,9 +175,9 @@ TEST_CASE("staging ring: destruction waits for copies in flight, then frees the 
     std::unique_ptr<StagingRing> ring;
     REQUIRE(StagingRing::create(device, {.slot_bytes = 4096, .slots = 2}, ring));
     for (std::uint64_t at : {0u, 4096u}) {
-      auto slot = ring->acquire();
+      auto slot = ring->take(ring->slot_bytes());
       std::memcpy(slot.data(), source.data() + at, 4096);
-      REQUIRE(ring->submit(slot, memory.image(), at, 4096, at));
+      REQUIRE(ring->land(slot, memory.image(), at, 4096, at));
     }
     CHECK(device.copies_run() == 0);
   }
@@ -185,4 +185,34 @@ TEST_CASE("staging ring: destruction waits for copies in flight, then frees the 
   CHECK(memory.bytes() == source);
   CHECK(device.pinned_bytes() == 0);
   CHECK(device.live_tickets() == 0);
+}
+
+TEST_CASE("staging ring: two landings of one range end in the order they were asked for, whatever the streams do") {
+  for (std::uint64_t seed : {4u, 5u, 6u, 7u}) {
+    FakeDevice device(3);  // landing i and i + 8 would take different streams in turn
+    DeviceRegions memory(device, {64 * 1024});
+    std::unique_ptr<StagingRing> ring;
+    REQUIRE(StagingRing::create(device, {.slot_bytes = 4096, .slots = 16}, ring));
+    // Every 4 KiB range lands twice (a block fetched again after a holder
+    // was given up): first bytes 0xAA, then the range's own value.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::uint64_t at = 0; at < 64 * 1024; at += 8192) {
+        auto slot = ring->take(4096);
+        REQUIRE(!slot.empty());
+        std::memset(slot.data(), pass == 0 ? 0xAA : static_cast<int>(at / 8192), 4096);
+        REQUIRE(ring->land(slot, memory.image(), at, 4096, at));
+      }
+    }
+    std::mt19937_64 rng(seed);
+    while (device.step_any(rng)) {
+    }
+    std::vector<peer::PayloadStage::Landed> landed;
+    ring->poll(landed);
+    CHECK(landed.size() == 16);
+    const auto bytes = memory.bytes();
+    for (std::uint64_t at = 0; at < 64 * 1024; at += 8192) {
+      CHECK(bytes[at] == static_cast<std::byte>(at / 8192));
+      CHECK(bytes[at + 4095] == static_cast<std::byte>(at / 8192));
+    }
+  }
 }

@@ -1,0 +1,47 @@
+// PeerEngine::Lease, shared by the engine's source files.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "peer/local_version.hpp"
+#include "peer/peer_engine.hpp"
+
+namespace tensorhub::peer {
+
+// Keeps a version's memory in use while pieces are sent from it and while
+// jobs read or write it; ReleaseMemory's `done` runs once none are left.
+struct PeerEngine::Lease {
+  std::shared_ptr<LocalVersion> version;
+  int uses = 0;
+  // Pieces queued or being written, per peer, by offset in the image.
+  std::map<PeerId, std::set<std::uint64_t>> sending_to;
+  // Payload bytes queued for each peer so far in its current fetch (since
+  // it last said it wanted no more), sent or not.
+  std::map<PeerId, std::uint64_t> bytes_to;
+  std::vector<std::function<void()>> on_idle;
+
+  void piece_done(const PeerId& peer, std::uint64_t offset, std::uint32_t length, bool sent) {
+    if (sent) {  // counted once sent: a piece cancelled while queued never left
+      std::lock_guard lock(version->mutex);
+      version->bytes_served += length;
+    }
+    if (auto it = sending_to.find(peer); it != sending_to.end()) {
+      it->second.erase(offset);
+      if (it->second.empty()) sending_to.erase(it);
+    }
+    end_use();
+  }
+  void end_use() {
+    if (--uses > 0 || on_idle.empty()) return;
+    auto idle = std::move(on_idle);
+    on_idle.clear();
+    for (auto& fn : idle) fn();
+  }
+};
+
+}  // namespace tensorhub::peer

@@ -1,0 +1,161 @@
+// PeerEngine's path for versions in memory the host cannot touch (GPU
+// memory; MemoryDomain::host_accessible() false): received payloads wait in
+// the domain's payload stage (a staging ring) or, when it has none free, in
+// a host buffer, and the piece counts as stored only once its bytes are in
+// the destination; pieces served from such a version are copied out first,
+// on the work pool.
+#include <cstring>
+
+#include "core/log.hpp"
+#include "peer/peer_engine.hpp"
+#include "peer/peer_engine_lease.hpp"
+
+namespace tensorhub::peer {
+namespace {
+
+constexpr const char* kLog = "peer";
+// How often landings in flight are polled: far below a piece's time on the
+// wire, and only while some are in flight.
+constexpr auto kLandingPoll = std::chrono::microseconds(100);
+
+// A piece served from bytes copied out of the version's memory.
+struct CopiedPiece final : transport::PieceSource {
+  std::shared_ptr<PeerEngine::Lease> lease;
+  PeerId peer;
+  std::uint64_t offset = 0;
+  std::vector<std::byte> bytes;
+  void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, offset, length, sent); }
+};
+
+}  // namespace
+
+void PeerEngine::stage_payload(const PeerId& peer, const swarm::SwarmMessage& header, const PieceLanding& landing,
+                               std::vector<std::span<std::byte>>& out) {
+  StagedPayload& p = receiving_[{peer, header.request_id}];
+  if (p.stage != nullptr) p.stage->give_back(p.buffer);  // a payload of that request began before: its buffer goes back
+  p = StagedPayload{};
+  p.version = landing.version;
+  p.offset = landing.offset;
+  p.length = landing.length;
+  p.stage = landing.version->domain->payload_stage();
+  if (p.stage != nullptr) p.buffer = p.stage->take(landing.length);
+  if (p.buffer.empty()) {
+    // No stage, or every buffer busy: a host buffer, written through the
+    // domain when the payload is in.
+    p.stage = nullptr;
+    p.bounce.resize(landing.length);
+    p.buffer = p.bounce;
+    ++landings_through_host_;
+  }
+  out.push_back(p.buffer.first(landing.length));
+}
+
+bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) {
+  auto it = receiving_.find({peer, header.request_id});
+  if (it == receiving_.end()) return false;
+  StagedPayload p = std::move(it->second);
+  receiving_.erase(it);
+  if (stored && p.stage != nullptr) {
+    const std::uint64_t tag = next_landing_tag_++;
+    std::shared_ptr<Lease> lease = lease_of(p.version);
+    ++lease->uses;  // the copy writes the version's memory
+    Status landed = p.stage->land(p.buffer, p.version->destination, p.offset, p.length, tag);
+    if (landed.is_ok()) {
+      landings_[tag] = Landing{peer, header, p.stage, std::move(lease)};
+      ++landings_staged_;
+      arm_landing_poll();
+      return true;
+    }
+    lease->end_use();
+    TH_LOG_WARN(kLog, "a payload for " << p.version->model << " v" << p.version->number
+                                       << " could not land: " << landed.to_string());
+    stored = false;
+  } else if (p.stage != nullptr) {
+    p.stage->give_back(p.buffer);
+  } else if (stored) {
+    stored = p.version->domain->write(p.version->destination, p.offset, p.bounce);
+  }
+  core_->on_piece(now(), peer, header, stored);
+  pump();
+  return true;
+}
+
+void PeerEngine::drop_staged_payloads(const PeerId& peer) {
+  for (auto it = receiving_.lower_bound({peer, 0}); it != receiving_.end() && it->first.first == peer;) {
+    if (it->second.stage != nullptr) it->second.stage->give_back(it->second.buffer);
+    it = receiving_.erase(it);
+  }
+}
+
+void PeerEngine::arm_landing_poll() {
+  if (landing_poll_armed_ || landings_.empty()) return;
+  landing_poll_armed_ = true;
+  landing_poll_.expires_after(kLandingPoll);
+  landing_poll_.async_wait([this](std::error_code ec) {
+    if (ec) return;
+    landing_poll_armed_ = false;
+    if (closed_) return;
+    poll_landings();
+    arm_landing_poll();
+  });
+}
+
+void PeerEngine::poll_landings() {
+  std::set<PayloadStage*> stages;
+  for (const auto& [tag, l] : landings_) stages.insert(l.stage);
+  std::vector<PayloadStage::Landed> done;
+  for (PayloadStage* stage : stages) stage->poll(done);
+  for (const PayloadStage::Landed& d : done) {
+    auto it = landings_.find(d.tag);
+    if (it == landings_.end()) continue;
+    Landing l = std::move(it->second);
+    landings_.erase(it);
+    l.lease->end_use();
+    if (!d.ok) {
+      TH_LOG_WARN(kLog, "a payload's copy into " << l.lease->version->model << " v" << l.lease->version->number
+                                                 << " failed; the block is fetched again");
+    }
+    core_->on_piece(now(), l.peer, l.header, d.ok);
+  }
+  if (!done.empty()) pump();
+}
+
+void PeerEngine::drain_landings() {
+  std::set<PayloadStage*> stages;
+  for (const auto& [tag, l] : landings_) stages.insert(l.stage);
+  for (PayloadStage* stage : stages) stage->drain();
+  std::vector<PayloadStage::Landed> done;
+  for (PayloadStage* stage : stages) stage->poll(done);
+  for (auto& [tag, l] : landings_) l.lease->end_use();
+  landings_.clear();
+  for (auto& [key, p] : receiving_) {
+    if (p.stage != nullptr) p.stage->give_back(p.buffer);
+  }
+  receiving_.clear();
+}
+
+void PeerEngine::serve_copied_piece(const swarm::ServePiece& s, std::shared_ptr<LocalVersion> version,
+                                    std::shared_ptr<Lease> source) {
+  auto piece = std::make_shared<CopiedPiece>();
+  piece->lease = std::move(source);
+  piece->peer = s.peer;
+  piece->offset = s.offset;
+  const bool corrupt = internal_.corrupt_serving;
+  // The copy runs on the pool (from GPU memory it is a device-to-host copy);
+  // the version's lease, taken by the caller, keeps the memory meanwhile.
+  pool_.submit([this, s, version = std::move(version), piece, corrupt] {
+    piece->bytes.resize(s.length);
+    const bool read = version->domain->read(version->memory, s.offset, piece->bytes);
+    if (read && corrupt) piece->bytes[piece->bytes.size() / 2] ^= std::byte{0x01};
+    asio::post(io_, [this, s, piece, read] {
+      if (closed_ || !read) {
+        piece->on_piece_sent(s.length, false);
+        return;
+      }
+      const std::span<const std::byte> whole[] = {piece->bytes};
+      transport_for(s.peer).send_piece(s.peer, s.header, whole, piece);
+    });
+  });
+}
+
+}  // namespace tensorhub::peer
