@@ -88,6 +88,13 @@ struct PeerOptions {
   bool super_seed = true;
 };
 
+// Where a fetch's destination lives.
+struct FetchOptions {
+  // Empty: host memory. Otherwise the UUID of the GPU that holds the
+  // destination ("GPU-" and 32 hex digits, as `nvidia-smi -L` prints it).
+  std::string gpu;
+};
+
 // fetch()'s version argument for "the newest known".
 inline constexpr std::uint64_t kLatestVersion = 0;
 
@@ -248,6 +255,16 @@ class Peer {
   // add up to the version's: blocks land straight in them, spanning regions
   // where they must. Errors: as above; kInvalidArgument also for an empty region.
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions);
+  // Fetches into `regions` where `options` says they live. Into a GPU's
+  // memory, the regions are device addresses: the peer never reads or
+  // writes them from the host; payloads reach them through a pinned staging
+  // ring (16 MiB, allocated when the GPU is first used), every shard is
+  // verified on that GPU, and pieces served from them are copied out one at
+  // a time. Errors: as above; for a GPU also kInvalidArgument (not a GPU
+  // UUID, or no regions), kUnavailable (built without CUDA, no driver, no
+  // pinned memory), kNotFound (no GPU with that UUID).
+  Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
+                            const FetchOptions& options);
 
   // Replaces the member list (PeerOptions::members; empty: anyone holding
   // the swarm key). Members no longer on it are forgotten at once and their

@@ -7,11 +7,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "core/work_pool.hpp"
+#include "cuda/gpu_memory.hpp"
 #include "peer/peer_engine.hpp"
 #include "peer/peer_internal.hpp"
 
@@ -28,6 +30,11 @@ constexpr auto kHeadWait = std::chrono::seconds(10);
 }  // namespace
 
 struct Peer::Impl {
+  // The GPUs fetched into, by UUID: opened on first use, kept while the
+  // peer runs, and destroyed after the engine (whose versions use them).
+  std::mutex gpus_mutex;
+  std::map<std::string, std::unique_ptr<cuda::GpuMemory>> gpus;
+
   asio::io_context io;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::unique_ptr<peer::PeerEngine> engine;
@@ -270,6 +277,26 @@ Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version,
 
 Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions) {
   return peer::fetch_into(*this, model, version, regions, peer::host_memory());
+}
+
+Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
+                                const FetchOptions& options) {
+  if (options.gpu.empty()) return fetch(model, version, regions);
+  if (regions.empty()) return Status::invalid_argument("a fetch into GPU memory needs its destination regions");
+  const cuda::GpuMemory* gpu = nullptr;
+  {
+    std::lock_guard lock(impl_->gpus_mutex);
+    auto& slot = impl_->gpus[options.gpu];
+    if (!slot) {
+      Status opened = cuda::GpuMemory::open(options.gpu, slot);
+      if (!opened.is_ok()) {
+        impl_->gpus.erase(options.gpu);
+        return opened;
+      }
+    }
+    gpu = slot.get();
+  }
+  return peer::fetch_into(*this, model, version, regions, gpu->domain());
 }
 
 Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::uint64_t version,

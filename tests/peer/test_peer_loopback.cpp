@@ -678,5 +678,16 @@ TEST_CASE("peer: a GPU fetch whose ring is too small lands the rest through host
   // Without a destination, a GPU fetch is refused: the host cannot allocate there.
   auto none = peer::fetch_into(*worker, "policy", 1, {}, gpu);
   CHECK(none.status().code() == StatusCode::kInvalidArgument);
+  // Through the public API a GPU is named by UUID; this machine has none.
+  const MutableRegion some[] = {memory.regions()[0]};
+  auto bad = worker->fetch("policy", 1, some, FetchOptions{"cuda:0"});
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bad.status().message().find("not a GPU UUID") != std::string::npos);
+  CHECK(worker->fetch("policy", 1, {}, FetchOptions{"GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"}).status().code() ==
+        StatusCode::kInvalidArgument);
+  auto absent = worker->fetch("policy", 1, some, FetchOptions{"GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"});
+  const StatusCode code = absent.status().code();
+  CHECK((code == StatusCode::kUnavailable || code == StatusCode::kNotFound));
+  MESSAGE("a GPU fetch on this machine: " << absent.status().to_string());
   // The handle's destructor lets go at once, before the memory is freed.
 }
