@@ -268,10 +268,13 @@ class Fetched(Releasable):
 
         tensors = self._native.tensors
         start = min((t[3] for t in tensors), default=self._native.info["nbytes"])
-        if self._lead is None or start < 8 or self._lead.nbytes < start:
+        lead = self._lead
+        if _is_torch_tensor(lead):  # a fetch into GPU memory: the header is read back
+            lead = lead[:start].cpu().numpy() if lead.nbytes >= start else None
+        if lead is None or start < 8 or lead.nbytes < start:
             return {}
         try:
-            base, _, metadata = safetensors.decode_header(self._lead[:start])
+            base, _, metadata = safetensors.decode_header(lead[:start])
         except ValueError:
             return {}
         return metadata if base == start else {}
@@ -279,7 +282,8 @@ class Fetched(Releasable):
     def state_dict(self, kind: str = "numpy") -> dict:
         """Every tensor over the fetched bytes (no copy): numpy arrays, or
         with ``kind="torch"`` torch tensors (BF16 as bfloat16). Tensors that
-        landed in the caller's own arrays or tensors are those. REQUIRES:
+        landed in the caller's own arrays or tensors are those; after a fetch
+        into CUDA tensors every tensor is a CUDA tensor, whatever ``kind``. REQUIRES:
         wait() returned without an error (a view of unverified bytes is never
         handed out: after a failed fetch this raises its error)."""
         _check_kind(kind)
@@ -405,9 +409,12 @@ class Peer:
         allocates the memory); a writable, C-contiguous buffer (a numpy
         array, a bytearray, ...) of exactly the version's size, which the
         blocks land in; or a mapping of tensor name to a writable,
-        C-contiguous numpy array of the tensor's shape and item size, which
-        receives that tensor in place (tensors not given land in memory
-        allocated here). ``Fetched.state_dict()`` gives the tensors as views of
+        C-contiguous numpy array or torch tensor of the tensor's shape and
+        item size, which receives that tensor in place (tensors not given
+        land in memory allocated here). When the mapping's tensors are CUDA
+        tensors (all on one GPU), the whole version lands in that GPU's
+        memory through a pinned staging ring and is verified there; tensors
+        not given land in GPU memory allocated here (docs/gpu.md). ``Fetched.state_dict()`` gives the tensors as views of
         that memory once ``wait()`` returns. Until then its bytes are not the
         version's (a failed fetch leaves them undefined)."""
         info = self._native.version_info(model, version)
@@ -441,8 +448,29 @@ class Peer:
         regions, owner, arrays = [], [], {}
         position = 0
         lead = None
+        # Into GPU memory when the caller's tensors are CUDA tensors: then
+        # every byte of the version lands on that GPU, scratch included.
+        cuda_targets = [t for t in into.values() if _is_torch_tensor(t) and t.device.type == "cuda"]
+        gpu = ""
+        device = None
+        if cuda_targets:
+            from . import _cuda
+
+            if len(cuda_targets) != len(into):
+                raise Error("invalid argument: into: CUDA tensors and host memory in one fetch (a version lands "
+                            "in one kind of memory)")
+            try:
+                device = _cuda.device_of(cuda_targets)
+                gpu = _cuda.gpu_uuid(_torch().cuda.get_device_properties(device))
+            except ValueError as e:
+                raise Error(f"invalid argument: into: {e}") from None
 
         def scratch(nbytes):
+            if device is not None:
+                array = _torch().empty(nbytes, dtype=_torch().uint8, device=device)
+                owner.append(array)
+                regions.append((array.data_ptr(), nbytes))
+                return array
             array = np.empty(nbytes, dtype=np.uint8)
             owner.append(array)
             regions.append((_address(array), nbytes))
@@ -454,14 +482,19 @@ class Peer:
                 if position == 0:
                     lead = gap  # the version's header
             target = into.get(name)
-            if target is None:
+            if target is None and device is not None:
+                torch_dtype = {v: k for k, v in torch_dtypes(_torch()).items()}.get(dtype, _torch().uint8)
+                array = scratch(length).view(torch_dtype).reshape(shape) if length else \
+                    _torch().empty(shape, dtype=torch_dtype, device=device)
+            elif target is None:
                 array = scratch(length).view(_TO_NUMPY[dtype]).reshape(shape) if length else \
                     np.empty(shape, dtype=_TO_NUMPY[dtype])
             elif _is_torch_tensor(target):
                 array = target
                 want = [k for k, v in torch_dtypes(_torch()).items() if v == dtype]
-                if array.device.type != "cpu" or not array.is_contiguous():
-                    raise Error(f"invalid argument: into[{name!r}]: a contiguous CPU tensor is needed")
+                if array.device.type != ("cuda" if device is not None else "cpu") or not array.is_contiguous():
+                    raise Error(f"invalid argument: into[{name!r}]: a contiguous "
+                                f"{'CUDA' if device is not None else 'CPU'} tensor is needed")
                 if not want or array.dtype != want[0] or list(array.shape) != list(shape):
                     raise Error(f"invalid argument: into[{name!r}]: {array.dtype}{list(array.shape)} does not hold "
                                 f"{dtype}{list(shape)}")
@@ -484,7 +517,7 @@ class Peer:
             position = offset + length
         if info["nbytes"] > position:
             scratch(info["nbytes"] - position)
-        native = self._native.fetch(model, info["version"], regions, owner)
+        native = self._native.fetch(model, info["version"], regions, owner, gpu=gpu)
         return Fetched(native, None, arrays, lead)
 
     def status(self) -> dict:

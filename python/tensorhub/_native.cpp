@@ -308,7 +308,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("model"), py::arg("after") = 0, py::arg("timeout") = py::none())
       .def("fetch",
            [](Peer& p, const std::string& model, std::uint64_t version, const std::vector<RegionSpec>& regions,
-              py::object owner) {
+              py::object owner, const std::string& gpu) {
              std::vector<MutableRegion> spans;
              spans.reserve(regions.size());
              for (const auto& [address, nbytes] : regions) {
@@ -317,11 +317,12 @@ PYBIND11_MODULE(_native, m) {
              Result<FetchHandle> r = Status::internal("not fetched");
              {
                py::gil_scoped_release nogil;
-               r = p.fetch(model, version, spans);
+               r = p.fetch(model, version, spans, FetchOptions{gpu});
              }
              return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
            },
-           py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"), py::keep_alive<0, 1>())
+           py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"), py::arg("gpu") = "",
+           py::keep_alive<0, 1>())
       .def("replicas", [](const Peer& p, const std::string& manifest_id) {
         return p.replicas(value_or_raise(ManifestId::from_hex(manifest_id)));
       })

@@ -1,0 +1,76 @@
+"""Fetches into CUDA tensors. Without a GPU (CI), what runs is the naming
+of GPUs and the refusals; with one, the round trip into CUDA tensors."""
+import types
+
+import numpy as np
+import pytest
+
+import tensorhub as th
+from tensorhub import _cuda
+
+
+def test_a_gpu_is_named_by_its_uuid_whichever_way_torch_prints_it():
+    uuid = "8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"
+    assert _cuda.gpu_uuid(types.SimpleNamespace(uuid=uuid)) == "GPU-" + uuid
+    assert _cuda.gpu_uuid(types.SimpleNamespace(uuid="GPU-" + uuid.upper())) == "GPU-" + uuid
+    with pytest.raises(ValueError):
+        _cuda.gpu_uuid(types.SimpleNamespace(uuid="0", name="old torch"))
+    with pytest.raises(ValueError):
+        _cuda.gpu_uuid(types.SimpleNamespace(name="no uuid at all"))
+
+
+def test_the_tensors_of_one_gpu_fetch_must_share_one_gpu():
+    cuda0 = types.SimpleNamespace(type="cuda", index=0)
+    cuda1 = types.SimpleNamespace(type="cuda", index=1)
+    assert _cuda.device_of([types.SimpleNamespace(device=cuda0)] * 2) is cuda0
+    with pytest.raises(ValueError):
+        _cuda.device_of([types.SimpleNamespace(device=cuda0), types.SimpleNamespace(device=cuda1)])
+    with pytest.raises(ValueError):
+        _cuda.device_of([types.SimpleNamespace(device=types.SimpleNamespace(type="cpu", index=None))])
+
+
+def _cuda_available():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_cuda_available(), reason="this machine has a GPU: the refusals below would not happen")
+def test_without_a_gpu_a_fetch_into_gpu_memory_is_refused_with_the_reason(pair):
+    trainer, worker = pair
+    weights = {"w": np.arange(4096, dtype=np.float32)}
+    with trainer.publish("policy", weights):
+        worker.wait_for_head("policy", timeout=20)
+        info = worker._native.version_info("policy", 1)
+        buffer = np.empty(info["nbytes"], dtype=np.uint8)
+        regions = [(buffer.ctypes.data, buffer.nbytes)]
+        with pytest.raises(th.Error, match="unavailable"):
+            worker._native.fetch("policy", 1, regions, buffer, gpu="GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b")
+        with pytest.raises(th.Error, match="not a GPU UUID"):
+            worker._native.fetch("policy", 1, regions, buffer, gpu="cuda:0")
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (tests/gpu/run)")
+def test_a_version_lands_in_cuda_tensors_and_equals_the_host_fetch(pair):
+    import torch
+
+    trainer, worker = pair
+    torch.manual_seed(1)
+    weights = {f"layer{i}.weight": torch.randn(256, 129).to(torch.bfloat16) for i in range(8)}
+    weights["step"] = torch.tensor([3], dtype=torch.int64)
+    with trainer.publish("policy", weights):
+        worker.wait_for_head("policy", timeout=20)
+        host = worker.fetch("policy").wait(60).state_dict(kind="torch")
+        # Only some tensors given: the rest land in GPU memory allocated here.
+        into = {name: torch.empty_like(t, device="cuda") for name, t in weights.items() if name != "step"}
+        fetched = worker.fetch("policy", into=into).wait(60)
+        got = fetched.state_dict(kind="torch")
+        for name, value in host.items():
+            assert got[name].is_cuda, name
+            assert torch.equal(got[name].cpu(), value), name
+        assert got["layer0.weight"].data_ptr() == into["layer0.weight"].data_ptr()
+        with pytest.raises(th.Error, match="one kind of memory"):
+            worker.fetch("policy", into={"layer0.weight": torch.empty_like(weights["layer0.weight"], device="cuda"),
+                                         "step": np.zeros(1, dtype=np.int64)})
