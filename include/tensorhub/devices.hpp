@@ -26,8 +26,13 @@ struct RdmaDeviceInfo {
 struct CudaDeviceInfo {
   int index = 0;
   std::string name;
+  std::string uuid;  // "GPU-..." as nvidia-smi -L prints it: how fetches name a GPU
   std::uint64_t total_memory = 0;
   int compute_major = 0, compute_minor = 0;
+  bool gpudirect_rdma = false;  // CUDA's GPUDirect RDMA attribute
+  bool dma_buf = false;         // its memory can be exported as a dma-buf
+  bool peermem = false;         // the nvidia_peermem module is loaded
+  std::string rdma_registration;  // "dma-buf", "peermem" or "staging": the first the machine offers
 };
 
 struct RdmaDevices {

@@ -32,8 +32,15 @@ void add_devices_command(CLI::App& app, int& exit_code) {
       j["cuda"]["note"] = cuda.note;
       j["cuda"]["devices"] = nlohmann::ordered_json::array();
       for (const auto& d : cuda.devices) {
-        j["cuda"]["devices"].push_back({{"index", d.index}, {"name", d.name}, {"memory", d.total_memory},
-                                        {"compute", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)}});
+        j["cuda"]["devices"].push_back({{"index", d.index},
+                                        {"name", d.name},
+                                        {"uuid", d.uuid},
+                                        {"memory", d.total_memory},
+                                        {"compute", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)},
+                                        {"gpudirect_rdma", d.gpudirect_rdma},
+                                        {"dma_buf", d.dma_buf},
+                                        {"peermem", d.peermem},
+                                        {"rdma_registration", d.rdma_registration}});
       }
       std::printf("%s\n", j.dump(2).c_str());
       exit_code = kExitOk;
@@ -48,8 +55,9 @@ void add_devices_command(CLI::App& app, int& exit_code) {
     }
     std::printf("CUDA: %s\n", cuda.devices.empty() ? cuda.note.c_str() : "");
     for (const auto& d : cuda.devices) {
-      std::printf("  %d %s, %s, compute %d.%d\n", d.index, d.name.c_str(),
-                  core::format_byte_size(d.total_memory).c_str(), d.compute_major, d.compute_minor);
+      std::printf("  %d %s %s, %s, compute %d.%d, RDMA registration: %s\n", d.index, d.name.c_str(), d.uuid.c_str(),
+                  core::format_byte_size(d.total_memory).c_str(), d.compute_major, d.compute_minor,
+                  d.rdma_registration.c_str());
     }
     exit_code = kExitOk;
   });

@@ -103,7 +103,9 @@ class Daemon {
       }
       options_.peer.members = std::move(*members);
     }
-    auto peer = peer::start_peer(options_.peer, options_.internal, std::move(*identity), std::move(*swarm_key));
+    peer::InternalOptions internal = options_.internal;
+    internal.probe_gpus = true;  // a process of its own: status shows the GPUs
+    auto peer = peer::start_peer(options_.peer, internal, std::move(*identity), std::move(*swarm_key));
     if (!peer) return report_error(peer.status());
     peer_ = std::move(*peer);
 

@@ -2,24 +2,23 @@
 // non-blocking streams; tickets are events without timing.
 #include <cuda_runtime_api.h>
 
-#include <cstdio>
+#include <array>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "cuda/device_api.hpp"
+#include "cuda/rdma_registration.hpp"
 #include "cuda/shard_hash_kernel.hpp"
 
 namespace tensorhub::cuda {
 namespace {
 
 std::string uuid_text(const cudaUUID_t& uuid) {
-  // nvidia-smi's form: GPU-8-4-4-4-12 hex digits.
-  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  char out[64];
-  std::snprintf(out, sizeof out, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-  return out;
+  std::array<unsigned char, 16> bytes;
+  std::memcpy(bytes.data(), uuid.bytes, 16);
+  return gpu_uuid_text(bytes);
 }
 
 Status failure(const char* what, cudaError_t e) {

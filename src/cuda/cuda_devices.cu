@@ -1,8 +1,29 @@
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <cstring>
+
+#include "cuda/rdma_registration.hpp"
 #include "tensorhub/devices.hpp"
 
 namespace tensorhub {
+namespace {
+
+// CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (124), asked of the driver through
+// the runtime's entry-point lookup, so nothing links libcuda itself.
+bool dma_buf_supported(int ordinal) {
+  using GetAttribute = int (*)(int*, int, int);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuDeviceGetAttribute", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr) {
+    return false;
+  }
+  int value = 0;
+  return reinterpret_cast<GetAttribute>(fn)(&value, 124, ordinal) == 0 && value != 0;
+}
+
+}  // namespace
 
 CudaDevices list_cuda_devices() {
   CudaDevices out;
@@ -13,10 +34,25 @@ CudaDevices list_cuda_devices() {
     out.note = std::string("no usable CUDA device: ") + cudaGetErrorString(error);
     return out;
   }
+  const bool peermem = cuda::peermem_loaded();
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
-    out.devices.push_back(CudaDeviceInfo{i, prop.name, prop.totalGlobalMem, prop.major, prop.minor});
+    CudaDeviceInfo d;
+    d.index = i;
+    d.name = prop.name;
+    std::array<unsigned char, 16> uuid;
+    std::memcpy(uuid.data(), prop.uuid.bytes, 16);
+    d.uuid = cuda::gpu_uuid_text(uuid);
+    d.total_memory = prop.totalGlobalMem;
+    d.compute_major = prop.major;
+    d.compute_minor = prop.minor;
+    int rdma = 0;
+    d.gpudirect_rdma = cudaDeviceGetAttribute(&rdma, cudaDevAttrGPUDirectRDMASupported, i) == cudaSuccess && rdma != 0;
+    d.dma_buf = dma_buf_supported(i);
+    d.peermem = peermem;
+    d.rdma_registration = std::string(cuda::choose_rdma_registration(d.dma_buf, d.peermem));
+    out.devices.push_back(std::move(d));
   }
   if (out.devices.empty()) out.note = "no CUDA device on this machine";
   return out;

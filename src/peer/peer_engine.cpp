@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/log.hpp"
+#include "tensorhub/devices.hpp"
 
 namespace tensorhub::peer {
 namespace {
@@ -137,6 +138,12 @@ Status PeerEngine::start() {
       if (Status s = join_status(); !s.is_ok()) TH_LOG_ERROR(kLog, s.message());
     });
   }
+  // The GPUs and how their memory would register for RDMA, for status:
+  // probed off the I/O thread (loading the CUDA driver takes a while).
+  if (internal_.probe_gpus) pool_.submit([this] {
+    CudaDevices found = list_cuda_devices();
+    asio::post(io_, [this, found = std::move(found)]() mutable { gpus_ = std::move(found); });
+  });
   return Status::ok();
 }
 

@@ -19,6 +19,7 @@
 #include "peer/peer_core.hpp"
 #include "peer/peer_internal.hpp"
 #include "peer/tcp_transport.hpp"
+#include "tensorhub/devices.hpp"
 #include "tensorhub/peer.hpp"
 #include "transport/data_connection.hpp"
 #include "transport/gossip_runtime.hpp"
@@ -185,6 +186,7 @@ class PeerEngine final : public TransportEvents {
   bool landing_poll_armed_ = false;
   std::uint64_t landings_staged_ = 0;        // through a stage's buffer
   std::uint64_t landings_through_host_ = 0;  // through a host buffer (no stage buffer free)
+  std::optional<CudaDevices> gpus_;  // probed once at start; empty until the probe ends
   core::WorkPool pool_;  // last: its jobs finish before the rest goes
 };
 

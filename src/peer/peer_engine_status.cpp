@@ -74,6 +74,14 @@ std::string PeerEngine::status_json() const {
   j["discarded_piece_bytes"] = core_->swarm().discarded_piece_bytes();
   j["work_queued"] = pool_.queued();
   // Payloads for memory the host cannot write (GPU memory).
+  nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+  for (const CudaDeviceInfo& d : gpus_ ? gpus_->devices : std::vector<CudaDeviceInfo>{}) {
+    gpus.push_back({{"uuid", d.uuid}, {"name", d.name}, {"rdma_registration", d.rdma_registration}});
+  }
+  j["gpus"] = std::move(gpus);
+  j["gpus_note"] = gpus_                  ? gpus_->note
+                   : internal_.probe_gpus ? std::string("probing")
+                                          : std::string("not probed (a library peer loads CUDA only to fetch into a GPU)");
   j["landings"] = {{"staged", landings_staged_},
                    {"through_host_buffer", landings_through_host_},
                    {"in_flight", landings_.size()}};

@@ -20,6 +20,10 @@ struct InternalOptions {
   // Send every block request this many times, as a hostile or broken
   // requester would, to exercise the holder's refusals (tests only).
   int repeat_requests = 1;
+  // Probe the GPUs at start (off the I/O thread) for status. The daemon
+  // does; a library peer does not, since loading the CUDA driver in an
+  // application's process behind its back breaks a fork that follows.
+  bool probe_gpus = false;
 };
 
 // Peer::start with internal options.
