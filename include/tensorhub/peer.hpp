@@ -86,6 +86,10 @@ struct PeerOptions {
   // rarest first, so its uplink sends distinct shards to different peers
   // (BitTorrent's super-seeding). false: it advertises everything at once.
   bool super_seed = true;
+  // A version this peer fetched into GPU memory is served from a host copy
+  // made once it is complete (host memory of the version's size), rather
+  // than from a device-to-host copy per piece. false: no host copy.
+  bool mirror_gpu_versions = true;
 };
 
 // Where a fetch's destination lives.

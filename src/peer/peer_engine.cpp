@@ -36,14 +36,6 @@ swarm::SwarmConfig swarm_config(const PeerOptions& o, const InternalOptions& int
 
 namespace {
 
-// One piece sent to `peer` from a lease's memory.
-struct LeasedPiece : transport::PieceSource {
-  std::shared_ptr<PeerEngine::Lease> lease;
-  PeerId peer;
-  std::uint64_t offset = 0;
-  void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, offset, length, sent); }
-};
-
 // Pieces of one version queued for one requester at most: an honest one
 // asks for swarm::FetchConfig::pipeline_blocks (8) at a time, a few more in
 // its end game; past this it only queues upload behind itself.
@@ -437,6 +429,7 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   sent += s.length;
   ++source->uses;
   if (internal_.corrupt_serving || !v->domain->host_accessible()) {
+    if (!internal_.corrupt_serving && serve_from_mirror(s, v, source)) return;
     serve_copied_piece(s, v, std::move(source));
     return;
   }

@@ -111,6 +111,11 @@ class PeerEngine final : public TransportEvents {
   // the host cannot read, or corrupted on purpose (InternalOptions).
   void serve_copied_piece(const swarm::ServePiece& serve, std::shared_ptr<LocalVersion> version,
                           std::shared_ptr<Lease> source);
+  // Serves a piece of a version the host cannot read from its host mirror
+  // (PeerOptions::mirror_gpu_versions); false when there is none yet (one is
+  // started once the version is complete).
+  bool serve_from_mirror(const swarm::ServePiece& serve, const std::shared_ptr<LocalVersion>& version,
+                         const std::shared_ptr<Lease>& source);
   // Payloads for versions the host cannot write (peer_engine_staging.cpp):
   // received into a stage's buffer or a host buffer, then landed.
   void stage_payload(const PeerId& peer, const swarm::SwarmMessage& header, const PieceLanding& landing,

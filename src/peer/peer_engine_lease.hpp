@@ -8,8 +8,10 @@
 #include <set>
 #include <vector>
 
+#include "core/anonymous_memory.hpp"
 #include "peer/local_version.hpp"
 #include "peer/peer_engine.hpp"
+#include "transport/piece_source.hpp"
 
 namespace tensorhub::peer {
 
@@ -24,6 +26,11 @@ struct PeerEngine::Lease {
   // it last said it wanted no more), sent or not.
   std::map<PeerId, std::uint64_t> bytes_to;
   std::vector<std::function<void()>> on_idle;
+  // A host copy of a complete version whose memory the host cannot read
+  // (GPU memory), pieces are served from once it is filled; it goes with
+  // the lease, after the last piece sent from it.
+  std::shared_ptr<core::AnonymousMemory> mirror;
+  bool mirror_started = false;
 
   void piece_done(const PeerId& peer, std::uint64_t offset, std::uint32_t length, bool sent) {
     if (sent) {  // counted once sent: a piece cancelled while queued never left
@@ -42,6 +49,14 @@ struct PeerEngine::Lease {
     on_idle.clear();
     for (auto& fn : idle) fn();
   }
+};
+
+// One piece sent to `peer` from a lease's memory.
+struct LeasedPiece : transport::PieceSource {
+  std::shared_ptr<PeerEngine::Lease> lease;
+  PeerId peer;
+  std::uint64_t offset = 0;
+  void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, offset, length, sent); }
 };
 
 }  // namespace tensorhub::peer

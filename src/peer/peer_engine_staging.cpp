@@ -19,12 +19,8 @@ constexpr const char* kLog = "peer";
 constexpr auto kLandingPoll = std::chrono::microseconds(100);
 
 // A piece served from bytes copied out of the version's memory.
-struct CopiedPiece final : transport::PieceSource {
-  std::shared_ptr<PeerEngine::Lease> lease;
-  PeerId peer;
-  std::uint64_t offset = 0;
+struct CopiedPiece final : LeasedPiece {
   std::vector<std::byte> bytes;
-  void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, offset, length, sent); }
 };
 
 }  // namespace
@@ -132,6 +128,48 @@ void PeerEngine::drain_landings() {
     if (p.stage != nullptr) p.stage->give_back(p.buffer);
   }
   receiving_.clear();
+}
+
+bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared_ptr<LocalVersion>& version,
+                                   const std::shared_ptr<Lease>& source) {
+  if (!options_.mirror_gpu_versions) return false;
+  if (source->mirror) {
+    auto piece = std::make_shared<LeasedPiece>();
+    piece->lease = source;
+    piece->peer = s.peer;
+    piece->offset = s.offset;
+    const std::span<const std::byte> whole[] = {source->mirror->bytes().subspan(s.offset, s.length)};
+    transport_for(s.peer).send_piece(s.peer, s.header, whole, std::move(piece));
+    return true;
+  }
+  bool complete = false;
+  {
+    std::lock_guard lock(version->mutex);
+    complete = version->state == VersionState::kComplete;
+  }
+  if (!complete || source->mirror_started) return false;
+  // Filled once, on the pool, while pieces go out as copies; the lease
+  // keeps the version's memory meanwhile.
+  source->mirror_started = true;
+  ++source->uses;
+  pool_.submit([this, version, source] {
+    auto memory = core::AnonymousMemory::allocate(version->memory.size());
+    const bool filled = memory.is_ok() && version->domain->read(version->memory, 0, memory->bytes());
+    auto mirror = filled ? std::make_shared<core::AnonymousMemory>(std::move(*memory)) : nullptr;
+    asio::post(io_, [this, version, source, mirror = std::move(mirror)] {
+      source->end_use();
+      if (closed_) return;
+      if (!mirror) {
+        TH_LOG_WARN(kLog, "no host mirror of " << version->model << " v" << version->number
+                                               << ": its pieces are served from a copy each");
+        return;
+      }
+      source->mirror = mirror;
+      TH_LOG_INFO(kLog, "serving " << version->model << " v" << version->number << " from a host mirror of "
+                                   << version->memory.size() << " bytes");
+    });
+  });
+  return false;
 }
 
 void PeerEngine::serve_copied_piece(const swarm::ServePiece& s, std::shared_ptr<LocalVersion> version,

@@ -616,10 +616,11 @@ TEST_CASE("peer: a fetch into GPU memory over TCP lands through the staging ring
   REQUIRE(cuda::StagingRing::create(device, {.slot_bytes = 64u << 10, .slots = 8}, ring));
   const cuda::DeviceMemoryDomain gpu(device, ring.get());
 
-  auto peers = publisher_and_workers(660, 2);
+  auto peers = publisher_and_workers(660, 3);
   Peer* publisher = peers[0].get();
   Peer* worker = peers[1].get();
   Peer* later = peers[2].get();
+  Peer* third = peers[3].get();
 
   auto image = small_model(66, 3u << 20);
   auto handle = publisher->publish("policy", image, tensors_of(image));
@@ -641,14 +642,26 @@ TEST_CASE("peer: a fetch into GPU memory over TCP lands through the staging ring
   CHECK(status["versions"][0]["memory"] == "fake");
 
   // The publisher lets go (the worker holds it now): a later fetcher is
-  // served from the worker's GPU memory, read back piece by piece.
+  // served from the worker's GPU memory: its first pieces read back one by
+  // one, then from a host mirror read back once.
   handle->release();
   REQUIRE(later->wait_for_head("policy", 0, 10s).is_ok());
   auto copy = later->fetch("policy", 1);
   REQUIRE(copy.is_ok());
   REQUIRE_MESSAGE(copy->wait(30s).is_ok(), copy->wait(0ms).to_string());
   CHECK(std::equal(copy->bytes().begin(), copy->bytes().end(), image.begin(), image.end()));
-  CHECK(device.bytes_to_host() >= image.size());
+  const std::uint64_t read_back = device.bytes_to_host();
+  CHECK(read_back >= image.size());  // the mirror
+  // A third fetcher (the later one serves too) costs the GPU no more reads
+  // than proofs of possession: pieces come from the mirror.
+  REQUIRE(third->wait_for_head("policy", 0, 10s).is_ok());
+  auto again = third->fetch("policy", 1);
+  REQUIRE(again.is_ok());
+  REQUIRE_MESSAGE(again->wait(30s).is_ok(), again->wait(0ms).to_string());
+  CHECK(std::equal(again->bytes().begin(), again->bytes().end(), image.begin(), image.end()));
+  MESSAGE("read back from the GPU: " << read_back << " bytes for the second fetcher, "
+                                     << device.bytes_to_host() - read_back << " for the third");
+  CHECK(device.bytes_to_host() - read_back < image.size() / 8);
   fetched->release();
 }
 
@@ -660,8 +673,10 @@ TEST_CASE("peer: a GPU fetch whose ring is too small lands the rest through host
   const cuda::DeviceMemoryDomain gpu(device, ring.get());
   const Identity publisher_id = GossipNetwork::identity_for(670);
   auto publisher = start_peer(670, publisher_id.public_key(), {});
-  auto worker = start_peer(671, publisher_id.public_key(), {publisher->gossip_address()},
-                           [](PeerOptions& o) { o.data_lanes = 4; });  // payloads arrive four at a time
+  auto worker = start_peer(671, publisher_id.public_key(), {publisher->gossip_address()}, [](PeerOptions& o) {
+    o.data_lanes = 4;                 // payloads arrive four at a time
+    o.mirror_gpu_versions = false;    // and are served from a copy each
+  });
   auto image = small_model(67, 2u << 20);
   auto handle = publisher->publish("policy", image, tensors_of(image));
   REQUIRE(handle.is_ok());
@@ -675,6 +690,17 @@ TEST_CASE("peer: a GPU fetch whose ring is too small lands the rest through host
                     << landings(*worker, "through_host_buffer"));
   CHECK(landings(*worker, "staged") > 0);
   CHECK(landings(*worker, "in_flight") == 0);
+  // Without a mirror, a later fetcher's pieces are each read back.
+  REQUIRE(handle->wait_replicated(1, 10s).is_ok());
+  handle->release();
+  auto later = start_peer(672, publisher_id.public_key(), {publisher->gossip_address()});
+  REQUIRE(later->wait_for_head("policy", 0, 10s).is_ok());
+  const std::uint64_t before = device.bytes_to_host();
+  auto copy = later->fetch("policy", 1);
+  REQUIRE(copy.is_ok());
+  REQUIRE_MESSAGE(copy->wait(30s).is_ok(), copy->wait(0ms).to_string());
+  CHECK(std::equal(copy->bytes().begin(), copy->bytes().end(), image.begin(), image.end()));
+  CHECK(device.bytes_to_host() - before >= image.size());
   // Without a destination, a GPU fetch is refused: the host cannot allocate there.
   auto none = peer::fetch_into(*worker, "policy", 1, {}, gpu);
   CHECK(none.status().code() == StatusCode::kInvalidArgument);
