@@ -162,6 +162,11 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);
 
+// The body build_manifest() would sign, with every shard's digest left
+// zero: for a build whose digests are computed elsewhere (a GPU), then
+// signed with sign_manifest(). Errors: as build_manifest(), but no kIoError.
+Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::uint64_t image_size,
+                                    std::vector<TensorEntry> tensors, const PublicKey& publisher);
 // Signs a body whose shard digests were computed elsewhere (another hasher,
 // a GPU). Fails when the body breaks any rule decode_manifest checks, or
 // names another publisher than `publisher`.

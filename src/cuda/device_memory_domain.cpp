@@ -31,21 +31,24 @@ bool DeviceMemoryDomain::write(const core::MutableRegions& image, std::uint64_t 
 
 bool DeviceMemoryDomain::verify_shard(const Manifest& manifest, ShardIndex index,
                                       const core::ConstRegions& image) const {
-  if (index.value >= manifest.shard_count()) return false;
-  const ShardEntry& e = manifest.shard(index);
-  if (e.byte_offset + e.byte_length > image.size()) return false;
-  if (manifest.body().shard_hash == ShardHashAlgorithm::kXxh3_128) {
+  return peer::verify_shard_by_digest(*this, manifest, index, image);
+}
+
+bool DeviceMemoryDomain::digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+                                std::uint64_t length, ShardDigest& out) const {
+  if (algorithm == ShardHashAlgorithm::kXxh3_128) {
     std::vector<xxh3::Piece> pieces;
-    image.for_each(e.byte_offset, e.byte_length, [&](std::span<const std::byte> piece) {
+    image.for_each(offset, length, [&](std::span<const std::byte> piece) {
       pieces.push_back(xxh3::Piece{reinterpret_cast<const std::uint8_t*>(piece.data()), piece.size()});
     });
-    std::uint8_t digest[16];
-    if (!device_.hash_xxh3(pieces.data(), pieces.size(), digest)) return false;
-    return e.digest.size == 16 && std::memcmp(digest, e.digest.bytes.data(), 16) == 0;
+    out = ShardDigest{};
+    out.size = 16;
+    return device_.hash_xxh3(pieces.data(), pieces.size(), out.bytes.data()).is_ok();
   }
-  std::vector<std::byte> bytes(e.byte_length);
-  if (!read(image, e.byte_offset, bytes)) return false;
-  return compute_shard_digest(manifest.body().shard_hash, bytes) == e.digest;
+  std::vector<std::byte> bytes(length);
+  if (!read(image, offset, bytes)) return false;
+  out = compute_shard_digest(algorithm, bytes);
+  return true;
 }
 
 bool DeviceMemoryDomain::copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,

@@ -29,6 +29,8 @@ class DeviceMemoryDomain final : public peer::MemoryDomain {
 
   std::string_view name() const override { return name_; }
   bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const override;
+  bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+              std::uint64_t length, ShardDigest& out) const override;
   // `from` may be host memory or device memory; `to` is this domain's.
   bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
             std::uint64_t length) const override;

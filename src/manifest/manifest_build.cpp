@@ -24,44 +24,48 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
   return build_manifest(options, std::span<const ConstRegion>(one), std::move(tensors), publisher);
 }
 
+Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::uint64_t image_size,
+                                    std::vector<TensorEntry> tensors, const PublicKey& publisher) {
+  ManifestBody body;
+  body.model = options.model;
+  body.version = options.version;
+  body.parent = options.parent;
+  body.created_unix_ms = options.created_unix_ms;
+  body.publisher = publisher;
+  body.shard_hash = options.shard_hash;
+  body.shard_size = options.shard_size == kAutoShardSize ? auto_shard_size(image_size) : options.shard_size;
+  body.total_size = image_size;
+  std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
+    return std::pair(a.byte_offset, a.byte_length) < std::pair(b.byte_offset, b.byte_length);
+  });
+  body.tensors = std::move(tensors);
+  const bool shard_size_ok = body.shard_size >= kMinShardSize && body.shard_size <= kMaxShardSize;
+  if (shard_size_ok && image_size > 0 && image_size <= kMaxImageSize) {
+    const std::uint64_t count = (image_size + body.shard_size - 1) / body.shard_size;
+    if (count <= kMaxShards) {
+      body.shards.resize(count);
+      for (std::uint64_t i = 0; i < count; ++i) {
+        ShardEntry& s = body.shards[i];
+        s.byte_offset = i * body.shard_size;
+        s.byte_length = std::min<std::uint64_t>(body.shard_size, image_size - s.byte_offset);
+        s.digest.size = static_cast<std::uint8_t>(shard_hash_size(options.shard_hash));
+      }
+    }
+  }
+  TENSORHUB_RETURN_IF_ERROR(manifest_detail::validate_body(body));
+  return body;
+}
+
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors, const Identity& publisher) {
   for (const ConstRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("an image region is empty");
   }
   const core::ConstRegions image(regions);
-  ManifestBody body;
-  body.model = options.model;
-  body.version = options.version;
-  body.parent = options.parent;
-  body.created_unix_ms = options.created_unix_ms;
-  body.publisher = publisher.public_key();
-  body.shard_hash = options.shard_hash;
-  body.shard_size = options.shard_size == kAutoShardSize ? auto_shard_size(image.size()) : options.shard_size;
-  body.total_size = image.size();
-  std::sort(tensors.begin(), tensors.end(), [](const TensorEntry& a, const TensorEntry& b) {
-    return std::pair(a.byte_offset, a.byte_length) < std::pair(b.byte_offset, b.byte_length);
-  });
-  body.tensors = std::move(tensors);
-
   // Cheap checks first, so a bad argument fails before hashing gigabytes.
-  ManifestBody shape_only = body;
-  const bool shard_size_ok = body.shard_size >= kMinShardSize && body.shard_size <= kMaxShardSize;
-  if (shard_size_ok && image.size() > 0 && image.size() <= kMaxImageSize) {
-    const std::uint64_t count = (image.size() + body.shard_size - 1) / body.shard_size;
-    if (count <= kMaxShards) {
-      shape_only.shards.resize(count);
-      for (std::uint64_t i = 0; i < count; ++i) {
-        ShardEntry& s = shape_only.shards[i];
-        s.byte_offset = i * body.shard_size;
-        s.byte_length = std::min<std::uint64_t>(body.shard_size, image.size() - s.byte_offset);
-        s.digest.size = static_cast<std::uint8_t>(shard_hash_size(options.shard_hash));
-      }
-    }
-  }
-  TENSORHUB_RETURN_IF_ERROR(manifest_detail::validate_body(shape_only));
-
-  body.shards = std::move(shape_only.shards);
+  auto shape = manifest_shape(options, image.size(), std::move(tensors), publisher.public_key());
+  if (!shape) return shape.status();
+  ManifestBody body = std::move(*shape);
   // The image may be a mapped file that another process truncates while it
   // is hashed: a shard that cannot be read fails the build, not the process.
   std::atomic<bool> unreadable{false};

@@ -2,10 +2,12 @@
 
 #include <sodium.h>
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "core/bus_error_guard.hpp"
+#include "core/parallel_for.hpp"
 
 namespace tensorhub::peer {
 namespace {
@@ -18,15 +20,14 @@ class HostMemory final : public MemoryDomain {
   // fails the read (core::read_guarded), never the process.
 
   bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const override {
-    if (index.value >= manifest.shard_count()) return false;
-    const ShardEntry& e = manifest.shard(index);
-    if (e.byte_offset + e.byte_length > image.size()) return false;
+    return verify_shard_by_digest(*this, manifest, index, image);
+  }
+
+  bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+              std::uint64_t length, ShardDigest& out) const override {
     std::vector<ConstRegion> pieces;
-    image.pieces(e.byte_offset, e.byte_length, pieces);
-    ShardDigest digest{};
-    const ShardHashAlgorithm algorithm = manifest.body().shard_hash;
-    if (!core::read_guarded([&] { digest = compute_shard_digest_of_pieces(algorithm, pieces); })) return false;
-    return digest == e.digest;
+    image.pieces(offset, length, pieces);
+    return core::read_guarded([&] { out = compute_shard_digest_of_pieces(algorithm, pieces); });
   }
 
   bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
@@ -78,6 +79,34 @@ class HostMemory final : public MemoryDomain {
 const MemoryDomain& host_memory() {
   static const HostMemory host;
   return host;
+}
+
+bool verify_shard_by_digest(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
+                            const core::ConstRegions& image) {
+  if (index.value >= manifest.shard_count()) return false;
+  const ShardEntry& e = manifest.shard(index);
+  if (e.byte_offset + e.byte_length > image.size()) return false;
+  ShardDigest digest{};
+  return domain.digest(manifest.body().shard_hash, image, e.byte_offset, e.byte_length, digest) && digest == e.digest;
+}
+
+Result<Manifest> build_manifest_in(const MemoryDomain& domain, const ManifestBuildOptions& options,
+                                   std::span<const ConstRegion> regions, std::vector<TensorEntry> tensors,
+                                   const Identity& publisher) {
+  for (const ConstRegion& r : regions) {
+    if (r.empty()) return Status::invalid_argument("an image region is empty");
+  }
+  const core::ConstRegions image(regions);
+  auto shape = manifest_shape(options, image.size(), std::move(tensors), publisher.public_key());
+  if (!shape) return shape.status();
+  ManifestBody body = std::move(*shape);
+  std::atomic<bool> unreadable{false};
+  core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {
+    ShardEntry& s = body.shards[i];
+    if (!domain.digest(body.shard_hash, image, s.byte_offset, s.byte_length, s.digest)) unreadable = true;
+  });
+  if (unreadable) return Status::io_error("the image could not be read in " + std::string(domain.name()) + " memory");
+  return sign_manifest(std::move(body), publisher);
 }
 
 bool copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,

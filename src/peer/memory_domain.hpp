@@ -33,6 +33,11 @@ class MemoryDomain {
   // also when `image` could not be read: a mapped file truncated under it).
   // REQUIRES: `image` holds the manifest's whole image.
   virtual bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const = 0;
+  // The `algorithm` digest of bytes [offset, offset + length) of `image`
+  // into `out`: false when they could not be read.
+  // REQUIRES: the range lies inside `image`.
+  virtual bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+                      std::uint64_t length, ShardDigest& out) const = 0;
   // Copies [offset, offset + length) of `from` to the same range of `to`.
   // False when `from` could not be read (a mapped file truncated under it):
   // `to` then holds part of the range.
@@ -62,6 +67,18 @@ class MemoryDomain {
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.
 const MemoryDomain& host_memory();
+
+// Builds and signs the manifest of `regions`, memory of `domain`: as
+// build_manifest(), every shard's digest computed by the domain (on the GPU
+// for GPU memory). Errors: as build_manifest().
+Result<Manifest> build_manifest_in(const MemoryDomain& domain, const ManifestBuildOptions& options,
+                                   std::span<const ConstRegion> regions, std::vector<TensorEntry> tensors,
+                                   const Identity& publisher);
+
+// Whether shard `index` of `image` matches its manifest digest, by
+// domain.digest(): the verify_shard of domains that have nothing faster.
+bool verify_shard_by_digest(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
+                            const core::ConstRegions& image);
 
 // Copies shard `index` from `from` into `to` and verifies it there (the
 // source is memory its owner may have changed since it was verified): false

@@ -4,6 +4,7 @@
 // device regions in virtual time.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/random_fill.hpp"
@@ -136,4 +137,30 @@ TEST_CASE("device domain: a peer fetches v1 into device regions and v2 reuses it
   CHECK(device.bytes_to_host() % (4 * 16384) == 0);
   CHECK(device.bytes_to_host() <= 2 * 4 * 16384);
   CHECK(device.misplaced_copies() == 0);
+}
+
+TEST_CASE("device domain: a manifest built from device regions is the one built on the host, signature and all") {
+  for (ShardHashAlgorithm algorithm : {ShardHashAlgorithm::kXxh3_128, ShardHashAlgorithm::kBlake2b_256}) {
+    FakeDevice device;
+    cuda::DeviceMemoryDomain domain(device);
+    const auto image = small_model(34, 1u << 20);
+    ManifestBuildOptions options = small_options();
+    options.shard_hash = algorithm;
+    const Manifest on_host = build_small(image, test_identity(1), options);
+    DeviceRegions regions(device, odd_sizes(image.size()));
+    regions.fill_from(image);
+    std::vector<ConstRegion> parts;
+    for (MutableRegion r : regions.regions()) parts.push_back(r);
+    auto on_device = peer::build_manifest_in(domain, options, parts, tensors_of(image), test_identity(1));
+    REQUIRE_MESSAGE(on_device.is_ok(), on_device.status().to_string());
+    CHECK(on_device->id() == on_host.id());
+    CHECK(std::ranges::equal(on_device->encoded(), on_host.encoded()));
+    CHECK(device.hashes() == (algorithm == ShardHashAlgorithm::kXxh3_128 ? on_host.shard_count() : 0));
+    // A bad argument fails before any shard is hashed.
+    const std::size_t hashed = device.hashes();
+    options.shard_size = 1000;
+    CHECK(peer::build_manifest_in(domain, options, parts, tensors_of(image), test_identity(1)).status().code() ==
+          StatusCode::kInvalidArgument);
+    CHECK(device.hashes() == hashed);
+  }
 }

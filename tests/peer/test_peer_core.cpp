@@ -333,6 +333,10 @@ struct CountingDomain final : MemoryDomain {
   bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override {
     return host_memory().read(image, offset, out);
   }
+  bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+              std::uint64_t length, ShardDigest& out) const override {
+    return host_memory().digest(algorithm, image, offset, length, out);
+  }
   bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override {
     return host_memory().write(image, offset, bytes);
   }
