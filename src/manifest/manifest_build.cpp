@@ -4,6 +4,7 @@
 #include "core/bus_error_guard.hpp"
 #include "core/parallel_for.hpp"
 #include "core/regions.hpp"
+#include "manifest/manifest_build.hpp"
 #include "manifest/manifest_codec.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -58,6 +59,21 @@ Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::ui
 
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors, const Identity& publisher) {
+  // The image may be a mapped file that another process truncates while it
+  // is hashed: a shard that cannot be read fails the build, not the process.
+  const ShardDigester on_cpu = [](ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+                                  std::uint64_t length, ShardDigest& out) {
+    std::vector<ConstRegion> pieces;
+    image.pieces(offset, length, pieces);
+    return core::read_guarded([&] { out = compute_shard_digest_of_pieces(algorithm, pieces); });
+  };
+  return build_manifest_digesting(options, regions, std::move(tensors), publisher, on_cpu,
+                                  "host (a mapped file truncated under it?)");
+}
+
+Result<Manifest> build_manifest_digesting(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
+                                          std::vector<TensorEntry> tensors, const Identity& publisher,
+                                          const ShardDigester& digester, std::string_view memory) {
   for (const ConstRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("an image region is empty");
   }
@@ -66,23 +82,14 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
   auto shape = manifest_shape(options, image.size(), std::move(tensors), publisher.public_key());
   if (!shape) return shape.status();
   ManifestBody body = std::move(*shape);
-  // The image may be a mapped file that another process truncates while it
-  // is hashed: a shard that cannot be read fails the build, not the process.
   std::atomic<bool> unreadable{false};
   core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {
     ShardEntry& s = body.shards[i];
-    std::vector<ConstRegion> pieces;
-    image.pieces(s.byte_offset, s.byte_length, pieces);
-    ShardDigest digest{};
-    if (!core::read_guarded([&] { digest = compute_shard_digest_of_pieces(options.shard_hash, pieces); })) {
-      unreadable = true;
-    }
-    s.digest = digest;
+    if (!digester(body.shard_hash, image, s.byte_offset, s.byte_length, s.digest)) unreadable = true;
   });
   if (unreadable) {
-    return Status::io_error("the image could not be read while it was hashed (a mapped file truncated under it?)");
+    return Status::io_error("the image could not be read while it was hashed, in " + std::string(memory) + " memory");
   }
-
   return sign_manifest(std::move(body), publisher);
 }
 

@@ -2,12 +2,11 @@
 
 #include <sodium.h>
 
-#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "core/bus_error_guard.hpp"
-#include "core/parallel_for.hpp"
+#include "manifest/manifest_build.hpp"
 
 namespace tensorhub::peer {
 namespace {
@@ -93,20 +92,11 @@ bool verify_shard_by_digest(const MemoryDomain& domain, const Manifest& manifest
 Result<Manifest> build_manifest_in(const MemoryDomain& domain, const ManifestBuildOptions& options,
                                    std::span<const ConstRegion> regions, std::vector<TensorEntry> tensors,
                                    const Identity& publisher) {
-  for (const ConstRegion& r : regions) {
-    if (r.empty()) return Status::invalid_argument("an image region is empty");
-  }
-  const core::ConstRegions image(regions);
-  auto shape = manifest_shape(options, image.size(), std::move(tensors), publisher.public_key());
-  if (!shape) return shape.status();
-  ManifestBody body = std::move(*shape);
-  std::atomic<bool> unreadable{false};
-  core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {
-    ShardEntry& s = body.shards[i];
-    if (!domain.digest(body.shard_hash, image, s.byte_offset, s.byte_length, s.digest)) unreadable = true;
-  });
-  if (unreadable) return Status::io_error("the image could not be read in " + std::string(domain.name()) + " memory");
-  return sign_manifest(std::move(body), publisher);
+  const ShardDigester in_domain = [&domain](ShardHashAlgorithm algorithm, const core::ConstRegions& image,
+                                            std::uint64_t offset, std::uint64_t length, ShardDigest& out) {
+    return domain.digest(algorithm, image, offset, length, out);
+  };
+  return build_manifest_digesting(options, regions, std::move(tensors), publisher, in_domain, domain.name());
 }
 
 bool copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
