@@ -92,10 +92,10 @@ struct PeerOptions {
   bool mirror_gpu_versions = true;
 };
 
-// Where a fetch's destination lives.
-struct FetchOptions {
-  // Empty: host memory. Otherwise the UUID of the GPU that holds the
-  // destination ("GPU-" and 32 hex digits, as `nvidia-smi -L` prints it).
+// Where a version's memory lies, for publish() and fetch().
+struct MemoryOptions {
+  // Empty: host memory. Otherwise the UUID of the GPU whose memory the
+  // regions are ("GPU-" and 32 hex digits, as `nvidia-smi -L` prints it).
   std::string gpu;
 };
 
@@ -150,6 +150,7 @@ class PublishHandle {
 
  private:
   friend class Peer;
+  friend struct PeerAccess;
   struct State;
   explicit PublishHandle(std::shared_ptr<State> state);
   std::shared_ptr<State> state_;
@@ -226,6 +227,13 @@ class Peer {
   // Errors: as above; kInvalidArgument also for an empty region.
   Result<PublishHandle> publish(const std::string& model, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors);
+  // The same for regions where `options` says they lie. From a GPU's
+  // memory, the shards are hashed on that GPU and pieces are served from a
+  // host mirror read back once (PeerOptions::mirror_gpu_versions), else
+  // copied out one at a time. Errors: as above; for a GPU also those of
+  // fetch() into one.
+  Result<PublishHandle> publish(const std::string& model, std::span<const ConstRegion> regions,
+                                std::vector<TensorEntry> tensors, const MemoryOptions& options);
 
   // The newest verified head of a model, if any is known.
   std::optional<VersionInfo> latest(const std::string& model) const;
@@ -268,7 +276,7 @@ class Peer {
   // UUID, or no regions), kUnavailable (built without CUDA, no driver, no
   // pinned memory), kNotFound (no GPU with that UUID).
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
-                            const FetchOptions& options);
+                            const MemoryOptions& options);
 
   // Replaces the member list (PeerOptions::members; empty: anyone holding
   // the swarm key). Members no longer on it are forgotten at once and their

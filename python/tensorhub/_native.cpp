@@ -317,7 +317,7 @@ PYBIND11_MODULE(_native, m) {
              Result<FetchHandle> r = Status::internal("not fetched");
              {
                py::gil_scoped_release nogil;
-               r = p.fetch(model, version, spans, FetchOptions{gpu});
+               r = p.fetch(model, version, spans, MemoryOptions{gpu});
              }
              return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
            },

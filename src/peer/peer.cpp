@@ -107,6 +107,9 @@ struct PeerAccess {
   static std::unique_ptr<Peer> make(std::unique_ptr<Impl> impl) { return std::unique_ptr<Peer>(new Peer(std::move(impl))); }
   static Impl& impl(Peer& peer) { return *peer.impl_; }
   static FetchHandle fetch_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version);
+  static PublishHandle publish_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version);
+  // The GPU named `uuid`, opened on first use. Errors: as GpuMemory::open.
+  static Result<const cuda::GpuMemory*> gpu(Impl& impl, const std::string& uuid);
 };
 
 namespace {
@@ -206,30 +209,42 @@ Result<PublishHandle> Peer::publish(const std::string& model, std::span<const st
 
 Result<PublishHandle> Peer::publish(const std::string& model, std::span<const ConstRegion> regions,
                                     std::vector<TensorEntry> tensors) {
+  return peer::publish_from(*this, model, regions, std::move(tensors), peer::host_memory());
+}
+
+Result<PublishHandle> Peer::publish(const std::string& model, std::span<const ConstRegion> regions,
+                                    std::vector<TensorEntry> tensors, const MemoryOptions& options) {
+  if (options.gpu.empty()) return publish(model, regions, std::move(tensors));
+  auto gpu = PeerAccess::gpu(*impl_, options.gpu);
+  if (!gpu) return gpu.status();
+  return peer::publish_from(*this, model, regions, std::move(tensors), (*gpu)->domain());
+}
+
+Result<PublishHandle> peer::publish_from(Peer& peer, const std::string& model, std::span<const ConstRegion> regions,
+                                         std::vector<TensorEntry> tensors, const MemoryDomain& domain) {
+  Impl* impl = &PeerAccess::impl(peer);
   const auto head_deadline = std::chrono::steady_clock::now() + kHeadWait;
   for (int attempt = 1;;) {
-    const std::uint64_t seen = impl_->current_generation();
-    auto next = impl_->call([&] { return impl_->engine->next_version(model); });
-    if (!next && next.status().code() == StatusCode::kUnavailable && impl_->wait_change(seen, head_deadline)) continue;
+    const std::uint64_t seen = impl->current_generation();
+    auto next = impl->call([&] { return impl->engine->next_version(model); });
+    if (!next && next.status().code() == StatusCode::kUnavailable && impl->wait_change(seen, head_deadline)) continue;
     if (!next) return next.status();
     ManifestBuildOptions o;
     o.model = model;
     o.version = next->version;
     o.parent = next->parent;
     o.created_unix_ms = transport::wall_clock_ms();
-    o.shard_size = impl_->shard_size;
-    o.shard_hash = impl_->shard_hash;
-    // Hashed here, on the caller's thread and its helpers: the I/O thread goes on serving.
-    auto manifest = build_manifest(o, regions, tensors, *impl_->identity);
+    o.shard_size = impl->shard_size;
+    o.shard_hash = impl->shard_hash;
+    // Hashed here, on the caller's thread and its helpers (or on the GPU):
+    // the I/O thread goes on serving.
+    auto manifest = build_manifest_in(domain, o, regions, tensors, *impl->identity);
     if (!manifest) return manifest.status();
     auto shared = std::make_shared<const Manifest>(std::move(*manifest));
-    auto v = impl_->call([&] { return impl_->engine->publish(shared, core::ConstRegions(regions)); });
+    auto v = impl->call([&] { return impl->engine->publish(shared, core::ConstRegions(regions), domain); });
     if (!v && v.status().code() == StatusCode::kAlreadyExists && attempt++ < kPublishAttempts) continue;
     if (!v) return v.status();
-    auto state = std::make_shared<PublishHandle::State>();
-    state->impl = impl_.get();
-    state->version = *v;
-    return PublishHandle(state);
+    return PeerAccess::publish_handle(impl, std::move(*v));
   }
 }
 
@@ -280,23 +295,12 @@ Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version,
 }
 
 Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
-                                const FetchOptions& options) {
+                                const MemoryOptions& options) {
   if (options.gpu.empty()) return fetch(model, version, regions);
   if (regions.empty()) return Status::invalid_argument("a fetch into GPU memory needs its destination regions");
-  const cuda::GpuMemory* gpu = nullptr;
-  {
-    std::lock_guard lock(impl_->gpus_mutex);
-    auto& slot = impl_->gpus[options.gpu];
-    if (!slot) {
-      Status opened = cuda::GpuMemory::open(options.gpu, slot);
-      if (!opened.is_ok()) {
-        impl_->gpus.erase(options.gpu);
-        return opened;
-      }
-    }
-    gpu = slot.get();
-  }
-  return peer::fetch_into(*this, model, version, regions, gpu->domain());
+  auto gpu = PeerAccess::gpu(*impl_, options.gpu);
+  if (!gpu) return gpu.status();
+  return peer::fetch_into(*this, model, version, regions, (*gpu)->domain());
 }
 
 Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
@@ -308,6 +312,26 @@ Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::
   auto v = impl->call([&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
   if (!v) return v.status();
   return PeerAccess::fetch_handle(impl, std::move(*v));
+}
+
+PublishHandle PeerAccess::publish_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version) {
+  auto state = std::make_shared<PublishHandle::State>();
+  state->impl = impl;
+  state->version = std::move(version);
+  return PublishHandle(state);
+}
+
+Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uuid) {
+  std::lock_guard lock(impl.gpus_mutex);
+  auto& slot = impl.gpus[uuid];
+  if (!slot) {
+    Status opened = cuda::GpuMemory::open(uuid, slot);
+    if (!opened.is_ok()) {
+      impl.gpus.erase(uuid);
+      return opened;
+    }
+  }
+  return slot.get();
 }
 
 FetchHandle PeerAccess::fetch_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version) {

@@ -203,8 +203,8 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const Manifest> manifest,
-                                                          core::ConstRegions image) {
-  auto v = core_->publish(now(), std::move(manifest), std::move(image));
+                                                          core::ConstRegions image, const MemoryDomain& domain) {
+  auto v = core_->publish(now(), std::move(manifest), std::move(image), {}, domain);
   pump();
   return v;
 }

@@ -46,7 +46,10 @@ class PeerEngine final : public TransportEvents {
   // and heard from no peer, or gossip names a head not verified here).
   Result<HeadTracker::NextVersion> next_version(const std::string& model) const;
   // Errors: as PeerCore::publish.
-  Result<std::shared_ptr<LocalVersion>> publish(std::shared_ptr<const Manifest> manifest, core::ConstRegions image);
+  // `domain`: where the image lies (host memory unless told); REQUIRES: it
+  // outlives the version.
+  Result<std::shared_ptr<LocalVersion>> publish(std::shared_ptr<const Manifest> manifest, core::ConstRegions image,
+                                                const MemoryDomain& domain = host_memory());
   // Errors: as PeerCore::resolve and PeerCore::fetch; kIoError when memory
   // for the destination cannot be had.
   // `domain`: where the destination lives (host memory unless told);

@@ -40,6 +40,13 @@ Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions in
 Result<FetchHandle> fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
                                std::span<const MutableRegion> regions, const MemoryDomain& domain);
 
+// Peer::publish from memory of `domain` (GPU memory, say): the manifest's
+// digests computed by the domain, pieces served through it.
+// REQUIRES: `domain` outlives the handle's version.
+// Errors: as Peer::publish.
+Result<PublishHandle> publish_from(Peer& peer, const std::string& model, std::span<const ConstRegion> regions,
+                                   std::vector<TensorEntry> tensors, const MemoryDomain& domain);
+
 // Queues `fn` on the peer's I/O thread, behind whatever is queued there
 // (benchmarks measure the thread's lag with it: gossip datagrams wait in
 // the same queue).

@@ -706,14 +706,45 @@ TEST_CASE("peer: a GPU fetch whose ring is too small lands the rest through host
   CHECK(none.status().code() == StatusCode::kInvalidArgument);
   // Through the public API a GPU is named by UUID; this machine has none.
   const MutableRegion some[] = {memory.regions()[0]};
-  auto bad = worker->fetch("policy", 1, some, FetchOptions{"cuda:0"});
+  auto bad = worker->fetch("policy", 1, some, MemoryOptions{"cuda:0"});
   CHECK(bad.status().code() == StatusCode::kInvalidArgument);
   CHECK(bad.status().message().find("not a GPU UUID") != std::string::npos);
-  CHECK(worker->fetch("policy", 1, {}, FetchOptions{"GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"}).status().code() ==
+  CHECK(worker->fetch("policy", 1, {}, MemoryOptions{"GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"}).status().code() ==
         StatusCode::kInvalidArgument);
-  auto absent = worker->fetch("policy", 1, some, FetchOptions{"GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"});
+  auto absent = worker->fetch("policy", 1, some, MemoryOptions{"GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"});
   const StatusCode code = absent.status().code();
   CHECK((code == StatusCode::kUnavailable || code == StatusCode::kNotFound));
   MESSAGE("a GPU fetch on this machine: " << absent.status().to_string());
   // The handle's destructor lets go at once, before the memory is freed.
+}
+
+TEST_CASE("peer: a version published from GPU memory is hashed on the GPU and served from a host mirror") {
+  FakeDevice device(2);
+  const cuda::DeviceMemoryDomain gpu(device);
+  auto peers = publisher_and_workers(680, 2);
+  Peer* trainer = peers[0].get();
+  auto image = small_model(68, 3u << 20);
+  DeviceRegions weights(device, {image.size() / 2 + 3, image.size() - image.size() / 2 - 3});
+  weights.fill_from(image);
+  std::vector<ConstRegion> parts(weights.regions().begin(), weights.regions().end());
+  auto handle = peer::publish_from(*trainer, "policy", parts, tensors_of(image), gpu);
+  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+  CHECK(device.hashes() == (image.size() + (256u << 10) - 1) / (256u << 10));  // the manifest, on the GPU
+  for (std::size_t w = 1; w <= 2; ++w) {
+    REQUIRE(peers[w]->wait_for_head("policy", 0, 10s).is_ok());
+    auto fetched = peers[w]->fetch("policy", 1);
+    REQUIRE(fetched.is_ok());
+    REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
+    CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), image.begin(), image.end()));
+  }
+  // Read back from the GPU: the mirror once, the first pieces before it,
+  // proofs; not a copy per fetcher.
+  MESSAGE("read back from the GPU for two fetchers: " << device.bytes_to_host() << " bytes, version "
+                                                      << image.size());
+  CHECK(device.bytes_to_host() >= image.size());
+  CHECK(device.bytes_to_host() < 2 * image.size());
+  CHECK(device.misplaced_copies() == 0);
+  // The public API names a GPU by UUID; a malformed one is refused first.
+  auto bad = trainer->publish("policy", parts, tensors_of(image), MemoryOptions{"cuda:0"});
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
 }
