@@ -77,13 +77,15 @@ def _is_torch_tensor(value) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _as_publishable(name: str, value):
-    """(object that owns the memory, address, nbytes, safetensors dtype, shape)."""
+def _as_publishable(name: str, value, on_gpu: bool = False):
+    """(object that owns the memory, address, nbytes, safetensors dtype,
+    shape). ``on_gpu``: a CUDA tensor stays where it is (else it is copied
+    to the host once)."""
     if _is_torch_tensor(value):
         torch = _torch()
         tensor = value.detach()
-        if tensor.device.type != "cpu":
-            tensor = tensor.to("cpu")  # a host copy, made once (served from GPU memory in place: not yet)
+        if tensor.device.type != "cpu" and not on_gpu:
+            tensor = tensor.to("cpu")  # a host copy, made once
         dtype = torch_dtypes(torch).get(tensor.dtype)
         if dtype is None:
             raise Error(f"invalid argument: tensor '{name}': dtype {tensor.dtype} has no safetensors name")
@@ -336,9 +338,13 @@ class Peer:
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]], *,
                 dtype=None, metadata: Optional[Mapping[str, str]] = None) -> Published:
-        """Publishes ``tensors`` (name -> numpy array or CPU torch tensor) as
+        """Publishes ``tensors`` (name -> numpy array or torch tensor) as
         the next version of ``model``. Contiguous ones are served where they
-        are; others are packed once. ``dtype`` (a numpy or torch dtype):
+        are; others are packed once. When every tensor is a CUDA tensor on
+        one GPU, the version stays in that GPU's memory: its shards are
+        hashed there and pieces are served from a host mirror read back once
+        (docs/gpu.md); CUDA tensors mixed with others are copied to the host
+        once. ``dtype`` (a numpy or torch dtype):
         floating-point tensors are cast to it first (packed once: the
         rollout dtype of a trainer's fp32 weights, say). ``metadata``
         (str -> str: the trainer's step, say) goes in the version's
@@ -350,13 +356,20 @@ class Peer:
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
         if dtype is not None:
             items = [(name, _cast(name, value, dtype)) for name, value in items]
-        publishable = [(name,) + _as_publishable(name, value) for name, value in items]
+        device, gpu = self._one_gpu([value for _, value in items])
+        publishable = [(name,) + _as_publishable(name, value, device is not None) for name, value in items]
         try:
             header = safetensors.encode_header([(n, d, s, b) for n, _, _, b, d, s in publishable], metadata)
         except ValueError as e:
             raise Error(f"invalid argument: tensors: {e}") from None
         header = np.frombuffer(bytearray(header), dtype=np.uint8)
-        owners, regions, specs = [header], [(_address(header), header.nbytes)], []
+        if device is not None:
+            torch = _torch()
+            header = torch.from_numpy(header).to(device)  # the whole image on the GPU, header included
+            torch.cuda.synchronize(device)  # the tensors' pending writes end before they are hashed
+            owners, regions, specs = [header], [(header.data_ptr(), header.nbytes)], []
+        else:
+            owners, regions, specs = [header], [(_address(header), header.nbytes)], []
         offset = header.nbytes
         for name, owner, address, nbytes, dtype_name, shape in publishable:
             owners.append(owner)
@@ -364,7 +377,21 @@ class Peer:
             if nbytes:
                 regions.append((address, nbytes))
             offset += nbytes
-        return Published(self._native.publish(model, regions, specs, owners), dict(metadata or {}))
+        return Published(self._native.publish(model, regions, specs, owners, gpu=gpu), dict(metadata or {}))
+
+    @staticmethod
+    def _one_gpu(values):
+        """(device, "GPU-<uuid>") when every value is a CUDA tensor on one
+        GPU, else (None, "")."""
+        if not values or not all(_is_torch_tensor(v) and v.device.type == "cuda" for v in values):
+            return None, ""
+        from . import _cuda
+
+        try:
+            device = _cuda.device_of(values)
+            return device, _cuda.gpu_uuid(_torch().cuda.get_device_properties(device))
+        except ValueError:
+            return None, ""  # several GPUs, or no UUID: host copies
 
     def publish_safetensors(self, model: str, path: str, *, metadata: Optional[Mapping[str, str]] = None) -> Published:
         """Publishes a safetensors file as it is (its header and metadata

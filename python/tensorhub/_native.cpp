@@ -267,7 +267,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("gossip_address", &Peer::gossip_address)
       .def("publish",
            [](Peer& p, const std::string& model, const std::vector<RegionSpec>& regions,
-              const std::vector<TensorSpec>& tensors, py::object owner) {
+              const std::vector<TensorSpec>& tensors, py::object owner, const std::string& gpu) {
              std::vector<ConstRegion> spans;
              spans.reserve(regions.size());
              for (const auto& [address, nbytes] : regions) {
@@ -277,12 +277,13 @@ PYBIND11_MODULE(_native, m) {
              Result<PublishHandle> r = Status::internal("not published");
              {
                py::gil_scoped_release nogil;
-               r = p.publish(model, spans, std::move(entries));
+               r = p.publish(model, spans, std::move(entries), MemoryOptions{gpu});
              }
              return std::make_unique<Published>(std::move(owner), value_or_raise(std::move(r)));
            },
            // A handle keeps its peer alive: released after the peer, it would call into nothing.
-           py::arg("model"), py::arg("regions"), py::arg("tensors"), py::arg("owner"), py::keep_alive<0, 1>())
+           py::arg("model"), py::arg("regions"), py::arg("tensors"), py::arg("owner"), py::arg("gpu") = "",
+           py::keep_alive<0, 1>())
       .def("latest",
            [](const Peer& p, const std::string& model) -> py::object {
              auto v = p.latest(model);

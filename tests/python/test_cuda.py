@@ -29,6 +29,10 @@ def test_the_tensors_of_one_gpu_fetch_must_share_one_gpu():
         _cuda.device_of([types.SimpleNamespace(device=types.SimpleNamespace(type="cpu", index=None))])
 
 
+def info_tensors(peer):
+    return peer._native.version_tensors("policy", 1)
+
+
 def _cuda_available():
     try:
         import torch
@@ -50,6 +54,9 @@ def test_without_a_gpu_a_fetch_into_gpu_memory_is_refused_with_the_reason(pair):
             worker._native.fetch("policy", 1, regions, buffer, gpu="GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b")
         with pytest.raises(th.Error, match="not a GPU UUID"):
             worker._native.fetch("policy", 1, regions, buffer, gpu="cuda:0")
+        specs = [(name, dtype, shape, offset, length) for name, dtype, shape, offset, length in info_tensors(worker)]
+        with pytest.raises(th.Error, match="unavailable"):
+            trainer._native.publish("other", regions, specs, buffer, gpu="GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b")
 
 
 @pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (tests/gpu/run)")
@@ -74,3 +81,21 @@ def test_a_version_lands_in_cuda_tensors_and_equals_the_host_fetch(pair):
         with pytest.raises(th.Error, match="one kind of memory"):
             worker.fetch("policy", into={"layer0.weight": torch.empty_like(weights["layer0.weight"], device="cuda"),
                                          "step": np.zeros(1, dtype=np.int64)})
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (tests/gpu/run)")
+def test_cuda_tensors_are_published_in_place_and_fetched_byte_exact(pair):
+    import torch
+
+    trainer, worker = pair
+    torch.manual_seed(2)
+    weights = {f"layer{i}.weight": torch.randn(128, 257, device="cuda").to(torch.bfloat16) for i in range(6)}
+    with trainer.publish("policy", weights, metadata={"step": "7"}):
+        status = trainer.status()
+        assert status["versions"][0]["memory"].startswith("cuda:GPU-")
+        worker.wait_for_head("policy", timeout=20)
+        fetched = worker.fetch("policy").wait(60)
+        got = fetched.state_dict(kind="torch")
+        for name, value in weights.items():
+            assert torch.equal(got[name], value.cpu()), name
+        assert fetched.metadata == {"step": "7"}
