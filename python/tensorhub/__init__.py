@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _native
 from ._releasable import Releasable
-from ._views import batches, torch_dtypes, torch_view
+from ._views import batches, check_device, moved, torch_dtypes, torch_view
 
 __all__ = ["Error", "Peer", "Published", "Fetched", "connect", "generate_swarm_key"]
 
@@ -206,7 +206,7 @@ class Fetched(Releasable):
         return self
 
     def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy",
-                     timeout: Optional[float] = None, order: str = "layer"):
+                     timeout: Optional[float] = None, order: str = "layer", device=None):
         """Yields lists of (name, tensor) as soon as every byte of each is
         verified, so loading overlaps the transfer; each list holds up to
         ``batch_bytes`` (one tensor at least). ``order="layer"``: in the
@@ -214,9 +214,19 @@ class Fetched(Releasable):
         those before it; ``order="verified"``: whichever tensors are
         complete, lowest offset first, which yields sooner (the swarm fetches
         shards rarest first, not in order; a loader whose load_weights takes
-        tensors in any order wants this). ``names``: only these. Raises the
-        fetch's error if it fails; nothing unverified is ever yielded."""
+        tensors in any order wants this). ``names``: only these. ``device``
+        (with ``kind="torch"``): each tensor on that torch device, copied
+        there as its batch is yielded (a fetch into that GPU's memory
+        yields its own tensors). Raises the fetch's error if it fails;
+        nothing unverified is ever yielded."""
         _check_kind(kind)
+        try:
+            check_device(kind, device)
+        except ValueError as e:
+            raise Error(f"invalid argument: {e}") from None
+        yield from moved(self._verified_batches(names, batch_bytes, kind, timeout, order), device)
+
+    def _verified_batches(self, names, batch_bytes, kind, timeout, order):
         if order not in ("layer", "verified"):
             raise Error(f"invalid argument: order: 'layer' or 'verified', not {order!r}")
         wanted = None if names is None else set(names)

@@ -54,3 +54,26 @@ def batches(items: Iterable[Tuple[str, object, int]], batch_bytes: int) -> Itera
         size += nbytes
     if batch:
         yield batch
+
+
+def moved(batches_: Iterable[List[Tuple[str, object]]], device) -> Iterator[List[Tuple[str, object]]]:
+    """The batches with each tensor on torch device ``device`` (a copy for
+    tensors elsewhere; those already there are themselves). ``device``
+    None: the batches as they are."""
+    for batch in batches_:
+        yield batch if device is None else [(name, tensor.to(device)) for name, tensor in batch]
+
+
+def check_device(kind: str, device) -> None:
+    """Raises ValueError unless ``device`` (None, or a torch device or its
+    name) can receive tensors of ``kind``."""
+    if device is None:
+        return
+    if kind != "torch":
+        raise ValueError("device= needs kind='torch'")
+    torch = sys.modules.get("torch")
+    if torch is None:
+        raise ValueError("device= needs torch")
+    target = torch.device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {target}: torch sees no CUDA GPU here")

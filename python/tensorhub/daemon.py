@@ -16,7 +16,7 @@ from typing import Iterable, Mapping, Optional, Tuple, Union
 from . import Error
 from . import safetensors
 from ._releasable import Releasable
-from ._views import batches, torch_view
+from ._views import batches, check_device, moved, torch_view
 
 
 class DaemonPublished(Releasable):
@@ -59,17 +59,22 @@ class _VerifiedFile(Releasable):
         return {name: tensor for batch in self.iter_tensors(batch_bytes=0, kind=kind) for name, tensor in batch}
 
     def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy", timeout=None,
-                     order: str = "layer"):
+                     order: str = "layer", device=None):
         """Lists of (name, tensor) in the file's order, up to ``batch_bytes``
         each, as the in-process ``Fetched.iter_tensors`` yields them (every
-        byte is verified already, so ``order`` changes nothing)."""
-        from . import _check_kind
+        byte is verified already, so ``order`` changes nothing); ``device``
+        as there (copies from the file)."""
+        from . import Error, _check_kind
 
         _check_kind(kind)
+        try:
+            check_device(kind, device)
+        except ValueError as e:
+            raise Error(f"invalid argument: {e}") from None
         wanted = None if names is None else set(names)
         items = ((name, torch_view(array, dtype) if kind == "torch" else array, array.nbytes)
                  for name, dtype, array in safetensors.entries(self.path) if wanted is None or name in wanted)
-        yield from batches(items, batch_bytes)
+        yield from moved(batches(items, batch_bytes), device)
 
     @property
     def metadata(self) -> dict:

@@ -67,6 +67,10 @@ def test_a_version_published_in_process_reaches_a_daemon_as_a_safetensors_file()
                     for name, array in weights(5).items():
                         np.testing.assert_array_equal(fetched.state_dict()[name], array)
                     assert fetched.metadata == {"step": "5"}
+                    torch = pytest.importorskip("torch")
+                    moved = {n: t for batch in fetched.iter_tensors(kind="torch", device="cpu") for n, t in batch}
+                    for name, array in weights(5).items():
+                        assert torch.equal(moved[name], torch.from_numpy(array)), name
         finally:
             trainer.close()
 

@@ -73,3 +73,22 @@ def test_f8_weights_come_back_as_float8_where_torch_has_it_and_as_their_bytes_ot
                 back = worker.fetch("policy", again.version).wait(30)
                 assert [t[1] for t in back.tensors] == ["F8_E4M3"]
                 assert torch.equal(back.state_dict(kind="torch")["w"].view(torch.uint8), torch.from_numpy(bits))
+
+
+def test_iter_tensors_puts_tensors_on_the_device_asked_for(pair):
+    trainer, worker = pair
+    weights = {"a": torch.arange(4096, dtype=torch.float32), "b": torch.ones(33, 7, dtype=torch.bfloat16)}
+    with trainer.publish("policy", weights):
+        worker.wait_for_head("policy", timeout=20)
+        got = {name: t for batch in worker.fetch("policy").iter_tensors(kind="torch", device="cpu", timeout=30)
+               for name, t in batch}
+        assert set(got) == set(weights)
+        for name, value in weights.items():
+            assert got[name].device.type == "cpu"
+            assert torch.equal(got[name], value)
+        # device= is for torch tensors, and for devices this torch has.
+        with pytest.raises(th.Error, match="kind='torch'"):
+            next(iter(worker.fetch("policy").iter_tensors(device="cpu")))
+        if not torch.cuda.is_available():
+            with pytest.raises(th.Error, match="no CUDA GPU"):
+                next(iter(worker.fetch("policy").iter_tensors(kind="torch", device="cuda:0")))
