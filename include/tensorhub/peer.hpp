@@ -270,9 +270,10 @@ class Peer {
   // Fetches into `regions` where `options` says they live. Into a GPU's
   // memory, the regions are device addresses: the peer never reads or
   // writes them from the host; payloads reach them through a pinned staging
-  // ring (16 MiB, allocated when the GPU is first used), every shard is
-  // verified on that GPU, and pieces served from them are copied out one at
-  // a time. Errors: as above; for a GPU also kInvalidArgument (not a GPU
+  // ring (16 blocks, 16 MiB at the default block size, allocated when the
+  // GPU is first used), every shard is verified on that GPU, and pieces
+  // served from them come from a host mirror made once the version is
+  // complete (PeerOptions::mirror_gpu_versions). Errors: as above; for a GPU also kInvalidArgument (not a GPU
   // UUID, or no regions), kUnavailable (built without CUDA, no driver, no
   // pinned memory), kNotFound (no GPU with that UUID).
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,

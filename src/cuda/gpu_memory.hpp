@@ -15,15 +15,15 @@ namespace tensorhub::cuda {
 
 class GpuMemory {
  public:
-  // The ring's default: 16 slots of one 1 MiB block each (payloads are
-  // blocks); 16 MiB pinned per GPU.
-  static constexpr StagingRing::Options kRing{std::size_t{1} << 20, 16};
+  // The ring's slots: one block each (payloads are blocks), 16 MiB pinned
+  // per GPU at the default 1 MiB blocks.
+  static constexpr std::size_t kRingSlots = 16;
 
   // Opens the GPU whose UUID is `uuid` ("GPU-" then 8-4-4-4-12 hex digits,
-  // as `nvidia-smi -L` prints it). Errors: kInvalidArgument (not a UUID);
-  // kUnavailable (no CUDA in this build, no driver, or no pinned memory);
-  // kNotFound (no GPU with that UUID).
-  static Status open(std::string_view uuid, std::unique_ptr<GpuMemory>& out);
+  // as `nvidia-smi -L` prints it), with ring slots of `block_size` bytes.
+  // Errors: kInvalidArgument (not a UUID); kUnavailable (no CUDA in this
+  // build, no driver, or no pinned memory); kNotFound (no GPU with that UUID).
+  static Status open(std::string_view uuid, std::size_t block_size, std::unique_ptr<GpuMemory>& out);
 
   const DeviceMemoryDomain& domain() const { return *domain_; }
   DeviceApi& device() { return *device_; }

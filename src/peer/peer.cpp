@@ -43,6 +43,7 @@ struct Peer::Impl {
   std::optional<Identity> identity;  // a copy for signing publications on the caller's thread
   std::uint64_t shard_size = kAutoShardSize;
   ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
+  std::uint32_t block_size = 1u << 20;  // a GPU's staging slots hold one block each
 
   // Waiters wake when `generation` moves (the engine changed something).
   std::mutex change_mutex;
@@ -166,6 +167,7 @@ Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions in
   impl->identity.emplace(identity.clone());
   impl->shard_size = options.shard_size;
   impl->shard_hash = options.shard_hash;
+  impl->block_size = options.block_size;
   impl->engine = std::make_unique<PeerEngine>(impl->io, std::move(options), internal, std::move(identity),
                                               std::move(swarm_key),
                                               [raw](std::function<void()> fn) { raw->run_callback(std::move(fn)); });
@@ -325,7 +327,7 @@ Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uu
   std::lock_guard lock(impl.gpus_mutex);
   auto& slot = impl.gpus[uuid];
   if (!slot) {
-    Status opened = cuda::GpuMemory::open(uuid, slot);
+    Status opened = cuda::GpuMemory::open(uuid, impl.block_size, slot);
     if (!opened.is_ok()) {
       impl.gpus.erase(uuid);
       return opened;

@@ -64,6 +64,6 @@ TEST_CASE("devices: a GPU's UUID is written as nvidia-smi -L writes it, and only
     CHECK_MESSAGE(!cuda::is_gpu_uuid(bad), bad);
   }
   std::unique_ptr<cuda::GpuMemory> gpu;
-  CHECK(cuda::GpuMemory::open("cuda:0", gpu).code() == StatusCode::kInvalidArgument);
+  CHECK(cuda::GpuMemory::open("cuda:0", 1u << 20, gpu).code() == StatusCode::kInvalidArgument);
   CHECK(gpu == nullptr);
 }
