@@ -25,11 +25,15 @@ Status FakeDevice::allocate_pinned(std::size_t bytes, std::byte*& out) {
 
 void FakeDevice::free_pinned(std::byte* memory) {
   std::lock_guard lock(mutex_);
-  auto it = pinned_.find(memory);
-  if (it == pinned_.end()) return;
-  pinned_bytes_ -= it->second;
+  forget(pinned_, pinned_bytes_, memory);
+}
+
+void FakeDevice::forget(Allocations& allocations, std::size_t& total, std::byte* memory) {
+  auto it = allocations.find(memory);
+  if (it == allocations.end()) return;
+  total -= it->second;
   delete[] it->first;
-  pinned_.erase(it);
+  allocations.erase(it);
 }
 
 Status FakeDevice::allocate_device(std::size_t bytes, std::byte*& out) {
@@ -43,11 +47,7 @@ Status FakeDevice::allocate_device(std::size_t bytes, std::byte*& out) {
 
 void FakeDevice::free_device(std::byte* memory) {
   std::lock_guard lock(mutex_);
-  auto it = device_.find(memory);
-  if (it == device_.end()) return;
-  device_bytes_ -= it->second;
-  delete[] it->first;
-  device_.erase(it);
+  forget(device_, device_bytes_, memory);
 }
 
 bool FakeDevice::inside(const Allocations& a, const std::byte* p, std::size_t bytes) {

@@ -94,6 +94,8 @@ class FakeDevice final : public cuda::DeviceApi {
   };
   using Allocations = std::map<const std::byte*, std::size_t>;  // start -> size
   static bool inside(const Allocations& a, const std::byte* p, std::size_t bytes);
+  // Frees `memory` if `allocations` holds it, and takes its size off `total`.
+  static void forget(Allocations& allocations, std::size_t& total, std::byte* memory);
   template <typename T>
   T locked(const T& field) const {
     std::lock_guard lock(mutex_);
