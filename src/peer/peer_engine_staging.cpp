@@ -2,8 +2,9 @@
 // memory; MemoryDomain::host_accessible() false): received payloads wait in
 // the domain's payload stage (a staging ring) or, when it has none free, in
 // a host buffer, and the piece counts as stored only once its bytes are in
-// the destination; pieces served from such a version are copied out first,
-// on the work pool.
+// the destination; pieces served from such a version come from a host
+// mirror made once it is complete, or are copied out one by one on the work
+// pool until then (or when mirrors are off).
 #include <cstring>
 
 #include "core/log.hpp"
