@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "cuda/device_api.hpp"
+#include "cuda/rdma_registration.hpp"
 #include "cuda/shard_hash_kernel.hpp"
 #include "cuda/staging_ring.hpp"
 
@@ -183,7 +184,6 @@ std::string probe() {
     if (cudaDeviceGetAttribute(&v, a, device) != cudaSuccess) v = -1;
     return v;
   };
-  auto exists = [](const char* path) { return std::ifstream(path).good() || std::ifstream(std::string(path) + "/.").good(); };
   std::ostringstream o;
   o << "{\"name\": " << json_string(prop.name) << ", \"compute\": \"" << prop.major << "." << prop.minor
     << "\", \"memory_bytes\": " << prop.totalGlobalMem << ", \"driver\": " << driver << ", \"runtime\": " << runtime
@@ -191,7 +191,7 @@ std::string probe() {
     << attribute(cudaDevAttrGPUDirectRDMASupported)
     << ", \"gpudirect_rdma_flush_writes_options\": " << attribute(cudaDevAttrGPUDirectRDMAFlushWritesOptions)
     << ", \"gpudirect_rdma_writes_ordering\": " << attribute(cudaDevAttrGPUDirectRDMAWritesOrdering)
-    << ", \"nvidia_peermem_loaded\": " << (exists("/sys/module/nvidia_peermem") ? "true" : "false") << "}";
+    << ", \"nvidia_peermem_loaded\": " << (peermem_loaded() ? "true" : "false") << "}";
   return o.str();
 }
 
