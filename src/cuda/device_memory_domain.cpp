@@ -51,6 +51,21 @@ bool DeviceMemoryDomain::digest(ShardHashAlgorithm algorithm, const core::ConstR
   return true;
 }
 
+std::shared_ptr<std::span<std::byte>> DeviceMemoryDomain::allocate_mirror(std::size_t bytes) const {
+  struct Pinned {
+    DeviceApi* device = nullptr;
+    std::span<std::byte> bytes;
+    Pinned(DeviceApi* d, std::span<std::byte> b) : device(d), bytes(b) {}
+    Pinned(const Pinned&) = delete;
+    Pinned& operator=(const Pinned&) = delete;
+    ~Pinned() { device->free_pinned(bytes.data()); }
+  };
+  std::byte* memory = nullptr;
+  if (!device_.allocate_pinned(bytes, memory)) return peer::MemoryDomain::allocate_mirror(bytes);
+  auto pinned = std::make_shared<Pinned>(&device_, std::span<std::byte>(memory, bytes));
+  return std::shared_ptr<std::span<std::byte>>(pinned, &pinned->bytes);
+}
+
 bool DeviceMemoryDomain::copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
                               std::uint64_t length) const {
   // Walk both layouts at once: each copy lies inside one region of each.

@@ -3,8 +3,8 @@
 // only the 16-byte digest comes back), copied device-side, and proved over
 // small ranges read back to the host. Payloads received for it land through
 // a staging ring (the transport never writes device memory itself), and
-// pieces served from it are read back per piece (the pinned host mirror is
-// not built yet). Built over DeviceApi, so the deterministic tests run it
+// pieces served from it come from a pinned host mirror read back once.
+// Built over DeviceApi, so the deterministic tests run it
 // on the fake device.
 //
 // Secure mode's BLAKE2b-256 shards have no device kernel: such a shard is
@@ -40,6 +40,8 @@ class DeviceMemoryDomain final : public peer::MemoryDomain {
   bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override;
   bool host_accessible() const override { return false; }
   peer::PayloadStage* payload_stage() const override { return stage_; }
+  // Pinned host memory (the read-back runs at full speed), else anonymous.
+  std::shared_ptr<std::span<std::byte>> allocate_mirror(std::size_t bytes) const override;
 
  private:
   DeviceApi& device_;

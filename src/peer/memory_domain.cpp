@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/anonymous_memory.hpp"
 #include "core/bus_error_guard.hpp"
 #include "manifest/manifest_build.hpp"
 
@@ -78,6 +79,18 @@ class HostMemory final : public MemoryDomain {
 const MemoryDomain& host_memory() {
   static const HostMemory host;
   return host;
+}
+
+std::shared_ptr<std::span<std::byte>> MemoryDomain::allocate_mirror(std::size_t bytes) const {
+  struct Mirror {
+    core::AnonymousMemory memory;
+    std::span<std::byte> bytes;
+  };
+  auto memory = core::AnonymousMemory::allocate(bytes);
+  if (!memory) return nullptr;
+  auto mirror = std::make_shared<Mirror>(Mirror{std::move(*memory), {}});
+  mirror->bytes = mirror->memory.bytes();
+  return std::shared_ptr<std::span<std::byte>>(mirror, &mirror->bytes);
 }
 
 bool verify_shard_by_digest(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,

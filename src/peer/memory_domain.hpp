@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string_view>
 
 #include "core/hash.hpp"
@@ -63,6 +65,11 @@ class MemoryDomain {
   // buffer and write()), and pieces are served from copies made by read().
   virtual bool host_accessible() const { return true; }
   virtual PayloadStage* payload_stage() const { return nullptr; }
+  // Host memory of `bytes` bytes to mirror a version of this domain in
+  // (page-locked where the domain copies faster into it), freed when the
+  // last owner lets go; null when none can be had. This one: anonymous
+  // memory.
+  virtual std::shared_ptr<std::span<std::byte>> allocate_mirror(std::size_t bytes) const;
 };
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.

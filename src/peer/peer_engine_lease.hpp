@@ -6,9 +6,9 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <vector>
 
-#include "core/anonymous_memory.hpp"
 #include "peer/local_version.hpp"
 #include "peer/peer_engine.hpp"
 #include "transport/piece_source.hpp"
@@ -29,7 +29,7 @@ struct PeerEngine::Lease {
   // A host copy of a complete version whose memory the host cannot read
   // (GPU memory), pieces are served from once it is filled; it goes with
   // the lease, after the last piece sent from it.
-  std::shared_ptr<core::AnonymousMemory> mirror;
+  std::shared_ptr<std::span<std::byte>> mirror;
   bool mirror_started = false;
 
   void piece_done(const PeerId& peer, std::uint64_t offset, std::uint32_t length, bool sent) {

@@ -139,7 +139,7 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
     piece->lease = source;
     piece->peer = s.peer;
     piece->offset = s.offset;
-    const std::span<const std::byte> whole[] = {source->mirror->bytes().subspan(s.offset, s.length)};
+    const std::span<const std::byte> whole[] = {source->mirror->subspan(s.offset, s.length)};
     transport_for(s.peer).send_piece(s.peer, s.header, whole, std::move(piece));
     return true;
   }
@@ -154,9 +154,8 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
   source->mirror_started = true;
   ++source->uses;
   pool_.submit([this, version, source] {
-    auto memory = core::AnonymousMemory::allocate(version->memory.size());
-    const bool filled = memory.is_ok() && version->domain->read(version->memory, 0, memory->bytes());
-    auto mirror = filled ? std::make_shared<core::AnonymousMemory>(std::move(*memory)) : nullptr;
+    auto mirror = version->domain->allocate_mirror(version->memory.size());
+    if (mirror && !version->domain->read(version->memory, 0, *mirror)) mirror = nullptr;
     asio::post(io_, [this, version, source, mirror = std::move(mirror)] {
       source->end_use();
       if (closed_) return;

@@ -662,7 +662,10 @@ TEST_CASE("peer: a fetch into GPU memory over TCP lands through the staging ring
   MESSAGE("read back from the GPU: " << read_back << " bytes for the second fetcher, "
                                      << device.bytes_to_host() - read_back << " for the third");
   CHECK(device.bytes_to_host() - read_back < image.size() / 8);
+  // The mirror is pinned memory of the version's size, freed with the version.
+  CHECK(device.pinned_bytes() == 8 * (64u << 10) + image.size());
   fetched->release();
+  CHECK(device.pinned_bytes() == 8 * (64u << 10));
 }
 
 TEST_CASE("peer: a GPU fetch whose ring is too small lands the rest through host buffers, and still verifies") {
