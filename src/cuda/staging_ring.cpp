@@ -1,6 +1,8 @@
 #include "cuda/staging_ring.hpp"
 
 #include <cassert>
+#include <functional>
+#include <type_traits>
 
 namespace tensorhub::cuda {
 
@@ -64,32 +66,57 @@ void StagingRing::give_back(std::span<std::byte> slot) {
 
 Status StagingRing::land(std::span<std::byte> slot, const core::MutableRegions& destination, std::uint64_t offset,
                          std::uint64_t length, std::uint64_t tag) {
+  return copy_between(slot, destination, offset, length, tag, false);
+}
+
+Status StagingRing::fill(std::span<std::byte> slot, const core::ConstRegions& source, std::uint64_t offset,
+                         std::uint64_t length, std::uint64_t tag) {
+  return copy_between(slot, source, offset, length, tag, true);
+}
+
+template <typename Regions>
+Status StagingRing::copy_between(std::span<std::byte> slot, const Regions& device, std::uint64_t offset,
+                                 std::uint64_t length, std::uint64_t tag, bool keep) {
   Slot* s = slot_of(slot);
   assert(s != nullptr && s->busy && !s->landing);
-  assert(length <= options_.slot_bytes && offset + length <= destination.size());
-  if (s == nullptr) return Status::internal("a landing from a span that is no slot of this ring");
-  // One range always takes one stream: its landings stay in order.
-  const int stream = static_cast<int>((offset / options_.slot_bytes) % static_cast<std::uint64_t>(device_.stream_count()));
-  Status status;
-  std::uint64_t from = 0;
-  destination.for_each(offset, length, [&](std::span<std::byte> piece) {
-    if (status) status = device_.copy_async(CopyDirection::kHostToDevice, piece.data(), s->memory + from, piece.size(), stream);
-    from += piece.size();
+  assert(length <= options_.slot_bytes && offset + length <= device.size());
+  if (s == nullptr) return Status::internal("a copy through a span that is no slot of this ring");
+  return enqueue(*s, offset, length, tag, keep, [&](int stream) {
+    Status status;
+    std::uint64_t at = 0;
+    device.for_each(offset, length, [&](auto piece) {
+      if (!status) return;
+      if constexpr (std::is_const_v<typename decltype(piece)::element_type>) {  // device to slot
+        status = device_.copy_async(CopyDirection::kDeviceToHost, s->memory + at, piece.data(), piece.size(), stream);
+      } else {  // slot to device
+        status = device_.copy_async(CopyDirection::kHostToDevice, piece.data(), s->memory + at, piece.size(), stream);
+      }
+      at += piece.size();
+    });
+    return status;
   });
-  if (status) status = device_.record(stream, s->ticket);
+}
+
+Status StagingRing::enqueue(Slot& s, std::uint64_t offset, std::uint64_t length, std::uint64_t tag, bool keep,
+                            const std::function<Status(int stream)>& copies) {
+  // One range always takes one stream: its copies stay in order.
+  const int stream = static_cast<int>((offset / options_.slot_bytes) % static_cast<std::uint64_t>(device_.stream_count()));
+  Status status = copies(stream);
+  if (status) status = device_.record(stream, s.ticket);
   if (!status) {
-    // Copies already enqueued still read the slot: wait for them before it
+    // Copies already enqueued still use the slot: wait for them before it
     // is handed out again.
     Ticket drain;
     if (device_.record(stream, drain)) {
       device_.wait(drain);
       device_.release(drain);
     }
-    s->busy = false;
+    if (!keep) s.busy = false;
     return status;
   }
-  s->landing = true;
-  s->landed = Landed{tag, offset, length, false};
+  s.landing = true;
+  s.keep = keep;
+  s.landed = Landed{tag, offset, length, false};
   ++in_flight_;
   return Status::ok();
 }
@@ -103,7 +130,7 @@ void StagingRing::poll(std::vector<Landed>& out) {
     s.landed.ok = state == TicketState::kDone;
     out.push_back(s.landed);
     s.landing = false;
-    s.busy = false;
+    s.busy = s.keep;  // a filled slot stays its taker's until give_back()
     --in_flight_;
   }
 }

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -55,8 +56,16 @@ class StagingRing final : public peer::PayloadStage {
   // Errors: kUnavailable when the device refuses a copy.
   Status land(std::span<std::byte> slot, const core::MutableRegions& destination, std::uint64_t offset,
               std::uint64_t length, std::uint64_t tag) override;
-  // Appends the landings that ended since the last call and frees their
-  // slots. Never blocks.
+  // Copies bytes [offset, offset + length) of `source` (device memory laid
+  // out as regions) into the slot, on the range's stream; poll() reports
+  // `tag` and the slot stays the caller's until give_back(). On an error
+  // nothing is in flight for the slot, which is still the caller's.
+  // REQUIRES: as land(), with `source` for `destination`.
+  // Errors: kUnavailable when the device refuses a copy.
+  Status fill(std::span<std::byte> slot, const core::ConstRegions& source, std::uint64_t offset,
+              std::uint64_t length, std::uint64_t tag) override;
+  // Appends the copies that ended since the last call, and frees the slots
+  // of landings. Never blocks.
   void poll(std::vector<Landed>& out) override;
   void drain() override;
 
@@ -68,12 +77,22 @@ class StagingRing final : public peer::PayloadStage {
   struct Slot {
     std::byte* memory = nullptr;
     bool busy = false;  // handed out or in flight
-    bool landing = false;
+    bool landing = false;  // copies in flight
+    bool keep = false;     // a fill: the slot stays taken after its copies
     Ticket ticket;
     Landed landed;
   };
   StagingRing(DeviceApi& device, Options options, std::byte* pinned);
   Slot* slot_of(std::span<std::byte> slot);
+  // land() with `device` mutable (slot to device), fill() with it const
+  // (device to slot).
+  template <typename Regions>
+  Status copy_between(std::span<std::byte> slot, const Regions& device, std::uint64_t offset, std::uint64_t length,
+                      std::uint64_t tag, bool keep);
+  // Runs `copies` (enqueuing on the stream it is given) and records the
+  // slot's ticket.
+  Status enqueue(Slot& s, std::uint64_t offset, std::uint64_t length, std::uint64_t tag, bool keep,
+                 const std::function<Status(int stream)>& copies);
 
   DeviceApi& device_;
   Options options_;

@@ -1,7 +1,8 @@
 // Where received payloads wait before they reach memory that the network
 // cannot write (GPU memory without GPUDirect): the transport receives a
 // payload into a buffer the stage lends, and the stage moves it to its
-// final place asynchronously, reporting when it is there. A memory domain
+// final place asynchronously, reporting when it is there. The other way,
+// a piece served from such memory is filled into a buffer first. A memory domain
 // names its stage (MemoryDomain::payload_stage); host memory has none, the
 // transport receiving straight into it.
 //
@@ -43,7 +44,14 @@ class PayloadStage {
   // Errors: kUnavailable (the move was refused; the buffer is free again).
   virtual Status land(std::span<std::byte> buffer, const core::MutableRegions& destination, std::uint64_t offset,
                       std::uint64_t length, std::uint64_t tag) = 0;
-  // Appends the landings that ended since the last call. Never blocks.
+  // Copies bytes [offset, offset + length) of `source` into `buffer` (a
+  // piece served from memory the host cannot read); poll() reports `tag`
+  // once they are there, and the buffer stays the caller's until
+  // give_back(). REQUIRES: as land(), with `source` for `destination`.
+  // Errors: kUnavailable (the copy was refused; the buffer is still the caller's).
+  virtual Status fill(std::span<std::byte> buffer, const core::ConstRegions& source, std::uint64_t offset,
+                      std::uint64_t length, std::uint64_t tag) = 0;
+  // Appends the landings and fills that ended since the last call. Never blocks.
   virtual void poll(std::vector<Landed>& out) = 0;
   // Blocks until every landing asked for has ended (poll() then reports them).
   virtual void drain() = 0;

@@ -429,7 +429,7 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   sent += s.length;
   ++source->uses;
   if (internal_.corrupt_serving || !v->domain->host_accessible()) {
-    if (!internal_.corrupt_serving && serve_from_mirror(s, v, source)) return;
+    if (!internal_.corrupt_serving && (serve_from_mirror(s, v, source) || serve_through_stage(s, v, source))) return;
     serve_copied_piece(s, v, std::move(source));
     return;
   }

@@ -114,6 +114,14 @@ class PeerEngine final : public TransportEvents {
   // the host cannot read, or corrupted on purpose (InternalOptions).
   void serve_copied_piece(const swarm::ServePiece& serve, std::shared_ptr<LocalVersion> version,
                           std::shared_ptr<Lease> source);
+  struct Landing;
+  // Serves a piece of a version the host cannot read by filling a buffer of
+  // its domain's stage and sending from it; false when there is no stage or
+  // no free buffer.
+  bool serve_through_stage(const swarm::ServePiece& serve, const std::shared_ptr<LocalVersion>& version,
+                           const std::shared_ptr<Lease>& source);
+  // A filled piece's buffer is sent (or, when the fill failed, given back).
+  void send_filled(Landing l, bool filled);
   // Serves a piece of a version the host cannot read from its host mirror
   // (PeerOptions::mirror_gpu_versions); false when there is none yet (one is
   // started once the version is complete).
@@ -181,11 +189,18 @@ class PeerEngine final : public TransportEvents {
     std::span<std::byte> buffer;
     std::vector<std::byte> bounce;
   };
+  // A copy through a stage in flight: a payload landing (the destination
+  // is in use until it ends), or a served piece being filled (`serving`:
+  // sent from `buffer` once filled; the piece holds the lease's use).
   struct Landing {
     PeerId peer;
     swarm::SwarmMessage header;
     PayloadStage* stage = nullptr;
-    std::shared_ptr<Lease> lease;  // the destination is in use until the copy ends
+    std::shared_ptr<Lease> lease;
+    bool serving = false;
+    std::span<std::byte> buffer;
+    std::uint64_t offset = 0;
+    std::uint32_t length = 0;
   };
   std::map<std::pair<PeerId, std::uint32_t>, StagedPayload> receiving_;
   std::map<std::uint64_t, Landing> landings_;
@@ -194,6 +209,7 @@ class PeerEngine final : public TransportEvents {
   bool landing_poll_armed_ = false;
   std::uint64_t landings_staged_ = 0;        // through a stage's buffer
   std::uint64_t landings_through_host_ = 0;  // through a host buffer (no stage buffer free)
+  std::uint64_t pieces_served_staged_ = 0;   // served from a stage's buffer (no mirror)
   std::optional<CudaDevices> gpus_;  // probed once at start; empty until the probe ends
   core::WorkPool pool_;  // last: its jobs finish before the rest goes
 };

@@ -3,8 +3,9 @@
 // the domain's payload stage (a staging ring) or, when it has none free, in
 // a host buffer, and the piece counts as stored only once its bytes are in
 // the destination; pieces served from such a version come from a host
-// mirror made once it is complete, or are copied out one by one on the work
-// pool until then (or when mirrors are off).
+// mirror made once it is complete; until then (or when mirrors are off)
+// each is filled into a buffer of the domain's stage and sent from there,
+// or, with none free, copied out on the work pool.
 #include <cstring>
 
 #include "core/log.hpp"
@@ -22,6 +23,16 @@ constexpr auto kLandingPoll = std::chrono::microseconds(100);
 // A piece served from bytes copied out of the version's memory.
 struct CopiedPiece final : LeasedPiece {
   std::vector<std::byte> bytes;
+};
+
+// A piece served from a stage's buffer, which goes back once it has left.
+struct StagedPiece final : LeasedPiece {
+  PayloadStage* stage = nullptr;
+  std::span<std::byte> buffer;
+  void on_piece_sent(std::uint32_t length, bool sent) override {
+    stage->give_back(buffer);
+    LeasedPiece::on_piece_sent(length, sent);
+  }
 };
 
 }  // namespace
@@ -58,7 +69,7 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
     ++lease->uses;  // the copy writes the version's memory
     Status landed = p.stage->land(p.buffer, p.version->destination, p.offset, p.length, tag);
     if (landed.is_ok()) {
-      landings_[tag] = Landing{peer, header, p.stage, std::move(lease)};
+      landings_[tag] = Landing{peer, header, p.stage, std::move(lease), false, {}, p.offset, p.length};
       ++landings_staged_;
       arm_landing_poll();
       return true;
@@ -107,6 +118,10 @@ void PeerEngine::poll_landings() {
     if (it == landings_.end()) continue;
     Landing l = std::move(it->second);
     landings_.erase(it);
+    if (l.serving) {
+      send_filled(std::move(l), d.ok);
+      continue;
+    }
     l.lease->end_use();
     if (!d.ok) {
       TH_LOG_WARN(kLog, "a payload's copy into " << l.lease->version->model << " v" << l.lease->version->number
@@ -123,7 +138,14 @@ void PeerEngine::drain_landings() {
   for (PayloadStage* stage : stages) stage->drain();
   std::vector<PayloadStage::Landed> done;
   for (PayloadStage* stage : stages) stage->poll(done);
-  for (auto& [tag, l] : landings_) l.lease->end_use();
+  for (auto& [tag, l] : landings_) {
+    if (l.serving) {
+      l.stage->give_back(l.buffer);
+      l.lease->piece_done(l.peer, l.offset, l.length, false);
+    } else {
+      l.lease->end_use();
+    }
+  }
   landings_.clear();
   for (auto& [key, p] : receiving_) {
     if (p.stage != nullptr) p.stage->give_back(p.buffer);
@@ -170,6 +192,39 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
     });
   });
   return false;
+}
+
+bool PeerEngine::serve_through_stage(const swarm::ServePiece& s, const std::shared_ptr<LocalVersion>& version,
+                                     const std::shared_ptr<Lease>& source) {
+  PayloadStage* stage = version->domain->payload_stage();
+  if (stage == nullptr) return false;
+  const std::span<std::byte> buffer = stage->take(s.length);
+  if (buffer.empty()) return false;
+  const std::uint64_t tag = next_landing_tag_++;
+  if (!stage->fill(buffer, version->memory, s.offset, s.length, tag).is_ok()) {
+    stage->give_back(buffer);
+    return false;
+  }
+  landings_[tag] = Landing{s.peer, s.header, stage, source, true, buffer, s.offset, s.length};
+  arm_landing_poll();
+  return true;
+}
+
+void PeerEngine::send_filled(Landing l, bool filled) {
+  if (!filled) {
+    l.stage->give_back(l.buffer);
+    l.lease->piece_done(l.peer, l.offset, l.length, false);
+    return;
+  }
+  auto piece = std::make_shared<StagedPiece>();
+  piece->lease = std::move(l.lease);
+  piece->peer = l.peer;
+  piece->offset = l.offset;
+  piece->stage = l.stage;
+  piece->buffer = l.buffer;
+  ++pieces_served_staged_;
+  const std::span<const std::byte> whole[] = {l.buffer.first(l.length)};
+  transport_for(l.peer).send_piece(l.peer, l.header, whole, std::move(piece));
 }
 
 void PeerEngine::serve_copied_piece(const swarm::ServePiece& s, std::shared_ptr<LocalVersion> version,

@@ -84,6 +84,7 @@ std::string PeerEngine::status_json() const {
                                           : std::string("not probed (a library peer loads CUDA only to fetch into a GPU)");
   j["landings"] = {{"staged", landings_staged_},
                    {"through_host_buffer", landings_through_host_},
+                   {"served_staged", pieces_served_staged_},
                    {"in_flight", landings_.size()}};
   // Records are validated when decoded; should a string still hold invalid
   // UTF-8, it is replaced rather than thrown.

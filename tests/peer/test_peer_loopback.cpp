@@ -704,6 +704,10 @@ TEST_CASE("peer: a GPU fetch whose ring is too small lands the rest through host
   REQUIRE_MESSAGE(copy->wait(30s).is_ok(), copy->wait(0ms).to_string());
   CHECK(std::equal(copy->bytes().begin(), copy->bytes().end(), image.begin(), image.end()));
   CHECK(device.bytes_to_host() - before >= image.size());
+  // Pieces went out through the ring's one slot while it was free, the
+  // others as copies.
+  MESSAGE("served through the ring: " << landings(*worker, "served_staged") << " pieces");
+  CHECK(landings(*worker, "served_staged") > 0);
   // Without a destination, a GPU fetch is refused: the host cannot allocate there.
   auto none = peer::fetch_into(*worker, "policy", 1, {}, gpu);
   CHECK(none.status().code() == StatusCode::kInvalidArgument);

@@ -67,7 +67,7 @@ Status FakeDevice::copy_async(cuda::CopyDirection direction, std::byte* to, cons
   if (!placed) ++misplaced_copies_;
   const bool fails = std::find(fail_at_.begin(), fail_at_.end(), copies_enqueued_) != fail_at_.end();
   ++copies_enqueued_;
-  streams_[static_cast<std::size_t>(stream)].ops.push_back(Op{false, 0, to, from, bytes, fails});
+  streams_[static_cast<std::size_t>(stream)].ops.push_back(Op{false, 0, to, from, bytes, fails, !to_device});
   return Status::ok();
 }
 
@@ -77,7 +77,7 @@ Status FakeDevice::record(int stream, cuda::Ticket& out) {
   out.id = next_ticket_++;
   tickets_[out.id] = cuda::TicketState::kPending;
   ticket_stream_[out.id] = stream;
-  streams_[static_cast<std::size_t>(stream)].ops.push_back(Op{true, out.id, nullptr, nullptr, 0, false});
+  streams_[static_cast<std::size_t>(stream)].ops.push_back(Op{true, out.id, nullptr, nullptr, 0, false, false});
   return Status::ok();
 }
 
@@ -151,6 +151,7 @@ bool FakeDevice::step_locked(int stream) {
   } else {
     std::memcpy(op.to, op.from, op.bytes);
     ++copies_run_;
+    if (op.to_host) bytes_to_host_ += op.bytes;
   }
   return true;
 }

@@ -75,7 +75,8 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t live_tickets() const { return locked(tickets_).size(); }
   std::size_t hashes() const { return locked(hashes_); }
   std::uint64_t hashed_bytes() const { return locked(hashed_bytes_); }
-  // Bytes that copy() moved out of device memory to the host.
+  // Bytes that copies (copy() and the async ones that ran) moved out of
+  // device memory to the host.
   std::uint64_t bytes_to_host() const { return locked(bytes_to_host_); }
 
  private:
@@ -86,6 +87,7 @@ class FakeDevice final : public cuda::DeviceApi {
     const std::byte* from = nullptr;
     std::size_t bytes = 0;
     bool fails = false;
+    bool to_host = false;
   };
   struct Stream {
     std::deque<Op> ops;

@@ -216,3 +216,43 @@ TEST_CASE("staging ring: two landings of one range end in the order they were as
     }
   }
 }
+
+TEST_CASE("staging ring: a fill copies device bytes into a slot, which stays taken until given back") {
+  FakeDevice device(2);
+  DeviceRegions memory(device, {5000, 3000});
+  std::vector<std::byte> source(8000);
+  core::fill_pseudo_random(source, 21);
+  memory.fill_from(source);
+  std::unique_ptr<StagingRing> ring;
+  REQUIRE(StagingRing::create(device, {.slot_bytes = 4096, .slots = 1}, ring));
+  auto slot = ring->take(4096);
+  REQUIRE(ring->fill(slot, memory.image().as_const(), 3000, 4000, 9));  // spans both regions
+  std::vector<peer::PayloadStage::Landed> done;
+  ring->poll(done);
+  CHECK(done.empty());  // nothing ran yet
+  device.run_all();
+  ring->poll(done);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].ok);
+  CHECK(done[0].tag == 9);
+  CHECK(std::equal(slot.begin(), slot.begin() + 4000, source.begin() + 3000));
+  CHECK(device.bytes_to_host() == 4000);
+  CHECK(device.misplaced_copies() == 0);
+  CHECK(ring->take(4096).empty());  // still the filler's
+  ring->give_back(slot);
+  CHECK(!ring->take(4096).empty());
+}
+
+TEST_CASE("staging ring: a fill refused by a lost device leaves the slot with its taker") {
+  FakeDevice device(1);
+  DeviceRegions memory(device, {4096});
+  std::unique_ptr<StagingRing> ring;
+  REQUIRE(StagingRing::create(device, {.slot_bytes = 4096, .slots = 1}, ring));
+  auto slot = ring->take(4096);
+  device.lose();
+  CHECK(ring->fill(slot, memory.image().as_const(), 0, 4096, 1).code() == StatusCode::kUnavailable);
+  CHECK(ring->in_flight() == 0);
+  CHECK(ring->take(4096).empty());
+  ring->give_back(slot);
+  CHECK(!ring->take(4096).empty());
+}
