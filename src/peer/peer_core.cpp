@@ -343,6 +343,11 @@ void PeerCore::on_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMes
   drain_swarm(now);
 }
 
+void PeerCore::on_piece_not_kept(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header) {
+  swarm_.on_piece_not_kept(now, peer, header);
+  drain_swarm(now);
+}
+
 void PeerCore::on_piece_progress(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header) {
   swarm_.on_piece_progress(now, peer, header);
 }

@@ -206,6 +206,8 @@ class PeerCore {
   // As SwarmCore::begin_piece; nothing: discard the payload.
   std::optional<PieceLanding> begin_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
   void on_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header, bool stored);
+  // As SwarmCore::on_piece_not_kept.
+  void on_piece_not_kept(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
   void on_piece_progress(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
 
   // --- Work done for the core ---

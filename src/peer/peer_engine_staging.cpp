@@ -77,13 +77,15 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
     lease->end_use();
     TH_LOG_WARN(kLog, "a payload for " << p.version->model << " v" << p.version->number
                                        << " could not land: " << landed.to_string());
-    stored = false;
+    core_->on_piece_not_kept(now(), peer, header);
   } else if (p.stage != nullptr) {
     p.stage->give_back(p.buffer);
-  } else if (stored) {
-    stored = p.version->domain->write(p.version->destination, p.offset, p.bounce);
+    core_->on_piece(now(), peer, header, false);
+  } else if (stored && !p.version->domain->write(p.version->destination, p.offset, p.bounce)) {
+    core_->on_piece_not_kept(now(), peer, header);
+  } else {
+    core_->on_piece(now(), peer, header, stored);
   }
-  core_->on_piece(now(), peer, header, stored);
   pump();
   return true;
 }
@@ -123,11 +125,15 @@ void PeerEngine::poll_landings() {
       continue;
     }
     l.lease->end_use();
-    if (!d.ok) {
-      TH_LOG_WARN(kLog, "a payload's copy into " << l.lease->version->model << " v" << l.lease->version->number
-                                                 << " failed; the block is fetched again");
+    if (d.ok) {
+      core_->on_piece(now(), l.peer, l.header, true);
+      continue;
     }
-    core_->on_piece(now(), l.peer, l.header, d.ok);
+    // The holder sent it whole: the failure is this side's, and the block
+    // is asked for again without blame.
+    TH_LOG_WARN(kLog, "a payload's copy into " << l.lease->version->model << " v" << l.lease->version->number
+                                               << " failed; the block is fetched again");
+    core_->on_piece_not_kept(now(), l.peer, l.header);
   }
   if (!done.empty()) pump();
 }

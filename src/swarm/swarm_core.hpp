@@ -136,6 +136,10 @@ class SwarmCore final : private ServePeers {
   // The payload begun by begin_piece is complete: `stored` when it went to
   // the target begin_piece gave.
   void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored);
+  // The payload begun by begin_piece arrived whole but could not be kept
+  // here (its copy into GPU memory failed): the block is asked for again
+  // and the holder is not blamed (its bytes count as duplicate_bytes).
+  void on_piece_not_kept(TimePoint now, const PeerId& peer, const SwarmMessage& header);
   // Bytes of the payload begun by begin_piece arrived: its stall limit
   // counts from now, so a slow payload keeps its block while one that
   // stopped (its holder frozen) gives it up after the limit.

@@ -65,6 +65,14 @@ void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& 
   drain(now, o.version_id, v->second);
 }
 
+void SwarmCore::on_piece_not_kept(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
+  if (auto c = connections_.find(peer); c != connections_.end()) {
+    // Turned away here, as a block taken by another payload is: no blame.
+    if (auto r = c->second.find_request(header.request_id); r != c->second.requests.end()) r->second.superseded = true;
+  }
+  on_piece(now, peer, header, false);
+}
+
 void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::string& reason) {
   if (landing_.empty()) return;
   std::vector<PeerId> landing_from;

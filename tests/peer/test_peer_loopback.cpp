@@ -755,3 +755,22 @@ TEST_CASE("peer: a version published from GPU memory is hashed on the GPU and se
   auto bad = trainer->publish("policy", parts, tensors_of(image), MemoryOptions{"cuda:0"});
   CHECK(bad.status().code() == StatusCode::kInvalidArgument);
 }
+
+TEST_CASE("peer: a GPU copy that fails costs its block a second fetch, and the version still completes") {
+  FakeDevice device(1);
+  device.complete_on_query(true);
+  device.fail_copy(2);  // the third payload's copy to the GPU fails
+  std::unique_ptr<cuda::StagingRing> ring;
+  REQUIRE(cuda::StagingRing::create(device, {.slot_bytes = 64u << 10, .slots = 8}, ring));
+  const cuda::DeviceMemoryDomain gpu(device, ring.get());
+  auto peers = publisher_and_workers(690, 1);
+  auto image = small_model(69, 1u << 20);
+  auto handle = peers[0]->publish("policy", image, tensors_of(image));
+  REQUIRE(handle.is_ok());
+  REQUIRE(peers[1]->wait_for_head("policy", 0, 10s).is_ok());
+  DeviceRegions memory(device, {image.size()});
+  auto fetched = peer::fetch_into(*peers[1], "policy", 1, memory.regions(), gpu);
+  REQUIRE(fetched.is_ok());
+  REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(memory.bytes() == image);
+}
