@@ -191,22 +191,30 @@ class CudaDevice final : public DeviceApi {
 
 }  // namespace
 
-Status open_cuda_device(std::string_view uuid, int streams, std::unique_ptr<DeviceApi>& out) {
-  if (streams < 1) return Status::invalid_argument("a device needs at least one stream");
+Status cuda_ordinal(std::string_view uuid, int& ordinal) {
   int count = 0;
   if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) return failure("no usable CUDA device", e);
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
-    const std::string id = uuid_text(prop.uuid);
-    if (!uuid.empty() && id != uuid) continue;
-    auto device = std::make_unique<CudaDevice>(i, id);
-    if (Status s = device->open(streams); !s) return s;
-    out = std::move(device);
+    if (!uuid.empty() && uuid_text(prop.uuid) != uuid) continue;
+    ordinal = i;
     return Status::ok();
   }
   if (uuid.empty()) return Status::unavailable("no CUDA device on this machine");
   return Status::not_found("no CUDA device with UUID " + std::string(uuid));
+}
+
+Status open_cuda_device(std::string_view uuid, int streams, std::unique_ptr<DeviceApi>& out) {
+  if (streams < 1) return Status::invalid_argument("a device needs at least one stream");
+  int ordinal = 0;
+  if (Status s = cuda_ordinal(uuid, ordinal); !s) return s;
+  cudaDeviceProp prop{};
+  if (cudaError_t e = cudaGetDeviceProperties(&prop, ordinal); e != cudaSuccess) return failure("cudaGetDeviceProperties", e);
+  auto device = std::make_unique<CudaDevice>(ordinal, uuid_text(prop.uuid));
+  if (Status s = device->open(streams); !s) return s;
+  out = std::move(device);
+  return Status::ok();
 }
 
 }  // namespace tensorhub::cuda

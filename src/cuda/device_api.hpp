@@ -79,4 +79,8 @@ class DeviceApi {
 // CUDA or no such device answers; kNotFound for an unknown UUID.
 Status open_cuda_device(std::string_view uuid, int streams, std::unique_ptr<DeviceApi>& out);
 
+// The CUDA runtime's ordinal of the device whose UUID is `uuid`, or device
+// 0's when `uuid` is empty. Errors as open_cuda_device().
+Status cuda_ordinal(std::string_view uuid, int& ordinal);
+
 }  // namespace tensorhub::cuda

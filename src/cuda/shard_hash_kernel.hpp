@@ -1,6 +1,6 @@
 // XXH3-128 of shards that lie in GPU memory, computed on the GPU in two
 // kernels (xxh3_blocks.hpp explains the split): phase 1 sums each 1 KiB
-// block's terms, one warp per block; phase 2 runs each shard's scramble
+// block's terms, a warp per run of consecutive blocks; phase 2 runs each shard's scramble
 // chain (8 threads, one per lane), merges, writes the canonical digest and,
 // where an expected digest is given, a verdict byte. Only digests and
 // verdicts leave the device.
@@ -54,5 +54,10 @@ const char* launch_shard_hash(const ShardHashBatch& batch, void* stream);
 // Each phase alone, for the GPU benchmark's breakdown.
 const char* launch_shard_hash_phase1(const ShardHashBatch& batch, void* stream);
 const char* launch_shard_hash_phase2(const ShardHashBatch& batch, void* stream);
+// Phase 1 with a chosen number of consecutive items (1 KiB blocks) per warp
+// (0: chosen from the batch's size, as launch_shard_hash does), for tuning.
+const char* launch_shard_hash_phase1_with(const ShardHashBatch& batch, void* stream, unsigned items_per_warp);
+// The items per warp that launch_shard_hash gives a batch of `items`.
+unsigned phase1_items_per_warp(std::uint64_t items);
 
 }  // namespace tensorhub::cuda

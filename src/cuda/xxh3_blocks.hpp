@@ -226,12 +226,19 @@ TENSORHUB_HOST_DEVICE inline uint64_t initial_lane(int lane) {
   }
 }
 
-// One step of lane `lane`'s chain: add a full block's term, then scramble.
-TENSORHUB_HOST_DEVICE inline uint64_t chain_step(uint64_t lane_value, uint64_t term, int lane) {
+// The secret word that lane `lane`'s scramble mixes in.
+TENSORHUB_HOST_DEVICE inline uint64_t scramble_key(int lane) { return secret64(kScrambleSecret + 8 * lane); }
+
+// One step of a lane's chain, given the lane's scramble_key(): add a full
+// block's term, then scramble.
+TENSORHUB_HOST_DEVICE inline uint64_t chain_step_keyed(uint64_t lane_value, uint64_t term, uint64_t key) {
   uint64_t v = lane_value + term;
   v = xorshift(v, 47);
-  v ^= secret64(kScrambleSecret + 8 * lane);
+  v ^= key;
   return v * kPrime32_1;
+}
+TENSORHUB_HOST_DEVICE inline uint64_t chain_step(uint64_t lane_value, uint64_t term, int lane) {
+  return chain_step_keyed(lane_value, term, scramble_key(lane));
 }
 
 TENSORHUB_HOST_DEVICE inline uint64_t merge_lanes(const Lanes& lanes, int secret_offset, uint64_t start) {

@@ -205,6 +205,9 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
 Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const Manifest> manifest,
                                                           core::ConstRegions image, const MemoryDomain& domain) {
   auto v = core_->publish(now(), std::move(manifest), std::move(image), {}, domain);
+  // A publisher's host has the memory to spare: its mirror is filled now,
+  // before the first request (a fetcher's is made on the first request).
+  if (v && !domain.host_accessible() && options_.mirror_gpu_versions) start_mirror(*v, lease_of(*v));
   pump();
   return v;
 }

@@ -127,6 +127,9 @@ class PeerEngine final : public TransportEvents {
   // started once the version is complete).
   bool serve_from_mirror(const swarm::ServePiece& serve, const std::shared_ptr<LocalVersion>& version,
                          const std::shared_ptr<Lease>& source);
+  // Starts filling `version`'s host mirror on the pool, unless it has been
+  // started. REQUIRES: the version is complete.
+  void start_mirror(const std::shared_ptr<LocalVersion>& version, const std::shared_ptr<Lease>& source);
   // Payloads for versions the host cannot write (peer_engine_staging.cpp):
   // received into a stage's buffer or a host buffer, then landed.
   void stage_payload(const PeerId& peer, const swarm::SwarmMessage& header, const PieceLanding& landing,

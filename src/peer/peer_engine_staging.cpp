@@ -176,9 +176,14 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
     std::lock_guard lock(version->mutex);
     complete = version->state == VersionState::kComplete;
   }
-  if (!complete || source->mirror_started) return false;
-  // Filled once, on the pool, while pieces go out as copies; the lease
-  // keeps the version's memory meanwhile.
+  if (complete) start_mirror(version, source);
+  return false;
+}
+
+void PeerEngine::start_mirror(const std::shared_ptr<LocalVersion>& version, const std::shared_ptr<Lease>& source) {
+  if (source->mirror_started) return;
+  // Filled once, on the pool, while pieces go out staged or as copies; the
+  // lease keeps the version's memory meanwhile.
   source->mirror_started = true;
   ++source->uses;
   pool_.submit([this, version, source] {
@@ -197,7 +202,6 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
                                    << version->memory.size() << " bytes");
     });
   });
-  return false;
 }
 
 bool PeerEngine::serve_through_stage(const swarm::ServePiece& s, const std::shared_ptr<LocalVersion>& version,

@@ -10,6 +10,9 @@
 //              cudaMemcpy in this run, with slots prefilled and with a
 //              producer thread copying into them, and the landed bytes
 //              checked by the kernel
+//   sharing    a 256 MiB range at an odd offset exported by CUDA IPC,
+//              opened by a second process of this program, verified there
+//              by the kernel and copied; a dma-buf exported for 64 MiB
 // Built on a development machine (the kernels by nvcc, this file by the
 // host compiler) with the CUDA runtime and libstdc++ linked statically (tests/gpu/run says how), so a GPU machine
 // without our Debian libraries runs it. Exit status 0 when every
@@ -17,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #define XXH_INLINE_ALL
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -24,12 +28,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cuda/cuda_sharing.hpp"
 #include "cuda/device_api.hpp"
 #include "cuda/rdma_registration.hpp"
 #include "cuda/shard_hash_kernel.hpp"
@@ -145,10 +151,10 @@ struct Batch {
   }
 };
 
-using Launch = const char* (*)(const ShardHashBatch&, void*);
+using Launch = std::function<const char*(const ShardHashBatch&, void*)>;
 
 // Median milliseconds of `runs` launches.
-double time_ms(const Batch& b, Launch launch, int runs) {
+double time_ms(const Batch& b, const Launch& launch, int runs) {
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
@@ -293,6 +299,15 @@ std::string hash_speed(std::uint8_t* device, std::size_t device_bytes) {
   const double p1 = time_ms(b, launch_shard_hash_phase1, 5);
   const double p2 = time_ms(b, launch_shard_hash_phase2, 5);
   const double bytes = static_cast<double>(count * shard);
+  // Phase 1's rate by the number of consecutive blocks a warp takes.
+  std::ostringstream sweep;
+  for (unsigned per_warp : {1u, 2u, 4u, 8u, 16u, 32u}) {
+    const Launch launch = [per_warp](const ShardHashBatch& batch, void* stream) {
+      return launch_shard_hash_phase1_with(batch, stream, per_warp);
+    };
+    sweep << (per_warp == 1 ? "" : ", ") << "{\"blocks_per_warp\": " << per_warp
+          << ", \"phase1_gb_per_s\": " << bytes / time_ms(b, launch, 5) / 1e6 << "}";
+  }
   // Roofline: a device-to-device copy of half the buffer (reads and writes).
   const std::size_t half = device_bytes / 2;
   cudaEvent_t start, stop;
@@ -307,7 +322,8 @@ std::string hash_speed(std::uint8_t* device, std::size_t device_bytes) {
   CHECK_CUDA(cudaEventElapsedTime(&copy_ms, start, stop));
   o << "], \"many\": {\"shards\": " << count << ", \"shard_mib\": 16, \"ms\": " << all
     << ", \"gb_per_s\": " << bytes / all / 1e6 << ", \"phase1_gb_per_s\": " << bytes / p1 / 1e6
-    << ", \"phase2_ms\": " << p2 << "}, \"d2d_copy_gb_per_s_read_plus_write\": "
+    << ", \"phase2_ms\": " << p2 << ", \"blocks_per_warp\": " << phase1_items_per_warp(b.view.items)
+    << ", \"phase1_sweep\": [" << sweep.str() << "]}, \"d2d_copy_gb_per_s_read_plus_write\": "
     << 2.0 * static_cast<double>(half) / copy_ms / 1e6 << "}";
   return o.str();
 }
@@ -373,8 +389,14 @@ std::string staging(std::uint8_t* device, const std::vector<std::uint8_t>& host,
   auto t = std::chrono::steady_clock::now();
   for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaMemcpy(device, pinned, total, cudaMemcpyHostToDevice));
   const double plain = 3.0 * static_cast<double>(total) / seconds_since(t) / 1e9;
+  // What one core's memcpy into pinned memory moves: the bound of the
+  // "with_producer" rates below, whose producer is this thread.
+  t = std::chrono::steady_clock::now();
+  std::memcpy(pinned, host.data(), total);
+  const double memcpy_rate = static_cast<double>(total) / seconds_since(t) / 1e9;
   std::ostringstream o;
-  o << "{\"bytes\": " << total << ", \"plain_pinned_h2d_gb_per_s\": " << plain << ", \"ring\": [";
+  o << "{\"bytes\": " << total << ", \"plain_pinned_h2d_gb_per_s\": " << plain
+    << ", \"producer_memcpy_gb_per_s\": " << memcpy_rate << ", \"ring\": [";
   bool first = true;
   const std::size_t mib = std::size_t{1} << 20;
   for (std::size_t slot : {1 * mib, 4 * mib, 16 * mib}) {
@@ -404,9 +426,127 @@ std::string staging(std::uint8_t* device, const std::vector<std::uint8_t>& host,
   return o.str();
 }
 
+// ---- sharing: CUDA IPC between two processes, dma-buf export ----------------
+
+std::string hex(const std::uint8_t* data, std::size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    out += digits[data[i] >> 4];
+    out += digits[data[i] & 15];
+  }
+  return out;
+}
+
+bool unhex(const std::string& text, std::uint8_t* out, std::size_t n) {
+  if (text.size() != 2 * n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned long v = std::strtoul(text.substr(2 * i, 2).c_str(), nullptr, 16);
+    out[i] = static_cast<std::uint8_t>(v);
+  }
+  return true;
+}
+
+// The second process: opens the range, hashes it where it lies (the verdict
+// against the parent's digest), copies it into memory of its own, closes
+// it. Prints one JSON object; exits 0 when the bytes were right.
+int ipc_child(const std::string& handle_hex, std::uint64_t offset, std::uint64_t length, const std::string& digest_hex) {
+  IpcRange range;
+  std::uint8_t expected[16];
+  if (!unhex(handle_hex, range.handle.data(), range.handle.size()) || !unhex(digest_hex, expected, 16)) return 2;
+  range.offset = offset;
+  range.length = length;
+  auto t = std::chrono::steady_clock::now();
+  std::unique_ptr<IpcMapping> mapping;
+  if (Status st = IpcMapping::open(range, "", mapping); !st) {
+    std::printf("{\"error\": %s}\n", json_string(st.to_string()).c_str());
+    return 1;
+  }
+  const double open_ms = 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  Batch b;
+  b.add({{reinterpret_cast<const std::uint8_t*>(mapping->data()), mapping->size()}}, expected);
+  b.upload();
+  if (launch_shard_hash(b.view, nullptr) != nullptr) return 2;
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<std::uint8_t> digests, verdicts;
+  b.digests(digests, verdicts);
+  std::uint8_t* own = nullptr;
+  device_alloc(&own, length);
+  CHECK_CUDA(cudaMemcpy(own, mapping->data(), length, cudaMemcpyDeviceToDevice));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  CHECK_CUDA(cudaEventRecord(start));
+  CHECK_CUDA(cudaMemcpy(own, mapping->data(), length, cudaMemcpyDeviceToDevice));
+  CHECK_CUDA(cudaEventRecord(stop));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float copy_ms = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&copy_ms, start, stop));
+  mapping.reset();
+  cudaFree(own);
+  std::printf("{\"open_ms\": %g, \"verified_on_gpu\": %s, \"copy_gb_per_s_read_plus_write\": %g}\n", open_ms,
+              verdicts[0] == 1 ? "true" : "false", 2.0 * static_cast<double>(length) / copy_ms / 1e6);
+  return verdicts[0] == 1 ? 0 : 1;
+}
+
+std::string sharing(std::uint8_t* device, const std::vector<std::uint8_t>& host, const char* self, int& failures) {
+  std::ostringstream o;
+  // CUDA IPC: a range at an odd offset inside the allocation, opened by a
+  // second process of this program.
+  const std::size_t offset = 12345;
+  const std::size_t length = std::size_t{256} << 20;
+  IpcRange range;
+  std::uint8_t digest[16];
+  oracle(host.data() + offset, length, digest);
+  o << "{\"ipc\": ";
+  if (Status st = export_ipc_range(device + offset, length, range); !st) {
+    ++failures;
+    o << "{\"error\": " << json_string(st.to_string()) << "}";
+  } else {
+    const std::string command = std::string(self) + " --ipc-child " + hex(range.handle.data(), range.handle.size()) +
+                                " " + std::to_string(range.offset) + " " + std::to_string(range.length) + " " +
+                                hex(digest, 16);
+    std::string child_output;
+    int child_status = -1;
+    if (FILE* pipe = popen(command.c_str(), "r")) {
+      char buffer[512];
+      while (std::fgets(buffer, sizeof buffer, pipe) != nullptr) child_output += buffer;
+      child_status = pclose(pipe);
+    }
+    while (!child_output.empty() && child_output.back() == '\n') child_output.pop_back();
+    if (child_status != 0) ++failures;
+    o << "{\"offset\": " << range.offset << ", \"bytes\": " << length << ", \"child_exit\": " << child_status
+      << ", \"child\": " << (child_output.empty() ? "null" : child_output) << "}";
+  }
+  // The misuse that export_ipc_range must refuse: host memory.
+  const bool host_refused = !export_ipc_range(host.data(), 64, range);
+  if (!host_refused) ++failures;
+  o << ", \"ipc_host_memory_refused\": " << (host_refused ? "true" : "false");
+  // dma-buf: a page-aligned 64 MiB range; the file's size is the range's.
+  const std::size_t dma_bytes = std::size_t{64} << 20;
+  int fd = -1;
+  const Status exported = export_dma_buf(device, dma_bytes, fd);
+  o << ", \"dma_buf\": {\"exported\": " << (exported ? "true" : "false");
+  if (exported) {
+    const off_t size = lseek(fd, 0, SEEK_END);
+    o << ", \"fd_size\": " << size;
+    if (size != static_cast<off_t>(dma_bytes)) ++failures;
+    close(fd);
+  } else {
+    o << ", \"error\": " << json_string(exported.to_string());
+  }
+  const bool misaligned_refused = !export_dma_buf(device + 1, dma_bytes, fd);
+  if (!misaligned_refused) ++failures;
+  o << ", \"misaligned_refused\": " << (misaligned_refused ? "true" : "false") << "}}";
+  return o.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::string(argv[1]) == "--ipc-child") {
+    return ipc_child(argv[2], std::strtoull(argv[3], nullptr, 10), std::strtoull(argv[4], nullptr, 10), argv[5]);
+  }
   std::string out_path;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--json") out_path = argv[i + 1];
@@ -425,6 +565,11 @@ int main(int argc, char** argv) {
   o << ", \"hash\": " << check_hash(host, device, failures);
   o << ", \"hash_speed\": " << hash_speed(device, device_bytes);
   o << ", \"staging\": " << staging(device, host, failures);
+  // The child is this program by its real path (popen's shell would read
+  // /proc/self/exe as itself).
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof self - 1) < 0) std::strncpy(self, argv[0], sizeof self - 1);
+  o << ", \"sharing\": " << sharing(device, host, self, failures);
   o << ", \"failures\": " << failures << ", \"seconds\": " << seconds_since(t0) << "}\n";
   cudaFree(device);
   std::fputs(o.str().c_str(), stdout);

@@ -99,3 +99,21 @@ def test_cuda_tensors_are_published_in_place_and_fetched_byte_exact(pair):
         for name, value in weights.items():
             assert torch.equal(got[name], value.cpu()), name
         assert fetched.metadata == {"step": "7"}
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (tests/gpu/run)")
+def test_iter_tensors_yields_tensors_on_the_asked_gpu(pair):
+    import torch
+
+    trainer, worker = pair
+    weights = {f"w{i}": torch.arange(1000 * (i + 1), dtype=torch.float32) for i in range(4)}
+    with trainer.publish("policy", weights):
+        worker.wait_for_head("policy", timeout=20)
+        seen = {}
+        for batch in worker.fetch("policy").iter_tensors(kind="torch", device="cuda:0", timeout=60):
+            for name, tensor in batch:
+                assert tensor.is_cuda and tensor.device.index == 0, name
+                seen[name] = tensor
+        assert set(seen) == set(weights)
+        for name, value in weights.items():
+            assert torch.equal(seen[name].cpu(), value), name
