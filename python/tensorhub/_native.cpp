@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tensorhub/dtype.hpp"
+#include "tensorhub/gpu_mapping.hpp"
 #include "tensorhub/identity.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/peer.hpp"
@@ -174,6 +175,16 @@ struct Owned {
 using Published = Owned<PublishHandle>;
 using Fetched = Owned<FetchHandle>;
 
+// A range of GPU memory another process shares (a daemon's hold on a GPU):
+// mapped until close() or the object's end.
+struct Mapping {
+  std::unique_ptr<GpuMapping> mapping;
+  GpuMapping& get() const {
+    if (!mapping) raise(Status::cancelled("the GPU mapping is closed"));
+    return *mapping;
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -234,6 +245,17 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("timeout") = py::none())
       .def("release", &Fetched::release);
+
+  py::class_<Mapping>(m, "GpuMapping")
+      .def(py::init([](py::bytes handle, std::uint64_t offset, std::uint64_t length, const std::string& gpu) {
+             const std::string bytes = handle;
+             const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
+             return Mapping{value_or_raise(GpuMapping::open({data, bytes.size()}, offset, length, gpu))};
+           }),
+           py::arg("handle"), py::arg("offset"), py::arg("length"), py::arg("gpu"))
+      .def_property_readonly("address", [](const Mapping& g) { return g.get().address(); })
+      .def_property_readonly("nbytes", [](const Mapping& g) { return g.get().size(); })
+      .def("close", [](Mapping& g) { g.mapping.reset(); });
 
   py::class_<Peer, PeerHolder>(m, "Peer")
       .def_static(

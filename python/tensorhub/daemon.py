@@ -1,8 +1,10 @@
 """A pure-Python client of a running ``tensorhub peer`` daemon, over its
 control socket: no compiled code loads in the caller's process (an inference
-engine's, say). Versions travel as safetensors files in a directory both
-sides can map, ``/dev/shm`` by default: a publish writes one and has the
-daemon serve it; a fetch has the daemon write one and maps it."""
+engine's, say), except to map a version the daemon holds in GPU memory.
+Versions travel as safetensors files in a directory both sides can map,
+``/dev/shm`` by default: a publish writes one and has the daemon serve it; a
+fetch has the daemon write one and maps it. A hold on a GPU hands over GPU
+memory by CUDA IPC instead."""
 from __future__ import annotations
 
 import json
@@ -115,6 +117,45 @@ class DaemonHeld(_VerifiedFile):
             pass  # the daemon is gone: so is the hold
         finally:
             self._connection.close()
+
+
+class DaemonGpuHeld(Releasable):
+    """A hold on a version that the daemon keeps in memory of GPU ``gpu``
+    (its UUID) and shares with this process by CUDA IPC: the hand-over from
+    a daemon to an inference engine on that GPU. ``state_dict()`` gives
+    torch tensors over the daemon's memory (no copy) for the engine to copy
+    into its own parameters; they are valid until ``release()``, which
+    unmaps them and then lets go of the hold. The daemon never frees or
+    reuses the memory while a hold on it lasts, and a process that dies lets
+    go with it. Mapping the handle loads the package's compiled module."""
+
+    def __init__(self, connection: socket.socket, model: str, line: dict):
+        from . import _native
+
+        self._connection, self.model = connection, model
+        self.version, self.manifest_id, self.nbytes = line["version"], line["id"], line["bytes"]
+        self.gpu, self._table = line["gpu"], line["tensors"]
+        ipc = line["ipc"]
+        try:
+            self._mapping = _native.GpuMapping(bytes.fromhex(ipc["handle"]), ipc["offset"], ipc["bytes"], self.gpu)
+        except Exception:
+            DaemonHeld._release(self)
+            raise
+
+    def state_dict(self, kind: str = "torch") -> dict:
+        """Every tensor as a torch tensor on the GPU, over the shared memory
+        (no copy; do not write to them). Valid until ``release()``."""
+        from ._cuda import tensors_over
+
+        if kind != "torch":
+            raise Error(f"invalid argument: a version held in GPU memory gives torch tensors, not {kind!r}")
+        if getattr(self, "_released", False):
+            raise Error("cancelled: released")
+        return tensors_over(self._mapping.address, self._mapping.nbytes, self._table, self._mapping)
+
+    def _release(self) -> None:
+        self._mapping.close()  # unmapped before the daemon may free the memory
+        DaemonHeld._release(self)
 
 
 class Daemon:
@@ -254,19 +295,31 @@ class Daemon:
         return DaemonFetched(path, done.get("version", version), done.get("id", ""))
 
 
-    def hold(self, model: str, version: int = 0) -> DaemonHeld:
+    def hold(self, model: str, version: int = 0, gpu=None) -> Union[DaemonHeld, DaemonGpuHeld]:
         """Has the daemon keep version ``version`` (0: the head) of ``model``
         as a file in its hold folder and waits until every byte is verified.
         The first hold fetches it; the others, from any process of this node
-        (the ranks of one engine), share that one file."""
-        s = self._connect({"cmd": "hold", "model": model, "version": version})
+        (the ranks of one engine), share that one file. With ``gpu`` (a GPU
+        UUID, or a torch device such as ``"cuda:0"``) the daemon keeps it in
+        that GPU's memory instead and hands it over by CUDA IPC
+        (``DaemonGpuHeld``); it holds at most ``--gpu-buffers`` (2) versions
+        on a GPU at once, so let go of the old one after loading the new."""
+        request = {"cmd": "hold", "model": model, "version": version}
+        if gpu is not None:
+            from ._cuda import uuid_of
+
+            try:
+                request["gpu"] = uuid_of(gpu)
+            except ValueError as e:
+                raise Error(f"invalid argument: {e}") from None
+        s = self._connect(request)
         try:
             line = self._answer(s)
         except BaseException:
             s.close()
             raise
         s.settimeout(None)  # the hold lasts as long as the connection
-        return DaemonHeld(s, model, line)
+        return DaemonGpuHeld(s, model, line) if gpu is not None else DaemonHeld(s, model, line)
 
 
 def connect(control: str, directory: Optional[str] = None) -> Daemon:

@@ -102,6 +102,9 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
   p->add_option("--hold-dir", args->hold_directory,
                 "Where held versions go, in a folder per peer id (default /dev/shm/tensorhub: memory)");
+  p->add_option("--gpu-buffers", args->gpu_buffers,
+                "Versions held at once in one GPU's memory for engines on it (default 2: the current and the next)")
+      ->check(CLI::Range(1, 64));
   p->add_flag("--no-super-seed", [args](std::int64_t) { args->peer.super_seed = false; },
               "Advertise every shard of a published version at once (default: reveal a few at a time, rarest first)");
   p->add_flag("--no-serve-fetched", [args](std::int64_t) { args->internal.serve_fetched = false; },

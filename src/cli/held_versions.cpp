@@ -1,6 +1,6 @@
 #include "cli/held_versions.hpp"
 
-#include <cerrno>
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 
@@ -11,7 +11,10 @@ namespace tensorhub::cli {
 
 namespace fs = std::filesystem;
 
-HeldVersions::HeldVersions(Peer& peer, std::string directory) : peer_(peer), directory_(std::move(directory)) {
+HeldVersions::HeldVersions(Peer& peer, std::string directory, GpuHoldMemoryFactory gpu_memory,
+                           std::size_t gpu_buffers)
+    : peer_(peer), directory_(std::move(directory)), gpu_memory_(std::move(gpu_memory)),
+      gpu_buffers_(std::max<std::size_t>(gpu_buffers, 1)) {
   // Files a killed daemon of this identity left behind: nobody holds them.
   std::error_code ec;
   const auto removed = fs::remove_all(directory_, ec);
@@ -32,8 +35,16 @@ std::string HeldVersions::path_of(const std::string& model, std::uint64_t versio
   return directory_ + "/" + component + "/v" + std::to_string(version) + "/model.safetensors";
 }
 
-bool HeldVersions::hold(const VersionInfo& info, Reply reply) {
-  const Key key{info.model, info.version};
+std::vector<std::string> HeldVersions::held_on(const std::string& gpu) const {
+  std::vector<std::string> out;
+  for (const auto& [key, held] : held_) {
+    if (std::get<2>(key) == gpu) out.push_back(std::get<0>(key) + " v" + std::to_string(std::get<1>(key)));
+  }
+  return out;
+}
+
+bool HeldVersions::hold(const VersionInfo& info, const std::string& gpu, Reply reply) {
+  const Key key{info.model, info.version, gpu};
   if (auto it = held_.find(key); it != held_.end()) {
     Held& held = it->second;
     ++held.holds;
@@ -43,29 +54,29 @@ bool HeldVersions::hold(const VersionInfo& info, Reply reply) {
     if (held.verified) answer(held, Status::ok());
     return true;
   }
-  const std::string path = path_of(info.model, info.version);
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  if (ec) {
-    reply(line(error_line(Status::io_error("cannot create " + fs::path(path).parent_path().string() + ": " +
-                                           ec.message()))),
-          true);
+  Result<std::unique_ptr<HoldMemory>> memory = Status::ok();
+  if (gpu.empty()) {
+    memory = file_hold_memory(path_of(info.model, info.version), directory_, info.bytes);
+  } else if (const auto on_gpu = held_on(gpu); on_gpu.size() >= gpu_buffers_) {
+    std::string names;
+    for (const std::string& n : on_gpu) names += (names.empty() ? "" : ", ") + n;
+    memory = Status::unavailable(gpu + " holds " + std::to_string(on_gpu.size()) + " versions already (" + names +
+                                 "), as many as --gpu-buffers allows: let go of one first");
+  } else {
+    memory = gpu_memory_(gpu, info);
+  }
+  if (!memory) {
+    reply(line(error_line(memory.status())), true);
     return false;
   }
-  auto file = core::MappedOutputFile::create(path, info.bytes, 0644, /*overwrite=*/true);
-  if (!file) {
-    reply(line(error_line(file.status())), true);
-    return false;
-  }
-  auto owned = std::make_shared<core::MappedOutputFile>(std::move(*file));
-  auto handle = peer_.fetch(info.model, info.version, owned->bytes());
+  auto handle = (*memory)->fetch(peer_, info);
   if (!handle) {
     reply(line(error_line(handle.status())), true);
     return false;
   }
   Held& held = held_[key];
   held.info = info;
-  held.file = std::move(owned);
+  held.memory = std::move(*memory);
   held.handle = std::make_unique<FetchHandle>(std::move(*handle));
   held.holds = 1;
   reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}, {"holds", 1}}), false);
@@ -90,7 +101,7 @@ void HeldVersions::poll() {
       for (const Reply& reply : held.waiting) reply(progress, false);
       continue;
     }
-    if (s.is_ok()) s = held.file->commit();
+    if (s.is_ok()) s = held.memory->commit();
     if (s.is_ok()) {
       held.verified = true;
       answer(held, s);
@@ -103,19 +114,20 @@ void HeldVersions::poll() {
 }
 
 void HeldVersions::answer(Held& held, const Status& result) {
-  const std::string last =
-      result.is_ok()
-          ? line(Json{{"done", true}, {"ok", true}, {"version", held.info.version}, {"id", held.info.id.hex()},
-                      {"path", held.file->path()}, {"dir", fs::path(held.file->path()).parent_path().string()},
-                      {"bytes", held.info.bytes}, {"holds", held.holds}})
-          : line(error_line(result));
-  for (const Reply& reply : held.waiting) reply(last, /*last=*/!result.is_ok());  // a hold keeps its connection
+  Json done{{"done", true}, {"ok", true}, {"version", held.info.version}, {"id", held.info.id.hex()},
+            {"bytes", held.info.bytes}, {"holds", held.holds}};
+  Status s = result;
+  if (s.is_ok()) s = held.memory->describe(*held.handle, done);
+  const std::string last = line(s.is_ok() ? done : error_line(s));
+  for (const Reply& reply : held.waiting) reply(last, /*last=*/!s.is_ok());  // a hold keeps its connection
   held.waiting.clear();
 }
 
-Result<std::size_t> HeldVersions::unhold(const std::string& model, std::uint64_t version) {
-  auto it = held_.find({model, version});
-  if (it == held_.end()) return Status::not_found(model + " v" + std::to_string(version) + " is not held");
+Result<std::size_t> HeldVersions::unhold(const std::string& model, std::uint64_t version, const std::string& gpu) {
+  auto it = held_.find({model, version, gpu});
+  if (it == held_.end()) {
+    return Status::not_found(model + " v" + std::to_string(version) + " is not held" + (gpu.empty() ? "" : " on " + gpu));
+  }
   const std::size_t left = --it->second.holds;
   if (left == 0) {
     if (!it->second.verified) answer(it->second, Status::cancelled("every hold was let go before the fetch ended"));
@@ -127,17 +139,8 @@ Result<std::size_t> HeldVersions::unhold(const std::string& model, std::uint64_t
 void HeldVersions::remove(const Key& key) {
   auto it = held_.find(key);
   if (it == held_.end()) return;
-  const fs::path path = it->second.file->path();
-  it->second.handle.reset();  // released at once: nothing reads the file after this
-  it->second.file.reset();    // unmapped; an uncommitted file's temporary is removed
-  held_.erase(it);
-  std::error_code ec;
-  fs::remove(path, ec);
-  fs::remove(path.parent_path(), ec);                // v<N>, when empty
-  fs::remove(path.parent_path().parent_path(), ec);  // the model's, when empty
-  if (ec && ec.value() != ENOTEMPTY && ec.value() != ENOENT) {
-    TH_LOG_WARN("peer", "cannot remove " << path.parent_path().string() << ": " << ec.message());
-  }
+  it->second.handle.reset();  // released at once: nothing reads the memory after this
+  held_.erase(it);            // the memory goes: a file is removed, GPU memory freed
 }
 
 }  // namespace tensorhub::cli

@@ -117,7 +117,8 @@ class Daemon {
       path = *default_path;
     }
     // Before the control socket opens: what a killed life left is gone by then.
-    held_ = std::make_unique<HeldVersions>(*peer_, options_.hold_directory + "/" + peer_->id().hex().substr(0, 12));
+    held_ = std::make_unique<HeldVersions>(*peer_, options_.hold_directory + "/" + peer_->id().hex().substr(0, 12),
+                                           cuda_hold_memory, options_.gpu_buffers);
     auto control = transport::ControlServer::start(
         io_, path,
         [this](const std::string& request, transport::ControlServer::Reply reply,
@@ -179,14 +180,16 @@ class Daemon {
     auto wait_replicas = field<std::size_t>(req, "wait_replicas", 0);
     auto release_after = field<bool>(req, "release", false);
     auto now = field<bool>(req, "now", false);
+    auto gpu = field<std::string>(req, "gpu", "");
     for (const Status* st : {&model.status(), &version.status(), &file.status(), &out.status(), &wait_replicas.status(),
-                             &release_after.status(), &now.status()}) {
+                             &release_after.status(), &now.status(), &gpu.status()}) {
       TENSORHUB_RETURN_IF_ERROR(*st);
     }
     if (cmd == "hold") {
-      hold(*model, *version, reply, when_closed);
+      hold(*model, *version, *gpu, reply, when_closed);
       return Status::ok();
     }
+    if (!gpu->empty()) return Status::invalid_argument("\"gpu\" goes with \"hold\" only");
     handle_command(cmd, *model, *version, *file, *out, *wait_replicas, *release_after, *now, reply);
     return Status::ok();
   }
@@ -373,15 +376,15 @@ class Daemon {
 
   // A hold lasts while its connection is open: the client (a rank of an
   // engine) closes it to let go, and one that dies lets go with it.
-  void hold(const std::string& model, std::uint64_t version, const transport::ControlServer::Reply& reply,
-            const transport::ControlServer::WhenClosed& when_closed) {
+  void hold(const std::string& model, std::uint64_t version, const std::string& gpu,
+            const transport::ControlServer::Reply& reply, const transport::ControlServer::WhenClosed& when_closed) {
     auto known = peer_->version_info(model, version);
     if (!known) return reply(line(error_line(known.status())), true);
     const bool polling = held_->fetching();
-    if (!held_->hold(*known, reply)) return;  // answered with its error
-    when_closed([this, reply, model, number = known->version] {
+    if (!held_->hold(*known, gpu, reply)) return;  // answered with its error
+    when_closed([this, reply, model, gpu, number = known->version] {
       if (!held_) return;  // the daemon is stopping
-      auto left = held_->unhold(model, number);
+      auto left = held_->unhold(model, number, gpu);
       reply(line(left ? Json{{"done", true}, {"ok", true}, {"released", true}, {"holds", *left}}
                       : error_line(left.status())),
             true);

@@ -9,9 +9,10 @@
 //       streams progress; writes a verified file; keeps serving the copy
 //   {"cmd":"digest","model":M,"version":N}   BLAKE2b-256 of a held version
 //   {"cmd":"release","model":M,"version":N}
-//   {"cmd":"hold","model":M,"version":N|0}
+//   {"cmd":"hold","model":M,"version":N|0,"gpu":UUID|absent}
 //       fetches the version once into a file under --hold-dir that the
-//       processes of this node map (held_versions.hpp); the answer's
+//       processes of this node map, or with "gpu" into memory of that GPU
+//       shared by a CUDA IPC handle (held_versions.hpp); the answer's
 //       "done" line leaves the connection open, and the hold lasts until
 //       the client closes it (then a last line, "released")
 // With --follow MODEL the daemon fetches every new head of MODEL as it
@@ -36,6 +37,7 @@ struct DaemonOptions {
   std::uint64_t reserve_bytes = 0;       // --reserve: destination buffers set aside at start
   std::size_t reserve_count = 1;
   std::string hold_directory = "/dev/shm/tensorhub";  // --hold-dir: a subfolder per peer id
+  std::size_t gpu_buffers = 2;  // --gpu-buffers: versions held at once per GPU
 };
 
 int run_peer_daemon(DaemonOptions options);

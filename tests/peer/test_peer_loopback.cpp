@@ -25,11 +25,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-SwarmKey swarm_key() {
-  std::array<std::uint8_t, 32> bytes{};
-  bytes.fill(0x21);
-  return SwarmKey::from_bytes(bytes);
-}
+SwarmKey swarm_key() { return test_swarm_key(0x21); }
 
 std::unique_ptr<Peer> start_peer(std::uint64_t key, const PublicKey& publisher, std::vector<std::string> seeds,
                                  const std::function<void(PeerOptions&)>& adjust = {}) {

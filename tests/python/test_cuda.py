@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tensorhub as th
+from conftest import BINARY, swarm_of_daemons
 from tensorhub import _cuda
 
 
@@ -117,3 +118,71 @@ def test_iter_tensors_yields_tensors_on_the_asked_gpu(pair):
         assert set(seen) == set(weights)
         for name, value in weights.items():
             assert torch.equal(seen[name].cpu(), value), name
+
+
+def test_a_gpu_mapping_refuses_a_malformed_handle_or_uuid_and_says_why_it_cannot_open():
+    from tensorhub import _native
+
+    uuid = "GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"
+    with pytest.raises(th.Error, match="64 bytes, not 10"):
+        _native.GpuMapping(b"x" * 10, 0, 16, uuid)
+    with pytest.raises(th.Error, match="not a GPU UUID"):
+        _native.GpuMapping(b"x" * 64, 0, 16, "cuda:0")
+    with pytest.raises(th.Error, match="at least one byte"):
+        _native.GpuMapping(b"x" * 64, 0, 0, uuid)
+    with pytest.raises(th.Error, match="past 2\\^64"):
+        _native.GpuMapping(b"x" * 64, 2**63, 2**63, uuid)
+    if not _cuda_available():
+        with pytest.raises(th.Error, match="unavailable|not_found"):
+            _native.GpuMapping(b"x" * 64, 0, 16, uuid)
+
+
+@pytest.mark.skipif(not BINARY, reason="TENSORHUB_BINARY names no tensorhub binary")
+def test_a_daemon_hold_on_a_gpu_is_refused_with_the_reason_where_it_cannot_be_made():
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        a, b = daemons.clients["a"], daemons.clients["b"]
+        with a.publish("policy", {"w": np.arange(4096, dtype=np.float32)}):
+            b.wait_for_head("policy", timeout=20)
+            with pytest.raises(th.Error, match="invalid argument: .*neither a GPU UUID nor|not a GPU UUID"):
+                b.hold("policy", gpu="the big one")
+            if not _cuda_available():
+                with pytest.raises(th.Error, match="unavailable|not_found"):
+                    b.hold("policy", gpu="GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b")
+            # "gpu" belongs to holds alone.
+            with pytest.raises(th.Error, match="goes with \"hold\" only"):
+                b._request({"cmd": "status", "gpu": "GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"})
+            # The daemon lives on and still holds in files.
+            held = b.hold("policy")
+            np.testing.assert_array_equal(held.state_dict()["w"], np.arange(4096, dtype=np.float32))
+            held.release()
+
+
+@pytest.mark.skipif(not BINARY or not _cuda_available(), reason="needs a CUDA GPU and TENSORHUB_BINARY (tests/gpu/run)")
+def test_a_daemon_hands_versions_to_an_engine_on_its_gpu_two_at_a_time():
+    import torch
+
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        a, b = daemons.clients["a"], daemons.clients["b"]
+        versions = [{"w": torch.randn(512, 300).to(torch.bfloat16), "step": torch.tensor([v])} for v in range(3)]
+        published = []
+        for weights in versions:
+            published.append(a.publish("policy", weights))
+        b.wait_for_head("policy", after=2, timeout=20)
+        first = b.hold("policy", 1, gpu="cuda:0")
+        again = th.connect(b.control, directory=daemons.folder).hold("policy", 1, gpu=0)  # another rank: same memory
+        got = first.state_dict()
+        assert got["w"].is_cuda and got["w"].dtype == torch.bfloat16
+        assert torch.equal(got["w"].cpu(), versions[0]["w"]) and torch.equal(got["step"].cpu(), versions[0]["step"])
+        assert again.state_dict()["w"].data_ptr() != 0
+        second = b.hold("policy", 2, gpu="cuda:0")
+        assert torch.equal(second.state_dict()["w"].cpu(), versions[1]["w"])
+        with pytest.raises(th.Error, match="holds 2 versions already"):
+            b.hold("policy", 3, gpu="cuda:0")
+        first.release()
+        again.release()  # the last hold on v1: its memory is free
+        third = b.hold("policy", 3, gpu="cuda:0")
+        assert torch.equal(third.state_dict()["w"].cpu(), versions[2]["w"])
+        for h in (second, third):
+            h.release()
+        for p in published:
+            p.release()

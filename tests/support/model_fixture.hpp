@@ -9,6 +9,7 @@
 #include "manifest/synthetic_model.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/safetensors.hpp"
+#include "tensorhub/swarm_key.hpp"
 
 namespace tensorhub::testing {
 
@@ -16,6 +17,13 @@ inline Identity test_identity(std::uint8_t n = 1) {
   std::array<std::uint8_t, 32> seed{};
   seed[0] = n;
   return Identity::from_seed(seed);
+}
+
+// A swarm key of 32 bytes of `fill`: each test file its own swarm.
+inline SwarmKey test_swarm_key(std::uint8_t fill) {
+  std::array<std::uint8_t, 32> bytes{};
+  bytes.fill(fill);
+  return SwarmKey::from_bytes(bytes);
 }
 
 // 1 MiB + a header of BF16 tensors of 48 KiB (so tensors straddle 64 KiB shards).
