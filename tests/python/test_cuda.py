@@ -165,9 +165,9 @@ def test_a_daemon_hands_versions_to_an_engine_on_its_gpu_two_at_a_time():
         a, b = daemons.clients["a"], daemons.clients["b"]
         versions = [{"w": torch.randn(512, 300).to(torch.bfloat16), "step": torch.tensor([v])} for v in range(3)]
         published = []
-        for weights in versions:
+        for v, weights in enumerate(versions):
             published.append(a.publish("policy", weights))
-        b.wait_for_head("policy", after=2, timeout=20)
+            b.wait_for_head("policy", after=v, timeout=20)  # each head heard: its manifest is known
         first = b.hold("policy", 1, gpu="cuda:0")
         again = th.connect(b.control, directory=daemons.folder).hold("policy", 1, gpu=0)  # another rank: same memory
         got = first.state_dict()
