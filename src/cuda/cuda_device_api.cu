@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "cuda/cuda_sharing.hpp"
 #include "cuda/device_api.hpp"
 #include "cuda/rdma_registration.hpp"
 #include "cuda/shard_hash_kernel.hpp"
@@ -129,6 +130,48 @@ class CudaDevice final : public DeviceApi {
     return Status::ok();
   }
 
+  Status share_ipc(const std::byte* device, std::size_t bytes, peer::SharedRange& out) override {
+    IpcRange range;
+    TENSORHUB_RETURN_IF_ERROR(export_ipc_range(device, bytes, range));
+    out.handle = range.handle;
+    out.offset = range.offset;
+    out.length = range.length;
+    return Status::ok();
+  }
+
+  Status open_ipc(const peer::SharedRange& range, const std::byte*& mapped) override {
+    std::lock_guard lock(mutex_);
+    auto it = opened_.find(range.handle);
+    if (it == opened_.end()) {
+      cudaSetDevice(ordinal_);
+      cudaIpcMemHandle_t handle;
+      std::memcpy(&handle, range.handle.data(), sizeof handle);
+      void* base = nullptr;
+      if (cudaError_t e = cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+        return failure("cudaIpcOpenMemHandle", e);
+      }
+      it = opened_.emplace(range.handle, Opened{static_cast<std::byte*>(base), 0}).first;
+    }
+    ++it->second.uses;
+    mapped = it->second.base + range.offset;
+    mapped_[mapped].push_back(range.handle);
+    return Status::ok();
+  }
+
+  void close_ipc(const std::byte* mapped) override {
+    std::lock_guard lock(mutex_);
+    auto m = mapped_.find(mapped);
+    if (m == mapped_.end() || m->second.empty()) return;
+    const auto handle = m->second.back();
+    m->second.pop_back();
+    if (m->second.empty()) mapped_.erase(m);
+    auto it = opened_.find(handle);
+    if (it == opened_.end() || --it->second.uses > 0) return;
+    cudaSetDevice(ordinal_);
+    cudaIpcCloseMemHandle(it->second.base);
+    opened_.erase(it);
+  }
+
   Status hash_xxh3(const xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) override {
     cudaSetDevice(ordinal_);
     DeviceShard shard;
@@ -186,6 +229,14 @@ class CudaDevice final : public DeviceApi {
   std::vector<cudaStream_t> streams_;
   std::mutex mutex_;
   std::map<std::uint64_t, cudaEvent_t> events_;
+  // Allocations of other processes mapped here (one mapping each, however
+  // many ranges of it are open), and the handles behind each mapped range.
+  struct Opened {
+    std::byte* base;
+    int uses;
+  };
+  std::map<std::array<std::uint8_t, 64>, Opened> opened_;
+  std::map<const std::byte*, std::vector<std::array<std::uint8_t, 64>>> mapped_;
   std::uint64_t next_id_ = 1;
 };
 

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "cuda/xxh3_blocks.hpp"
+#include "peer/shared_range.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::cuda {
@@ -71,6 +72,17 @@ class DeviceApi {
   // memory), computed on the device: only the 16 bytes come back. Callable
   // from any thread. Errors: kUnavailable.
   virtual Status hash_xxh3(const xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) = 0;
+
+  // Shares `bytes` of device memory at `device` with the other processes
+  // of this host (CUDA IPC). Callable from any thread.
+  // Errors: kInvalidArgument (not device memory of this device); kUnavailable.
+  virtual Status share_ipc(const std::byte* device, std::size_t bytes, peer::SharedRange& out) = 0;
+  // Maps a range another process shared; `mapped` is its first byte, until
+  // close_ipc(mapped). A range of an allocation mapped already shares that
+  // mapping. Callable from any thread. Errors: kUnavailable (it does not
+  // open here).
+  virtual Status open_ipc(const peer::SharedRange& range, const std::byte*& mapped) = 0;
+  virtual void close_ipc(const std::byte* mapped) = 0;
 };
 
 // The CUDA runtime on the device whose UUID is `uuid` ("GPU-..." as

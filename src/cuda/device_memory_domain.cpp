@@ -104,4 +104,50 @@ core::Blake2bDigest DeviceMemoryDomain::digest_ranges(std::span<const std::uint8
   return out;
 }
 
+Status DeviceMemoryDomain::share(const core::ConstRegions& image, std::vector<peer::SharedRange>& out) const {
+  std::vector<std::span<const std::byte>> regions;
+  if (image.size() > 0) image.pieces(0, image.size(), regions);
+  out.clear();
+  for (const auto& region : regions) {
+    peer::SharedRange range;
+    TENSORHUB_RETURN_IF_ERROR(device_.share_ipc(region.data(), region.size(), range));
+    out.push_back(range);
+  }
+  return Status::ok();
+}
+
+namespace {
+
+// Ranges mapped through `device`, closed with the mapping.
+class DeviceMapping final : public peer::SharedMapping {
+ public:
+  explicit DeviceMapping(DeviceApi& device) : device_(device) {}
+  ~DeviceMapping() override {
+    for (const std::byte* p : opened_) device_.close_ipc(p);
+  }
+  const core::ConstRegions& regions() const override { return regions_; }
+  Status add(const peer::SharedRange& range) {
+    if (range.length == 0) return Status::invalid_argument("a shared range of no bytes");
+    const std::byte* mapped = nullptr;
+    TENSORHUB_RETURN_IF_ERROR(device_.open_ipc(range, mapped));
+    opened_.push_back(mapped);
+    regions_.add(std::span<const std::byte>(mapped, range.length));
+    return Status::ok();
+  }
+
+ private:
+  DeviceApi& device_;
+  std::vector<const std::byte*> opened_;
+  core::ConstRegions regions_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<peer::SharedMapping>> DeviceMemoryDomain::open_shared(
+    std::span<const peer::SharedRange> ranges) const {
+  auto mapping = std::make_unique<DeviceMapping>(device_);
+  for (const peer::SharedRange& range : ranges) TENSORHUB_RETURN_IF_ERROR(mapping->add(range));
+  return std::unique_ptr<peer::SharedMapping>(std::move(mapping));
+}
+
 }  // namespace tensorhub::cuda

@@ -42,6 +42,9 @@ class DeviceMemoryDomain final : public peer::MemoryDomain {
   peer::PayloadStage* payload_stage() const override { return stage_; }
   // Pinned host memory (the read-back runs at full speed), else anonymous.
   std::shared_ptr<std::span<std::byte>> allocate_mirror(std::size_t bytes) const override;
+  // By CUDA IPC (DeviceApi::share_ipc, open_ipc).
+  Status share(const core::ConstRegions& image, std::vector<peer::SharedRange>& out) const override;
+  Result<std::unique_ptr<peer::SharedMapping>> open_shared(std::span<const peer::SharedRange> ranges) const override;
 
  private:
   DeviceApi& device_;

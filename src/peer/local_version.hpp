@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -44,6 +45,10 @@ struct LocalVersion {
   core::MutableRegions destination;   // what a fetch or copy writes
   const MemoryDomain* domain = &host_memory();  // where memory and destination live
   core::AnonymousMemory owned;        // when the driver allocated the destination
+  // A peer of this host that holds this version in memory this one maps
+  // (GPU memory by CUDA IPC): the shards no local version gives are copied
+  // from it first (CopyFromMate), and the swarm fetches only what fails.
+  std::optional<PeerId> host_mate;
   TimePoint started;                  // driver time: the fetch began, or the version was published
 
   mutable std::mutex mutex;

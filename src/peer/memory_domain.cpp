@@ -81,6 +81,14 @@ const MemoryDomain& host_memory() {
   return host;
 }
 
+Status MemoryDomain::share(const core::ConstRegions&, std::vector<SharedRange>&) const {
+  return Status::unavailable(std::string(name()) + " memory is not shared with other processes");
+}
+
+Result<std::unique_ptr<SharedMapping>> MemoryDomain::open_shared(std::span<const SharedRange>) const {
+  return Status::unavailable(std::string(name()) + " memory maps no other process's memory");
+}
+
 std::shared_ptr<std::span<std::byte>> MemoryDomain::allocate_mirror(std::size_t bytes) const {
   struct Mirror {
     core::AnonymousMemory memory;

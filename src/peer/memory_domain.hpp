@@ -12,10 +12,12 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/hash.hpp"
 #include "core/regions.hpp"
 #include "peer/payload_stage.hpp"
+#include "peer/shared_range.hpp"
 #include "tensorhub/manifest.hpp"
 
 namespace tensorhub::peer {
@@ -25,6 +27,13 @@ struct ByteRange {
   std::uint64_t offset = 0;
   std::uint32_t length = 0;
   friend bool operator==(const ByteRange&, const ByteRange&) = default;
+};
+
+// Regions another process shared, mapped for reading while this lives.
+class SharedMapping {
+ public:
+  virtual ~SharedMapping() = default;
+  virtual const core::ConstRegions& regions() const = 0;
 };
 
 class MemoryDomain {
@@ -70,6 +79,16 @@ class MemoryDomain {
   // last owner lets go; null when none can be had. This one: anonymous
   // memory.
   virtual std::shared_ptr<std::span<std::byte>> allocate_mirror(std::size_t bytes) const;
+
+  // Shares `image` with the other processes of this host (a host mate's
+  // peer copies a version from it): one range per region, in order.
+  // Errors: kUnavailable (this memory is not shareable; host memory is
+  // not, here).
+  virtual Status share(const core::ConstRegions& image, std::vector<SharedRange>& out) const;
+  // Maps ranges that another process of this host shared, as memory this
+  // domain reads and copies from. Errors: kUnavailable (they do not open
+  // here: another host, their process is gone, or this domain maps none).
+  virtual Result<std::unique_ptr<SharedMapping>> open_shared(std::span<const SharedRange> ranges) const;
 };
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.

@@ -95,6 +95,19 @@ void PeerCore::peer_gone(TimePoint now, const PeerId& peer) {
   drain_swarm(now);
 }
 
+std::optional<PeerId> PeerCore::host_mate_holding(const ManifestId& id) const {
+  if (!gossip_ || config_.location.host.empty()) return std::nullopt;
+  for (const auto& member : gossip_->members()) {
+    if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
+    const gossip::PeerRecord& r = member.record->record;
+    if (r.id == self_ || r.topology.host != config_.location.host || r.topology.dc != config_.location.dc) continue;
+    for (const auto& h : r.holdings) {
+      if (h.manifest_id == id && h.complete()) return r.id;
+    }
+  }
+  return std::nullopt;
+}
+
 std::size_t PeerCore::replicas(const ManifestId& id) const {
   if (!gossip_) return 0;
   std::size_t n = 0;

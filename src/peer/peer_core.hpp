@@ -85,6 +85,13 @@ struct CopyShards {
   std::shared_ptr<LocalVersion> from, to;
   std::vector<ShardIndex> shards;
 };
+// Copy `shards` of `to` from the host mate `mate` (LocalVersion::host_mate)
+// by mapping the memory it shares, verify each, and call on_shards_copied.
+struct CopyFromMate {
+  PeerId mate;
+  std::shared_ptr<LocalVersion> to;
+  std::vector<ShardIndex> shards;
+};
 // No new read of the version's memory starts. Once every piece being sent
 // from it has left or been dropped (and every job reading it has ended),
 // the driver runs `done`: the memory is its owner's again.
@@ -112,7 +119,8 @@ struct Report {
 };
 using PeerAction =
     std::variant<swarm::OpenConnection, swarm::CloseConnection, swarm::SendMessage, swarm::ServePiece,
-                 swarm::DropQueuedPieces, CancelQueuedPiece, HashShard, CopyShards, ReleaseMemory, FetchDone,
+                 swarm::DropQueuedPieces, CancelQueuedPiece, HashShard, CopyShards, CopyFromMate, ReleaseMemory,
+                 FetchDone,
                  HeadChanged, GossipChanged, StateChanged, Report>;
 
 // Where an arriving piece's payload goes: `length` bytes at `offset` of the
@@ -189,7 +197,12 @@ class PeerCore {
   // config requires it).
   Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                               core::MutableRegions destination,
-                                              const MemoryDomain& domain = host_memory());
+                                              const MemoryDomain& domain = host_memory(),
+                                              std::optional<PeerId> host_mate = std::nullopt);
+  // A live member on this peer's host (the same non-empty host label) whose
+  // record holds `id` complete: where a fetch into memory that host mates
+  // share (GPU memory) copies from first. None when there is none.
+  std::optional<PeerId> host_mate_holding(const ManifestId& id) const;
   // Stops serving the version; ReleaseMemory follows (after a retention
   // deferral when `mode` honours retention and this is among the last
   // holders of the head). A fetch in progress fails with kCancelled.
@@ -212,7 +225,11 @@ class PeerCore {
 
   // --- Work done for the core ---
   void on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& version, ShardIndex shard, bool good);
-  void on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to, std::span<const ShardIndex> failed);
+  // `mate_failure`: for CopyFromMate, why the shards in `failed` did not
+  // come from the host mate (they are fetched from the swarm; not an
+  // error of this peer's memory).
+  void on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to, std::span<const ShardIndex> failed,
+                        const std::string& mate_failure = {});
 
   void handle_timeout(TimePoint now);
   TimePoint next_timeout() const;

@@ -87,6 +87,7 @@ Status PeerEngine::start() {
   tcp_->set_admission([this](const PeerId& peer) { return admitted_ == nullptr || admitted_->count(peer) != 0; });
   TENSORHUB_RETURN_IF_ERROR(tcp_->listen(data));
   const core::HostPort data_bound = tcp_->bound();
+  listen_for_mates();
 
   const Location location{options_.dc, options_.rack, options_.host};
   transport::GossipRuntimeOptions g;
@@ -177,6 +178,10 @@ void PeerEngine::close() {
   drain_landings();
   if (tcp_) tcp_->close();
   if (gossip_) gossip_->close();
+  if (mates_) {
+    std::error_code ignored;
+    mates_->close(ignored);
+  }
 }
 
 // --------------------------------------------------------------------------
@@ -227,7 +232,11 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
     owned = std::move(*memory);
     destination = core::MutableRegions(owned.bytes());
   }
-  auto v = core_->fetch(now(), *manifest, std::move(destination), domain);
+  // Memory that host mates share (GPU memory) is copied from one that
+  // holds the version, when there is one, before the swarm is asked.
+  std::optional<PeerId> mate;
+  if (!domain.host_accessible() && mates_) mate = core_->host_mate_holding(m.id());
+  auto v = core_->fetch(now(), *manifest, std::move(destination), domain, std::move(mate));
   if (v) (*v)->owned = std::move(owned);
   pump();
   return v;
@@ -308,6 +317,8 @@ void PeerEngine::pump() {
       hash_shard(*hash);
     } else if (auto* copy = std::get_if<CopyShards>(&*action)) {
       copy_shards(std::move(*copy));
+    } else if (auto* mate = std::get_if<CopyFromMate>(&*action)) {
+      copy_from_mate(std::move(*mate));
     } else if (auto* release = std::get_if<ReleaseMemory>(&*action)) {
       release_memory(std::move(*release));
     } else if (auto* head = std::get_if<HeadChanged>(&*action)) {

@@ -146,6 +146,13 @@ class PeerEngine final : public TransportEvents {
   void hash_shard(const HashShard& job);
   void copy_shards(CopyShards job);
   void release_memory(ReleaseMemory release);
+  // The local channel to host mates (mate_channel.hpp,
+  // peer_engine_mates.cpp): this peer's listener, a session sharing a
+  // version's memory with a mate, and the copy of shards from a mate.
+  void listen_for_mates();
+  void accept_mate();
+  void serve_mate(std::shared_ptr<asio::local::stream_protocol::socket> socket);
+  void copy_from_mate(CopyFromMate job);
   std::shared_ptr<Lease> lease_of(const std::shared_ptr<LocalVersion>& version);
   void head_changed(const VersionInfo& head);
   // `s`, with why it may have failed when this peer never joined.
@@ -213,6 +220,10 @@ class PeerEngine final : public TransportEvents {
   std::uint64_t landings_staged_ = 0;        // through a stage's buffer
   std::uint64_t landings_through_host_ = 0;  // through a host buffer (no stage buffer free)
   std::uint64_t pieces_served_staged_ = 0;   // served from a stage's buffer (no mirror)
+  std::unique_ptr<asio::local::stream_protocol::acceptor> mates_;  // null: no mate channel
+  std::uint64_t mate_shards_copied_ = 0;  // shards verified here after a copy from a host mate
+  std::uint64_t mate_bytes_copied_ = 0;
+  std::uint64_t mate_sessions_served_ = 0;  // versions shared with host mates
   std::optional<CudaDevices> gpus_;  // probed once at start; empty until the probe ends
   core::WorkPool pool_;  // last: its jobs finish before the rest goes
 };

@@ -86,6 +86,10 @@ std::string PeerEngine::status_json() const {
                    {"through_host_buffer", landings_through_host_},
                    {"served_staged", pieces_served_staged_},
                    {"in_flight", landings_.size()}};
+  j["host_mates"] = {{"channel", mates_ != nullptr},
+                     {"shards_copied", mate_shards_copied_},
+                     {"bytes_copied", mate_bytes_copied_},
+                     {"versions_shared", mate_sessions_served_}};
   // Records are validated when decoded; should a string still hold invalid
   // UTF-8, it is replaced rather than thrown.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

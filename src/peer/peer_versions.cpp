@@ -86,7 +86,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                       core::MutableRegions destination,
-                                                      const MemoryDomain& domain) {
+                                                      const MemoryDomain& domain, std::optional<PeerId> host_mate) {
   const Manifest& m = *manifest;
   if (config_.require_secure_hash && m.body().shard_hash != ShardHashAlgorithm::kBlake2b_256) {
     return Status::permission_denied(m.model() + " v" + std::to_string(m.version()) + " is hashed with " +
@@ -104,6 +104,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->manifest = manifest;
   v->destination = std::move(destination);
   v->domain = &domain;
+  v->host_mate = std::move(host_mate);
   v->started = now;
   {
     std::lock_guard lock(v->mutex);
@@ -187,17 +188,33 @@ void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v
       ++pending.jobs;
     }
   }
+  if (v->host_mate && !v->destination.empty() && v->role != VersionRole::kCopy) {
+    std::vector<ShardIndex> shards;
+    for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+      if (pending.have.test(s)) continue;
+      pending.have.set(s);
+      shards.push_back(ShardIndex{s});
+    }
+    if (!shards.empty()) {
+      actions_.push(CopyFromMate{*v->host_mate, v, std::move(shards)});
+      ++pending.jobs;
+    }
+  }
   if (pending.jobs == 0) return fetch_from_swarm(now, v, std::move(pending.have));
   copying_[v.get()] = std::move(pending);  // the swarm fetch starts once the copies are done
 }
 
 void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to,
-                                std::span<const ShardIndex> failed) {
+                                std::span<const ShardIndex> failed, const std::string& mate_failure) {
   auto pending = copying_.find(to.get());
   if (pending == copying_.end()) return;
   for (ShardIndex s : failed) {
     pending->second.have.reset(s.value);
-    ++pending->second.failed;
+    if (mate_failure.empty()) ++pending->second.failed;
+  }
+  if (!mate_failure.empty() && !failed.empty()) {
+    report(Report::kInfo, to->model + " v" + std::to_string(to->number) + ": " + std::to_string(failed.size()) +
+                              " shard(s) not copied from a host mate (" + mate_failure + "); fetching them");
   }
   if (--pending->second.jobs > 0) return;
   core::Bitfield have = std::move(pending->second.have);
@@ -241,7 +258,8 @@ void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersio
   }
   report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number) + ": " +
                             std::to_string(have.count()) + " of " + std::to_string(m.shard_count()) +
-                            " shards unchanged locally");
+                            (v->host_mate ? " shards here already (unchanged locally or copied from a host mate)"
+                                          : " shards unchanged locally"));
   swarm_.fetch(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have));
   // Everyone gossip says holds or fetches it is a candidate.
   if (gossip_) {

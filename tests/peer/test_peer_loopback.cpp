@@ -770,3 +770,80 @@ TEST_CASE("peer: a GPU copy that fails costs its block a second fetch, and the v
   REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
   CHECK(memory.bytes() == image);
 }
+
+namespace {
+
+nlohmann::json host_mates(Peer& peer) { return nlohmann::json::parse(peer.status_json())["host_mates"]; }
+
+}  // namespace
+
+TEST_CASE("peer: a fetch into GPU memory copies the version from a host mate's GPU, verifies it, and needs no network") {
+  // The peers share one fake device, as processes share a GPU (or a host's
+  // GPUs); its IPC handles name its allocations. Each peer has its own ring
+  // and domain, as each process would.
+  FakeDevice device(2);
+  device.complete_on_query(true);
+  struct Gpu {
+    std::unique_ptr<cuda::StagingRing> ring;
+    std::unique_ptr<cuda::DeviceMemoryDomain> domain;
+  };
+  std::vector<Gpu> gpus(4);
+  for (Gpu& g : gpus) {
+    REQUIRE(cuda::StagingRing::create(device, {.slot_bytes = 64u << 10, .slots = 8}, g.ring));
+    g.domain = std::make_unique<cuda::DeviceMemoryDomain>(device, g.ring.get());
+  }
+  const PublicKey publisher = GossipNetwork::identity_for(900).public_key();
+  auto on = [](const char* host) { return [host](PeerOptions& o) { o.host = host; }; };
+  auto trainer = start_peer(900, publisher, {}, on("node1"));
+  const std::string seed = trainer->gossip_address();
+  auto mate = start_peer(901, publisher, {seed}, on("node1"));
+  auto stranger = start_peer(902, publisher, {seed}, on("node2"));
+  auto refused = start_peer(903, publisher, {seed}, on("node1"));
+  auto image = small_model(90, 2u << 20);
+  DeviceRegions weights(device, {image.size() / 3, image.size() - image.size() / 3});
+  weights.fill_from(image);
+  std::vector<ConstRegion> parts(weights.regions().begin(), weights.regions().end());
+  auto published = peer::publish_from(*trainer, "policy", parts, tensors_of(image), *gpus[0].domain);
+  REQUIRE_MESSAGE(published.is_ok(), published.status().to_string());
+  for (Peer* p : {mate.get(), stranger.get(), refused.get()}) REQUIRE(p->wait_for_head("policy", 0, 10s).is_ok());
+  // Gossip must have carried the trainer's holding before a mate is seen.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (mate->replicas(published->manifest_id()) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+
+  // A mate on node1: every shard copied over the local channel and verified.
+  DeviceRegions into(device, {image.size() / 2 + 5, image.size() - image.size() / 2 - 5});
+  auto fetched = peer::fetch_into(*mate, "policy", 1, into.regions(), *gpus[1].domain);
+  REQUIRE(fetched.is_ok());
+  REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(into.bytes() == image);
+  const auto manifest_shards = published->manifest().shard_count();
+  CHECK(host_mates(*mate)["shards_copied"] == manifest_shards);
+  CHECK(host_mates(*mate)["bytes_copied"] == image.size());
+  CHECK(landings(*mate, "staged") == 0);  // nothing came over the network
+  CHECK(host_mates(*trainer)["versions_shared"] == 1);
+  CHECK(device.ipc_opened() == 2);  // one per region of the trainer's
+  CHECK(device.ipc_open_now() == 0);  // closed once copied
+
+  // Another host: the swarm, over TCP.
+  DeviceRegions far(device, {image.size()});
+  auto over_tcp = peer::fetch_into(*stranger, "policy", 1, far.regions(), *gpus[2].domain);
+  REQUIRE(over_tcp.is_ok());
+  REQUIRE_MESSAGE(over_tcp->wait(30s).is_ok(), over_tcp->wait(0ms).to_string());
+  CHECK(far.bytes() == image);
+  CHECK(host_mates(*stranger)["shards_copied"] == 0);
+  CHECK(landings(*stranger, "staged") > 0);
+
+  // A mate whose IPC handles do not open (as across hosts with one label):
+  // the shards come from the swarm instead, and the fetch completes.
+  device.refuse_ipc();
+  DeviceRegions fallback(device, {image.size()});
+  auto fell_back = peer::fetch_into(*refused, "policy", 1, fallback.regions(), *gpus[3].domain);
+  REQUIRE(fell_back.is_ok());
+  REQUIRE_MESSAGE(fell_back->wait(30s).is_ok(), fell_back->wait(0ms).to_string());
+  CHECK(fallback.bytes() == image);
+  CHECK(host_mates(*refused)["shards_copied"] == 0);
+  CHECK(landings(*refused, "staged") > 0);
+  CHECK(device.misplaced_copies() == 0);
+}

@@ -1,5 +1,6 @@
 """Fetches into CUDA tensors. Without a GPU (CI), what runs is the naming
 of GPUs and the refusals; with one, the round trip into CUDA tensors."""
+import time
 import types
 
 import numpy as np
@@ -186,3 +187,34 @@ def test_a_daemon_hands_versions_to_an_engine_on_its_gpu_two_at_a_time():
             h.release()
         for p in published:
             p.release()
+
+
+@pytest.mark.skipif(not BINARY or not _cuda_available(), reason="needs a CUDA GPU and TENSORHUB_BINARY (tests/gpu/run)")
+def test_a_daemon_copies_a_version_from_a_host_mates_gpu_by_cuda_ipc():
+    import os
+
+    import torch
+
+    with swarm_of_daemons(["a", "node1"]) as daemons:
+        b = daemons.clients["node1"]
+        trainer = th.Peer.start(key_file=os.path.join(daemons.folder, "trainer.key"), swarm_key_file=daemons.swarm,
+                                seeds=[f"127.0.0.1:{daemons.ports['a']}"], host="node1", retain_head_replicas=0)
+        try:
+            weights = {f"layer{i}": torch.randn(1024, 777, device="cuda").to(torch.bfloat16) for i in range(4)}
+            with trainer.publish("policy", weights):
+                b.wait_for_head("policy", timeout=20)
+                # The trainer's holding reaches the daemon by gossip.
+                deadline = time.monotonic() + 20
+                while not any(h.get("complete") for m in b.status().get("members", []) for h in m.get("holds", [])):
+                    assert time.monotonic() < deadline, "the daemon never heard that the trainer holds the version"
+                    time.sleep(0.05)
+                held = b.hold("policy", gpu="cuda:0")
+                got = held.state_dict()
+                for name, value in weights.items():
+                    assert torch.equal(got[name], value), name
+                mates = b.status()["host_mates"]
+                assert mates["shards_copied"] > 0 and mates["bytes_copied"] == held.nbytes, mates
+                assert trainer.status()["host_mates"]["versions_shared"] == 1
+                held.release()
+        finally:
+            trainer.close()

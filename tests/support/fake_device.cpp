@@ -172,6 +172,47 @@ void FakeDevice::run_all() {
     }
 }
 
+namespace {
+constexpr std::uint8_t kFakeIpcMagic[8] = {'f', 'a', 'k', 'e', '-', 'i', 'p', 'c'};
+}  // namespace
+
+Status FakeDevice::share_ipc(const std::byte* device, std::size_t bytes, peer::SharedRange& out) {
+  std::lock_guard lock(mutex_);
+  auto it = device_.upper_bound(device);
+  if (it == device_.begin()) return Status::invalid_argument("not device memory of the fake");
+  --it;
+  if (!inside(device_, device, bytes)) return Status::invalid_argument("not device memory of the fake");
+  const auto base = reinterpret_cast<std::uintptr_t>(it->first);
+  out.handle = {};
+  std::memcpy(out.handle.data(), kFakeIpcMagic, 8);
+  std::memcpy(out.handle.data() + 8, &base, sizeof base);
+  out.offset = static_cast<std::uint64_t>(device - it->first);
+  out.length = bytes;
+  return Status::ok();
+}
+
+Status FakeDevice::open_ipc(const peer::SharedRange& range, const std::byte*& mapped) {
+  std::lock_guard lock(mutex_);
+  if (refuse_ipc_ || std::memcmp(range.handle.data(), kFakeIpcMagic, 8) != 0) {
+    return Status::unavailable("the fake refuses this IPC handle");
+  }
+  std::uintptr_t base = 0;
+  std::memcpy(&base, range.handle.data() + 8, sizeof base);
+  auto it = device_.find(reinterpret_cast<const std::byte*>(base));
+  if (it == device_.end() || range.offset > it->second || range.length > it->second - range.offset) {
+    return Status::unavailable("the fake has no such allocation (freed?)");
+  }
+  mapped = it->first + range.offset;
+  ++ipc_opened_;
+  ++ipc_open_now_;
+  return Status::ok();
+}
+
+void FakeDevice::close_ipc(const std::byte*) {
+  std::lock_guard lock(mutex_);
+  if (ipc_open_now_ > 0) --ipc_open_now_;
+}
+
 DeviceRegions::DeviceRegions(FakeDevice& device, const std::vector<std::size_t>& sizes) : device_(device) {
   for (std::size_t n : sizes) {
     std::byte* p = nullptr;

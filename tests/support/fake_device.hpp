@@ -46,6 +46,16 @@ class FakeDevice final : public cuda::DeviceApi {
   Status copy(std::byte* to, const std::byte* from, std::size_t bytes) override;
   // Runs the kernels' own steps (xxh3_blocks.hpp) on the CPU.
   Status hash_xxh3(const cuda::xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) override;
+  // IPC between the "processes" (peers) sharing this fake: a handle names
+  // the allocation by its address; opening checks it is still allocated
+  // and the range inside it.
+  Status share_ipc(const std::byte* device, std::size_t bytes, peer::SharedRange& out) override;
+  Status open_ipc(const peer::SharedRange& range, const std::byte*& mapped) override;
+  void close_ipc(const std::byte* mapped) override;
+  // Every open_ipc fails from now on, as across hosts.
+  void refuse_ipc() { std::lock_guard lock(mutex_); refuse_ipc_ = true; }
+  std::size_t ipc_opened() const { return locked(ipc_opened_); }
+  std::size_t ipc_open_now() const { return locked(ipc_open_now_); }
 
   // ---- What the test drives ----
   // Runs the oldest queued operation of `stream`; false when there is none.
@@ -125,6 +135,9 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t hashes_ = 0;
   std::uint64_t hashed_bytes_ = 0;
   std::uint64_t bytes_to_host_ = 0;
+  bool refuse_ipc_ = false;
+  std::size_t ipc_opened_ = 0;
+  std::size_t ipc_open_now_ = 0;
 };
 
 // Regions of `device`'s memory of the given sizes, laid end to end; freed
