@@ -131,12 +131,7 @@ class CudaDevice final : public DeviceApi {
   }
 
   Status share_ipc(const std::byte* device, std::size_t bytes, peer::SharedRange& out) override {
-    IpcRange range;
-    TENSORHUB_RETURN_IF_ERROR(export_ipc_range(device, bytes, range));
-    out.handle = range.handle;
-    out.offset = range.offset;
-    out.length = range.length;
-    return Status::ok();
+    return export_ipc_range(device, bytes, out);
   }
 
   Status open_ipc(const peer::SharedRange& range, const std::byte*& mapped) override {

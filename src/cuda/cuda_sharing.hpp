@@ -7,12 +7,12 @@
 // Builds without CUDA answer kUnavailable.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "peer/shared_range.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::cuda {
@@ -20,11 +20,7 @@ namespace tensorhub::cuda {
 // A range of device memory as another process opens it: the IPC handle of
 // the allocation that holds it (cudaIpcMemHandle_t's 64 bytes), the range's
 // offset inside that allocation, and its length.
-struct IpcRange {
-  std::array<std::uint8_t, 64> handle{};
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-};
+using IpcRange = peer::SharedRange;
 
 // The handle of `length` bytes of device memory at `device_ptr`, which may
 // lie anywhere inside a cudaMalloc allocation. The range stays valid while

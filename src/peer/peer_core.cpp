@@ -100,7 +100,7 @@ std::optional<PeerId> PeerCore::host_mate_holding(const ManifestId& id) const {
   for (const auto& member : gossip_->members()) {
     if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
     const gossip::PeerRecord& r = member.record->record;
-    if (r.id == self_ || r.topology.host != config_.location.host || r.topology.dc != config_.location.dc) continue;
+    if (r.id == self_ || r.topology != config_.location) continue;  // the same dc, rack and host
     for (const auto& h : r.holdings) {
       if (h.manifest_id == id && h.complete()) return r.id;
     }
