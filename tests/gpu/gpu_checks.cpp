@@ -9,7 +9,9 @@
 //   staging    the staging ring's host-to-device rate against plain pinned
 //              cudaMemcpy in this run, with slots prefilled and with a
 //              producer thread copying into them, and the landed bytes
-//              checked by the kernel
+//              checked by the kernel; its device-to-host rate (fills, as
+//              serving without a mirror does) against plain pinned
+//              cudaMemcpy, and the filled bytes compared
 //   sharing    a 256 MiB range at an odd offset exported by CUDA IPC,
 //              opened by a second process of this program, verified there
 //              by the kernel and copied; a dma-buf exported for 64 MiB
@@ -29,6 +31,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -374,6 +377,52 @@ double staged_rate(DeviceApi& api, const std::uint8_t* source, std::uint8_t* dev
   return static_cast<double>(total) / seconds_since(start) / 1e9;
 }
 
+// Moves `total` bytes of device memory at `device` to the host through a
+// ring's slots (PayloadStage::fill: what serving a GPU-held version without
+// a mirror does), each slot given back once its copy has landed. With
+// `check`, each slot's bytes are compared with `expected` first. Returns GB/s.
+double filled_rate(DeviceApi& api, const std::uint8_t* device, std::size_t total, StagingRing::Options options,
+                   const std::uint8_t* expected, bool& equal) {
+  std::unique_ptr<StagingRing> ring;
+  if (Status s = StagingRing::create(api, options, ring); !s) {
+    std::fprintf(stderr, "%s\n", s.to_string().c_str());
+    std::exit(2);
+  }
+  core::ConstRegions source(std::span<const std::byte>(reinterpret_cast<const std::byte*>(device), total));
+  std::map<std::uint64_t, std::span<std::byte>> slots;  // by tag
+  std::vector<peer::PayloadStage::Landed> landed;
+  std::size_t next = 0;
+  std::size_t done = 0;
+  const std::size_t pieces = (total + options.slot_bytes - 1) / options.slot_bytes;
+  const auto start = std::chrono::steady_clock::now();
+  while (done < pieces) {
+    if (next < pieces) {
+      const std::size_t at = next * options.slot_bytes;
+      const std::size_t n = std::min(options.slot_bytes, total - at);
+      std::span<std::byte> slot = ring->take(n);
+      if (!slot.empty()) {
+        if (Status s = ring->fill(slot, source, at, n, next); !s) {
+          std::fprintf(stderr, "%s\n", s.to_string().c_str());
+          std::exit(2);
+        }
+        slots[next++] = slot;
+        continue;
+      }
+    }
+    landed.clear();
+    ring->poll(landed);
+    for (const auto& l : landed) {
+      if (!l.ok) std::exit(3);
+      std::span<std::byte> slot = slots[l.tag];
+      if (expected != nullptr && std::memcmp(slot.data(), expected + l.offset, l.length) != 0) equal = false;
+      ring->give_back(slot);
+      slots.erase(l.tag);
+      ++done;
+    }
+  }
+  return static_cast<double>(total) / seconds_since(start) / 1e9;
+}
+
 std::string staging(std::uint8_t* device, const std::vector<std::uint8_t>& host, int& failures) {
   std::unique_ptr<DeviceApi> api;
   if (Status s = open_cuda_device("", 2, api); !s) {
@@ -410,6 +459,27 @@ std::string staging(std::uint8_t* device, const std::vector<std::uint8_t>& host,
       first = false;
     }
   }
+  // Device to host: the ring's fills against plain pinned cudaMemcpy.
+  CHECK_CUDA(cudaMemcpy(pinned, device, total, cudaMemcpyDeviceToHost));
+  t = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) CHECK_CUDA(cudaMemcpy(pinned, device, total, cudaMemcpyDeviceToHost));
+  const double plain_d2h = 3.0 * static_cast<double>(total) / seconds_since(t) / 1e9;
+  o << "], \"plain_pinned_d2h_gb_per_s\": " << plain_d2h << ", \"ring_d2h\": [";
+  bool fills_equal = true;
+  first = true;
+  for (std::size_t slot : {1 * mib, 4 * mib, 16 * mib}) {
+    for (std::size_t slots : {4u, 16u}) {
+      const StagingRing::Options options{slot, slots};
+      const bool check = slot == mib && slots == 16u;  // one run also compares every byte (untimed others)
+      const double rate = filled_rate(*api, device, total, options, nullptr, fills_equal);
+      if (check) filled_rate(*api, device, total, options, host.data(), fills_equal);
+      o << (first ? "" : ", ") << "{\"slot_mib\": " << slot / mib << ", \"slots\": " << slots
+        << ", \"gb_per_s\": " << rate << ", \"of_plain\": " << rate / plain_d2h << "}";
+      first = false;
+    }
+  }
+  if (!fills_equal) ++failures;
+  o << "], \"d2h_bytes_equal\": " << (fills_equal ? "true" : "false");
   cudaFreeHost(pinned);
   // The last run copied host[0, total) through the ring: the kernel checks it.
   std::uint8_t d[16];
@@ -422,7 +492,7 @@ std::string staging(std::uint8_t* device, const std::vector<std::uint8_t>& host,
   std::vector<std::uint8_t> digests, verdicts;
   b.digests(digests, verdicts);
   if (verdicts[0] != 1) ++failures;
-  o << "], \"landed_bytes_verified\": " << (verdicts[0] == 1 ? "true" : "false") << "}";
+  o << ", \"landed_bytes_verified\": " << (verdicts[0] == 1 ? "true" : "false") << "}";
   return o.str();
 }
 

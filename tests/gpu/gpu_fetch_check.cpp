@@ -1,7 +1,7 @@
 // The peer's GPU path on a real GPU, through the public API, in one program
 // that prints one JSON object (tests/gpu/run runs it after gpu_checks):
 //   fetch     a worker fetches a version over loopback into host memory and
-//             into GPU memory (MemoryOptions::gpu), alternately, 5 times
+//             into GPU memory (MemoryOptions::gpu), alternately, 7 times
 //             each: seconds of each, and the GPU copy read back and compared
 //   publish   a trainer publishes the version from GPU memory (its manifest
 //             hashed on the GPU); a worker fetches it into host memory,
@@ -58,7 +58,7 @@ std::byte* device_alloc(std::size_t bytes) {
   return static_cast<std::byte*>(p);
 }
 
-constexpr int kRounds = 5;
+constexpr int kRounds = 7;
 
 std::string json_list(const std::vector<double>& values) {
   std::ostringstream o;
