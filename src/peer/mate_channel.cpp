@@ -113,6 +113,14 @@ Status ask_mate(const PeerId& mate, const ManifestId& id, std::uint64_t total, i
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
     return fail(Status::unavailable("no host mate " + mate.short_hex() + " on this host: " + std::strerror(errno)));
   }
+  // The name is first come, first served: the peer that answers must run
+  // as this user too (its bytes are verified anyway; this keeps another
+  // user's process from answering at all).
+  ucred server{};
+  socklen_t size = sizeof server;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &server, &size) != 0 || server.uid != ::geteuid()) {
+    return fail(Status::unavailable("the host mate's channel is held by another user's process"));
+  }
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

@@ -5,7 +5,9 @@
 //
 // Each peer listens on the abstract Unix socket named by mate_socket_name()
 // (in its network namespace; the kernel checks nothing else, so the holder
-// serves only processes of its own user, by SO_PEERCRED). A request is one
+// serves only processes of its own user, and the asker talks only to a
+// process of its own user, both by SO_PEERCRED; the shards copied are
+// verified against the manifest all the same). A request is one
 // line, the version's manifest id in hex; the answer is "ok N" and N lines
 // "HANDLE OFFSET LENGTH" (the handle in 128 hex digits), or "error WHY".
 // The holder keeps the memory (a lease on the version) until the asker
