@@ -35,6 +35,13 @@ enum class VersionRole {
   kCopy,       // a private copy of a version held here already; never served
 };
 
+// A peer on this peer's host (the same dc, rack and host labels) and its
+// data address, which names its local channel (mate_channel.hpp).
+struct HostMate {
+  PeerId id;
+  std::string data_addr;
+};
+
 struct LocalVersion {
   std::string model;
   std::uint64_t number = 0;
@@ -48,7 +55,7 @@ struct LocalVersion {
   // A peer of this host that holds this version in memory this one maps
   // (GPU memory by CUDA IPC): the shards no local version gives are copied
   // from it first (CopyFromMate), and the swarm fetches only what fails.
-  std::optional<PeerId> host_mate;
+  std::optional<HostMate> host_mate;
   TimePoint started;                  // driver time: the fetch began, or the version was published
 
   mutable std::mutex mutex;

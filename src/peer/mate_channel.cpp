@@ -34,7 +34,12 @@ bool parse_u64(std::string_view word, std::uint64_t& out) {
 
 }  // namespace
 
-std::string mate_socket_name(const PeerId& peer) { return std::string(1, '\0') + "tensorhub-mate-" + peer.hex(); }
+std::string mate_socket_name(const PeerId& peer, const std::string& data_addr) {
+  // sun_path holds 108 bytes: the address is cut to fit (a host:port is
+  // at most 62 bytes with brackets; longer text comes only from a bad record).
+  std::string name = std::string(1, '\0') + "tensorhub-mate-" + peer.hex().substr(0, 32) + "@" + data_addr;
+  return name.substr(0, sizeof(sockaddr_un::sun_path));
+}
 
 std::string encode_mate_request(const ManifestId& id) { return id.hex() + "\n"; }
 
@@ -97,15 +102,15 @@ Status decode_mate_answer(std::string_view text, std::uint64_t total, std::vecto
   return Status::ok();
 }
 
-Status ask_mate(const PeerId& mate, const ManifestId& id, std::uint64_t total, int timeout_ms,
-                std::vector<SharedRange>& ranges, int& connection) {
+Status ask_mate(const PeerId& mate, const std::string& data_addr, const ManifestId& id, std::uint64_t total,
+                int timeout_ms, std::vector<SharedRange>& ranges, int& connection) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Status::unavailable(std::string("socket: ") + std::strerror(errno));
   auto fail = [fd](Status s) {
     ::close(fd);
     return s;
   };
-  const std::string name = mate_socket_name(mate);
+  const std::string name = mate_socket_name(mate, data_addr);
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, name.data(), name.size());

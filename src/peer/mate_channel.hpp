@@ -29,8 +29,10 @@ inline constexpr int kMateLeaseSeconds = 60;
 inline constexpr std::size_t kMaxMateRanges = 65536;
 inline constexpr std::size_t kMaxMateRequestBytes = 2 * 32 + 1;
 
-// "\0tensorhub-mate-<peer id hex>": an abstract socket address.
-std::string mate_socket_name(const PeerId& peer);
+// "\0tensorhub-mate-<peer id, 32 hex>@<its data address>": an abstract
+// socket address. The data address (host:port, a bound port) keeps two
+// processes with one identity (tests run many) from colliding.
+std::string mate_socket_name(const PeerId& peer, const std::string& data_addr);
 
 std::string encode_mate_request(const ManifestId& id);
 // Errors: kCorrupt (not 64 hex digits and a newline).
@@ -48,7 +50,7 @@ Status decode_mate_answer(std::string_view text, std::uint64_t total, std::vecto
 // socket: close it once the copy is done, and the mate lets go of its lease.
 // Errors: kUnavailable (no such mate on this host, or it refused), kCorrupt,
 // kTimeout.
-Status ask_mate(const PeerId& mate, const ManifestId& id, std::uint64_t total, int timeout_ms,
-                std::vector<SharedRange>& ranges, int& connection);
+Status ask_mate(const PeerId& mate, const std::string& data_addr, const ManifestId& id, std::uint64_t total,
+                int timeout_ms, std::vector<SharedRange>& ranges, int& connection);
 
 }  // namespace tensorhub::peer

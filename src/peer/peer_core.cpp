@@ -95,14 +95,14 @@ void PeerCore::peer_gone(TimePoint now, const PeerId& peer) {
   drain_swarm(now);
 }
 
-std::optional<PeerId> PeerCore::host_mate_holding(const ManifestId& id) const {
+std::optional<HostMate> PeerCore::host_mate_holding(const ManifestId& id) const {
   if (!gossip_ || config_.location.host.empty()) return std::nullopt;
   for (const auto& member : gossip_->members()) {
     if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
     const gossip::PeerRecord& r = member.record->record;
     if (r.id == self_ || r.topology != config_.location) continue;  // the same dc, rack and host
     for (const auto& h : r.holdings) {
-      if (h.manifest_id == id && h.complete()) return r.id;
+      if (h.manifest_id == id && h.complete() && !r.data_addr.empty()) return HostMate{r.id, r.data_addr};
     }
   }
   return std::nullopt;

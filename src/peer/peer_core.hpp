@@ -88,7 +88,7 @@ struct CopyShards {
 // Copy `shards` of `to` from the host mate `mate` (LocalVersion::host_mate)
 // by mapping the memory it shares, verify each, and call on_shards_copied.
 struct CopyFromMate {
-  PeerId mate;
+  HostMate mate;
   std::shared_ptr<LocalVersion> to;
   std::vector<ShardIndex> shards;
 };
@@ -198,11 +198,11 @@ class PeerCore {
   Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                               core::MutableRegions destination,
                                               const MemoryDomain& domain = host_memory(),
-                                              std::optional<PeerId> host_mate = std::nullopt);
+                                              std::optional<HostMate> host_mate = std::nullopt);
   // A live member on this peer's host (the same non-empty host label) whose
   // record holds `id` complete: where a fetch into memory that host mates
   // share (GPU memory) copies from first. None when there is none.
-  std::optional<PeerId> host_mate_holding(const ManifestId& id) const;
+  std::optional<HostMate> host_mate_holding(const ManifestId& id) const;
   // Stops serving the version; ReleaseMemory follows (after a retention
   // deferral when `mode` honours retention and this is among the last
   // holders of the head). A fetch in progress fails with kCancelled.

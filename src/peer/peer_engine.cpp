@@ -87,7 +87,6 @@ Status PeerEngine::start() {
   tcp_->set_admission([this](const PeerId& peer) { return admitted_ == nullptr || admitted_->count(peer) != 0; });
   TENSORHUB_RETURN_IF_ERROR(tcp_->listen(data));
   const core::HostPort data_bound = tcp_->bound();
-  listen_for_mates();
 
   const Location location{options_.dc, options_.rack, options_.host};
   transport::GossipRuntimeOptions g;
@@ -100,6 +99,7 @@ Status PeerEngine::start() {
     if (auto a = core::parse_host_port(options_.advertise)) advertised_host = a->host;
   }
   g.data_addr = core::HostPort{advertised_host, data_bound.port}.to_string();
+  listen_for_mates(g.data_addr);
   g.admitted = admitted_;
   auto runtime = transport::GossipRuntime::start(io_, std::move(g), identity_.clone(), swarm_key_);
   if (!runtime) return runtime.status();
@@ -234,7 +234,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   }
   // Memory that host mates share (GPU memory) is copied from one that
   // holds the version, when there is one, before the swarm is asked.
-  std::optional<PeerId> mate;
+  std::optional<HostMate> mate;
   if (!domain.host_accessible() && mates_) mate = core_->host_mate_holding(m.id());
   auto v = core_->fetch(now(), *manifest, std::move(destination), domain, std::move(mate));
   if (v) (*v)->owned = std::move(owned);

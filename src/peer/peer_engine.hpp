@@ -149,7 +149,8 @@ class PeerEngine final : public TransportEvents {
   // The local channel to host mates (mate_channel.hpp,
   // peer_engine_mates.cpp): this peer's listener, a session sharing a
   // version's memory with a mate, and the copy of shards from a mate.
-  void listen_for_mates();
+  // `data_addr`: this peer's as its record gives it, which names the channel.
+  void listen_for_mates(const std::string& data_addr);
   void accept_mate();
   void serve_mate(std::shared_ptr<asio::local::stream_protocol::socket> socket);
   void copy_from_mate(CopyFromMate job);

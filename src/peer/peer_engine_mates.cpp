@@ -15,12 +15,12 @@ constexpr const char* kLog = "peer";
 constexpr int kAskTimeoutMs = 10'000;
 }  // namespace
 
-void PeerEngine::listen_for_mates() {
+void PeerEngine::listen_for_mates(const std::string& data_addr) {
   using Local = asio::local::stream_protocol;
   auto acceptor = std::make_unique<Local::acceptor>(io_);
   std::error_code ec;
   acceptor->open(Local(), ec);
-  if (!ec) acceptor->bind(Local::endpoint(mate_socket_name(id())), ec);
+  if (!ec) acceptor->bind(Local::endpoint(mate_socket_name(id(), data_addr)), ec);
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     TH_LOG_WARN(kLog, "no channel to host mates: " << ec.message() << " (versions are fetched over the network only)");
@@ -108,7 +108,8 @@ void PeerEngine::copy_from_mate(CopyFromMate job) {
     std::uint64_t bytes = 0;
     std::vector<SharedRange> ranges;
     int connection = -1;
-    Status asked = ask_mate(job.mate, job.to->id, m.total_size(), kAskTimeoutMs, ranges, connection);
+    Status asked = ask_mate(job.mate.id, job.mate.data_addr, job.to->id, m.total_size(), kAskTimeoutMs, ranges,
+                            connection);
     if (asked) {
       auto mapping = job.to->domain->open_shared(ranges);
       if (!mapping) {

@@ -86,7 +86,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                       core::MutableRegions destination,
-                                                      const MemoryDomain& domain, std::optional<PeerId> host_mate) {
+                                                      const MemoryDomain& domain, std::optional<HostMate> host_mate) {
   const Manifest& m = *manifest;
   if (config_.require_secure_hash && m.body().shard_hash != ShardHashAlgorithm::kBlake2b_256) {
     return Status::permission_denied(m.model() + " v" + std::to_string(m.version()) + " is hashed with " +
