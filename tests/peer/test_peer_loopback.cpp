@@ -13,6 +13,7 @@
 #include "core/random_fill.hpp"
 #include "cuda/device_memory_domain.hpp"
 #include "cuda/staging_ring.hpp"
+#include "peer/mate_channel.hpp"
 #include "peer/peer_internal.hpp"
 #include "support/fake_device.hpp"
 #include "support/gossip_network.hpp"
@@ -846,4 +847,32 @@ TEST_CASE("peer: a fetch into GPU memory copies the version from a host mate's G
   CHECK(host_mates(*refused)["shards_copied"] == 0);
   CHECK(landings(*refused, "staged") > 0);
   CHECK(device.misplaced_copies() == 0);
+}
+
+TEST_CASE("peer: the mate channel refuses what it cannot share, and says why") {
+  const PublicKey publisher = GossipNetwork::identity_for(910).public_key();
+  auto holder = start_peer(910, publisher, {}, [](PeerOptions& o) { o.host = "node1"; });
+  const auto status = nlohmann::json::parse(holder->status_json());
+  REQUIRE(status["host_mates"]["channel"] == true);
+  const std::string data_addr = status["self"]["data_addr"];
+  auto image = small_model(91, 1u << 20);
+  auto published = holder->publish("policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  std::vector<peer::SharedRange> ranges;
+  int connection = -1;
+  // Host memory is not shared with other processes.
+  Status s = peer::ask_mate(holder->id(), data_addr, published->manifest_id(), image.size(), 2000, ranges, connection);
+  CHECK(s.code() == StatusCode::kUnavailable);
+  CHECK(s.message().find("refused") != std::string::npos);
+  CHECK(s.message().find("not shared") != std::string::npos);
+  // A version it does not hold.
+  ManifestId other = published->manifest_id();
+  other.bytes[0] ^= 1;
+  s = peer::ask_mate(holder->id(), data_addr, other, image.size(), 2000, ranges, connection);
+  CHECK(s.code() == StatusCode::kUnavailable);
+  CHECK(s.message().find("does not hold that version") != std::string::npos);
+  // Nobody answers under another address.
+  s = peer::ask_mate(holder->id(), "127.0.0.1:1", other, image.size(), 2000, ranges, connection);
+  CHECK(s.code() == StatusCode::kUnavailable);
+  CHECK(host_mates(*holder)["versions_shared"] == 0);
 }
