@@ -54,17 +54,15 @@ bool HeldVersions::hold(const VersionInfo& info, const std::string& gpu, Reply r
     if (held.verified) answer(held, Status::ok());
     return true;
   }
-  Result<std::unique_ptr<HoldMemory>> memory = Status::ok();
-  if (gpu.empty()) {
-    memory = file_hold_memory(path_of(info.model, info.version), directory_, info.bytes);
-  } else if (const auto on_gpu = held_on(gpu); on_gpu.size() >= gpu_buffers_) {
+  auto memory = [&]() -> Result<std::unique_ptr<HoldMemory>> {
+    if (gpu.empty()) return file_hold_memory(path_of(info.model, info.version), directory_, info.bytes);
+    const auto on_gpu = held_on(gpu);
+    if (on_gpu.size() < gpu_buffers_) return gpu_memory_(gpu, info);
     std::string names;
     for (const std::string& n : on_gpu) names += (names.empty() ? "" : ", ") + n;
-    memory = Status::unavailable(gpu + " holds " + std::to_string(on_gpu.size()) + " versions already (" + names +
-                                 "), as many as --gpu-buffers allows: let go of one first");
-  } else {
-    memory = gpu_memory_(gpu, info);
-  }
+    return Status::unavailable(gpu + " holds " + std::to_string(on_gpu.size()) + " versions already (" + names +
+                               "), as many as --gpu-buffers allows: let go of one first");
+  }();
   if (!memory) {
     reply(line(error_line(memory.status())), true);
     return false;
