@@ -337,16 +337,22 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Moves `total` bytes of `source` into device memory at `device` through a
-// ring; with `producer`, a thread copies each slot's bytes from `source`
-// (as a NIC would write them) before it lands. Returns GB/s.
-double staged_rate(DeviceApi& api, const std::uint8_t* source, std::uint8_t* device, std::size_t total,
-                   StagingRing::Options options, bool producer) {
+// A staging ring, or the program ends with the reason.
+std::unique_ptr<StagingRing> ring_or_exit(DeviceApi& api, StagingRing::Options options) {
   std::unique_ptr<StagingRing> ring;
   if (Status s = StagingRing::create(api, options, ring); !s) {
     std::fprintf(stderr, "%s\n", s.to_string().c_str());
     std::exit(2);
   }
+  return ring;
+}
+
+// Moves `total` bytes of `source` into device memory at `device` through a
+// ring; with `producer`, a thread copies each slot's bytes from `source`
+// (as a NIC would write them) before it lands. Returns GB/s.
+double staged_rate(DeviceApi& api, const std::uint8_t* source, std::uint8_t* device, std::size_t total,
+                   StagingRing::Options options, bool producer) {
+  const std::unique_ptr<StagingRing> ring = ring_or_exit(api, options);
   core::MutableRegions destination(std::span<std::byte>(reinterpret_cast<std::byte*>(device), total));
   std::vector<peer::PayloadStage::Landed> landed;
   std::size_t next = 0;
@@ -383,11 +389,7 @@ double staged_rate(DeviceApi& api, const std::uint8_t* source, std::uint8_t* dev
 // `check`, each slot's bytes are compared with `expected` first. Returns GB/s.
 double filled_rate(DeviceApi& api, const std::uint8_t* device, std::size_t total, StagingRing::Options options,
                    const std::uint8_t* expected, bool& equal) {
-  std::unique_ptr<StagingRing> ring;
-  if (Status s = StagingRing::create(api, options, ring); !s) {
-    std::fprintf(stderr, "%s\n", s.to_string().c_str());
-    std::exit(2);
-  }
+  const std::unique_ptr<StagingRing> ring = ring_or_exit(api, options);
   core::ConstRegions source(std::span<const std::byte>(reinterpret_cast<const std::byte*>(device), total));
   std::map<std::uint64_t, std::span<std::byte>> slots;  // by tag
   std::vector<peer::PayloadStage::Landed> landed;
