@@ -93,6 +93,20 @@ ReadWork read_of(std::uint64_t id, const MemoryRegistration& local, void* to, st
   return w;
 }
 
+// A queue pair made with raw verbs, in RESET, for the cases that drive
+// verbs directly.
+ibv_qp* raw_qp(VerbsNic& nic, std::uint32_t max_send_wr) {
+  ibv_qp_init_attr init{};
+  init.send_cq = nic.cq();
+  init.recv_cq = nic.cq();
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = max_send_wr;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  return ibv_create_qp(nic.pd(), &init);
+}
+
 }  // namespace
 
 TEST_CASE("verbs contract: READs copy the holder's bytes, in order per queue pair") {
@@ -130,15 +144,7 @@ TEST_CASE("verbs contract: READs copy the holder's bytes, in order per queue pai
 TEST_CASE("verbs contract: the queue pair state machine demands each transition's attributes") {
   auto nics = open_nics(1);
   VerbsNic& nic = *nics[0];
-  ibv_qp_init_attr init{};
-  init.send_cq = nic.cq();
-  init.recv_cq = nic.cq();
-  init.qp_type = IBV_QPT_RC;
-  init.cap.max_send_wr = 16;
-  init.cap.max_recv_wr = 1;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_sge = 1;
-  ibv_qp* qp = ibv_create_qp(nic.pd(), &init);
+  ibv_qp* qp = raw_qp(nic, 16);
   REQUIRE(qp != nullptr);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
@@ -313,15 +319,7 @@ TEST_CASE("verbs contract: the software cap keeps READs within the negotiated de
   }
   ibv_send_wr* bad = nullptr;
   // The uncapped post goes through a queue pair of its own, looped to itself.
-  ibv_qp_init_attr init{};
-  init.send_cq = nic.cq();
-  init.recv_cq = nic.cq();
-  init.qp_type = IBV_QPT_RC;
-  init.cap.max_send_wr = 64;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_wr = 1;
-  init.cap.max_recv_sge = 1;
-  ibv_qp* qp = ibv_create_qp(nic.pd(), &init);
+  ibv_qp* qp = raw_qp(nic, 64);
   REQUIRE(qp != nullptr);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
