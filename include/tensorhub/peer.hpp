@@ -90,6 +90,10 @@ struct PeerOptions {
   // made once it is complete (host memory of the version's size), rather
   // than from a device-to-host copy per piece. false: no host copy.
   bool mirror_gpu_versions = true;
+  // Block payloads move by RDMA READ from neighbours that offer it, where
+  // this machine has an RDMA device with an active port (docs/rdma.md);
+  // TCP carries everything else. false: TCP only.
+  bool rdma = true;
 };
 
 // Where a version's memory lies, for publish() and fetch().

@@ -1,9 +1,8 @@
 // The data-transport seam: how blocks and control messages reach a
-// neighbour. The peer's driver picks a transport per neighbour; TCP
-// (tcp_transport.hpp) is the one built, and every neighbour uses it. An
-// RDMA transport (one-sided READs for payloads, TCP for control) or a
-// same-host IPC one implements the same interface, and neither the peer
-// core nor the swarm core changes for it.
+// neighbour. TCP (tcp_transport.hpp) carries everything; the RDMA transport
+// (rdma_transport.hpp) sits on it and moves the payloads of the requests it
+// can by one-sided READ, per neighbour. Neither the peer core nor the swarm
+// core changes for a transport.
 //
 // A transport reports to TransportEvents, on the driver's thread.
 #pragma once
@@ -34,6 +33,9 @@ class TransportEvents {
                                  std::vector<std::span<std::byte>>& out) = 0;
   virtual void on_piece_progress(const PeerId& peer, const swarm::SwarmMessage& header) = 0;
   virtual void on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) = 0;
+  // The payload whose destination was given could not be brought whole (an
+  // RDMA READ failed): the block is asked for again and its holder is not blamed.
+  virtual void on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) = 0;
 };
 
 // Bytes a transport carried to and from one neighbour, per lane.

@@ -8,6 +8,13 @@
 #include <set>
 
 #include "core/log.hpp"
+#if TENSORHUB_HAVE_RDMA
+#include "peer/rdma_transport.hpp"
+#else
+namespace tensorhub::peer {
+class RdmaTransport {};  // never made: built without RDMA support
+}  // namespace tensorhub::peer
+#endif
 #include "tensorhub/devices.hpp"
 
 namespace tensorhub::peer {
@@ -82,8 +89,19 @@ Status PeerEngine::start() {
   auto admitted = admission_list(options_.members);
   if (!admitted) return admitted.status();
   admitted_ = std::move(*admitted);
-  tcp_ = std::make_unique<TcpTransport>(io_, identity_, swarm_key_, *this, options_.data_lanes,
+#if TENSORHUB_HAVE_RDMA
+  if (options_.rdma) rdma_ = RdmaTransport::open(io_, *this, *this, rdma_note_);
+  else rdma_note_ = "off (PeerOptions::rdma)";
+  if (!rdma_) TH_LOG_INFO(kLog, "no RDMA: " << rdma_note_ << "; payloads go over TCP");
+#else
+  rdma_note_ = "built without RDMA support";
+#endif
+  TransportEvents& data_events = rdma_ ? static_cast<TransportEvents&>(*rdma_) : *this;
+  tcp_ = std::make_unique<TcpTransport>(io_, identity_, swarm_key_, data_events, options_.data_lanes,
                                         [this](const PeerId& peer) { return data_endpoint_of(peer); });
+#if TENSORHUB_HAVE_RDMA
+  if (rdma_) rdma_->attach(*tcp_);
+#endif
   tcp_->set_admission([this](const PeerId& peer) { return admitted_ == nullptr || admitted_->count(peer) != 0; });
   TENSORHUB_RETURN_IF_ERROR(tcp_->listen(data));
   const core::HostPort data_bound = tcp_->bound();
@@ -177,6 +195,9 @@ void PeerEngine::close() {
   landing_poll_.cancel();
   drain_landings();
   if (tcp_) tcp_->close();
+#if TENSORHUB_HAVE_RDMA
+  if (rdma_) rdma_->close();
+#endif
   if (gossip_) gossip_->close();
   if (mates_) {
     std::error_code ignored;
@@ -377,6 +398,10 @@ void PeerEngine::requester_done(const PeerId& peer, const ManifestId& version_id
 }
 
 void PeerEngine::release_memory(ReleaseMemory release) {
+#if TENSORHUB_HAVE_RDMA
+  // Grants end and registrations go before the memory can be given back.
+  if (rdma_) rdma_->forget_version(release.version->id);
+#endif
   auto it = leases_.find(release.version.get());
   if (it == leases_.end() || it->second->uses == 0) {
     if (it != leases_.end()) leases_.erase(it);
@@ -508,7 +533,38 @@ void PeerEngine::copy_shards(CopyShards job) {
 // --------------------------------------------------------------------------
 // Data transports
 
-DataTransport& PeerEngine::transport_for(const PeerId&) { return *tcp_; }
+DataTransport& PeerEngine::transport_for(const PeerId&) {
+#if TENSORHUB_HAVE_RDMA
+  if (rdma_) return *rdma_;
+#endif
+  return *tcp_;
+}
+
+RdmaStatus PeerEngine::rdma_status() const {
+#if TENSORHUB_HAVE_RDMA
+  if (rdma_) return rdma_->status();
+#endif
+  return RdmaStatus{};
+}
+
+std::optional<std::vector<std::span<std::byte>>> PeerEngine::served_regions(const ManifestId& version) {
+  auto v = core_->find(version);
+  if (!v || !v->served() || !v->domain->host_accessible() || v->memory.empty()) return std::nullopt;
+  std::vector<std::span<std::byte>> out;
+  // Registered for remote reads only: nothing writes through these.
+  for (const auto& r : v->memory.regions()) out.emplace_back(const_cast<std::byte*>(r.data()), r.size());
+  return out;
+}
+
+std::optional<std::vector<std::span<std::byte>>> PeerEngine::landing_regions(const ManifestId& version) {
+  auto v = core_->find(version);
+  if (!v || !v->domain->host_accessible() || v->destination.empty()) return std::nullopt;
+  {
+    std::lock_guard lock(v->mutex);
+    if (v->state != VersionState::kFetching) return std::nullopt;
+  }
+  return v->destination.regions();
+}
 
 void PeerEngine::on_connected(const PeerId& peer) {
   if (closed_) return;
@@ -530,7 +586,7 @@ void PeerEngine::on_disconnected(const PeerId& peer) {
 }
 
 void PeerEngine::on_message(const PeerId& peer, const swarm::SwarmMessage& message) {
-  if (closed_) return;
+  if (closed_ || message.type == swarm::MessageType::kTransport) return;  // a transport's own, without its transport
   core_->on_message(now(), peer, message);
   pump();
 }
@@ -549,6 +605,12 @@ void PeerEngine::on_piece(const PeerId& peer, const swarm::SwarmMessage& header,
   if (closed_) return;
   if (end_staged_payload(peer, header, stored)) return;
   core_->on_piece(now(), peer, header, stored);
+  pump();
+}
+
+void PeerEngine::on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) {
+  if (closed_) return;
+  core_->on_piece_not_kept(now(), peer, header);
   pump();
 }
 

@@ -18,6 +18,7 @@
 #include "peer/data_transport.hpp"
 #include "peer/peer_core.hpp"
 #include "peer/peer_internal.hpp"
+#include "peer/rdma_memory.hpp"
 #include "peer/tcp_transport.hpp"
 #include "tensorhub/devices.hpp"
 #include "tensorhub/peer.hpp"
@@ -26,7 +27,9 @@
 
 namespace tensorhub::peer {
 
-class PeerEngine final : public TransportEvents {
+class RdmaTransport;
+
+class PeerEngine final : public TransportEvents, private RdmaMemory {
  public:
   // `callbacks` runs the application's callbacks (subscribers), never on the I/O thread.
   PeerEngine(asio::io_context& io, PeerOptions options, InternalOptions internal, Identity identity,
@@ -98,6 +101,7 @@ class PeerEngine final : public TransportEvents {
                          std::vector<std::span<std::byte>>& out) override;
   void on_piece_progress(const PeerId& peer, const swarm::SwarmMessage& header) override;
   void on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) override;
+  void on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) override;
 
  public:
   struct Lease;  // public for the piece sources of peer_engine.cpp
@@ -106,8 +110,13 @@ class PeerEngine final : public TransportEvents {
 
   void pump();
   void arm_timer();
-  // The transport that reaches `peer` (TCP, the one built).
+  // The transport that reaches `peer`: RDMA (over TCP) where built and a
+  // device exists, else TCP.
   DataTransport& transport_for(const PeerId& peer);
+  RdmaStatus rdma_status() const;
+  // RdmaMemory: versions in host memory, for READs.
+  std::optional<std::vector<std::span<std::byte>>> served_regions(const ManifestId& version) override;
+  std::optional<std::vector<std::span<std::byte>>> landing_regions(const ManifestId& version) override;
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
   void serve_piece(const swarm::ServePiece& serve);
   // Serves a piece from a copy of its bytes, made on the pool: from memory
@@ -174,6 +183,8 @@ class PeerEngine final : public TransportEvents {
   std::function<void(std::function<void()>)> run_callback_;
   std::unique_ptr<transport::GossipRuntime> gossip_;
   std::unique_ptr<TcpTransport> tcp_;
+  std::unique_ptr<RdmaTransport> rdma_;  // null: no RDMA device, or PeerOptions::rdma off
+  std::string rdma_note_;                // why there is no RDMA transport
   std::unique_ptr<PeerCore> core_;
   std::shared_ptr<const gossip::GossipCore::AdmissionList> admitted_;  // null: anyone with the swarm key
   // The IP of each live member's data address, and how many members each

@@ -86,6 +86,20 @@ std::string PeerEngine::status_json() const {
                    {"through_host_buffer", landings_through_host_},
                    {"served_staged", pieces_served_staged_},
                    {"in_flight", landings_.size()}};
+  // Which neighbours move payloads by RDMA READ (docs/rdma.md).
+  const RdmaStatus rdma = rdma_status();
+  nlohmann::ordered_json rdma_neighbours = nlohmann::ordered_json::array();
+  for (const auto& n : rdma.neighbours) {
+    rdma_neighbours.push_back({{"peer", n.peer.hex()},
+                               {"state", n.state},
+                               {"reads", n.reads},
+                               {"bytes", n.bytes},
+                               {"failed_reads", n.failed_reads}});
+  }
+  j["rdma"] = {{"nics", rdma.nics},
+               {"note", rdma_note_},
+               {"grants_given", rdma.grants_given},
+               {"neighbours", std::move(rdma_neighbours)}};
   j["host_mates"] = {{"channel", mates_ != nullptr},
                      {"shards_copied", mate_shards_copied_},
                      {"bytes_copied", mate_bytes_copied_},

@@ -429,6 +429,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kNoManifest:
     case MessageType::kChallenge:
     case MessageType::kProof:
+    case MessageType::kTransport:     // a transport's own; never delivered here
       return;
   }
 }

@@ -83,6 +83,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kPeers: return "peers";
     case MessageType::kChallenge: return "challenge";
     case MessageType::kProof: return "proof";
+    case MessageType::kTransport: return "transport";
     case MessageType::kFetching: return "fetching";
     case MessageType::kNotFetching: return "not-fetching";
   }
@@ -115,6 +116,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
     case MessageType::kPeers:
     case MessageType::kChallenge:
     case MessageType::kProof:
+    case MessageType::kTransport:
       open(3);
       w.write_bin(m.bytes);
       break;
@@ -196,6 +198,10 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
         }
         m.bytes.assign(blob.begin(), blob.end());
       }
+      break;
+    case MessageType::kTransport:
+      expect_fields(3);
+      if (r.read_bin("transport message", blob, kMaxTransportBytes)) m.bytes.assign(blob.begin(), blob.end());
       break;
     case MessageType::kHave:
     case MessageType::kFetching:

@@ -42,8 +42,9 @@ enum class MessageType : std::uint8_t {
   kUnknownVersion = 19,  // answers kInterested: the sender neither serves nor fetches the version
   kChallenge = 20,     // bytes: a proof-of-possession challenge (peer/possession_proofs.hpp)
   kProof = 21,         // bytes: the answer, a BLAKE2b-256 digest
+  kTransport = 22,     // bytes: a data transport's own message (rdma/rdma_wire.hpp); the swarm never sees it
 };
-inline constexpr std::uint8_t kLastMessageType = 21;
+inline constexpr std::uint8_t kLastMessageType = 22;
 
 std::string_view message_type_name(MessageType type);
 
@@ -73,12 +74,13 @@ struct SwarmMessage {
   static SwarmMessage about_request(MessageType type, const ManifestId& version, std::uint32_t request_id);
   static SwarmMessage piece(const ManifestId& version, std::uint32_t request_id, std::uint32_t length);
   static SwarmMessage refuse(const ManifestId& version, std::uint32_t request_id, std::vector<std::uint8_t> reason);
-  // manifest (its encoding), peers (their ids), challenge, proof.
+  // manifest (its encoding), peers (their ids), challenge, proof, transport.
   static SwarmMessage with_bytes(MessageType type, const ManifestId& version, std::vector<std::uint8_t> bytes);
 };
 
 inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;
 inline constexpr std::size_t kMaxPeersListed = 16;
+inline constexpr std::size_t kMaxTransportBytes = 1u << 20;
 
 std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& message);
 // Appends the encoding to `out` (whose capacity a caller may reuse).

@@ -27,6 +27,7 @@ struct NoEvents final : peer::TransportEvents {
   void piece_destination(const PeerId&, const swarm::SwarmMessage&, std::vector<std::span<std::byte>>&) override {}
   void on_piece_progress(const PeerId&, const swarm::SwarmMessage&) override {}
   void on_piece(const PeerId&, const swarm::SwarmMessage&, bool) override {}
+  void on_piece_lost(const PeerId&, const swarm::SwarmMessage&) override {}
 };
 
 // A connected TCP socket from `from` (127/8) that sends nothing.

@@ -1,0 +1,41 @@
+// What the RDMA transport (rdma_transport.hpp) asks of the peer, and what
+// it tells of itself: free of verbs types, so the engine builds without
+// them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorhub/ids.hpp"
+
+namespace tensorhub::peer {
+
+// What the RDMA transport asks of the peer about versions' memory.
+class RdmaMemory {
+ public:
+  virtual ~RdmaMemory() = default;
+  // The host memory of `version` as this peer serves it; nothing when it
+  // holds no such version, does not serve it, or keeps it where the NICs
+  // cannot reach (GPU memory: not yet).
+  virtual std::optional<std::vector<std::span<std::byte>>> served_regions(const ManifestId& version) = 0;
+  // The host memory a fetch of `version` lands in; nothing as above.
+  virtual std::optional<std::vector<std::span<std::byte>>> landing_regions(const ManifestId& version) = 0;
+};
+
+// What status shows of the transport.
+struct RdmaStatus {
+  std::vector<std::string> nics;
+  struct Neighbour {
+    PeerId peer;
+    std::string state;  // "reading", "connecting", "tcp (why)"
+    std::uint64_t reads = 0, bytes = 0, failed_reads = 0;
+  };
+  std::vector<Neighbour> neighbours;
+  std::uint64_t grants_given = 0;
+};
+
+}  // namespace tensorhub::peer

@@ -1,0 +1,546 @@
+#include "peer/rdma_transport.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "core/entropy.hpp"
+#include "core/log.hpp"
+#include "rdma/read_plan.hpp"
+
+namespace tensorhub::peer {
+namespace {
+
+constexpr const char* kLog = "rdma";
+
+std::string short_name(const PeerId& peer) { return peer.short_hex(); }
+
+}  // namespace
+
+std::unique_ptr<RdmaTransport> RdmaTransport::open(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
+                                                   std::string& note) {
+  auto nics = rdma::VerbsNic::open_active(note);
+  if (nics.empty()) return nullptr;
+  return std::unique_ptr<RdmaTransport>(new RdmaTransport(io, up, memory, std::move(nics)));
+}
+
+RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
+                             std::vector<std::unique_ptr<rdma::VerbsNic>> nics)
+    : io_(io), up_(up), memory_(memory), nics_(std::move(nics)) {
+  for (auto& nic : nics_) nic_list_.push_back(nic.get());
+  watches_.resize(nics_.size());
+  for (std::size_t i = 0; i < nics_.size(); ++i) {
+    // Duplicates: the descriptors close their own, the NICs theirs.
+    watches_[i].completions = std::make_unique<asio::posix::stream_descriptor>(io_, ::dup(nics_[i]->completion_fd()));
+    const int events = ::dup(nics_[i]->async_fd());
+    const int flags = ::fcntl(events, F_GETFL);
+    if (flags >= 0) ::fcntl(events, F_SETFL, flags | O_NONBLOCK);
+    watches_[i].events = std::make_unique<asio::posix::stream_descriptor>(io_, events);
+    watch(i);
+    watch_events(i);
+    TH_LOG_INFO(kLog, "RDMA READs over " << nics_[i]->name());
+  }
+}
+
+RdmaTransport::~RdmaTransport() { close(); }
+
+void RdmaTransport::close() {
+  if (closed_) return;
+  closed_ = true;
+  for (auto& w : watches_) {
+    std::error_code ec;
+    if (w.completions) w.completions->close(ec);
+    if (w.events) w.events->close(ec);
+  }
+  // Queue pairs first (no READ lands after), then registrations, then NICs.
+  for (auto& [peer, n] : neighbours_) n.qps.clear();
+  neighbours_.clear();
+  blocks_.clear();
+  reads_.clear();
+  served_.clear();
+  landing_.clear();
+  watches_.clear();
+  nic_list_.clear();
+  nics_.clear();
+}
+
+// --------------------------------------------------------------------------
+// Neighbours and their sessions
+
+void RdmaTransport::send_session(const PeerId& peer, const rdma::RdmaMessage& message) {
+  tcp_->send(peer, swarm::SwarmMessage::with_bytes(swarm::MessageType::kTransport, ManifestId{},
+                                                   rdma::encode_rdma_message(message)));
+}
+
+bool RdmaTransport::make_queue_pairs(const PeerId& peer, Neighbour& n) {
+  n.qps.clear();
+  n.qp_nic.clear();
+  n.connected = false;
+  n.they_ready = false;
+  std::vector<rdma::OfferedNic> nics;
+  std::vector<rdma::OfferedQueuePair> offered;
+  for (std::size_t i = 0; i < nics_.size(); ++i) {
+    nics.push_back(nics_[i]->offered());
+    for (std::size_t q = 0; q < kQueuePairsPerNic; ++q) {
+      auto qp = rdma::RcQueuePair::create(*nics_[i], static_cast<std::uint32_t>(core::entropy64()));
+      if (!qp) {
+        use_tcp(peer, n, qp.status().message());
+        return false;
+      }
+      offered.push_back((*qp)->offered(static_cast<std::uint8_t>(i)));
+      n.qps.push_back(std::move(*qp));
+      n.qp_nic.push_back(i);
+    }
+  }
+  send_session(peer, rdma::RdmaMessage::offer(std::move(nics), std::move(offered)));
+  return true;
+}
+
+void RdmaTransport::drop_queue_pairs(const PeerId& peer, Neighbour& n, bool report) {
+  n.qps.clear();  // destroyed: their READs are over, landed or not
+  n.connected = false;
+  n.they_ready = false;
+  std::vector<swarm::SwarmMessage> lost;
+  for (auto it = blocks_.begin(); it != blocks_.end();) {
+    if (it->second.peer != peer) {
+      ++it;
+      continue;
+    }
+    lost.push_back(it->second.header);
+    it = blocks_.erase(it);
+  }
+  std::erase_if(reads_, [&](const auto& r) { return !blocks_.count(r.second.block); });
+  n.planned.clear();
+  if (report) report_lost(peer, std::move(lost));
+}
+
+void RdmaTransport::report_lost(const PeerId& peer, std::vector<swarm::SwarmMessage> lost) {
+  // Later, on the I/O thread: the peer asks again at once, and its requests
+  // must find this transport's state settled.
+  if (lost.empty()) return;
+  asio::post(io_, [this, peer, lost = std::move(lost)] {
+    if (closed_) return;
+    for (const auto& header : lost) up_.on_piece_lost(peer, header);
+  });
+}
+
+void RdmaTransport::use_tcp(const PeerId& peer, Neighbour& n, const std::string& why) {
+  if (!n.off_reason.empty()) return;
+  n.off_reason = why.empty() ? "off" : why;
+  TH_LOG_WARN(kLog, short_name(peer) << " moves to TCP: " << n.off_reason);
+  drop_queue_pairs(peer, n, /*report=*/true);
+  auto waiting = std::move(n.held);
+  n.held.clear();
+  waiting.insert(waiting.end(), n.waiting.begin(), n.waiting.end());
+  n.waiting.clear();
+  for (const auto& request : waiting) tcp_->send(peer, request);
+}
+
+void RdmaTransport::release_held(const PeerId& peer, Neighbour& n) {
+  if (!reading(n)) return;
+  for (auto it = n.held.begin(); it != n.held.end();) {
+    const ManifestId& v = it->version_id;
+    if (n.refused.count(v) || landing(v) == nullptr) {
+      tcp_->send(peer, *it);
+    } else if (n.grants.count(v)) {
+      n.waiting.push_back(*it);
+    } else {
+      if (n.asked.insert(v).second) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kAskGrant, v));
+      ++it;
+      continue;
+    }
+    it = n.held.erase(it);
+  }
+}
+
+bool RdmaTransport::reading(const Neighbour& n) const {
+  return n.off_reason.empty() && n.connected && n.they_ready && n.health.usable() && !n.qps.empty();
+}
+
+void RdmaTransport::on_connected(const PeerId& peer) {
+  if (!closed_) {
+    Neighbour& n = neighbours_[peer];
+    n = Neighbour{};
+    make_queue_pairs(peer, n);
+  }
+  up_.on_connected(peer);
+}
+
+void RdmaTransport::on_disconnected(const PeerId& peer) {
+  if (auto it = neighbours_.find(peer); it != neighbours_.end()) {
+    drop_queue_pairs(peer, it->second, /*report=*/false);  // the link's requests end with it
+    neighbours_.erase(it);
+  }
+  up_.on_disconnected(peer);
+}
+
+void RdmaTransport::disconnect(const PeerId& peer, const std::string& reason) {
+  if (auto it = neighbours_.find(peer); it != neighbours_.end()) {
+    drop_queue_pairs(peer, it->second, /*report=*/false);
+    neighbours_.erase(it);
+  }
+  tcp_->disconnect(peer, reason);
+}
+
+void RdmaTransport::on_message(const PeerId& peer, const swarm::SwarmMessage& message) {
+  if (message.type != swarm::MessageType::kTransport) return up_.on_message(peer, message);
+  auto decoded = rdma::decode_rdma_message(message.bytes);
+  if (!decoded) {
+    auto it = neighbours_.find(peer);
+    if (it != neighbours_.end()) use_tcp(peer, it->second, "a malformed session message: " + decoded.status().message());
+    return;
+  }
+  on_session(peer, *decoded);
+}
+
+void RdmaTransport::on_session(const PeerId& peer, const rdma::RdmaMessage& m) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || closed_) return;
+  Neighbour& n = it->second;
+  switch (m.kind) {
+    case rdma::RdmaMessageKind::kOffer: return on_offer(peer, n, m);
+    case rdma::RdmaMessageKind::kReady:
+      n.they_ready = true;
+      return pump(peer, n);
+    case rdma::RdmaMessageKind::kAskGrant: return on_ask_grant(peer, n, m.version);
+    case rdma::RdmaMessageKind::kGrant: {
+      n.asked.erase(m.version);
+      const bool keyed = std::all_of(m.regions.begin(), m.regions.end(),
+                                     [&](const rdma::GrantRegion& g) { return g.rkeys.size() == n.their_nics; });
+      if (!keyed || m.regions.empty()) {
+        n.refused.insert(m.version);
+        return pump(peer, n);
+      }
+      n.grants[m.version] = m.regions;
+      return pump(peer, n);
+    }
+    case rdma::RdmaMessageKind::kNoGrant:
+    case rdma::RdmaMessageKind::kRevoke:
+      n.asked.erase(m.version);
+      n.grants.erase(m.version);
+      n.refused.insert(m.version);
+      return pump(peer, n);
+  }
+}
+
+void RdmaTransport::on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaMessage& offer) {
+  if (!n.off_reason.empty()) return;
+  // An offer while ours are connected: the neighbour rebuilt its queue
+  // pairs. Ours are rebuilt too and offered back; that offer finds the
+  // neighbour's fresh queue pairs unconnected and only connects them.
+  if (n.connected && !make_queue_pairs(peer, n)) return;
+  if (n.qps.empty()) return;
+  const std::size_t pairs = std::min(n.qps.size(), offer.queue_pairs.size());
+  n.qps.resize(pairs);
+  n.qp_nic.resize(pairs);
+  n.their_qp_nic.clear();
+  n.their_nics = offer.nics.size();
+  for (std::size_t k = 0; k < pairs; ++k) {
+    const rdma::OfferedQueuePair& theirs = offer.queue_pairs[k];
+    if (Status s = n.qps[k]->connect(offer.nics[theirs.nic], theirs); !s.is_ok()) {
+      use_tcp(peer, n, s.message());
+      return;
+    }
+    n.their_qp_nic.push_back(theirs.nic);
+  }
+  n.connected = true;
+  n.offered = true;
+  send_session(peer, rdma::RdmaMessage::ready());
+  pump(peer, n);
+}
+
+void RdmaTransport::on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version) {
+  auto no = [&] { send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version)); };
+  if (!n.off_reason.empty()) return no();
+  auto found = served_.find(version);
+  if (found == served_.end()) {
+    auto regions = memory_.served_regions(version);
+    if (!regions) return no();
+    auto registered = rdma::RegisteredRegions::register_on(nic_list_, *regions, rdma::Access::kRemoteRead);
+    if (!registered) {
+      TH_LOG_WARN(kLog, "cannot register a version for READs: " << registered.status().message());
+      return no();
+    }
+    found = served_.emplace(version, std::move(*registered)).first;
+  }
+  n.granted.insert(version);
+  ++grants_given_;
+  send_session(peer, rdma::RdmaMessage::grant(version, found->second.grant()));
+}
+
+// --------------------------------------------------------------------------
+// Requests and READs
+
+void RdmaTransport::send(const PeerId& peer, const swarm::SwarmMessage& m) {
+  auto it = neighbours_.find(peer);
+  if (it == neighbours_.end() || closed_) return tcp_->send(peer, m);
+  Neighbour& n = it->second;
+  if (m.type == swarm::MessageType::kCancel) {
+    // A request waiting for a credit is simply dropped; one whose READ is
+    // posted lands anyway (the swarm core keeps a landing's request); one
+    // that went over TCP is cancelled there.
+    for (auto* queue : {&n.held, &n.waiting}) {
+      const auto waiting = std::find_if(queue->begin(), queue->end(), [&](const swarm::SwarmMessage& w) {
+        return w.request_id == m.request_id && w.version_id == m.version_id;
+      });
+      if (waiting != queue->end()) {
+        queue->erase(waiting);
+        return;
+      }
+    }
+    for (const auto& [tag, b] : blocks_) {
+      if (b.peer == peer && b.header.request_id == m.request_id) return;
+    }
+    return tcp_->send(peer, m);
+  }
+  if (m.type != swarm::MessageType::kRequest || !n.off_reason.empty() || n.refused.count(m.version_id) ||
+      !n.offered || landing(m.version_id) == nullptr) {
+    return tcp_->send(peer, m);
+  }
+  // The neighbour reads by RDMA (or its session is being rebuilt): the
+  // request waits for the session and the version's grant.
+  n.held.push_back(m);
+  pump(peer, n);
+}
+
+const rdma::RegisteredRegions* RdmaTransport::landing(const ManifestId& version) {
+  if (auto it = landing_.find(version); it != landing_.end()) return &it->second;
+  if (unreachable_.count(version)) return nullptr;
+  auto regions = memory_.landing_regions(version);
+  if (!regions) {
+    unreachable_.insert(version);
+    return nullptr;
+  }
+  auto registered = rdma::RegisteredRegions::register_on(nic_list_, *regions, rdma::Access::kLocalWrite);
+  if (!registered) {
+    TH_LOG_WARN(kLog, "cannot register a destination for READs: " << registered.status().message());
+    unreachable_.insert(version);
+    return nullptr;
+  }
+  return &landing_.emplace(version, std::move(*registered)).first->second;
+}
+
+void RdmaTransport::pump(const PeerId& peer, Neighbour& n) {
+  release_held(peer, n);
+  while (reading(n)) {
+    if (!n.planned.empty()) {
+      auto b = blocks_.find(n.planned.front());
+      if (b == blocks_.end()) {
+        n.planned.pop_front();
+        continue;
+      }
+      if (n.qps[b->second.qp]->credits() < b->second.work.size()) return;
+      n.planned.pop_front();
+      post_block(n, b->first);
+      continue;
+    }
+    if (n.waiting.empty()) return;
+    // The queue pair with the most credits, NICs taken in turn on ties.
+    std::size_t best = n.qps.size();
+    for (std::size_t i = 0; i < n.qps.size(); ++i) {
+      const std::size_t k = (n.next_qp + i) % n.qps.size();
+      if (best == n.qps.size() || n.qps[k]->credits() > n.qps[best]->credits()) best = k;
+    }
+    if (n.qps[best]->credits() == 0) return;
+    n.next_qp = (best + 1) % n.qps.size();
+    swarm::SwarmMessage request = std::move(n.waiting.front());
+    n.waiting.pop_front();
+    start_block(peer, n, request, best);
+  }
+}
+
+void RdmaTransport::start_block(const PeerId& peer, Neighbour& n, const swarm::SwarmMessage& request, std::size_t k) {
+  const swarm::SwarmMessage header = swarm::SwarmMessage::piece(request.version_id, request.request_id, request.length);
+  std::vector<std::span<std::byte>> destination;
+  up_.piece_destination(peer, header, destination);
+  if (destination.empty()) {
+    // The peer does not want it (received already, or landing from
+    // another): as with a TCP piece it discards, the piece ends unstored.
+    asio::post(io_, [this, peer, header] {
+      if (!closed_) up_.on_piece(peer, header, false);
+    });
+    return;
+  }
+  const auto& grant = n.grants[request.version_id];
+  const rdma::RegisteredRegions* local = landing(request.version_id);
+  rdma::VerbsNic& nic = n.qps[k]->nic();
+  auto plan = rdma::plan_reads(grant, request.offset, request.length, destination, nic.max_sge());
+  Block block;
+  block.peer = peer;
+  block.header = header;
+  block.qp = k;
+  bool covered = plan.is_ok() && local != nullptr;
+  if (covered) {
+    for (const rdma::PlannedRead& p : *plan) {
+      rdma::ReadWork w;
+      w.wr_id = next_wr_++;
+      w.remote_addr = p.remote_addr;
+      w.rkey = grant[p.region].rkeys[n.their_qp_nic[k]];
+      for (const auto& s : p.local) {
+        auto lkey = local->lkey(n.qp_nic[k], s.data(), s.size());
+        if (!lkey) {
+          covered = false;
+          break;
+        }
+        w.local.push_back(ibv_sge{reinterpret_cast<std::uintptr_t>(s.data()), static_cast<std::uint32_t>(s.size()), *lkey});
+      }
+      block.work.push_back(std::move(w));
+    }
+  }
+  if (!covered || block.work.size() > n.qps[k]->read_depth()) {
+    // The grant does not hold the block, or the destination lies outside
+    // the registered landing: this request cannot be READ. It is lost (and
+    // asked for again); the version goes over TCP from this neighbour.
+    TH_LOG_WARN(kLog, "a block of a granted version cannot be READ from " << short_name(peer)
+                                                                           << (plan.is_ok() ? "" : ": " + plan.status().message()));
+    n.refused.insert(request.version_id);
+    report_lost(peer, {header});
+    return;
+  }
+  const std::uint64_t tag = next_tag_++;
+  block.reads_left = static_cast<std::uint32_t>(block.work.size());
+  blocks_.emplace(tag, std::move(block));
+  if (n.qps[k]->credits() >= blocks_[tag].work.size()) return post_block(n, tag);
+  n.planned.push_back(tag);
+}
+
+void RdmaTransport::post_block(Neighbour& n, std::uint64_t tag) {
+  Block& b = blocks_.at(tag);
+  rdma::RcQueuePair* qp = n.qps[b.qp].get();
+  for (const auto& w : b.work) reads_[w.wr_id] = Read{tag, qp};
+  std::size_t taken = 0;
+  if (Status s = qp->post_reads(b.work, &taken); !s.is_ok()) {
+    // The ones not taken never complete: they count as failed now.
+    for (std::size_t i = taken; i < b.work.size(); ++i) reads_.erase(b.work[i].wr_id);
+    b.failed = true;
+    b.cause = rdma::ReadFailure::kReconnect;
+    b.reads_left = static_cast<std::uint32_t>(taken);
+    TH_LOG_WARN(kLog, s.message());
+    b.work.clear();
+    if (b.reads_left == 0) finish_block(tag);
+    return;
+  }
+  b.work.clear();
+}
+
+// --------------------------------------------------------------------------
+// Completions
+
+void RdmaTransport::watch(std::size_t nic) {
+  watches_[nic].completions->async_wait(asio::posix::stream_descriptor::wait_read, [this, nic](std::error_code ec) {
+    if (ec || closed_) return;
+    on_completions(nic);
+    watch(nic);
+  });
+}
+
+void RdmaTransport::watch_events(std::size_t nic) {
+  watches_[nic].events->async_wait(asio::posix::stream_descriptor::wait_read, [this, nic](std::error_code ec) {
+    if (ec || closed_) return;
+    ibv_async_event event{};
+    while (ibv_get_async_event(nics_[nic]->context(), &event) == 0) {
+      const ibv_event_type type = event.event_type;
+      ibv_ack_async_event(&event);
+      if (type == IBV_EVENT_PORT_ERR || type == IBV_EVENT_DEVICE_FATAL) {
+        const std::string why = nics_[nic]->name() + ": " + ibv_event_type_str(type);
+        for (auto& [peer, n] : neighbours_) use_tcp(peer, n, why);
+      }
+    }
+    watch_events(nic);
+  });
+}
+
+void RdmaTransport::on_completions(std::size_t nic) {
+  completions_.clear();
+  nics_[nic]->drain(completions_);
+  std::set<PeerId> touched;
+  for (const ibv_wc& wc : completions_) {
+    auto r = reads_.find(wc.wr_id);
+    if (r == reads_.end()) continue;  // of a block already ended (its queue pairs were dropped)
+    const Read read = r->second;
+    reads_.erase(r);
+    read.qp->on_completion(wc.status == IBV_WC_SUCCESS);
+    auto b = blocks_.find(read.block);
+    if (b == blocks_.end()) continue;
+    Block& block = b->second;
+    if (wc.status != IBV_WC_SUCCESS) {
+      const rdma::ReadFailure cause = rdma::classify_completion(wc.status);
+      if (!block.failed || block.cause == rdma::ReadFailure::kFlushed) block.cause = cause;
+      block.failed = true;
+    }
+    touched.insert(block.peer);
+    if (--block.reads_left == 0) finish_block(read.block);
+  }
+  for (const PeerId& peer : touched) {
+    auto it = neighbours_.find(peer);
+    if (it != neighbours_.end()) pump(peer, it->second);
+  }
+}
+
+void RdmaTransport::finish_block(std::uint64_t tag) {
+  Block block = std::move(blocks_.at(tag));
+  blocks_.erase(tag);
+  auto it = neighbours_.find(block.peer);
+  if (it == neighbours_.end()) return;
+  Neighbour& n = it->second;
+  if (!block.failed) {
+    ++n.reads;
+    n.bytes += block.header.length;
+    n.health.on_completion(rdma::ReadFailure::kNone);
+    up_.on_piece(block.peer, block.header, true);
+    return;
+  }
+  report_lost(block.peer, {block.header});
+  if (block.cause == rdma::ReadFailure::kFlushed) return;  // the first error decides
+  ++n.failed_reads;
+  TH_LOG_WARN(kLog, "a READ from " << short_name(block.peer) << " failed (" << rdma::read_failure_name(block.cause) << ")");
+  if (block.cause == rdma::ReadFailure::kOtherHolder) n.refused.insert(block.header.version_id);
+  // The queue pair is in ERR: rebuild the neighbour's (both sides do, by
+  // the offer), or give up on READs from it.
+  const auto verdict = n.health.on_completion(block.cause);
+  if (verdict == rdma::PathHealth::Verdict::kUseTcp) return use_tcp(block.peer, n, "READs keep failing");
+  drop_queue_pairs(block.peer, n, /*report=*/true);
+  make_queue_pairs(block.peer, n);
+}
+
+// --------------------------------------------------------------------------
+
+void RdmaTransport::forget_version(const ManifestId& version) {
+  for (auto& [peer, n] : neighbours_) {
+    if (n.granted.erase(version)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kRevoke, version));
+    n.grants.erase(version);
+    std::erase_if(n.held, [&](const swarm::SwarmMessage& w) { return w.version_id == version; });
+    std::erase_if(n.waiting, [&](const swarm::SwarmMessage& w) { return w.version_id == version; });
+    // READs landing in it: their queue pairs go (nothing lands after), and
+    // the neighbour's are offered anew.
+    const bool landing_here = std::any_of(blocks_.begin(), blocks_.end(), [&](const auto& b) {
+      return b.second.peer == peer && b.second.header.version_id == version;
+    });
+    if (landing_here && n.off_reason.empty()) {
+      drop_queue_pairs(peer, n, /*report=*/true);
+      make_queue_pairs(peer, n);
+    }
+  }
+  served_.erase(version);   // returns once no READ copies from it
+  landing_.erase(version);
+  unreachable_.erase(version);
+}
+
+RdmaStatus RdmaTransport::status() const {
+  RdmaStatus s;
+  for (const auto& nic : nics_) s.nics.push_back(nic->name());
+  for (const auto& [peer, n] : neighbours_) {
+    RdmaStatus::Neighbour out;
+    out.peer = peer;
+    out.state = !n.off_reason.empty() ? "tcp (" + n.off_reason + ")" : reading(n) ? "reading" : "connecting";
+    out.reads = n.reads;
+    out.bytes = n.bytes;
+    out.failed_reads = n.failed_reads;
+    s.neighbours.push_back(std::move(out));
+  }
+  s.grants_given = grants_given_;
+  return s;
+}
+
+}  // namespace tensorhub::peer

@@ -1,0 +1,187 @@
+// The RDMA data transport: block payloads by one-sided RDMA READ from the
+// holder's registered memory, everything else over the TCP transport it
+// sits on (docs/rdma.md).
+//
+// Per neighbour, once the TCP link opens, each side creates its queue pairs
+// (kQueuePairsPerNic per local NIC) and offers them in a session message
+// (rdma/rdma_wire.hpp, carried as MessageType::kTransport); each connects
+// its queue pair k to the other's queue pair k and says ready. A request
+// for a version the neighbour has granted (ask-grant / grant: the
+// version's regions and rkeys, REMOTE_READ only) becomes READs into the
+// destination the peer names (TransportEvents::piece_destination), capped
+// by each queue pair's credits; its completion is the piece (on_piece), a
+// failure loses it (on_piece_lost: asked for again). The holder runs no
+// code for it. Requests the neighbour cannot serve by READ (no grant yet,
+// a version in memory RDMA cannot reach here or there, a path that failed)
+// go over TCP, unchanged.
+//
+// A READ that fails leaves its queue pair in ERR: the neighbour's queue
+// pairs are rebuilt and offered again (PathHealth: twice in a row at
+// most), then the neighbour uses TCP until its link is made again. Every
+// neighbour moves to TCP on a port error or a fatal device event.
+//
+// Runs on the I/O thread, like the engine that drives it.
+#pragma once
+
+#include <asio.hpp>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "peer/data_transport.hpp"
+#include "peer/rdma_memory.hpp"
+#include "rdma/rc_queue_pair.hpp"
+#include "rdma/read_failure.hpp"
+#include "rdma/registered_regions.hpp"
+#include "rdma/verbs_nic.hpp"
+
+namespace tensorhub::peer {
+
+class RdmaTransport final : public DataTransport, public TransportEvents {
+ public:
+  static constexpr std::size_t kQueuePairsPerNic = 2;
+
+  // Opens every NIC with an active port; null, with the reason in `note`,
+  // when there is none. `up` hears what the neighbours send, as from TCP.
+  static std::unique_ptr<RdmaTransport> open(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
+                                             std::string& note);
+  ~RdmaTransport() override;
+
+  // REQUIRES: once, before any other call; `tcp` reports to this transport.
+  void attach(DataTransport& tcp) { tcp_ = &tcp; }
+  // `version`'s memory is about to be released: neighbours' grants end
+  // (they hear revoke), READs landing in it stop, and its registrations go.
+  // Returns once no READ touches the memory.
+  void forget_version(const ManifestId& version);
+  RdmaStatus status() const;
+
+  // DataTransport
+  std::string_view name() const override { return "rdma"; }
+  void connect(const PeerId& peer) override { tcp_->connect(peer); }
+  void disconnect(const PeerId& peer, const std::string& reason) override;
+  void send(const PeerId& peer, const swarm::SwarmMessage& message) override;
+  void send_piece(const PeerId& peer, const swarm::SwarmMessage& header,
+                  std::span<const std::span<const std::byte>> pieces,
+                  std::shared_ptr<transport::PieceSource> source) override {
+    tcp_->send_piece(peer, header, pieces, std::move(source));
+  }
+  void cancel_piece(const PeerId& peer, std::uint32_t request_id) override { tcp_->cancel_piece(peer, request_id); }
+  void cancel_pieces_of(const PeerId& peer, const ManifestId& version) override {
+    tcp_->cancel_pieces_of(peer, version);
+  }
+  std::vector<LinkStats> links() const override { return tcp_->links(); }
+  void close() override;
+
+  // TransportEvents, from TCP
+  void on_connected(const PeerId& peer) override;
+  void on_connect_failed(const PeerId& peer) override { up_.on_connect_failed(peer); }
+  void on_disconnected(const PeerId& peer) override;
+  void on_message(const PeerId& peer, const swarm::SwarmMessage& message) override;
+  void piece_destination(const PeerId& peer, const swarm::SwarmMessage& header,
+                         std::vector<std::span<std::byte>>& out) override {
+    up_.piece_destination(peer, header, out);
+  }
+  void on_piece_progress(const PeerId& peer, const swarm::SwarmMessage& header) override {
+    up_.on_piece_progress(peer, header);
+  }
+  void on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) override {
+    up_.on_piece(peer, header, stored);
+  }
+  void on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) override { up_.on_piece_lost(peer, header); }
+
+ private:
+  struct Neighbour {
+    std::vector<std::unique_ptr<rdma::RcQueuePair>> qps;  // ours; qps[k] pairs with their queue pair k
+    std::vector<std::size_t> qp_nic;                      // our NIC of qps[k]
+    std::vector<std::uint8_t> their_qp_nic;               // their NIC of their queue pair k (indexes rkeys)
+    std::size_t their_nics = 0;                           // NICs in their latest offer: rkeys per grant region
+    bool connected = false;                               // ours are in RTS, towards their latest offer
+    bool offered = false;                                 // it offered queue pairs: it reads and serves by RDMA
+    bool they_ready = false;
+    std::string off_reason;  // non-empty: this neighbour uses TCP only, and why
+    rdma::PathHealth health;
+    std::size_t next_qp = 0;
+    std::map<ManifestId, std::vector<rdma::GrantRegion>> grants;  // theirs, to READ
+    std::set<ManifestId> asked, refused;
+    // Requests held until the session is ready and their version's grant is
+    // answered (so a version's blocks all move by READ), then those waiting
+    // for a credit.
+    std::deque<swarm::SwarmMessage> held;
+    std::deque<swarm::SwarmMessage> waiting;
+    std::deque<std::uint64_t> planned;        // blocks whose landing began, waiting for their queue pair's credits
+    std::set<ManifestId> granted;             // ours, to it
+    std::uint64_t reads = 0, bytes = 0, failed_reads = 0;
+  };
+  struct Block {
+    PeerId peer;
+    swarm::SwarmMessage header;  // the piece it stands for
+    std::size_t qp = 0;
+    std::vector<rdma::ReadWork> work;  // until posted
+    std::uint32_t reads_left = 0;
+    bool failed = false;
+    rdma::ReadFailure cause = rdma::ReadFailure::kNone;
+  };
+  struct Read {
+    std::uint64_t block = 0;
+    rdma::RcQueuePair* qp = nullptr;
+  };
+  struct NicWatch {
+    std::unique_ptr<asio::posix::stream_descriptor> completions, events;
+  };
+
+  RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
+                std::vector<std::unique_ptr<rdma::VerbsNic>> nics);
+
+  void send_session(const PeerId& peer, const rdma::RdmaMessage& message);
+  void on_session(const PeerId& peer, const rdma::RdmaMessage& message);
+  void on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaMessage& offer);
+  void on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version);
+  // New queue pairs for `n`, offered to it. False when the device refused
+  // (the neighbour then uses TCP).
+  bool make_queue_pairs(const PeerId& peer, Neighbour& n);
+  // Destroys `n`'s queue pairs (no READ of theirs lands after) and ends the
+  // blocks in flight on them: lost (`report`) or silently (the link is gone).
+  void drop_queue_pairs(const PeerId& peer, Neighbour& n, bool report);
+  void use_tcp(const PeerId& peer, Neighbour& n, const std::string& why);
+  // Tells the peer, on a later turn of the I/O thread, that these pieces are lost.
+  void report_lost(const PeerId& peer, std::vector<swarm::SwarmMessage> lost);
+  bool reading(const Neighbour& n) const;
+  // Held requests move on: to `waiting` (granted), to TCP (refused), or stay.
+  void release_held(const PeerId& peer, Neighbour& n);
+  // The landing registration of `version`, made if need be; null when its
+  // destination is not where the NICs reach.
+  const rdma::RegisteredRegions* landing(const ManifestId& version);
+  // Starts what the credits allow: planned blocks, then waiting requests.
+  void pump(const PeerId& peer, Neighbour& n);
+  // Begins `request`'s landing and plans its READs on queue pair `k`.
+  void start_block(const PeerId& peer, Neighbour& n, const swarm::SwarmMessage& request, std::size_t k);
+  void post_block(Neighbour& n, std::uint64_t tag);
+  void watch(std::size_t nic);
+  void watch_events(std::size_t nic);
+  void on_completions(std::size_t nic);
+  void finish_block(std::uint64_t tag);
+
+  asio::io_context& io_;
+  TransportEvents& up_;
+  RdmaMemory& memory_;
+  DataTransport* tcp_ = nullptr;
+  std::vector<std::unique_ptr<rdma::VerbsNic>> nics_;
+  std::vector<rdma::VerbsNic*> nic_list_;
+  std::vector<NicWatch> watches_;
+  std::map<PeerId, Neighbour> neighbours_;
+  std::map<ManifestId, rdma::RegisteredRegions> served_, landing_;
+  std::set<ManifestId> unreachable_;  // versions whose landing the NICs cannot reach
+  std::map<std::uint64_t, Block> blocks_;
+  std::map<std::uint64_t, Read> reads_;  // by work request id
+  std::uint64_t next_tag_ = 1, next_wr_ = 1;
+  std::uint64_t grants_given_ = 0;
+  std::vector<ibv_wc> completions_;  // reused
+  bool closed_ = false;
+};
+
+}  // namespace tensorhub::peer

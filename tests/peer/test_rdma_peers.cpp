@@ -1,0 +1,133 @@
+// Peers in one process whose payloads move by RDMA READ over softverbs
+// (tests/softverbs): the holder's memory is read, its swarm never sees the
+// requests; failures lose blocks that arrive anyway; a peer without RDMA
+// gets everything over TCP.
+#include <doctest/doctest.h>
+#include <infiniband/verbs.h>
+
+#include <nlohmann/json.hpp>
+
+#include "softverbs/softverbs.h"
+#include "support/gossip_network.hpp"
+#include "support/model_fixture.hpp"
+#include "tensorhub/peer.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+SwarmKey swarm_key() { return test_swarm_key(0x31); }
+
+std::unique_ptr<Peer> start(std::uint64_t key, std::uint64_t publisher, std::vector<std::string> seeds,
+                            bool rdma = true) {
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.data_listen = "127.0.0.1:0";
+  o.seeds = std::move(seeds);
+  o.trusted_publishers = {GossipNetwork::identity_for(publisher).public_key()};
+  o.shard_size = 256u << 10;
+  o.block_size = 64u << 10;
+  o.host = "h" + std::to_string(key);
+  o.rdma = rdma;
+  auto peer = Peer::start(o, GossipNetwork::identity_for(key), swarm_key());
+  REQUIRE_MESSAGE(peer.is_ok(), peer.status().to_string());
+  return std::move(*peer);
+}
+
+// What the peer's status says of its RDMA neighbours: reads and failures, summed.
+struct RdmaCounts {
+  std::uint64_t reads = 0, bytes = 0, failed = 0;
+  std::size_t reading = 0;
+  std::string note;
+};
+RdmaCounts rdma_counts(const Peer& peer) {
+  const auto j = nlohmann::json::parse(peer.status_json());
+  RdmaCounts c;
+  c.note = j["rdma"]["note"].get<std::string>();
+  for (const auto& n : j["rdma"]["neighbours"]) {
+    c.reads += n["reads"].get<std::uint64_t>();
+    c.bytes += n["bytes"].get<std::uint64_t>();
+    c.failed += n["failed_reads"].get<std::uint64_t>();
+    if (n["state"] == "reading") ++c.reading;
+  }
+  return c;
+}
+
+std::uint64_t bytes_served(const Peer& peer) {
+  const auto j = nlohmann::json::parse(peer.status_json());
+  std::uint64_t sent = 0;
+  for (const auto& link : j["data_links"]) {
+    for (const auto& lane : link["lanes"]) sent += lane["bytes_sent"].get<std::uint64_t>();
+  }
+  return sent;
+}
+
+}  // namespace
+
+TEST_CASE("rdma peers: a fetch moves every block by READ, and the holder sends no payload") {
+  softverbs_configure(1);
+  softverbs_reset_stats();
+  auto publisher = start(700, 700, {});
+  auto worker = start(701, 700, {publisher->gossip_address()});
+  auto image = small_model(31, 3u << 20);
+  auto handle = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  const std::uint64_t control_before = bytes_served(*publisher);
+  auto fetch = worker->fetch("policy", 0);
+  REQUIRE(fetch.is_ok());
+  REQUIRE_MESSAGE(fetch->wait(20s).is_ok(), fetch->wait(0ms).to_string());
+  CHECK(std::equal(fetch->bytes().begin(), fetch->bytes().end(), image.begin(), image.end()));
+  const RdmaCounts counts = rdma_counts(*worker);
+  const softverbs_stats stats = softverbs_get_stats();
+  MESSAGE("READs " << counts.reads << ", " << counts.bytes << " bytes; publisher sent " << bytes_served(*publisher) - control_before
+                   << " bytes over TCP");
+  CHECK(counts.reading == 1);
+  CHECK(counts.bytes == image.size());  // every block by READ
+  CHECK(stats.bytes_read == image.size());
+  CHECK(stats.depth_exceeded == 0);
+  // The publisher's TCP carried control messages only: no payload.
+  CHECK(bytes_served(*publisher) - control_before < image.size() / 16);
+  CHECK(rdma_counts(*publisher).reading == 1);
+}
+
+TEST_CASE("rdma peers: failed READs are asked for again and the fetch still verifies") {
+  softverbs_configure(1);
+  softverbs_reset_stats();
+  auto publisher = start(710, 710, {});
+  auto worker = start(711, 710, {publisher->gossip_address()});
+  auto image = small_model(32, 2u << 20);
+  auto handle = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(handle.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  softverbs_fail_next_reads(2, IBV_WC_RETRY_EXC_ERR);  // the path gives up twice: queue pairs rebuilt twice
+  auto fetch = worker->fetch("policy", 0);
+  REQUIRE(fetch.is_ok());
+  REQUIRE_MESSAGE(fetch->wait(30s).is_ok(), fetch->wait(0ms).to_string());
+  CHECK(std::equal(fetch->bytes().begin(), fetch->bytes().end(), image.begin(), image.end()));
+  const RdmaCounts counts = rdma_counts(*worker);
+  CHECK(softverbs_get_stats().reads_failed >= 2);
+  CHECK(counts.failed >= 1);   // both queue pairs may fail in one round: one rebuild
+  CHECK(counts.reading == 1);  // rebuilt, and reading again
+  CHECK(counts.bytes >= image.size());  // the lost blocks came again, by READ
+  CHECK(bytes_served(*publisher) < image.size() / 16);  // and not over TCP
+}
+
+TEST_CASE("rdma peers: a neighbour without RDMA serves over TCP, byte-identical") {
+  softverbs_configure(1);
+  auto publisher = start(720, 720, {}, /*rdma=*/false);
+  auto worker = start(721, 720, {publisher->gossip_address()});
+  CHECK(rdma_counts(*publisher).note.find("off") != std::string::npos);
+  auto image = small_model(33, 2u << 20);
+  auto handle = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(handle.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  auto fetch = worker->fetch("policy", 0);
+  REQUIRE(fetch.is_ok());
+  REQUIRE(fetch->wait(20s).is_ok());
+  CHECK(std::equal(fetch->bytes().begin(), fetch->bytes().end(), image.begin(), image.end()));
+  CHECK(rdma_counts(*worker).bytes == 0);
+  CHECK(rdma_counts(*worker).reading == 0);
+}
