@@ -107,6 +107,8 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 64));
   p->add_flag("--no-super-seed", [args](std::int64_t) { args->peer.super_seed = false; },
               "Advertise every shard of a published version at once (default: reveal a few at a time, rarest first)");
+  p->add_flag("--no-rdma", [args](std::int64_t) { args->peer.rdma = false; },
+              "Move payloads over TCP only (default: by RDMA READ where both ends have an RDMA device)");
   p->add_flag("--no-serve-fetched", [args](std::int64_t) { args->internal.serve_fetched = false; },
               "Never announce or serve fetched versions (a leech: for the central baseline of the cluster bench)");
   p->add_flag("--test-corrupt-serving", args->internal.corrupt_serving,

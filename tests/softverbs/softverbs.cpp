@@ -153,6 +153,9 @@ Process& proc() {
     p->pid = getpid();
     if (const char* env = std::getenv("SOFTVERBS_DEVICES")) p->devices = std::atoi(env);
     if (p->devices < 0 || p->devices > kMaxDevices) p->devices = 0;
+    if (const char* env = std::getenv("SOFTVERBS_READ_DELAY_US")) {
+      p->read_delay_us = static_cast<std::uint32_t>(std::strtoul(env, nullptr, 10));
+    }
   }
   return *p;
 }

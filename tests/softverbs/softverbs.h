@@ -57,7 +57,8 @@ struct softverbs_stats {
 struct softverbs_stats softverbs_get_stats(void);
 void softverbs_reset_stats(void);
 
-// Each READ takes at least this long (0: as fast as the copy).
+// Each READ takes at least this long (0: as fast as the copy;
+// SOFTVERBS_READ_DELAY_US in the environment sets it at start).
 void softverbs_set_read_delay_us(uint32_t microseconds);
 // The next `count` READs complete with `status` (an ibv_wc_status) without copying.
 void softverbs_fail_next_reads(uint32_t count, int status);
