@@ -94,7 +94,8 @@ std::string PeerEngine::status_json() const {
                                {"state", n.state},
                                {"reads", n.reads},
                                {"bytes", n.bytes},
-                               {"failed_reads", n.failed_reads}});
+                               {"failed_reads", n.failed_reads},
+                               {"grants", n.grants}});
   }
   j["rdma"] = {{"nics", rdma.nics},
                {"note", rdma_note_},

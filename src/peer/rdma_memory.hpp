@@ -33,6 +33,7 @@ struct RdmaStatus {
     PeerId peer;
     std::string state;  // "reading", "connecting", "tcp (why)"
     std::uint64_t reads = 0, bytes = 0, failed_reads = 0;
+    std::size_t grants = 0;  // its versions this peer may READ
   };
   std::vector<Neighbour> neighbours;
   std::uint64_t grants_given = 0;

@@ -205,7 +205,7 @@ void RdmaTransport::on_session(const PeerId& peer, const rdma::RdmaMessage& m) {
       return pump(peer, n);
     case rdma::RdmaMessageKind::kAskGrant: return on_ask_grant(peer, n, m.version);
     case rdma::RdmaMessageKind::kGrant: {
-      n.asked.erase(m.version);
+      if (!n.asked.erase(m.version)) return;  // not asked for: nothing is kept
       const bool keyed = std::all_of(m.regions.begin(), m.regions.end(),
                                      [&](const rdma::GrantRegion& g) { return g.rkeys.size() == n.their_nics; });
       if (!keyed || m.regions.empty()) {
@@ -217,8 +217,9 @@ void RdmaTransport::on_session(const PeerId& peer, const rdma::RdmaMessage& m) {
     }
     case rdma::RdmaMessageKind::kNoGrant:
     case rdma::RdmaMessageKind::kRevoke:
-      n.asked.erase(m.version);
-      n.grants.erase(m.version);
+      // Only about versions asked for or granted: the refused set stays
+      // within what this side asked.
+      if (!n.asked.erase(m.version) && !n.grants.erase(m.version)) return;
       n.refused.insert(m.version);
       return pump(peer, n);
   }
@@ -226,6 +227,10 @@ void RdmaTransport::on_session(const PeerId& peer, const rdma::RdmaMessage& m) {
 
 void RdmaTransport::on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaMessage& offer) {
   if (!n.off_reason.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  while (!n.offers.empty() && now - n.offers.front() > std::chrono::minutes(1)) n.offers.pop_front();
+  n.offers.push_back(now);
+  if (n.offers.size() > kMaxOffersPerMinute) return use_tcp(peer, n, "too many offers");
   // An offer while ours are connected: the neighbour rebuilt its queue
   // pairs. Ours are rebuilt too and offered back; that offer finds the
   // neighbour's fresh queue pairs unconnected and only connects them.
@@ -537,6 +542,7 @@ RdmaStatus RdmaTransport::status() const {
     out.reads = n.reads;
     out.bytes = n.bytes;
     out.failed_reads = n.failed_reads;
+    out.grants = n.grants.size();
     s.neighbours.push_back(std::move(out));
   }
   s.grants_given = grants_given_;

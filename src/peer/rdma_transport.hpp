@@ -24,6 +24,7 @@
 #pragma once
 
 #include <asio.hpp>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -45,6 +46,10 @@ namespace tensorhub::peer {
 class RdmaTransport final : public DataTransport, public TransportEvents {
  public:
   static constexpr std::size_t kQueuePairsPerNic = 2;
+  // A neighbour's offers that rebuild queue pairs, per minute: past this it
+  // uses TCP (queue pairs are costly to make; a member may not make us
+  // churn them).
+  static constexpr std::size_t kMaxOffersPerMinute = 20;
 
   // Opens every NIC with an active port; null, with the reason in `note`,
   // when there is none. `up` hears what the neighbours send, as from TCP.
@@ -116,6 +121,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
     std::deque<std::uint64_t> planned;        // blocks whose landing began, waiting for their queue pair's credits
     std::set<ManifestId> granted;             // ours, to it
     std::uint64_t reads = 0, bytes = 0, failed_reads = 0;
+    std::deque<std::chrono::steady_clock::time_point> offers;  // in the last minute
   };
   struct Block {
     PeerId peer;

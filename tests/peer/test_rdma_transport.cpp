@@ -1,0 +1,207 @@
+// The RDMA transport between two instances in one process over softverbs,
+// joined by a fake TCP transport: READs land where the peer says, and a
+// neighbour's hostile session messages cost it its RDMA path, nothing more.
+#include <doctest/doctest.h>
+
+#include <asio.hpp>
+
+#include "peer/rdma_transport.hpp"
+#include "rdma/rdma_wire.hpp"
+#include "softverbs/softverbs.h"
+
+using namespace tensorhub;
+using namespace tensorhub::peer;
+
+namespace {
+
+PeerId id_of(std::uint8_t b) {
+  PeerId p;
+  p.bytes.fill(b);
+  return p;
+}
+
+// What the peer above a transport hears.
+struct Above final : TransportEvents {
+  std::span<std::byte> landing;  // where pieces land
+  std::vector<swarm::SwarmMessage> messages, stored, lost;
+  void on_connected(const PeerId&) override {}
+  void on_connect_failed(const PeerId&) override {}
+  void on_disconnected(const PeerId&) override {}
+  void on_message(const PeerId&, const swarm::SwarmMessage& m) override { messages.push_back(m); }
+  void piece_destination(const PeerId&, const swarm::SwarmMessage& header, std::vector<std::span<std::byte>>& out) override {
+    out.push_back(landing.subspan(header.request_id * 4096ull, header.length));
+  }
+  void on_piece_progress(const PeerId&, const swarm::SwarmMessage&) override {}
+  void on_piece(const PeerId&, const swarm::SwarmMessage& h, bool ok) override {
+    if (ok) stored.push_back(h);
+  }
+  void on_piece_lost(const PeerId&, const swarm::SwarmMessage& h) override { lost.push_back(h); }
+};
+
+// One version's memory: served from `image`, fetched into `landing`.
+struct Memory final : RdmaMemory {
+  ManifestId version;
+  std::vector<std::byte> image, landing;
+  std::optional<std::vector<std::span<std::byte>>> served_regions(const ManifestId& v) override {
+    if (v != version || image.empty()) return std::nullopt;
+    return std::vector<std::span<std::byte>>{image};
+  }
+  std::optional<std::vector<std::span<std::byte>>> landing_regions(const ManifestId& v) override {
+    if (v != version || landing.empty()) return std::nullopt;
+    return std::vector<std::span<std::byte>>{landing};
+  }
+};
+
+// The TCP below a transport: what it sends reaches the other's on_message
+// on a later turn of the loop; requests that reach it are recorded.
+struct Wire final : DataTransport {
+  asio::io_context& io;
+  PeerId self;
+  RdmaTransport** far = nullptr;
+  std::vector<swarm::SwarmMessage> requests;
+  Wire(asio::io_context& io_, PeerId self_) : io(io_), self(self_) {}
+  std::string_view name() const override { return "wire"; }
+  void connect(const PeerId&) override {}
+  void disconnect(const PeerId&, const std::string&) override {}
+  void send(const PeerId&, const swarm::SwarmMessage& m) override {
+    if (m.type == swarm::MessageType::kRequest) requests.push_back(m);
+    asio::post(io, [this, m] {
+      if (*far) (*far)->on_message(self, m);
+    });
+  }
+  void send_piece(const PeerId&, const swarm::SwarmMessage&, std::span<const std::span<const std::byte>>,
+                  std::shared_ptr<transport::PieceSource>) override {}
+  void cancel_piece(const PeerId&, std::uint32_t) override {}
+  void cancel_pieces_of(const PeerId&, const ManifestId&) override {}
+  std::vector<LinkStats> links() const override { return {}; }
+  void close() override {}
+};
+
+struct Pair {
+  asio::io_context io;
+  PeerId a_id = id_of(1), b_id = id_of(2);
+  Above a_up, b_up;
+  Memory a_mem, b_mem;
+  Wire a_wire{io, a_id}, b_wire{io, b_id};
+  std::unique_ptr<RdmaTransport> a, b;
+  RdmaTransport* a_ptr = nullptr;
+  RdmaTransport* b_ptr = nullptr;
+
+  Pair() {
+    softverbs_configure(1);
+    softverbs_set_read_delay_us(0);
+    softverbs_fail_next_reads(0, 0);
+    a_mem.version.bytes[0] = 7;
+    b_mem.version = a_mem.version;
+    b_mem.image.resize(64 * 4096);
+    for (std::size_t i = 0; i < b_mem.image.size(); ++i) b_mem.image[i] = static_cast<std::byte>(i * 7 + 3);
+    a_mem.landing.resize(b_mem.image.size());
+    a_up.landing = a_mem.landing;
+    std::string note;
+    a = RdmaTransport::open(io, a_up, a_mem, note);
+    b = RdmaTransport::open(io, b_up, b_mem, note);
+    REQUIRE_MESSAGE(a != nullptr, note);
+    REQUIRE(b != nullptr);
+    a_ptr = a.get();
+    b_ptr = b.get();
+    a_wire.far = &b_ptr;
+    b_wire.far = &a_ptr;
+    a->attach(a_wire);
+    b->attach(b_wire);
+    a->on_connected(b_id);
+    b->on_connected(a_id);
+    settle();
+  }
+  ~Pair() {
+    a_ptr = b_ptr = nullptr;
+    a->close();
+    b->close();
+  }
+  void settle(int turns = 200) {
+    for (int i = 0; i < turns; ++i) {
+      io.restart();
+      io.poll();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  std::string a_state() const { return a->status().neighbours.at(0).state; }
+  void request(std::uint32_t block) {
+    a->send(b_id, swarm::SwarmMessage::request(a_mem.version, block, ShardIndex{0}, BlockIndex{block}, block * 4096ull, 4096));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("rdma transport: requests become READs once the grant is here, and land where the peer says") {
+  Pair p;
+  CHECK(p.a_state() == "reading");
+  for (std::uint32_t i = 0; i < 64; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == 64);
+  CHECK(p.a_up.lost.empty());
+  CHECK(p.a_mem.landing == p.b_mem.image);
+  CHECK(p.a_wire.requests.empty());  // none went over TCP
+  CHECK(p.b_up.messages.empty());    // the holder's peer heard nothing
+  CHECK(p.b->status().grants_given == 1);
+  CHECK(p.a->status().neighbours.at(0).bytes == p.b_mem.image.size());
+}
+
+TEST_CASE("rdma transport: a version the holder does not grant goes over TCP") {
+  Pair p;
+  p.b_mem.image.clear();  // b holds nothing it can grant
+  p.request(0);
+  p.settle();
+  CHECK(p.a_wire.requests.size() == 1);  // sent over TCP once the refusal came
+  p.request(1);
+  CHECK(p.a_wire.requests.size() == 2);  // and at once afterwards
+  CHECK(p.a_up.stored.empty());
+}
+
+TEST_CASE("rdma transport: hostile session messages cost the sender its RDMA path, nothing more") {
+  auto transport_message = [](std::vector<std::uint8_t> bytes) {
+    return swarm::SwarmMessage::with_bytes(swarm::MessageType::kTransport, ManifestId{}, std::move(bytes));
+  };
+  SUBCASE("a malformed message") {
+    Pair p;
+    p.a->on_message(p.b_id, transport_message({0x93, 0x01, 0xc0, 0xc0}));
+    CHECK(p.a_state().find("tcp (a malformed session message") == 0);
+    p.request(0);
+    CHECK(p.a_wire.requests.size() == 1);  // TCP at once
+  }
+  SUBCASE("a flood of offers") {
+    Pair p;
+    rdma::OfferedNic nic;
+    nic.mtu = 5;
+    nic.responder_depth = nic.requester_depth = 16;
+    const auto offer = rdma::encode_rdma_message(rdma::RdmaMessage::offer({nic}, {{0, 0x100, 1}}));
+    for (std::size_t i = 0; i < RdmaTransport::kMaxOffersPerMinute + 1; ++i) p.a->on_message(p.b_id, transport_message(offer));
+    CHECK(p.a_state() == "tcp (too many offers)");
+  }
+  SUBCASE("grants nobody asked for are not kept") {
+    Pair p;
+    for (std::uint8_t v = 0; v < 50; ++v) {
+      ManifestId other;
+      other.bytes[1] = v;
+      const auto grant = rdma::encode_rdma_message(rdma::RdmaMessage::grant(other, {{0, 0x1000, 4096, {1}}}));
+      p.a->on_message(p.b_id, transport_message(grant));
+    }
+    CHECK(p.a_state() == "reading");
+    CHECK(p.a->status().neighbours.at(0).grants == 0);
+    p.request(0);  // the real version: asked, granted, READ
+    p.settle();
+    CHECK(p.a_up.stored.size() == 1);
+    CHECK(p.a->status().neighbours.at(0).grants == 1);
+  }
+  SUBCASE("a grant that points outside the holder's memory loses the block, then TCP") {
+    Pair p;
+    // b's grant is answered as usual; then b "revokes" nothing and a READ
+    // fails at b's NIC: simulate with a failure from softverbs.
+    softverbs_fail_next_reads(1, IBV_WC_REM_ACCESS_ERR);
+    p.request(3);
+    p.settle();
+    CHECK(p.a_up.lost.size() == 1);
+    CHECK(p.a->status().neighbours.at(0).failed_reads == 1);
+    p.request(4);  // the version is refused from b now: TCP
+    CHECK(p.a_wire.requests.size() == 1);
+  }
+}
