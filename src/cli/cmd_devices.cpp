@@ -24,9 +24,14 @@ void add_devices_command(CLI::App& app, int& exit_code) {
       for (const auto& d : rdma.devices) {
         nlohmann::ordered_json ports = nlohmann::ordered_json::array();
         for (const auto& p : d.ports) {
-          ports.push_back({{"port", p.port}, {"state", p.state}, {"link_layer", p.link_layer}, {"mtu", p.active_mtu}});
+          ports.push_back({{"port", p.port},
+                           {"state", p.state},
+                           {"link_layer", p.link_layer},
+                           {"mtu", p.active_mtu},
+                           {"gid", p.gid}});
         }
-        j["rdma"]["devices"].push_back({{"name", d.name}, {"guid", d.node_guid}, {"ports", ports}});
+        j["rdma"]["devices"].push_back(
+            {{"name", d.name}, {"guid", d.node_guid}, {"numa_node", d.numa_node}, {"ports", ports}});
       }
       j["cuda"]["built"] = cuda.built;
       j["cuda"]["note"] = cuda.note;
@@ -40,7 +45,9 @@ void add_devices_command(CLI::App& app, int& exit_code) {
                                         {"gpudirect_rdma", d.gpudirect_rdma},
                                         {"dma_buf", d.dma_buf},
                                         {"peermem", d.peermem},
-                                        {"rdma_registration", d.rdma_registration}});
+                                        {"rdma_registration", d.rdma_registration},
+                                        {"pci_bus_id", d.pci_bus_id},
+                                        {"nics", nics_near_gpu(rdma, d.pci_bus_id)}});
       }
       std::printf("%s\n", j.dump(2).c_str());
       exit_code = kExitOk;
@@ -48,9 +55,10 @@ void add_devices_command(CLI::App& app, int& exit_code) {
     }
     std::printf("RDMA: %s\n", rdma.devices.empty() ? rdma.note.c_str() : "");
     for (const auto& d : rdma.devices) {
-      std::printf("  %s guid %s\n", d.name.c_str(), d.node_guid.c_str());
+      std::printf("  %s guid %s numa %d\n", d.name.c_str(), d.node_guid.c_str(), d.numa_node);
       for (const auto& p : d.ports) {
-        std::printf("    port %u %s %s mtu %u\n", p.port, p.state.c_str(), p.link_layer.c_str(), p.active_mtu);
+        std::printf("    port %u %s %s mtu %u gid %s\n", p.port, p.state.c_str(), p.link_layer.c_str(), p.active_mtu,
+                    p.gid.c_str());
       }
     }
     std::printf("CUDA: %s\n", cuda.devices.empty() ? cuda.note.c_str() : "");
@@ -58,6 +66,9 @@ void add_devices_command(CLI::App& app, int& exit_code) {
       std::printf("  %d %s %s, %s, compute %d.%d, RDMA registration: %s\n", d.index, d.name.c_str(), d.uuid.c_str(),
                   core::format_byte_size(d.total_memory).c_str(), d.compute_major, d.compute_minor,
                   d.rdma_registration.c_str());
+      std::string nics;
+      for (const auto& n : nics_near_gpu(rdma, d.pci_bus_id)) nics += (nics.empty() ? "" : ", ") + n;
+      std::printf("    pci %s, NICs for READs into it: %s\n", d.pci_bus_id.c_str(), nics.empty() ? "none" : nics.c_str());
     }
     exit_code = kExitOk;
   });

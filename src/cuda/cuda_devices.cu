@@ -1,6 +1,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 
 #include "cuda/rdma_registration.hpp"
@@ -47,6 +48,11 @@ CudaDevices list_cuda_devices() {
     d.total_memory = prop.totalGlobalMem;
     d.compute_major = prop.major;
     d.compute_minor = prop.minor;
+    // As sysfs names it (domain of 4 hex digits): where it sits on the PCIe tree.
+    char bus_id[32];
+    std::snprintf(bus_id, sizeof bus_id, "%04x:%02x:%02x.0", static_cast<unsigned>(prop.pciDomainID) & 0xffff,
+                  static_cast<unsigned>(prop.pciBusID) & 0xff, static_cast<unsigned>(prop.pciDeviceID) & 0xff);
+    d.pci_bus_id = bus_id;
     int rdma = 0;
     d.gpudirect_rdma = cudaDeviceGetAttribute(&rdma, cudaDevAttrGPUDirectRDMASupported, i) == cudaSuccess && rdma != 0;
     d.dma_buf = dma_buf_supported(i);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "rdma/nic_affinity.hpp"
 #include "tensorhub/devices.hpp"
 
 namespace tensorhub {
@@ -15,6 +16,15 @@ std::string port_state_name(ibv_port_state state) {
     case IBV_PORT_ARMED: return "armed";
     default: return "other";
   }
+}
+
+std::string gid_text(const ibv_gid& gid) {
+  char out[40];
+  char* at = out;
+  for (int i = 0; i < 16; i += 2) {
+    at += std::snprintf(at, out + sizeof out - at, i == 0 ? "%02x%02x" : ":%02x%02x", gid.raw[i], gid.raw[i + 1]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -41,17 +51,32 @@ RdmaDevices list_rdma_devices() {
         for (std::uint8_t p = 1; p <= attr.phys_port_cnt; ++p) {
           ibv_port_attr port{};
           if (ibv_query_port(ctx, p, &port) != 0) continue;
+          ibv_gid gid{};
           info.ports.push_back(RdmaPortInfo{p, port_state_name(port.state),
                                             port.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
-                                            128u << port.active_mtu});
+                                            128u << port.active_mtu,
+                                            ibv_query_gid(ctx, p, 0, &gid) == 0 ? gid_text(gid) : std::string()});
         }
       }
       ibv_close_device(ctx);
     }
+    info.numa_node = rdma::nic_place("/sys", info.name).numa_node;
     out.devices.push_back(std::move(info));
   }
   ibv_free_device_list(list);
   if (out.devices.empty()) out.note = "no RDMA device on this machine";
+  return out;
+}
+
+std::vector<std::string> nics_near_gpu(const RdmaDevices& nics, const std::string& pci_bus_id,
+                                       const std::string& sysfs_root) {
+  auto gpu = rdma::pci_place(sysfs_root, pci_bus_id);
+  if (!gpu || nics.devices.empty()) return {};
+  std::vector<rdma::NicPlace> places;
+  for (const auto& d : nics.devices) places.push_back(rdma::nic_place(sysfs_root, d.name));
+  const rdma::NicRanking ranked = rdma::rank_nics(std::move(places), *gpu);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < ranked.preferred; ++i) out.push_back(ranked.nics[i].name);
   return out;
 }
 

@@ -9,4 +9,6 @@ RdmaDevices list_rdma_devices() {
   return out;
 }
 
+std::vector<std::string> nics_near_gpu(const RdmaDevices&, const std::string&, const std::string&) { return {}; }
+
 }  // namespace tensorhub

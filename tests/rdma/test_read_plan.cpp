@@ -8,6 +8,7 @@
 #include "rdma/read_failure.hpp"
 #include "rdma/read_plan.hpp"
 #include "support/temp_dir.hpp"
+#include "tensorhub/devices.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::rdma;
@@ -137,4 +138,11 @@ TEST_CASE("nic affinity: same NUMA node first, then the nearest on the PCIe tree
   CHECK(for_host.nics[0].name == "mlx5_0");
   CHECK(for_host.nics[1].name == "mlx5_1");
   CHECK_FALSE(pci_place(root.string(), "0000:99:00.0").has_value());
+
+  // What `tensorhub devices` prints per GPU.
+  RdmaDevices listed;
+  for (const char* n : {"mlx5_0", "mlx5_1", "mlx5_2"}) listed.devices.push_back(RdmaDeviceInfo{n, "", -1, {}});
+  CHECK(nics_near_gpu(listed, "0000:02:00.0", root.string()) == std::vector<std::string>{"mlx5_1"});
+  CHECK(nics_near_gpu(listed, "0000:99:00.0", root.string()).empty());
+  CHECK(nics_near_gpu(RdmaDevices{}, "0000:02:00.0", root.string()).empty());
 }

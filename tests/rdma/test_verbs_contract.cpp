@@ -25,6 +25,7 @@
 #include "rdma/registered_regions.hpp"
 #include "rdma/verbs_nic.hpp"
 #include "softverbs/softverbs.h"
+#include "tensorhub/devices.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::rdma;
@@ -139,6 +140,21 @@ TEST_CASE("verbs contract: READs copy the holder's bytes, in order per queue pai
     CHECK(std::memcmp(dest.data() + (i << 20), source.data() + ((3 - i) << 20), 1 << 20) == 0);
   }
   CHECK(c.fetcher->credits() == 16);
+}
+
+TEST_CASE("verbs contract: the device list shows each port's state, MTU and GID") {
+  softverbs_configure(2);
+  const RdmaDevices listed = list_rdma_devices();
+  REQUIRE(listed.devices.size() == 2);
+  CHECK(listed.devices[1].name == "softverbs1");
+  REQUIRE(listed.devices[0].ports.size() == 1);
+  const RdmaPortInfo& port = listed.devices[0].ports[0];
+  CHECK(port.state == "active");
+  CHECK(port.active_mtu == 4096);
+  CHECK(port.gid.size() == 39);  // 8 groups of 4 hex digits
+  CHECK(port.gid.rfind("fe80:", 0) == 0);
+  softverbs_configure(0);
+  CHECK(list_rdma_devices().note == "no RDMA device on this machine");
 }
 
 TEST_CASE("verbs contract: the queue pair state machine demands each transition's attributes") {
