@@ -52,6 +52,7 @@ std::string absolute_path(const std::string& path);
 
 // Each subcommand registers itself and stores its exit code in `exit_code`.
 void add_devices_command(CLI::App& app, int& exit_code);
+void add_rdma_bench_command(CLI::App& app, int& exit_code);
 void add_peer_commands(CLI::App& app, int& exit_code);
 void add_transfer_commands(CLI::App& app, int& exit_code);
 void add_demo_command(CLI::App& app, int& exit_code);

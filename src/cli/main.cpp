@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   int exit_code = kExitOk;
   add_keygen_commands(app, exit_code);
   add_devices_command(app, exit_code);
+  add_rdma_bench_command(app, exit_code);
   add_peer_commands(app, exit_code);
   add_transfer_commands(app, exit_code);
   add_demo_command(app, exit_code);

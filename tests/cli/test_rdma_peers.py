@@ -12,17 +12,21 @@ holders' memory by process_vm_readv, the holders running no code for it.
    grants are revoked and its registration goes; the others complete
    byte-identical.
 4. A worker with --no-rdma in the same swarm: byte-identical over TCP.
+5. `tensorhub rdma-bench` between two processes with two NICs each: the
+   READs are checked against the served pattern and both NICs carry them.
 
 Usage: test_rdma_peers.py PATH/TO/tensorhub PATH/TO/libtensorhub_softverbs_preload.so
 """
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_processes import wait_for  # noqa: E402
+from peer_processes import free_port, wait_for  # noqa: E402
 from test_swarm_peers import Swarm, fetch_all  # noqa: E402
 
 SIZE_MIB = 32
@@ -119,6 +123,25 @@ def main():
             assert plain["bytes"] == 0 and plain["reading"] == 0 and "off" in plain["note"], plain
             assert tcp_bytes(swarm, "tcp", "bytes_received") >= size, tcp_bytes(swarm, "tcp", "bytes_received")
             print("4. a worker with --no-rdma fetched byte-identical over TCP beside the READers")
+
+            # 5. rdma-bench over two NICs.
+            os.environ["SOFTVERBS_DEVICES"] = "2"
+            port = free_port()
+            server = subprocess.Popen([binary, "rdma-bench", "--serve", f"127.0.0.1:{port}", "--size", "16MiB"],
+                                      stdout=subprocess.PIPE, text=True)
+            try:
+                assert "serving" in server.stdout.readline()
+                bench = swarm.run("rdma-bench", "--connect", f"127.0.0.1:{port}", "--seconds", "0.3", "--json")
+                assert bench.returncode == 0, bench.stderr
+                report = json.loads(bench.stdout)
+                assert report["bytes_wrong"] == 0 and report["blocks_checked"] > 0, report
+                assert report["queue_pairs"] == 4 and report["read_depth"] == 16, report
+                assert all(n["bytes"] > 0 for n in report["nics"]) and len(report["nics"]) == 2, report
+            finally:
+                server.kill()
+                server.wait()
+            print(f"5. rdma-bench: {report['reads']} READs over 2 NICs x 2 queue pairs, first pass "
+                  f"({report['blocks_checked']} blocks) byte-exact")
             print("all RDMA multi-process checks passed")
         finally:
             swarm.stop_all()
