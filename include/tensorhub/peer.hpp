@@ -94,6 +94,9 @@ struct PeerOptions {
   // this machine has an RDMA device with an active port (docs/rdma.md);
   // TCP carries everything else. false: TCP only.
   bool rdma = true;
+  // RDMA queue pairs to each neighbour per local NIC (1 to 16): more keep
+  // a NIC busy when one queue pair waits at its read depth.
+  std::size_t rdma_queue_pairs = 2;
 };
 
 // Where a version's memory lies, for publish() and fetch().

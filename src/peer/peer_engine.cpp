@@ -77,6 +77,10 @@ Status PeerEngine::start() {
     return Status::invalid_argument("data lanes must be 1 to " + std::to_string(transport::kMaxLanes) + ", not " +
                                     std::to_string(options_.data_lanes));
   }
+  if (options_.rdma_queue_pairs < 1 || options_.rdma_queue_pairs > 16) {
+    return Status::invalid_argument("RDMA queue pairs per NIC must be 1 to 16, not " +
+                                    std::to_string(options_.rdma_queue_pairs));
+  }
   auto listen = core::parse_host_port(options_.listen);
   if (!listen) return listen.status().with_context("listen");
   core::HostPort data = *listen;
@@ -90,7 +94,7 @@ Status PeerEngine::start() {
   if (!admitted) return admitted.status();
   admitted_ = std::move(*admitted);
 #if TENSORHUB_HAVE_RDMA
-  if (options_.rdma) rdma_ = RdmaTransport::open(io_, *this, *this, rdma_note_);
+  if (options_.rdma) rdma_ = RdmaTransport::open(io_, *this, *this, rdma_note_, options_.rdma_queue_pairs);
   else rdma_note_ = "off (PeerOptions::rdma)";
   if (!rdma_) TH_LOG_INFO(kLog, "no RDMA: " << rdma_note_ << "; payloads go over TCP");
 #else

@@ -19,15 +19,15 @@ std::string short_name(const PeerId& peer) { return peer.short_hex(); }
 }  // namespace
 
 std::unique_ptr<RdmaTransport> RdmaTransport::open(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                                                   std::string& note) {
+                                                   std::string& note, std::size_t queue_pairs) {
   auto nics = rdma::VerbsNic::open_active(note);
   if (nics.empty()) return nullptr;
-  return std::unique_ptr<RdmaTransport>(new RdmaTransport(io, up, memory, std::move(nics)));
+  return std::unique_ptr<RdmaTransport>(new RdmaTransport(io, up, memory, std::move(nics), queue_pairs));
 }
 
 RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                             std::vector<std::unique_ptr<rdma::VerbsNic>> nics)
-    : io_(io), up_(up), memory_(memory), nics_(std::move(nics)) {
+                             std::vector<std::unique_ptr<rdma::VerbsNic>> nics, std::size_t queue_pairs)
+    : io_(io), queue_pairs_per_nic_(queue_pairs), up_(up), memory_(memory), nics_(std::move(nics)) {
   for (auto& nic : nics_) nic_list_.push_back(nic.get());
   watches_.resize(nics_.size());
   for (std::size_t i = 0; i < nics_.size(); ++i) {
@@ -82,7 +82,7 @@ bool RdmaTransport::make_queue_pairs(const PeerId& peer, Neighbour& n) {
   std::vector<rdma::OfferedQueuePair> offered;
   for (std::size_t i = 0; i < nics_.size(); ++i) {
     nics.push_back(nics_[i]->offered());
-    for (std::size_t q = 0; q < kQueuePairsPerNic; ++q) {
+    for (std::size_t q = 0; q < queue_pairs_per_nic_; ++q) {
       auto qp = rdma::RcQueuePair::create(*nics_[i], static_cast<std::uint32_t>(core::entropy64()));
       if (!qp) {
         use_tcp(peer, n, qp.status().message());
@@ -328,34 +328,36 @@ const rdma::RegisteredRegions* RdmaTransport::landing(const ManifestId& version)
 
 void RdmaTransport::pump(const PeerId& peer, Neighbour& n) {
   release_held(peer, n);
-  while (reading(n)) {
-    if (!n.planned.empty()) {
-      auto b = blocks_.find(n.planned.front());
-      if (b == blocks_.end()) {
-        n.planned.pop_front();
-        continue;
-      }
-      if (n.qps[b->second.qp]->credits() < b->second.work.size()) return;
-      n.planned.pop_front();
-      post_block(n, b->first);
-      continue;
+  if (!reading(n)) return;
+  n.planned.resize(n.qps.size());
+  // Credits each queue pair has left once its planned blocks are posted.
+  std::vector<std::size_t> spare(n.qps.size());
+  for (std::size_t k = 0; k < n.qps.size(); ++k) {
+    std::size_t pledged = 0;
+    for (std::uint64_t tag : n.planned[k]) {
+      if (auto b = blocks_.find(tag); b != blocks_.end()) pledged += b->second.work.size();
     }
-    if (n.waiting.empty()) return;
-    // The queue pair with the most credits, NICs taken in turn on ties.
-    std::size_t best = n.qps.size();
+    spare[k] = n.qps[k]->credits() > pledged ? n.qps[k]->credits() - pledged : 0;
+  }
+  while (!n.waiting.empty()) {
+    // The queue pair with the most to spare, NICs taken in turn on ties.
+    std::size_t best = 0;
     for (std::size_t i = 0; i < n.qps.size(); ++i) {
       const std::size_t k = (n.next_qp + i) % n.qps.size();
-      if (best == n.qps.size() || n.qps[k]->credits() > n.qps[best]->credits()) best = k;
+      if (i == 0 || spare[k] > spare[best]) best = k;
     }
-    if (n.qps[best]->credits() == 0) return;
+    if (spare[best] == 0) break;
     n.next_qp = (best + 1) % n.qps.size();
     swarm::SwarmMessage request = std::move(n.waiting.front());
     n.waiting.pop_front();
-    start_block(peer, n, request, best);
+    const std::size_t reads = start_block(peer, n, request, best);
+    spare[best] -= std::min(spare[best], reads);
   }
+  for (std::size_t k = 0; k < n.qps.size(); ++k) post_planned(n, k);
 }
 
-void RdmaTransport::start_block(const PeerId& peer, Neighbour& n, const swarm::SwarmMessage& request, std::size_t k) {
+std::size_t RdmaTransport::start_block(const PeerId& peer, Neighbour& n, const swarm::SwarmMessage& request,
+                                       std::size_t k) {
   const swarm::SwarmMessage header = swarm::SwarmMessage::piece(request.version_id, request.request_id, request.length);
   std::vector<std::span<std::byte>> destination;
   up_.piece_destination(peer, header, destination);
@@ -365,7 +367,7 @@ void RdmaTransport::start_block(const PeerId& peer, Neighbour& n, const swarm::S
     asio::post(io_, [this, peer, header] {
       if (!closed_) up_.on_piece(peer, header, false);
     });
-    return;
+    return 0;
   }
   const auto& grant = n.grants[request.version_id];
   const rdma::RegisteredRegions* local = landing(request.version_id);
@@ -401,32 +403,53 @@ void RdmaTransport::start_block(const PeerId& peer, Neighbour& n, const swarm::S
                                                                            << (plan.is_ok() ? "" : ": " + plan.status().message()));
     n.refused.insert(request.version_id);
     report_lost(peer, {header});
-    return;
+    return 0;
   }
   const std::uint64_t tag = next_tag_++;
-  block.reads_left = static_cast<std::uint32_t>(block.work.size());
+  const std::size_t reads = block.work.size();
+  block.reads_left = static_cast<std::uint32_t>(reads);
   blocks_.emplace(tag, std::move(block));
-  if (n.qps[k]->credits() >= blocks_[tag].work.size()) return post_block(n, tag);
-  n.planned.push_back(tag);
+  n.planned[k].push_back(tag);
+  return reads;
 }
 
-void RdmaTransport::post_block(Neighbour& n, std::uint64_t tag) {
-  Block& b = blocks_.at(tag);
-  rdma::RcQueuePair* qp = n.qps[b.qp].get();
-  for (const auto& w : b.work) reads_[w.wr_id] = Read{tag, qp};
-  std::size_t taken = 0;
-  if (Status s = qp->post_reads(b.work, &taken); !s.is_ok()) {
-    // The ones not taken never complete: they count as failed now.
-    for (std::size_t i = taken; i < b.work.size(); ++i) reads_.erase(b.work[i].wr_id);
-    b.failed = true;
-    b.cause = rdma::ReadFailure::kReconnect;
-    b.reads_left = static_cast<std::uint32_t>(taken);
-    TH_LOG_WARN(kLog, s.message());
-    b.work.clear();
-    if (b.reads_left == 0) finish_block(tag);
-    return;
+void RdmaTransport::post_planned(Neighbour& n, std::size_t k) {
+  rdma::RcQueuePair* qp = n.qps[k].get();
+  std::vector<rdma::ReadWork> batch;
+  std::vector<std::uint64_t> tags;
+  auto& planned = n.planned[k];
+  while (!planned.empty()) {
+    auto b = blocks_.find(planned.front());
+    if (b == blocks_.end()) {
+      planned.pop_front();
+      continue;
+    }
+    if (batch.size() + b->second.work.size() > qp->credits()) break;
+    for (auto& w : b->second.work) {
+      reads_[w.wr_id] = Read{b->first, qp};
+      batch.push_back(std::move(w));
+    }
+    b->second.work.clear();
+    tags.push_back(b->first);
+    planned.pop_front();
   }
-  b.work.clear();
+  if (batch.empty()) return;
+  std::size_t taken = 0;
+  if (Status s = qp->post_reads(batch, &taken); !s.is_ok()) {
+    // The READs not taken never complete: their blocks fail once the
+    // taken ones have.
+    TH_LOG_WARN(kLog, s.message());
+    for (std::size_t i = taken; i < batch.size(); ++i) {
+      auto r = reads_.find(batch[i].wr_id);
+      if (r == reads_.end()) continue;
+      auto b = blocks_.find(r->second.block);
+      reads_.erase(r);
+      if (b == blocks_.end()) continue;
+      b->second.failed = true;
+      b->second.cause = rdma::ReadFailure::kReconnect;
+      if (--b->second.reads_left == 0) finish_block(b->first);
+    }
+  }
 }
 
 // --------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 // sits on (docs/rdma.md).
 //
 // Per neighbour, once the TCP link opens, each side creates its queue pairs
-// (kQueuePairsPerNic per local NIC) and offers them in a session message
+// (PeerOptions::rdma_queue_pairs per local NIC) and offers them in a session message
 // (rdma/rdma_wire.hpp, carried as MessageType::kTransport); each connects
 // its queue pair k to the other's queue pair k and says ready. A request
 // for a version the neighbour has granted (ask-grant / grant: the
@@ -45,7 +45,7 @@ namespace tensorhub::peer {
 
 class RdmaTransport final : public DataTransport, public TransportEvents {
  public:
-  static constexpr std::size_t kQueuePairsPerNic = 2;
+  static constexpr std::size_t kMaxQueuePairsPerNic = 16;
   // A neighbour's offers that rebuild queue pairs, per minute: past this it
   // uses TCP (queue pairs are costly to make; a member may not make us
   // churn them).
@@ -53,8 +53,10 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
 
   // Opens every NIC with an active port; null, with the reason in `note`,
   // when there is none. `up` hears what the neighbours send, as from TCP.
+  // `queue_pairs`: per local NIC to each neighbour. REQUIRES: 1 to
+  // kMaxQueuePairsPerNic.
   static std::unique_ptr<RdmaTransport> open(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                                             std::string& note);
+                                             std::string& note, std::size_t queue_pairs = 2);
   ~RdmaTransport() override;
 
   // REQUIRES: once, before any other call; `tcp` reports to this transport.
@@ -118,7 +120,9 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
     // for a credit.
     std::deque<swarm::SwarmMessage> held;
     std::deque<swarm::SwarmMessage> waiting;
-    std::deque<std::uint64_t> planned;        // blocks whose landing began, waiting for their queue pair's credits
+    // Per queue pair, the blocks whose landing began, waiting to be posted
+    // (together, one post per queue pair and turn).
+    std::vector<std::deque<std::uint64_t>> planned;
     std::set<ManifestId> granted;             // ours, to it
     std::uint64_t reads = 0, bytes = 0, failed_reads = 0;
     std::deque<std::chrono::steady_clock::time_point> offers;  // in the last minute
@@ -141,7 +145,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   };
 
   RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                std::vector<std::unique_ptr<rdma::VerbsNic>> nics);
+                std::vector<std::unique_ptr<rdma::VerbsNic>> nics, std::size_t queue_pairs);
 
   void send_session(const PeerId& peer, const rdma::RdmaMessage& message);
   void on_session(const PeerId& peer, const rdma::RdmaMessage& message);
@@ -162,17 +166,20 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   // The landing registration of `version`, made if need be; null when its
   // destination is not where the NICs reach.
   const rdma::RegisteredRegions* landing(const ManifestId& version);
-  // Starts what the credits allow: planned blocks, then waiting requests.
+  // Starts the waiting requests the queue pairs' credits allow, then posts
+  // what is planned: every queue pair's READs linked into one post.
   void pump(const PeerId& peer, Neighbour& n);
-  // Begins `request`'s landing and plans its READs on queue pair `k`.
-  void start_block(const PeerId& peer, Neighbour& n, const swarm::SwarmMessage& request, std::size_t k);
-  void post_block(Neighbour& n, std::uint64_t tag);
+  // Begins `request`'s landing and plans its READs on queue pair `k`;
+  // returns how many READs it planned (0: none, the piece ended at once).
+  std::size_t start_block(const PeerId& peer, Neighbour& n, const swarm::SwarmMessage& request, std::size_t k);
+  void post_planned(Neighbour& n, std::size_t k);
   void watch(std::size_t nic);
   void watch_events(std::size_t nic);
   void on_completions(std::size_t nic);
   void finish_block(std::uint64_t tag);
 
   asio::io_context& io_;
+  const std::size_t queue_pairs_per_nic_;
   TransportEvents& up_;
   RdmaMemory& memory_;
   DataTransport* tcp_ = nullptr;

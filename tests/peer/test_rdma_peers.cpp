@@ -115,6 +115,18 @@ TEST_CASE("rdma peers: failed READs are asked for again and the fetch still veri
   CHECK(bytes_served(*publisher) < image.size() / 16);  // and not over TCP
 }
 
+TEST_CASE("rdma peers: a queue pair count out of range is refused at start") {
+  for (std::size_t bad : {std::size_t{0}, std::size_t{17}}) {
+    PeerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.rdma_queue_pairs = bad;
+    auto peer = Peer::start(o, GossipNetwork::identity_for(730), swarm_key());
+    REQUIRE_FALSE(peer.is_ok());
+    CHECK(peer.status().code() == StatusCode::kInvalidArgument);
+    CHECK(peer.status().message().find("queue pairs") != std::string::npos);
+  }
+}
+
 TEST_CASE("rdma peers: a neighbour without RDMA serves over TCP, byte-identical") {
   softverbs_configure(1);
   auto publisher = start(720, 720, {}, /*rdma=*/false);

@@ -87,8 +87,8 @@ struct Pair {
   RdmaTransport* a_ptr = nullptr;
   RdmaTransport* b_ptr = nullptr;
 
-  Pair() {
-    softverbs_configure(1);
+  explicit Pair(int nics = 1, std::size_t queue_pairs = 2) {
+    softverbs_configure(nics);
     softverbs_set_read_delay_us(0);
     softverbs_fail_next_reads(0, 0);
     a_mem.version.bytes[0] = 7;
@@ -98,8 +98,8 @@ struct Pair {
     a_mem.landing.resize(b_mem.image.size());
     a_up.landing = a_mem.landing;
     std::string note;
-    a = RdmaTransport::open(io, a_up, a_mem, note);
-    b = RdmaTransport::open(io, b_up, b_mem, note);
+    a = RdmaTransport::open(io, a_up, a_mem, note, queue_pairs);
+    b = RdmaTransport::open(io, b_up, b_mem, note, queue_pairs);
     REQUIRE_MESSAGE(a != nullptr, note);
     REQUIRE(b != nullptr);
     a_ptr = a.get();
@@ -144,6 +144,25 @@ TEST_CASE("rdma transport: requests become READs once the grant is here, and lan
   CHECK(p.b_up.messages.empty());    // the holder's peer heard nothing
   CHECK(p.b->status().grants_given == 1);
   CHECK(p.a->status().neighbours.at(0).bytes == p.b_mem.image.size());
+}
+
+TEST_CASE("rdma transport: two NICs, three queue pairs each: every block lands, within every depth") {
+  softverbs_reset_stats();
+  Pair p(2, 3);
+  for (std::uint32_t i = 0; i < 64; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == 64);
+  CHECK(p.a_mem.landing == p.b_mem.image);
+  CHECK(softverbs_get_stats().depth_exceeded == 0);
+}
+
+TEST_CASE("rdma transport: a port error moves every neighbour to TCP") {
+  Pair p;
+  softverbs_post_async_event(0, IBV_EVENT_PORT_ERR);  // both transports' NIC 0 (one process)
+  p.settle();
+  CHECK(p.a_state().find("tcp (softverbs0: port error") == 0);
+  p.request(0);
+  CHECK(p.a_wire.requests.size() == 1);
 }
 
 TEST_CASE("rdma transport: a version the holder does not grant goes over TCP") {
