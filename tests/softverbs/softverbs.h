@@ -43,6 +43,10 @@
 extern "C" {
 #endif
 
+// 1 in softverbs; 0 in softverbs_absent.cpp, the stand-in that lets the
+// contract suite run against a real device (every control is a no-op).
+int softverbs_active(void);
+
 // Sets the number of devices ibv_get_device_list reports (0 to 8).
 // REQUIRES: no device of this process is open.
 void softverbs_configure(int devices);
