@@ -9,11 +9,11 @@
 
 #include "core/log.hpp"
 #if TENSORHUB_HAVE_RDMA
-#include "peer/rdma_transport.hpp"
+#include "rdma/rdma_transport.hpp"
 #else
-namespace tensorhub::peer {
+namespace tensorhub::rdma {
 class RdmaTransport {};  // never made: built without RDMA support
-}  // namespace tensorhub::peer
+}  // namespace tensorhub::rdma
 #endif
 #include "tensorhub/devices.hpp"
 
@@ -94,13 +94,14 @@ Status PeerEngine::start() {
   if (!admitted) return admitted.status();
   admitted_ = std::move(*admitted);
 #if TENSORHUB_HAVE_RDMA
-  if (options_.rdma) rdma_ = RdmaTransport::open(io_, *this, *this, rdma_note_, options_.rdma_queue_pairs);
+  if (options_.rdma) rdma_ = rdma::RdmaTransport::open(io_, *this, *this, rdma_note_, options_.rdma_queue_pairs);
   else rdma_note_ = "off (PeerOptions::rdma)";
   if (!rdma_) TH_LOG_INFO(kLog, "no RDMA: " << rdma_note_ << "; payloads go over TCP");
+  TransportEvents& data_events = rdma_ ? static_cast<TransportEvents&>(*rdma_) : *this;
 #else
   rdma_note_ = "built without RDMA support";
+  TransportEvents& data_events = *this;
 #endif
-  TransportEvents& data_events = rdma_ ? static_cast<TransportEvents&>(*rdma_) : *this;
   tcp_ = std::make_unique<TcpTransport>(io_, identity_, swarm_key_, data_events, options_.data_lanes,
                                         [this](const PeerId& peer) { return data_endpoint_of(peer); });
 #if TENSORHUB_HAVE_RDMA

@@ -27,7 +27,11 @@
 
 namespace tensorhub::peer {
 
+}  // namespace tensorhub::peer
+namespace tensorhub::rdma {
 class RdmaTransport;
+}  // namespace tensorhub::rdma
+namespace tensorhub::peer {
 
 class PeerEngine final : public TransportEvents, private RdmaMemory {
  public:
@@ -183,7 +187,7 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   std::function<void(std::function<void()>)> run_callback_;
   std::unique_ptr<transport::GossipRuntime> gossip_;
   std::unique_ptr<TcpTransport> tcp_;
-  std::unique_ptr<RdmaTransport> rdma_;  // null: no RDMA device, or PeerOptions::rdma off
+  std::unique_ptr<rdma::RdmaTransport> rdma_;  // null: no RDMA device, or PeerOptions::rdma off
   std::string rdma_note_;                // why there is no RDMA transport
   std::unique_ptr<PeerCore> core_;
   std::shared_ptr<const gossip::GossipCore::AdmissionList> admitted_;  // null: anyone with the swarm key

@@ -5,12 +5,13 @@
 
 #include <asio.hpp>
 
-#include "peer/rdma_transport.hpp"
+#include "rdma/rdma_transport.hpp"
 #include "rdma/rdma_wire.hpp"
 #include "softverbs/softverbs.h"
 
 using namespace tensorhub;
 using namespace tensorhub::peer;
+using tensorhub::rdma::RdmaTransport;
 
 namespace {
 

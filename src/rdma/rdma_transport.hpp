@@ -41,7 +41,13 @@
 #include "rdma/registered_regions.hpp"
 #include "rdma/verbs_nic.hpp"
 
-namespace tensorhub::peer {
+namespace tensorhub::rdma {
+
+using peer::DataTransport;
+using peer::LinkStats;
+using peer::RdmaMemory;
+using peer::RdmaStatus;
+using peer::TransportEvents;
 
 class RdmaTransport final : public DataTransport, public TransportEvents {
  public:
@@ -197,4 +203,4 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   bool closed_ = false;
 };
 
-}  // namespace tensorhub::peer
+}  // namespace tensorhub::rdma

@@ -1,4 +1,4 @@
-#include "peer/rdma_transport.hpp"
+#include "rdma/rdma_transport.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include "core/log.hpp"
 #include "rdma/read_plan.hpp"
 
-namespace tensorhub::peer {
+namespace tensorhub::rdma {
 namespace {
 
 constexpr const char* kLog = "rdma";
@@ -572,4 +572,4 @@ RdmaStatus RdmaTransport::status() const {
   return s;
 }
 
-}  // namespace tensorhub::peer
+}  // namespace tensorhub::rdma
