@@ -74,10 +74,8 @@ void RdmaTransport::send_session(const PeerId& peer, const rdma::RdmaMessage& me
 }
 
 bool RdmaTransport::make_queue_pairs(const PeerId& peer, Neighbour& n) {
-  n.qps.clear();
+  drop_queue_pairs(peer, n, /*report=*/true);  // READs in flight on the old ones are lost, not left dangling
   n.qp_nic.clear();
-  n.connected = false;
-  n.they_ready = false;
   std::vector<rdma::OfferedNic> nics;
   std::vector<rdma::OfferedQueuePair> offered;
   for (std::size_t i = 0; i < nics_.size(); ++i) {
@@ -160,9 +158,11 @@ bool RdmaTransport::reading(const Neighbour& n) const {
 
 void RdmaTransport::on_connected(const PeerId& peer) {
   if (!closed_) {
-    Neighbour& n = neighbours_[peer];
-    n = Neighbour{};
-    make_queue_pairs(peer, n);
+    if (auto old = neighbours_.find(peer); old != neighbours_.end()) {
+      drop_queue_pairs(peer, old->second, /*report=*/false);  // a replaced link: its requests ended with it
+      neighbours_.erase(old);
+    }
+    make_queue_pairs(peer, neighbours_[peer]);
   }
   up_.on_connected(peer);
 }
@@ -528,7 +528,6 @@ void RdmaTransport::finish_block(std::uint64_t tag) {
   // the offer), or give up on READs from it.
   const auto verdict = n.health.on_completion(block.cause);
   if (verdict == rdma::PathHealth::Verdict::kUseTcp) return use_tcp(block.peer, n, "READs keep failing");
-  drop_queue_pairs(block.peer, n, /*report=*/true);
   make_queue_pairs(block.peer, n);
 }
 
@@ -545,10 +544,7 @@ void RdmaTransport::forget_version(const ManifestId& version) {
     const bool landing_here = std::any_of(blocks_.begin(), blocks_.end(), [&](const auto& b) {
       return b.second.peer == peer && b.second.header.version_id == version;
     });
-    if (landing_here && n.off_reason.empty()) {
-      drop_queue_pairs(peer, n, /*report=*/true);
-      make_queue_pairs(peer, n);
-    }
+    if (landing_here && n.off_reason.empty()) make_queue_pairs(peer, n);
   }
   served_.erase(version);   // returns once no READ copies from it
   landing_.erase(version);

@@ -157,8 +157,9 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   void on_session(const PeerId& peer, const rdma::RdmaMessage& message);
   void on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaMessage& offer);
   void on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version);
-  // New queue pairs for `n`, offered to it. False when the device refused
-  // (the neighbour then uses TCP).
+  // New queue pairs for `n`, offered to it; the old ones go first (their
+  // blocks are lost). False when the device refused (the neighbour then
+  // uses TCP).
   bool make_queue_pairs(const PeerId& peer, Neighbour& n);
   // Destroys `n`'s queue pairs (no READ of theirs lands after) and ends the
   // blocks in flight on them: lost (`report`) or silently (the link is gone).

@@ -6,14 +6,18 @@
 #  - a host without the swarm key sending garbage to every port, while a
 #    member serves corrupted shards;
 #  - a slow host (its link at 100 Mbit/s): the others must not wait for it
-#    (a swarm that waits for it takes near 10x S/B).
+#    (a swarm that waits for it takes near 10x S/B);
+#  - with softverbs preloaded (second argument, where RDMA is built): a
+#    chaos run whose payloads move by RDMA READ, one host on TCP only, and
+#    most fetched bytes must come by READ.
 # Every live host must end with a verified, byte-identical copy within the
 # bound. Skips (exit 77) where what the cluster needs cannot be made: a
 # network namespace, a veth pair into it, a TBF qdisc (not root, or a
 # container without those capabilities).
-# Usage: test_cluster_chaos.sh PATH/TO/tensorhub
+# Usage: test_cluster_chaos.sh PATH/TO/tensorhub [PATH/TO/libtensorhub_softverbs_preload.so]
 set -euo pipefail
 binary=$1
+softverbs=${2:-}
 here=$(cd "$(dirname "$0")" && pwd)
 runner=$here/../../bench/cluster/run-cluster
 probe() {
@@ -56,5 +60,14 @@ others_s=$(sed -n "s/.*the others' last \([0-9.]*\) s (.*/\1/p" <<<"$out")
 [[ -n $others_s && -n $slow_s ]] || { echo "FAIL: no result for the slow host or the others"; exit 1; }
 awk -v x="$others_s" -v s="$slow_s" 'BEGIN { exit !(x <= s / 3) }' ||
   { echo "FAIL: the others waited for the slow host: their last at ${others_s} s, the slow host's ${slow_s} s"; exit 1; }
+if [[ -n $softverbs ]]; then
+  out=$("$runner" --binary "$binary" --hosts 6 --size 64MiB --chaos 1 --softverbs "$softverbs" --no-rdma-host 4 \
+    --timeout 150)
+  echo "$out"
+  read_x=$(sed -n "s/.*, \([0-9.]*\) of the fetched bytes by RDMA READ.*/\1/p" <<<"$out")
+  [[ -n $read_x ]] || { echo "FAIL: no RDMA READ share in the softverbs run"; exit 1; }
+  # h4 fetches over TCP and killed hosts' counts go with them: most, not all.
+  awk -v x="$read_x" 'BEGIN { exit !(x >= 0.5) }' || { echo "FAIL: only ${read_x} of the bytes came by READ"; exit 1; }
+fi
 after=(/dev/shm/tensorhub-cluster-* /tmp/tensorhub-cluster-*)
 ((${#after[@]} <= ${#before[@]})) || { echo "FAIL: runs left working directories: ${after[*]}"; exit 1; }
