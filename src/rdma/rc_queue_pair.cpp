@@ -28,15 +28,33 @@ Result<std::unique_ptr<RcQueuePair>> RcQueuePair::create(VerbsNic& nic, std::uin
   ibv_qp* qp = ibv_create_qp(nic.pd(), &init);
   if (qp == nullptr) return refused(nic, "creating a queue pair", errno);
   std::unique_ptr<RcQueuePair> out(new RcQueuePair(nic, qp, psn & 0xffffff, settings));
+  TENSORHUB_RETURN_IF_ERROR(out->to_init());
+  return out;
+}
+
+Status RcQueuePair::to_init() {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
   attr.port_num = 1;
   attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;  // never REMOTE_WRITE
-  if (int rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS); rc != 0) {
-    return refused(nic, "moving a queue pair to INIT", rc);
+  if (int rc = ibv_modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS); rc != 0) {
+    return refused(nic_, "moving a queue pair to INIT", rc);
   }
-  return out;
+  return Status::ok();
+}
+
+Status RcQueuePair::reconnect(const OfferedNic& remote_nic, const OfferedQueuePair& remote) {
+  if (connected_ || failed_) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RESET;
+    if (int rc = ibv_modify_qp(qp_, &attr, IBV_QP_STATE); rc != 0) return refused(nic_, "resetting a queue pair", rc);
+    connected_ = false;
+    failed_ = false;
+    in_flight_ = 0;
+    TENSORHUB_RETURN_IF_ERROR(to_init());
+  }
+  return connect(remote_nic, remote);
 }
 
 RcQueuePair::~RcQueuePair() { ibv_destroy_qp(qp_); }

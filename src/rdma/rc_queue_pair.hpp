@@ -57,6 +57,10 @@ class RcQueuePair {
   // kInvalidArgument (the remote offers no read depth, or no MTU in
   // common); kUnavailable (the device refused a transition).
   Status connect(const OfferedNic& remote_nic, const OfferedQueuePair& remote);
+  // Connects anew, to another remote queue pair (the neighbour rebuilt
+  // its): through RESET, which discards the READs queued without
+  // completions (the caller forgets them), and INIT. Errors: as connect.
+  Status reconnect(const OfferedNic& remote_nic, const OfferedQueuePair& remote);
   bool connected() const { return connected_; }
   std::uint8_t read_depth() const { return read_depth_; }
   ibv_mtu path_mtu() const { return path_mtu_; }
@@ -76,6 +80,8 @@ class RcQueuePair {
  private:
   RcQueuePair(VerbsNic& nic, ibv_qp* qp, std::uint32_t psn, QueuePairSettings settings)
       : nic_(nic), qp_(qp), psn_(psn), settings_(settings) {}
+  // RESET (or a new queue pair) -> INIT, allowing remote READs only.
+  Status to_init();
 
   VerbsNic& nic_;
   ibv_qp* qp_;

@@ -92,13 +92,54 @@ bool RdmaTransport::make_queue_pairs(const PeerId& peer, Neighbour& n) {
     }
   }
   send_session(peer, rdma::RdmaMessage::offer(std::move(nics), std::move(offered)));
+  // The neighbour's queue pairs are where its last offer put them: ours
+  // connect to them at once; it reconnects its own to ours when our offer
+  // arrives, and says ready. An offer never answers an offer.
+  if (!n.their_offer) return true;
+  arm_ready_timer(peer, n);
+  return connect_to(peer, n, *n.their_offer);
+}
+
+void RdmaTransport::arm_ready_timer(const PeerId& peer, Neighbour& n) {
+  if (!n.ready_timer) n.ready_timer = std::make_shared<asio::steady_timer>(io_);
+  n.ready_timer->expires_after(kReadyLimit);
+  n.ready_timer->async_wait([this, peer, timer = std::weak_ptr<asio::steady_timer>(n.ready_timer)](std::error_code ec) {
+    if (ec || closed_ || timer.expired()) return;
+    auto it = neighbours_.find(peer);
+    if (it != neighbours_.end() && !it->second.they_ready && it->second.ready_timer == timer.lock()) {
+      use_tcp(peer, it->second, "no ready within the limit after its offer");
+    }
+  });
+}
+
+bool RdmaTransport::connect_to(const PeerId& peer, Neighbour& n, const rdma::RdmaMessage& offer) {
+  end_blocks(peer, n, /*report=*/true);  // READs queued on a queue pair being reset go without completions
+  const std::size_t pairs = std::min(n.qps.size(), offer.queue_pairs.size());
+  n.qps.resize(pairs);
+  n.qp_nic.resize(pairs);
+  n.their_qp_nic.clear();
+  n.their_nics = offer.nics.size();
+  for (std::size_t k = 0; k < pairs; ++k) {
+    const rdma::OfferedQueuePair& theirs = offer.queue_pairs[k];
+    if (Status s = n.qps[k]->reconnect(offer.nics[theirs.nic], theirs); !s.is_ok()) {
+      use_tcp(peer, n, s.message());
+      return false;
+    }
+    n.their_qp_nic.push_back(theirs.nic);
+  }
+  n.connected = pairs > 0;
+  send_session(peer, rdma::RdmaMessage::ready());
   return true;
 }
 
 void RdmaTransport::drop_queue_pairs(const PeerId& peer, Neighbour& n, bool report) {
+  end_blocks(peer, n, report);
   n.qps.clear();  // destroyed: their READs are over, landed or not
   n.connected = false;
   n.they_ready = false;
+}
+
+void RdmaTransport::end_blocks(const PeerId& peer, Neighbour& n, bool report) {
   std::vector<swarm::SwarmMessage> lost;
   for (auto it = blocks_.begin(); it != blocks_.end();) {
     if (it->second.peer != peer) {
@@ -202,6 +243,7 @@ void RdmaTransport::on_session(const PeerId& peer, const rdma::RdmaMessage& m) {
     case rdma::RdmaMessageKind::kOffer: return on_offer(peer, n, m);
     case rdma::RdmaMessageKind::kReady:
       n.they_ready = true;
+      if (n.ready_timer) n.ready_timer->cancel();
       return pump(peer, n);
     case rdma::RdmaMessageKind::kAskGrant: return on_ask_grant(peer, n, m.version);
     case rdma::RdmaMessageKind::kGrant: {
@@ -231,27 +273,13 @@ void RdmaTransport::on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaM
   while (!n.offers.empty() && now - n.offers.front() > std::chrono::minutes(1)) n.offers.pop_front();
   n.offers.push_back(now);
   if (n.offers.size() > kMaxOffersPerMinute) return use_tcp(peer, n, "too many offers");
-  // An offer while ours are connected: the neighbour rebuilt its queue
-  // pairs. Ours are rebuilt too and offered back; that offer finds the
-  // neighbour's fresh queue pairs unconnected and only connects them.
-  if (n.connected && !make_queue_pairs(peer, n)) return;
-  if (n.qps.empty()) return;
-  const std::size_t pairs = std::min(n.qps.size(), offer.queue_pairs.size());
-  n.qps.resize(pairs);
-  n.qp_nic.resize(pairs);
-  n.their_qp_nic.clear();
-  n.their_nics = offer.nics.size();
-  for (std::size_t k = 0; k < pairs; ++k) {
-    const rdma::OfferedQueuePair& theirs = offer.queue_pairs[k];
-    if (Status s = n.qps[k]->connect(offer.nics[theirs.nic], theirs); !s.is_ok()) {
-      use_tcp(peer, n, s.message());
-      return;
-    }
-    n.their_qp_nic.push_back(theirs.nic);
-  }
-  n.connected = true;
+  // The neighbour's queue pairs are new (at link open, or rebuilt after a
+  // failure): ours reconnect to them; its ready follows its offer.
+  n.their_offer = offer;
   n.offered = true;
-  send_session(peer, rdma::RdmaMessage::ready());
+  n.they_ready = false;
+  arm_ready_timer(peer, n);
+  if (n.qps.empty() || !connect_to(peer, n, offer)) return;
   pump(peer, n);
 }
 

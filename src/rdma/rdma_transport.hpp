@@ -56,6 +56,8 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   // uses TCP (queue pairs are costly to make; a member may not make us
   // churn them).
   static constexpr std::size_t kMaxOffersPerMinute = 20;
+  // A neighbour says ready this soon after its offer, or uses TCP.
+  static constexpr std::chrono::seconds kReadyLimit{3};
 
   // Opens every NIC with an active port; null, with the reason in `note`,
   // when there is none. `up` hears what the neighbours send, as from TCP.
@@ -115,6 +117,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
     std::size_t their_nics = 0;                           // NICs in their latest offer: rkeys per grant region
     bool connected = false;                               // ours are in RTS, towards their latest offer
     bool offered = false;                                 // it offered queue pairs: it reads and serves by RDMA
+    std::optional<rdma::RdmaMessage> their_offer;         // its latest: where its queue pairs are
     bool they_ready = false;
     std::string off_reason;  // non-empty: this neighbour uses TCP only, and why
     rdma::PathHealth health;
@@ -132,6 +135,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
     std::set<ManifestId> granted;             // ours, to it
     std::uint64_t reads = 0, bytes = 0, failed_reads = 0;
     std::deque<std::chrono::steady_clock::time_point> offers;  // in the last minute
+    std::shared_ptr<asio::steady_timer> ready_timer;           // armed from its offer until its ready
   };
   struct Block {
     PeerId peer;
@@ -161,10 +165,18 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   // blocks are lost). False when the device refused (the neighbour then
   // uses TCP).
   bool make_queue_pairs(const PeerId& peer, Neighbour& n);
+  // Connects (or reconnects, through RESET) our queue pairs to `offer`'s,
+  // pairwise, and says ready. False when the device refused (then TCP).
+  bool connect_to(const PeerId& peer, Neighbour& n, const rdma::RdmaMessage& offer);
   // Destroys `n`'s queue pairs (no READ of theirs lands after) and ends the
   // blocks in flight on them: lost (`report`) or silently (the link is gone).
   void drop_queue_pairs(const PeerId& peer, Neighbour& n, bool report);
+  // Ends `n`'s blocks in flight, as drop_queue_pairs, keeping the queue pairs.
+  void end_blocks(const PeerId& peer, Neighbour& n, bool report);
   void use_tcp(const PeerId& peer, Neighbour& n, const std::string& why);
+  // The neighbour's ready must come within kReadyLimit (its offer was
+  // received, or ours went to it), else it uses TCP.
+  void arm_ready_timer(const PeerId& peer, Neighbour& n);
   // Tells the peer, on a later turn of the I/O thread, that these pieces are lost.
   void report_lost(const PeerId& peer, std::vector<swarm::SwarmMessage> lost);
   bool reading(const Neighbour& n) const;

@@ -157,6 +157,45 @@ TEST_CASE("rdma transport: two NICs, three queue pairs each: every block lands, 
   CHECK(softverbs_get_stats().depth_exceeded == 0);
 }
 
+TEST_CASE("rdma transport: a failure with READs in flight rebuilds the session once, and READs go on") {
+  Pair p;
+  softverbs_set_read_delay_us(2000);
+  softverbs_fail_next_reads(1, IBV_WC_RETRY_EXC_ERR);
+  for (std::uint32_t i = 0; i < 8; ++i) p.request(i);
+  p.settle();
+  softverbs_set_read_delay_us(0);
+  // The first READ failed; the queue pair's others were in flight: all lost.
+  CHECK(p.a_up.stored.size() + p.a_up.lost.size() == 8);
+  CHECK(p.a_up.lost.size() >= 1);
+  // a's new queue pairs connected to b's; b reconnected its own to a's
+  // offer and said ready. No offer answered another (nothing ping-ponged).
+  CHECK(p.a_state() == "reading");
+  CHECK(p.b->status().neighbours.at(0).state == "reading");
+  const std::size_t stored = p.a_up.stored.size();
+  for (std::uint32_t i = 8; i < 16; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == stored + 8);  // READs go on
+}
+
+TEST_CASE("rdma transport: a neighbour whose offer is not followed by its ready within the limit goes to TCP") {
+  Pair p;
+  rdma::OfferedNic nic;
+  nic.mtu = 5;
+  nic.responder_depth = nic.requester_depth = 16;
+  // An offer b never sent (as from a broken or hostile neighbour): a
+  // connects to it and waits for b's ready, which never comes.
+  p.a->on_message(p.b_id, swarm::SwarmMessage::with_bytes(swarm::MessageType::kTransport, ManifestId{},
+                                                          rdma::encode_rdma_message(rdma::RdmaMessage::offer({nic}, {{0, 0x100, 1}}))));
+  p.request(0);  // held for the session
+  CHECK(p.a_wire.requests.empty());
+  const auto deadline = std::chrono::steady_clock::now() + RdmaTransport::kReadyLimit + std::chrono::seconds(2);
+  while (p.a_state() != "tcp (no ready within the limit after its offer)" && std::chrono::steady_clock::now() < deadline) {
+    p.settle(10);
+  }
+  CHECK(p.a_state() == "tcp (no ready within the limit after its offer)");
+  CHECK(p.a_wire.requests.size() == 1);  // the held request went over TCP
+}
+
 TEST_CASE("rdma transport: a port error moves every neighbour to TCP") {
   Pair p;
   softverbs_post_async_event(0, IBV_EVENT_PORT_ERR);  // both transports' NIC 0 (one process)

@@ -829,12 +829,19 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   FakeQp* q = qp_of(qp);
   FakeContext* c = q->owner;
   SharedQp& s = own_table()->qps[q->slot];
-  std::lock_guard lock(c->mutex);
+  std::unique_lock lock(c->mutex);
   if ((mask & IBV_QP_STATE) == 0) return EINVAL;
   const ibv_qp_state to = attr->qp_state;
   if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
     if (mask != IBV_QP_STATE) return EINVAL;
-    if (to == IBV_QPS_RESET) q->sq.clear();
+    if (to == IBV_QPS_RESET) {
+      // As on hardware: a READ being copied finishes first; the queued ones
+      // are gone without completions.
+      c->cv.wait(lock, [&] { return c->executing != q; });
+      q->outstanding -= static_cast<std::uint32_t>(std::min<std::size_t>(q->outstanding, q->sq.size()));
+      q->sq.clear();
+      q->max_rd_atomic = 0;
+    }
     set_shared_state(q, to);
     return 0;
   }
