@@ -100,6 +100,9 @@ std::string PeerEngine::status_json() const {
   j["rdma"] = {{"nics", rdma.nics},
                {"note", rdma_note_},
                {"grants_given", rdma.grants_given},
+               {"reads", rdma.reads},
+               {"bytes_read", rdma.bytes_read},
+               {"failed_reads", rdma.failed_reads},
                {"neighbours", std::move(rdma_neighbours)}};
   j["host_mates"] = {{"channel", mates_ != nullptr},
                      {"shards_copied", mate_shards_copied_},

@@ -37,6 +37,8 @@ struct RdmaStatus {
   };
   std::vector<Neighbour> neighbours;
   std::uint64_t grants_given = 0;
+  // Since start, over every neighbour (those gone too).
+  std::uint64_t reads = 0, bytes_read = 0, failed_reads = 0;
 };
 
 }  // namespace tensorhub::peer

@@ -543,6 +543,8 @@ void RdmaTransport::finish_block(std::uint64_t tag) {
   if (!block.failed) {
     ++n.reads;
     n.bytes += block.header.length;
+    ++reads_done_;
+    bytes_read_ += block.header.length;
     n.health.on_completion(rdma::ReadFailure::kNone);
     up_.on_piece(block.peer, block.header, true);
     return;
@@ -550,6 +552,7 @@ void RdmaTransport::finish_block(std::uint64_t tag) {
   report_lost(block.peer, {block.header});
   if (block.cause == rdma::ReadFailure::kFlushed) return;  // the first error decides
   ++n.failed_reads;
+  ++reads_failed_;
   TH_LOG_WARN(kLog, "a READ from " << short_name(block.peer) << " failed (" << rdma::read_failure_name(block.cause) << ")");
   if (block.cause == rdma::ReadFailure::kOtherHolder) n.refused.insert(block.header.version_id);
   // The queue pair is in ERR: rebuild the neighbour's (both sides do, by
@@ -593,6 +596,9 @@ RdmaStatus RdmaTransport::status() const {
     s.neighbours.push_back(std::move(out));
   }
   s.grants_given = grants_given_;
+  s.reads = reads_done_;
+  s.bytes_read = bytes_read_;
+  s.failed_reads = reads_failed_;
   return s;
 }
 

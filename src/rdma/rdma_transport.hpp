@@ -212,6 +212,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   std::map<std::uint64_t, Read> reads_;  // by work request id
   std::uint64_t next_tag_ = 1, next_wr_ = 1;
   std::uint64_t grants_given_ = 0;
+  std::uint64_t reads_done_ = 0, bytes_read_ = 0, reads_failed_ = 0;  // since start
   std::vector<ibv_wc> completions_;  // reused
   bool closed_ = false;
 };

@@ -8,8 +8,8 @@
 #  - a slow host (its link at 100 Mbit/s): the others must not wait for it
 #    (a swarm that waits for it takes near 10x S/B);
 #  - with softverbs preloaded (second argument, where RDMA is built): a
-#    chaos run whose payloads move by RDMA READ, one host on TCP only, and
-#    most fetched bytes must come by READ.
+#    chaos run whose payloads move by RDMA READ, one host (h4) on TCP only:
+#    the other workers fetch everything by READ (3 of 4 workers: 0.75).
 # Every live host must end with a verified, byte-identical copy within the
 # bound. Skips (exit 77) where what the cluster needs cannot be made: a
 # network namespace, a veth pair into it, a TBF qdisc (not root, or a
@@ -66,8 +66,7 @@ if [[ -n $softverbs ]]; then
   echo "$out"
   read_x=$(sed -n "s/.*, \([0-9.]*\) of the fetched bytes by RDMA READ.*/\1/p" <<<"$out")
   [[ -n $read_x ]] || { echo "FAIL: no RDMA READ share in the softverbs run"; exit 1; }
-  # h4 fetches over TCP and killed hosts' counts go with them: most, not all.
-  awk -v x="$read_x" 'BEGIN { exit !(x >= 0.5) }' || { echo "FAIL: only ${read_x} of the bytes came by READ"; exit 1; }
+  awk -v x="$read_x" 'BEGIN { exit !(x >= 0.7) }' || { echo "FAIL: only ${read_x} of the bytes came by READ"; exit 1; }
 fi
 after=(/dev/shm/tensorhub-cluster-* /tmp/tensorhub-cluster-*)
 ((${#after[@]} <= ${#before[@]})) || { echo "FAIL: runs left working directories: ${after[*]}"; exit 1; }
