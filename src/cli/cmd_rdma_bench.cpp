@@ -136,6 +136,14 @@ Status connect_pairwise(std::vector<std::unique_ptr<rdma::RcQueuePair>>& qps, co
   return Status::ok();
 }
 
+// Every NIC with an active port; none (after saying why) when there is none.
+std::vector<std::unique_ptr<rdma::VerbsNic>> open_nics_or_say() {
+  std::string note;
+  auto nics = rdma::VerbsNic::open_active(note);
+  if (nics.empty()) std::fprintf(stderr, "error: %s\n", note.c_str());
+  return nics;
+}
+
 int serve(const BenchArgs& a) {
   auto size = core::parse_byte_size(a.size);
   auto at = core::parse_host_port(a.serve);
@@ -143,12 +151,8 @@ int serve(const BenchArgs& a) {
     std::fprintf(stderr, "error: --serve IP:PORT and a --size above 0 are needed\n");
     return kExitError;
   }
-  std::string note;
-  auto nics = rdma::VerbsNic::open_active(note);
-  if (nics.empty()) {
-    std::fprintf(stderr, "error: %s\n", note.c_str());
-    return kExitError;
-  }
+  auto nics = open_nics_or_say();
+  if (nics.empty()) return kExitError;
   Buffer buffer(*size);
   if (buffer.data == nullptr) {
     std::fprintf(stderr, "error: cannot map %s\n", a.size.c_str());
@@ -204,12 +208,8 @@ int connect_and_read(const BenchArgs& a) {
     std::fprintf(stderr, "error: --connect IP:PORT, --block of 1 B to 1 GiB, --qps of 1 to 16, --seconds above 0\n");
     return kExitError;
   }
-  std::string note;
-  auto nics = rdma::VerbsNic::open_active(note);
-  if (nics.empty()) {
-    std::fprintf(stderr, "error: %s\n", note.c_str());
-    return kExitError;
-  }
+  auto nics = open_nics_or_say();
+  if (nics.empty()) return kExitError;
   std::vector<std::unique_ptr<rdma::RcQueuePair>> qps;
   std::vector<std::size_t> qp_nic;
   rdma::RdmaMessage offer;

@@ -15,10 +15,14 @@
 // a version in memory RDMA cannot reach here or there, a path that failed)
 // go over TCP, unchanged.
 //
-// A READ that fails leaves its queue pair in ERR: the neighbour's queue
-// pairs are rebuilt and offered again (PathHealth: twice in a row at
-// most), then the neighbour uses TCP until its link is made again. Every
-// neighbour moves to TCP on a port error or a fatal device event.
+// A READ that fails leaves its queue pair in ERR: this side makes new
+// queue pairs, connects them at once to the neighbour's last offer and
+// offers them; the neighbour reconnects its own (through RESET, same
+// numbers) and says ready. An offer never answers an offer. Twice in a row
+// at most (PathHealth), then the neighbour uses TCP until its link is made
+// again; so does a neighbour whose ready does not follow within
+// kReadyLimit. Every neighbour moves to TCP on a port error or a fatal
+// device event.
 //
 // Runs on the I/O thread, like the engine that drives it.
 #pragma once

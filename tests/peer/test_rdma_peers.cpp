@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "softverbs/softverbs.h"
 #include "support/gossip_network.hpp"
@@ -64,17 +65,32 @@ std::uint64_t bytes_served(const Peer& peer) {
   return sent;
 }
 
+// A publisher (key `first`) with a version of `bytes`, and a worker that
+// knows its head; softverbs gives each one NIC.
+struct Published {
+  std::unique_ptr<Peer> publisher, worker;
+  std::vector<std::byte> image;
+  std::optional<PublishHandle> handle;
+  Published(std::uint64_t first, std::uint64_t bytes) {
+    softverbs_configure(1);
+    softverbs_reset_stats();
+    publisher = start(first, first, {});
+    worker = start(first + 1, first, {publisher->gossip_address()});
+    image = small_model(first, bytes);
+    auto h = publisher->publish("policy", image, tensors_of(image));
+    REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
+    handle.emplace(std::move(*h));
+    REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  }
+};
+
 }  // namespace
 
 TEST_CASE("rdma peers: a fetch moves every block by READ, and the holder sends no payload") {
-  softverbs_configure(1);
-  softverbs_reset_stats();
-  auto publisher = start(700, 700, {});
-  auto worker = start(701, 700, {publisher->gossip_address()});
-  auto image = small_model(31, 3u << 20);
-  auto handle = publisher->publish("policy", image, tensors_of(image));
-  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
-  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  Published p(700, 3u << 20);
+  auto& publisher = p.publisher;
+  auto& worker = p.worker;
+  const auto& image = p.image;
   const std::uint64_t control_before = bytes_served(*publisher);
   auto fetch = worker->fetch("policy", 0);
   REQUIRE(fetch.is_ok());
@@ -94,14 +110,10 @@ TEST_CASE("rdma peers: a fetch moves every block by READ, and the holder sends n
 }
 
 TEST_CASE("rdma peers: failed READs are asked for again and the fetch still verifies") {
-  softverbs_configure(1);
-  softverbs_reset_stats();
-  auto publisher = start(710, 710, {});
-  auto worker = start(711, 710, {publisher->gossip_address()});
-  auto image = small_model(32, 2u << 20);
-  auto handle = publisher->publish("policy", image, tensors_of(image));
-  REQUIRE(handle.is_ok());
-  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  Published p(710, 2u << 20);
+  auto& publisher = p.publisher;
+  auto& worker = p.worker;
+  const auto& image = p.image;
   softverbs_fail_next_reads(2, IBV_WC_RETRY_EXC_ERR);  // the path gives up twice: queue pairs rebuilt twice
   auto fetch = worker->fetch("policy", 0);
   REQUIRE(fetch.is_ok());
