@@ -97,7 +97,11 @@ std::string PeerEngine::status_json() const {
                                {"failed_reads", n.failed_reads},
                                {"grants", n.grants}});
   }
-  j["rdma"] = {{"nics", rdma.nics},
+  nlohmann::ordered_json rdma_nics = nlohmann::ordered_json::array();
+  for (const auto& nic : rdma.nics) {
+    rdma_nics.push_back({{"name", nic.name}, {"preferred", nic.preferred}, {"bytes_read", nic.bytes_read}});
+  }
+  j["rdma"] = {{"nics", std::move(rdma_nics)},
                {"note", rdma_note_},
                {"grants_given", rdma.grants_given},
                {"reads", rdma.reads},

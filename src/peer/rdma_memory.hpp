@@ -28,7 +28,12 @@ class RdmaMemory {
 
 // What status shows of the transport.
 struct RdmaStatus {
-  std::vector<std::string> nics;
+  struct Nic {
+    std::string name;
+    bool preferred = false;      // blocks are striped over the preferred NICs
+    std::uint64_t bytes_read = 0;
+  };
+  std::vector<Nic> nics;
   struct Neighbour {
     PeerId peer;
     std::string state;  // "reading", "connecting", "tcp (why)"

@@ -1,12 +1,14 @@
 #include "rdma/rdma_transport.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 #include "core/entropy.hpp"
 #include "core/log.hpp"
+#include "rdma/nic_affinity.hpp"
 #include "rdma/read_plan.hpp"
 
 namespace tensorhub::rdma {
@@ -19,16 +21,34 @@ std::string short_name(const PeerId& peer) { return peer.short_hex(); }
 }  // namespace
 
 std::unique_ptr<RdmaTransport> RdmaTransport::open(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                                                   std::string& note, std::size_t queue_pairs) {
+                                                   std::string& note, std::size_t queue_pairs, NicChoice choice) {
   auto nics = rdma::VerbsNic::open_active(note);
   if (nics.empty()) return nullptr;
-  return std::unique_ptr<RdmaTransport>(new RdmaTransport(io, up, memory, std::move(nics), queue_pairs));
+  return std::unique_ptr<RdmaTransport>(new RdmaTransport(io, up, memory, std::move(nics), queue_pairs, choice));
 }
 
 RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                             std::vector<std::unique_ptr<rdma::VerbsNic>> nics, std::size_t queue_pairs)
+                             std::vector<std::unique_ptr<rdma::VerbsNic>> nics, std::size_t queue_pairs,
+                             const NicChoice& choice)
     : io_(io), queue_pairs_per_nic_(queue_pairs), up_(up), memory_(memory), nics_(std::move(nics)) {
   for (auto& nic : nics_) nic_list_.push_back(nic.get());
+  // The NICs nearest the memory carry the READs.
+  NicPlace memory_place;
+  memory_place.numa_node = choice.memory_node;
+  if (memory_place.numa_node < 0) {
+    unsigned cpu = 0, node = 0;
+    if (::getcpu(&cpu, &node) == 0) memory_place.numa_node = static_cast<int>(node);
+  }
+  std::vector<NicPlace> places;
+  for (auto& nic : nics_) places.push_back(nic_place(choice.sysfs_root, nic->name()));
+  const NicRanking ranked = rank_nics(places, memory_place);
+  preferred_.assign(nics_.size(), false);
+  nic_bytes_.assign(nics_.size(), 0);
+  for (std::size_t r = 0; r < ranked.preferred; ++r) {
+    for (std::size_t i = 0; i < nics_.size(); ++i) {
+      if (nics_[i]->name() == ranked.nics[r].name) preferred_[i] = true;
+    }
+  }
   watches_.resize(nics_.size());
   for (std::size_t i = 0; i < nics_.size(); ++i) {
     // Duplicates: the descriptors close their own, the NICs theirs.
@@ -39,7 +59,7 @@ RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemo
     watches_[i].events = std::make_unique<asio::posix::stream_descriptor>(io_, events);
     watch(i);
     watch_events(i);
-    TH_LOG_INFO(kLog, "RDMA READs over " << nics_[i]->name());
+    TH_LOG_INFO(kLog, "RDMA READs over " << nics_[i]->name() << (preferred_[i] ? "" : " (not near the memory: unused)"));
   }
 }
 
@@ -368,13 +388,15 @@ void RdmaTransport::pump(const PeerId& peer, Neighbour& n) {
     spare[k] = n.qps[k]->credits() > pledged ? n.qps[k]->credits() - pledged : 0;
   }
   while (!n.waiting.empty()) {
-    // The queue pair with the most to spare, NICs taken in turn on ties.
-    std::size_t best = 0;
+    // The queue pair with the most to spare on a NIC near the memory, NICs
+    // taken in turn on ties.
+    std::size_t best = n.qps.size();
     for (std::size_t i = 0; i < n.qps.size(); ++i) {
       const std::size_t k = (n.next_qp + i) % n.qps.size();
-      if (i == 0 || spare[k] > spare[best]) best = k;
+      if (!preferred_[n.qp_nic[k]]) continue;
+      if (best == n.qps.size() || spare[k] > spare[best]) best = k;
     }
-    if (spare[best] == 0) break;
+    if (best == n.qps.size() || spare[best] == 0) break;
     n.next_qp = (best + 1) % n.qps.size();
     swarm::SwarmMessage request = std::move(n.waiting.front());
     n.waiting.pop_front();
@@ -545,6 +567,7 @@ void RdmaTransport::finish_block(std::uint64_t tag) {
     n.bytes += block.header.length;
     ++reads_done_;
     bytes_read_ += block.header.length;
+    if (block.qp < n.qp_nic.size()) nic_bytes_[n.qp_nic[block.qp]] += block.header.length;
     n.health.on_completion(rdma::ReadFailure::kNone);
     up_.on_piece(block.peer, block.header, true);
     return;
@@ -584,7 +607,7 @@ void RdmaTransport::forget_version(const ManifestId& version) {
 
 RdmaStatus RdmaTransport::status() const {
   RdmaStatus s;
-  for (const auto& nic : nics_) s.nics.push_back(nic->name());
+  for (std::size_t i = 0; i < nics_.size(); ++i) s.nics.push_back({nics_[i]->name(), preferred_[i], nic_bytes_[i]});
   for (const auto& [peer, n] : neighbours_) {
     RdmaStatus::Neighbour out;
     out.peer = peer;

@@ -53,6 +53,14 @@ using peer::RdmaMemory;
 using peer::RdmaStatus;
 using peer::TransportEvents;
 
+// Which NICs carry the READs: those nearest the memory (nic_affinity.hpp).
+struct NicChoice {
+  std::string sysfs_root = "/sys";
+  // The NUMA node of the memory READs land in; -1: the node of the CPU
+  // the transport starts on (the peer's buffers are mostly there).
+  int memory_node = -1;
+};
+
 class RdmaTransport final : public DataTransport, public TransportEvents {
  public:
   static constexpr std::size_t kMaxQueuePairsPerNic = 16;
@@ -67,8 +75,10 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   // when there is none. `up` hears what the neighbours send, as from TCP.
   // `queue_pairs`: per local NIC to each neighbour. REQUIRES: 1 to
   // kMaxQueuePairsPerNic.
+  // Blocks are striped over the NICs `choice` ranks best (all of them when
+  // their places are unknown).
   static std::unique_ptr<RdmaTransport> open(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                                             std::string& note, std::size_t queue_pairs = 2);
+                                             std::string& note, std::size_t queue_pairs = 2, NicChoice choice = {});
   ~RdmaTransport() override;
 
   // REQUIRES: once, before any other call; `tcp` reports to this transport.
@@ -159,7 +169,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   };
 
   RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
-                std::vector<std::unique_ptr<rdma::VerbsNic>> nics, std::size_t queue_pairs);
+                std::vector<std::unique_ptr<rdma::VerbsNic>> nics, std::size_t queue_pairs, const NicChoice& choice);
 
   void send_session(const PeerId& peer, const rdma::RdmaMessage& message);
   void on_session(const PeerId& peer, const rdma::RdmaMessage& message);
@@ -208,6 +218,8 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   DataTransport* tcp_ = nullptr;
   std::vector<std::unique_ptr<rdma::VerbsNic>> nics_;
   std::vector<rdma::VerbsNic*> nic_list_;
+  std::vector<bool> preferred_;             // by NIC: READs go through its queue pairs
+  std::vector<std::uint64_t> nic_bytes_;    // by NIC: READ since start
   std::vector<NicWatch> watches_;
   std::map<PeerId, Neighbour> neighbours_;
   std::map<ManifestId, rdma::RegisteredRegions> served_, landing_;

@@ -35,7 +35,7 @@ SIZE_MIB = 32
 def rdma_of(swarm, name):
     s = swarm.status(name)["rdma"]
     return {
-        "nics": s["nics"],
+        "nics": [n["name"] for n in s["nics"]],
         "note": s["note"],
         "reads": sum(n["reads"] for n in s["neighbours"]),
         "bytes": sum(n["bytes"] for n in s["neighbours"]),

@@ -4,13 +4,17 @@
 #include <doctest/doctest.h>
 
 #include <asio.hpp>
+#include <filesystem>
+#include <fstream>
 
 #include "rdma/rdma_transport.hpp"
 #include "rdma/rdma_wire.hpp"
 #include "softverbs/softverbs.h"
+#include "support/temp_dir.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::peer;
+using tensorhub::rdma::NicChoice;
 using tensorhub::rdma::RdmaTransport;
 
 namespace {
@@ -88,7 +92,7 @@ struct Pair {
   RdmaTransport* a_ptr = nullptr;
   RdmaTransport* b_ptr = nullptr;
 
-  explicit Pair(int nics = 1, std::size_t queue_pairs = 2) {
+  explicit Pair(int nics = 1, std::size_t queue_pairs = 2, NicChoice choice = {}) {
     softverbs_configure(nics);
     softverbs_set_read_delay_us(0);
     softverbs_fail_next_reads(0, 0);
@@ -99,8 +103,8 @@ struct Pair {
     a_mem.landing.resize(b_mem.image.size());
     a_up.landing = a_mem.landing;
     std::string note;
-    a = RdmaTransport::open(io, a_up, a_mem, note, queue_pairs);
-    b = RdmaTransport::open(io, b_up, b_mem, note, queue_pairs);
+    a = RdmaTransport::open(io, a_up, a_mem, note, queue_pairs, choice);
+    b = RdmaTransport::open(io, b_up, b_mem, note, queue_pairs, choice);
     REQUIRE_MESSAGE(a != nullptr, note);
     REQUIRE(b != nullptr);
     a_ptr = a.get();
@@ -194,6 +198,36 @@ TEST_CASE("rdma transport: a neighbour whose offer is not followed by its ready 
   }
   CHECK(p.a_state() == "tcp (no ready within the limit after its offer)");
   CHECK(p.a_wire.requests.size() == 1);  // the held request went over TCP
+}
+
+TEST_CASE("rdma transport: blocks go through the NICs nearest the memory") {
+  // A fake sysfs: softverbs0 on NUMA node 0, softverbs1 on node 1.
+  testing::TempDir dir;
+  for (int i = 0; i < 2; ++i) {
+    const auto device = dir.path() / "devices" / ("pci0000:0" + std::to_string(i)) / "0000:01:00.0";
+    std::filesystem::create_directories(device);
+    std::ofstream(device / "numa_node") << i << "\n";
+    const auto cls = dir.path() / "class" / "infiniband" / ("softverbs" + std::to_string(i));
+    std::filesystem::create_directories(cls);
+    std::filesystem::create_directory_symlink(device, cls / "device");
+  }
+  Pair p(2, 2, NicChoice{dir.path().string(), /*memory_node=*/1});
+  for (std::uint32_t i = 0; i < 32; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == 32);
+  const RdmaStatus s = p.a->status();
+  REQUIRE(s.nics.size() == 2);
+  CHECK_FALSE(s.nics[0].preferred);
+  CHECK(s.nics[1].preferred);
+  CHECK(s.nics[0].bytes_read == 0);
+  CHECK(s.nics[1].bytes_read == 32 * 4096);
+  // Without places, every NIC carries blocks.
+  Pair q(2, 2);
+  for (std::uint32_t i = 0; i < 32; ++i) q.request(i);
+  q.settle();
+  const RdmaStatus t = q.a->status();
+  CHECK(t.nics[0].bytes_read > 0);
+  CHECK(t.nics[1].bytes_read > 0);
 }
 
 TEST_CASE("rdma transport: a port error moves every neighbour to TCP") {
