@@ -552,23 +552,34 @@ RdmaStatus PeerEngine::rdma_status() const {
   return RdmaStatus{};
 }
 
-std::optional<std::vector<std::span<std::byte>>> PeerEngine::served_regions(const ManifestId& version) {
+std::shared_ptr<void> PeerEngine::keep_version(const std::shared_ptr<LocalVersion>& v) {
+  std::shared_ptr<Lease> lease = lease_of(v);
+  ++lease->uses;
+  // The use ends on the I/O thread, wherever the last holder drops it (and
+  // not at all once the engine is gone: nothing waits on the lease then).
+  return std::shared_ptr<void>(nullptr, [io = &io_, alive = std::weak_ptr<int>(alive_), lease](void*) {
+    if (alive.lock()) asio::post(*io, [lease] { lease->end_use(); });
+  });
+}
+
+std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version) {
   auto v = core_->find(version);
   if (!v || !v->served() || !v->domain->host_accessible() || v->memory.empty()) return std::nullopt;
-  std::vector<std::span<std::byte>> out;
+  HeldRegions out;
   // Registered for remote reads only: nothing writes through these.
-  for (const auto& r : v->memory.regions()) out.emplace_back(const_cast<std::byte*>(r.data()), r.size());
+  for (const auto& r : v->memory.regions()) out.regions.emplace_back(const_cast<std::byte*>(r.data()), r.size());
+  out.keep = keep_version(v);
   return out;
 }
 
-std::optional<std::vector<std::span<std::byte>>> PeerEngine::landing_regions(const ManifestId& version) {
+std::optional<HeldRegions> PeerEngine::landing_regions(const ManifestId& version) {
   auto v = core_->find(version);
   if (!v || !v->domain->host_accessible() || v->destination.empty()) return std::nullopt;
   {
     std::lock_guard lock(v->mutex);
     if (v->state != VersionState::kFetching) return std::nullopt;
   }
-  return v->destination.regions();
+  return HeldRegions{v->destination.regions(), keep_version(v)};
 }
 
 void PeerEngine::on_connected(const PeerId& peer) {

@@ -119,8 +119,11 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   DataTransport& transport_for(const PeerId& peer);
   RdmaStatus rdma_status() const;
   // RdmaMemory: versions in host memory, for READs.
-  std::optional<std::vector<std::span<std::byte>>> served_regions(const ManifestId& version) override;
-  std::optional<std::vector<std::span<std::byte>>> landing_regions(const ManifestId& version) override;
+  std::optional<HeldRegions> served_regions(const ManifestId& version) override;
+  std::optional<HeldRegions> landing_regions(const ManifestId& version) override;
+  void run_off_thread(std::function<void()> job) override { pool_.submit(std::move(job)); }
+  // Holds a use of `v`'s lease (its memory is not released) until dropped.
+  std::shared_ptr<void> keep_version(const std::shared_ptr<LocalVersion>& v);
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
   void serve_piece(const swarm::ServePiece& serve);
   // Serves a piece from a copy of its bytes, made on the pool: from memory
@@ -241,6 +244,9 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   std::uint64_t mate_bytes_copied_ = 0;
   std::uint64_t mate_sessions_served_ = 0;  // versions shared with host mates
   std::optional<CudaDevices> gpus_;  // probed once at start; empty until the probe ends
+  // Alive as long as the engine: what keep_version hands out posts to the
+  // I/O thread only while it is.
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   core::WorkPool pool_;  // last: its jobs finish before the rest goes
 };
 

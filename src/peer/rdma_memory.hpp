@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -14,6 +16,14 @@
 
 namespace tensorhub::peer {
 
+// A version's memory for registration, and what keeps it from being
+// released while it is registered off the I/O thread (drop `keep` on any
+// thread).
+struct HeldRegions {
+  std::vector<std::span<std::byte>> regions;
+  std::shared_ptr<void> keep;
+};
+
 // What the RDMA transport asks of the peer about versions' memory.
 class RdmaMemory {
  public:
@@ -21,9 +31,11 @@ class RdmaMemory {
   // The host memory of `version` as this peer serves it; nothing when it
   // holds no such version, does not serve it, or keeps it where the NICs
   // cannot reach (GPU memory: not yet).
-  virtual std::optional<std::vector<std::span<std::byte>>> served_regions(const ManifestId& version) = 0;
+  virtual std::optional<HeldRegions> served_regions(const ManifestId& version) = 0;
   // The host memory a fetch of `version` lands in; nothing as above.
-  virtual std::optional<std::vector<std::span<std::byte>>> landing_regions(const ManifestId& version) = 0;
+  virtual std::optional<HeldRegions> landing_regions(const ManifestId& version) = 0;
+  // Runs `job` off the I/O thread (registering tens of GB pins them: seconds).
+  virtual void run_off_thread(std::function<void()> job) = 0;
 };
 
 // What status shows of the transport.

@@ -80,6 +80,8 @@ void RdmaTransport::close() {
   reads_.clear();
   served_.clear();
   landing_.clear();
+  registering_.clear();
+  alive_.reset();
   watches_.clear();
   nic_list_.clear();
   nics_.clear();
@@ -200,12 +202,15 @@ void RdmaTransport::release_held(const PeerId& peer, Neighbour& n) {
   if (!reading(n)) return;
   for (auto it = n.held.begin(); it != n.held.end();) {
     const ManifestId& v = it->version_id;
-    if (n.refused.count(v) || landing(v) == nullptr) {
+    const Landing here = landing(v);
+    if (n.refused.count(v) || here == Landing::kUnreachable) {
       tcp_->send(peer, *it);
-    } else if (n.grants.count(v)) {
+    } else if (here == Landing::kReady && n.grants.count(v)) {
       n.waiting.push_back(*it);
     } else {
-      if (n.asked.insert(v).second) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kAskGrant, v));
+      if (!n.grants.count(v) && n.asked.insert(v).second) {
+        send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kAskGrant, v));
+      }
       ++it;
       continue;
     }
@@ -306,20 +311,66 @@ void RdmaTransport::on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaM
 void RdmaTransport::on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version) {
   auto no = [&] { send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version)); };
   if (!n.off_reason.empty()) return no();
-  auto found = served_.find(version);
-  if (found == served_.end()) {
-    auto regions = memory_.served_regions(version);
-    if (!regions) return no();
-    auto registered = rdma::RegisteredRegions::register_on(nic_list_, *regions, rdma::Access::kRemoteRead);
-    if (!registered) {
-      TH_LOG_WARN(kLog, "cannot register a version for READs: " << registered.status().message());
-      return no();
-    }
-    found = served_.emplace(version, std::move(*registered)).first;
+  if (auto found = served_.find(version); found != served_.end()) {
+    n.granted.insert(version);
+    ++grants_given_;
+    return send_session(peer, rdma::RdmaMessage::grant(version, found->second.grant()));
   }
-  n.granted.insert(version);
-  ++grants_given_;
-  send_session(peer, rdma::RdmaMessage::grant(version, found->second.grant()));
+  // Registered off the I/O thread; the grant goes out when it is done.
+  if (auto pending = registering_.find({version, false}); pending != registering_.end()) {
+    pending->second.askers.insert(peer);
+    return;
+  }
+  auto regions = memory_.served_regions(version);
+  if (!regions) return no();
+  registering_[{version, false}].askers.insert(peer);
+  register_off_thread(version, /*landing=*/false, std::move(*regions));
+}
+
+void RdmaTransport::register_off_thread(const ManifestId& version, bool landing, HeldRegions regions) {
+  const std::uint64_t job = next_job_++;
+  registering_[{version, landing}].job = job;
+  auto shared = std::make_shared<HeldRegions>(std::move(regions));
+  memory_.run_off_thread([this, &io = io_, alive = std::weak_ptr<bool>(alive_), version, landing, job, shared,
+                          nics = nic_list_]() mutable {
+    auto registered = rdma::RegisteredRegions::register_on(
+        nics, shared->regions, landing ? rdma::Access::kLocalWrite : rdma::Access::kRemoteRead);
+    auto result = std::make_shared<Result<rdma::RegisteredRegions>>(std::move(registered));
+    asio::post(io, [this, alive, version, landing, job, result, shared] {
+      // The memory stays kept (`shared`) until the registration is ours or gone.
+      if (alive.expired() || closed_) return;
+      on_registered(version, landing, job, std::move(*result));
+    });
+  });
+}
+
+void RdmaTransport::on_registered(const ManifestId& version, bool landing, std::uint64_t job,
+                                  Result<rdma::RegisteredRegions> registered) {
+  auto it = registering_.find({version, landing});
+  if (it == registering_.end() || it->second.job != job) return;  // forgotten meanwhile: deregistered here
+  const std::set<PeerId> askers = std::move(it->second.askers);
+  registering_.erase(it);
+  if (!registered) {
+    TH_LOG_WARN(kLog, "cannot register " << (landing ? "a destination" : "a version") << " for READs: "
+                                          << registered.status().message());
+  }
+  if (landing) {
+    if (registered) landing_.emplace(version, std::move(*registered));
+    else unreachable_.insert(version);
+    for (auto& [peer, n] : neighbours_) pump(peer, n);  // held requests move on: READs, or TCP
+    return;
+  }
+  if (registered) served_.emplace(version, std::move(*registered));
+  for (const PeerId& peer : askers) {
+    auto n = neighbours_.find(peer);
+    if (n == neighbours_.end()) continue;
+    on_ask_grant(peer, n->second, version);  // grants now, or says no
+  }
+  if (!registered) {
+    for (const PeerId& peer : askers) {
+      if (neighbours_.count(peer)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version));
+    }
+  }
 }
 
 // --------------------------------------------------------------------------
@@ -348,7 +399,7 @@ void RdmaTransport::send(const PeerId& peer, const swarm::SwarmMessage& m) {
     return tcp_->send(peer, m);
   }
   if (m.type != swarm::MessageType::kRequest || !n.off_reason.empty() || n.refused.count(m.version_id) ||
-      !n.offered || landing(m.version_id) == nullptr) {
+      !n.offered || landing(m.version_id) == Landing::kUnreachable) {
     return tcp_->send(peer, m);
   }
   // The neighbour reads by RDMA (or its session is being rebuilt): the
@@ -357,21 +408,17 @@ void RdmaTransport::send(const PeerId& peer, const swarm::SwarmMessage& m) {
   pump(peer, n);
 }
 
-const rdma::RegisteredRegions* RdmaTransport::landing(const ManifestId& version) {
-  if (auto it = landing_.find(version); it != landing_.end()) return &it->second;
-  if (unreachable_.count(version)) return nullptr;
+RdmaTransport::Landing RdmaTransport::landing(const ManifestId& version) {
+  if (landing_.count(version)) return Landing::kReady;
+  if (unreachable_.count(version)) return Landing::kUnreachable;
+  if (registering_.count({version, true})) return Landing::kPending;
   auto regions = memory_.landing_regions(version);
   if (!regions) {
     unreachable_.insert(version);
-    return nullptr;
+    return Landing::kUnreachable;
   }
-  auto registered = rdma::RegisteredRegions::register_on(nic_list_, *regions, rdma::Access::kLocalWrite);
-  if (!registered) {
-    TH_LOG_WARN(kLog, "cannot register a destination for READs: " << registered.status().message());
-    unreachable_.insert(version);
-    return nullptr;
-  }
-  return &landing_.emplace(version, std::move(*registered)).first->second;
+  register_off_thread(version, /*landing=*/true, std::move(*regions));
+  return Landing::kPending;
 }
 
 void RdmaTransport::pump(const PeerId& peer, Neighbour& n) {
@@ -420,7 +467,8 @@ std::size_t RdmaTransport::start_block(const PeerId& peer, Neighbour& n, const s
     return 0;
   }
   const auto& grant = n.grants[request.version_id];
-  const rdma::RegisteredRegions* local = landing(request.version_id);
+  auto found = landing_.find(request.version_id);
+  const rdma::RegisteredRegions* local = found == landing_.end() ? nullptr : &found->second;
   rdma::VerbsNic& nic = n.qps[k]->nic();
   auto plan = rdma::plan_reads(grant, request.offset, request.length, destination, nic.max_sge());
   Block block;
@@ -603,6 +651,10 @@ void RdmaTransport::forget_version(const ManifestId& version) {
   served_.erase(version);   // returns once no READ copies from it
   landing_.erase(version);
   unreachable_.erase(version);
+  // A registration being made now is dropped when it ends (it keeps the
+  // memory until then, so the release waits for it).
+  registering_.erase({version, false});
+  registering_.erase({version, true});
 }
 
 RdmaStatus RdmaTransport::status() const {

@@ -48,6 +48,7 @@
 namespace tensorhub::rdma {
 
 using peer::DataTransport;
+using peer::HeldRegions;
 using peer::LinkStats;
 using peer::RdmaMemory;
 using peer::RdmaStatus;
@@ -196,9 +197,16 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   bool reading(const Neighbour& n) const;
   // Held requests move on: to `waiting` (granted), to TCP (refused), or stay.
   void release_held(const PeerId& peer, Neighbour& n);
-  // The landing registration of `version`, made if need be; null when its
-  // destination is not where the NICs reach.
-  const rdma::RegisteredRegions* landing(const ManifestId& version);
+  // Where `version`'s landing registration stands: ready, being made off
+  // the I/O thread (started here if need be), or out of the NICs' reach.
+  enum class Landing { kReady, kPending, kUnreachable };
+  Landing landing(const ManifestId& version);
+  // Registers `regions` off the I/O thread; `done` runs on it afterwards
+  // unless `version`'s registration was forgotten meanwhile (a newer job,
+  // or forget_version).
+  void register_off_thread(const ManifestId& version, bool landing, HeldRegions regions);
+  void on_registered(const ManifestId& version, bool landing, std::uint64_t job,
+                     Result<rdma::RegisteredRegions> registered);
   // Starts the waiting requests the queue pairs' credits allow, then posts
   // what is planned: every queue pair's READs linked into one post.
   void pump(const PeerId& peer, Neighbour& n);
@@ -224,6 +232,16 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   std::map<PeerId, Neighbour> neighbours_;
   std::map<ManifestId, rdma::RegisteredRegions> served_, landing_;
   std::set<ManifestId> unreachable_;  // versions whose landing the NICs cannot reach
+  // Registrations being made off the I/O thread, by (version, landing):
+  // the job's number, and who asked for a grant meanwhile.
+  struct Registering {
+    std::uint64_t job = 0;
+    std::set<PeerId> askers;
+  };
+  std::map<std::pair<ManifestId, bool>, Registering> registering_;
+  std::uint64_t next_job_ = 1;
+  // Alive while this transport is: jobs finishing after it is gone do nothing.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::map<std::uint64_t, Block> blocks_;
   std::map<std::uint64_t, Read> reads_;  // by work request id
   std::uint64_t next_tag_ = 1, next_wr_ = 1;

@@ -47,14 +47,17 @@ struct Above final : TransportEvents {
 struct Memory final : RdmaMemory {
   ManifestId version;
   std::vector<std::byte> image, landing;
-  std::optional<std::vector<std::span<std::byte>>> served_regions(const ManifestId& v) override {
+  std::optional<HeldRegions> served_regions(const ManifestId& v) override {
     if (v != version || image.empty()) return std::nullopt;
-    return std::vector<std::span<std::byte>>{image};
+    return HeldRegions{{image}, nullptr};
   }
-  std::optional<std::vector<std::span<std::byte>>> landing_regions(const ManifestId& v) override {
+  std::optional<HeldRegions> landing_regions(const ManifestId& v) override {
     if (v != version || landing.empty()) return std::nullopt;
-    return std::vector<std::span<std::byte>>{landing};
+    return HeldRegions{{landing}, nullptr};
   }
+  // Jobs run at once; their results still come back on a later turn of
+  // the loop, as from the peer's pool.
+  void run_off_thread(std::function<void()> job) override { job(); }
 };
 
 // The TCP below a transport: what it sends reaches the other's on_message
