@@ -3,12 +3,18 @@
 // credits as a peer's), to hold against perftest's ib_read_bw before
 // trusting RDMA with weights.
 //
-//   tensorhub rdma-bench --serve IP:PORT [--size 1GiB]
-//   tensorhub rdma-bench --connect IP:PORT [--block 1MiB] [--qps 2] [--seconds 5] [--json]
+//   tensorhub rdma-bench --serve IP:PORT [--size 1GiB] [--gpu UUID] [--strict-ordering]
+//   tensorhub rdma-bench --connect IP:PORT [--block 1MiB] [--qps 2] [--seconds 5] [--gpu UUID]
+//                        [--no-flush] [--json]
 //
 // The server registers a buffer holding a known pattern (REMOTE_READ only)
 // and waits; the client READs it, checks the first pass against the
-// pattern, then READs for --seconds, and reports per NIC and in all. The
+// pattern, then READs for --seconds, and reports per NIC and in all.
+// --gpu puts either side's buffer in that GPU's memory, registered through
+// a dma-buf as a peer's GPU versions are; the client then flushes the
+// NICs' writes before it checks a block (as a peer does before hashing),
+// unless --no-flush. --strict-ordering registers the server's buffer
+// without relaxed ordering, to measure what it is worth. The
 // queue pairs and the grant are exchanged over a plain TCP connection, not
 // the peers' authenticated one: run it on a network you trust.
 #include <CLI/CLI.hpp>
@@ -31,6 +37,7 @@
 #include "core/host_port.hpp"
 #if TENSORHUB_HAVE_RDMA
 #include "core/entropy.hpp"
+#include "cuda/device_api.hpp"
 #include "rdma/rc_queue_pair.hpp"
 #include "rdma/rdma_wire.hpp"
 #include "rdma/registered_regions.hpp"
@@ -46,6 +53,8 @@ struct BenchArgs {
   std::size_t qps = 2;
   double seconds = 5;
   bool json = false;
+  std::string gpu;  // empty: host memory
+  bool no_flush = false, strict_ordering = false;
 };
 
 #if TENSORHUB_HAVE_RDMA
@@ -53,17 +62,64 @@ struct BenchArgs {
 // The byte at `offset` of the server's buffer.
 std::byte pattern_at(std::uint64_t offset) { return static_cast<std::byte>((offset * 131 + (offset >> 20)) & 0xff); }
 
-// An anonymous mapping, unmapped when done.
-struct Buffer {
-  std::byte* data = nullptr;
-  std::size_t size = 0;
-  explicit Buffer(std::size_t n) : size(n) {
-    void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    data = p == MAP_FAILED ? nullptr : static_cast<std::byte*>(p);
+// The benchmark's buffer: anonymous host memory, or memory of a GPU that a
+// NIC reaches through a dma-buf; freed when done.
+class BenchMemory {
+ public:
+  // Errors: those of opening the GPU, allocating, or exporting the dma-buf.
+  static Result<std::unique_ptr<BenchMemory>> allocate(std::size_t size, const std::string& gpu) {
+    auto m = std::unique_ptr<BenchMemory>(new BenchMemory);
+    m->size_ = size;
+    if (gpu.empty()) {
+      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return Status::unavailable("cannot map " + core::format_byte_size(size));
+      m->data_ = static_cast<std::byte*>(p);
+      return m;
+    }
+    TENSORHUB_RETURN_IF_ERROR(cuda::open_cuda_device(gpu, 1, m->device_));
+    TENSORHUB_RETURN_IF_ERROR(m->device_->allocate_device(size, m->data_));
+    peer::DmaBuf buf;
+    TENSORHUB_RETURN_IF_ERROR(m->device_->export_dma_buf(m->data_, size, buf));
+    m->dma_bufs_.push_back(std::move(buf));
+    return m;
   }
-  ~Buffer() {
-    if (data != nullptr) ::munmap(data, size);
+  ~BenchMemory() {
+    if (data_ == nullptr) return;
+    if (device_) device_->free_device(data_);
+    else ::munmap(data_, size_);
   }
+
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  const std::vector<peer::DmaBuf>& dma_bufs() const { return dma_bufs_; }
+  // Writes the pattern over the whole buffer.
+  Status fill() {
+    std::vector<std::byte> chunk(std::min<std::size_t>(size_, 64u << 20));
+    for (std::size_t at = 0; at < size_; at += chunk.size()) {
+      const std::size_t n = std::min(chunk.size(), size_ - at);
+      for (std::size_t i = 0; i < n; ++i) chunk[i] = pattern_at(at + i);
+      if (!device_) std::memcpy(data_ + at, chunk.data(), n);
+      else TENSORHUB_RETURN_IF_ERROR(device_->copy(data_ + at, chunk.data(), n));
+    }
+    return Status::ok();
+  }
+  // Copies `out.size()` bytes at `at` to host memory `out`, after flushing
+  // the NICs' writes when `flush` (GPU memory).
+  Status read(std::byte* at, std::span<std::byte> out, bool flush) {
+    if (!device_) {
+      std::memcpy(out.data(), at, out.size());
+      return Status::ok();
+    }
+    if (flush) device_->flush_nic_writes();
+    return device_->copy(out.data(), at, out.size());
+  }
+
+ private:
+  BenchMemory() = default;
+  std::unique_ptr<cuda::DeviceApi> device_;  // null: host memory
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::vector<peer::DmaBuf> dma_bufs_;
 };
 
 Status send_frame(int fd, const std::vector<std::uint8_t>& bytes) {
@@ -153,16 +209,19 @@ int serve(const BenchArgs& a) {
   }
   auto nics = open_nics_or_say();
   if (nics.empty()) return kExitError;
-  Buffer buffer(*size);
-  if (buffer.data == nullptr) {
-    std::fprintf(stderr, "error: cannot map %s\n", a.size.c_str());
+  auto buffer = BenchMemory::allocate(*size, a.gpu);
+  Status filled = buffer ? (*buffer)->fill() : buffer.status();
+  if (!filled.is_ok()) {
+    std::fprintf(stderr, "error: %s\n", filled.message().c_str());
     return kExitError;
   }
-  for (std::uint64_t i = 0; i < buffer.size; ++i) buffer.data[i] = pattern_at(i);
   std::vector<rdma::VerbsNic*> raw;
-  for (auto& n : nics) raw.push_back(n.get());
-  const std::span<std::byte> regions[] = {std::span(buffer.data, buffer.size)};
-  auto registered = rdma::RegisteredRegions::register_on(raw, regions, rdma::Access::kRemoteRead);
+  for (auto& n : nics) {
+    n->set_relaxed_ordering(!a.strict_ordering);
+    raw.push_back(n.get());
+  }
+  const std::span<std::byte> regions[] = {std::span((*buffer)->data(), (*buffer)->size())};
+  auto registered = rdma::RegisteredRegions::register_on(raw, regions, rdma::Access::kRemoteRead, (*buffer)->dma_bufs());
   if (!registered) {
     std::fprintf(stderr, "error: %s\n", registered.status().message().c_str());
     return kExitError;
@@ -176,7 +235,8 @@ int serve(const BenchArgs& a) {
     std::fprintf(stderr, "error: cannot listen on %s: %s\n", a.serve.c_str(), std::strerror(errno));
     return kExitError;
   }
-  std::printf("serving %s for READs on %s over", core::format_byte_size(buffer.size).c_str(), a.serve.c_str());
+  std::printf("serving %s of %s for READs on %s over", core::format_byte_size((*buffer)->size()).c_str(),
+              a.gpu.empty() ? "host memory" : a.gpu.c_str(), a.serve.c_str());
   for (auto& n : nics) std::printf(" %s", n->name().c_str());
   std::printf("\n");
   std::fflush(stdout);
@@ -246,16 +306,18 @@ int connect_and_read(const BenchArgs& a) {
   // A landing slot per READ that may be in flight.
   std::size_t slots_per_qp = 0;
   for (auto& q : qps) slots_per_qp = std::max<std::size_t>(slots_per_qp, q->read_depth());
-  Buffer landing(qps.size() * slots_per_qp * *block);
+  auto landing = BenchMemory::allocate(qps.size() * slots_per_qp * *block, a.gpu);
   std::vector<rdma::VerbsNic*> raw;
   for (auto& n : nics) raw.push_back(n.get());
-  const std::span<std::byte> regions[] = {std::span(landing.data, landing.size)};
-  auto registered = landing.data ? rdma::RegisteredRegions::register_on(raw, regions, rdma::Access::kLocalWrite)
-                                 : Result<rdma::RegisteredRegions>(Status::io_error("cannot map the landing buffer"));
+  auto registered =
+      landing ? rdma::RegisteredRegions::register_on(raw, std::vector{std::span((*landing)->data(), (*landing)->size())},
+                                                     rdma::Access::kLocalWrite, (*landing)->dma_bufs())
+              : Result<rdma::RegisteredRegions>(landing.status());
   if (!registered) {
     std::fprintf(stderr, "error: %s\n", registered.status().message().c_str());
     return kExitError;
   }
+  std::vector<std::byte> check(*block);  // a landed block, on the host
 
   // Keeps every queue pair full; READs block after block of the remote
   // buffer. The first pass over it is checked against the pattern.
@@ -286,7 +348,7 @@ int connect_and_read(const BenchArgs& a) {
         w.wr_id = next_wr++;
         w.remote_addr = remote.addr + b * *block;
         w.rkey = remote.rkeys[theirs->queue_pairs[k].nic];
-        std::byte* to = landing.data + slot * *block;
+        std::byte* to = (*landing)->data() + slot * *block;
         w.local.push_back(ibv_sge{reinterpret_cast<std::uintptr_t>(to), static_cast<std::uint32_t>(*block),
                                   *registered->lkey(qp_nic[k], to, *block)});
         in_flight[w.wr_id] = InFlight{k, slot, b};
@@ -313,9 +375,12 @@ int connect_and_read(const BenchArgs& a) {
         ++reads;
         bytes_by_nic[qp_nic[f.qp]] += *block;
         if (checked < blocks && f.block == checked) {
-          const std::byte* got = landing.data + f.slot * *block;
+          if (Status r = (*landing)->read((*landing)->data() + f.slot * *block, check, !a.no_flush); !r.is_ok()) {
+            std::fprintf(stderr, "error: reading a landed block back: %s\n", r.message().c_str());
+            return kExitError;
+          }
           for (std::uint64_t i = 0; i < *block; ++i) {
-            if (got[i] != pattern_at(f.block * *block + i)) ++mismatches;
+            if (check[i] != pattern_at(f.block * *block + i)) ++mismatches;
           }
           ++checked;
         }
@@ -334,6 +399,8 @@ int connect_and_read(const BenchArgs& a) {
   if (a.json) {
     nlohmann::ordered_json j;
     j["block"] = *block;
+    j["memory"] = a.gpu.empty() ? "host" : a.gpu;
+    j["flush"] = !a.gpu.empty() && !a.no_flush;
     j["queue_pairs"] = qps.size();
     j["read_depth"] = qps.empty() ? 0 : qps[0]->read_depth();
     j["seconds"] = seconds;
@@ -376,6 +443,9 @@ void add_rdma_bench_command(CLI::App& app, int& exit_code) {
   c->add_option("--qps", args->qps, "Queue pairs per local NIC (default 2, a peer's)");
   c->add_option("--seconds", args->seconds, "How long to READ (default 5)");
   c->add_flag("--json", args->json, "The report as JSON");
+  c->add_option("--gpu", args->gpu, "This side's buffer in the memory of this GPU (UUID), registered through a dma-buf");
+  c->add_flag("--no-flush", args->no_flush, "Client, GPU memory: check landed blocks without flushing the NICs' writes");
+  c->add_flag("--strict-ordering", args->strict_ordering, "Server: register the buffer without relaxed ordering");
   c->callback([args, &exit_code] {
     if (args->serve.empty() == args->connect.empty()) {
       std::fprintf(stderr, "error: one of --serve and --connect\n");

@@ -1,6 +1,7 @@
 // DeviceApi over the CUDA runtime: one device, chosen by UUID; copies on
 // non-blocking streams; tickets are events without timing.
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstring>
@@ -37,6 +38,13 @@ class CudaDevice final : public DeviceApi {
 
   Status open(int streams) {
     if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return failure("cudaSetDevice", e);
+    // A device that orders NICs' writes for its own kernels needs no flush;
+    // one that does not, and offers the call, gets it.
+    int ordering = 0, flush_options = 0;
+    cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, ordinal_);
+    cudaDeviceGetAttribute(&flush_options, cudaDevAttrGPUDirectRDMAFlushWritesOptions, ordinal_);
+    cudaGetLastError();  // an attribute this driver lacks leaves an error behind
+    flush_needed_ = ordering < cudaGPUDirectRDMAWritesOrderingOwner && (flush_options & cudaFlushGPUDirectRDMAWritesOptionHost) != 0;
     for (int i = 0; i < streams; ++i) {
       cudaStream_t s = nullptr;
       if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
@@ -167,6 +175,30 @@ class CudaDevice final : public DeviceApi {
     opened_.erase(it);
   }
 
+  Status export_dma_buf(const std::byte* device, std::size_t bytes, peer::DmaBuf& out) override {
+    // The driver exports whole pages: those around the region. They lie
+    // inside its allocation, whose granularity (2 MiB) is a multiple of the
+    // page; the NIC's registration covers the region's bytes only.
+    const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto at = reinterpret_cast<std::uintptr_t>(device);
+    const std::uintptr_t first = at & ~(page - 1);
+    const std::uintptr_t end = (at + bytes + page - 1) & ~(page - 1);
+    cudaSetDevice(ordinal_);
+    int fd = -1;
+    TENSORHUB_RETURN_IF_ERROR(cuda::export_dma_buf(reinterpret_cast<const void*>(first), end - first, fd));
+    out = peer::DmaBuf(fd, at - first);
+    return Status::ok();
+  }
+
+  void flush_nic_writes() override {
+    if (!flush_needed_) return;
+    cudaSetDevice(ordinal_);
+    if (cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                                           cudaFlushGPUDirectRDMAWritesToOwner) != cudaSuccess) {
+      cudaGetLastError();
+    }
+  }
+
   Status hash_xxh3(const xxh3::Piece* pieces, std::size_t count, std::uint8_t digest[16]) override {
     cudaSetDevice(ordinal_);
     DeviceShard shard;
@@ -220,6 +252,7 @@ class CudaDevice final : public DeviceApi {
   }
 
   int ordinal_;
+  bool flush_needed_ = false;  // NICs' writes need cudaDeviceFlushGPUDirectRDMAWrites before a kernel reads them
   std::string uuid_;
   std::vector<cudaStream_t> streams_;
   std::mutex mutex_;

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "cuda/xxh3_blocks.hpp"
+#include "peer/dma_buf.hpp"
 #include "peer/shared_range.hpp"
 #include "tensorhub/status.hpp"
 
@@ -83,6 +84,17 @@ class DeviceApi {
   // open here).
   virtual Status open_ipc(const peer::SharedRange& range, const std::byte*& mapped) = 0;
   virtual void close_ipc(const std::byte* mapped) = 0;
+
+  // A dma-buf for `bytes` of device memory at `device`, for a NIC to
+  // register (GPUDirect RDMA): `out.offset()` is where `device` lies in it.
+  // Callable from any thread. Errors: kInvalidArgument (not device memory
+  // of this device); kUnavailable (the driver or the kernel exports none).
+  virtual Status export_dma_buf(const std::byte* device, std::size_t bytes, peer::DmaBuf& out) = 0;
+  // Makes what NICs wrote into this device's memory before the call
+  // visible to the work the device runs after it (GPUDirect RDMA's flush:
+  // a NIC's writes may still be on their way through PCIe when its
+  // completion arrives). Callable from any thread.
+  virtual void flush_nic_writes() = 0;
 };
 
 // The CUDA runtime on the device whose UUID is `uuid` ("GPU-..." as

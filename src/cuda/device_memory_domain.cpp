@@ -31,6 +31,10 @@ bool DeviceMemoryDomain::write(const core::MutableRegions& image, std::uint64_t 
 
 bool DeviceMemoryDomain::verify_shard(const Manifest& manifest, ShardIndex index,
                                       const core::ConstRegions& image) const {
+  // Blocks may have come by RDMA READ straight into this memory: the NIC's
+  // writes must be visible to the hash kernel first. A device that orders
+  // them itself makes this cheap.
+  device_.flush_nic_writes();
   return peer::verify_shard_by_digest(*this, manifest, index, image);
 }
 
@@ -114,6 +118,10 @@ Status DeviceMemoryDomain::share(const core::ConstRegions& image, std::vector<pe
     out.push_back(range);
   }
   return Status::ok();
+}
+
+Status DeviceMemoryDomain::export_dma_buf(std::span<const std::byte> region, peer::DmaBuf& out) const {
+  return device_.export_dma_buf(region.data(), region.size(), out);
 }
 
 namespace {

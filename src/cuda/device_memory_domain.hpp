@@ -4,6 +4,8 @@
 // small ranges read back to the host. Payloads received for it land through
 // a staging ring (the transport never writes device memory itself), and
 // pieces served from it come from a pinned host mirror read back once.
+// A NIC registers its regions through dma-bufs (export_dma_buf), and a
+// shard is verified only after what NICs wrote into it is flushed.
 // Built over DeviceApi, so the deterministic tests run it
 // on the fake device.
 //
@@ -45,6 +47,8 @@ class DeviceMemoryDomain final : public peer::MemoryDomain {
   // By CUDA IPC (DeviceApi::share_ipc, open_ipc).
   Status share(const core::ConstRegions& image, std::vector<peer::SharedRange>& out) const override;
   Result<std::unique_ptr<peer::SharedMapping>> open_shared(std::span<const peer::SharedRange> ranges) const override;
+  // By DeviceApi::export_dma_buf.
+  Status export_dma_buf(std::span<const std::byte> region, peer::DmaBuf& out) const override;
 
  private:
   DeviceApi& device_;

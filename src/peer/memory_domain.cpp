@@ -89,6 +89,10 @@ Result<std::unique_ptr<SharedMapping>> MemoryDomain::open_shared(std::span<const
   return Status::unavailable(std::string(name()) + " memory maps no other process's memory");
 }
 
+Status MemoryDomain::export_dma_buf(std::span<const std::byte>, DmaBuf&) const {
+  return Status::unavailable(std::string(name()) + " memory exports no dma-buf (a NIC registers it by address)");
+}
+
 std::shared_ptr<std::span<std::byte>> MemoryDomain::allocate_mirror(std::size_t bytes) const {
   struct Mirror {
     core::AnonymousMemory memory;

@@ -16,6 +16,7 @@
 
 #include "core/hash.hpp"
 #include "core/regions.hpp"
+#include "peer/dma_buf.hpp"
 #include "peer/payload_stage.hpp"
 #include "peer/shared_range.hpp"
 #include "tensorhub/manifest.hpp"
@@ -89,6 +90,13 @@ class MemoryDomain {
   // domain reads and copies from. Errors: kUnavailable (they do not open
   // here: another host, their process is gone, or this domain maps none).
   virtual Result<std::unique_ptr<SharedMapping>> open_shared(std::span<const SharedRange> ranges) const;
+
+  // A dma-buf for `region` of this domain, which a NIC registers where the
+  // host cannot address the memory (host memory is registered by its
+  // address and needs none). Errors: kUnavailable (this memory exports
+  // none: host memory, or a driver or kernel without dma-buf export);
+  // kInvalidArgument (`region` is not this domain's memory).
+  virtual Status export_dma_buf(std::span<const std::byte> region, DmaBuf& out) const;
 };
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.

@@ -562,24 +562,53 @@ std::shared_ptr<void> PeerEngine::keep_version(const std::shared_ptr<LocalVersio
   });
 }
 
-std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version) {
-  auto v = core_->find(version);
-  if (!v || !v->served() || !v->domain->host_accessible() || v->memory.empty()) return std::nullopt;
+std::optional<HeldRegions> PeerEngine::nic_regions(const std::shared_ptr<LocalVersion>& v,
+                                                   std::vector<std::span<std::byte>> regions) {
   HeldRegions out;
-  // Registered for remote reads only: nothing writes through these.
-  for (const auto& r : v->memory.regions()) out.regions.emplace_back(const_cast<std::byte*>(r.data()), r.size());
+  if (!v->domain->host_accessible()) {
+    // Memory the host cannot address: a NIC reaches it through dma-bufs.
+    for (std::span<std::byte> r : regions) {
+      DmaBuf buf;
+      if (Status exported = v->domain->export_dma_buf(r, buf); !exported) {
+        TH_LOG_INFO(kLog, v->model << " v" << v->number << " moves over TCP: " << exported.message());
+        return std::nullopt;
+      }
+      out.dma_bufs.push_back(std::move(buf));
+    }
+  }
+  out.regions = std::move(regions);
   out.keep = keep_version(v);
   return out;
 }
 
+std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version) {
+  auto v = core_->find(version);
+  if (!v || !v->served() || v->memory.empty()) return std::nullopt;
+  // Registered for remote reads only: nothing writes through these.
+  std::vector<std::span<std::byte>> regions;
+  for (const auto& r : v->memory.regions()) regions.emplace_back(const_cast<std::byte*>(r.data()), r.size());
+  return nic_regions(v, std::move(regions));
+}
+
 std::optional<HeldRegions> PeerEngine::landing_regions(const ManifestId& version) {
   auto v = core_->find(version);
-  if (!v || !v->domain->host_accessible() || v->destination.empty()) return std::nullopt;
+  if (!v || v->destination.empty()) return std::nullopt;
   {
     std::lock_guard lock(v->mutex);
     if (v->state != VersionState::kFetching) return std::nullopt;
   }
-  return HeldRegions{v->destination.regions(), keep_version(v)};
+  return nic_regions(v, v->destination.regions());
+}
+
+void PeerEngine::read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
+                                  std::vector<std::span<std::byte>>& out) {
+  if (closed_) return;
+  auto landing = core_->begin_piece(now(), peer, header);
+  arm_timer();  // the landing has a deadline
+  if (!landing) return;
+  // Straight into the version's memory, GPU memory too: the NIC writes it,
+  // and the shard's check on the device follows a flush.
+  landing->version->destination.pieces(landing->offset, landing->length, out);
 }
 
 void PeerEngine::on_connected(const PeerId& peer) {

@@ -121,9 +121,16 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // RdmaMemory: versions in host memory, for READs.
   std::optional<HeldRegions> served_regions(const ManifestId& version) override;
   std::optional<HeldRegions> landing_regions(const ManifestId& version) override;
+  void read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
+                        std::vector<std::span<std::byte>>& out) override;
   void run_off_thread(std::function<void()> job) override { pool_.submit(std::move(job)); }
   // Holds a use of `v`'s lease (its memory is not released) until dropped.
   std::shared_ptr<void> keep_version(const std::shared_ptr<LocalVersion>& v);
+  // `regions` of `v` as a NIC registers them (through dma-bufs where the
+  // host cannot address them), kept while registered; nothing when the
+  // NICs cannot reach them.
+  std::optional<HeldRegions> nic_regions(const std::shared_ptr<LocalVersion>& v,
+                                         std::vector<std::span<std::byte>> regions);
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
   void serve_piece(const swarm::ServePiece& serve);
   // Serves a piece from a copy of its bytes, made on the pool: from memory

@@ -12,28 +12,39 @@
 #include <string>
 #include <vector>
 
+#include "peer/dma_buf.hpp"
+#include "swarm/swarm_messages.hpp"
 #include "tensorhub/ids.hpp"
 
 namespace tensorhub::peer {
 
 // A version's memory for registration, and what keeps it from being
 // released while it is registered off the I/O thread (drop `keep` on any
-// thread).
+// thread). Host memory is registered by address; memory the host cannot
+// address (GPU memory) through one dma-buf per region.
 struct HeldRegions {
   std::vector<std::span<std::byte>> regions;
   std::shared_ptr<void> keep;
+  std::vector<DmaBuf> dma_bufs;  // empty, or dma_bufs[i] for regions[i]
 };
 
 // What the RDMA transport asks of the peer about versions' memory.
 class RdmaMemory {
  public:
   virtual ~RdmaMemory() = default;
-  // The host memory of `version` as this peer serves it; nothing when it
-  // holds no such version, does not serve it, or keeps it where the NICs
-  // cannot reach (GPU memory: not yet).
+  // The memory of `version` as this peer serves it; nothing when it holds
+  // no such version, does not serve it, or keeps it where the NICs cannot
+  // reach (GPU memory that exports no dma-buf).
   virtual std::optional<HeldRegions> served_regions(const ManifestId& version) = 0;
-  // The host memory a fetch of `version` lands in; nothing as above.
+  // The memory a fetch of `version` lands in; nothing as above.
   virtual std::optional<HeldRegions> landing_regions(const ManifestId& version) = 0;
+  // Where the READs of the piece `header` from `peer` land: as
+  // TransportEvents::piece_destination, except that they land straight in
+  // the version's memory (landing_regions) even where TCP payloads go
+  // through a staging buffer (GPU memory). Empty: the peer does not want
+  // the piece.
+  virtual void read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
+                                std::vector<std::span<std::byte>>& out) = 0;
   // Runs `job` off the I/O thread (registering tens of GB pins them: seconds).
   virtual void run_off_thread(std::function<void()> job) = 0;
 };

@@ -334,7 +334,7 @@ void RdmaTransport::register_off_thread(const ManifestId& version, bool landing,
   memory_.run_off_thread([this, &io = io_, alive = std::weak_ptr<bool>(alive_), version, landing, job, shared,
                           nics = nic_list_]() mutable {
     auto registered = rdma::RegisteredRegions::register_on(
-        nics, shared->regions, landing ? rdma::Access::kLocalWrite : rdma::Access::kRemoteRead);
+        nics, shared->regions, landing ? rdma::Access::kLocalWrite : rdma::Access::kRemoteRead, shared->dma_bufs);
     auto result = std::make_shared<Result<rdma::RegisteredRegions>>(std::move(registered));
     asio::post(io, [this, alive, version, landing, job, result, shared] {
       // The memory stays kept (`shared`) until the registration is ours or gone.
@@ -360,16 +360,19 @@ void RdmaTransport::on_registered(const ManifestId& version, bool landing, std::
     for (auto& [peer, n] : neighbours_) pump(peer, n);  // held requests move on: READs, or TCP
     return;
   }
-  if (registered) served_.emplace(version, std::move(*registered));
+  if (!registered) {
+    // No grant for the askers (a neighbour asks once per version, so this
+    // does not retry the registration in a loop).
+    for (const PeerId& peer : askers) {
+      if (neighbours_.count(peer)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version));
+    }
+    return;
+  }
+  served_.emplace(version, std::move(*registered));
   for (const PeerId& peer : askers) {
     auto n = neighbours_.find(peer);
     if (n == neighbours_.end()) continue;
     on_ask_grant(peer, n->second, version);  // grants now, or says no
-  }
-  if (!registered) {
-    for (const PeerId& peer : askers) {
-      if (neighbours_.count(peer)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version));
-    }
   }
 }
 
@@ -457,7 +460,7 @@ std::size_t RdmaTransport::start_block(const PeerId& peer, Neighbour& n, const s
                                        std::size_t k) {
   const swarm::SwarmMessage header = swarm::SwarmMessage::piece(request.version_id, request.request_id, request.length);
   std::vector<std::span<std::byte>> destination;
-  up_.piece_destination(peer, header, destination);
+  memory_.read_destination(peer, header, destination);
   if (destination.empty()) {
     // The peer does not want it (received already, or landing from
     // another): as with a TCP piece it discards, the piece ends unstored.

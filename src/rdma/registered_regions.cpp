@@ -4,7 +4,7 @@ namespace tensorhub::rdma {
 
 Result<RegisteredRegions> RegisteredRegions::register_on(std::span<VerbsNic* const> nics,
                                                          std::span<const std::span<std::byte>> regions,
-                                                         Access access) {
+                                                         Access access, std::span<const peer::DmaBuf> dma_bufs) {
   RegisteredRegions out;
   std::uint64_t offset = 0;
   for (const auto& r : regions) {
@@ -13,12 +13,14 @@ Result<RegisteredRegions> RegisteredRegions::register_on(std::span<VerbsNic* con
   }
   for (VerbsNic* nic : nics) {
     auto& mine = out.by_nic_.emplace_back();
-    for (const Region& r : out.regions_) {
+    for (std::size_t i = 0; i < out.regions_.size(); ++i) {
+      const Region& r = out.regions_[i];
       if (r.size == 0) {
         mine.emplace_back();
         continue;
       }
-      auto reg = nic->register_memory(r.data, r.size, access);
+      auto reg = dma_bufs.empty() ? nic->register_memory(r.data, r.size, access)
+                                  : nic->register_dma_buf(dma_bufs[i], r.size, reinterpret_cast<std::uintptr_t>(r.data), access);
       if (!reg) return reg.status();
       mine.push_back(std::move(*reg));
     }

@@ -17,10 +17,14 @@ namespace tensorhub::rdma {
 
 class RegisteredRegions {
  public:
-  // `regions` in image order (region i starts where i-1 ends). Errors: as
+  // `regions` in image order (region i starts where i-1 ends), registered
+  // by address, or, when `dma_bufs` is not empty, each through its dma-buf
+  // (dma_bufs[i] for regions[i]; GPU memory). Errors: as
   // VerbsNic::register_memory; nothing stays registered then.
+  // REQUIRES: dma_bufs is empty or as long as regions.
   static Result<RegisteredRegions> register_on(std::span<VerbsNic* const> nics,
-                                               std::span<const std::span<std::byte>> regions, Access access);
+                                               std::span<const std::span<std::byte>> regions, Access access,
+                                               std::span<const peer::DmaBuf> dma_bufs = {});
 
   // The grant for a neighbour: each region's image offset, address, length
   // and its rkey on each NIC (in the order given to register_on).

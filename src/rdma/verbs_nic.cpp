@@ -105,12 +105,21 @@ bool VerbsNic::port_active() const {
   return ibv_query_port(context_, 1, &port) == 0 && port.state == IBV_PORT_ACTIVE;
 }
 
+unsigned VerbsNic::access_flags(Access access) const {
+  if (access == Access::kLocalWrite) return IBV_ACCESS_LOCAL_WRITE;
+  return relaxed_ordering_ ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING : IBV_ACCESS_REMOTE_READ;
+}
+
 Result<MemoryRegistration> VerbsNic::register_memory(void* data, std::size_t size, Access access) {
-  const unsigned flags = access == Access::kRemoteRead
-                             ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING
-                             : IBV_ACCESS_LOCAL_WRITE;
-  ibv_mr* mr = ibv_reg_mr_iova2(pd_, data, size, reinterpret_cast<std::uintptr_t>(data), flags);
+  ibv_mr* mr = ibv_reg_mr_iova2(pd_, data, size, reinterpret_cast<std::uintptr_t>(data), access_flags(access));
   if (mr == nullptr) return device_error(name_, "registering memory");
+  return MemoryRegistration(mr);
+}
+
+Result<MemoryRegistration> VerbsNic::register_dma_buf(const peer::DmaBuf& buf, std::size_t size, std::uintptr_t iova,
+                                                      Access access) {
+  ibv_mr* mr = ibv_reg_dmabuf_mr(pd_, buf.offset(), size, iova, buf.fd(), static_cast<int>(access_flags(access)));
+  if (mr == nullptr) return device_error(name_, "registering a dma-buf");
   return MemoryRegistration(mr);
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "peer/dma_buf.hpp"
 #include "rdma/rdma_wire.hpp"
 #include "tensorhub/status.hpp"
 
@@ -67,10 +68,21 @@ class VerbsNic {
   int completion_fd() const { return channel_->fd; }
   int async_fd() const { return context_->async_fd; }
 
+  // Whether later kRemoteRead registrations allow relaxed ordering (on by
+  // default; rdma-bench turns it off to measure what it is worth).
+  void set_relaxed_ordering(bool on) { relaxed_ordering_ = on; }
+
   // Errors: kUnavailable (the device refused: the reason from errno).
   // kRemoteRead adds relaxed ordering (the NIC may reorder its PCIe writes
   // and reads; the fetcher verifies whole shards after the completions).
   Result<MemoryRegistration> register_memory(void* data, std::size_t size, Access access);
+  // The same for `size` bytes of memory the host cannot address (GPU
+  // memory), reached through `buf`: the NIC maps its pages from
+  // buf.offset() on; keys and work requests address them at `iova` (their
+  // device address). Errors: as register_memory (kernels or NICs without
+  // dma-buf support refuse here).
+  Result<MemoryRegistration> register_dma_buf(const peer::DmaBuf& buf, std::size_t size, std::uintptr_t iova,
+                                              Access access);
   // Consumes the channel's events, re-arms it, and appends every completion
   // waiting to `out`. Call when completion_fd() is readable (or to poll).
   void drain(std::vector<ibv_wc>& out);
@@ -85,6 +97,8 @@ class VerbsNic {
   ibv_cq* cq_ = nullptr;
   OfferedNic offered_;
   std::uint32_t max_sge_ = 1;
+  bool relaxed_ordering_ = true;
+  unsigned access_flags(Access access) const;
 };
 
 }  // namespace tensorhub::rdma

@@ -13,7 +13,9 @@ holders' memory by process_vm_readv, the holders running no code for it.
    byte-identical.
 4. A worker with --no-rdma in the same swarm: byte-identical over TCP.
 5. `tensorhub rdma-bench` between two processes with two NICs each: the
-   READs are checked against the served pattern and both NICs carry them.
+   READs are checked against the served pattern and both NICs carry them;
+   the server's buffer registered without relaxed ordering too; --gpu on a
+   machine without one is refused with the reason.
 
 Usage: test_rdma_peers.py PATH/TO/tensorhub PATH/TO/libtensorhub_softverbs_preload.so
 """
@@ -127,8 +129,8 @@ def main():
             # 5. rdma-bench over two NICs.
             os.environ["SOFTVERBS_DEVICES"] = "2"
             port = free_port()
-            server = subprocess.Popen([binary, "rdma-bench", "--serve", f"127.0.0.1:{port}", "--size", "16MiB"],
-                                      stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen([binary, "rdma-bench", "--serve", f"127.0.0.1:{port}", "--size", "16MiB",
+                                       "--strict-ordering"], stdout=subprocess.PIPE, text=True)
             try:
                 assert "serving" in server.stdout.readline()
                 bench = swarm.run("rdma-bench", "--connect", f"127.0.0.1:{port}", "--seconds", "0.3", "--json")
@@ -137,6 +139,11 @@ def main():
                 assert report["bytes_wrong"] == 0 and report["blocks_checked"] > 0, report
                 assert report["queue_pairs"] == 4 and report["read_depth"] == 16, report
                 assert all(n["bytes"] > 0 for n in report["nics"]) and len(report["nics"]) == 2, report
+                assert report["memory"] == "host" and report["flush"] is False, report
+                if not os.path.exists("/dev/nvidiactl"):
+                    gpu = swarm.run("rdma-bench", "--connect", f"127.0.0.1:{port}", "--seconds", "0.1",
+                                    "--gpu", "GPU-00000000-0000-0000-0000-000000000000")
+                    assert gpu.returncode != 0 and "error:" in gpu.stderr, (gpu.returncode, gpu.stderr)
             finally:
                 server.kill()
                 server.wait()

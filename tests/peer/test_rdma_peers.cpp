@@ -8,7 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "cuda/device_memory_domain.hpp"
+#include "cuda/staging_ring.hpp"
+#include "peer/peer_internal.hpp"
 #include "softverbs/softverbs.h"
+#include "support/fake_device.hpp"
 #include "support/gossip_network.hpp"
 #include "support/model_fixture.hpp"
 #include "tensorhub/peer.hpp"
@@ -22,7 +26,7 @@ namespace {
 SwarmKey swarm_key() { return test_swarm_key(0x31); }
 
 std::unique_ptr<Peer> start(std::uint64_t key, std::uint64_t publisher, std::vector<std::string> seeds,
-                            bool rdma = true) {
+                            bool rdma = true, bool mirror_gpu_versions = true) {
   PeerOptions o;
   o.listen = "127.0.0.1:0";
   o.data_listen = "127.0.0.1:0";
@@ -32,6 +36,7 @@ std::unique_ptr<Peer> start(std::uint64_t key, std::uint64_t publisher, std::vec
   o.block_size = 64u << 10;
   o.host = "h" + std::to_string(key);
   o.rdma = rdma;
+  o.mirror_gpu_versions = mirror_gpu_versions;
   auto peer = Peer::start(o, GossipNetwork::identity_for(key), swarm_key());
   REQUIRE_MESSAGE(peer.is_ok(), peer.status().to_string());
   return std::move(*peer);
@@ -107,6 +112,82 @@ TEST_CASE("rdma peers: a fetch moves every block by READ, and the holder sends n
   // The publisher's TCP carried control messages only: no payload.
   CHECK(bytes_served(*publisher) - control_before < image.size() / 16);
   CHECK(rdma_counts(*publisher).reading == 1);
+}
+
+TEST_CASE("rdma peers: GPU memory to GPU memory: every block by READ through dma-bufs, verified on the device after a flush") {
+  softverbs_configure(1);
+  softverbs_reset_stats();
+  // Each peer its own fake GPU, whose memory exports dma-bufs (a memfd
+  // that softverbs maps, as a NIC maps a GPU's pages).
+  FakeDevice holder_gpu(2), worker_gpu(2);
+  for (FakeDevice* d : {&holder_gpu, &worker_gpu}) {
+    d->complete_on_query(true);
+    d->back_with_memfd();
+  }
+  std::unique_ptr<cuda::StagingRing> ring;
+  REQUIRE(cuda::StagingRing::create(worker_gpu, {.slot_bytes = 64u << 10, .slots = 8}, ring));
+  const cuda::DeviceMemoryDomain holder_domain(holder_gpu), worker_domain(worker_gpu, ring.get());
+  // No host mirrors: every byte the holders' GPUs give up is counted.
+  auto publisher = start(740, 740, {}, true, false);
+  auto worker = start(741, 740, {publisher->gossip_address()}, true, false);
+
+  const auto image = small_model(740, 3u << 20);
+  DeviceRegions weights(holder_gpu, {image.size() / 2 + 3, image.size() - image.size() / 2 - 3});
+  weights.fill_from(image);
+  std::vector<ConstRegion> parts(weights.regions().begin(), weights.regions().end());
+  auto handle = peer::publish_from(*publisher, "policy", parts, tensors_of(image), holder_domain);
+  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  const std::uint64_t control_before = bytes_served(*publisher);
+  const std::uint64_t read_back_before = holder_gpu.bytes_to_host();
+
+  // Regions of odd sizes, so blocks span them and start inside pages.
+  DeviceRegions memory(worker_gpu, {image.size() / 3 + 7, 1, image.size() - image.size() / 3 - 8});
+  auto fetched = peer::fetch_into(*worker, "policy", 1, memory.regions(), worker_domain);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(memory.bytes() == image);
+
+  const RdmaCounts counts = rdma_counts(*worker);
+  const auto landings = nlohmann::json::parse(worker->status_json())["landings"];
+  const std::uint64_t shards = (image.size() + (256u << 10) - 1) / (256u << 10);
+  MESSAGE("READs " << counts.reads << ", " << counts.bytes << " bytes; holder's GPU read back "
+                   << holder_gpu.bytes_to_host() - read_back_before << " bytes; publisher sent "
+                   << bytes_served(*publisher) - control_before << " bytes over TCP; flushes " << worker_gpu.nic_flushes());
+  CHECK(counts.bytes == image.size());  // every block by READ, into GPU memory
+  CHECK(landings["staged"] == 0);       // none through the staging ring
+  CHECK(landings["through_host_buffer"] == 0);
+  // Registered by dma-buf: the holder's 2 regions, the worker's 3.
+  CHECK(holder_gpu.dma_bufs_exported() == 2);
+  CHECK(worker_gpu.dma_bufs_exported() == 3);
+  CHECK(softverbs_get_stats().dma_buf_registrations == 5);
+  // Verified on the worker's GPU, each check after a flush of the NIC's writes.
+  CHECK(worker_gpu.hashes() >= shards);
+  CHECK(worker_gpu.nic_flushes() >= shards);
+  CHECK(worker_gpu.misplaced_copies() == 0);
+  // The holder's GPU gave up no payload (only proofs of possession) and its TCP carried control messages.
+  CHECK(holder_gpu.bytes_to_host() - read_back_before < image.size() / 16);
+  CHECK(bytes_served(*publisher) - control_before < image.size() / 16);
+}
+
+TEST_CASE("rdma peers: GPU memory that exports no dma-buf moves over TCP, through the staging ring") {
+  softverbs_configure(1);
+  softverbs_reset_stats();
+  FakeDevice gpu_device(2);  // heap-backed: it exports no dma-buf
+  gpu_device.complete_on_query(true);
+  std::unique_ptr<cuda::StagingRing> ring;
+  REQUIRE(cuda::StagingRing::create(gpu_device, {.slot_bytes = 64u << 10, .slots = 8}, ring));
+  const cuda::DeviceMemoryDomain gpu(gpu_device, ring.get());
+  Published p(750, 2u << 20);
+  DeviceRegions memory(gpu_device, {p.image.size()});
+  auto fetched = peer::fetch_into(*p.worker, "policy", 1, memory.regions(), gpu);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(memory.bytes() == p.image);
+  const auto landings = nlohmann::json::parse(p.worker->status_json())["landings"];
+  CHECK(landings["staged"].get<std::uint64_t>() > 0);
+  CHECK(rdma_counts(*p.worker).bytes == 0);
+  CHECK(softverbs_get_stats().dma_buf_registrations == 0);
 }
 
 TEST_CASE("rdma peers: failed READs are asked for again and the fetch still verifies") {

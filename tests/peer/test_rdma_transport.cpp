@@ -2,8 +2,11 @@
 // joined by a fake TCP transport: READs land where the peer says, and a
 // neighbour's hostile session messages cost it its RDMA path, nothing more.
 #include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <asio.hpp>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -43,17 +46,31 @@ struct Above final : TransportEvents {
   void on_piece_lost(const PeerId&, const swarm::SwarmMessage& h) override { lost.push_back(h); }
 };
 
-// One version's memory: served from `image`, fetched into `landing`.
+// One version's memory: served from `image`, fetched into `landing`, by
+// address, or through dma-bufs where the test sets them.
 struct Memory final : RdmaMemory {
   ManifestId version;
   std::vector<std::byte> image, landing;
+  // Where set: the bytes served, and where READs land, instead of `image`
+  // and `landing` (memory of the fake GPU), and their dma-bufs.
+  std::span<std::byte> device_image, device_landing;
+  DmaBuf image_buf, landing_buf;
+  TransportEvents* above = nullptr;  // where READs land: as its pieces
+  std::size_t served_asks = 0;
   std::optional<HeldRegions> served_regions(const ManifestId& v) override {
+    ++served_asks;
+    if (image_buf.valid()) return HeldRegions{{device_image}, nullptr, {image_buf}};
     if (v != version || image.empty()) return std::nullopt;
-    return HeldRegions{{image}, nullptr};
+    return HeldRegions{{image}, nullptr, {}};
   }
   std::optional<HeldRegions> landing_regions(const ManifestId& v) override {
+    if (landing_buf.valid()) return HeldRegions{{device_landing}, nullptr, {landing_buf}};
     if (v != version || landing.empty()) return std::nullopt;
-    return HeldRegions{{landing}, nullptr};
+    return HeldRegions{{landing}, nullptr, {}};
+  }
+  void read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
+                        std::vector<std::span<std::byte>>& out) override {
+    above->piece_destination(peer, header, out);
   }
   // Jobs run at once; their results still come back on a later turn of
   // the loop, as from the peer's pool.
@@ -105,6 +122,8 @@ struct Pair {
     for (std::size_t i = 0; i < b_mem.image.size(); ++i) b_mem.image[i] = static_cast<std::byte>(i * 7 + 3);
     a_mem.landing.resize(b_mem.image.size());
     a_up.landing = a_mem.landing;
+    a_mem.above = &a_up;
+    b_mem.above = &b_up;
     std::string note;
     a = RdmaTransport::open(io, a_up, a_mem, note, queue_pairs, choice);
     b = RdmaTransport::open(io, b_up, b_mem, note, queue_pairs, choice);
@@ -138,7 +157,69 @@ struct Pair {
   }
 };
 
+// Memory as a GPU's is to the host: its addresses (`iova`) are reserved
+// PROT_NONE, so any CPU access crashes the test, and its bytes are reached
+// through a memfd (the dma-buf), which the test also maps (`view`).
+struct DeviceLike {
+  std::size_t size;
+  int fd = -1;
+  std::byte* view = nullptr;
+  std::byte* iova = nullptr;
+  explicit DeviceLike(std::size_t bytes) : size(bytes) {
+    fd = ::memfd_create("device-like", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(size)) == 0);
+    view = static_cast<std::byte*>(::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    iova = static_cast<std::byte*>(::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    REQUIRE(view != MAP_FAILED);
+    REQUIRE(iova != MAP_FAILED);
+  }
+  ~DeviceLike() {
+    ::munmap(view, size);
+    ::munmap(iova, size);
+    ::close(fd);
+  }
+  // The dma-buf of the region at `offset`.
+  DmaBuf buf(std::size_t offset) const { return DmaBuf(::dup(fd), offset); }
+};
+
 }  // namespace
+
+TEST_CASE("rdma transport: GPU memory moves through dma-bufs, from and into addresses the host never touches") {
+  softverbs_reset_stats();
+  Pair p;
+  const std::size_t n = p.b_mem.image.size();
+  DeviceLike holder(n + 4096), fetcher(n + 4096);
+  // Each region begins 512 bytes into a page, as a tensor inside a larger allocation does.
+  std::memcpy(holder.view + 512, p.b_mem.image.data(), n);
+  p.b_mem.device_image = {holder.iova + 512, n};
+  p.b_mem.image_buf = holder.buf(512);
+  p.a_mem.device_landing = {fetcher.iova + 512, n};
+  p.a_mem.landing_buf = fetcher.buf(512);
+  p.a_up.landing = p.a_mem.device_landing;
+  for (std::uint32_t i = 0; i < 64; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == 64);
+  CHECK(p.a_up.lost.empty());
+  CHECK(std::memcmp(fetcher.view + 512, p.b_mem.image.data(), n) == 0);
+  CHECK(softverbs_get_stats().dma_buf_registrations == 2);  // the holder's version, the fetcher's landing
+  CHECK(p.a_wire.requests.empty());
+}
+
+TEST_CASE("rdma transport: a version the NIC cannot register is refused once, and goes over TCP") {
+  Pair p;
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  ::close(pipe_fds[1]);
+  DeviceLike holder(4096);
+  p.b_mem.device_image = {holder.iova, 4096};
+  p.b_mem.image_buf = DmaBuf(pipe_fds[0], 0);  // a file no NIC maps
+  p.request(0);
+  p.settle();
+  CHECK(p.a_wire.requests.size() == 1);  // over TCP once the holder said no
+  CHECK(p.b_mem.served_asks == 1);       // one registration tried, not one per refusal
+  CHECK(p.a_up.stored.empty());
+}
 
 TEST_CASE("rdma transport: requests become READs once the grant is here, and land where the peer says") {
   Pair p;

@@ -45,8 +45,11 @@ struct SharedMr {
   std::uint32_t rkey;
   std::uint32_t pd;
   std::uint32_t access;
-  std::uint64_t addr;
+  std::uint64_t addr;       // where the keys address it: the iova
   std::uint64_t length;
+  std::uint64_t host_addr;  // where its bytes are in its owner's process
+  std::uint64_t mapping;    // a dma-buf's: softverbs' own mapping of it, unmapped at deregistration
+  std::uint64_t mapping_length;
 };
 struct SharedQp {
   std::atomic<std::uint32_t> state;  // ibv_qp_state + 1; 0: free
@@ -132,6 +135,7 @@ struct Process {
   std::uint32_t next_pd = 1;
   std::uint32_t key_salt = 1;
   std::atomic<std::uint64_t> reads_completed{0}, bytes_read{0}, reads_failed{0}, depth_exceeded{0};
+  std::atomic<std::uint64_t> dma_buf_registrations{0};
   std::atomic<std::uint32_t> max_in_flight{0};
   std::atomic<std::uint32_t> read_delay_us{0};
   std::atomic<std::uint32_t> fail_count{0};
@@ -306,7 +310,7 @@ ibv_wc_status execute_read(FakeQp* q, const PostedRead& r, std::uint32_t& bytes)
       return IBV_WC_LOC_PROT_ERR;
     }
     locals.push_back(m);
-    if (s.length > 0) local_iov.push_back(iovec{reinterpret_cast<void*>(s.addr), s.length});
+    if (s.length > 0) local_iov.push_back(iovec{reinterpret_cast<void*>(m->host_addr + (s.addr - m->addr)), s.length});
   }
   SharedMr* region = hold_region(t, r.rkey, responder.pd, r.remote_addr, total, IBV_ACCESS_REMOTE_READ);
   if (region == nullptr) {
@@ -315,7 +319,8 @@ ibv_wc_status execute_read(FakeQp* q, const PostedRead& r, std::uint32_t& bytes)
   }
   ibv_wc_status status = IBV_WC_SUCCESS;
   if (total > 0) {
-    iovec remote_iov{reinterpret_cast<void*>(r.remote_addr), static_cast<std::size_t>(total)};
+    iovec remote_iov{reinterpret_cast<void*>(region->host_addr + (r.remote_addr - region->addr)),
+                     static_cast<std::size_t>(total)};
     const ssize_t n = ::process_vm_readv(remote, local_iov.data(), local_iov.size(), &remote_iov, 1, 0);
     if (n < 0) {
       status = errno == ESRCH ? IBV_WC_RETRY_EXC_ERR : IBV_WC_REM_ACCESS_ERR;
@@ -473,6 +478,7 @@ softverbs_stats softverbs_get_stats(void) {
   s.bytes_read = p.bytes_read.load();
   s.reads_failed = p.reads_failed.load();
   s.depth_exceeded = p.depth_exceeded.load();
+  s.dma_buf_registrations = p.dma_buf_registrations.load();
   s.max_reads_in_flight = p.max_in_flight.load();
   return s;
 }
@@ -483,6 +489,7 @@ void softverbs_reset_stats(void) {
   p.bytes_read = 0;
   p.reads_failed = 0;
   p.depth_exceeded = 0;
+  p.dma_buf_registrations = 0;
   p.max_in_flight = 0;
 }
 
@@ -656,12 +663,19 @@ int ibv_dealloc_pd(ibv_pd* pd) {
   return 0;
 }
 
-ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+}  // extern "C"
+
+namespace {
+
+// Enters a region in the table: keys address [iova, iova + length); its
+// bytes are at `host` in this process.
+ibv_mr* register_region(ibv_pd* pd, void* host, size_t length, uint64_t iova, unsigned int access, void* mapping,
+                        std::size_t mapping_length) {
   constexpr unsigned kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                               IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_RELAXED_ORDERING;
   const bool needs_local_write = (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) != 0;
-  if ((access & ~kKnown) != 0 || (needs_local_write && (access & IBV_ACCESS_LOCAL_WRITE) == 0) ||
-      iova != reinterpret_cast<std::uintptr_t>(addr) || length == 0) {
+  if ((access & ~kKnown) != 0 || (needs_local_write && (access & IBV_ACCESS_LOCAL_WRITE) == 0) || length == 0 ||
+      iova > UINT64_MAX - length) {
     errno = EINVAL;
     return nullptr;
   }
@@ -675,14 +689,17 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
     m.rkey = key;
     m.pd = pd->handle;
     m.access = access;
-    m.addr = reinterpret_cast<std::uintptr_t>(addr);
+    m.addr = iova;
     m.length = length;
+    m.host_addr = reinterpret_cast<std::uintptr_t>(host);
+    m.mapping = reinterpret_cast<std::uintptr_t>(mapping);
+    m.mapping_length = mapping_length;
     m.readers.store(0);
     m.state.store(kMrValid);
     auto* mr = new ibv_mr{};
     mr->context = pd->context;
     mr->pd = pd;
-    mr->addr = addr;
+    mr->addr = reinterpret_cast<void*>(iova);
     mr->length = length;
     mr->handle = static_cast<std::uint32_t>(i);
     mr->lkey = key;
@@ -693,14 +710,51 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
   return nullptr;
 }
 
+}  // namespace
+
+extern "C" {
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  if (iova != reinterpret_cast<std::uintptr_t>(addr)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return register_region(pd, addr, length, iova, access, nullptr, 0);
+}
+
 #undef ibv_reg_mr
 ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<std::uintptr_t>(addr), static_cast<unsigned>(access));
 }
 
-ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
-  errno = EOPNOTSUPP;
-  return nullptr;
+// A dma-buf is any file softverbs can map (the fake GPU's memfd): it maps
+// the pages holding [offset, offset + length) and READs copy through that
+// mapping, as a NIC reaches a GPU's pages, never through the iova. As the
+// hardware requires, the iova lies at the same place in its page as the
+// offset; the file is referenced by the mapping, so it may be closed after.
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) {
+  constexpr std::uint64_t kPage = 4096;
+  if (length == 0 || offset % kPage != iova % kPage || offset > UINT64_MAX - length) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const std::uint64_t first = offset - offset % kPage;
+  const std::size_t span = (offset + length - first + kPage - 1) / kPage * kPage;
+  void* mapping = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(first));
+  if (mapping == MAP_FAILED) {
+    errno = EINVAL;  // not a dma-buf softverbs knows
+    return nullptr;
+  }
+  ibv_mr* mr = register_region(pd, static_cast<std::byte*>(mapping) + (offset - first), length, iova,
+                               static_cast<unsigned>(access), mapping, span);
+  if (mr == nullptr) {
+    const int e = errno;
+    ::munmap(mapping, span);
+    errno = e;
+    return nullptr;
+  }
+  proc().dma_buf_registrations.fetch_add(1);
+  return mr;
 }
 
 int ibv_dereg_mr(ibv_mr* mr) {
@@ -708,6 +762,8 @@ int ibv_dereg_mr(ibv_mr* mr) {
   m.state.store(kMrDying);
   // READs copying from it finish first, as the hardware's do.
   while (m.readers.load() != 0) std::this_thread::yield();
+  if (m.mapping != 0) ::munmap(reinterpret_cast<void*>(m.mapping), m.mapping_length);
+  m.mapping = 0;
   m.state.store(kMrFree);
   delete mr;
   return 0;

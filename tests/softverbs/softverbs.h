@@ -8,7 +8,11 @@
 // - the RC queue pair state machine RESET -> INIT -> RTR -> RTS (and ERR,
 //   RESET from anywhere) with the attribute masks each transition requires:
 //   a missing or extra attribute is EINVAL, as the kernel answers;
-// - memory regions: lkeys and rkeys, access flags, bounds;
+// - memory regions: lkeys and rkeys, access flags, bounds; dma-buf
+//   regions (ibv_reg_dmabuf_mr) of any file it can map, such as the fake
+//   GPU's memfd: keys address the iova, READs copy through softverbs' own
+//   mapping of the file, and the iova must sit where the offset sits in
+//   its page;
 // - RDMA READ as the requester sees it: the responder's queue pair must be
 //   connected back to the requester's and allow remote reads, the rkey
 //   must name a region of the responder queue pair's protection domain that
@@ -57,6 +61,7 @@ struct softverbs_stats {
   uint64_t reads_failed;        // READs completed with an error (flushes excluded)
   uint64_t depth_exceeded;      // posts that took a queue pair past its max_rd_atomic
   uint32_t max_reads_in_flight; // over all queue pairs, the most outstanding on one
+  uint64_t dma_buf_registrations; // ibv_reg_dmabuf_mr calls that succeeded
 };
 struct softverbs_stats softverbs_get_stats(void);
 void softverbs_reset_stats(void);

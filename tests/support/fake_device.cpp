@@ -1,5 +1,9 @@
 #include "support/fake_device.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -7,7 +11,31 @@ namespace tensorhub::testing {
 
 FakeDevice::~FakeDevice() {
   for (auto& [p, n] : pinned_) delete[] p;
-  for (auto& [p, n] : device_) delete[] p;
+  for (auto& [p, n] : device_) {
+    if (!in_arena(p)) delete[] p;
+  }
+  if (arena_ != nullptr) ::munmap(arena_, kArenaBytes);
+  if (arena_fd_ >= 0) ::close(arena_fd_);
+}
+
+void FakeDevice::back_with_memfd() {
+  std::lock_guard lock(mutex_);
+  if (arena_ != nullptr) return;
+  arena_fd_ = ::memfd_create("fake-device", MFD_CLOEXEC);
+  if (arena_fd_ < 0 || ::ftruncate(arena_fd_, static_cast<off_t>(kArenaBytes)) != 0) return;
+  void* p = ::mmap(nullptr, kArenaBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, arena_fd_, 0);
+  if (p != MAP_FAILED) arena_ = static_cast<std::byte*>(p);
+}
+
+Status FakeDevice::export_dma_buf(const std::byte* device, std::size_t bytes, peer::DmaBuf& out) {
+  std::lock_guard lock(mutex_);
+  if (!inside(device_, device, bytes)) return Status::invalid_argument("not device memory of the fake");
+  if (!in_arena(device)) return Status::unavailable("the fake exports dma-bufs of memfd-backed memory only");
+  const int fd = ::fcntl(arena_fd_, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return Status::unavailable("dup of the fake's memfd failed");
+  out = peer::DmaBuf(fd, static_cast<std::uint64_t>(device - arena_));
+  ++dma_bufs_exported_;
+  return Status::ok();
 }
 
 Status FakeDevice::allocate_pinned(std::size_t bytes, std::byte*& out) {
@@ -39,7 +67,15 @@ void FakeDevice::forget(Allocations& allocations, std::size_t& total, std::byte*
 Status FakeDevice::allocate_device(std::size_t bytes, std::byte*& out) {
   std::lock_guard lock(mutex_);
   if (lost_) return Status::unavailable("fake device lost");
-  out = new std::byte[bytes];
+  if (arena_ != nullptr) {
+    // Page-aligned, as a GPU's allocations are at least.
+    const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + 4095) & ~std::size_t{4095};
+    if (rounded > kArenaBytes - arena_used_) return Status::unavailable("the fake's memfd is full");
+    out = arena_ + arena_used_;
+    arena_used_ += rounded;
+  } else {
+    out = new std::byte[bytes];
+  }
   device_[out] = bytes;
   device_bytes_ += bytes;
   return Status::ok();
@@ -47,6 +83,15 @@ Status FakeDevice::allocate_device(std::size_t bytes, std::byte*& out) {
 
 void FakeDevice::free_device(std::byte* memory) {
   std::lock_guard lock(mutex_);
+  if (in_arena(memory)) {
+    auto it = device_.find(memory);
+    if (it == device_.end()) return;
+    const std::size_t rounded = (std::max<std::size_t>(it->second, 1) + 4095) & ~std::size_t{4095};
+    ::fallocate(arena_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, memory - arena_, static_cast<off_t>(rounded));
+    device_bytes_ -= it->second;
+    device_.erase(it);
+    return;
+  }
   forget(device_, device_bytes_, memory);
 }
 

@@ -57,6 +57,18 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t ipc_opened() const { return locked(ipc_opened_); }
   std::size_t ipc_open_now() const { return locked(ipc_open_now_); }
 
+  // dma-bufs: only for memory allocated after back_with_memfd(): the fake
+  // exports the memfd it carves that memory from, and the offset of the
+  // range in it (softverbs maps it, as a NIC maps a GPU's pages).
+  Status export_dma_buf(const std::byte* device, std::size_t bytes, peer::DmaBuf& out) override;
+  void flush_nic_writes() override { std::lock_guard lock(mutex_); ++nic_flushes_; }
+  // Device memory allocated from now on comes from one memfd, so it
+  // exports dma-bufs; before, it comes from the heap (where ASan watches
+  // its bounds) and exports none.
+  void back_with_memfd();
+  std::size_t dma_bufs_exported() const { return locked(dma_bufs_exported_); }
+  std::size_t nic_flushes() const { return locked(nic_flushes_); }
+
   // ---- What the test drives ----
   // Runs the oldest queued operation of `stream`; false when there is none.
   bool step(int stream);
@@ -136,6 +148,15 @@ class FakeDevice final : public cuda::DeviceApi {
   std::uint64_t hashed_bytes_ = 0;
   std::uint64_t bytes_to_host_ = 0;
   bool refuse_ipc_ = false;
+  // The memfd device memory comes from after back_with_memfd(): mapped
+  // whole, carved from the front, freed pages punched out.
+  int arena_fd_ = -1;
+  std::byte* arena_ = nullptr;
+  std::size_t arena_used_ = 0;
+  std::size_t dma_bufs_exported_ = 0;
+  std::size_t nic_flushes_ = 0;
+  bool in_arena(const std::byte* p) const { return arena_ != nullptr && p >= arena_ && p < arena_ + kArenaBytes; }
+  static constexpr std::size_t kArenaBytes = std::size_t{64} << 30;
   std::size_t ipc_opened_ = 0;
   std::size_t ipc_open_now_ = 0;
 };
