@@ -609,7 +609,30 @@ std::string sharing(std::uint8_t* device, const std::vector<std::uint8_t>& host,
   }
   const bool misaligned_refused = !export_dma_buf(device + 1, dma_bytes, fd);
   if (!misaligned_refused) ++failures;
-  o << ", \"misaligned_refused\": " << (misaligned_refused ? "true" : "false") << "}}";
+  o << ", \"misaligned_refused\": " << (misaligned_refused ? "true" : "false");
+  // What a peer registers a GPU version's region by (DeviceApi): a region
+  // 512 bytes into a page, 1 MiB long, exported as the pages around it.
+  std::unique_ptr<DeviceApi> api;
+  if (Status opened = open_cuda_device("", 1, api); opened) {
+    const std::size_t mib_bytes = std::size_t{1} << 20;
+    const std::byte* region = reinterpret_cast<const std::byte*>(device) + 3 * 4096 + 512;
+    peer::DmaBuf buf;
+    const Status region_exported = api->export_dma_buf(region, mib_bytes, buf);
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    const off_t expected = static_cast<off_t>((512 + mib_bytes + page - 1) / page * page);
+    const off_t region_size = region_exported ? lseek(buf.fd(), 0, SEEK_END) : -1;
+    const bool region_ok = region_exported && buf.offset() == 512 && region_size == expected;
+    if (!region_ok) ++failures;
+    o << ", \"region\": {\"exported\": " << (region_ok ? "true" : "false") << ", \"offset\": " << buf.offset()
+      << ", \"fd_size\": " << region_size << "}";
+    // The flush before a shard's check: what it costs per call.
+    constexpr int kFlushes = 1000;
+    const auto began = std::chrono::steady_clock::now();
+    for (int i = 0; i < kFlushes; ++i) api->flush_nic_writes();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - began).count();
+    o << ", \"flush_us\": " << us / kFlushes;
+  }
+  o << "}}";
   return o.str();
 }
 
