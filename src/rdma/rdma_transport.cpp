@@ -102,6 +102,7 @@ bool RdmaTransport::make_queue_pairs(const PeerId& peer, Neighbour& n) {
   std::vector<rdma::OfferedQueuePair> offered;
   for (std::size_t i = 0; i < nics_.size(); ++i) {
     nics.push_back(nics_[i]->offered());
+    if (n.faulted_nics.count(i)) continue;
     for (std::size_t q = 0; q < queue_pairs_per_nic_; ++q) {
       auto qp = rdma::RcQueuePair::create(*nics_[i], static_cast<std::uint32_t>(core::entropy64()));
       if (!qp) {
@@ -437,13 +438,16 @@ void RdmaTransport::pump(const PeerId& peer, Neighbour& n) {
     }
     spare[k] = n.qps[k]->credits() > pledged ? n.qps[k]->credits() - pledged : 0;
   }
+  // Queue pairs on NICs near the memory, or, where this neighbour has none
+  // (those NICs faulted towards it), any.
+  const bool near = std::any_of(n.qp_nic.begin(), n.qp_nic.end(), [&](std::size_t nic) { return preferred_[nic]; });
   while (!n.waiting.empty()) {
-    // The queue pair with the most to spare on a NIC near the memory, NICs
-    // taken in turn on ties.
+    // The queue pair with the most to spare on such a NIC, NICs taken in
+    // turn on ties.
     std::size_t best = n.qps.size();
     for (std::size_t i = 0; i < n.qps.size(); ++i) {
       const std::size_t k = (n.next_qp + i) % n.qps.size();
-      if (!preferred_[n.qp_nic[k]]) continue;
+      if (near && !preferred_[n.qp_nic[k]]) continue;
       if (best == n.qps.size() || spare[k] > spare[best]) best = k;
     }
     if (best == n.qps.size() || spare[best] == 0) break;
@@ -633,6 +637,12 @@ void RdmaTransport::finish_block(std::uint64_t tag) {
   // the offer), or give up on READs from it.
   const auto verdict = n.health.on_completion(block.cause);
   if (verdict == rdma::PathHealth::Verdict::kUseTcp) return use_tcp(block.peer, n, "READs keep failing");
+  if (block.cause == rdma::ReadFailure::kOtherNic && block.qp < n.qp_nic.size()) {
+    const std::size_t nic = n.qp_nic[block.qp];
+    n.faulted_nics.insert(nic);
+    if (n.faulted_nics.size() == nics_.size()) return use_tcp(block.peer, n, "a local fault on every NIC");
+    TH_LOG_WARN(kLog, "READs from " << short_name(block.peer) << " leave " << nics_[nic]->name() << " after a local fault");
+  }
   make_queue_pairs(block.peer, n);
 }
 

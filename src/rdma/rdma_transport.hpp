@@ -21,7 +21,8 @@
 // numbers) and says ready. An offer never answers an offer. Twice in a row
 // at most (PathHealth), then the neighbour uses TCP until its link is made
 // again; so does a neighbour whose ready does not follow within
-// kReadyLimit. Every neighbour moves to TCP on a port error or a fatal
+// kReadyLimit. A local fault (our registration or queue pair) rebuilds
+// them on our other NICs; with none left, TCP. Every neighbour moves to TCP on a port error or a fatal
 // device event.
 //
 // Runs on the I/O thread, like the engine that drives it.
@@ -136,6 +137,9 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
     bool they_ready = false;
     std::string off_reason;  // non-empty: this neighbour uses TCP only, and why
     rdma::PathHealth health;
+    // Our NICs that failed locally towards it (a local-fault completion):
+    // its queue pairs are made on the others; all of them: TCP.
+    std::set<std::size_t> faulted_nics;
     std::size_t next_qp = 0;
     std::map<ManifestId, std::vector<rdma::GrantRegion>> grants;  // theirs, to READ
     std::set<ManifestId> asked, refused;

@@ -265,6 +265,36 @@ TEST_CASE("rdma transport: a failure with READs in flight rebuilds the session o
   CHECK(p.a_up.stored.size() == stored + 8);  // READs go on
 }
 
+TEST_CASE("rdma transport: a local fault moves the neighbour's READs to the other NIC, and a fault on the last one to TCP") {
+  Pair p(2, 1);  // two NICs, one queue pair each
+  softverbs_fail_next_reads(1, IBV_WC_LOC_PROT_ERR);  // a fault of our own side: our registration or queue pair
+  p.request(0);
+  p.settle();
+  REQUIRE(p.a_up.lost.size() == 1);
+  CHECK(p.a_state() == "reading");  // rebuilt, on the other NIC only
+  auto bytes_by_nic = [&] {
+    std::vector<std::uint64_t> out;
+    for (const auto& nic : p.a->status().nics) out.push_back(nic.bytes_read);
+    return out;
+  };
+  const auto before = bytes_by_nic();
+  for (std::uint32_t i = 1; i < 33; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == 32);
+  const auto after = bytes_by_nic();
+  REQUIRE(after.size() == 2);
+  // Every block went through one NIC: the one that did not fault.
+  CHECK(((after[0] == before[0]) != (after[1] == before[1])));
+  CHECK(after[0] + after[1] - before[0] - before[1] == 32 * 4096);
+  // A local fault on that one too: no NIC is left, so TCP.
+  softverbs_fail_next_reads(1, IBV_WC_LOC_PROT_ERR);
+  p.request(33);
+  p.settle();
+  CHECK(p.a_state() == "tcp (a local fault on every NIC)");
+  p.request(34);
+  CHECK(p.a_wire.requests.size() == 1);
+}
+
 TEST_CASE("rdma transport: a neighbour whose offer is not followed by its ready within the limit goes to TCP") {
   Pair p;
   rdma::OfferedNic nic;
@@ -305,6 +335,14 @@ TEST_CASE("rdma transport: blocks go through the NICs nearest the memory") {
   CHECK(s.nics[1].preferred);
   CHECK(s.nics[0].bytes_read == 0);
   CHECK(s.nics[1].bytes_read == 32 * 4096);
+  // The preferred NIC faults locally: the blocks take the other one rather than wait.
+  softverbs_fail_next_reads(1, IBV_WC_LOC_PROT_ERR);
+  p.request(32);
+  p.settle();
+  for (std::uint32_t i = 33; i < 41; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == 40);
+  CHECK(p.a->status().nics[0].bytes_read == 8 * 4096);
   // Without places, every NIC carries blocks.
   Pair q(2, 2);
   for (std::uint32_t i = 0; i < 32; ++i) q.request(i);
