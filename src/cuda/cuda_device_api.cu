@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -45,6 +46,15 @@ class CudaDevice final : public DeviceApi {
     cudaDeviceGetAttribute(&flush_options, cudaDevAttrGPUDirectRDMAFlushWritesOptions, ordinal_);
     cudaGetLastError();  // an attribute this driver lacks leaves an error behind
     flush_needed_ = ordering < cudaGPUDirectRDMAWritesOrderingOwner && (flush_options & cudaFlushGPUDirectRDMAWritesOptionHost) != 0;
+    int domain = 0, bus = 0, device = 0;
+    if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, ordinal_) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, ordinal_) == cudaSuccess &&
+        cudaDeviceGetAttribute(&device, cudaDevAttrPciDeviceId, ordinal_) == cudaSuccess) {
+      char id[32];
+      std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", static_cast<unsigned>(domain) & 0xffff,
+                    static_cast<unsigned>(bus) & 0xff, static_cast<unsigned>(device) & 0xff);
+      pci_bus_id_ = id;
+    }
     for (int i = 0; i < streams; ++i) {
       cudaStream_t s = nullptr;
       if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess) {
@@ -56,6 +66,7 @@ class CudaDevice final : public DeviceApi {
   }
 
   std::string name() const override { return "cuda:" + uuid_; }
+  std::string pci_bus_id() const override { return pci_bus_id_; }
 
   Status allocate_pinned(std::size_t bytes, std::byte*& out) override {
     cudaSetDevice(ordinal_);
@@ -252,7 +263,8 @@ class CudaDevice final : public DeviceApi {
   }
 
   int ordinal_;
-  bool flush_needed_ = false;  // NICs' writes need cudaDeviceFlushGPUDirectRDMAWrites before a kernel reads them
+  bool flush_needed_ = false;
+  std::string pci_bus_id_;  // NICs' writes need cudaDeviceFlushGPUDirectRDMAWrites before a kernel reads them
   std::string uuid_;
   std::vector<cudaStream_t> streams_;
   std::mutex mutex_;

@@ -40,6 +40,9 @@ class DeviceApi {
   virtual ~DeviceApi() = default;
   // "cuda:GPU-<uuid>" or "fake".
   virtual std::string name() const = 0;
+  // Where the device sits on the PCIe tree, as sysfs names it
+  // ("0000:17:00.0"); empty when unknown.
+  virtual std::string pci_bus_id() const = 0;
 
   // Page-locked host memory (the device copies from and to it at full
   // speed, asynchronously). Errors: kUnavailable when none can be had.

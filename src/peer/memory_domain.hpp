@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -97,6 +98,10 @@ class MemoryDomain {
   // none: host memory, or a driver or kernel without dma-buf export);
   // kInvalidArgument (`region` is not this domain's memory).
   virtual Status export_dma_buf(std::span<const std::byte> region, DmaBuf& out) const;
+  // The PCI device this memory belongs to, as sysfs names it
+  // ("0000:17:00.0"): NICs nearest it move its bytes. Empty: host memory,
+  // or unknown.
+  virtual std::string pci_bus_id() const { return {}; }
 };
 
 // Host memory: XXH3-128 or BLAKE2b streamed over the shard's pieces, memcpy.

@@ -578,6 +578,7 @@ std::optional<HeldRegions> PeerEngine::nic_regions(const std::shared_ptr<LocalVe
   }
   out.regions = std::move(regions);
   out.keep = keep_version(v);
+  out.pci_bus_id = v->domain->pci_bus_id();
   return out;
 }
 

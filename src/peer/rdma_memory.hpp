@@ -26,6 +26,10 @@ struct HeldRegions {
   std::vector<std::span<std::byte>> regions;
   std::shared_ptr<void> keep;
   std::vector<DmaBuf> dma_bufs;  // empty, or dma_bufs[i] for regions[i]
+  // Memory of a PCI device (a GPU): its bus id as sysfs names it
+  // ("0000:17:00.0"), so READs into it take the NICs nearest it. Empty:
+  // host memory (its pages' NUMA node decides).
+  std::string pci_bus_id;
 };
 
 // What the RDMA transport asks of the peer about versions' memory.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,23 @@ std::string short_name(const PeerId& peer) { return peer.short_hex(); }
 
 }  // namespace
 
+namespace {
+
+// By NIC of `places`: whether it is among the nearest to `memory` (all of
+// them when none is known to be).
+std::vector<bool> nearest_of(const std::vector<NicPlace>& places, const NicPlace& memory) {
+  const NicRanking ranked = rank_nics(places, memory);
+  std::vector<bool> out(places.size(), ranked.preferred == 0);
+  for (std::size_t r = 0; r < ranked.preferred; ++r) {
+    for (std::size_t i = 0; i < places.size(); ++i) {
+      if (places[i].name == ranked.nics[r].name) out[i] = true;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::unique_ptr<RdmaTransport> RdmaTransport::open(asio::io_context& io, TransportEvents& up, RdmaMemory& memory,
                                                    std::string& note, std::size_t queue_pairs, NicChoice choice) {
   auto nics = rdma::VerbsNic::open_active(note);
@@ -32,23 +50,19 @@ RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemo
                              const NicChoice& choice)
     : io_(io), queue_pairs_per_nic_(queue_pairs), up_(up), memory_(memory), nics_(std::move(nics)) {
   for (auto& nic : nics_) nic_list_.push_back(nic.get());
-  // The NICs nearest the memory carry the READs.
+  // The NICs nearest the memory carry the READs: for memory whose place
+  // is unknown, those nearest this CPU's node (the peer's buffers are mostly there).
+  sysfs_root_ = choice.sysfs_root;
+  memory_node_ = choice.memory_node;
+  for (auto& nic : nics_) places_.push_back(nic_place(sysfs_root_, nic->name()));
   NicPlace memory_place;
   memory_place.numa_node = choice.memory_node;
   if (memory_place.numa_node < 0) {
     unsigned cpu = 0, node = 0;
     if (::getcpu(&cpu, &node) == 0) memory_place.numa_node = static_cast<int>(node);
   }
-  std::vector<NicPlace> places;
-  for (auto& nic : nics_) places.push_back(nic_place(choice.sysfs_root, nic->name()));
-  const NicRanking ranked = rank_nics(places, memory_place);
-  preferred_.assign(nics_.size(), false);
+  preferred_ = nearest_of(places_, memory_place);
   nic_bytes_.assign(nics_.size(), 0);
-  for (std::size_t r = 0; r < ranked.preferred; ++r) {
-    for (std::size_t i = 0; i < nics_.size(); ++i) {
-      if (nics_[i]->name() == ranked.nics[r].name) preferred_[i] = true;
-    }
-  }
   watches_.resize(nics_.size());
   for (std::size_t i = 0; i < nics_.size(); ++i) {
     // Duplicates: the descriptors close their own, the NICs theirs.
@@ -64,6 +78,12 @@ RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemo
 }
 
 RdmaTransport::~RdmaTransport() { close(); }
+
+
+const std::vector<bool>& RdmaTransport::preferred_for(const ManifestId& version) const {
+  auto it = landing_nics_.find(version);
+  return it == landing_nics_.end() ? preferred_ : it->second;
+}
 
 void RdmaTransport::close() {
   if (closed_) return;
@@ -328,25 +348,47 @@ void RdmaTransport::on_ask_grant(const PeerId& peer, Neighbour& n, const Manifes
   register_off_thread(version, /*landing=*/false, std::move(*regions));
 }
 
+namespace {
+
+// The NUMA node of the page at `p`; -1 when it has none yet (memory not
+// touched) or the kernel does not say.
+int numa_node_of(const void* p) {
+  void* page = const_cast<void*>(p);
+  int status = -1;
+  if (::syscall(SYS_move_pages, 0, 1UL, &page, nullptr, &status, 0) != 0) return -1;
+  return status;
+}
+
+}  // namespace
+
 void RdmaTransport::register_off_thread(const ManifestId& version, bool landing, HeldRegions regions) {
   const std::uint64_t job = next_job_++;
   registering_[{version, landing}].job = job;
   auto shared = std::make_shared<HeldRegions>(std::move(regions));
   memory_.run_off_thread([this, &io = io_, alive = std::weak_ptr<bool>(alive_), version, landing, job, shared,
-                          nics = nic_list_]() mutable {
+                          nics = nic_list_, sysfs = sysfs_root_, places = places_, node = memory_node_]() mutable {
     auto registered = rdma::RegisteredRegions::register_on(
         nics, shared->regions, landing ? rdma::Access::kLocalWrite : rdma::Access::kRemoteRead, shared->dma_bufs);
     auto result = std::make_shared<Result<rdma::RegisteredRegions>>(std::move(registered));
-    asio::post(io, [this, alive, version, landing, job, result, shared] {
+    // Where the landing's memory sits (sysfs, page tables: off the I/O
+    // thread too), and so which NICs its READs take.
+    std::optional<NicPlace> place;
+    if (landing && !shared->pci_bus_id.empty()) {
+      place = rdma::pci_place(sysfs, shared->pci_bus_id);
+    } else if (landing && node < 0 && !shared->regions.empty() && !shared->regions.front().empty()) {
+      if (const int at = numa_node_of(shared->regions.front().data()); at >= 0) place = NicPlace{"", at, ""};
+    }
+    auto nearest = std::make_shared<std::vector<bool>>(place ? nearest_of(places, *place) : std::vector<bool>{});
+    asio::post(io, [this, alive, version, landing, job, result, shared, nearest] {
       // The memory stays kept (`shared`) until the registration is ours or gone.
       if (alive.expired() || closed_) return;
-      on_registered(version, landing, job, std::move(*result));
+      on_registered(version, landing, job, std::move(*result), std::move(*nearest));
     });
   });
 }
 
 void RdmaTransport::on_registered(const ManifestId& version, bool landing, std::uint64_t job,
-                                  Result<rdma::RegisteredRegions> registered) {
+                                  Result<rdma::RegisteredRegions> registered, std::vector<bool> nics) {
   auto it = registering_.find({version, landing});
   if (it == registering_.end() || it->second.job != job) return;  // forgotten meanwhile: deregistered here
   const std::set<PeerId> askers = std::move(it->second.askers);
@@ -356,8 +398,12 @@ void RdmaTransport::on_registered(const ManifestId& version, bool landing, std::
                                           << registered.status().message());
   }
   if (landing) {
-    if (registered) landing_.emplace(version, std::move(*registered));
-    else unreachable_.insert(version);
+    if (registered) {
+      landing_.emplace(version, std::move(*registered));
+      if (!nics.empty()) landing_nics_[version] = std::move(nics);
+    } else {
+      unreachable_.insert(version);
+    }
     for (auto& [peer, n] : neighbours_) pump(peer, n);  // held requests move on: READs, or TCP
     return;
   }
@@ -438,16 +484,16 @@ void RdmaTransport::pump(const PeerId& peer, Neighbour& n) {
     }
     spare[k] = n.qps[k]->credits() > pledged ? n.qps[k]->credits() - pledged : 0;
   }
-  // Queue pairs on NICs near the memory, or, where this neighbour has none
-  // (those NICs faulted towards it), any.
-  const bool near = std::any_of(n.qp_nic.begin(), n.qp_nic.end(), [&](std::size_t nic) { return preferred_[nic]; });
   while (!n.waiting.empty()) {
-    // The queue pair with the most to spare on such a NIC, NICs taken in
-    // turn on ties.
+    // The queue pair with the most to spare on a NIC near the block's
+    // landing (or, where this neighbour has none there: those NICs faulted
+    // towards it, any), NICs taken in turn on ties.
+    const std::vector<bool>& preferred = preferred_for(n.waiting.front().version_id);
+    const bool near = std::any_of(n.qp_nic.begin(), n.qp_nic.end(), [&](std::size_t nic) { return preferred[nic]; });
     std::size_t best = n.qps.size();
     for (std::size_t i = 0; i < n.qps.size(); ++i) {
       const std::size_t k = (n.next_qp + i) % n.qps.size();
-      if (near && !preferred_[n.qp_nic[k]]) continue;
+      if (near && !preferred[n.qp_nic[k]]) continue;
       if (best == n.qps.size() || spare[k] > spare[best]) best = k;
     }
     if (best == n.qps.size() || spare[best] == 0) break;
@@ -663,6 +709,7 @@ void RdmaTransport::forget_version(const ManifestId& version) {
   }
   served_.erase(version);   // returns once no READ copies from it
   landing_.erase(version);
+  landing_nics_.erase(version);
   unreachable_.erase(version);
   // A registration being made now is dropped when it ends (it keeps the
   // memory until then, so the release waits for it).

@@ -43,6 +43,7 @@
 #include "peer/rdma_memory.hpp"
 #include "rdma/rc_queue_pair.hpp"
 #include "rdma/read_failure.hpp"
+#include "rdma/nic_affinity.hpp"
 #include "rdma/registered_regions.hpp"
 #include "rdma/verbs_nic.hpp"
 
@@ -55,11 +56,13 @@ using peer::RdmaMemory;
 using peer::RdmaStatus;
 using peer::TransportEvents;
 
-// Which NICs carry the READs: those nearest the memory (nic_affinity.hpp).
+// Which NICs carry the READs: those nearest the memory they land in
+// (nic_affinity.hpp): a GPU's by its place on the PCIe tree; host memory's
+// by the NUMA node of its first page, or, while it has none yet, of the
+// CPU the transport starts on (the peer's buffers are mostly there).
 struct NicChoice {
   std::string sysfs_root = "/sys";
-  // The NUMA node of the memory READs land in; -1: the node of the CPU
-  // the transport starts on (the peer's buffers are mostly there).
+  // >= 0: the NUMA node of all host memory READs land in, whatever its pages say.
   int memory_node = -1;
 };
 
@@ -208,9 +211,13 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   // Registers `regions` off the I/O thread; `done` runs on it afterwards
   // unless `version`'s registration was forgotten meanwhile (a newer job,
   // or forget_version).
+  // A landing's job also ranks the NICs for its memory (`nics`).
   void register_off_thread(const ManifestId& version, bool landing, HeldRegions regions);
   void on_registered(const ManifestId& version, bool landing, std::uint64_t job,
-                     Result<rdma::RegisteredRegions> registered);
+                     Result<rdma::RegisteredRegions> registered, std::vector<bool> nics);
+  // Where READs into `version` go: the NICs nearest its landing's memory,
+  // else those nearest the memory this transport started by.
+  const std::vector<bool>& preferred_for(const ManifestId& version) const;
   // Starts the waiting requests the queue pairs' credits allow, then posts
   // what is planned: every queue pair's READs linked into one post.
   void pump(const PeerId& peer, Neighbour& n);
@@ -230,7 +237,11 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   DataTransport* tcp_ = nullptr;
   std::vector<std::unique_ptr<rdma::VerbsNic>> nics_;
   std::vector<rdma::VerbsNic*> nic_list_;
-  std::vector<bool> preferred_;             // by NIC: READs go through its queue pairs
+  std::string sysfs_root_;
+  int memory_node_ = -1;                    // NicChoice::memory_node
+  std::vector<rdma::NicPlace> places_;      // by NIC: where it sits
+  std::vector<bool> preferred_;             // by NIC: near the memory the transport started by
+  std::map<ManifestId, std::vector<bool>> landing_nics_;  // by landing: its nearest NICs
   std::vector<std::uint64_t> nic_bytes_;    // by NIC: READ since start
   std::vector<NicWatch> watches_;
   std::map<PeerId, Neighbour> neighbours_;

@@ -55,18 +55,19 @@ struct Memory final : RdmaMemory {
   // and `landing` (memory of the fake GPU), and their dma-bufs.
   std::span<std::byte> device_image, device_landing;
   DmaBuf image_buf, landing_buf;
+  std::string landing_pci;  // the landing's PCI device (a GPU's), as sysfs names it
   TransportEvents* above = nullptr;  // where READs land: as its pieces
   std::size_t served_asks = 0;
   std::optional<HeldRegions> served_regions(const ManifestId& v) override {
     ++served_asks;
-    if (image_buf.valid()) return HeldRegions{{device_image}, nullptr, {image_buf}};
+    if (image_buf.valid()) return HeldRegions{{device_image}, nullptr, {image_buf}, {}};
     if (v != version || image.empty()) return std::nullopt;
-    return HeldRegions{{image}, nullptr, {}};
+    return HeldRegions{{image}, nullptr, {}, {}};
   }
   std::optional<HeldRegions> landing_regions(const ManifestId& v) override {
-    if (landing_buf.valid()) return HeldRegions{{device_landing}, nullptr, {landing_buf}};
+    if (landing_buf.valid()) return HeldRegions{{device_landing}, nullptr, {landing_buf}, landing_pci};
     if (v != version || landing.empty()) return std::nullopt;
-    return HeldRegions{{landing}, nullptr, {}};
+    return HeldRegions{{landing}, nullptr, {}, landing_pci};
   }
   void read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
                         std::vector<std::span<std::byte>>& out) override {
@@ -312,6 +313,42 @@ TEST_CASE("rdma transport: a neighbour whose offer is not followed by its ready 
   }
   CHECK(p.a_state() == "tcp (no ready within the limit after its offer)");
   CHECK(p.a_wire.requests.size() == 1);  // the held request went over TCP
+}
+
+TEST_CASE("rdma transport: READs into a GPU's memory go through the NICs nearest that GPU") {
+  // A fake sysfs: both NICs on NUMA node 0, under different bridges; the
+  // GPU under softverbs1's bridge.
+  testing::TempDir dir;
+  auto device_at = [&](const std::string& bridge, const std::string& bdf) {
+    const auto path = dir.path() / "devices" / "pci0000:00" / bridge / bdf;
+    std::filesystem::create_directories(path);
+    std::ofstream(path / "numa_node") << "0\n";
+    return path;
+  };
+  for (int i = 0; i < 2; ++i) {
+    const auto nic = device_at("0000:00:0" + std::to_string(i + 1) + ".0", "0000:0" + std::to_string(i + 1) + ":00.0");
+    const auto cls = dir.path() / "class" / "infiniband" / ("softverbs" + std::to_string(i));
+    std::filesystem::create_directories(cls);
+    std::filesystem::create_directory_symlink(nic, cls / "device");
+  }
+  const auto gpu = device_at("0000:00:02.0", "0000:03:00.0");
+  std::filesystem::create_directories(dir.path() / "bus" / "pci" / "devices");
+  std::filesystem::create_directory_symlink(gpu, dir.path() / "bus" / "pci" / "devices" / "0000:03:00.0");
+
+  Pair p(2, 2, NicChoice{dir.path().string(), /*memory_node=*/0});
+  // Host memory: both NICs are as near (node 0), and both carry blocks.
+  REQUIRE(p.a->status().nics.size() == 2);
+  CHECK(p.a->status().nics[0].preferred);
+  CHECK(p.a->status().nics[1].preferred);
+  // The landing is the GPU's memory: its READs take softverbs1 only.
+  p.a_mem.landing_pci = "0000:03:00.0";
+  for (std::uint32_t i = 0; i < 32; ++i) p.request(i);
+  p.settle();
+  CHECK(p.a_up.stored.size() == 32);
+  CHECK(std::equal(p.a_mem.landing.begin(), p.a_mem.landing.begin() + 32 * 4096, p.b_mem.image.begin()));
+  const RdmaStatus s = p.a->status();
+  CHECK(s.nics[0].bytes_read == 0);
+  CHECK(s.nics[1].bytes_read == 32 * 4096);
 }
 
 TEST_CASE("rdma transport: blocks go through the NICs nearest the memory") {

@@ -32,6 +32,8 @@ class FakeDevice final : public cuda::DeviceApi {
   ~FakeDevice() override;
 
   std::string name() const override { return "fake"; }
+  std::string pci_bus_id() const override { return locked(pci_bus_id_); }
+  void set_pci_bus_id(std::string id) { std::lock_guard lock(mutex_); pci_bus_id_ = std::move(id); }
   Status allocate_pinned(std::size_t bytes, std::byte*& out) override;
   void free_pinned(std::byte* memory) override;
   Status allocate_device(std::size_t bytes, std::byte*& out) override;
@@ -155,6 +157,7 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t arena_used_ = 0;
   std::size_t dma_bufs_exported_ = 0;
   std::size_t nic_flushes_ = 0;
+  std::string pci_bus_id_;
   bool in_arena(const std::byte* p) const { return arena_ != nullptr && p >= arena_ && p < arena_ + kArenaBytes; }
   static constexpr std::size_t kArenaBytes = std::size_t{64} << 30;
   std::size_t ipc_opened_ = 0;
