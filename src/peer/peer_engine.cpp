@@ -238,7 +238,13 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const 
   auto v = core_->publish(now(), std::move(manifest), std::move(image), {}, domain);
   // A publisher's host has the memory to spare: its mirror is filled now,
   // before the first request (a fetcher's is made on the first request).
-  if (v && !domain.host_accessible() && options_.mirror_gpu_versions) start_mirror(*v, lease_of(*v));
+  // With RDMA its neighbours READ the GPU's memory itself: the mirror waits
+  // for a request over TCP, as a fetcher's does.
+  bool reads_by_rdma = false;
+#if TENSORHUB_HAVE_RDMA
+  reads_by_rdma = rdma_ != nullptr;
+#endif
+  if (v && !domain.host_accessible() && options_.mirror_gpu_versions && !reads_by_rdma) start_mirror(*v, lease_of(*v));
   pump();
   return v;
 }

@@ -127,8 +127,9 @@ TEST_CASE("rdma peers: GPU memory to GPU memory: every block by READ through dma
   std::unique_ptr<cuda::StagingRing> ring;
   REQUIRE(cuda::StagingRing::create(worker_gpu, {.slot_bytes = 64u << 10, .slots = 8}, ring));
   const cuda::DeviceMemoryDomain holder_domain(holder_gpu), worker_domain(worker_gpu, ring.get());
-  // No host mirrors: every byte the holders' GPUs give up is counted.
-  auto publisher = start(740, 740, {}, true, false);
+  // Host mirrors on for the publisher: with RDMA it makes none (nobody
+  // asks over TCP), so every byte its GPU gives up is counted below.
+  auto publisher = start(740, 740, {}, true, true);
   auto worker = start(741, 740, {publisher->gossip_address()}, true, false);
 
   const auto image = small_model(740, 3u << 20);
@@ -167,6 +168,7 @@ TEST_CASE("rdma peers: GPU memory to GPU memory: every block by READ through dma
   CHECK(worker_gpu.misplaced_copies() == 0);
   // The holder's GPU gave up no payload (only proofs of possession) and its TCP carried control messages.
   CHECK(holder_gpu.bytes_to_host() - read_back_before < image.size() / 16);
+  CHECK(holder_gpu.pinned_bytes() == 0);  // no host mirror
   CHECK(bytes_served(*publisher) - control_before < image.size() / 16);
 }
 
