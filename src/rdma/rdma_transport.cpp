@@ -19,10 +19,6 @@ constexpr const char* kLog = "rdma";
 
 std::string short_name(const PeerId& peer) { return peer.short_hex(); }
 
-}  // namespace
-
-namespace {
-
 // By NIC of `places`: whether it is among the nearest to `memory` (all of
 // them when none is known to be).
 std::vector<bool> nearest_of(const std::vector<NicPlace>& places, const NicPlace& memory) {
@@ -34,6 +30,15 @@ std::vector<bool> nearest_of(const std::vector<NicPlace>& places, const NicPlace
     }
   }
   return out;
+}
+
+// The NUMA node of the page at `p`; -1 when it has none yet (memory not
+// touched) or the kernel does not say.
+int numa_node_of(const void* p) {
+  void* page = const_cast<void*>(p);
+  int status = -1;
+  if (::syscall(SYS_move_pages, 0, 1UL, &page, nullptr, &status, 0) != 0) return -1;
+  return status;
 }
 
 }  // namespace
@@ -78,7 +83,6 @@ RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemo
 }
 
 RdmaTransport::~RdmaTransport() { close(); }
-
 
 const std::vector<bool>& RdmaTransport::preferred_for(const ManifestId& version) const {
   auto it = landing_nics_.find(version);
@@ -347,19 +351,6 @@ void RdmaTransport::on_ask_grant(const PeerId& peer, Neighbour& n, const Manifes
   registering_[{version, false}].askers.insert(peer);
   register_off_thread(version, /*landing=*/false, std::move(*regions));
 }
-
-namespace {
-
-// The NUMA node of the page at `p`; -1 when it has none yet (memory not
-// touched) or the kernel does not say.
-int numa_node_of(const void* p) {
-  void* page = const_cast<void*>(p);
-  int status = -1;
-  if (::syscall(SYS_move_pages, 0, 1UL, &page, nullptr, &status, 0) != 0) return -1;
-  return status;
-}
-
-}  // namespace
 
 void RdmaTransport::register_off_thread(const ManifestId& version, bool landing, HeldRegions regions) {
   const std::uint64_t job = next_job_++;
