@@ -46,6 +46,7 @@ class CudaDevice final : public DeviceApi {
     cudaDeviceGetAttribute(&flush_options, cudaDevAttrGPUDirectRDMAFlushWritesOptions, ordinal_);
     cudaGetLastError();  // an attribute this driver lacks leaves an error behind
     flush_needed_ = ordering < cudaGPUDirectRDMAWritesOrderingOwner && (flush_options & cudaFlushGPUDirectRDMAWritesOptionHost) != 0;
+    rdma_registration_ = std::string(choose_rdma_registration(dma_buf_supported(ordinal_), peermem_loaded()));
     int domain = 0, bus = 0, device = 0;
     if (cudaDeviceGetAttribute(&domain, cudaDevAttrPciDomainId, ordinal_) == cudaSuccess &&
         cudaDeviceGetAttribute(&bus, cudaDevAttrPciBusId, ordinal_) == cudaSuccess &&
@@ -67,6 +68,7 @@ class CudaDevice final : public DeviceApi {
 
   std::string name() const override { return "cuda:" + uuid_; }
   std::string pci_bus_id() const override { return pci_bus_id_; }
+  std::string rdma_registration() const override { return rdma_registration_; }
 
   Status allocate_pinned(std::size_t bytes, std::byte*& out) override {
     cudaSetDevice(ordinal_);
@@ -264,7 +266,8 @@ class CudaDevice final : public DeviceApi {
 
   int ordinal_;
   bool flush_needed_ = false;
-  std::string pci_bus_id_;  // NICs' writes need cudaDeviceFlushGPUDirectRDMAWrites before a kernel reads them
+  std::string pci_bus_id_;
+  std::string rdma_registration_ = "staging";  // NICs' writes need cudaDeviceFlushGPUDirectRDMAWrites before a kernel reads them
   std::string uuid_;
   std::vector<cudaStream_t> streams_;
   std::mutex mutex_;

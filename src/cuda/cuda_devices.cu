@@ -4,11 +4,12 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cuda/cuda_sharing.hpp"
 #include "cuda/rdma_registration.hpp"
 #include "tensorhub/devices.hpp"
 
 namespace tensorhub {
-namespace {
+namespace cuda {
 
 // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (124), asked of the driver through
 // the runtime's entry-point lookup, so nothing links libcuda itself.
@@ -24,7 +25,7 @@ bool dma_buf_supported(int ordinal) {
   return reinterpret_cast<GetAttribute>(fn)(&value, 124, ordinal) == 0 && value != 0;
 }
 
-}  // namespace
+}  // namespace cuda
 
 CudaDevices list_cuda_devices() {
   CudaDevices out;
@@ -55,7 +56,7 @@ CudaDevices list_cuda_devices() {
     d.pci_bus_id = bus_id;
     int rdma = 0;
     d.gpudirect_rdma = cudaDeviceGetAttribute(&rdma, cudaDevAttrGPUDirectRDMASupported, i) == cudaSuccess && rdma != 0;
-    d.dma_buf = dma_buf_supported(i);
+    d.dma_buf = cuda::dma_buf_supported(i);
     d.peermem = peermem;
     d.rdma_registration = std::string(cuda::choose_rdma_registration(d.dma_buf, d.peermem));
     out.devices.push_back(std::move(d));

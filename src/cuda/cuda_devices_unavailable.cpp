@@ -22,5 +22,6 @@ Status cuda::export_ipc_range(const void*, std::size_t, IpcRange&) { return no_c
 Status cuda::IpcMapping::open(const IpcRange&, const std::string&, std::unique_ptr<IpcMapping>&) { return no_cuda(); }
 cuda::IpcMapping::~IpcMapping() = default;
 Status cuda::export_dma_buf(const void*, std::size_t, int&) { return no_cuda(); }
+bool cuda::dma_buf_supported(int) { return false; }
 
 }  // namespace tensorhub

@@ -60,5 +60,8 @@ class IpcMapping {
 // Errors: kInvalidArgument (misaligned, or not device memory);
 // kUnavailable (no CUDA, or the driver or kernel cannot export dma-bufs).
 Status export_dma_buf(const void* device_ptr, std::size_t length, int& fd);
+// Whether the driver exports dma-bufs of the memory of CUDA device
+// `ordinal` (false without CUDA).
+bool dma_buf_supported(int ordinal);
 
 }  // namespace tensorhub::cuda

@@ -88,6 +88,10 @@ class DeviceApi {
   virtual Status open_ipc(const peer::SharedRange& range, const std::byte*& mapped) = 0;
   virtual void close_ipc(const std::byte* mapped) = 0;
 
+  // How a NIC registers this device's memory, as probed when it opened:
+  // "dma-buf" (export_dma_buf), "peermem" (nvidia_peermem: by address),
+  // or "staging" (not at all). rdma_registration.hpp has the ladder.
+  virtual std::string rdma_registration() const = 0;
   // A dma-buf for `bytes` of device memory at `device`, for a NIC to
   // register (GPUDirect RDMA): `out.offset()` is where `device` lies in it.
   // Callable from any thread. Errors: kInvalidArgument (not device memory

@@ -120,6 +120,13 @@ Status DeviceMemoryDomain::share(const core::ConstRegions& image, std::vector<pe
   return Status::ok();
 }
 
+peer::MemoryDomain::NicAccess DeviceMemoryDomain::nic_access() const {
+  const std::string how = device_.rdma_registration();
+  if (how == "dma-buf") return NicAccess::kDmaBuf;
+  if (how == "peermem") return NicAccess::kAddress;
+  return NicAccess::kNone;
+}
+
 Status DeviceMemoryDomain::export_dma_buf(std::span<const std::byte> region, peer::DmaBuf& out) const {
   return device_.export_dma_buf(region.data(), region.size(), out);
 }

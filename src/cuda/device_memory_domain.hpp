@@ -48,6 +48,8 @@ class DeviceMemoryDomain final : public peer::MemoryDomain {
   Status share(const core::ConstRegions& image, std::vector<peer::SharedRange>& out) const override;
   Result<std::unique_ptr<peer::SharedMapping>> open_shared(std::span<const peer::SharedRange> ranges) const override;
   std::string pci_bus_id() const override { return device_.pci_bus_id(); }
+  // As the device's probe says (DeviceApi::rdma_registration).
+  NicAccess nic_access() const override;
   // By DeviceApi::export_dma_buf.
   Status export_dma_buf(std::span<const std::byte> region, peer::DmaBuf& out) const override;
 

@@ -3,9 +3,10 @@
 //   dma-buf   the GPU exports its memory as a dma-buf (CUDA attribute 124)
 //             and the NIC registers that (ibv_reg_dmabuf_mr)
 //   peermem   the nvidia_peermem module lets ibv_reg_mr take device pointers
-//   staging   neither: RDMA lands in the pinned staging ring, then the GPU
-// Pure, so the choice is tested with any inputs; the RDMA transport uses it
-// once it exists.
+//   staging   neither: the version's payloads move over TCP, through the
+//             pinned staging ring
+// Pure, so the choice is tested with any inputs; a GPU's DeviceApi answers
+// it (rdma_registration), and the peer registers its versions accordingly.
 #pragma once
 
 #include <array>

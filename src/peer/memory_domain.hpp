@@ -92,6 +92,12 @@ class MemoryDomain {
   // here: another host, their process is gone, or this domain maps none).
   virtual Result<std::unique_ptr<SharedMapping>> open_shared(std::span<const SharedRange> ranges) const;
 
+  // How a NIC registers this memory for RDMA: by its address (host memory;
+  // GPU memory where nvidia_peermem lets the NIC take device addresses),
+  // through a dma-buf per region (export_dma_buf), or not at all (its
+  // payloads move over TCP).
+  enum class NicAccess { kAddress, kDmaBuf, kNone };
+  virtual NicAccess nic_access() const { return NicAccess::kAddress; }
   // A dma-buf for `region` of this domain, which a NIC registers where the
   // host cannot address the memory (host memory is registered by its
   // address and needs none). Errors: kUnavailable (this memory exports

@@ -571,8 +571,9 @@ std::shared_ptr<void> PeerEngine::keep_version(const std::shared_ptr<LocalVersio
 std::optional<HeldRegions> PeerEngine::nic_regions(const std::shared_ptr<LocalVersion>& v,
                                                    std::vector<std::span<std::byte>> regions) {
   HeldRegions out;
-  if (!v->domain->host_accessible()) {
-    // Memory the host cannot address: a NIC reaches it through dma-bufs.
+  const MemoryDomain::NicAccess access = v->domain->nic_access();
+  if (access == MemoryDomain::NicAccess::kNone) return std::nullopt;
+  if (access == MemoryDomain::NicAccess::kDmaBuf) {
     for (std::span<std::byte> r : regions) {
       DmaBuf buf;
       if (Status exported = v->domain->export_dma_buf(r, buf); !exported) {

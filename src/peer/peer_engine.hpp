@@ -126,9 +126,9 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void run_off_thread(std::function<void()> job) override { pool_.submit(std::move(job)); }
   // Holds a use of `v`'s lease (its memory is not released) until dropped.
   std::shared_ptr<void> keep_version(const std::shared_ptr<LocalVersion>& v);
-  // `regions` of `v` as a NIC registers them (through dma-bufs where the
-  // host cannot address them), kept while registered; nothing when the
-  // NICs cannot reach them.
+  // `regions` of `v` as a NIC registers them (MemoryDomain::nic_access:
+  // by address or through dma-bufs), kept while registered; nothing when
+  // the NICs cannot reach them.
   std::optional<HeldRegions> nic_regions(const std::shared_ptr<LocalVersion>& v,
                                          std::vector<std::span<std::byte>> regions);
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;

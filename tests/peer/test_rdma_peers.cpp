@@ -114,25 +114,43 @@ TEST_CASE("rdma peers: a fetch moves every block by READ, and the holder sends n
   CHECK(rdma_counts(*publisher).reading == 1);
 }
 
-TEST_CASE("rdma peers: GPU memory to GPU memory: every block by READ through dma-bufs, verified on the device after a flush") {
+namespace {
+
+// A version published from one fake GPU's memory and fetched into
+// another's, over softverbs: the figures the GPU cases check.
+struct GpuToGpu {
+  std::vector<std::byte> image;
+  bool verified = false;
+  RdmaCounts counts;
+  std::uint64_t staged = 0, through_host = 0;
+  std::size_t holder_exported = 0, worker_exported = 0;
+  std::uint64_t dma_buf_registrations = 0;
+  std::size_t hashes = 0, flushes = 0, misplaced = 0;
+  std::uint64_t holder_read_back = 0, holder_pinned = 0, publisher_tcp = 0;
+};
+
+// `registration`: how both fake GPUs say NICs register them ("dma-buf":
+// memfd-backed memory exported as dma-bufs; "peermem": by address).
+GpuToGpu gpu_to_gpu(std::uint64_t key, const std::string& registration) {
   softverbs_configure(1);
   softverbs_reset_stats();
-  // Each peer its own fake GPU, whose memory exports dma-bufs (a memfd
-  // that softverbs maps, as a NIC maps a GPU's pages).
   FakeDevice holder_gpu(2), worker_gpu(2);
   for (FakeDevice* d : {&holder_gpu, &worker_gpu}) {
     d->complete_on_query(true);
-    d->back_with_memfd();
+    if (registration == "dma-buf") d->back_with_memfd();
+    else d->set_rdma_registration(registration);
   }
   std::unique_ptr<cuda::StagingRing> ring;
   REQUIRE(cuda::StagingRing::create(worker_gpu, {.slot_bytes = 64u << 10, .slots = 8}, ring));
   const cuda::DeviceMemoryDomain holder_domain(holder_gpu), worker_domain(worker_gpu, ring.get());
   // Host mirrors on for the publisher: with RDMA it makes none (nobody
-  // asks over TCP), so every byte its GPU gives up is counted below.
-  auto publisher = start(740, 740, {}, true, true);
-  auto worker = start(741, 740, {publisher->gossip_address()}, true, false);
+  // asks over TCP), so every byte its GPU gives up is counted.
+  auto publisher = start(key, key, {}, true, true);
+  auto worker = start(key + 1, key, {publisher->gossip_address()}, true, false);
 
-  const auto image = small_model(740, 3u << 20);
+  GpuToGpu out;
+  out.image = small_model(key, 3u << 20);
+  const auto& image = out.image;
   DeviceRegions weights(holder_gpu, {image.size() / 2 + 3, image.size() - image.size() / 2 - 3});
   weights.fill_from(image);
   std::vector<ConstRegion> parts(weights.regions().begin(), weights.regions().end());
@@ -147,29 +165,60 @@ TEST_CASE("rdma peers: GPU memory to GPU memory: every block by READ through dma
   auto fetched = peer::fetch_into(*worker, "policy", 1, memory.regions(), worker_domain);
   REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
   REQUIRE_MESSAGE(fetched->wait(30s).is_ok(), fetched->wait(0ms).to_string());
-  CHECK(memory.bytes() == image);
+  out.verified = memory.bytes() == image;
 
-  const RdmaCounts counts = rdma_counts(*worker);
+  out.counts = rdma_counts(*worker);
   const auto landings = nlohmann::json::parse(worker->status_json())["landings"];
-  const std::uint64_t shards = (image.size() + (256u << 10) - 1) / (256u << 10);
-  MESSAGE("READs " << counts.reads << ", " << counts.bytes << " bytes; holder's GPU read back "
-                   << holder_gpu.bytes_to_host() - read_back_before << " bytes; publisher sent "
-                   << bytes_served(*publisher) - control_before << " bytes over TCP; flushes " << worker_gpu.nic_flushes());
-  CHECK(counts.bytes == image.size());  // every block by READ, into GPU memory
-  CHECK(landings["staged"] == 0);       // none through the staging ring
-  CHECK(landings["through_host_buffer"] == 0);
+  out.staged = landings["staged"].get<std::uint64_t>();
+  out.through_host = landings["through_host_buffer"].get<std::uint64_t>();
+  out.holder_exported = holder_gpu.dma_bufs_exported();
+  out.worker_exported = worker_gpu.dma_bufs_exported();
+  out.dma_buf_registrations = softverbs_get_stats().dma_buf_registrations;
+  out.hashes = worker_gpu.hashes();
+  out.flushes = worker_gpu.nic_flushes();
+  out.misplaced = worker_gpu.misplaced_copies() + holder_gpu.misplaced_copies();
+  out.holder_read_back = holder_gpu.bytes_to_host() - read_back_before;
+  out.holder_pinned = holder_gpu.pinned_bytes();
+  out.publisher_tcp = bytes_served(*publisher) - control_before;
+  MESSAGE(registration << ": READs " << out.counts.reads << ", " << out.counts.bytes << " bytes; holder's GPU read back "
+                       << out.holder_read_back << " bytes; publisher sent " << out.publisher_tcp
+                       << " bytes over TCP; flushes " << out.flushes);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("rdma peers: GPU memory to GPU memory: every block by READ through dma-bufs, verified on the device after a flush") {
+  const GpuToGpu r = gpu_to_gpu(740, "dma-buf");
+  const std::uint64_t shards = (r.image.size() + (256u << 10) - 1) / (256u << 10);
+  CHECK(r.verified);
+  CHECK(r.counts.bytes == r.image.size());  // every block by READ, into GPU memory
+  CHECK(r.staged == 0);                     // none through the staging ring
+  CHECK(r.through_host == 0);
   // Registered by dma-buf: the holder's 2 regions, the worker's 3.
-  CHECK(holder_gpu.dma_bufs_exported() == 2);
-  CHECK(worker_gpu.dma_bufs_exported() == 3);
-  CHECK(softverbs_get_stats().dma_buf_registrations == 5);
+  CHECK(r.holder_exported == 2);
+  CHECK(r.worker_exported == 3);
+  CHECK(r.dma_buf_registrations == 5);
   // Verified on the worker's GPU, each check after a flush of the NIC's writes.
-  CHECK(worker_gpu.hashes() >= shards);
-  CHECK(worker_gpu.nic_flushes() >= shards);
-  CHECK(worker_gpu.misplaced_copies() == 0);
-  // The holder's GPU gave up no payload (only proofs of possession) and its TCP carried control messages.
-  CHECK(holder_gpu.bytes_to_host() - read_back_before < image.size() / 16);
-  CHECK(holder_gpu.pinned_bytes() == 0);  // no host mirror
-  CHECK(bytes_served(*publisher) - control_before < image.size() / 16);
+  CHECK(r.hashes >= shards);
+  CHECK(r.flushes >= shards);
+  CHECK(r.misplaced == 0);
+  // The holder's GPU gave up no payload (only proofs of possession), it
+  // pinned no host mirror, and its TCP carried control messages.
+  CHECK(r.holder_read_back < r.image.size() / 16);
+  CHECK(r.holder_pinned == 0);
+  CHECK(r.publisher_tcp < r.image.size() / 16);
+}
+
+TEST_CASE("rdma peers: GPU memory where nvidia_peermem is loaded is registered by its address") {
+  const GpuToGpu r = gpu_to_gpu(760, "peermem");
+  CHECK(r.verified);
+  CHECK(r.counts.bytes == r.image.size());
+  CHECK(r.staged == 0);
+  CHECK(r.holder_exported + r.worker_exported == 0);
+  CHECK(r.dma_buf_registrations == 0);
+  CHECK(r.flushes >= (r.image.size() + (256u << 10) - 1) / (256u << 10));
+  CHECK(r.holder_read_back < r.image.size() / 16);
 }
 
 TEST_CASE("rdma peers: GPU memory that exports no dma-buf moves over TCP, through the staging ring") {

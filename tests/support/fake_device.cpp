@@ -27,6 +27,12 @@ void FakeDevice::back_with_memfd() {
   if (p != MAP_FAILED) arena_ = static_cast<std::byte*>(p);
 }
 
+std::string FakeDevice::rdma_registration() const {
+  std::lock_guard lock(mutex_);
+  if (!rdma_registration_.empty()) return rdma_registration_;
+  return arena_ != nullptr ? "dma-buf" : "staging";
+}
+
 Status FakeDevice::export_dma_buf(const std::byte* device, std::size_t bytes, peer::DmaBuf& out) {
   std::lock_guard lock(mutex_);
   if (!inside(device_, device, bytes)) return Status::invalid_argument("not device memory of the fake");

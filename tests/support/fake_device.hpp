@@ -34,6 +34,11 @@ class FakeDevice final : public cuda::DeviceApi {
   std::string name() const override { return "fake"; }
   std::string pci_bus_id() const override { return locked(pci_bus_id_); }
   void set_pci_bus_id(std::string id) { std::lock_guard lock(mutex_); pci_bus_id_ = std::move(id); }
+  // "dma-buf" once backed by a memfd, else "staging"; or what a test sets
+  // ("peermem": NICs register the fake's memory by address, which softverbs
+  // can, the fake's device memory being host memory).
+  std::string rdma_registration() const override;
+  void set_rdma_registration(std::string how) { std::lock_guard lock(mutex_); rdma_registration_ = std::move(how); }
   Status allocate_pinned(std::size_t bytes, std::byte*& out) override;
   void free_pinned(std::byte* memory) override;
   Status allocate_device(std::size_t bytes, std::byte*& out) override;
@@ -158,6 +163,7 @@ class FakeDevice final : public cuda::DeviceApi {
   std::size_t dma_bufs_exported_ = 0;
   std::size_t nic_flushes_ = 0;
   std::string pci_bus_id_;
+  std::string rdma_registration_;
   bool in_arena(const std::byte* p) const { return arena_ != nullptr && p >= arena_ && p < arena_ + kArenaBytes; }
   static constexpr std::size_t kArenaBytes = std::size_t{64} << 30;
   std::size_t ipc_opened_ = 0;
