@@ -37,7 +37,7 @@ $(ASAN_DIR)/build.ninja: | deps
 	  -DTENSORHUB_BENCH=OFF -DTENSORHUB_CUDA=OFF -DTENSORHUB_WERROR=ON $(CMAKE_FLAGS)
 
 test-asan: deps $(ASAN_DIR)/build.ninja
-	cmake --build $(ASAN_DIR) -j $(JOBS)
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target tensorhub_unit_test_programs
 	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) -L unit
 
 demo: build
