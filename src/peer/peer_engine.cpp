@@ -574,14 +574,16 @@ std::optional<HeldRegions> PeerEngine::nic_regions(const std::shared_ptr<LocalVe
   const MemoryDomain::NicAccess access = v->domain->nic_access();
   if (access == MemoryDomain::NicAccess::kNone) return std::nullopt;
   if (access == MemoryDomain::NicAccess::kDmaBuf) {
-    for (std::span<std::byte> r : regions) {
-      DmaBuf buf;
-      if (Status exported = v->domain->export_dma_buf(r, buf); !exported) {
-        TH_LOG_INFO(kLog, v->model << " v" << v->number << " moves over TCP: " << exported.message());
-        return std::nullopt;
+    // The domain outlives the version, which `keep` holds until the
+    // registration is made.
+    out.make_dma_bufs = [domain = v->domain, regions](std::vector<DmaBuf>& bufs) {
+      for (std::span<std::byte> r : regions) {
+        DmaBuf buf;
+        TENSORHUB_RETURN_IF_ERROR(domain->export_dma_buf(r, buf));
+        bufs.push_back(std::move(buf));
       }
-      out.dma_bufs.push_back(std::move(buf));
-    }
+      return Status::ok();
+    };
   }
   out.regions = std::move(regions);
   out.keep = keep_version(v);

@@ -15,17 +15,22 @@
 #include "peer/dma_buf.hpp"
 #include "swarm/swarm_messages.hpp"
 #include "tensorhub/ids.hpp"
+#include "tensorhub/status.hpp"
 
 namespace tensorhub::peer {
 
 // A version's memory for registration, and what keeps it from being
 // released while it is registered off the I/O thread (drop `keep` on any
-// thread). Host memory is registered by address; memory the host cannot
-// address (GPU memory) through one dma-buf per region.
+// thread). Host memory is registered by address; GPU memory by address
+// (nvidia_peermem) or through one dma-buf per region.
 struct HeldRegions {
   std::vector<std::span<std::byte>> regions;
   std::shared_ptr<void> keep;
-  std::vector<DmaBuf> dma_bufs;  // empty, or dma_bufs[i] for regions[i]
+  // Set: the regions are registered through the dma-bufs it appends, one
+  // per region in order. Called off the I/O thread (an export per region:
+  // a model's thousand tensors take a while); its error refuses the
+  // registration.
+  std::function<Status(std::vector<DmaBuf>&)> make_dma_bufs;
   // Memory of a PCI device (a GPU): its bus id as sysfs names it
   // ("0000:17:00.0"), so READs into it take the NICs nearest it. Empty:
   // host memory (its pages' NUMA node decides).

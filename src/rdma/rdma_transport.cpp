@@ -358,9 +358,12 @@ void RdmaTransport::register_off_thread(const ManifestId& version, bool landing,
   auto shared = std::make_shared<HeldRegions>(std::move(regions));
   memory_.run_off_thread([this, &io = io_, alive = std::weak_ptr<bool>(alive_), version, landing, job, shared,
                           nics = nic_list_, sysfs = sysfs_root_, places = places_, node = memory_node_]() mutable {
-    auto registered = rdma::RegisteredRegions::register_on(
-        nics, shared->regions, landing ? rdma::Access::kLocalWrite : rdma::Access::kRemoteRead, shared->dma_bufs);
-    auto result = std::make_shared<Result<rdma::RegisteredRegions>>(std::move(registered));
+    std::vector<peer::DmaBuf> dma_bufs;
+    const Status exported = shared->make_dma_bufs ? shared->make_dma_bufs(dma_bufs) : Status::ok();
+    auto result = std::make_shared<Result<rdma::RegisteredRegions>>(
+        exported ? rdma::RegisteredRegions::register_on(
+                       nics, shared->regions, landing ? rdma::Access::kLocalWrite : rdma::Access::kRemoteRead, dma_bufs)
+                 : Result<rdma::RegisteredRegions>(exported));
     // Where the landing's memory sits (sysfs, page tables: off the I/O
     // thread too), and so which NICs its READs take.
     std::optional<NicPlace> place;

@@ -221,11 +221,14 @@ TEST_CASE("rdma peers: GPU memory where nvidia_peermem is loaded is registered b
   CHECK(r.holder_read_back < r.image.size() / 16);
 }
 
-TEST_CASE("rdma peers: GPU memory that exports no dma-buf moves over TCP, through the staging ring") {
+TEST_CASE("rdma peers: GPU memory the NICs cannot reach moves over TCP, through the staging ring") {
   softverbs_configure(1);
   softverbs_reset_stats();
   FakeDevice gpu_device(2);  // heap-backed: it exports no dma-buf
   gpu_device.complete_on_query(true);
+  // Its probe says so ("staging"), or claims dma-bufs whose export then fails.
+  SUBCASE("staging") {}
+  SUBCASE("a failing export") { gpu_device.set_rdma_registration("dma-buf"); }
   std::unique_ptr<cuda::StagingRing> ring;
   REQUIRE(cuda::StagingRing::create(gpu_device, {.slot_bytes = 64u << 10, .slots = 8}, ring));
   const cuda::DeviceMemoryDomain gpu(gpu_device, ring.get());

@@ -57,15 +57,22 @@ struct Memory final : RdmaMemory {
   DmaBuf image_buf, landing_buf;
   std::string landing_pci;  // the landing's PCI device (a GPU's), as sysfs names it
   TransportEvents* above = nullptr;  // where READs land: as its pieces
+  // What hands `buf` out as the one region's dma-buf.
+  static std::function<Status(std::vector<DmaBuf>&)> handing(DmaBuf buf) {
+    return [buf](std::vector<DmaBuf>& out) {
+      out.push_back(buf);
+      return Status::ok();
+    };
+  }
   std::size_t served_asks = 0;
   std::optional<HeldRegions> served_regions(const ManifestId& v) override {
     ++served_asks;
-    if (image_buf.valid()) return HeldRegions{{device_image}, nullptr, {image_buf}, {}};
+    if (image_buf.valid()) return HeldRegions{{device_image}, nullptr, handing(image_buf), {}};
     if (v != version || image.empty()) return std::nullopt;
     return HeldRegions{{image}, nullptr, {}, {}};
   }
   std::optional<HeldRegions> landing_regions(const ManifestId& v) override {
-    if (landing_buf.valid()) return HeldRegions{{device_landing}, nullptr, {landing_buf}, landing_pci};
+    if (landing_buf.valid()) return HeldRegions{{device_landing}, nullptr, handing(landing_buf), landing_pci};
     if (v != version || landing.empty()) return std::nullopt;
     return HeldRegions{{landing}, nullptr, {}, landing_pci};
   }
