@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -274,6 +275,74 @@ TEST_CASE("verbs contract: access violations fail the READ and flush the queue b
   REQUIRE(done.size() == 1);
   CHECK(done[0].status == IBV_WC_LOC_PROT_ERR);
   CHECK(classify_completion(done[0].status) == ReadFailure::kOtherNic);
+}
+
+TEST_CASE("verbs contract: dma-buf regions: READs from and into them, bounded by the region, not its pages") {
+  // On hardware a dma-buf comes from a GPU (tests/gpu/run and rdma-bench
+  // --gpu check that); here softverbs takes a memfd for one.
+  if (softverbs_only()) return;
+  auto nics = open_nics(1);
+  if (nics.empty()) return;
+  VerbsNic& nic = *nics[0];
+  constexpr std::size_t kBytes = 4 * 4096;
+  // Device-like memory: its addresses (the iova) are reserved PROT_NONE, so
+  // a CPU touch would crash; its bytes are reached through the memfd.
+  struct DeviceLike {
+    int fd = ::memfd_create("contract", MFD_CLOEXEC);
+    std::byte* view = nullptr;
+    std::byte* iova = nullptr;
+    DeviceLike() {
+      REQUIRE(::ftruncate(fd, kBytes) == 0);
+      view = static_cast<std::byte*>(::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+      iova = static_cast<std::byte*>(::mmap(nullptr, kBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    }
+    ~DeviceLike() {
+      ::munmap(view, kBytes);
+      ::munmap(iova, kBytes);
+      ::close(fd);
+    }
+    peer::DmaBuf buf(std::uint64_t offset) const { return peer::DmaBuf(::dup(fd), offset); }
+  } holder, fetcher;
+  std::vector<std::byte> pattern(kBytes);
+  fill_pattern(pattern, 7);
+  std::memcpy(holder.view, pattern.data(), kBytes);
+  // Regions 512 bytes into a page, 2 pages long: their pages are 3.
+  constexpr std::size_t kRegion = 2 * 4096;
+  auto src = nic.register_dma_buf(holder.buf(512), kRegion, reinterpret_cast<std::uintptr_t>(holder.iova + 512),
+                                  Access::kRemoteRead);
+  auto dst = nic.register_dma_buf(fetcher.buf(512), kRegion, reinterpret_cast<std::uintptr_t>(fetcher.iova + 512),
+                                  Access::kLocalWrite);
+  REQUIRE(src.is_ok());
+  REQUIRE(dst.is_ok());
+  CHECK(src->begin() == reinterpret_cast<std::uintptr_t>(holder.iova + 512));  // keys address the iova
+  Connected c = connect_pair(nic, nic);
+  const ReadWork whole[] = {read_of(1, *dst, fetcher.iova + 512, kRegion, src->begin(), src->rkey())};
+  REQUIRE(c.fetcher->post_reads(whole).is_ok());
+  auto done = wait_for(nic, 1);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_SUCCESS);
+  CHECK(std::memcmp(fetcher.view + 512, pattern.data() + 512, kRegion) == 0);
+  CHECK(std::to_integer<int>(fetcher.view[511]) == 0);  // nothing outside the region was written
+  CHECK(std::to_integer<int>(fetcher.view[512 + kRegion]) == 0);
+  // Past the region's end, though still inside its last page: refused.
+  Connected d = connect_pair(nic, nic);
+  const ReadWork past[] = {read_of(2, *dst, fetcher.iova + 512, 200, src->begin() + kRegion - 100, src->rkey())};
+  REQUIRE(d.fetcher->post_reads(past).is_ok());
+  done = wait_for(nic, 1);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == IBV_WC_REM_ACCESS_ERR);
+  // An iova placed elsewhere in its page than the offset is refused, as hardware refuses it.
+  CHECK_FALSE(nic.register_dma_buf(holder.buf(512), kRegion, reinterpret_cast<std::uintptr_t>(holder.iova),
+                                   Access::kRemoteRead)
+                  .is_ok());
+  // As is a file the device cannot map.
+  int pipe_fds[2];
+  REQUIRE(::pipe(pipe_fds) == 0);
+  ::close(pipe_fds[1]);
+  CHECK_FALSE(nic.register_dma_buf(peer::DmaBuf(pipe_fds[0], 0), 4096, reinterpret_cast<std::uintptr_t>(holder.iova),
+                                   Access::kRemoteRead)
+                  .is_ok());
+  CHECK(softverbs_get_stats().dma_buf_registrations == 2);
 }
 
 TEST_CASE("verbs contract: a region deregistered while READs are in flight is never read after") {
