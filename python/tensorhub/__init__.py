@@ -326,12 +326,19 @@ class Peer:
               swarm_key: Optional[bytes] = None, swarm_key_file: Optional[str] = None,
               trusted_publishers: Iterable[str] = (), members: Iterable[str] = (), dc: str = "", rack: str = "",
               host: str = "", shard_size: Optional[int] = None, block_size: Optional[int] = None,
-              retain_head_replicas: Optional[int] = None) -> "Peer":
+              retain_head_replicas: Optional[int] = None, rdma: bool = True, rdma_queue_pairs: int = 2,
+              mirror_gpu_versions: bool = True) -> "Peer":
+        """``rdma``: move block payloads by RDMA READ where this machine has an
+        RDMA device with an active port (``False``: TCP only);
+        ``rdma_queue_pairs``: per local NIC to each neighbour, 1 to 16;
+        ``mirror_gpu_versions``: serve versions in GPU memory over TCP from a
+        host copy rather than a copy per piece (docs/python.md)."""
         options = {
             "listen": listen, "data_listen": data_listen, "advertise": advertise, "seeds": list(seeds),
             "trusted_publishers": list(trusted_publishers), "members": list(members),
             "dc": dc, "rack": rack, "host": host, "shard_size": shard_size, "block_size": block_size,
-            "retain_head_replicas": retain_head_replicas,
+            "retain_head_replicas": retain_head_replicas, "rdma": bool(rdma),
+            "rdma_queue_pairs": int(rdma_queue_pairs), "mirror_gpu_versions": bool(mirror_gpu_versions),
         }
         if data_listen is None and listen.endswith(":0"):
             options["data_listen"] = listen  # port 0 for both

@@ -132,6 +132,13 @@ PeerOptions options_from(const py::dict& o) {
   if (o.contains("retain_head_replicas") && !o["retain_head_replicas"].is_none()) {
     p.retain_head_replicas = o["retain_head_replicas"].cast<std::size_t>();
   }
+  if (o.contains("rdma") && !o["rdma"].is_none()) p.rdma = o["rdma"].cast<bool>();
+  if (o.contains("rdma_queue_pairs") && !o["rdma_queue_pairs"].is_none()) {
+    p.rdma_queue_pairs = o["rdma_queue_pairs"].cast<std::size_t>();
+  }
+  if (o.contains("mirror_gpu_versions") && !o["mirror_gpu_versions"].is_none()) {
+    p.mirror_gpu_versions = o["mirror_gpu_versions"].cast<bool>();
+  }
   return p;
 }
 

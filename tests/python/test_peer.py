@@ -77,6 +77,22 @@ def test_errors_are_exceptions_with_the_peers_reason(pair):
         th.Peer.start(swarm_key=b"short")
 
 
+def test_rdma_options_reach_the_peer():
+    # RDMA off: the status says so and names no neighbour that reads.
+    peer = th.Peer.start(swarm_key=SWARM, rdma=False)
+    try:
+        rdma = peer.status()["rdma"]
+        assert "off" in rdma["note"], rdma
+        assert rdma["neighbours"] == []
+    finally:
+        peer.close()
+    # A queue pair count out of range is the peer's refusal, with its reason.
+    for bad in (0, 17):
+        with pytest.raises(th.Error) as e:
+            th.Peer.start(swarm_key=SWARM, rdma_queue_pairs=bad)
+        assert e.value.code == "invalid_argument" and "queue pairs" in str(e.value)
+
+
 def test_a_failed_fetch_hands_out_no_byte(pair):
     trainer, worker = pair
     published = trainer.publish("policy", {"x": np.ones(1 << 20, np.float32)})
