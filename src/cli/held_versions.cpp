@@ -104,11 +104,19 @@ void HeldVersions::poll() {
       held.verified = true;
       answer(held, s);
     } else {
-      answer(held, s);
+      fail(held, s);
       failed.push_back(key);
     }
   }
   for (const Key& key : failed) remove(key);
+}
+
+void HeldVersions::fail(Held& held, const Status& why) {
+  // The memory goes before the holders hear: none of them finds a partial
+  // file, and a retry makes its own.
+  held.handle.reset();
+  held.memory.reset();
+  answer(held, why);
 }
 
 void HeldVersions::answer(Held& held, const Status& result) {
@@ -128,7 +136,7 @@ Result<std::size_t> HeldVersions::unhold(const std::string& model, std::uint64_t
   }
   const std::size_t left = --it->second.holds;
   if (left == 0) {
-    if (!it->second.verified) answer(it->second, Status::cancelled("every hold was let go before the fetch ended"));
+    if (!it->second.verified) fail(it->second, Status::cancelled("every hold was let go before the fetch ended"));
     remove(it->first);
   }
   return left;

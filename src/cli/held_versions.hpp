@@ -87,6 +87,9 @@ class HeldVersions {
   using Key = std::tuple<std::string, std::uint64_t, std::string>;
 
   void answer(Held& held, const Status& result);
+  // Lets go of `held`'s fetch and memory, then answers its holders with `why`.
+  // REQUIRES: `why` is an error.
+  void fail(Held& held, const Status& why);
   void remove(const Key& key);
 
   // The versions held on `gpu`, as "v<N>" words for an error.

@@ -42,6 +42,7 @@ struct FakeGpus {
   int live = 0;
   int made = 0;
   std::vector<std::vector<std::byte>*> buffers;
+  bool fail_commit = false;  // the fetched bytes cannot be kept (as a file that cannot be renamed)
 };
 
 class FakeGpuMemory final : public cli::HoldMemory {
@@ -58,7 +59,7 @@ class FakeGpuMemory final : public cli::HoldMemory {
   Result<FetchHandle> fetch(Peer& peer, const VersionInfo& info) override {
     return peer.fetch(info.model, info.version, std::span<std::byte>(bytes_));
   }
-  Status commit() override { return Status::ok(); }
+  Status commit() override { return gpus_.fail_commit ? Status::io_error("cannot keep the bytes") : Status::ok(); }
   Status describe(const FetchHandle& handle, cli::Json& done) const override {
     done["gpu"] = gpu_;
     done["ipc"] = cli::Json{{"handle", std::string(128, 'a')}, {"offset", 0}, {"bytes", bytes_.size()}};
@@ -196,4 +197,43 @@ TEST_CASE("a daemon holds versions on GPUs: one fetch for every holder, two vers
     if (b->size() == images[2].size()) v3_bytes = *b;
   }
   CHECK(v3_bytes == images[2]);
+}
+
+TEST_CASE("a hold whose fetch fails lets go of its memory before its holders hear") {
+  const PublicKey publisher_key = GossipNetwork::identity_for(811).public_key();
+  auto trainer = start(811, publisher_key, {});
+  auto daemon = start(812, publisher_key, {trainer->gossip_address()});
+  const auto image = small_model(11, 1u << 20);
+  auto handle = trainer->publish("policy", image, tensors_of(image));
+  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+  REQUIRE(daemon->wait_for_head("policy", 0, 10s).is_ok());
+  auto info = daemon->version_info("policy", 1);
+  REQUIRE(info.is_ok());
+
+  FakeGpus gpus;
+  gpus.fail_commit = true;
+  const std::string folder = (std::filesystem::temp_directory_path() / "tensorhub-held-versions-fail").string();
+  cli::HeldVersions held(*daemon, folder,
+                         [&gpus](const std::string& gpu, const VersionInfo& i) -> Result<std::unique_ptr<cli::HoldMemory>> {
+                           return std::unique_ptr<cli::HoldMemory>(new FakeGpuMemory(gpus, gpu, i.bytes));
+                         },
+                         /*gpu_buffers=*/2);
+  // Each holder notes how much memory is alive when its answer comes.
+  std::vector<int> live_when_answered;
+  std::vector<std::string> errors;
+  auto reply = [&](const std::string& text, bool last) {
+    if (!last) return;
+    live_when_answered.push_back(gpus.live);
+    errors.push_back(nlohmann::json::parse(text).value("error", ""));
+  };
+  REQUIRE(held.hold(*info, kGpuA, reply));
+  REQUIRE(held.hold(*info, kGpuA, reply));
+  for (int i = 0; i < 400 && errors.size() < 2; ++i) {
+    held.poll();
+    std::this_thread::sleep_for(25ms);
+  }
+  REQUIRE(errors.size() == 2);
+  for (const std::string& e : errors) CHECK(e.find("cannot keep the bytes") != std::string::npos);
+  CHECK(live_when_answered == std::vector<int>{0, 0});  // gone before either heard
+  CHECK(held.unhold("policy", 1, kGpuA).status().code() == StatusCode::kNotFound);
 }
