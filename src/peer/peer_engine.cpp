@@ -612,13 +612,9 @@ std::optional<HeldRegions> PeerEngine::landing_regions(const ManifestId& version
 
 void PeerEngine::read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
                                   std::vector<std::span<std::byte>>& out) {
-  if (closed_) return;
-  auto landing = core_->begin_piece(now(), peer, header);
-  arm_timer();  // the landing has a deadline
-  if (!landing) return;
   // Straight into the version's memory, GPU memory too: the NIC writes it,
   // and the shard's check on the device follows a flush.
-  landing->version->destination.pieces(landing->offset, landing->length, out);
+  begin_landing(peer, header, /*staged=*/false, out);
 }
 
 void PeerEngine::on_connected(const PeerId& peer) {
@@ -648,11 +644,16 @@ void PeerEngine::on_message(const PeerId& peer, const swarm::SwarmMessage& messa
 
 void PeerEngine::piece_destination(const PeerId& peer, const swarm::SwarmMessage& header,
                                    std::vector<std::span<std::byte>>& out) {
+  begin_landing(peer, header, /*staged=*/true, out);
+}
+
+void PeerEngine::begin_landing(const PeerId& peer, const swarm::SwarmMessage& header, bool staged,
+                               std::vector<std::span<std::byte>>& out) {
   if (closed_) return;
   auto landing = core_->begin_piece(now(), peer, header);
   arm_timer();  // the landing has a deadline
   if (!landing) return;
-  if (!landing->version->domain->host_accessible()) return stage_payload(peer, header, *landing, out);
+  if (staged && !landing->version->domain->host_accessible()) return stage_payload(peer, header, *landing, out);
   landing->version->destination.pieces(landing->offset, landing->length, out);
 }
 

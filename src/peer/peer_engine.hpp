@@ -129,6 +129,11 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // `regions` of `v` as a NIC registers them (MemoryDomain::nic_access:
   // by address or through dma-bufs), kept while registered; nothing when
   // the NICs cannot reach them.
+  // Begins the landing of the piece `header` from `peer` and says where its
+  // bytes go: the version's memory, or, when `staged` and the host cannot
+  // touch that memory, a staging buffer (stage_payload). Empty: not wanted.
+  void begin_landing(const PeerId& peer, const swarm::SwarmMessage& header, bool staged,
+                     std::vector<std::span<std::byte>>& out);
   std::optional<HeldRegions> nic_regions(const std::shared_ptr<LocalVersion>& v,
                                          std::vector<std::span<std::byte>> regions);
   std::optional<asio::ip::tcp::endpoint> data_endpoint_of(const PeerId& peer) const;
