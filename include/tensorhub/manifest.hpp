@@ -142,13 +142,14 @@ struct ManifestBuildOptions {
 };
 
 // The shard size a build chooses when it is given none: the largest power
-// of two that cuts `image_size` into at least 2,048 shards, within [1 MiB,
-// 256 MiB] (2 GiB: 1 MiB; 14 GB: 4 MiB; 128 GiB: 64 MiB; 512 GiB and up:
-// 256 MiB). A holder serves a shard only once it has all of it and has
-// verified it, so every relay waits one shard's transfer at its share of a
-// link, and the swarm's distance from the bound grows with the shard's
-// fraction of the version. Below 1 MiB a shard is less than one request;
-// above 256 MiB a shard's verification and first relay take too long.
+// of two that cuts `image_size` into at least 2,048 shards, within [128 KiB,
+// 256 MiB] (256 MiB: 128 KiB; 1 GiB: 512 KiB; 2 GiB: 1 MiB; 14 GB: 4 MiB;
+// 128 GiB: 64 MiB; 512 GiB and up: 256 MiB). A holder serves a shard only
+// once it has all of it and has verified it, so every relay waits one
+// shard's transfer at its share of a link, and the swarm's distance from the
+// bound grows with the shard's fraction of the version. Below 128 KiB the
+// messages per byte cost more than the relay saves; above 256 MiB a shard's
+// verification and first relay take too long.
 std::uint64_t auto_shard_size(std::uint64_t image_size);
 
 // Builds and signs the manifest of `image`, described by `tensors` (any order;

@@ -54,7 +54,7 @@ CLI::Option* add_shard_size_option(CLI::App& app, std::uint64_t& out, const std:
                   out = *size;
                 },
                 "Shard size of " + what +
-                    ": a power of two from 64KiB to 1GiB, or auto (default): at least 2048 shards, 1MiB to 256MiB")
+                    ": a power of two from 64KiB to 1GiB, or auto (default): at least 2048 shards, 128KiB to 256MiB")
       ->type_name("SIZE|auto");
 }
 

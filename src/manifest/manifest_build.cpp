@@ -12,7 +12,7 @@ namespace tensorhub {
 
 std::uint64_t auto_shard_size(std::uint64_t image_size) {
   constexpr std::uint64_t kTargetShards = 2048;
-  constexpr std::uint64_t kSmallest = 1ull << 20, kLargest = 256ull << 20;
+  constexpr std::uint64_t kSmallest = 128ull << 10, kLargest = 256ull << 20;
   std::uint64_t size = kSmallest;
   while (size < kLargest && (size << 1) * kTargetShards <= image_size) size <<= 1;
   return size;

@@ -16,6 +16,16 @@ constexpr const char* kLog = "data";
 constexpr std::size_t kMaxFrameBytes = kMaxManifestBytes + 4096;
 // Read buffers larger than this go back after the frame that needed them.
 constexpr std::size_t kKeptReadCapacity = 1u << 20;
+// The kernel takes more of a frame only while fewer bytes than this wait
+// unsent on the connection (TCP_NOTSENT_LOWAT): a write stops about one
+// segment past it, and the socket is writable again once half of it is
+// sent. Pieces and control messages share a connection, and a HAVE or a
+// request written behind megabytes of unsent pieces waits for them at this
+// flow's share of the link: every relay of a shard pays that wait, and the
+// swarm's lag behind its publisher grows by it. The frames wait in the
+// outbox instead, where control messages go first and cancelled pieces are
+// dropped before they are sent.
+constexpr int kUnsentLowWaterBytes = 64 << 10;
 
 // The wall clock, for the hello's freshness (secure_channel.hpp).
 std::uint64_t unix_micros() {
@@ -69,6 +79,9 @@ void DataConnection::configure_socket() {
       static_cast<unsigned int>(std::chrono::duration_cast<std::chrono::milliseconds>(timeouts_.unacknowledged).count());
   // Best effort: without it a vanished peer still goes when gossip says so.
   ::setsockopt(socket_.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &milliseconds, sizeof milliseconds);
+  // Best effort: without it control messages may wait behind unsent pieces.
+  ::setsockopt(socket_.native_handle(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kUnsentLowWaterBytes,
+               sizeof kUnsentLowWaterBytes);
 }
 
 void DataConnection::arm_handshake_timer(Duration limit) {

@@ -31,10 +31,14 @@ TEST_CASE("manifest: build, encode, decode round trip") {
         std::vector<std::uint8_t>(m.encoded().begin(), m.encoded().end()));
 }
 
-TEST_CASE("manifest: the automatic shard size gives at least 2,048 shards, from 1 MiB to 256 MiB") {
-  constexpr std::uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
-  CHECK(auto_shard_size(0) == MiB);
-  CHECK(auto_shard_size(1) == MiB);
+TEST_CASE("manifest: the automatic shard size gives at least 2,048 shards, from 128 KiB to 256 MiB") {
+  constexpr std::uint64_t KiB = 1ull << 10, MiB = 1ull << 20, GiB = 1ull << 30;
+  CHECK(auto_shard_size(0) == 128 * KiB);
+  CHECK(auto_shard_size(1) == 128 * KiB);
+  CHECK(auto_shard_size(256 * MiB) == 128 * KiB);
+  CHECK(auto_shard_size(512 * MiB - 1) == 128 * KiB);
+  CHECK(auto_shard_size(512 * MiB) == 256 * KiB);
+  CHECK(auto_shard_size(1 * GiB) == 512 * KiB);
   CHECK(auto_shard_size(2 * GiB) == MiB);
   CHECK(auto_shard_size(4 * GiB - 1) == MiB);
   CHECK(auto_shard_size(4 * GiB) == 2 * MiB);
@@ -43,7 +47,7 @@ TEST_CASE("manifest: the automatic shard size gives at least 2,048 shards, from 
   CHECK(auto_shard_size(128 * GiB) == 64 * MiB);
   CHECK(auto_shard_size(512 * GiB) == 256 * MiB);
   CHECK(auto_shard_size(1ull << 40) == 256 * MiB);
-  for (std::uint64_t size = 2 * GiB; size <= 512 * GiB; size = size * 3 / 2) {
+  for (std::uint64_t size = 256 * MiB; size <= 512 * GiB; size = size * 3 / 2) {
     const std::uint64_t shard = auto_shard_size(size);
     CHECK((shard & (shard - 1)) == 0);
     CHECK(size / shard >= 2048);
@@ -55,8 +59,8 @@ TEST_CASE("manifest: the automatic shard size gives at least 2,048 shards, from 
   ManifestBuildOptions options = small_options();
   options.shard_size = kAutoShardSize;
   const Manifest m = build_small(image, test_identity(), options);
-  CHECK(m.shard_size() == MiB);
-  CHECK(m.shard_count() == 4);  // 3 MiB of data and the header
+  CHECK(m.shard_size() == 128 * KiB);
+  CHECK(m.shard_count() == 25);  // 3 MiB of data and the header
 }
 
 TEST_CASE("manifest: the id is BLAKE2b-256 of the body bytes, without the signature") {
