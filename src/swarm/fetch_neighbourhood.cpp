@@ -142,6 +142,7 @@ void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
 }
 
 void FetchSession::on_disconnected(TimePoint now, const PeerId& peer) {
+  std::erase_if(let_go_, [&](const auto& entry) { return entry.second.peer == peer; });  // nothing answers them now
   auto it = neighbours_.find(peer);
   if (it != neighbours_.end()) {
     // The connection went, not the peer (gossip says that: remove_candidate),
@@ -193,6 +194,9 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
 }
 
 void FetchSession::release_neighbour(TimePoint now, const PeerId& peer) {
+  // Its connection stays, and its holder answers what we asked: those
+  // pieces still land, as any copy does.
+  release_requests_of(peer, /*still_answered=*/true);
   lose_neighbour(now, peer, /*ban=*/false, /*reason=*/"");
   actions_.push(ReleaseAction{peer});
   slot_ended(peer);

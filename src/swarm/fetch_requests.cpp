@@ -47,9 +47,49 @@ void FetchSession::drop_request(Shard& s, BlockIndex block, const PeerId& peer, 
   auto& requests = s.requests[block.value];
   auto r = std::find_if(requests.begin(), requests.end(), [&](const Request& q) { return q.peer == peer; });
   if (r == requests.end()) return;
+  forget_request_id(r->id);
   requests.erase(r);
   if (n) one_less_in_flight(*n);
   if (requests.empty() && !s.received.test(block.value)) ++unrequested_;
+}
+
+std::uint32_t FetchSession::take_request_id() {
+  if (next_request_id_) return next_request_id_();
+  if (++own_request_ids_ == 0) ++own_request_ids_;  // 0 names no request
+  return own_request_ids_;
+}
+
+const FetchSession::Request* FetchSession::find_request(const PeerId& peer, std::uint32_t id) const {
+  auto at = request_blocks_.find(id);
+  if (at == request_blocks_.end()) return nullptr;
+  auto s = shards_.find(at->second.first.value);
+  if (s == shards_.end() || at->second.second.value >= s->second.requests.size()) return nullptr;
+  const Request* r = s->second.requests[at->second.second.value].find(peer);
+  return r != nullptr && r->id == id ? r : nullptr;
+}
+
+std::optional<FetchSession::RequestedBlock> FetchSession::request_of(const PeerId& peer, std::uint32_t id) const {
+  const Request* r = find_request(peer, id);
+  if (r == nullptr) {
+    auto gone = let_go_.find(id);
+    if (gone == let_go_.end() || !(gone->second.peer == peer)) return std::nullopt;
+    return RequestedBlock{gone->second.shard, gone->second.block, gone->second.superseded};
+  }
+  const auto& [shard, block] = request_blocks_.find(id)->second;
+  return RequestedBlock{shard, block, r->superseded};
+}
+
+void FetchSession::mark_superseded(const PeerId& peer, std::uint32_t id) {
+  // The table owns the request; find_request only looks.
+  if (const Request* r = find_request(peer, id)) {
+    const_cast<Request*>(r)->superseded = true;
+  } else if (auto gone = let_go_.find(id); gone != let_go_.end() && gone->second.peer == peer) {
+    gone->second.superseded = true;
+  }
+}
+
+void FetchSession::answered(const PeerId& peer, std::uint32_t id) {
+  if (auto gone = let_go_.find(id); gone != let_go_.end() && gone->second.peer == peer) let_go_.erase(gone);
 }
 
 void FetchSession::one_less_in_flight(const PeerId& peer) {
@@ -62,9 +102,16 @@ void FetchSession::one_less_in_flight(Neighbour& n) {
   if (--n.in_flight == 0) std::erase(busy_, &n);
 }
 
-void FetchSession::release_requests_of(const PeerId& peer) {
+void FetchSession::release_requests_of(const PeerId& peer, bool still_answered) {
   for (auto& [index, s] : shards_) {
-    for (std::uint32_t b = 0; b < s.requests.size(); ++b) drop_request(ShardIndex{index}, BlockIndex{b}, peer);
+    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
+      if (still_answered) {
+        if (const Request* r = s.requests[b].find(peer)) {
+          let_go_[r->id] = LetGo{peer, ShardIndex{index}, BlockIndex{b}, r->superseded};
+        }
+      }
+      drop_request(ShardIndex{index}, BlockIndex{b}, peer);
+    }
     if (s.only_from && *s.only_from == peer) s.only_from.reset();  // another may take the retry up
   }
 }

@@ -52,7 +52,9 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   }
   auto& requests = s.requests[block.value];
   if (requests.empty()) --unrequested_;
-  requests.push_back(Request{id, now});
+  const std::uint32_t request_id = take_request_id();
+  requests.push_back(Request{id, now, request_id});
+  request_blocks_[request_id] = {shard, block};
   recent_requests_.push_back(SentRequest{now, shard, block, id});
   if (n.in_flight == 0) {
     n.first_sent = now;
@@ -62,8 +64,9 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   }
   ++n.in_flight;
   ++in_flight_total_;
-  actions_.push(RequestAction{id, shard, block, layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
-                                   layout_.block_length(shard, block)});
+  actions_.push(RequestAction{id, request_id, shard, block,
+                              layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
+                              layout_.block_length(shard, block)});
 }
 
 bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
@@ -205,7 +208,8 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   }
   const bool cancels_others = !s.requests[block.value].empty();
   for (const Request& other : s.requests[block.value]) {
-    actions_.push(CancelAction{other.peer, shard, block});
+    actions_.push(CancelAction{other.peer, other.id, shard, block});
+    forget_request_id(other.id);
     one_less_in_flight(other.peer);
   }
   s.requests[block.value].clear();
@@ -314,20 +318,20 @@ void FetchSession::handle_timeout(TimePoint now) {
   }
   if (timers.due(FetchTimer::kRequest, now)) {
     // Requests past their deadline go elsewhere; the slow peer is told to drop them.
-    std::vector<std::tuple<ShardIndex, BlockIndex, PeerId>> expired;
+    std::vector<CancelAction> expired;
     for (const auto& [index, s] : shards_) {
       for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
         for (const Request& r : s.requests[b]) {
           if (!r.landing && now >= deadline_of(r.sent, find_neighbour(r.peer))) {
-            expired.emplace_back(ShardIndex{index}, BlockIndex{b}, r.peer);
+            expired.push_back(CancelAction{r.peer, r.id, ShardIndex{index}, BlockIndex{b}});
           }
         }
       }
     }
     requests_timed_out_ += expired.size();
-    for (const auto& [shard, block, peer] : expired) {
-      drop_request(shard, block, peer);
-      actions_.push(CancelAction{peer, shard, block});
+    for (const CancelAction& cancel : expired) {
+      drop_request(cancel.shard, cancel.block, cancel.peer);
+      actions_.push(cancel);
     }
   }
   refresh_first_sent();  // a lower bound between timeouts, exact from here
@@ -375,9 +379,11 @@ void FetchSession::finish(Status status) {
   asked_again_.clear();
   for (auto& [index, s] : shards_) {
     for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
-      for (const Request& r : s.requests[b]) actions_.push(CancelAction{r.peer, ShardIndex{index}, BlockIndex{b}});
+      for (const Request& r : s.requests[b]) actions_.push(CancelAction{r.peer, r.id, ShardIndex{index}, BlockIndex{b}});
     }
   }
+  request_blocks_.clear();
+  let_go_.clear();
   actions_.push(DoneAction{std::move(status)});
 }
 

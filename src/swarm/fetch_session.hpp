@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -97,6 +98,7 @@ struct ReleaseAction {
 };
 struct RequestAction {
   PeerId peer;
+  std::uint32_t request_id = 0;  // unique among this peer's requests in flight (set_request_ids)
   ShardIndex shard;
   BlockIndex block;
   std::uint64_t offset = 0;  // in the image
@@ -104,6 +106,7 @@ struct RequestAction {
 };
 struct CancelAction {
   PeerId peer;
+  std::uint32_t request_id = 0;
   ShardIndex shard;
   BlockIndex block;
 };
@@ -179,6 +182,28 @@ class FetchSession {
   // Not copied: busy_ points into neighbours_.
   FetchSession(const FetchSession&) = delete;
   FetchSession& operator=(const FetchSession&) = delete;
+
+  // Where request ids come from: each call returns one that no request in
+  // flight on any connection of this peer holds (SwarmCore numbers every
+  // version's requests from one counter). Without it, the session numbers
+  // its own from 1.
+  void set_request_ids(std::function<std::uint32_t()> next) { next_request_id_ = std::move(next); }
+  // The block of this session's request `request_id` to `peer`, while it
+  // is outstanding here; nullopt once it is answered, dropped or cancelled.
+  struct RequestedBlock {
+    ShardIndex shard;
+    BlockIndex block;
+    bool superseded = false;  // its payload was turned away unwritten (mark_superseded)
+  };
+  std::optional<RequestedBlock> request_of(const PeerId& peer, std::uint32_t request_id) const;
+  // The payload answering the request is turned away unwritten (the block
+  // was taken): when it ends, on_block_superseded, not on_block_refused.
+  void mark_superseded(const PeerId& peer, std::uint32_t request_id);
+  // The request's answer (a piece, a refusal, a deferral) has been handled.
+  // A request this session let go of without a cancel (its neighbour was
+  // released, the connection kept) is still answered by its holder, and
+  // request_of names its block until then; this ends that.
+  void answered(const PeerId& peer, std::uint32_t request_id);
 
   // Candidates from gossip: peers that hold or are fetching this version.
   // `complete`: gossip says it holds the whole version (a publisher, a
@@ -285,7 +310,9 @@ class FetchSession {
   struct Request {
     PeerId peer;
     TimePoint sent;
-    bool landing = false;  // its payload is arriving (on_block_landing): no deadline
+    std::uint32_t id = 0;     // the request id on the wire
+    bool landing = false;     // its payload is arriving (on_block_landing): no deadline
+    bool superseded = false;  // its payload was turned away (mark_superseded)
   };
   // A block's outstanding requests, held inline so that asking for a block
   // allocates nothing. Invariant: size() <= kMaxRequestsPerBlock, which
@@ -302,6 +329,12 @@ class FetchSession {
     const Request* end() const { return items_.data() + count_; }
     std::size_t size() const { return count_; }
     bool empty() const { return count_ == 0; }
+    const Request* find(const PeerId& peer) const {
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (items_[i].peer == peer) return &items_[i];
+      }
+      return nullptr;
+    }
     Request* find(const PeerId& peer) {
       for (std::size_t i = 0; i < count_; ++i) {
         if (items_[i].peer == peer) return &items_[i];
@@ -421,7 +454,16 @@ class FetchSession {
   // The neighbour delivered a block (wanted or not): its delivery pace.
   void note_delivery(TimePoint now, const PeerId& peer);
   void note_delivery(TimePoint now, Neighbour& from);
-  void release_requests_of(const PeerId& peer);
+  // Drops the requests to `peer`. `still_answered`: its holder was told
+  // nothing (no cancel, the connection stays), so request_of keeps naming
+  // their blocks until answered() or the connection goes.
+  void release_requests_of(const PeerId& peer, bool still_answered = false);
+  // A new request's id (set_request_ids), and the end of its entry in
+  // request_blocks_ once the request leaves the table.
+  std::uint32_t take_request_id();
+  void forget_request_id(std::uint32_t id) { request_blocks_.erase(id); }
+  // The request `id` to `peer` in the table (nullptr: none).
+  const Request* find_request(const PeerId& peer, std::uint32_t id) const;
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
   // Drops the neighbour and stops fetching from it, keeping the connection
   // (ReleaseAction): traded away, a surplus slot, or a probe unanswered.
@@ -516,6 +558,20 @@ class FetchSession {
   // is in flight and not yet overdue, so finding the next overdue request
   // walks no started shard.
   std::deque<SentRequest> recent_requests_;
+  // The block of each request in flight, by its id: answers name only the
+  // id. Entries leave with their request (forget_request_id).
+  std::unordered_map<std::uint32_t, std::pair<ShardIndex, BlockIndex>> request_blocks_;
+  struct LetGo {
+    PeerId peer;
+    ShardIndex shard;
+    BlockIndex block;
+    bool superseded = false;
+  };
+  // Requests dropped from the table whose holder still answers them (see
+  // answered()), by id.
+  std::unordered_map<std::uint32_t, LetGo> let_go_;
+  std::function<std::uint32_t()> next_request_id_;
+  std::uint32_t own_request_ids_ = 0;  // without next_request_id_
   std::optional<TimePoint> starved_since_;
   std::optional<TimePoint> idle_since_;  // nothing in flight since (set by schedule)
   std::optional<TimePoint> connect_due_;  // new candidates wait for the burst to end

@@ -106,16 +106,16 @@ void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardInde
   if (begun == shards_.end() || !left_to_a_mate(now, shard)) return;
   bool yielded = false;
   for (std::uint32_t b = 0; b < begun->second.requests.size(); ++b) {
-    std::vector<PeerId> beyond_host;
+    std::vector<CancelAction> beyond_host;
     for (const Request& r : begun->second.requests[b]) {
       auto n = neighbours_.find(r.peer);
       const bool over_nic = n != neighbours_.end() && n->second.proximity != Proximity::kSameHost &&
                             n->second.proximity != Proximity::kRemote;
-      if (over_nic) beyond_host.push_back(r.peer);
+      if (over_nic) beyond_host.push_back(CancelAction{r.peer, r.id, shard, BlockIndex{b}});
     }
-    for (const PeerId& holder : beyond_host) {
-      drop_request(shard, BlockIndex{b}, holder);
-      actions_.push(CancelAction{holder, shard, BlockIndex{b}});
+    for (const CancelAction& cancel : beyond_host) {
+      drop_request(shard, cancel.block, cancel.peer);
+      actions_.push(cancel);
       yielded = true;
     }
   }

@@ -1,7 +1,10 @@
-// The payloads landing now, one owner for that fact: at most one payload
-// per block of a version lands at a time (so bytes that verified are never
-// overwritten by a second copy), and each has a deadline, so the stalled are
-// found without a walk over the connections.
+// The payloads landing now, one owner for that fact: which request's
+// payload lands in which block, at most one payload per block of a version
+// at a time (so bytes that verified are never overwritten by a second
+// copy), and each with a deadline, so the stalled are found without a walk
+// over the connections. The requests themselves are their fetch session's
+// (FetchSession); a payload begun here outlives its request there, which a
+// cancel or a choke may drop while the bytes are on the wire.
 //
 // A payload is stalled when it has not moved for `stall_limit`, or when it
 // has been landing longer than `stall_limit` plus its length at
@@ -14,58 +17,101 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "core/time.hpp"
 #include "tensorhub/ids.hpp"
 
 namespace tensorhub::swarm {
 
+// Where a payload lands.
+struct LandingBlock {
+  ManifestId version;
+  ShardIndex shard;
+  BlockIndex block;
+};
+
 class LandingTracker {
  public:
   LandingTracker(Duration stall_limit, double min_bytes_per_second)
       : stall_limit_(stall_limit), min_bytes_per_second_(min_bytes_per_second) {}
 
-  // A payload of `length` bytes for the block begins to land. Returns
-  // false, and records nothing, when another is landing there.
-  bool begin(const ManifestId& version, ShardIndex shard, BlockIndex block, std::uint32_t length, TimePoint now) {
+  // The payload of `peer`'s answer to `request`, `length` bytes for
+  // `where`, begins to land. Returns false, and records nothing, when
+  // another payload lands in that block or this one lands already.
+  bool begin(const PeerId& peer, std::uint32_t request, const LandingBlock& where, std::uint32_t length,
+             TimePoint now) {
+    const BlockKey block{where.version, where.shard.value, where.block.value};
+    if (blocks_.count(block) || payloads_.count({peer, request})) return false;
     const auto whole = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(length) / min_bytes_per_second_));
-    auto [it, added] = landing_.try_emplace(Key{version, shard.value, block.value}, Payload{now + stall_limit_ + whole, {}});
-    if (!added) return false;
-    it->second.deadline = deadline_of(it->second, now);
-    deadlines_.insert(it->second.deadline);
+    Payload p{where, now + stall_limit_ + whole, {}};
+    p.deadline = deadline_of(p, now);
+    deadlines_.emplace(p.deadline, peer);
+    blocks_.insert(block);
+    payloads_.emplace(std::make_pair(peer, request), p);
     return true;
   }
+  bool lands(const PeerId& peer, std::uint32_t request) const { return payloads_.count({peer, request}) != 0; }
   // Bytes of it arrived: the stall limit counts from now (the rate limit
   // does not move).
-  void moved(const ManifestId& version, ShardIndex shard, BlockIndex block, TimePoint now) {
-    auto it = landing_.find(Key{version, shard.value, block.value});
-    if (it == landing_.end()) return;
-    deadlines_.erase(deadlines_.find(it->second.deadline));
+  void moved(const PeerId& peer, std::uint32_t request, TimePoint now) {
+    auto it = payloads_.find({peer, request});
+    if (it == payloads_.end()) return;
+    deadlines_.erase(deadlines_.find({it->second.deadline, peer}));
     it->second.deadline = deadline_of(it->second, now);
-    deadlines_.insert(it->second.deadline);
+    deadlines_.emplace(it->second.deadline, peer);
   }
-  // It arrived, or will not.
-  void end(const ManifestId& version, ShardIndex shard, BlockIndex block) {
-    auto it = landing_.find(Key{version, shard.value, block.value});
-    if (it == landing_.end()) return;
-    deadlines_.erase(deadlines_.find(it->second.deadline));
-    landing_.erase(it);
+  // It arrived, or will not: where it was landing (nullopt: it was not).
+  std::optional<LandingBlock> end(const PeerId& peer, std::uint32_t request) {
+    auto it = payloads_.find({peer, request});
+    if (it == payloads_.end()) return std::nullopt;
+    const LandingBlock where = it->second.where;
+    deadlines_.erase(deadlines_.find({it->second.deadline, peer}));
+    blocks_.erase(BlockKey{where.version, where.shard.value, where.block.value});
+    payloads_.erase(it);
+    return where;
   }
-  // When the block's payload counts as stalled (kTimeNever: none lands).
-  TimePoint deadline(const ManifestId& version, ShardIndex shard, BlockIndex block) const {
-    auto it = landing_.find(Key{version, shard.value, block.value});
-    return it == landing_.end() ? kTimeNever : it->second.deadline;
+  // The connection to `peer` is gone: none of its payloads lands any more.
+  void end_all_from(const PeerId& peer) {
+    for (auto it = payloads_.lower_bound({peer, 0}); it != payloads_.end() && it->first.first == peer;) {
+      const std::uint32_t request = (it++)->first.second;
+      end(peer, request);
+    }
   }
-  bool empty() const { return landing_.empty(); }
-  std::size_t size() const { return landing_.size(); }
+  // The peers whose payloads land in `version`, each once.
+  std::vector<PeerId> senders_of(const ManifestId& version) const {
+    std::vector<PeerId> out;
+    for (const auto& [key, p] : payloads_) {
+      if (p.where.version == version && (out.empty() || !(out.back() == key.first))) out.push_back(key.first);
+    }
+    return out;
+  }
+  // The peers with a payload stalled at `now`, each once.
+  std::vector<PeerId> stalled(TimePoint now) const {
+    std::vector<PeerId> out;
+    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) {
+      if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
+    }
+    return out;
+  }
+  // When the payload counts as stalled (kTimeNever: it does not land).
+  TimePoint deadline(const PeerId& peer, std::uint32_t request) const {
+    auto it = payloads_.find({peer, request});
+    return it == payloads_.end() ? kTimeNever : it->second.deadline;
+  }
+  bool empty() const { return payloads_.empty(); }
+  std::size_t size() const { return payloads_.size(); }
   // The earliest deadline (kTimeNever when none lands).
-  TimePoint next_deadline() const { return deadlines_.empty() ? kTimeNever : *deadlines_.begin(); }
+  TimePoint next_deadline() const { return deadlines_.empty() ? kTimeNever : deadlines_.begin()->first; }
 
  private:
-  using Key = std::tuple<ManifestId, std::uint32_t, std::uint32_t>;  // version, shard, block
+  using BlockKey = std::tuple<ManifestId, std::uint32_t, std::uint32_t>;  // version, shard, block
   struct Payload {
+    LandingBlock where;
     TimePoint rate_deadline;  // began + stall limit + length at the minimum rate
     TimePoint deadline;       // the earlier of that and last moved + stall limit
   };
@@ -75,8 +121,9 @@ class LandingTracker {
 
   Duration stall_limit_;
   double min_bytes_per_second_;
-  std::map<Key, Payload> landing_;
-  std::multiset<TimePoint> deadlines_;  // the payloads' deadlines
+  std::map<std::pair<PeerId, std::uint32_t>, Payload> payloads_;  // by sender and request id
+  std::set<BlockKey> blocks_;                                      // the blocks landing
+  std::multiset<std::pair<TimePoint, PeerId>> deadlines_;          // the payloads' deadlines, with their senders
 };
 
 }  // namespace tensorhub::swarm

@@ -63,6 +63,10 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (v.fetch) return;
   const std::uint64_t seed = version_seed(id, 0);
   v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now);
+  v.fetch->set_request_ids([this] {
+    if (++last_request_id_ == 0) ++last_request_id_;  // 0 names no request
+    return last_request_id_;
+  });
   v.fetch->set_slot_share(now, upload_slots_here());
   drain(now, id, v);
 }
@@ -76,11 +80,7 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   // choke, which they would wait out): where nobody else holds it, their
   // fetch fails instead of waiting for ever.
   it->second.serve->stop();
-  // Forget its outstanding requests on every connection.
-  for (auto& [peer, c] : connections_) {
-    std::erase_if(c.requests, [&](const auto& r) { return r.second.version_id == id; });
-    c.pending.erase(id);
-  }
+  for (auto& [peer, c] : connections_) c.pending.erase(id);
   versions_.erase(it);
 }
 
@@ -178,23 +178,16 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       }
     } else if (auto* request = std::get_if<RequestAction>(&*action)) {
       auto c = connections_.find(request->peer);
-      if (c == connections_.end() || !c->second.open) continue;
-      const std::uint32_t rid = c->second.next_request_id++;
-      c->second.requests.emplace_back(rid, Outstanding{id, request->shard, request->block, request->offset, request->length, false, false});
-      send(request->peer, SwarmMessage::request(id, rid, request->shard, request->block, request->offset, request->length));
+      if (c == connections_.end() || !c->second.open) continue;  // it times out in the session
+      send(request->peer, SwarmMessage::request(id, request->request_id, request->shard, request->block, request->offset,
+                                                request->length));
     } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
       auto c = connections_.find(cancel->peer);
-      if (c == connections_.end()) continue;
-      for (auto r = c->second.requests.begin(); r != c->second.requests.end(); ++r) {
-        if (r->second.version_id == id && r->second.shard == cancel->shard && r->second.block == cancel->block) {
-          // A landing payload is on the wire already: it keeps its request,
-          // and the session takes its bytes if they are still wanted.
-          if (r->second.landing) break;
-          send(cancel->peer, SwarmMessage::about_request(MessageType::kCancel, id, r->first));
-          c->second.requests.erase(r);
-          break;
-        }
-      }
+      if (c == connections_.end() || !c->second.open) continue;
+      // A landing payload is on the wire already: it lands (landing_ holds
+      // it), and the session takes its bytes if they are still wanted.
+      if (landing_.lands(cancel->peer, cancel->request_id)) continue;
+      send(cancel->peer, SwarmMessage::about_request(MessageType::kCancel, id, cancel->request_id));
     } else if (auto* verify = std::get_if<VerifyAction>(&*action)) {
       actions_.push(VerifyShard{id, verify->shard});
     } else if (auto* announce = std::get_if<AnnounceAction>(&*action)) {
@@ -288,7 +281,7 @@ void SwarmCore::on_connect_failed(TimePoint now, const PeerId& peer) {
 
 void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
   if (auto c = connections_.find(peer); c != connections_.end()) {
-    for (const auto& [rid, o] : c->second.requests) end_landing(o);  // the driver stopped their writes
+    landing_.end_all_from(peer);  // the driver stopped their writes
     connections_.erase(c);
   }
   for (auto& [id, v] : versions_) {
@@ -362,9 +355,8 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     case MessageType::kChoke:
       if (it != versions_.end() && it->second.fetch) {
+        // A payload already landing (on another lane) still arrives: landing_ holds it.
         it->second.fetch->on_choked(now, peer);
-        // A payload already landing (on another lane) still arrives.
-        std::erase_if(c.requests, [&](const auto& r) { return r.second.version_id == m.version_id && !r.second.landing; });
         drain(now, m.version_id, it->second);
       }
       return;
@@ -384,19 +376,17 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
       return;
     case MessageType::kRefuse:
     case MessageType::kDeferred: {
-      auto r = c.find_request(m.request_id);
-      if (r == c.requests.end()) return;
-      const Outstanding o = r->second;
-      c.requests.erase(r);
-      auto v = versions_.find(o.version_id);
-      if (v != versions_.end() && v->second.fetch) {
-        if (m.type == MessageType::kDeferred) {
-          v->second.fetch->on_block_deferred(now, peer, o.shard, o.block);
-        } else {
-          v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
-        }
-        drain(now, o.version_id, v->second);
+      // An answer to a request of ours in flight, unless its payload began.
+      if (it == versions_.end() || !it->second.fetch || landing_.lands(peer, m.request_id)) return;
+      const auto asked = it->second.fetch->request_of(peer, m.request_id);
+      if (!asked) return;
+      it->second.fetch->answered(peer, m.request_id);
+      if (m.type == MessageType::kDeferred) {
+        it->second.fetch->on_block_deferred(now, peer, asked->shard, asked->block);
+      } else {
+        it->second.fetch->on_block_refused(now, peer, asked->shard, asked->block);
       }
+      drain(now, m.version_id, it->second);
       return;
     }
     case MessageType::kPeers:
@@ -449,16 +439,7 @@ void SwarmCore::handle_timeout(TimePoint now) {
     // A payload that stopped, or drips below the minimum rate, holds its
     // block hostage (nobody else's copy may land): the sender is stalled,
     // or stalling on purpose.
-    std::vector<PeerId> stalled;
-    for (const auto& [peer, c] : connections_) {
-      for (const auto& [rid, o] : c.requests) {
-        if (o.landing && now >= landing_.deadline(o.version_id, o.shard, o.block)) {
-          stalled.push_back(peer);
-          break;
-        }
-      }
-    }
-    for (const PeerId& peer : stalled) {
+    for (const PeerId& peer : landing_.stalled(now)) {
       actions_.push(CloseConnection{peer, "a piece stalled mid-payload, or landed below the minimum rate"});
       forget_connection(now, peer);
     }

@@ -166,28 +166,10 @@ class SwarmCore final : private ServePeers {
     std::optional<FetchProgress> finished;  // the fetch's last progress, once it is over
     std::set<PeerId> sources;             // neighbours we fetch it from
   };
-  struct Outstanding {
-    ManifestId version_id;
-    ShardIndex shard;
-    BlockIndex block;
-    std::uint64_t offset = 0;
-    std::uint32_t length = 0;
-    bool landing = false;     // its payload is being written into the destination (landing_ has its block)
-    bool superseded = false;  // its payload was turned away (the block was taken)
-  };
   struct Connection {
     bool open = false;
     std::set<ManifestId> pending;  // versions waiting for the connection to open
-    // Sent and not yet answered, in sending order. A flat vector: a
-    // connection has a pipeline's worth (tens) outstanding, so no node is
-    // allocated per request.
-    std::vector<std::pair<std::uint32_t, Outstanding>> requests;
-    std::uint32_t next_request_id = 1;
     TimePoint last_heard;  // its last message
-
-    auto find_request(std::uint32_t request_id) {
-      return std::find_if(requests.begin(), requests.end(), [&](const auto& r) { return r.first == request_id; });
-    }
   };
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
@@ -202,8 +184,11 @@ class SwarmCore final : private ServePeers {
   // shown and served (false: fetched by a leech).
   Version& version(const ManifestId& id, const ShardLayout& layout, const core::Bitfield& have, bool offered);
   void forget_connection(TimePoint now, const PeerId& peer);
-  // Ends the landing of `o` (its payload arrived, or will not).
-  void end_landing(const Outstanding& o);
+  // A piece's payload ended (stored or not): its landing ends, and the
+  // fetch session hears of its block. `kept`: the payload is in the
+  // destination; `turned_away`: a landing payload the driver did not keep
+  // (no blame).
+  void end_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool kept, bool turned_away);
   // Closes the connections that still land payloads of `id`, whose fetch
   // is over: its destination may be reused once the driver hears so.
   void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
@@ -231,6 +216,9 @@ class SwarmCore final : private ServePeers {
   std::shared_ptr<LocationBook> locations_;  // never null
   core::ActionQueue<SwarmAction> actions_;
   std::uint64_t discarded_piece_bytes_ = 0;
+  // Request ids, one counter over every version and connection: a
+  // connection's requests in flight never share one.
+  std::uint32_t last_request_id_ = 0;
   // The payloads landing now, over every version and connection.
   LandingTracker landing_{config_.fetch.request_timeout * kLandingLimitTimeouts, config_.min_landing_bytes_per_second};
 };

@@ -8,80 +8,78 @@
 namespace tensorhub::swarm {
 
 std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
-  auto c = connections_.find(peer);
-  if (c == connections_.end()) return std::nullopt;
-  auto r = c->second.find_request(header.request_id);
-  if (r == c->second.requests.end() || r->second.version_id != header.version_id || r->second.length != header.length ||
-      r->second.landing) {
-    return std::nullopt;
-  }
+  if (!connections_.count(peer) || landing_.lands(peer, header.request_id)) return std::nullopt;
   auto v = versions_.find(header.version_id);
   if (v == versions_.end() || !v->second.fetch) return std::nullopt;
-  Outstanding& o = r->second;
+  FetchSession& fetch = *v->second.fetch;
+  const auto asked = fetch.request_of(peer, header.request_id);
+  if (!asked || header.length != v->second.layout.block_length(asked->shard, asked->block)) return std::nullopt;
   // Two payloads writing one block could leave a liar's bytes over an
   // honest copy that has verified; one landing at a time cannot.
-  if (!v->second.fetch->wants_block(o.shard, o.block) || !landing_.begin(o.version_id, o.shard, o.block, o.length, now)) {
-    o.superseded = true;
+  if (!fetch.wants_block(asked->shard, asked->block) ||
+      !landing_.begin(peer, header.request_id, LandingBlock{header.version_id, asked->shard, asked->block},
+                      header.length, now)) {
+    fetch.mark_superseded(peer, header.request_id);
     return std::nullopt;
   }
-  o.landing = true;
-  v->second.fetch->on_block_landing(now, peer, o.shard, o.block);
-  return PieceTarget{header.version_id, o.offset, o.length};
-}
-
-void SwarmCore::end_landing(const Outstanding& o) {
-  if (o.landing) landing_.end(o.version_id, o.shard, o.block);
+  fetch.on_block_landing(now, peer, asked->shard, asked->block);
+  const ShardLayout& layout = v->second.layout;
+  return PieceTarget{header.version_id,
+                     layout.shard_offset(asked->shard) + std::uint64_t{asked->block.value} * layout.block_size,
+                     header.length};
 }
 
 void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
-  auto c = connections_.find(peer);
-  if (c == connections_.end()) return;
-  auto r = c->second.find_request(header.request_id);
-  if (r == c->second.requests.end() || !r->second.landing) return;
-  const Outstanding& o = r->second;
-  landing_.moved(o.version_id, o.shard, o.block, now);
+  landing_.moved(peer, header.request_id, now);
 }
 
 void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
-  auto c = connections_.find(peer);
-  if (c == connections_.end()) return;
-  auto r = c->second.find_request(header.request_id);
-  if (r == c->second.requests.end()) {
-    discarded_piece_bytes_ += header.length;
-    return;
-  }
-  const Outstanding o = r->second;
-  c->second.requests.erase(r);
-  end_landing(o);
-  auto v = versions_.find(o.version_id);
-  if (v == versions_.end() || !v->second.fetch) return;
-  if (stored && o.landing) {
-    v->second.fetch->on_block(now, peer, o.shard, o.block);
-  } else if (o.superseded) {
-    v->second.fetch->on_block_superseded(now, peer, o.shard, o.block);
-  } else {
-    v->second.fetch->on_block_refused(now, peer, o.shard, o.block);
-  }
-  drain(now, o.version_id, v->second);
+  end_piece(now, peer, header, stored, /*turned_away=*/false);
 }
 
 void SwarmCore::on_piece_not_kept(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
-  if (auto c = connections_.find(peer); c != connections_.end()) {
-    // Turned away here, as a block taken by another payload is: no blame.
-    if (auto r = c->second.find_request(header.request_id); r != c->second.requests.end()) r->second.superseded = true;
+  // Turned away here, as a block taken by another payload is: no blame.
+  end_piece(now, peer, header, /*kept=*/false, /*turned_away=*/true);
+}
+
+void SwarmCore::end_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool kept, bool turned_away) {
+  if (!connections_.count(peer)) return;
+  // A payload that landed reaches its block through landing_, whatever
+  // became of its request meanwhile (cancelled, choked, given up).
+  if (const auto landed = landing_.end(peer, header.request_id)) {
+    auto v = versions_.find(landed->version);
+    if (v == versions_.end() || !v->second.fetch) return;
+    FetchSession& fetch = *v->second.fetch;
+    fetch.answered(peer, header.request_id);
+    if (kept) {
+      fetch.on_block(now, peer, landed->shard, landed->block);
+    } else if (turned_away) {
+      fetch.on_block_superseded(now, peer, landed->shard, landed->block);
+    } else {
+      fetch.on_block_refused(now, peer, landed->shard, landed->block);
+    }
+    drain(now, landed->version, v->second);
+    return;
   }
-  on_piece(now, peer, header, false);
+  // One that never landed: read and discarded.
+  auto v = versions_.find(header.version_id);
+  const auto asked =
+      v != versions_.end() && v->second.fetch ? v->second.fetch->request_of(peer, header.request_id) : std::nullopt;
+  if (!asked) {
+    discarded_piece_bytes_ += header.length;
+    return;
+  }
+  v->second.fetch->answered(peer, header.request_id);
+  if (asked->superseded || turned_away) {
+    v->second.fetch->on_block_superseded(now, peer, asked->shard, asked->block);
+  } else {
+    v->second.fetch->on_block_refused(now, peer, asked->shard, asked->block);
+  }
+  drain(now, header.version_id, v->second);
 }
 
 void SwarmCore::abort_landings(TimePoint now, const ManifestId& id, const std::string& reason) {
-  if (landing_.empty()) return;
-  std::vector<PeerId> landing_from;
-  for (const auto& [peer, c] : connections_) {
-    if (std::any_of(c.requests.begin(), c.requests.end(), [&](const auto& r) { return r.second.landing && r.second.version_id == id; })) {
-      landing_from.push_back(peer);
-    }
-  }
-  for (const PeerId& peer : landing_from) {
+  for (const PeerId& peer : landing_.senders_of(id)) {
     actions_.push(CloseConnection{peer, reason});
     forget_connection(now, peer);
   }

@@ -95,6 +95,7 @@ class Driver {
   std::map<std::uint32_t, std::set<PeerId>> shard_senders;  // for verification
   std::vector<std::pair<PeerId, std::string>> disconnects;
   std::vector<PeerId> releases;
+  std::map<std::uint32_t, std::tuple<PeerId, std::uint32_t, std::uint32_t>> issued;  // request id: peer, shard, block
   std::vector<PeerId> connects;  // in order
   std::set<std::uint32_t> announced;
   std::vector<std::uint32_t> claimed;  // ClaimAction, in order
@@ -130,6 +131,15 @@ class Driver {
   void handle(ReleaseAction& a) { releases.push_back(a.peer); }
   void handle(RequestAction& a) {
     ++requests;
+    // Every request has its own id, and while it is outstanding the session
+    // names its block by it (a neighbour dropped in the same call took its
+    // requests along).
+    CHECK(a.request_id != 0);
+    CHECK(issued.emplace(a.request_id, std::make_tuple(a.peer, a.shard.value, a.block.value)).second);
+    if (const auto asked = session.request_of(a.peer, a.request_id)) {
+      CHECK(asked->shard == a.shard);
+      CHECK(asked->block == a.block);
+    }
     ++requests_per_block[{a.shard.value, a.block.value}];
     CHECK(a.length == layout.block_length(a.shard, a.block));
     CHECK(a.offset == layout.shard_offset(a.shard) + std::uint64_t{a.block.value} * layout.block_size);
@@ -154,6 +164,10 @@ class Driver {
   }
   void handle(CancelAction& a) {
     ++cancels;
+    // A cancel names the request it cancels.
+    auto it = issued.find(a.request_id);
+    REQUIRE(it != issued.end());
+    CHECK(it->second == std::make_tuple(a.peer, a.shard.value, a.block.value));
     cancelled.insert({a.peer, a.shard.value, a.block.value});
   }
   void handle(VerifyAction& a) {
@@ -306,6 +320,41 @@ TEST_CASE("fetch session: a landing payload is neither timed out nor duplicated,
   d.run();
   REQUIRE(d.result.has_value());
   CHECK(d.result->is_ok());
+}
+
+TEST_CASE("fetch session: requests carry ids from the given source, and an answer's id names its block until answered") {
+  FetchConfig config;
+  config.request_timeout = 200ms;
+  Driver d(layout(4), config);
+  std::uint32_t next = 500;
+  d.session.set_request_ids([&] { return ++next; });
+  Holder slow = full(4, {"dc1", "r1", "h1"});
+  slow.block_time = 10s;  // nothing arrives before the timeout
+  d.add_holder(1, slow);
+  d.run(10ms);
+  REQUIRE(d.issued.size() == config.pipeline_blocks);  // one pipeline's worth, asked at connect
+  for (const auto& [id, what] : d.issued) CHECK(d.session.request_of(std::get<0>(what), id).has_value());
+  CHECK(d.issued.begin()->first == 501);
+  CHECK(d.issued.rbegin()->first == 500 + config.pipeline_blocks);
+  const auto [first_id, first] = *d.issued.begin();
+  const auto& [holder, shard, block] = first;
+  CHECK_FALSE(d.session.request_of(peer(2), first_id).has_value());  // another peer's id is not this one
+  CHECK_FALSE(d.session.request_of(holder, 999).has_value());
+  // A payload turned away is answered as superseded, not refused.
+  d.session.mark_superseded(holder, first_id);
+  auto asked = d.session.request_of(holder, first_id);
+  REQUIRE(asked.has_value());
+  CHECK(asked->superseded);
+  d.session.on_block_superseded(d.now, holder, ShardIndex{shard}, BlockIndex{block});
+  d.pump();
+  CHECK_FALSE(d.session.request_of(holder, first_id).has_value());  // answered: gone
+  // The rest time out: each is cancelled by its id (the driver checks that
+  // every cancel names the request it cancels), and no longer named.
+  d.run(300ms);
+  CHECK(d.cancels >= config.pipeline_blocks - 1);
+  for (std::uint32_t id = 502; id <= 500 + config.pipeline_blocks; ++id) {
+    CHECK_FALSE(d.session.request_of(holder, id).has_value());
+  }
 }
 
 TEST_CASE("fetch session: a silent holder times out, requests move on") {

@@ -313,27 +313,43 @@ TEST_CASE("landing tracker: one payload per block, each with its deadline (stall
   ManifestId a, b;
   a.bytes[0] = 1;
   b.bytes[0] = 2;
+  const PeerId p = testing::GossipNetwork::identity_for(61).public_key();
+  const PeerId q = testing::GossipNetwork::identity_for(62).public_key();
+  const swarm::LandingBlock a1{a, ShardIndex{0}, BlockIndex{1}}, a2{a, ShardIndex{0}, BlockIndex{2}};
+  const swarm::LandingBlock b1{b, ShardIndex{0}, BlockIndex{1}};
   const TimePoint t0 = TimePoint(1s);
   CHECK(landing.next_deadline() == kTimeNever);
-  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{1}, 50'000, t0));  // rate allows 100 + 50 ms
-  CHECK_FALSE(landing.begin(a, ShardIndex{0}, BlockIndex{1}, 50'000, t0 + 1ms));  // a second copy of that block waits
-  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, 50'000, t0 + 2ms));  // another version's block is another block
-  CHECK(landing.begin(a, ShardIndex{0}, BlockIndex{2}, 50'000, t0 + 3ms));
+  CHECK(landing.begin(p, 7, a1, 50'000, t0));  // rate allows 100 + 50 ms
+  CHECK_FALSE(landing.begin(q, 9, a1, 50'000, t0 + 1ms));  // a second copy of that block waits
+  CHECK_FALSE(landing.begin(p, 7, a2, 50'000, t0 + 1ms));  // one payload per request
+  CHECK(landing.begin(q, 9, b1, 50'000, t0 + 2ms));        // another version's block is another block
+  CHECK(landing.begin(p, 8, a2, 50'000, t0 + 3ms));
   CHECK(landing.size() == 3);
+  CHECK(landing.lands(p, 7));
+  CHECK_FALSE(landing.lands(q, 7));  // request ids are the sender's
   CHECK(landing.next_deadline() == t0 + 100ms);
-  landing.moved(a, ShardIndex{0}, BlockIndex{1}, t0 + 10ms);
-  CHECK(landing.deadline(a, ShardIndex{0}, BlockIndex{1}) == t0 + 110ms);
+  CHECK(landing.stalled(t0 + 99ms).empty());
+  CHECK(landing.stalled(t0 + 100ms) == std::vector<PeerId>{p});
+  landing.moved(p, 7, t0 + 10ms);
+  CHECK(landing.deadline(p, 7) == t0 + 110ms);
   CHECK(landing.next_deadline() == t0 + 102ms);
-  landing.moved(a, ShardIndex{0}, BlockIndex{1}, t0 + 90ms);  // moving, but the rate's deadline holds
-  CHECK(landing.deadline(a, ShardIndex{0}, BlockIndex{1}) == t0 + 150ms);
-  landing.end(b, ShardIndex{0}, BlockIndex{1});
+  landing.moved(p, 7, t0 + 90ms);  // moving, but the rate's deadline holds
+  CHECK(landing.deadline(p, 7) == t0 + 150ms);
+  CHECK(landing.senders_of(a) == std::vector<PeerId>{p});
+  const auto ended = landing.end(q, 9);
+  REQUIRE(ended.has_value());
+  CHECK(ended->version == b);
+  CHECK(ended->block == BlockIndex{1});
   CHECK(landing.next_deadline() == t0 + 103ms);
-  landing.end(a, ShardIndex{0}, BlockIndex{2});
-  landing.end(a, ShardIndex{0}, BlockIndex{2});  // twice: harmless
+  CHECK(landing.end(p, 8).has_value());
+  CHECK_FALSE(landing.end(p, 8).has_value());  // twice: harmless
   CHECK(landing.next_deadline() == t0 + 150ms);
-  CHECK(landing.begin(b, ShardIndex{0}, BlockIndex{1}, 50'000, t0 + 20ms));
-  landing.end(a, ShardIndex{0}, BlockIndex{1});
-  landing.end(b, ShardIndex{0}, BlockIndex{1});
+  CHECK(landing.begin(q, 10, b1, 50'000, t0 + 20ms));
+  CHECK(landing.begin(q, 11, a2, 50'000, t0 + 20ms));
+  landing.end_all_from(q);  // its connection went
+  CHECK(landing.size() == 1);
+  CHECK(landing.end(p, 7).has_value());
   CHECK(landing.empty());
-  CHECK(landing.deadline(a, ShardIndex{0}, BlockIndex{1}) == kTimeNever);
+  CHECK(landing.deadline(p, 7) == kTimeNever);
+  CHECK(landing.next_deadline() == kTimeNever);
 }
