@@ -146,6 +146,56 @@ TEST_CASE("piece landing: a payload that lands slowly keeps its request, nobody 
   CHECK(t.finished);
 }
 
+TEST_CASE("piece landing: an answer counts only under its own version, request id and sender") {
+  Trio t;
+  REQUIRE(t.served.size() == 1);
+  const Served asked = t.served[0];
+  const PeerId other = asked.from == t.a ? t.b : t.a;
+  ManifestId elsewhere = t.version;
+  elsewhere.bytes[1] = 0x17;
+  const std::uint32_t id = asked.header.request_id;
+  // A piece under another version, an id never issued, or from a peer that
+  // was not asked: none lands, each is read for nothing, and the request
+  // stands.
+  const std::pair<PeerId, SwarmMessage> forged[] = {
+      {asked.from, SwarmMessage::piece(elsewhere, id, Trio::kBlock)},
+      {asked.from, SwarmMessage::piece(t.version, id + 1000, Trio::kBlock)},
+      {other, SwarmMessage::piece(t.version, id, Trio::kBlock)},
+  };
+  for (const auto& [from, header] : forged) {
+    CHECK_FALSE(t.fetcher->begin_piece(t.now, from, header).has_value());
+    t.fetcher->on_piece(t.now, from, header, false);
+    t.pump();
+  }
+  CHECK(t.fetcher->discarded_piece_bytes() == 3ull * Trio::kBlock);
+  // Nor does a refusal from a peer that was not asked, or under another
+  // version.
+  const std::vector<std::uint8_t> why = {'n', 'o'};
+  t.fetcher->on_message(t.now, other, SwarmMessage::refuse(t.version, id, why));
+  t.fetcher->on_message(t.now, asked.from, SwarmMessage::refuse(elsewhere, id, why));
+  t.pump();
+  CHECK(t.served.size() == 1);  // nobody was asked again
+  const Served first = t.begin_first();
+  // Once the payload lands, its own holder's refusal changes nothing either.
+  t.fetcher->on_message(t.now, first.from, SwarmMessage::refuse(t.version, id, why));
+  t.pump();
+  t.finish_landing(first);
+}
+
+TEST_CASE("piece landing: a piece of the wrong length for its request lands nothing and ends the request") {
+  Trio t;
+  REQUIRE(t.served.size() == 1);
+  const Served asked = t.served[0];
+  const SwarmMessage wrong = SwarmMessage::piece(t.version, asked.header.request_id, Trio::kBlock - 1);
+  CHECK_FALSE(t.fetcher->begin_piece(t.now, asked.from, wrong).has_value());
+  t.fetcher->on_piece(t.now, asked.from, wrong, false);
+  t.pump();
+  // Answered, badly: the block is asked for again, and that copy lands.
+  REQUIRE(t.served.size() == 2);
+  t.served.erase(t.served.begin());
+  t.finish_landing(t.begin_first());
+}
+
 TEST_CASE("piece landing: an endgame copy is turned away while another lands") {
   Trio t;
   t.advance(50ms);  // overdue (twice the block time): endgame asks the other holder too
