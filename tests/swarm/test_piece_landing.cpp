@@ -91,6 +91,14 @@ class Trio {
     return first;
   }
 
+  // A piece from `from` that may not land: turned away, then read for
+  // nothing.
+  void turn_away(const PeerId& from, const SwarmMessage& header) {
+    CHECK_FALSE(fetcher->begin_piece(now, from, header).has_value());
+    fetcher->on_piece(now, from, header, false);
+    pump();
+  }
+
   // `piece`'s payload, begun earlier, has arrived whole: the block counts
   // and its (one-block) shard goes to verification, once.
   void finish_landing(const Served& piece) {
@@ -162,11 +170,7 @@ TEST_CASE("piece landing: an answer counts only under its own version, request i
       {asked.from, SwarmMessage::piece(t.version, id + 1000, Trio::kBlock)},
       {other, SwarmMessage::piece(t.version, id, Trio::kBlock)},
   };
-  for (const auto& [from, header] : forged) {
-    CHECK_FALSE(t.fetcher->begin_piece(t.now, from, header).has_value());
-    t.fetcher->on_piece(t.now, from, header, false);
-    t.pump();
-  }
+  for (const auto& [from, header] : forged) t.turn_away(from, header);
   CHECK(t.fetcher->discarded_piece_bytes() == 3ull * Trio::kBlock);
   // Nor does a refusal from a peer that was not asked, or under another
   // version.
@@ -187,9 +191,7 @@ TEST_CASE("piece landing: a piece of the wrong length for its request lands noth
   REQUIRE(t.served.size() == 1);
   const Served asked = t.served[0];
   const SwarmMessage wrong = SwarmMessage::piece(t.version, asked.header.request_id, Trio::kBlock - 1);
-  CHECK_FALSE(t.fetcher->begin_piece(t.now, asked.from, wrong).has_value());
-  t.fetcher->on_piece(t.now, asked.from, wrong, false);
-  t.pump();
+  t.turn_away(asked.from, wrong);
   // Answered, badly: the block is asked for again, and that copy lands.
   REQUIRE(t.served.size() == 2);
   t.served.erase(t.served.begin());
@@ -205,9 +207,7 @@ TEST_CASE("piece landing: an endgame copy is turned away while another lands") {
   REQUIRE(t.fetcher->begin_piece(t.now, first.from, first.header).has_value());
   // It must not write while the first lands: whichever finished last would
   // win, and a liar finishing last would overwrite good bytes.
-  CHECK_FALSE(t.fetcher->begin_piece(t.now, second.from, second.header).has_value());
-  t.fetcher->on_piece(t.now, second.from, second.header, false);
-  t.pump();
+  t.turn_away(second.from, second.header);
   CHECK(t.verifies.empty());
   CHECK(t.served.size() == 2);  // and it is not asked again while the first lands
   t.finish_landing(first);
