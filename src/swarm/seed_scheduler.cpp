@@ -6,10 +6,11 @@
 namespace tensorhub::swarm {
 
 SeedScheduler::SeedScheduler(std::uint32_t shard_count, std::size_t reveal_ahead, std::uint64_t seed,
-                             Duration stall_timeout)
+                             Duration stall_timeout, Duration min_lapse)
     : shard_count_(shard_count),
       reveal_ahead_(reveal_ahead),
       stall_timeout_(stall_timeout),
+      min_lapse_(min_lapse),
       copies_(shard_count, seed),
       uncopied_(shard_count, true),
       everything_(shard_count, true),
@@ -74,6 +75,7 @@ std::vector<Reveal> SeedScheduler::activate(TimePoint now, const PeerId& peer) {
   std::vector<Reveal> out;
   auto it = requesters_.find(peer);
   if (it == requesters_.end()) return out;
+  if (!it->second.active && !it->second.suspended) ++sharing_;
   it->second.active = true;
   it->second.finishing = false;
   top_up(now, peer, it->second, out);
@@ -105,6 +107,7 @@ void SeedScheduler::deactivate(const PeerId& peer) {
   auto it = requesters_.find(peer);
   if (it == requesters_.end()) return;
   Requester& r = it->second;
+  if (shares_uplink(r)) --sharing_;
   r.active = false;
   r.waiting = false;
   r.finishing = false;
@@ -122,6 +125,7 @@ std::vector<Reveal> SeedScheduler::suspend(TimePoint now, const PeerId& peer) {
     if (r.has.test(s)) uncount_copy(ShardIndex{s});
   }
   remove_held(r.has);
+  if (shares_uplink(r)) --sharing_;
   r.suspended = true;
   top_up_waiting(now, out);
   return out;
@@ -138,6 +142,7 @@ std::vector<Reveal> SeedScheduler::resume(TimePoint now, const PeerId& peer) {
 
 void SeedScheduler::restore(Requester& r) {
   r.suspended = false;
+  if (r.active) ++sharing_;
   count_copies(r.has);
   add_held(r.has);
 }
@@ -163,9 +168,10 @@ std::vector<Reveal> SeedScheduler::on_have(TimePoint now, const PeerId& peer, Sh
       --r.lapsed_count;
       count_copy(shard);
     } else if (r.lapsed_count == 0) {
-      // A gap of a requester that keeps up: the usual gap learns from it.
-      const Duration gap = now - r.gap_start;
-      usual_gap_ = usual_gap_ == Duration{0} ? gap : (usual_gap_ * 7 + gap) / 8;
+      // A gap of a requester that keeps up: the uplink's time per revealed
+      // shard learns from it.
+      const Duration gap = (now - r.gap_start) / static_cast<Duration::rep>(std::max<std::size_t>(sharing_, 1));
+      uplink_gap_ = uplink_gap_ == Duration{0} ? gap : (uplink_gap_ * 7 + gap) / 8;
     }
     std::erase(r.first_copies, shard);
     r.gap_start = now;
@@ -185,6 +191,7 @@ void SeedScheduler::remove_requester(const PeerId& peer) {
   auto it = requesters_.find(peer);
   if (it == requesters_.end()) return;
   total_pending_ -= it->second.pending;
+  if (shares_uplink(it->second)) --sharing_;
   if (!it->second.suspended) {  // else its copies are uncounted already
     const Requester& r = it->second;
     for (std::uint32_t s = 0; s < shard_count_; ++s) {
@@ -208,6 +215,9 @@ core::TimerTable<SeedScheduler::Timer> SeedScheduler::timers() const {
     assert(!r.suspended || r.pending == 0);  // a suspended requester is shown nothing
   }
   assert(pending_sum == total_pending_);
+  assert(static_cast<std::size_t>(std::count_if(requesters_.begin(), requesters_.end(), [](const auto& e) {
+           return shares_uplink(e.second);
+         })) == sharing_);
   for (const auto& [id, r] : requesters_) {
     assert(r.lapsed_count == r.lapsed.count());
     for (ShardIndex s : r.first_copies) assert(r.revealed.test(s.value) && !r.has.test(s.value) && !r.lapsed.test(s.value));
@@ -224,9 +234,10 @@ core::TimerTable<SeedScheduler::Timer> SeedScheduler::timers() const {
 TimePoint SeedScheduler::lapse_due(const Requester& r) const {
   if (r.first_copies.empty() || r.suspended) return kTimeNever;
   // Until a gap has been seen, only a requester stuck for the stall timeout lags.
-  const Duration allowed = usual_gap_ == Duration{0}
-                               ? stall_timeout_
-                               : std::clamp<Duration>(usual_gap_ * kLapseGaps, std::chrono::milliseconds(1), stall_timeout_);
+  if (uplink_gap_ == Duration{0}) return r.gap_start + stall_timeout_;
+  const auto sharing = static_cast<Duration::rep>(std::max<std::size_t>(sharing_, 1));
+  const Duration allowed =
+      std::clamp<Duration>(uplink_gap_ * sharing * kLapseGaps, min_lapse_, stall_timeout_);
   return r.gap_start + allowed;
 }
 

@@ -28,8 +28,18 @@
 // completions of revealed shards without one lags: its first copies in
 // flight stop counting as copies (they lapse), so they are revealed to
 // others as first copies, and it is shown no first copies while it holds a
-// lapsed one. It may still complete them. The usual gap is smoothed over
-// the requesters that do not lag.
+// lapsed one. It may still complete them. The requesters served share the
+// uplink, so a requester's usual gap grows with their number: the
+// scheduler smooths the gaps of the requesters that do not lag, each
+// divided by the number served when it ended (the uplink's time per
+// revealed shard), and expects a gap of that times the number served now,
+// so requesters that join after the first few are not judged by gaps from
+// when those few had the uplink to themselves. And no requester lags before
+// `min_lapse` without a completion: flows that share an uplink take turns
+// at shorter scales (a TCP flow that lost a packet waits a retransmission
+// timeout, 200 ms at least on Linux, while the others take its share), and
+// every false lapse sends its first copies out twice through the scarcest
+// link.
 //
 // First copies go out in shard order (the lowest-numbered shard without a
 // copy): each requester still gets distinct shards, and a fetcher that
@@ -70,9 +80,10 @@ struct Reveal {
 
 class SeedScheduler {
  public:
-  // REQUIRES: reveal_ahead >= 1.
+  // REQUIRES: reveal_ahead >= 1; min_lapse <= stall_timeout.
   SeedScheduler(std::uint32_t shard_count, std::size_t reveal_ahead, std::uint64_t seed,
-                Duration stall_timeout = std::chrono::seconds(2));
+                Duration stall_timeout = std::chrono::seconds(2),
+                Duration min_lapse = std::chrono::milliseconds(500));
 
   // A requester arrives holding `has` (empty: nothing). Nothing is revealed
   // to it until it is activated.
@@ -143,6 +154,8 @@ class SeedScheduler {
     // its pending ones was revealed, and at each completion).
     TimePoint gap_start{};
   };
+  // Served and not silent: it shares the uplink.
+  static bool shares_uplink(const Requester& r) { return r.active && !r.suspended; }
   // Forgets what was shown to `r` and not yet held.
   void forget_revealed(Requester& r);
   // Ends a suspension: what `r` holds counts again.
@@ -170,6 +183,7 @@ class SeedScheduler {
   std::uint32_t shard_count_;
   std::size_t reveal_ahead_;
   Duration stall_timeout_;
+  Duration min_lapse_;
   PiecePicker copies_;               // availability = copies among requesters
   core::Bitfield uncopied_;          // shards with no copy; invariant: bit s == (copies_.availability(s) == 0)
   core::Bitfield everything_;        // the seed holds every shard
@@ -177,7 +191,10 @@ class SeedScheduler {
   std::uint32_t unheld_;
   std::size_t total_pending_ = 0;    // invariant: the sum of the requesters' pending
   TimePoint last_progress_{};        // a first copy revealed or completed
-  Duration usual_gap_{0};            // smoothed gap between completions of revealed shards; 0: none seen
+  // Smoothed gap between a requester's completions of revealed shards,
+  // divided by the requesters sharing the uplink then; 0: none seen.
+  Duration uplink_gap_{0};
+  std::size_t sharing_ = 0;          // invariant: the requesters for which shares_uplink holds
   std::map<PeerId, Requester> requesters_;
 };
 

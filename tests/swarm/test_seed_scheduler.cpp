@@ -146,8 +146,9 @@ TEST_CASE("seed scheduler: no second copy while a first copy is in flight, unles
     // Requester 1 has its shard; the only one it lacks is still on its way
     // to requester 2: a second copy of it would slow that first copy down.
     CHECK(seeder.on_have(t0 + std::chrono::milliseconds(500), peer(1), a[0]).empty());
-    // Requester 1 completed its shard in 500 ms: requester 2 lags once it has
-    // gone kLapseGaps times that (2 s, the stall timeout too) without one.
+    // Requester 1 completed its shard in 500 ms, two sharing the uplink:
+    // requester 2 lags once it has gone kLapseGaps times that (2 s, the
+    // stall timeout too) without one.
     CHECK(seeder.next_timeout() == t0 + std::chrono::milliseconds(500 * SeedScheduler::kLapseGaps));
     std::vector<Reveal> later;
     if (stalls) {
@@ -211,8 +212,9 @@ TEST_CASE("seed scheduler: a suspended requester's shards, held or shown, go to 
 }
 
 TEST_CASE("seed scheduler: a requester that lags loses its first copies to those that keep up, and may still finish them") {
-  // Ten shards, four requesters, a shard each at a time. Three complete
-  // theirs every 100 ms; requester 4 (a slow NIC) completes nothing.
+  // Ten shards, four requesters, a shard each at a time. All four complete
+  // their first shard at 200 ms; then three complete theirs every 200 ms and
+  // requester 4 (a slow NIC) completes nothing more.
   SeedScheduler seeder(10, 1, 7);
   std::map<std::uint8_t, ShardIndex> shown;
   for (std::uint8_t p = 1; p <= 4; ++p) {
@@ -221,25 +223,28 @@ TEST_CASE("seed scheduler: a requester that lags loses its first copies to those
     REQUIRE(s.size() == 1);
     shown[p] = s[0];
   }
-  const ShardIndex stuck = shown[4];
   for (int round = 1; round <= 3; ++round) {
-    const TimePoint now = t0 + std::chrono::milliseconds(100 * round);
-    for (std::uint8_t p = 1; p <= 3; ++p) {
+    const TimePoint now = t0 + std::chrono::milliseconds(200 * round);
+    for (std::uint8_t p = 1; p <= (round == 1 ? 4 : 3); ++p) {
       auto next = shards_for(seeder.on_have(now, peer(p), shown[p]), peer(p));
-      // Rounds 1 and 2 show the last six shards; then only the stuck one
-      // lacks a holder, and no second copies go out while it is on its way.
-      REQUIRE(next.size() == (round < 3 ? 1u : 0u));
+      // Rounds 1 and 2 show shards 4 to 9; then only requester 4's lacks
+      // a holder, and no second copies go out while it is on its way.
+      const std::size_t expected = round == 1 ? 1u : round == 2 ? (p < 3 ? 1u : 0u) : 0u;
+      REQUIRE(next.size() == expected);
       if (!next.empty()) shown[p] = next[0];
     }
   }
+  const ShardIndex stuck = shown[4];
   CHECK(seeder.unheld() == 1);
   CHECK_FALSE(seeder.lagging(peer(4)));
-  // 4 x the usual 100 ms gap after it was shown its shard, it lags, and its
-  // first copy goes to one of the waiting (they take turns).
-  CHECK(seeder.next_timeout() == t0 + std::chrono::milliseconds(400));
-  CHECK(seeder.handle_timeout(t0 + std::chrono::milliseconds(399)).empty());
+  // Gaps of 200 ms among four served: 50 ms of the uplink per shard, so 200
+  // ms is the usual gap of each of the four. 4 x that after its last
+  // completion (200 ms), requester 4 lags, and its first copy goes to one of
+  // the waiting (they take turns).
+  CHECK(seeder.next_timeout() == t0 + std::chrono::milliseconds(1000));
+  CHECK(seeder.handle_timeout(t0 + std::chrono::milliseconds(999)).empty());
   CHECK_FALSE(seeder.lagging(peer(4)));
-  const auto reveals = seeder.handle_timeout(t0 + std::chrono::milliseconds(400));
+  const auto reveals = seeder.handle_timeout(t0 + std::chrono::milliseconds(1000));
   CHECK(seeder.lagging(peer(4)));
   REQUIRE(reveals.size() == 1);
   CHECK(reveals[0].shard == stuck);
@@ -248,10 +253,82 @@ TEST_CASE("seed scheduler: a requester that lags loses its first copies to those
   // When the laggard completes it after all, its copy counts again and it
   // keeps up once more.
   CHECK(seeder.pending(peer(4)) == 1);
-  seeder.on_have(t0 + std::chrono::milliseconds(450), peer(4), stuck);
+  seeder.on_have(t0 + std::chrono::milliseconds(1050), peer(4), stuck);
   CHECK_FALSE(seeder.lagging(peer(4)));
   CHECK(seeder.copies(stuck) == 2);
   CHECK(seeder.unheld() == 0);
   seeder.remove_requester(peer(4));
   CHECK(seeder.copies(stuck) == 1);
+}
+
+TEST_CASE("seed scheduler: requesters that join later are judged by the uplink's share") {
+  // Two requesters complete a shard every 10 ms while they share the uplink
+  // (5 ms of it per shard). Five more join at 50 ms; from then on the first
+  // two complete one every 35 ms (a seventh of the uplink each), and the
+  // five take 100 ms over their first shard (a connection, a request's
+  // round trip, a seventh of the uplink). Nobody lags: seven sharing the
+  // uplink get a shard each every 35 ms, not every 10. (No floor on the
+  // allowance here: the next case has it.)
+  SeedScheduler seeder(40, 1, 8, std::chrono::seconds(2), /*min_lapse=*/std::chrono::milliseconds(1));
+  std::map<std::uint8_t, ShardIndex> shown;
+  auto complete = [&](TimePoint now, std::uint8_t p) {
+    auto next = shards_for(seeder.on_have(now, peer(p), shown[p]), peer(p));
+    REQUIRE(next.size() == 1);
+    shown[p] = next[0];
+  };
+  using std::chrono::milliseconds;
+  for (std::uint8_t p = 1; p <= 2; ++p) {
+    seeder.add_requester(peer(p), core::Bitfield(40));
+    shown[p] = shards_for(seeder.activate(t0, peer(p)), peer(p)).at(0);
+  }
+  for (int ms = 10; ms <= 50; ms += 10) {
+    for (std::uint8_t p = 1; p <= 2; ++p) complete(t0 + milliseconds(ms), p);
+  }
+  const TimePoint joined = t0 + milliseconds(50);
+  for (std::uint8_t p = 3; p <= 7; ++p) {
+    seeder.add_requester(peer(p), core::Bitfield(40));
+    shown[p] = shards_for(seeder.activate(joined, peer(p)), peer(p)).at(0);
+  }
+  // Everyone is due 4 x 7 x 5 ms after its last completion (or its reveal).
+  CHECK(seeder.next_timeout() == joined + milliseconds(140));
+  for (const int ms : {35, 70}) {
+    for (std::uint8_t p = 1; p <= 2; ++p) complete(joined + milliseconds(ms), p);
+  }
+  CHECK(seeder.handle_timeout(joined + milliseconds(99)).empty());
+  for (std::uint8_t p = 3; p <= 7; ++p) complete(joined + milliseconds(100), p);
+  for (const int ms : {105, 140}) {
+    for (std::uint8_t p = 1; p <= 2; ++p) complete(joined + milliseconds(ms), p);
+  }
+  CHECK(seeder.handle_timeout(joined + milliseconds(140)).empty());
+  for (std::uint8_t p = 1; p <= 7; ++p) {
+    CAPTURE(p);
+    CHECK_FALSE(seeder.lagging(peer(p)));
+  }
+}
+
+TEST_CASE("seed scheduler: no requester lags before min_lapse, however short the usual gap") {
+  // Two requesters complete a shard every 10 ms (5 ms of the uplink each);
+  // requester 2 then goes quiet. 4 x its usual gap is 40 ms, but a flow
+  // sharing an uplink can wait a retransmission timeout while others take
+  // its share: it lags only 500 ms after its last completion.
+  SeedScheduler seeder(40, 1, 9);
+  std::map<std::uint8_t, ShardIndex> shown;
+  using std::chrono::milliseconds;
+  for (std::uint8_t p = 1; p <= 2; ++p) {
+    seeder.add_requester(peer(p), core::Bitfield(40));
+    shown[p] = shards_for(seeder.activate(t0, peer(p)), peer(p)).at(0);
+  }
+  for (int ms = 10; ms <= 100; ms += 10) {
+    for (std::uint8_t p = 1; p <= (ms <= 30 ? 2 : 1); ++p) {
+      auto next = shards_for(seeder.on_have(t0 + milliseconds(ms), peer(p), shown[p]), peer(p));
+      REQUIRE(next.size() == 1);
+      shown[p] = next[0];
+    }
+  }
+  CHECK(seeder.next_timeout() == t0 + milliseconds(30 + 500));
+  seeder.handle_timeout(t0 + milliseconds(529));
+  CHECK_FALSE(seeder.lagging(peer(2)));
+  seeder.handle_timeout(t0 + milliseconds(530));
+  CHECK(seeder.lagging(peer(2)));
+  CHECK_FALSE(seeder.lagging(peer(1)));
 }
