@@ -358,18 +358,22 @@ TEST_CASE("verbs contract: a region deregistered while READs are in flight is ne
   auto dst = nic.register_memory(dest.data(), dest.size(), Access::kLocalWrite);
   REQUIRE(src.is_ok());
   REQUIRE(dst.is_ok());
-  softverbs_set_read_delay_us(2000);
+  // One READ at a time, 10 ms each: the deregistration comes once the first
+  // has landed, with the other 15 (150 ms of them) still queued, however
+  // loaded the machine.
+  softverbs_set_read_delay_us(10000);
   std::vector<ReadWork> reads;
   for (std::uint32_t i = 0; i < 16; ++i) {
     reads.push_back(read_of(i, *dst, dest.data() + (i << 20), 1 << 20, src->begin() + (std::uint64_t{i} << 20),
                             src->rkey()));
   }
   REQUIRE(c.fetcher->post_reads(reads).is_ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto done = wait_for(nic, 1);
+  REQUIRE_FALSE(done.empty());
   src->reset();  // returns once no READ copies from it
   std::vector<std::byte> copy = *source;
   source.reset();  // freed: a READ after the deregistration would touch freed memory
-  auto done = wait_for(nic, 16);
+  for (const ibv_wc& wc : wait_for(nic, 16 - done.size())) done.push_back(wc);
   softverbs_set_read_delay_us(0);
   REQUIRE(done.size() == 16);
   std::size_t good = 0;
