@@ -106,6 +106,12 @@ struct MemoryOptions {
   std::string gpu;
 };
 
+// How fetch_to_file() creates its file.
+struct FileOptions {
+  unsigned mode = 0644;   // permission bits of the new file
+  bool overwrite = true;  // false: kAlreadyExists when the path exists
+};
+
 // fetch()'s version argument for "the newest known".
 inline constexpr std::uint64_t kLatestVersion = 0;
 
@@ -178,9 +184,12 @@ class FetchHandle {
   // arrive). Empty once released.
   std::vector<bool> verified_shards() const;
   FetchProgressInfo progress() const;
-  // Waits for the outcome: ok when every byte is verified.
+  // Waits for the outcome: ok when every byte is verified. For a fetch
+  // into a file (Peer::fetch_to_file), the first call that finds every
+  // byte verified renames the file into place, and returns ok once it is.
   // Errors: kTimeout (the fetch goes on), kUnavailable (no holder could
-  // finish it), kCancelled (released before it finished).
+  // finish it), kCancelled (released before it finished), kIoError (the
+  // file could not be renamed into place).
   Status wait(std::chrono::milliseconds timeout);
   // The version's bytes once every one is verified; empty until then, and
   // for a fetch into several regions (see regions()).
@@ -285,6 +294,21 @@ class Peer {
   // pinned memory), kNotFound (no GPU with that UUID).
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
                             const MemoryOptions& options);
+  // Fetches a version (kLatestVersion: the head) into the file at `path`.
+  // The file is created beside `path` at the version's size, blocks are
+  // written into it as they arrive (by pwrite, which fills a new page
+  // without zeroing it first: about twice as fast as stores through a
+  // mapping), and wait() renames it to `path` once every byte is
+  // verified. Until released, the handle serves the version from the file
+  // (bytes() maps it); the file stays once in place. A fetch that fails,
+  // or a handle destroyed before the rename, leaves `path` untouched, and
+  // the temporary file goes with the handle.
+  // Errors: as fetch(); kAlreadyExists (`path` exists and
+  // !options.overwrite), kNotFound also when `path`'s directory does not
+  // exist, kPermissionDenied (no right to create the file there),
+  // kIoError (the file cannot be created, sized or mapped).
+  Result<FetchHandle> fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
+                                    const FileOptions& options = {});
 
   // Replaces the member list (PeerOptions::members; empty: anyone holding
   // the swarm key). Members no longer on it are forgotten at once and their

@@ -146,7 +146,8 @@ int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version) {
   auto head = (*peer)->wait_for_head(a.model, version == 0 ? 0 : version - 1, std::min(timeout, std::chrono::milliseconds(30000)));
   if (!head) return report_error(head.status());
   const auto started = std::chrono::steady_clock::now();
-  auto handle = (*peer)->fetch(a.model, version);
+  // Written into the file as the blocks arrive; wait() puts it in place.
+  auto handle = (*peer)->fetch_to_file(a.model, version, a.out);
   if (!handle) return report_error(handle.status());
   Status s = Status::timeout("");
   while (s.code() == StatusCode::kTimeout && std::chrono::steady_clock::now() - started < timeout) {
@@ -156,8 +157,6 @@ int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   if (!s.is_ok()) return report_error(s);
-  Status written = core::write_file_atomic(a.out, handle->bytes(), 0644, /*overwrite=*/true);
-  if (!written.is_ok()) return report_error(written);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("fetched %s v%llu: %s in %.2f s, every shard verified; wrote %s\n", a.model.c_str(),
               static_cast<unsigned long long>(handle->info().version), core::format_byte_size(handle->bytes().size()).c_str(),

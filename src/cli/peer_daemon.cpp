@@ -21,7 +21,6 @@
 #include "core/host_port.hpp"
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
-#include "core/mapped_output_file.hpp"
 #include "core/member_list.hpp"
 #include "core/quoted.hpp"
 #include "tensorhub/safetensors.hpp"
@@ -330,41 +329,35 @@ class Daemon {
                      true);
       }
       reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
-      return watch_fetch(raw, info, [] { return Status::ok(); }, [] {}, Clock::now(), reply);
+      return watch_fetch(raw, info, [] {}, Clock::now(), reply);
     }
-    // Into the output file: a file of the version's size, mapped, that the
-    // blocks land in; renamed into place once every shard is verified. A
-    // version this daemon holds already is copied into it locally.
-    auto file = core::MappedOutputFile::create(out, info.bytes, 0644, /*overwrite=*/true);
-    if (!file) return reply(line(error_line(file.status())), true);
-    auto owned_file = std::make_shared<core::MappedOutputFile>(std::move(*file));
-    auto handle = peer_->fetch(model, info.version, owned_file->bytes());
+    // Into the output file, written as the blocks arrive and renamed into
+    // place once every shard is verified (Peer::fetch_to_file). A version
+    // this daemon holds already is copied into it locally.
+    auto handle = peer_->fetch_to_file(model, info.version, out);
     if (!handle) return reply(line(error_line(handle.status())), true);
     reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
-    auto commit = [owned_file] { return owned_file->commit(); };
     if (!held) {
       // The daemon holds and serves this version from the file from now on.
-      files_[key] = owned_file;
       auto& kept = fetched_[key] = std::make_unique<FetchHandle>(std::move(*handle));
-      return watch_fetch(kept.get(), info, commit, [] {}, Clock::now(), reply);
+      return watch_fetch(kept.get(), info, [] {}, Clock::now(), reply);
     }
-    // A private copy: the handle and the mapping go once the file is in place.
+    // A private copy: the handle and its file's mapping go once the file is in place.
     auto copy = std::make_shared<FetchHandle>(std::move(*handle));
-    watch_fetch(copy.get(), info, commit, [copy, owned_file] {}, Clock::now(), reply);
+    watch_fetch(copy.get(), info, [copy] {}, Clock::now(), reply);
   }
 
-  // Reports progress until the fetch ends; then `finish` (the output file
-  // into place) and `done` (dropping what only this fetch needed).
-  void watch_fetch(FetchHandle* handle, VersionInfo info, std::function<Status()> finish, std::function<void()> done,
-                   Clock::time_point started, transport::ControlServer::Reply reply) {
+  // Reports progress until the fetch ends (wait() puts an output file into
+  // place); then `done` (dropping what only this fetch needed).
+  void watch_fetch(FetchHandle* handle, VersionInfo info, std::function<void()> done, Clock::time_point started,
+                   transport::ControlServer::Reply reply) {
     const FetchProgressInfo p = handle->progress();
     Status s = handle->wait(std::chrono::milliseconds(0));
     if (s.code() == StatusCode::kTimeout) {
       reply(line(progress_line(p)), false);
-      later(std::chrono::milliseconds(50), [=, this] { watch_fetch(handle, info, finish, done, started, reply); });
+      later(std::chrono::milliseconds(50), [=, this] { watch_fetch(handle, info, done, started, reply); });
       return;
     }
-    if (s.is_ok()) s = finish();
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const std::uint64_t bytes = handle->bytes().size();
     done();
@@ -482,8 +475,7 @@ class Daemon {
 
   // Releases a fetched version (at once) and frees its reserved memory.
   void drop_fetched(const Key& key) {
-    fetched_.erase(key);  // the handle's destructor releases, then the memory is ours
-    files_.erase(key);    // a version fetched into an output file: its mapping goes, the file stays
+    fetched_.erase(key);  // the handle's destructor releases, then the memory is ours (a file's stays)
     if (auto b = buffer_of_.find(key); b != buffer_of_.end()) {
       reserved_.give_back(b->second);
       buffer_of_.erase(b);
@@ -511,7 +503,6 @@ class Daemon {
   FileStamp members_stamp_;   // of the member list file last loaded
   std::map<Key, std::size_t> buffer_of_;
   std::map<Key, Published> published_;
-  std::map<Key, std::shared_ptr<core::MappedOutputFile>> files_;  // declared before fetched_: outlives its handle
   std::map<Key, std::unique_ptr<FetchHandle>> fetched_;
   std::unique_ptr<HeldVersions> held_;
 };

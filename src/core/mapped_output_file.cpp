@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
@@ -20,8 +22,11 @@ Result<MappedOutputFile> MappedOutputFile::create(const std::string& path, std::
   if (!overwrite && ::stat(path.c_str(), &existing) == 0) return Status::already_exists(path + " exists");
   MappedOutputFile file;
   file.path_ = path;
-  file.temporary_ = path + ".partial-" + std::to_string(::getpid());
-  int fd = ::open(file.temporary_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
+  // A name of its own, even for two files of one path in one process: the
+  // other's bytes are never truncated under its mapping.
+  static std::atomic<std::uint64_t> next{0};
+  file.temporary_ = path + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(next++);
+  int fd = ::open(file.temporary_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) {
     int e = errno;
     return errno_status("cannot create " + file.temporary_, e);
@@ -41,7 +46,7 @@ Result<MappedOutputFile> MappedOutputFile::create(const std::string& path, std::
     ::unlink(file.temporary_.c_str());
     return Status::io_error(errno_message("cannot map " + file.temporary_, e));
   }
-  ::close(fd);  // the mapping keeps the file open
+  file.fd_ = fd;  // kept for writes that bypass the mapping (pwrite)
   file.data_ = data;
   file.size_ = size;
   return file;
@@ -50,18 +55,22 @@ Result<MappedOutputFile> MappedOutputFile::create(const std::string& path, std::
 MappedOutputFile::MappedOutputFile(MappedOutputFile&& other) noexcept
     : path_(std::move(other.path_)),
       temporary_(std::move(other.temporary_)),
+      fd_(std::exchange(other.fd_, -1)),
       data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      committed_(std::exchange(other.committed_, false)) {}
+      committed_(std::exchange(other.committed_, false)),
+      discarded_(std::exchange(other.discarded_, false)) {}
 
 MappedOutputFile& MappedOutputFile::operator=(MappedOutputFile&& other) noexcept {
   if (this != &other) {
     close();
     path_ = std::move(other.path_);
     temporary_ = std::move(other.temporary_);
+    fd_ = std::exchange(other.fd_, -1);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     committed_ = std::exchange(other.committed_, false);
+    discarded_ = std::exchange(other.discarded_, false);
   }
   return *this;
 }
@@ -71,6 +80,7 @@ MappedOutputFile::~MappedOutputFile() { close(); }
 Status MappedOutputFile::commit() {
   if (committed_) return Status::ok();
   if (data_ == nullptr) return Status::invalid_argument("no output file to commit");
+  if (discarded_) return Status::invalid_argument(temporary_ + " was discarded");
   if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
     int e = errno;
     return Status::io_error(errno_message("cannot rename " + temporary_ + " to " + path_, e));
@@ -79,9 +89,17 @@ Status MappedOutputFile::commit() {
   return Status::ok();
 }
 
+void MappedOutputFile::discard() {
+  if (data_ == nullptr || committed_ || discarded_) return;
+  ::unlink(temporary_.c_str());
+  discarded_ = true;
+}
+
 void MappedOutputFile::close() {
+  discard();
   if (data_ != nullptr) ::munmap(data_, size_);
-  if (data_ != nullptr && !committed_) ::unlink(temporary_.c_str());
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   data_ = nullptr;
   size_ = 0;
 }

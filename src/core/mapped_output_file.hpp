@@ -1,7 +1,8 @@
 // A file written in place through a shared mapping: created beside its
 // final path, sized in advance, and renamed into place only once its bytes
 // are complete (commit). A fetch lands its blocks straight into the file's
-// pages, so the only memory the version touches is the file's.
+// pages (written through fd(), peer/file_memory.hpp), so the only memory
+// the version touches is the file's.
 //
 // Until commit() the final path is untouched; destroying an uncommitted
 // file removes it. The mapping stays valid after commit (the rename keeps
@@ -20,7 +21,9 @@ class MappedOutputFile {
  public:
   // Creates `path`'s temporary sibling with `mode`, of `size` bytes, mapped
   // read-write. Errors: kAlreadyExists (path exists and !overwrite),
-  // kInvalidArgument (size 0), kIoError (cannot create, size or map).
+  // kInvalidArgument (size 0), kNotFound (its directory does not exist),
+  // kPermissionDenied (no right to create it), kIoError (cannot create,
+  // size or map).
   static Result<MappedOutputFile> create(const std::string& path, std::size_t size, unsigned mode, bool overwrite);
 
   MappedOutputFile() = default;
@@ -31,18 +34,27 @@ class MappedOutputFile {
   ~MappedOutputFile();
 
   std::span<std::byte> bytes() { return {static_cast<std::byte*>(data_), size_}; }
+  // The open file that bytes() maps from offset 0, for writes that bypass
+  // the mapping; -1 for an empty object.
+  int fd() const { return fd_; }
   const std::string& path() const { return path_; }
 
   // Renames the file into place. REQUIRES: its bytes are complete.
-  // Errors: kIoError.
+  // Errors: kIoError; kInvalidArgument (an empty object, or discarded).
   Status commit();
+  // Removes an uncommitted file's name now; its mapping and descriptor stay
+  // valid until destruction (a fetch let go whose memory someone may still
+  // hold a reference to). No effect once committed.
+  void discard();
 
  private:
   void close();
   std::string path_, temporary_;
+  int fd_ = -1;
   void* data_ = nullptr;
   std::size_t size_ = 0;
   bool committed_ = false;
+  bool discarded_ = false;
 };
 
 }  // namespace tensorhub::core

@@ -52,6 +52,10 @@ struct LocalVersion {
   core::MutableRegions destination;   // what a fetch or copy writes
   const MemoryDomain* domain = &host_memory();  // where memory and destination live
   core::AnonymousMemory owned;        // when the driver allocated the destination
+  // What the destination and the domain belong to, when the fetch was
+  // given them to keep (an output file and its FileMemory): they live as
+  // long as the version.
+  std::shared_ptr<const void> backing;
   // A peer of this host that holds this version in memory this one maps
   // (GPU memory by CUDA IPC): the shards no local version gives are copied
   // from it first (CopyFromMate), and the swarm fetches only what fails.

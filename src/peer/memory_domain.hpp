@@ -75,6 +75,11 @@ class MemoryDomain {
   // payload_stage() (or, when it has none or no buffer is free, a host
   // buffer and write()), and pieces are served from copies made by read().
   virtual bool host_accessible() const { return true; }
+  // Whether the transport receives payloads straight into this memory.
+  // Otherwise each goes through payload_stage(), or a host buffer and
+  // write(), as above: memory the host cannot touch, and memory the host
+  // writes faster by write() than by stores (a file, file_memory.hpp).
+  virtual bool receives_in_place() const { return host_accessible(); }
   virtual PayloadStage* payload_stage() const { return nullptr; }
   // Host memory of `bytes` bytes to mirror a version of this domain in
   // (page-locked where the domain copies faster into it), freed when the

@@ -14,6 +14,7 @@
 
 #include "core/work_pool.hpp"
 #include "cuda/gpu_memory.hpp"
+#include "peer/file_memory.hpp"
 #include "peer/peer_engine.hpp"
 #include "peer/peer_internal.hpp"
 
@@ -155,6 +156,22 @@ struct PublishHandle::State : HeldVersion {};
 
 struct FetchHandle::State : HeldVersion {
   VersionInfo info;
+  // A fetch into a file: renamed into place by the first wait() that finds
+  // the version complete.
+  std::shared_ptr<peer::FileDestination> file;
+  std::mutex file_mutex;
+
+  Status commit_file() {
+    if (!file) return Status::ok();
+    std::lock_guard lock(file_mutex);
+    return file->file.commit();
+  }
+  // Once released: a file not yet in place goes.
+  void discard_file() {
+    if (!file) return;
+    std::lock_guard lock(file_mutex);
+    file->file.discard();
+  }
 };
 
 namespace peer {
@@ -305,6 +322,23 @@ Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version,
   return peer::fetch_into(*this, model, version, regions, (*gpu)->domain());
 }
 
+Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
+                                        const FileOptions& options) {
+  auto info = version_info(model, version);
+  if (!info) return info.status();
+  auto file = core::MappedOutputFile::create(path, info->bytes, options.mode, options.overwrite);
+  if (!file) return file.status();
+  auto destination = std::make_shared<peer::FileDestination>(std::move(*file));
+  auto v = impl_->call([&] {
+    return impl_->engine->fetch(info->model, info->version, core::MutableRegions(destination->file.bytes()),
+                                destination->domain, destination);
+  });
+  if (!v) return v.status();
+  FetchHandle handle = PeerAccess::fetch_handle(impl_.get(), std::move(*v));
+  handle.state_->file = std::move(destination);
+  return handle;
+}
+
 Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
                                      std::span<const MutableRegion> regions, const MemoryDomain& domain) {
   Impl* impl = &PeerAccess::impl(peer);
@@ -408,13 +442,18 @@ FetchHandle::FetchHandle(std::shared_ptr<State> state) : state_(std::move(state)
 FetchHandle::FetchHandle(FetchHandle&&) noexcept = default;
 FetchHandle& FetchHandle::operator=(FetchHandle&& other) noexcept {
   if (this != &other) {
-    if (state_) state_->release(ReleaseMode::kNow);
+    if (state_) {
+      state_->release(ReleaseMode::kNow);
+      state_->discard_file();
+    }
     state_ = std::move(other.state_);
   }
   return *this;
 }
 FetchHandle::~FetchHandle() {
-  if (state_) state_->release(ReleaseMode::kNow);
+  if (!state_) return;
+  state_->release(ReleaseMode::kNow);
+  state_->discard_file();
 }
 const VersionInfo& FetchHandle::info() const { return state_->info; }
 const Manifest& FetchHandle::manifest() const { return *state_->version->manifest; }
@@ -437,7 +476,10 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
     return Status::timeout(std::to_string(v.progress.shards_verified) + " of " + std::to_string(v.progress.shards_total) +
                            " shards verified after " + std::to_string(timeout.count()) + " ms");
   }
-  if (v.state == peer::VersionState::kComplete) return Status::ok();
+  if (v.state == peer::VersionState::kComplete) {
+    lock.unlock();
+    return state_->commit_file();
+  }
   return v.result.is_ok() ? Status::cancelled("released before it finished") : v.result;
 }
 

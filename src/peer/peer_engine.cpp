@@ -250,7 +250,8 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const 
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model, std::uint64_t number,
-                                                        core::MutableRegions destination, const MemoryDomain& domain) {
+                                                        core::MutableRegions destination, const MemoryDomain& domain,
+                                                        std::shared_ptr<const void> backing) {
   auto manifest = core_->resolve(model, number);
   if (!manifest) return with_join_status(manifest.status());
   const Manifest& m = **manifest;
@@ -269,7 +270,10 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   std::optional<HostMate> mate;
   if (!domain.host_accessible() && mates_) mate = core_->host_mate_holding(m.id());
   auto v = core_->fetch(now(), *manifest, std::move(destination), domain, std::move(mate));
-  if (v) (*v)->owned = std::move(owned);
+  if (v) {
+    (*v)->owned = std::move(owned);
+    (*v)->backing = std::move(backing);
+  }
   pump();
   return v;
 }

@@ -60,10 +60,13 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // Errors: as PeerCore::resolve and PeerCore::fetch; kIoError when memory
   // for the destination cannot be had.
   // `domain`: where the destination lives (host memory unless told);
-  // REQUIRES: it outlives the version.
+  // REQUIRES: it outlives the version, or `backing` owns it. `backing`,
+  // kept as long as the version, owns what the destination and the domain
+  // belong to when the caller hands that over (an output file).
   Result<std::shared_ptr<LocalVersion>> fetch(const std::string& model, std::uint64_t number,
                                               core::MutableRegions destination,
-                                              const MemoryDomain& domain = host_memory());
+                                              const MemoryDomain& domain = host_memory(),
+                                              std::shared_ptr<const void> backing = {});
   // `done` runs on the I/O thread once the memory is its owner's again.
   void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
@@ -165,6 +168,8 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // Ends a staged payload's receipt; false when `header` names none.
   bool end_staged_payload(const PeerId& peer, const swarm::SwarmMessage& header, bool stored);
   void drop_staged_payloads(const PeerId& peer);
+  // Keeps a payload's host buffer for the next payload, up to kSpareBounces.
+  void keep_bounce(std::vector<std::byte> bounce);
   void arm_landing_poll();
   void poll_landings();
   // Waits for every landing in flight and forgets them (the engine closes).
@@ -244,12 +249,16 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
     std::uint32_t length = 0;
   };
   std::map<std::pair<PeerId, std::uint32_t>, StagedPayload> receiving_;
+  // Host buffers of payloads that have landed, reused (still in cache) by
+  // the next ones: at most kSpareBounces.
+  static constexpr std::size_t kSpareBounces = 16;
+  std::vector<std::vector<std::byte>> spare_bounces_;
   std::map<std::uint64_t, Landing> landings_;
   std::uint64_t next_landing_tag_ = 1;
   asio::steady_timer landing_poll_;
   bool landing_poll_armed_ = false;
   std::uint64_t landings_staged_ = 0;        // through a stage's buffer
-  std::uint64_t landings_through_host_ = 0;  // through a host buffer (no stage buffer free)
+  std::uint64_t landings_through_host_ = 0;  // through a host buffer (no stage, or no stage buffer free)
   std::uint64_t pieces_served_staged_ = 0;   // served from a stage's buffer (no mirror)
   std::unique_ptr<asio::local::stream_protocol::acceptor> mates_;  // null: no mate channel
   std::uint64_t mate_shards_copied_ = 0;  // shards verified here after a copy from a host mate

@@ -1,11 +1,13 @@
-// PeerEngine's path for versions in memory the host cannot touch (GPU
-// memory; MemoryDomain::host_accessible() false): received payloads wait in
-// the domain's payload stage (a staging ring) or, when it has none free, in
-// a host buffer, and the piece counts as stored only once its bytes are in
-// the destination; pieces served from such a version come from a host
-// mirror made once it is complete; until then (or when mirrors are off)
-// each is filled into a buffer of the domain's stage and sent from there,
-// or, with none free, copied out on the work pool.
+// PeerEngine's path for versions in memory that payloads are not received
+// straight into (MemoryDomain::receives_in_place() false: GPU memory, and
+// an output file): received payloads wait in the domain's payload stage (a
+// staging ring) or, when it has none or none free, in a host buffer
+// written through the domain, and the piece counts as stored only once its
+// bytes are in the destination. For memory the host cannot touch (GPU
+// memory; host_accessible() false), pieces served from such a version come
+// from a host mirror made once it is complete; until then (or when mirrors
+// are off) each is filled into a buffer of the domain's stage and sent from
+// there, or, with none free, copied out on the work pool.
 #include <cstring>
 
 #include "core/log.hpp"
@@ -40,7 +42,9 @@ struct StagedPiece final : LeasedPiece {
 void PeerEngine::stage_payload(const PeerId& peer, const swarm::SwarmMessage& header, const PieceLanding& landing,
                                std::vector<std::span<std::byte>>& out) {
   StagedPayload& p = receiving_[{peer, header.request_id}];
-  if (p.stage != nullptr) p.stage->give_back(p.buffer);  // a payload of that request began before: its buffer goes back
+  // A payload of that request began before: its buffer goes back.
+  if (p.stage != nullptr) p.stage->give_back(p.buffer);
+  keep_bounce(std::move(p.bounce));
   p = StagedPayload{};
   p.version = landing.version;
   p.offset = landing.offset;
@@ -51,6 +55,10 @@ void PeerEngine::stage_payload(const PeerId& peer, const swarm::SwarmMessage& he
     // No stage, or every buffer busy: a host buffer, written through the
     // domain when the payload is in.
     p.stage = nullptr;
+    if (!spare_bounces_.empty()) {
+      p.bounce = std::move(spare_bounces_.back());
+      spare_bounces_.pop_back();
+    }
     p.bounce.resize(landing.length);
     p.buffer = p.bounce;
     ++landings_through_host_;
@@ -86,13 +94,20 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
   } else {
     core_->on_piece(now(), peer, header, stored);
   }
+  keep_bounce(std::move(p.bounce));
   pump();
   return true;
+}
+
+void PeerEngine::keep_bounce(std::vector<std::byte> bounce) {
+  if (bounce.empty() || spare_bounces_.size() >= kSpareBounces) return;
+  spare_bounces_.push_back(std::move(bounce));
 }
 
 void PeerEngine::drop_staged_payloads(const PeerId& peer) {
   for (auto it = receiving_.lower_bound({peer, 0}); it != receiving_.end() && it->first.first == peer;) {
     if (it->second.stage != nullptr) it->second.stage->give_back(it->second.buffer);
+    keep_bounce(std::move(it->second.bounce));
     it = receiving_.erase(it);
   }
 }

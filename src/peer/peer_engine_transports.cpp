@@ -119,7 +119,7 @@ void PeerEngine::begin_landing(const PeerId& peer, const swarm::SwarmMessage& he
   auto landing = core_->begin_piece(now(), peer, header);
   arm_timer();  // the landing has a deadline
   if (!landing) return;
-  if (staged && !landing->version->domain->host_accessible()) return stage_payload(peer, header, *landing, out);
+  if (staged && !landing->version->domain->receives_in_place()) return stage_payload(peer, header, *landing, out);
   landing->version->destination.pieces(landing->offset, landing->length, out);
 }
 

@@ -175,6 +175,16 @@ def main():
             fetch_all(swarm, ["late"], model2)
             print("4. a late joiner caught up to v2")
 
+            # 4b. A short-lived peer (fetch --join) writes the head into its file.
+            joined = os.path.join(workdir, "joined.safetensors")
+            proc = swarm.run("fetch", "--join", f"127.0.0.1:{swarm.ports['w5']}", "--key", swarm.keygen("joiner"),
+                             "--swarm-key", swarm.swarm_key, "--trust", swarm.pubkeys["pub"], "--model", "policy",
+                             "--out", joined, "--timeout", "60")
+            assert proc.returncode == 0, f"fetch --join failed: {proc.stdout} {proc.stderr}"
+            assert filecmp.cmp(joined, model2, shallow=False), "fetch --join wrote another file than the published one"
+            assert not [f for f in os.listdir(workdir) if f.startswith("joined.safetensors.partial-")], "a temporary file was left behind"
+            print("4b. fetch --join wrote v2: " + proc.stdout.strip().splitlines()[-1])
+
             # 5. A peer without the swarm key gets nothing.
             other_key = os.path.join(workdir, "other-swarm.key")
             assert swarm.run("swarm-key", "--out", other_key).returncode == 0

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <unistd.h>
 
 #include "core/bus_error_guard.hpp"
@@ -18,19 +17,10 @@
 using namespace tensorhub;
 using namespace tensorhub::testing;
 
-namespace {
-
-void write_file(const std::string& path, const std::vector<std::byte>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
-}  // namespace
-
 TEST_CASE("bus error guard: a read of a truncated mapping fails, the process lives, and guards nest") {
   TempDir dir;
   const std::string path = dir.file("weights");
-  write_file(path, std::vector<std::byte>(1u << 20, std::byte{7}));
+  write_test_file(path, std::vector<std::byte>(1u << 20, std::byte{7}));
   auto file = core::MappedFile::open(path);
   REQUIRE(file.is_ok());
   const std::span<const std::byte> bytes = file->bytes();
@@ -53,7 +43,7 @@ TEST_CASE("host memory: shards of a published file truncated under it fail to ve
   TempDir dir;
   const std::string path = dir.file("model.safetensors");
   const auto image = small_model(41, 1u << 20);
-  write_file(path, image);
+  write_test_file(path, image);
   const Manifest manifest = build_small(image, test_identity(1));
   auto file = core::MappedFile::open(path);
   REQUIRE(file.is_ok());

@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <future>
 #include <condition_variable>
 #include <mutex>
@@ -18,6 +21,7 @@
 #include "support/fake_device.hpp"
 #include "support/gossip_network.hpp"
 #include "support/model_fixture.hpp"
+#include "support/temp_dir.hpp"
 #include "tensorhub/peer.hpp"
 
 using namespace tensorhub;
@@ -42,6 +46,16 @@ std::unique_ptr<Peer> start_peer(std::uint64_t key, const PublicKey& publisher, 
   auto peer = Peer::start(o, GossipNetwork::identity_for(key), swarm_key());
   REQUIRE_MESSAGE(peer.is_ok(), peer.status().to_string());
   return std::move(*peer);
+}
+
+// `peer` learns the head, fetches v1 of "policy" into memory it allocates,
+// and finds `image`.
+void fetch_v1_and_compare(Peer& peer, const std::vector<std::byte>& image) {
+  REQUIRE(peer.wait_for_head("policy", 0, 10s).is_ok());
+  auto fetched = peer.fetch("policy", 1);
+  REQUIRE(fetched.is_ok());
+  REQUIRE_MESSAGE(fetched->wait(20s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), image.begin(), image.end()));
 }
 
 // A publisher (key `first`) and `workers` peers (keys first + 1, ...)
@@ -225,11 +239,7 @@ TEST_CASE("peer: a fetch of a version this peer published is a copy, dropping ei
   *copy = std::move(*owned);
   copy->release();
   auto worker = start_peer(641, publisher_id.public_key(), {publisher->gossip_address()});
-  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
-  auto fetched = worker->fetch("policy", 1);
-  REQUIRE(fetched.is_ok());
-  REQUIRE_MESSAGE(fetched->wait(20s).is_ok(), fetched->wait(0ms).to_string());
-  CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), image.begin(), image.end()));
+  fetch_v1_and_compare(*worker, image);
   CHECK(published->bytes_served() >= image.size());
 }
 
@@ -875,4 +885,68 @@ TEST_CASE("peer: the mate channel refuses what it cannot share, and says why") {
   s = peer::ask_mate(holder->id(), "127.0.0.1:1", other, image.size(), 2000, ranges, connection);
   CHECK(s.code() == StatusCode::kUnavailable);
   CHECK(host_mates(*holder)["versions_shared"] == 0);
+}
+
+TEST_CASE("peer: a fetch into a file writes it through host buffers, puts it in place once verified, and serves it") {
+  const Identity publisher_id = GossipNetwork::identity_for(690);
+  auto publisher = start_peer(690, publisher_id.public_key(), {});
+  auto worker = start_peer(691, publisher_id.public_key(), {publisher->gossip_address()});
+  auto image = small_model(69, 2u << 20);
+  auto published = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  TempDir dir;
+  const std::string path = dir.file("policy.bin");
+  auto entries = [&] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++n;
+    return n;
+  };
+  auto contents = [](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return std::vector<std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
+                                  reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size());
+  };
+
+  auto fetched = worker->fetch_to_file("policy", kLatestVersion, path);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  CHECK_FALSE(std::filesystem::exists(path));  // only wait() puts it in place
+  REQUIRE_MESSAGE(fetched->wait(20s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(contents(path) == image);
+  CHECK(entries() == 1);  // the temporary file became `path`
+  CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), image.begin(), image.end()));
+  // Every payload reached the file through a host buffer and pwrite.
+  CHECK(landings(*worker, "through_host_buffer") >= image.size() / (64u << 10));
+  CHECK(landings(*worker, "staged") == 0);
+
+  // The worker serves the version from its file to a later fetcher.
+  REQUIRE(published->wait_replicated(1, 10s).is_ok());
+  published->release();
+  auto later = start_peer(692, publisher_id.public_key(), {publisher->gossip_address()});
+  fetch_v1_and_compare(*later, image);
+
+  // A version held here already is copied into a second file.
+  const std::string second = dir.file("copy.bin");
+  {
+    auto copy = worker->fetch_to_file("policy", 1, second);
+    REQUIRE(copy.is_ok());
+    REQUIRE_MESSAGE(copy->wait(20s).is_ok(), copy->wait(0ms).to_string());
+    CHECK(contents(second) == image);
+  }
+
+  // A handle dropped before its wait() leaves nothing behind.
+  const std::string dropped = dir.file("dropped.bin");
+  CHECK(later->fetch_to_file("policy", 1, dropped).is_ok());
+  CHECK_FALSE(std::filesystem::exists(dropped));
+  CHECK(entries() == 2);
+
+  // Releasing the worker's handle keeps its file; fetches that cannot start say why.
+  fetched->release();
+  CHECK(contents(path) == image);
+  CHECK(later->fetch_to_file("policy", 1, path, FileOptions{0644, /*overwrite=*/false}).status().code() ==
+        StatusCode::kAlreadyExists);
+  CHECK(later->fetch_to_file("policy", 1, dir.file("no/such/dir")).status().code() == StatusCode::kNotFound);
+  CHECK(later->fetch_to_file("policy", 7, dir.file("v7")).status().code() == StatusCode::kNotFound);
+  CHECK(entries() == 2);
 }

@@ -2,7 +2,10 @@
 #pragma once
 
 #include <cstdlib>
+#include <cstddef>
 #include <filesystem>
+#include <fstream>
+#include <span>
 #include <string>
 
 namespace tensorhub::testing {
@@ -25,5 +28,11 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Writes `bytes` to a new file at `path`, replacing what was there.
+inline void write_test_file(const std::string& path, std::span<const std::byte> bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
 
 }  // namespace tensorhub::testing

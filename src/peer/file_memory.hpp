@@ -1,0 +1,66 @@
+// Host memory that is a shared mapping of a file (a fetch into an output
+// file): read, hashed and served like any host memory, but written through
+// the file with pwrite(2), never through the mapping.
+//
+// Why: a store through a shared mapping faults each new page in, and the
+// kernel zero-fills the page before the store overwrites it; pwrite of
+// whole pages fills them without zeroing first. Writing 1 GiB into a new
+// /dev/shm file in 128 KiB pieces takes 0.57-0.69 s through the mapping
+// and 0.31-0.34 s with pwrite (docs/benchmarks.md). So received payloads do
+// not land in place (receives_in_place() is false): the transport receives
+// each into a host buffer that stays in cache, and write() puts it in the
+// file. Reads through the mapping then find the pages in the page cache.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <utility>
+
+#include "core/mapped_output_file.hpp"
+#include "peer/memory_domain.hpp"
+
+namespace tensorhub::peer {
+
+class FileMemory final : public MemoryDomain {
+ public:
+  // REQUIRES: `mapping` maps `fd`'s file from offset 0 (MAP_SHARED), and
+  // both stay valid while this object lives.
+  FileMemory(int fd, std::span<std::byte> mapping) : fd_(fd), mapping_(mapping) {}
+
+  std::string_view name() const override { return "file"; }
+  bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const override;
+  bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+              std::uint64_t length, ShardDigest& out) const override;
+  // Into the file, by pwrite from `from`'s pieces, when `to` is the mapping;
+  // false also when a piece of `from` could not be read (pwrite fails
+  // with EFAULT rather than faulting).
+  bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+            std::uint64_t length) const override;
+  core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
+                                    const core::ConstRegions& image) const override;
+  bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override;
+  // Into the file, by pwrite, when `image` is the mapping; false when the
+  // file refuses the bytes (no space left on its file system).
+  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override;
+  bool receives_in_place() const override { return false; }
+
+ private:
+  // Whether `image` is this object's mapping (writes to it go to the file).
+  bool is_mapping(const core::MutableRegions& image) const;
+  // Writes `bytes` at `offset` of the file, retrying short writes.
+  bool write_file(std::uint64_t offset, std::span<const std::byte> bytes) const;
+
+  int fd_;
+  std::span<std::byte> mapping_;
+};
+
+// An output file and the memory domain that writes it: what a fetch into a
+// file keeps for as long as its version lives (LocalVersion::backing).
+struct FileDestination {
+  explicit FileDestination(core::MappedOutputFile output)
+      : file(std::move(output)), domain(file.fd(), file.bytes()) {}
+  core::MappedOutputFile file;
+  FileMemory domain;  // after `file`: it writes through file's descriptor
+};
+
+}  // namespace tensorhub::peer
