@@ -1,6 +1,7 @@
 // softverbs: see softverbs.h for what it models.
 #include "softverbs.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
@@ -164,10 +165,28 @@ Process& proc() {
   return *p;
 }
 
+// Tables of processes that died without exiting (SIGKILLed daemons of the
+// cluster tests) stay in /dev/shm: each new table removes those.
+void remove_stale_tables() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* e = ::readdir(dir)) {
+    const std::string name = e->d_name;
+    const std::string prefix = "softverbs.";
+    if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) continue;
+    if (name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid <= 0 || pid == getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink(("/dev/shm/" + name).c_str());
+  }
+  ::closedir(dir);
+}
+
 SharedTable* own_table() {
   Process& p = proc();
   std::lock_guard lock(p.mutex);
   if (p.table != nullptr) return p.table;
+  remove_stale_tables();
   const std::string path = table_path(p.pid);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return nullptr;

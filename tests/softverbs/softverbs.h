@@ -29,7 +29,8 @@
 //
 // READs run on one thread per opened device and copy with
 // process_vm_readv from the responder process, whose regions and queue
-// pairs are published in a shared-memory table (/dev/shm/softverbs.<pid>):
+// pairs are published in a shared-memory table (/dev/shm/softverbs.<pid>,
+// removed at exit, and by the next table made once its process is gone):
 // the responder runs no code to serve a read. Deregistering a region waits
 // for the READs copying from it to finish, as ibv_dereg_mr does on
 // hardware, so memory freed after it is never read.
