@@ -55,7 +55,7 @@ bool HeldVersions::hold(const VersionInfo& info, const std::string& gpu, Reply r
     return true;
   }
   auto memory = [&]() -> Result<std::unique_ptr<HoldMemory>> {
-    if (gpu.empty()) return file_hold_memory(path_of(info.model, info.version), directory_, info.bytes);
+    if (gpu.empty()) return file_hold_memory(path_of(info.model, info.version), directory_);
     const auto on_gpu = held_on(gpu);
     if (on_gpu.size() < gpu_buffers_) return gpu_memory_(gpu, info);
     std::string names;

@@ -5,7 +5,6 @@
 #include <system_error>
 
 #include "core/log.hpp"
-#include "core/mapped_output_file.hpp"
 #include "cuda/cuda_sharing.hpp"
 #include "cuda/device_api.hpp"
 #include "cuda/gpu_memory.hpp"
@@ -18,12 +17,11 @@ namespace fs = std::filesystem;
 
 class FileHoldMemory final : public HoldMemory {
  public:
-  FileHoldMemory(std::shared_ptr<core::MappedOutputFile> file, std::string root)
-      : file_(std::move(file)), root_(std::move(root)) {}
+  FileHoldMemory(std::string path, std::string root) : path_(std::move(path)), root_(std::move(root)) {}
 
+  // After the handle (HeldVersions::Held): an uncommitted file went with it.
   ~FileHoldMemory() override {
-    const fs::path path = file_->path();
-    file_.reset();  // unmapped; an uncommitted file's temporary is removed
+    const fs::path path = path_;
     std::error_code ec;
     fs::remove(path, ec);
     // The folders it leaves empty, up to the root.
@@ -36,17 +34,17 @@ class FileHoldMemory final : public HoldMemory {
   }
 
   Result<FetchHandle> fetch(Peer& peer, const VersionInfo& info) override {
-    return peer.fetch(info.model, info.version, file_->bytes());
+    return peer.fetch_to_file(info.model, info.version, path_);
   }
-  Status commit() override { return file_->commit(); }
+  Status commit() override { return Status::ok(); }  // the handle's wait() put the file in place
   Status describe(const FetchHandle&, Json& done) const override {
-    done["path"] = file_->path();
-    done["dir"] = fs::path(file_->path()).parent_path().string();
+    done["path"] = path_;
+    done["dir"] = fs::path(path_).parent_path().string();
     return Status::ok();
   }
 
  private:
-  std::shared_ptr<core::MappedOutputFile> file_;
+  std::string path_;
   std::string root_;
 };
 
@@ -79,15 +77,11 @@ class CudaHoldMemory final : public HoldMemory {
 
 }  // namespace
 
-Result<std::unique_ptr<HoldMemory>> file_hold_memory(const std::string& path, const std::string& root,
-                                                     std::uint64_t bytes) {
+Result<std::unique_ptr<HoldMemory>> file_hold_memory(const std::string& path, const std::string& root) {
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   if (ec) return Status::io_error("cannot create " + fs::path(path).parent_path().string() + ": " + ec.message());
-  auto file = core::MappedOutputFile::create(path, bytes, 0644, /*overwrite=*/true);
-  if (!file) return file.status();
-  return std::unique_ptr<HoldMemory>(
-      new FileHoldMemory(std::make_shared<core::MappedOutputFile>(std::move(*file)), root));
+  return std::unique_ptr<HoldMemory>(new FileHoldMemory(path, root));
 }
 
 Result<std::unique_ptr<HoldMemory>> cuda_hold_memory(const std::string& gpu, const VersionInfo& info) {

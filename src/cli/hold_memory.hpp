@@ -19,18 +19,20 @@ class HoldMemory {
   virtual ~HoldMemory() = default;
   // Starts the fetch of `info`'s version into this memory.
   virtual Result<FetchHandle> fetch(Peer& peer, const VersionInfo& info) = 0;
-  // Once every byte is verified: a file goes into place. Errors: kIoError.
+  // Once every byte is verified (the handle's wait() returned ok): what
+  // the memory needs before holders may read it (nothing, for a file the
+  // wait() put in place). Errors: kIoError.
   virtual Status commit() = 0;
   // Adds to the hold's "done" line what tells a holder where the bytes are.
   // Errors: kUnavailable (the memory cannot be shared).
   virtual Status describe(const FetchHandle& handle, Json& done) const = 0;
 };
 
-// A file at `path` of the version's size (folders made as needed), renamed
-// into place by commit(); removed, with the folders it leaves empty up to
-// `root`, when destroyed. Errors: kIoError.
-Result<std::unique_ptr<HoldMemory>> file_hold_memory(const std::string& path, const std::string& root,
-                                                     std::uint64_t bytes);
+// A file at `path` (folders made as needed), written by the fetch
+// (Peer::fetch_to_file: by pwrite, put in place by the handle's wait());
+// removed, with the folders it leaves empty up to `root`, when destroyed.
+// Errors: kIoError (the folders cannot be made).
+Result<std::unique_ptr<HoldMemory>> file_hold_memory(const std::string& path, const std::string& root);
 
 // GPU memory of `info.bytes` on the GPU `gpu` ("GPU-..."), fetched into
 // through the staging ring and shared by a CUDA IPC handle; its "done"
