@@ -10,6 +10,9 @@
 // not land in place (receives_in_place() is false): the transport receives
 // each into a host buffer that stays in cache, and write() puts it in the
 // file. Reads through the mapping then find the pages in the page cache.
+// The engine calls write() on its I/O thread, as it receives the payload
+// there: one more copy of the block, cache to page cache, in place of the
+// zeroing it saves.
 #pragma once
 
 #include <cstddef>
