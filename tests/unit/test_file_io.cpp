@@ -94,3 +94,26 @@ TEST_CASE("mapped output file: written in place, renamed on commit, removed when
   CHECK(core::MappedOutputFile::create(dir.file("empty.bin"), 0, 0644, false).status().code() ==
         StatusCode::kInvalidArgument);
 }
+
+TEST_CASE("mapped output file: two files of one path never share a temporary, and discard() removes its name") {
+  TempDir dir;
+  const std::string path = dir.file("twice.bin");
+  auto first = core::MappedOutputFile::create(path, 8192, 0644, true);
+  auto second = core::MappedOutputFile::create(path, 8192, 0644, true);
+  REQUIRE(first.is_ok());
+  REQUIRE(second.is_ok());
+  CHECK(first->fd() >= 0);
+  std::memset(first->bytes().data(), 0x11, first->bytes().size());
+  std::memset(second->bytes().data(), 0x22, second->bytes().size());
+  CHECK(first->bytes()[0] == std::byte{0x11});  // the second did not truncate or overwrite the first
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator{}) == 2);
+  // A discarded file's name goes at once; its mapping stays valid, and it can no longer be committed.
+  second->discard();
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator{}) == 1);
+  second->bytes()[0] = std::byte{3};
+  CHECK(second->commit().code() == StatusCode::kInvalidArgument);
+  REQUIRE(first->commit().is_ok());
+  auto content = core::read_file(path, 1 << 20);
+  REQUIRE(content.is_ok());
+  CHECK((*content)[8191] == 0x11);
+}
