@@ -9,7 +9,9 @@
 #    (a swarm that waits for it takes near 10x S/B);
 #  - with softverbs preloaded (second argument, where RDMA is built): a
 #    chaos run whose payloads move by RDMA READ, one host (h4) on TCP only:
-#    the other workers fetch everything by READ (3 of 4 workers: 0.75).
+#    the other workers fetch everything by READ (3 of 4 workers: 0.75);
+#  - a VM's free page reporting is held off during a run and restored after,
+#    also after a SIGTERM.
 # Every live host must end with a verified, byte-identical copy within the
 # bound. Skips (exit 77) where what the cluster needs cannot be made: a
 # network namespace, a veth pair into it, a TBF qdisc (not root, or a
@@ -67,6 +69,25 @@ if [[ -n $softverbs ]]; then
   read_x=$(sed -n "s/.*, \([0-9.]*\) of the fetched bytes by RDMA READ.*/\1/p" <<<"$out")
   [[ -n $read_x ]] || { echo "FAIL: no RDMA READ share in the softverbs run"; exit 1; }
   awk -v x="$read_x" 'BEGIN { exit !(x >= 0.7) }' || { echo "FAIL: only ${read_x} of the bytes came by READ"; exit 1; }
+fi
+# A VM's free page reporting is held off while a run lasts and restored
+# when it ends, also when the run is stopped by SIGTERM; the namespaces
+# come down with it.
+order_file=/sys/module/page_reporting/parameters/page_reporting_order
+if [[ -w $order_file ]] && (($(cat "$order_file") < 11)); then
+  order=$(cat "$order_file")
+  grep -q "page reporting held off" <<<"$out" || { echo "FAIL: the run did not hold page reporting off: $out"; exit 1; }
+  [[ $(cat "$order_file") == "$order" ]] || { echo "FAIL: page reporting left at $(cat "$order_file"), was $order"; exit 1; }
+  "$runner" --binary "$binary" --hosts 8 --size 128MiB --timeout 150 >/dev/null 2>&1 &
+  run=$!
+  for _ in $(seq 300); do [[ $(cat "$order_file") == 11 ]] && break; sleep 0.1; done
+  [[ $(cat "$order_file") == 11 ]] || { kill "$run"; echo "FAIL: page reporting was not held off mid-run"; exit 1; }
+  kill -TERM "$run"
+  wait "$run" || true
+  [[ $(cat "$order_file") == "$order" ]] ||
+    { echo "FAIL: a run stopped by SIGTERM left page reporting at $(cat "$order_file"), was $order"; exit 1; }
+  [[ -z $(ip netns list | grep -E '^th-(h[0-9]+|sw)\b' || true) ]] ||
+    { echo "FAIL: a run stopped by SIGTERM left its namespaces: $(ip netns list)"; exit 1; }
 fi
 after=(/dev/shm/tensorhub-cluster-* /tmp/tensorhub-cluster-*)
 ((${#after[@]} <= ${#before[@]})) || { echo "FAIL: runs left working directories: ${after[*]}"; exit 1; }
