@@ -197,7 +197,9 @@ class FetchHandle {
   // The regions the version was fetched into, once every byte is verified.
   std::vector<ConstRegion> regions() const;
   // Stops serving the fetched copy to others and lets go of the memory,
-  // honouring retention like PublishHandle::release(). Blocks.
+  // honouring retention like PublishHandle::release(). Blocks. A file
+  // that no wait() has put in place yet is removed (a later wait()
+  // returns kCancelled); one in place stays.
   void release();
   void release_async(std::function<void()> done);
 
@@ -301,8 +303,8 @@ class Peer {
   // mapping), and wait() renames it to `path` once every byte is
   // verified. Until released, the handle serves the version from the file
   // (bytes() maps it); the file stays once in place. A fetch that fails,
-  // or a handle destroyed before the rename, leaves `path` untouched, and
-  // the temporary file goes with the handle.
+  // or a handle released or destroyed before the rename, leaves `path`
+  // untouched, and the temporary file goes with the release.
   // Errors: as fetch(); kAlreadyExists (`path` exists and
   // !options.overwrite), kNotFound also when `path`'s directory does not
   // exist, kPermissionDenied (no right to create the file there),

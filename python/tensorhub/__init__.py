@@ -21,7 +21,7 @@ from . import _native
 from ._releasable import Releasable
 from ._views import batches, check_device, moved, torch_dtypes, torch_view
 
-__all__ = ["Error", "Peer", "Published", "Fetched", "connect", "generate_swarm_key"]
+__all__ = ["Error", "Peer", "Published", "Fetched", "FetchedFile", "connect", "generate_swarm_key"]
 
 
 class Error(RuntimeError):
@@ -173,7 +173,38 @@ class Published(Releasable):
         self._native.release()
 
 
-class Fetched(Releasable):
+class _Fetch(Releasable):
+    """What every fetch handle shares: the version, its progress, the wait
+    for its outcome, and the release."""
+
+    @property
+    def version(self) -> int:
+        return self._native.info["version"]
+
+    @property
+    def manifest_id(self) -> str:
+        return self._native.info["manifest_id"]
+
+    @property
+    def nbytes(self) -> int:
+        return self._native.info["nbytes"]
+
+    def progress(self) -> dict:
+        return self._native.progress()
+
+    def wait(self, timeout: Optional[float] = None):
+        """Returns the handle once every byte is verified. Raises Error:
+        ``timeout`` (the fetch goes on), ``unavailable`` (no holder could
+        finish it), ``cancelled`` (released before it finished), and for a
+        file ``io_error`` (the rename failed)."""
+        self._native.wait(timeout)
+        return self
+
+    def _release(self) -> None:
+        self._native.release()
+
+
+class Fetched(_Fetch):
     """A version being fetched. ``wait()`` raises unless every byte verified;
     ``state_dict()`` then gives the tensors as numpy arrays (views of the
     fetched memory, no copy)."""
@@ -186,24 +217,9 @@ class Fetched(Releasable):
         self._lead = lead if buffer is None else buffer  # the bytes before the first tensor lie at its start
 
     @property
-    def version(self) -> int:
-        return self._native.info["version"]
-
-    @property
-    def manifest_id(self) -> str:
-        return self._native.info["manifest_id"]
-
-    @property
     def tensors(self):
         """(name, dtype, shape, byte offset, byte length) of each tensor."""
         return self._native.tensors
-
-    def progress(self) -> dict:
-        return self._native.progress()
-
-    def wait(self, timeout: Optional[float] = None) -> "Fetched":
-        self._native.wait(timeout)
-        return self
 
     def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy",
                      timeout: Optional[float] = None, order: str = "layer", device=None):
@@ -309,8 +325,18 @@ class Fetched(Releasable):
             raise Error("invalid argument: the fetch has not finished: wait() first")
         self._native.wait(0)
 
-    def _release(self) -> None:
-        self._native.release()
+
+class FetchedFile(_Fetch):
+    """A version being fetched into a file. The blocks are written into a
+    temporary file beside ``path`` as they arrive; the first ``wait()``
+    that finds every byte verified renames it to ``path`` and returns.
+    The peer serves the version from the file until the handle is
+    released. A failed fetch, or a release before the rename, leaves
+    ``path`` as it was and removes the temporary file."""
+
+    def __init__(self, native, path: str):
+        self._native = native
+        self.path = path
 
 
 class Peer:
@@ -480,6 +506,25 @@ class Peer:
         regions = [(_address(buffer), buffer.nbytes)] if buffer.nbytes else []
         native = self._native.fetch(model, info["version"], regions, buffer)
         return Fetched(native, buffer)
+
+    def fetch_to_file(self, model: str, path, version: int = 0, *, mode: int = 0o644,
+                      overwrite: bool = True) -> FetchedFile:
+        """Fetches a version (0: the head) into the file ``path`` (a str or
+        path-like), written as the blocks arrive, without the version ever
+        being held in this process's memory (`FetchedFile`); a version this
+        package published arrives as a safetensors file. ``mode``: the new file's
+        permission bits; ``overwrite=False`` raises ``already_exists`` when
+        ``path`` exists. Raises Error: ``not_found`` (no such model or
+        version), ``invalid_argument`` (a bad path or mode), ``io_error``
+        (the file could not be made), ``already_exists``."""
+        try:
+            path = os.fsdecode(os.fspath(path))
+        except TypeError:
+            raise Error(f"invalid argument: path: a {type(path).__name__} is not a path") from None
+        if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+            raise Error(f"invalid argument: mode: permission bits 0 to 0o7777, not {mode!r}")
+        native = self._native.fetch_to_file(model, version, path, mode, bool(overwrite))
+        return FetchedFile(native, path)
 
     def _fetch_into_arrays(self, model: str, info: dict, into: Mapping[str, np.ndarray]) -> Fetched:
         # The version's bytes, laid end to end: each tensor lands in the

@@ -353,6 +353,18 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"), py::arg("gpu") = "",
            py::keep_alive<0, 1>())
+      .def("fetch_to_file",
+           [](Peer& p, const std::string& model, std::uint64_t version, const std::string& path, unsigned mode,
+              bool overwrite) {
+             Result<FetchHandle> r = Status::internal("not fetched");
+             {
+               py::gil_scoped_release nogil;
+               r = p.fetch_to_file(model, version, path, FileOptions{mode, overwrite});
+             }
+             return std::make_unique<Fetched>(py::none(), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("version"), py::arg("path"), py::arg("mode"), py::arg("overwrite"),
+           py::keep_alive<0, 1>())
       .def("replicas", [](const Peer& p, const std::string& manifest_id) {
         return p.replicas(value_or_raise(ManifestId::from_hex(manifest_id)));
       })

@@ -161,15 +161,20 @@ struct FetchHandle::State : HeldVersion {
   std::shared_ptr<peer::FileDestination> file;
   std::mutex file_mutex;
 
+  bool file_released = false;  // guarded by file_mutex
+
   Status commit_file() {
     if (!file) return Status::ok();
     std::lock_guard lock(file_mutex);
+    if (file_released) return Status::cancelled("released before the file was put in place");
     return file->file.commit();
   }
-  // Once released: a file not yet in place goes.
+  // Once released: a file not yet in place loses its name. Its mapping
+  // stays, so retention may go on serving the version from it.
   void discard_file() {
     if (!file) return;
     std::lock_guard lock(file_mutex);
+    file_released = true;
     file->file.discard();
   }
 };
@@ -498,10 +503,14 @@ std::vector<ConstRegion> FetchHandle::regions() const {
 }
 
 void FetchHandle::release() {
-  if (state_) state_->release(ReleaseMode::kHonourRetention);
+  if (!state_) return;
+  state_->discard_file();
+  state_->release(ReleaseMode::kHonourRetention);
 }
 void FetchHandle::release_async(std::function<void()> done) {
-  if (state_) state_->release_async(std::move(done));
+  if (!state_) return;
+  state_->discard_file();
+  state_->release_async(std::move(done));
 }
 
 }  // namespace tensorhub

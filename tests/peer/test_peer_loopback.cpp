@@ -940,6 +940,16 @@ TEST_CASE("peer: a fetch into a file writes it through host buffers, puts it in 
   CHECK(later->fetch_to_file("policy", 1, dropped).is_ok());
   CHECK_FALSE(std::filesystem::exists(dropped));
   CHECK(entries() == 2);
+  // So does one released before its wait(), while the handle lives on.
+  {
+    auto released = later->fetch_to_file("policy", 1, dropped);
+    REQUIRE(released.is_ok());
+    CHECK(entries() == 3);  // the temporary file
+    released->release();
+    CHECK(entries() == 2);
+    CHECK(released->wait(5s).code() == StatusCode::kCancelled);
+    CHECK_FALSE(std::filesystem::exists(dropped));
+  }
 
   // Releasing the worker's handle keeps its file; fetches that cannot start say why.
   fetched->release();

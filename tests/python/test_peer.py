@@ -194,6 +194,59 @@ def test_a_dtype_cast_and_a_safetensors_file_published_from_its_mapping(pair, tm
             assert bytes(worker.fetch("policy", 2).wait(30)._buffer) == f.read()
 
 
+def test_a_fetch_to_a_file_writes_a_safetensors_file_once_verified(pair, tmp_path):
+    from tensorhub import safetensors
+
+    trainer, worker = pair
+    out = tmp_path / "fetched.safetensors"
+    with trainer.publish("policy", weights(7), metadata={"step": "7"}) as published:
+        worker.wait_for_head("policy", timeout=20)
+        with worker.fetch_to_file("policy", out) as fetched:  # a path-like
+            assert fetched.path == str(out)
+            assert fetched.wait(30) is fetched
+            assert fetched.version == published.version and fetched.nbytes == published.nbytes
+            assert fetched.manifest_id == published.manifest_id
+            assert fetched.progress()["bytes_verified"] == published.nbytes
+        # The file stays once in place: a safetensors file of the version.
+        got = safetensors.read(str(out))
+        for name, array in weights(7).items():
+            np.testing.assert_array_equal(got[name], array)
+        assert safetensors.read_metadata(str(out)) == {"step": "7"}
+        assert sorted(os.listdir(tmp_path)) == ["fetched.safetensors"]
+
+        with pytest.raises(th.Error) as e:
+            worker.fetch_to_file("policy", out, overwrite=False)
+        assert e.value.code == "already_exists", e.value
+        with pytest.raises(th.Error) as e:
+            worker.fetch_to_file("policy", tmp_path / "no-such-dir" / "f")
+        assert e.value.code == "not_found", e.value
+        for path, mode in ((3.5, 0o644), (str(out), 0o10000), (str(out), -1), (str(out), "644"), (str(out), True)):
+            with pytest.raises(th.Error) as e:
+                worker.fetch_to_file("policy", path, mode=mode)
+            assert e.value.code == "invalid_argument", (path, mode, e.value)
+        with pytest.raises(th.Error) as e:
+            worker.fetch_to_file("policy", str(out), version=99)
+        assert e.value.code == "not_found", e.value
+        private = tmp_path / "private.safetensors"
+        worker.fetch_to_file("policy", private, mode=0o600).wait(30).release()
+        assert os.stat(private).st_mode & 0o777 == 0o600
+        assert private.read_bytes() == out.read_bytes()
+        private.unlink()
+
+    # The only holder is gone: the fetch fails and leaves the old file as it
+    # was and no temporary file beside it.
+    before = out.read_bytes()
+    with trainer.publish("policy", weights(8)) as published:
+        worker.wait_for_head("policy", after=published.version - 1, timeout=20)
+    fetched = worker.fetch_to_file("policy", out, version=published.version)
+    with pytest.raises(th.Error) as e:
+        fetched.wait(60)
+    assert e.value.code == "unavailable", e.value
+    fetched.release()
+    assert out.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["fetched.safetensors"]
+
+
 def test_a_checkpoint_directory_is_published_as_one_version(pair, tmp_path):
     from tensorhub import safetensors
 
