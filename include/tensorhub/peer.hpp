@@ -188,8 +188,9 @@ class FetchHandle {
   // into a file (Peer::fetch_to_file), the first call that finds every
   // byte verified renames the file into place, and returns ok once it is.
   // Errors: kTimeout (the fetch goes on), kUnavailable (no holder could
-  // finish it), kCancelled (released before it finished), kIoError (the
-  // file could not be renamed into place).
+  // finish it), kCancelled (released; after the release, a file put in
+  // place before it still gives ok), kIoError (the file could not be
+  // renamed into place).
   Status wait(std::chrono::milliseconds timeout);
   // The version's bytes once every one is verified; empty until then, and
   // for a fetch into several regions (see regions()).

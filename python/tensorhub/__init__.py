@@ -195,7 +195,7 @@ class _Fetch(Releasable):
     def wait(self, timeout: Optional[float] = None):
         """Returns the handle once every byte is verified. Raises Error:
         ``timeout`` (the fetch goes on), ``unavailable`` (no holder could
-        finish it), ``cancelled`` (released before it finished), and for a
+        finish it), ``cancelled`` (released), and for a
         file ``io_error`` (the rename failed)."""
         self._native.wait(timeout)
         return self

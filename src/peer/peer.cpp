@@ -166,8 +166,9 @@ struct FetchHandle::State : HeldVersion {
   Status commit_file() {
     if (!file) return Status::ok();
     std::lock_guard lock(file_mutex);
-    if (file_released) return Status::cancelled("released before the file was put in place");
-    return file->file.commit();
+    Status s = file->file.commit();  // ok again once in place
+    if (!s.is_ok() && file_released) return Status::cancelled("released before the file was put in place");
+    return s;
   }
   // Once released: a file not yet in place loses its name. Its mapping
   // stays, so retention may go on serving the version from it.
@@ -484,6 +485,11 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
   if (v.state == peer::VersionState::kComplete) {
     lock.unlock();
     return state_->commit_file();
+  }
+  if (v.state == peer::VersionState::kReleased && v.progress.bytes_verified == v.progress.bytes_total) {
+    lock.unlock();
+    // ok for a file put in place before the release
+    return state_->file ? state_->commit_file() : Status::cancelled("released");
   }
   return v.result.is_ok() ? Status::cancelled("released before it finished") : v.result;
 }

@@ -954,6 +954,7 @@ TEST_CASE("peer: a fetch into a file writes it through host buffers, puts it in 
   // Releasing the worker's handle keeps its file; fetches that cannot start say why.
   fetched->release();
   CHECK(contents(path) == image);
+  CHECK_MESSAGE(fetched->wait(0ms).is_ok(), fetched->wait(0ms).to_string());  // it was put in place before
   CHECK(later->fetch_to_file("policy", 1, path, FileOptions{0644, /*overwrite=*/false}).status().code() ==
         StatusCode::kAlreadyExists);
   CHECK(later->fetch_to_file("policy", 1, dir.file("no/such/dir")).status().code() == StatusCode::kNotFound);
