@@ -23,9 +23,12 @@ dead, the flooded fetch at no less than 80% of the unflooded speed. The
 test asserts the second. The victim's CPU share is its cost per connection
 times the flooder's rate, and the flooder's rate on a shared 2-core machine
 varies: usually 10,000-11,000 connections a second (9-13% of a core), once
-in a CI run 28,000 (20.5% of a core at 7.3 us a connection). So the test
-asserts 30% of a core (a victim that spins, as before the accept caps, uses
-99%), unless --cpu-goal asks for the goal. A loopback fetch varies by
+in a CI run 28,000 (20.5% of a core at 7.3 us a connection); and the cost
+per connection doubles when other work shares the two cores (37.9% of a
+core at 16.7 us a connection, 22,700 connections a second, with a second
+test suite running beside it). So the test asserts half a core (a victim
+that spins, as before the accept caps, uses 99%), unless --cpu-goal asks
+for the goal. A loopback fetch varies by
 10-20% from run to run, so it asserts only that the flooded fetch completes
 at half the speed or better, unless --speed-goal asks for more. Run by hand
 with --cpu-goal 0.2 --speed-goal 0.8, it checks the goals
@@ -39,7 +42,7 @@ member's handshake survives only if the victim prefers members' addresses.
 
 Usage: test_flood.py PATH/TO/tensorhub [--connections 5000] [--replays 10000]
                      [--sources 1] [--sustained]
-                     [--size 256MiB] [--speed-goal 0.5] [--cpu-goal 0.3] [--json]
+                     [--size 256MiB] [--speed-goal 0.5] [--cpu-goal 0.5] [--json]
 Under sanitizers (CPU time is not the product's) CMake passes goals of 0.
 """
 import argparse
@@ -115,7 +118,7 @@ def main():
     ap.add_argument("--sources", type=int, default=1, help="flood from this many addresses")
     ap.add_argument("--sustained", action="store_true", help="keep flooding during the second fetch")
     ap.add_argument("--speed-goal", type=float, default=0.5)
-    ap.add_argument("--cpu-goal", type=float, default=0.3, help="0: not asserted (sanitizer builds)")
+    ap.add_argument("--cpu-goal", type=float, default=0.5, help="0: not asserted (sanitizer builds)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     binary = os.path.abspath(args.binary)
