@@ -29,6 +29,7 @@ enum class StatusCode {
   kTimeout,
   kCancelled,
   kInternal,
+  kResourceExhausted,  // a limit of this peer would be crossed (the message names it)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -50,6 +51,7 @@ class [[nodiscard]] Status {
   static Status timeout(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
   static Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 
   bool is_ok() const { return code_ == StatusCode::kOk; }
   explicit operator bool() const { return is_ok(); }

@@ -28,11 +28,12 @@ class Error(RuntimeError):
     """A TensorHub failure, with the one-line reason the peer gives.
     ``code`` names the kind: invalid_argument, corrupt, verify_failed,
     not_found, already_exists, permission_denied, io_error, unavailable,
-    timeout, cancelled or internal."""
+    timeout, cancelled, internal or resource_exhausted (a limit of the
+    peer would be crossed; the message names it)."""
 
     code = "internal"
     CODES = ("invalid_argument", "corrupt", "verify_failed", "not_found", "already_exists", "permission_denied",
-             "io_error", "unavailable", "timeout", "cancelled", "internal")
+             "io_error", "unavailable", "timeout", "cancelled", "internal", "resource_exhausted")
 
     def __init__(self, message: str, code: Optional[str] = None):
         super().__init__(message)

@@ -55,6 +55,7 @@ const char* code_name(StatusCode code) {
     case StatusCode::kTimeout: return "timeout";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kResourceExhausted: return "resource_exhausted";
   }
   return "internal";
 }

@@ -16,6 +16,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kTimeout: return "timeout";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
   }
   return "unknown";
 }

@@ -80,12 +80,18 @@ void GossipCore::note_input(TimePoint now) {
 
 void GossipCore::resign(TimePoint now) {
   auto signed_record = sign_record(self_, identity_);
-  // Our own record always fits: its limits are enforced by set_* below.
-  if (!signed_record) return;
+  self_dirty_ = false;  // a record that cannot be signed is not tried again until it changes
+  if (!signed_record) {
+    // The entries are chosen to fit (record_budget.hpp), so this is a bug or
+    // a field set outside those rules; the previous record stays in force.
+    ++stats_.records_unsigned;
+    sign_error_ = signed_record.status();
+    return;
+  }
   self_signed_ = std::move(*signed_record);
-  self_dirty_ = false;
   last_signed_ = now;
   ++stats_.records_signed;
+  stats_.record_bytes = self_signed_->encoded.size();
   broadcasts_.enqueue(self_signed_);
 }
 
@@ -117,42 +123,62 @@ bool GossipCore::note_heads(const std::vector<HeadEntry>& heads) {
   return newer;
 }
 
-void GossipCore::set_head(const HeadEntry& head) {
-  auto it = std::lower_bound(self_.heads.begin(), self_.heads.end(), head,
-                             [](const HeadEntry& a, const HeadEntry& b) { return a.model < b.model; });
-  if (it != self_.heads.end() && it->model == head.model) {
-    if (*it == head) return;
-    *it = head;
-  } else {
-    if (self_.heads.size() >= kMaxRecordHeads) return;
-    self_.heads.insert(it, head);
+void GossipCore::choose_announced() {
+  ChosenEntries chosen = choose_entries(self_, wanted_);
+  if (chosen.heads != self_.heads) {
+    self_.heads = std::move(chosen.heads);
+    self_dirty_ = true;
+    head_changed_ = true;
   }
-  self_dirty_ = true;
-  head_changed_ = true;
+  if (chosen.holdings != self_.holdings) {
+    self_.holdings = std::move(chosen.holdings);
+    self_dirty_ = true;
+  }
+  stats_.record_heads_left_out = chosen.heads_left_out;
+  stats_.record_holdings_left_out = chosen.holdings_left_out;
 }
 
-void GossipCore::set_holding(const HoldingEntry& holding) {
-  auto less = [](const HoldingEntry& a, const HoldingEntry& b) {
-    return std::tie(a.model, a.version) < std::tie(b.model, b.version);
-  };
-  auto it = std::lower_bound(self_.holdings.begin(), self_.holdings.end(), holding, less);
-  if (it != self_.holdings.end() && it->model == holding.model && it->version == holding.version) {
-    if (*it == holding) return;
-    *it = holding;
+Status GossipCore::can_announce_origin(const HeadEntry& head) const {
+  Announcements with = wanted_;
+  with.heads[head.model] = head;
+  with.holdings[{head.model, head.version}] =
+      LocalHolding{HoldingEntry{head.model, head.version, head.manifest_id, 1000}, /*origin=*/true};
+  return check_required(self_, with);
+}
+
+bool GossipCore::announces(const std::string& model, std::uint64_t version) const {
+  return std::any_of(self_.holdings.begin(), self_.holdings.end(),
+                     [&](const HoldingEntry& h) { return h.model == model && h.version == version; });
+}
+
+void GossipCore::set_head(const HeadEntry& head) {
+  auto it = wanted_.heads.find(head.model);
+  if (it != wanted_.heads.end()) {
+    if (it->second == head) return;
+    it->second = head;
   } else {
-    if (self_.holdings.size() >= kMaxRecordHoldings) self_.holdings.erase(self_.holdings.begin());  // oldest model/version
-    it = std::lower_bound(self_.holdings.begin(), self_.holdings.end(), holding, less);
-    self_.holdings.insert(it, holding);
+    if (wanted_.heads.size() >= kMaxWantedEntries) return;  // counted as left out: never chosen
+    wanted_.heads.emplace(head.model, head);
   }
-  self_dirty_ = true;
+  choose_announced();
+}
+
+void GossipCore::set_holding(const HoldingEntry& holding, bool origin) {
+  const LocalHolding local{holding, origin};
+  auto it = wanted_.holdings.find({holding.model, holding.version});
+  if (it != wanted_.holdings.end()) {
+    if (it->second.entry == holding && it->second.origin == origin) return;
+    it->second = local;
+  } else {
+    if (wanted_.holdings.size() >= kMaxWantedEntries) return;
+    wanted_.holdings.emplace(std::make_pair(holding.model, holding.version), local);
+  }
+  choose_announced();
 }
 
 void GossipCore::remove_holding(const std::string& model, std::uint64_t version) {
-  auto it = std::find_if(self_.holdings.begin(), self_.holdings.end(),
-                         [&](const HoldingEntry& h) { return h.model == model && h.version == version; });
-  if (it == self_.holdings.end()) return;
-  self_.holdings.erase(it);
-  self_dirty_ = true;
+  if (wanted_.holdings.erase({model, version}) == 0) return;
+  choose_announced();
 }
 
 void GossipCore::refute(TimePoint now, std::uint64_t accused_incarnation) {
@@ -290,7 +316,7 @@ std::optional<MemberView> GossipCore::member(const PeerId& id) const {
 
 VersionVector GossipCore::known_heads() const {
   VersionVector vv;
-  vv.merge(self_.heads);
+  for (const auto& [model, head] : wanted_.heads) vv.merge(head);
   table_.for_each([&](const Member& m) {
     if (m.is_live()) vv.merge(m.record->record.heads);
   });

@@ -35,6 +35,7 @@
 #include "gossip/pair_keys.hpp"
 #include "gossip/peer_record.hpp"
 #include "gossip/rate_limiter.hpp"
+#include "gossip/record_budget.hpp"
 #include "gossip/version_vector.hpp"
 #include "tensorhub/identity.hpp"
 #include "tensorhub/swarm_key.hpp"
@@ -94,6 +95,11 @@ struct GossipStats {
   std::uint64_t streams_opened = 0, streams_accepted = 0, streams_failed = 0;
   std::uint64_t stream_bytes_in = 0, stream_bytes_out = 0;
   std::uint64_t records_signed = 0, events_dropped = 0;
+  // Own records that could not be signed (sign_error() says why).
+  std::uint64_t records_unsigned = 0;
+  // The own record now: its size, and the heads and holdings it leaves out
+  // (record_budget.hpp). Levels, not counts: summing them adds peers' levels.
+  std::uint64_t record_bytes = 0, record_heads_left_out = 0, record_holdings_left_out = 0;
   // Suspect or dead claims at an incarnation above any the target signed
   // (ignored, answered with the target's record).
   std::uint64_t liveness_forged = 0;
@@ -140,6 +146,10 @@ inline GossipStats& operator+=(GossipStats& a, const GossipStats& b) {
   a.stream_bytes_in += b.stream_bytes_in;
   a.stream_bytes_out += b.stream_bytes_out;
   a.records_signed += b.records_signed;
+  a.records_unsigned += b.records_unsigned;
+  a.record_bytes += b.record_bytes;
+  a.record_heads_left_out += b.record_heads_left_out;
+  a.record_holdings_left_out += b.record_holdings_left_out;
   a.events_dropped += b.events_dropped;
   a.liveness_forged += b.liveness_forged;
   a.dropped_forged_sender += b.dropped_forged_sender;
@@ -213,9 +223,21 @@ class GossipCore {
 
   // --- the local record (re-signed at most every min_resign_interval, except
   // for a new head: see eager_round_due_) ---
+  // What the record would announce; which of it fits is chosen by the rule
+  // in record_budget.hpp, and what is left out is counted in stats().
   void set_head(const HeadEntry& head);
-  void set_holding(const HoldingEntry& holding);
+  // `origin`: this peer published the version.
+  void set_holding(const HoldingEntry& holding, bool origin = false);
   void remove_holding(const std::string& model, std::uint64_t version);
+  // OK when the record can announce `head` as a version this peer publishes
+  // (the head and its holding) besides the heads it publishes already;
+  // kResourceExhausted naming the limit otherwise. A publication asks first.
+  Status can_announce_origin(const HeadEntry& head) const;
+  // Whether the signed record names (model, version) among its holdings.
+  bool announces(const std::string& model, std::uint64_t version) const;
+  // Why the last record could not be signed (OK: it could). Counted in
+  // stats().records_unsigned; the previous record stays in force.
+  const Status& sign_error() const { return sign_error_; }
 
   // --- outputs ---
   std::optional<OutgoingDatagram> poll_datagram();
@@ -358,8 +380,14 @@ class GossipCore {
   core::SplitMix64 seq_rng_;
   std::shared_ptr<RecordDecoder> decoder_;
 
+  // The own record: the fixed fields, and the entries chosen from wanted_.
   PeerRecord self_;
   RecordPtr self_signed_;
+  Announcements wanted_;
+  static constexpr std::size_t kMaxWantedEntries = 4096;
+  Status sign_error_;
+  // Chooses self_'s entries from wanted_; marks the record dirty if they changed.
+  void choose_announced();
   // Boots of our identity's other lives we outbid, and how often (bounded).
   std::map<std::uint64_t, int> outbid_boots_;
   bool self_dirty_ = false;

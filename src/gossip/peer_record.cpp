@@ -15,6 +15,29 @@ namespace {
 constexpr std::string_view kDomain{"tensorhub record v1\0", 20};
 constexpr std::size_t kMaxModelBytes = 128;
 
+void encode_entry(core::MsgpackWriter& w, const HeadEntry& h) {
+  w.write_array_header(3);
+  w.write_str(h.model);
+  w.write_uint(h.version);
+  w.write_bin(h.manifest_id.bytes);
+}
+
+void encode_entry(core::MsgpackWriter& w, const HoldingEntry& h) {
+  w.write_array_header(4);
+  w.write_str(h.model);
+  w.write_uint(h.version);
+  w.write_bin(h.manifest_id.bytes);
+  w.write_uint(h.progress_permille);
+}
+
+template <typename Entry>
+std::size_t entry_size(const Entry& entry) {
+  std::vector<std::uint8_t> scratch;
+  core::MsgpackWriter w(scratch);
+  encode_entry(w, entry);
+  return scratch.size();
+}
+
 std::vector<std::uint8_t> encode_body(const PeerRecord& r) {
   std::vector<std::uint8_t> out;
   out.reserve(256);
@@ -31,22 +54,14 @@ std::vector<std::uint8_t> encode_body(const PeerRecord& r) {
   w.write_str(r.topology.host);
   w.write_bool(r.leaving);
   w.write_array_header(static_cast<std::uint32_t>(r.heads.size()));
-  for (const HeadEntry& h : r.heads) {
-    w.write_array_header(3);
-    w.write_str(h.model);
-    w.write_uint(h.version);
-    w.write_bin(h.manifest_id.bytes);
-  }
+  for (const HeadEntry& h : r.heads) encode_entry(w, h);
   w.write_array_header(static_cast<std::uint32_t>(r.holdings.size()));
-  for (const HoldingEntry& h : r.holdings) {
-    w.write_array_header(4);
-    w.write_str(h.model);
-    w.write_uint(h.version);
-    w.write_bin(h.manifest_id.bytes);
-    w.write_uint(h.progress_permille);
-  }
+  for (const HoldingEntry& h : r.holdings) encode_entry(w, h);
   return out;
 }
+
+// The signed encoding wraps the body: [body, bin8(signature)].
+constexpr std::size_t kSignatureWrapBytes = 1 + 2 + sizeof(Signature::bytes);
 
 std::vector<std::uint8_t> signing_message(std::span<const std::uint8_t> body) {
   std::vector<std::uint8_t> message(kDomain.size() + body.size());
@@ -144,6 +159,11 @@ Status validate_record(const PeerRecord& r) {
   }
   return Status::ok();
 }
+
+std::size_t encoded_entry_bytes(const HeadEntry& head) { return entry_size(head); }
+std::size_t encoded_entry_bytes(const HoldingEntry& holding) { return entry_size(holding); }
+
+std::size_t signed_record_bytes(const PeerRecord& record) { return encode_body(record).size() + kSignatureWrapBytes; }
 
 Result<RecordPtr> sign_record(const PeerRecord& record, const Identity& identity) {
   if (record.id != identity.public_key()) return Status::invalid_argument("a record may be signed only by its owner");

@@ -79,6 +79,12 @@ using RecordPtr = std::shared_ptr<const SignedRecord>;
 // broken rule.
 Status validate_record(const PeerRecord& record);
 
+// The size of `record`'s signed encoding, and what one entry adds to it
+// (besides its list's header: one byte up to 15 entries, three from 16).
+std::size_t signed_record_bytes(const PeerRecord& record);
+std::size_t encoded_entry_bytes(const HeadEntry& head);
+std::size_t encoded_entry_bytes(const HoldingEntry& holding);
+
 // Encodes and signs. Fails when the record breaks a limit (too large for a
 // datagram, unsorted entries, bad labels) or is not `identity`'s.
 Result<RecordPtr> sign_record(const PeerRecord& record, const Identity& identity);

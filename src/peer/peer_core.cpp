@@ -166,6 +166,24 @@ void PeerCore::gossip_changed() {
   actions_.push(GossipChanged{});
 }
 
+void PeerCore::note_left_out() {
+  if (!gossip_) return;
+  const gossip::GossipStats& st = gossip_->stats();
+  const std::pair<std::uint64_t, std::uint64_t> now_left{st.record_heads_left_out, st.record_holdings_left_out};
+  if (now_left == left_out_reported_) return;
+  const bool more = now_left.first > left_out_reported_.first || now_left.second > left_out_reported_.second;
+  left_out_reported_ = now_left;
+  if (now_left.first == 0 && now_left.second == 0) {
+    report(Report::kInfo, "the gossip record announces every head and holding again");
+  } else if (more) {
+    report(Report::kWarn, "the gossip record is full (" + std::to_string(gossip::kMaxRecordBytes) +
+                              " bytes): it leaves out " + std::to_string(now_left.first) + " head(s) and " +
+                              std::to_string(now_left.second) +
+                              " holding(s), chosen by the rule in docs/gossip.md; peers do not fetch what is left "
+                              "out from this one");
+  }
+}
+
 void PeerCore::state_changed() {
   if (state_dirty_) return;
   state_dirty_ = true;
@@ -253,7 +271,10 @@ Result<bool> PeerCore::accept_manifest(TimePoint now, std::shared_ptr<const Mani
   for (auto& request : heads_.parent_requests(now)) send_manifest_request(std::move(request));
   const std::optional<VersionInfo> after = heads_.head(m->model());
   if (after && (!before || before->id != after->id)) {
-    if (gossip_) gossip_->set_head(gossip::HeadEntry{after->model, after->version, after->id});
+    if (gossip_) {
+      gossip_->set_head(gossip::HeadEntry{after->model, after->version, after->id});
+      note_left_out();
+    }
     gossip_changed();
     actions_.push(HeadChanged{*after});
     // The previous head may have been waiting for this one to let go.

@@ -285,6 +285,8 @@ class PeerCore {
   void announce_holding(const LocalVersion& v);
   void withdraw_holding(const LocalVersion& v);
   void gossip_changed();
+  // Reports a change in what the gossip record leaves out (record_budget.hpp).
+  void note_left_out();
   void state_changed();
   swarm::ReleaseFacts release_facts(const LocalVersion& v) const;
   void release_due(TimePoint now, bool all);
@@ -320,6 +322,7 @@ class PeerCore {
   std::map<ManifestId, std::vector<std::function<void()>>> deferred_done_;
   core::ActionQueue<PeerAction> actions_;
   bool gossip_dirty_ = false;
+  std::pair<std::uint64_t, std::uint64_t> left_out_reported_{0, 0};  // heads, holdings
   bool state_dirty_ = false;
 };
 

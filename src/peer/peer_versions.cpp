@@ -47,6 +47,11 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
                                   std::to_string(next.version) + " (another publication or a newer head arrived " +
                                   "meanwhile)");
   }
+  if (gossip_) {
+    // Announced or not at all: a publication nobody hears of stalls its readers.
+    TENSORHUB_RETURN_IF_ERROR(gossip_->can_announce_origin(gossip::HeadEntry{m.model(), m.version(), m.id()})
+                                  .with_context("cannot publish " + what));
+  }
   // Believed first: a manifest the tracker refuses is never served.
   auto accepted = accept_manifest(now, manifest);
   if (!accepted) return accepted.status();
@@ -290,13 +295,16 @@ std::uint16_t PeerCore::permille(const LocalVersion& v) const {
 void PeerCore::announce_holding(const LocalVersion& v) {
   if (!gossip_ || !v.served()) return;
   if (!config_.swarm.serve_fetched && v.role != VersionRole::kPublished) return;  // a leech announces nothing
-  gossip_->set_holding(gossip::HoldingEntry{v.model, v.number, v.id, permille(v)});
+  gossip_->set_holding(gossip::HoldingEntry{v.model, v.number, v.id, permille(v)},
+                       /*origin=*/v.role == VersionRole::kPublished);
+  note_left_out();
   gossip_changed();
 }
 
 void PeerCore::withdraw_holding(const LocalVersion& v) {
   if (!gossip_ || !v.served()) return;
   gossip_->remove_holding(v.model, v.number);
+  note_left_out();
   gossip_changed();
 }
 

@@ -365,6 +365,11 @@ void GossipRuntime::stream_closed(gossip::StreamId id) {
 
 void GossipRuntime::pump() {
   if (closed_) return;
+  if (core_->stats().records_unsigned > unsigned_logged_) {
+    unsigned_logged_ = core_->stats().records_unsigned;
+    TH_LOG_ERROR(kLog, "this peer's record could not be signed; the previous one stays in force: "
+                           << core_->sign_error().to_string());
+  }
   while (auto d = core_->poll_datagram()) {
     auto endpoint = resolve_udp(d->to);
     if (!endpoint) {

@@ -85,6 +85,7 @@ class GossipRuntime {
   asio::ip::udp::socket udp_;
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer timer_;
+  std::uint64_t unsigned_logged_ = 0;  // records_unsigned already logged
   TimePoint timer_at_ = kTimeNever;
   std::vector<std::uint8_t> receive_buffer_;
   asio::ip::udp::endpoint receive_from_;

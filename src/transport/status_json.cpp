@@ -35,6 +35,11 @@ nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePo
   const auto& self = core.self_record()->record;
   out["self"] = record_json(self, core.leaving() ? "left" : "alive", self.incarnation);
   out["self"]["local_health"] = core.local_health();
+  const auto& st = core.stats();
+  out["self"]["record"] = {{"bytes", st.record_bytes},
+                           {"limit_bytes", gossip::kMaxRecordBytes},
+                           {"heads_left_out", st.record_heads_left_out},
+                           {"holdings_left_out", st.record_holdings_left_out}};
   Json members = Json::array();
   for (const auto& m : core.members()) {
     Json j = record_json(m.record->record, gossip::liveness_name(m.liveness), m.incarnation);
@@ -74,7 +79,9 @@ nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePo
                   {"refutations", s.refutations},
                   {"streams_opened", s.streams_opened},
                   {"streams_accepted", s.streams_accepted},
-                  {"streams_failed", s.streams_failed}};
+                  {"streams_failed", s.streams_failed},
+                  {"records_signed", s.records_signed},
+                  {"records_unsigned", s.records_unsigned}};
   return out;
 }
 
