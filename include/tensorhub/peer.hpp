@@ -25,7 +25,9 @@
 //    peer allocates and the handle owns. Every handle owns its version
 //    alone: a fetch of a version this peer holds already copies it, and
 //    releasing one handle never affects another.
-//  - Handles may outlive nothing: destroy them before the Peer.
+//  - Destroy handles before the Peer. A handle that outlives it holds
+//    nothing: destroying the Peer ends every read of every version, and
+//    the handle's release returns at once (wait_replicated says kCancelled).
 //
 // Errors are Status codes (tensorhub/status.hpp); each method lists the
 // ones it returns.

@@ -15,17 +15,68 @@
 
 namespace tensorhub::core {
 
+namespace {
+
+constexpr std::string_view kTemporaryMark = ".partial-";
+
+// What is at `path`, as a refusal: OK when nothing is there or a regular file.
+Status replaceable(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return Status::ok();
+  if (S_ISREG(st.st_mode)) return Status::ok();
+  const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  return Status::invalid_argument("refusing to replace " + path + ": it is " + what +
+                                  "; an output replaces only a regular file");
+}
+
+// `path` + suffix, the base name cut so the result stays a legal name.
+std::string sibling_name(const std::string& path, const std::string& suffix) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::size_t base_at = slash == std::string::npos ? 0 : slash + 1;
+  long limit = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (limit <= 0) limit = 255;
+  std::string base = path.substr(base_at);
+  if (base.size() + suffix.size() > static_cast<std::size_t>(limit)) {
+    base.resize(static_cast<std::size_t>(limit) > suffix.size() ? static_cast<std::size_t>(limit) - suffix.size() : 0);
+  }
+  return path.substr(0, base_at) + base + suffix;
+}
+
+}  // namespace
+
+bool MappedOutputFile::is_temporary_name(const std::string& name) {
+  // <anything>.partial-<digits>-<digits>
+  const std::size_t at = name.rfind(kTemporaryMark);
+  if (at == std::string::npos) return false;
+  const std::string tail = name.substr(at + kTemporaryMark.size());
+  const std::size_t dash = tail.find('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == tail.size()) return false;
+  for (std::size_t i = 0; i < tail.size(); ++i) {
+    if (i != dash && (tail[i] < '0' || tail[i] > '9')) return false;
+  }
+  return true;
+}
+
 Result<MappedOutputFile> MappedOutputFile::create(const std::string& path, std::size_t size, unsigned mode,
                                                   bool overwrite) {
   if (size == 0) return Status::invalid_argument("an output file of 0 bytes cannot be mapped: " + path);
   struct stat existing {};
-  if (!overwrite && ::stat(path.c_str(), &existing) == 0) return Status::already_exists(path + " exists");
+  if (!overwrite && ::lstat(path.c_str(), &existing) == 0) return Status::already_exists(path + " exists");
+  TENSORHUB_RETURN_IF_ERROR(replaceable(path));
   MappedOutputFile file;
   file.path_ = path;
   // A name of its own, even for two files of one path in one process: the
   // other's bytes are never truncated under its mapping.
   static std::atomic<std::uint64_t> next{0};
-  file.temporary_ = path + ".partial-" + std::to_string(::getpid()) + "-" + std::to_string(next++);
+  file.temporary_ = sibling_name(path, std::string(kTemporaryMark) + std::to_string(::getpid()) + "-" +
+                                           std::to_string(next++));
   int fd = ::open(file.temporary_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) {
     int e = errno;
@@ -81,6 +132,7 @@ Status MappedOutputFile::commit() {
   if (committed_) return Status::ok();
   if (data_ == nullptr) return Status::invalid_argument("no output file to commit");
   if (discarded_) return Status::invalid_argument(temporary_ + " was discarded");
+  TENSORHUB_RETURN_IF_ERROR(replaceable(path_));  // something else may have appeared there meanwhile
   if (std::rename(temporary_.c_str(), path_.c_str()) != 0) {
     int e = errno;
     return Status::io_error(errno_message("cannot rename " + temporary_ + " to " + path_, e));
@@ -93,6 +145,14 @@ void MappedOutputFile::discard() {
   if (data_ == nullptr || committed_ || discarded_) return;
   ::unlink(temporary_.c_str());
   discarded_ = true;
+}
+
+void MappedOutputFile::abandon() {
+  if (data_ == nullptr || committed_) return;
+  discard();
+  if (::ftruncate(fd_, 0) != 0) {
+    // The name is gone; the blocks go when the descriptor and mapping do.
+  }
 }
 
 void MappedOutputFile::close() {

@@ -20,11 +20,19 @@ namespace tensorhub::core {
 class MappedOutputFile {
  public:
   // Creates `path`'s temporary sibling with `mode`, of `size` bytes, mapped
-  // read-write. Errors: kAlreadyExists (path exists and !overwrite),
-  // kInvalidArgument (size 0), kNotFound (its directory does not exist),
-  // kPermissionDenied (no right to create it), kIoError (cannot create,
-  // size or map).
+  // read-write. The temporary name is `path` + ".partial-PID-N", its base
+  // name cut short where that would pass the file system's name limit, so
+  // any legal `path` works. Only a regular file at `path` is ever replaced
+  // (as mv does: whatever its mode); anything else there (a directory, a
+  // device, a FIFO, a socket, a symbolic link) is refused.
+  // Errors: kAlreadyExists (path exists and !overwrite), kInvalidArgument
+  // (size 0; `path` is not a regular file), kNotFound (its directory does
+  // not exist), kPermissionDenied (no right to create it), kIoError
+  // (cannot create, size or map).
   static Result<MappedOutputFile> create(const std::string& path, std::size_t size, unsigned mode, bool overwrite);
+  // Whether `name` (a base name) is one of this class's temporary names for
+  // some output: what a restarted process removes of its own.
+  static bool is_temporary_name(const std::string& name);
 
   MappedOutputFile() = default;
   MappedOutputFile(MappedOutputFile&& other) noexcept;
@@ -40,12 +48,19 @@ class MappedOutputFile {
   const std::string& path() const { return path_; }
 
   // Renames the file into place. REQUIRES: its bytes are complete.
-  // Errors: kIoError; kInvalidArgument (an empty object, or discarded).
+  // Errors: kIoError; kInvalidArgument (an empty object, or discarded; or
+  // something other than a regular file appeared at the path meanwhile).
   Status commit();
   // Removes an uncommitted file's name now; its mapping and descriptor stay
   // valid until destruction (a fetch let go whose memory someone may still
   // hold a reference to). No effect once committed.
   void discard();
+  // As discard(), and frees the file's blocks now (truncates it to 0 bytes):
+  // a failed fetch gives its space back at once. The mapping stays, but
+  // reading it faults from now on: only guarded readers may still touch it
+  // (core::read_guarded).
+  void abandon();
+  const std::string& temporary_path() const { return temporary_; }
 
  private:
   void close();

@@ -18,15 +18,16 @@ bool DeviceMemoryDomain::read(const core::ConstRegions& image, std::uint64_t off
   return ok;
 }
 
-bool DeviceMemoryDomain::write(const core::MutableRegions& image, std::uint64_t offset,
-                               std::span<const std::byte> bytes) const {
+Status DeviceMemoryDomain::write(const core::MutableRegions& image, std::uint64_t offset,
+                                 std::span<const std::byte> bytes) const {
   std::size_t at = 0;
-  bool ok = true;
+  Status written;
   image.for_each(offset, bytes.size(), [&](std::span<std::byte> piece) {
-    if (ok) ok = device_.copy(piece.data(), bytes.data() + at, piece.size()).is_ok();
+    if (written.is_ok()) written = device_.copy(piece.data(), bytes.data() + at, piece.size());
     at += piece.size();
   });
-  return ok;
+  if (written.is_ok()) return written;
+  return Status::io_error("cannot write " + name_ + " memory: " + written.message());
 }
 
 bool DeviceMemoryDomain::verify_shard(const Manifest& manifest, ShardIndex index,
@@ -70,8 +71,8 @@ std::shared_ptr<std::span<std::byte>> DeviceMemoryDomain::allocate_mirror(std::s
   return std::shared_ptr<std::span<std::byte>>(pinned, &pinned->bytes);
 }
 
-bool DeviceMemoryDomain::copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-                              std::uint64_t length) const {
+Status DeviceMemoryDomain::copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+                                std::uint64_t length) const {
   // Walk both layouts at once: each copy lies inside one region of each.
   std::vector<std::span<const std::byte>> sources;
   std::vector<std::span<std::byte>> targets;
@@ -81,13 +82,15 @@ bool DeviceMemoryDomain::copy(const core::ConstRegions& from, const core::Mutabl
   std::size_t s_at = 0, t_at = 0;
   while (s < sources.size() && t < targets.size()) {
     const std::size_t n = std::min(sources[s].size() - s_at, targets[t].size() - t_at);
-    if (!device_.copy(targets[t].data() + t_at, sources[s].data() + s_at, n)) return false;
+    if (Status copied = device_.copy(targets[t].data() + t_at, sources[s].data() + s_at, n); !copied.is_ok()) {
+      return Status::io_error("cannot copy into " + name_ + " memory: " + copied.message());
+    }
     s_at += n;
     t_at += n;
     if (s_at == sources[s].size()) ++s, s_at = 0;
     if (t_at == targets[t].size()) ++t, t_at = 0;
   }
-  return true;
+  return Status::ok();
 }
 
 core::Blake2bDigest DeviceMemoryDomain::digest_ranges(std::span<const std::uint8_t> prefix,

@@ -34,12 +34,13 @@ class DeviceMemoryDomain final : public peer::MemoryDomain {
   bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
               std::uint64_t length, ShardDigest& out) const override;
   // `from` may be host memory or device memory; `to` is this domain's.
-  bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-            std::uint64_t length) const override;
+  Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+              std::uint64_t length) const override;
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const peer::ByteRange> ranges,
                                     const core::ConstRegions& image) const override;
   bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override;
-  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override;
+  Status write(const core::MutableRegions& image, std::uint64_t offset,
+               std::span<const std::byte> bytes) const override;
   bool host_accessible() const override { return false; }
   peer::PayloadStage* payload_stage() const override { return stage_; }
   // Pinned host memory (the read-back runs at full speed), else anonymous.

@@ -1,8 +1,11 @@
 #include "peer/file_memory.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "core/file_io.hpp"
 
 namespace tensorhub::peer {
 
@@ -29,33 +32,69 @@ bool FileMemory::is_mapping(const core::MutableRegions& image) const {
          image.regions()[0].size() == mapping_.size();
 }
 
-bool FileMemory::write_file(std::uint64_t offset, std::span<const std::byte> bytes) const {
+int FileMemory::write_file(std::uint64_t offset, std::span<const std::byte> bytes) const {
+  // A file whose last name is gone (removed under the fetch) takes bytes
+  // nobody will see: stop, rather than fill a file system for nothing.
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && st.st_nlink == 0) return ENOENT;
   while (!bytes.empty()) {
     const ssize_t n = ::pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n < 0) return errno;
+    if (n == 0) return ENOSPC;  // a regular file takes no bytes only when it has no room
     bytes = bytes.subspan(static_cast<std::size_t>(n));
     offset += static_cast<std::uint64_t>(n);
   }
-  return true;
+  return 0;
 }
 
-bool FileMemory::write(const core::MutableRegions& image, std::uint64_t offset,
-                       std::span<const std::byte> bytes) const {
+Status FileMemory::write_error(int error, std::uint64_t offset) const {
+  if (error == ENOENT) return Status::io_error("the output file was removed while it was being written");
+  return Status::io_error(core::errno_message("cannot write the output file at byte " + std::to_string(offset), error));
+}
+
+Status FileMemory::write(const core::MutableRegions& image, std::uint64_t offset,
+                         std::span<const std::byte> bytes) const {
   if (!is_mapping(image)) return host_memory().write(image, offset, bytes);
-  return write_file(offset, bytes);
+  const int error = write_file(offset, bytes);
+  return error == 0 ? Status::ok() : write_error(error, offset);
 }
 
-bool FileMemory::copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-                      std::uint64_t length) const {
+Status FileMemory::copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+                        std::uint64_t length) const {
   if (!is_mapping(to)) return host_memory().copy(from, to, offset, length);
-  bool ok = true;
-  std::uint64_t at = offset;
+  int error = 0;
+  std::uint64_t at = offset, failed_at = 0;
   from.for_each(offset, length, [&](std::span<const std::byte> piece) {
-    if (ok) ok = write_file(at, piece);
+    if (error == 0) {
+      error = write_file(at, piece);
+      failed_at = at;
+    }
     at += piece.size();
   });
-  return ok;
+  if (error == 0) return Status::ok();
+  if (error == EFAULT) return Status::unavailable("the bytes to copy could not be read (a mapped file truncated under them)");
+  return write_error(error, failed_at);
+}
+
+Status FileDestination::commit() {
+  std::lock_guard lock(mutex_);
+  if (failed_) return Status::cancelled("the fetch failed; its file was removed");
+  Status s = file_.commit();  // ok again once in place
+  if (!s.is_ok() && released_) return Status::cancelled("released before the file was put in place");
+  return s;
+}
+
+void FileDestination::release() {
+  std::lock_guard lock(mutex_);
+  released_ = true;
+  file_.discard();
+}
+
+void FileDestination::fetch_failed() {
+  std::lock_guard lock(mutex_);
+  failed_ = true;
+  file_.abandon();
 }
 
 }  // namespace tensorhub::peer

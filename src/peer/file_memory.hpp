@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cstddef>
+#include <mutex>
 #include <span>
 #include <utility>
 
 #include "core/mapped_output_file.hpp"
+#include "peer/local_version.hpp"
 #include "peer/memory_domain.hpp"
 
 namespace tensorhub::peer {
@@ -34,24 +36,28 @@ class FileMemory final : public MemoryDomain {
   bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const override;
   bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
               std::uint64_t length, ShardDigest& out) const override;
-  // Into the file, by pwrite from `from`'s pieces, when `to` is the mapping;
-  // false also when a piece of `from` could not be read (pwrite fails
-  // with EFAULT rather than faulting).
-  bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-            std::uint64_t length) const override;
+  // Into the file, by pwrite from `from`'s pieces, when `to` is the mapping.
+  // Errors: as write(); kUnavailable when a piece of `from` could not be
+  // read (pwrite fails with EFAULT rather than faulting).
+  Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+              std::uint64_t length) const override;
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
                                     const core::ConstRegions& image) const override;
   bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override;
-  // Into the file, by pwrite, when `image` is the mapping; false when the
-  // file refuses the bytes (no space left on its file system).
-  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override;
+  // Into the file, by pwrite, when `image` is the mapping. Errors:
+  // kIoError naming the errno (ENOSPC, EIO, EROFS, EFBIG...), or saying the
+  // file was removed (its last name gone: nobody would ever see the bytes).
+  Status write(const core::MutableRegions& image, std::uint64_t offset,
+               std::span<const std::byte> bytes) const override;
   bool receives_in_place() const override { return false; }
 
  private:
   // Whether `image` is this object's mapping (writes to it go to the file).
   bool is_mapping(const core::MutableRegions& image) const;
-  // Writes `bytes` at `offset` of the file, retrying short writes.
-  bool write_file(std::uint64_t offset, std::span<const std::byte> bytes) const;
+  // Writes `bytes` at `offset` of the file, retrying short writes; returns
+  // errno on failure (0: written).
+  int write_file(std::uint64_t offset, std::span<const std::byte> bytes) const;
+  Status write_error(int error, std::uint64_t offset) const;
 
   int fd_;
   std::span<std::byte> mapping_;
@@ -59,11 +65,31 @@ class FileMemory final : public MemoryDomain {
 
 // An output file and the memory domain that writes it: what a fetch into a
 // file keeps for as long as its version lives (LocalVersion::backing).
-struct FileDestination {
+// Thread-safe: the application commits and releases it, the driver tells
+// it of a failure.
+class FileDestination final : public DestinationOwner {
+ public:
   explicit FileDestination(core::MappedOutputFile output)
-      : file(std::move(output)), domain(file.fd(), file.bytes()) {}
-  core::MappedOutputFile file;
-  FileMemory domain;  // after `file`: it writes through file's descriptor
+      : file_(std::move(output)), domain_(file_.fd(), file_.bytes()) {}
+
+  const FileMemory& domain() const { return domain_; }
+  std::span<std::byte> bytes() { return file_.bytes(); }
+  const std::string& temporary_path() const { return file_.temporary_path(); }
+
+  // Renames the file into place (ok again once there). Errors: as
+  // MappedOutputFile::commit; kCancelled once released or failed first.
+  Status commit();
+  // The handle let go: a file not yet in place loses its name, and its
+  // mapping stays, so retention may go on serving the version from it.
+  void release();
+  // The fetch failed: the temporary file goes, with its blocks.
+  void fetch_failed() override;
+
+ private:
+  std::mutex mutex_;
+  core::MappedOutputFile file_;
+  FileMemory domain_;  // after `file_`: it writes through file_'s descriptor
+  bool released_ = false, failed_ = false;
 };
 
 }  // namespace tensorhub::peer

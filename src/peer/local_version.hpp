@@ -42,6 +42,17 @@ struct HostMate {
   std::string data_addr;
 };
 
+// What a fetch's destination and domain belong to, when the fetch was given
+// them to keep (an output file and its FileMemory): it lives as long as the
+// version, and the driver tells it when the fetch fails.
+class DestinationOwner {
+ public:
+  virtual ~DestinationOwner() = default;
+  // The fetch failed: what only a complete version needs goes now (an
+  // output file's temporary name and its blocks). On the driver's thread.
+  virtual void fetch_failed() = 0;
+};
+
 struct LocalVersion {
   std::string model;
   std::uint64_t number = 0;
@@ -53,9 +64,8 @@ struct LocalVersion {
   const MemoryDomain* domain = &host_memory();  // where memory and destination live
   core::AnonymousMemory owned;        // when the driver allocated the destination
   // What the destination and the domain belong to, when the fetch was
-  // given them to keep (an output file and its FileMemory): they live as
-  // long as the version.
-  std::shared_ptr<const void> backing;
+  // given them to keep: they live as long as the version.
+  std::shared_ptr<DestinationOwner> backing;
   // A peer of this host that holds this version in memory this one maps
   // (GPU memory by CUDA IPC): the shards no local version gives are copied
   // from it first (CopyFromMate), and the swarm fetches only what fails.

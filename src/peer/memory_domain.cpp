@@ -30,9 +30,10 @@ class HostMemory final : public MemoryDomain {
     return core::read_guarded([&] { out = compute_shard_digest_of_pieces(algorithm, pieces); });
   }
 
-  bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-            std::uint64_t length) const override {
-    return core::read_guarded([&] { core::copy_range(from, to, offset, length); });
+  Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+              std::uint64_t length) const override {
+    if (core::read_guarded([&] { core::copy_range(from, to, offset, length); })) return Status::ok();
+    return Status::unavailable("the bytes to copy could not be read (a mapped file truncated under them)");
   }
 
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
@@ -63,14 +64,17 @@ class HostMemory final : public MemoryDomain {
     });
   }
 
-  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override {
-    return core::read_guarded([&] {
+  Status write(const core::MutableRegions& image, std::uint64_t offset,
+               std::span<const std::byte> bytes) const override {
+    const bool written = core::read_guarded([&] {
       std::size_t at = 0;
       image.for_each(offset, bytes.size(), [&](std::span<std::byte> piece) {
         std::memcpy(piece.data(), bytes.data() + at, piece.size());
         at += piece.size();
       });
     });
+    if (written) return Status::ok();
+    return Status::io_error("the destination memory could not be written (a mapped file truncated under it)");
   }
 };
 
@@ -124,10 +128,14 @@ Result<Manifest> build_manifest_in(const MemoryDomain& domain, const ManifestBui
   return build_manifest_digesting(options, regions, std::move(tensors), publisher, in_domain, domain.name());
 }
 
-bool copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
-                         const core::ConstRegions& from, const core::MutableRegions& to) {
+Status copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
+                           const core::ConstRegions& from, const core::MutableRegions& to) {
   const ShardEntry& e = manifest.shard(index);
-  return domain.copy(from, to, e.byte_offset, e.byte_length) && domain.verify_shard(manifest, index, to.as_const());
+  TENSORHUB_RETURN_IF_ERROR(domain.copy(from, to, e.byte_offset, e.byte_length));
+  if (!domain.verify_shard(manifest, index, to.as_const())) {
+    return Status::verify_failed("the copy of shard " + std::to_string(index.value) + " does not match its manifest");
+  }
+  return Status::ok();
 }
 
 }  // namespace tensorhub::peer

@@ -52,10 +52,11 @@ class MemoryDomain {
   virtual bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
                       std::uint64_t length, ShardDigest& out) const = 0;
   // Copies [offset, offset + length) of `from` to the same range of `to`.
-  // False when `from` could not be read (a mapped file truncated under it):
-  // `to` then holds part of the range.
-  virtual bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-                    std::uint64_t length) const = 0;
+  // Errors (`to` then holds part of the range): kUnavailable (`from` could
+  // not be read: a mapped file truncated under it), kIoError (`to` refused
+  // the bytes: a full or failing file system under a file, a device error).
+  virtual Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+                      std::uint64_t length) const = 0;
   // BLAKE2b-256 of `prefix`, then the bytes of `ranges` of `image` in order:
   // a proof of possession (possession_proofs.hpp); all zeros when `image`
   // could not be read. Small (tens of KiB): the core asks for it inline.
@@ -67,8 +68,12 @@ class MemoryDomain {
   // REQUIRES: the range lies inside `image`.
   virtual bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const = 0;
   // Copies host memory `bytes` to [offset, offset + bytes.size()) of `image`.
+  // Errors: kIoError (`image` refused the bytes, naming why: no space left
+  // on a file's file system, the file removed, a device error). A fetch
+  // whose destination refuses bytes fails with that error.
   // REQUIRES: the range lies inside `image`.
-  virtual bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const = 0;
+  virtual Status write(const core::MutableRegions& image, std::uint64_t offset,
+                       std::span<const std::byte> bytes) const = 0;
 
   // Whether the host reads and writes this memory directly: the transport
   // then receives into it and sends from it. Otherwise payloads go through
@@ -131,9 +136,10 @@ bool verify_shard_by_digest(const MemoryDomain& domain, const Manifest& manifest
                             const core::ConstRegions& image);
 
 // Copies shard `index` from `from` into `to` and verifies it there (the
-// source is memory its owner may have changed since it was verified): false
-// when the copy or the check fails.
-bool copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
+// source is memory its owner may have changed since it was verified).
+// Errors: as MemoryDomain::copy; kVerifyFailed (the copy does not match the
+// manifest).
+Status copy_verified_shard(const MemoryDomain& domain, const Manifest& manifest, ShardIndex index,
                          const core::ConstRegions& from, const core::MutableRegions& to);
 
 }  // namespace tensorhub::peer

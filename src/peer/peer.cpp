@@ -31,6 +31,16 @@ constexpr auto kHeadWait = std::chrono::seconds(10);
 }  // namespace
 
 struct Peer::Impl {
+  // What handles reach their peer through. ~Impl closes it first (waiting
+  // for a release under way), so a handle that outlives its Peer finds it
+  // closed and holds nothing: the engine is gone, and with it every read of
+  // the handle's memory.
+  struct Gate {
+    std::mutex mutex;
+    Impl* impl = nullptr;  // guarded by mutex; null once the peer is going
+  };
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+
   // The GPUs fetched into, by UUID: opened on first use, kept while the
   // peer runs, and destroyed after the engine (whose versions use them).
   std::mutex gpus_mutex;
@@ -96,11 +106,19 @@ struct Peer::Impl {
       }
       pool.reset();
       asio::post(io, [this] { engine->close(); });
+      close_gate();  // while the I/O thread still gives memory back
       work.reset();
       io.stop();
       thread.join();
     }
+    close_gate();
     engine.reset();
+  }
+
+  // From here on, handles reach nothing; a release under way finishes first.
+  void close_gate() {
+    std::lock_guard lock(gate->mutex);
+    gate->impl = nullptr;
   }
 };
 
@@ -123,30 +141,47 @@ using Impl = PeerAccess::Impl;
 // has gone.
 struct HeldVersion {
   enum Phase { kHeld, kReleasing, kReleased };
-  Impl* impl = nullptr;
+  std::shared_ptr<Impl::Gate> gate;
   std::shared_ptr<peer::LocalVersion> version;
   std::atomic<int> phase{kHeld};
+
+  // Runs fn(impl) on the caller's thread while the peer is there; false
+  // (fn not run) once it is going.
+  template <typename F>
+  bool with_peer(F&& fn) {
+    std::lock_guard lock(gate->mutex);
+    if (gate->impl == nullptr) return false;
+    fn(*gate->impl);
+    return true;
+  }
 
   void release(ReleaseMode mode) {
     if (phase.load() == kReleased) return;
     if (phase.load() == kReleasing && mode == ReleaseMode::kHonourRetention) mode = ReleaseMode::kNow;
     phase = kReleasing;
-    std::promise<void> done;
-    auto future = done.get_future();
-    impl->call([&] { impl->engine->release(version, mode, [&done] { done.set_value(); }); });
-    future.wait();
+    // The memory is its owner's once no piece is being sent from it: the
+    // engine ends stalled sends after a grace (PeerEngine::release_memory).
+    with_peer([&](Impl& impl) {
+      std::promise<void> done;
+      auto future = done.get_future();
+      impl.call([&] { impl.engine->release(version, mode, [&done] { done.set_value(); }); });
+      future.wait();
+    });
     phase = kReleased;
   }
 
   void release_async(std::function<void()> done) {
     int expected = kHeld;
     if (!phase.compare_exchange_strong(expected, kReleasing)) return;
-    impl->call([&] {
-      impl->engine->release(version, ReleaseMode::kHonourRetention, [this, done = std::move(done)] {
-        phase = kReleased;
-        if (done) impl->run_callback(done);
+    const bool asked = with_peer([&](Impl& impl) {
+      impl.call([&] {
+        impl.engine->release(version, ReleaseMode::kHonourRetention, [this, &impl, done = std::move(done)] {
+          phase = kReleased;
+          if (done) impl.run_callback(done);
+        });
       });
     });
+    if (!asked) phase = kReleased;  // the peer is gone, and with it every read of the memory
   }
 };
 
@@ -159,24 +194,10 @@ struct FetchHandle::State : HeldVersion {
   // A fetch into a file: renamed into place by the first wait() that finds
   // the version complete.
   std::shared_ptr<peer::FileDestination> file;
-  std::mutex file_mutex;
 
-  bool file_released = false;  // guarded by file_mutex
-
-  Status commit_file() {
-    if (!file) return Status::ok();
-    std::lock_guard lock(file_mutex);
-    Status s = file->file.commit();  // ok again once in place
-    if (!s.is_ok() && file_released) return Status::cancelled("released before the file was put in place");
-    return s;
-  }
-  // Once released: a file not yet in place loses its name. Its mapping
-  // stays, so retention may go on serving the version from it.
+  Status commit_file() { return file ? file->commit() : Status::ok(); }
   void discard_file() {
-    if (!file) return;
-    std::lock_guard lock(file_mutex);
-    file_released = true;
-    file->file.discard();
+    if (file) file->release();
   }
 };
 
@@ -186,6 +207,7 @@ Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions in
                                          SwarmKey swarm_key) {
   auto impl = std::make_unique<Impl>();
   Impl* raw = impl.get();
+  impl->gate->impl = raw;
   impl->id = identity.public_key();
   impl->identity.emplace(identity.clone());
   impl->shard_size = options.shard_size;
@@ -336,8 +358,8 @@ Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t 
   if (!file) return file.status();
   auto destination = std::make_shared<peer::FileDestination>(std::move(*file));
   auto v = impl_->call([&] {
-    return impl_->engine->fetch(info->model, info->version, core::MutableRegions(destination->file.bytes()),
-                                destination->domain, destination);
+    return impl_->engine->fetch(info->model, info->version, core::MutableRegions(destination->bytes()),
+                                destination->domain(), destination);
   });
   if (!v) return v.status();
   FetchHandle handle = PeerAccess::fetch_handle(impl_.get(), std::move(*v));
@@ -358,7 +380,7 @@ Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::
 
 PublishHandle PeerAccess::publish_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version) {
   auto state = std::make_shared<PublishHandle::State>();
-  state->impl = impl;
+  state->gate = impl->gate;
   state->version = std::move(version);
   return PublishHandle(state);
 }
@@ -378,7 +400,7 @@ Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uu
 
 FetchHandle PeerAccess::fetch_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version) {
   auto state = std::make_shared<FetchHandle::State>();
-  state->impl = impl;
+  state->gate = impl->gate;
   state->info = VersionInfo{version->model, version->number, version->id, version->manifest->total_size()};
   state->version = std::move(version);
   return FetchHandle(state);
@@ -419,21 +441,27 @@ std::uint64_t PublishHandle::bytes_served() const {
 }
 
 Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout) {
-  Impl* impl = state_->impl;
   const ManifestId id = state_->version->id;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
-    const std::uint64_t seen = impl->current_generation();
+    std::uint64_t seen = 0;
+    std::size_t have = 0;
     // Counting also challenges the members that claim the version and have
     // not proved it (again, when an answer was lost): so wake at least
     // every second even in a quiet swarm.
-    const std::size_t have = impl->call([&] { return impl->engine->replicas(id); });
+    const bool counted = state_->with_peer([&](Impl& impl) {
+      seen = impl.current_generation();
+      have = impl.call([&] { return impl.engine->replicas(id); });
+    });
+    if (!counted) return Status::cancelled("the peer that published this version has stopped");
     if (have >= replicas) return Status::ok();
     if (std::chrono::steady_clock::now() >= deadline) {
       return Status::timeout(std::to_string(have) + " of " + std::to_string(replicas) + " replicas after " +
                              std::to_string(timeout.count()) + " ms");
     }
-    impl->wait_change(seen, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+    const auto wake = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    // Under the gate: a peer going meanwhile waits for this (at most a second).
+    state_->with_peer([&](Impl& impl) { impl.wait_change(seen, wake); });
   }
 }
 
@@ -466,7 +494,9 @@ const Manifest& FetchHandle::manifest() const { return *state_->version->manifes
 std::vector<bool> FetchHandle::verified_shards() const {
   State& s = *state_;
   if (s.phase.load() == HeldVersion::kReleased) return {};
-  return s.impl->call([&] { return s.impl->engine->verified_shards(*s.version); });
+  std::vector<bool> out;
+  s.with_peer([&](Impl& impl) { out = impl.call([&] { return impl.engine->verified_shards(*s.version); }); });
+  return out;
 }
 
 FetchProgressInfo FetchHandle::progress() const {

@@ -227,9 +227,16 @@ class PeerCore {
   void on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& version, ShardIndex shard, bool good);
   // `mate_failure`: for CopyFromMate, why the shards in `failed` did not
   // come from the host mate (they are fetched from the swarm; not an
-  // error of this peer's memory).
+  // error of this peer's memory). `destination_error`: the destination
+  // refused bytes (MemoryDomain::copy's kIoError); the fetch fails with it.
   void on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to, std::span<const ShardIndex> failed,
-                        const std::string& mate_failure = {});
+                        const std::string& mate_failure = {}, const Status& destination_error = Status::ok());
+  // The destination of `version` refused a payload's bytes (why: as
+  // MemoryDomain::write's kIoError). Asking again would fail again: the
+  // fetch fails with `why`, its sources hear it is done (kNotInterested),
+  // and its memory goes back once released. Ignored for a version no
+  // longer fetching.
+  void on_local_write_failed(TimePoint now, const std::shared_ptr<LocalVersion>& version, const Status& why);
 
   void handle_timeout(TimePoint now);
   TimePoint next_timeout() const;
@@ -275,8 +282,9 @@ class PeerCore {
   void fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersion>& version, core::Bitfield have);
   void start_copy(const std::shared_ptr<LocalVersion>& copy, const std::shared_ptr<LocalVersion>& source);
   // The private copies waiting for `source` learn its outcome: ok, they are
-  // copied now; kCancelled (released before it completed), one of them
-  // takes its place and the rest wait for that one; else they fail with it.
+  // copied now; kCancelled (released before it completed) or kIoError (its
+  // own destination refused bytes), one of them takes its place and the
+  // rest wait for that one; else they fail with it.
   void source_finished(TimePoint now, const std::shared_ptr<LocalVersion>& source, const Status& outcome);
   void report(Report::Level level, std::string text) { actions_.push(Report{level, std::move(text)}); }
   void drain_swarm(TimePoint now);

@@ -251,7 +251,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const 
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model, std::uint64_t number,
                                                         core::MutableRegions destination, const MemoryDomain& domain,
-                                                        std::shared_ptr<const void> backing) {
+                                                        std::shared_ptr<DestinationOwner> backing) {
   auto manifest = core_->resolve(model, number);
   if (!manifest) return with_join_status(manifest.status());
   const Manifest& m = **manifest;
@@ -332,7 +332,8 @@ void PeerEngine::head_changed(const VersionInfo& head) {
 // The core's actions
 
 void PeerEngine::pump() {
-  if (closed_ || !core_) return;
+  if (!core_) return;
+  if (closed_) return pump_closed();
   bool changed = false;
   while (auto action = core_->poll()) {
     if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
@@ -357,6 +358,8 @@ void PeerEngine::pump() {
       copy_from_mate(std::move(*mate));
     } else if (auto* release = std::get_if<ReleaseMemory>(&*action)) {
       release_memory(std::move(*release));
+    } else if (auto* done = std::get_if<FetchDone>(&*action)) {
+      if (!done->status.is_ok() && done->version->backing) done->version->backing->fetch_failed();
     } else if (auto* head = std::get_if<HeadChanged>(&*action)) {
       head_changed(head->head);
     } else if (std::holds_alternative<GossipChanged>(*action)) {
@@ -373,6 +376,23 @@ void PeerEngine::pump() {
     }
   }
   arm_timer();
+  if (changed) {
+    for (const auto& listener : change_listeners_) listener();
+  }
+}
+
+void PeerEngine::pump_closed() {
+  // Closed: nothing goes out any more, but memory still goes back to its
+  // owners (a handle released while the peer shuts down must not wait for
+  // ever), and waiters still hear of it.
+  bool changed = false;
+  while (auto action = core_->poll()) {
+    if (auto* release = std::get_if<ReleaseMemory>(&*action)) {
+      release_memory(std::move(*release));
+    } else if (std::holds_alternative<StateChanged>(*action)) {
+      changed = true;
+    }
+  }
   if (changed) {
     for (const auto& listener : change_listeners_) listener();
   }
@@ -519,6 +539,7 @@ void PeerEngine::copy_shards(CopyShards job) {
     CopyShards copy;
     std::mutex mutex;
     std::vector<ShardIndex> failed;  // guarded by mutex
+    Status destination_error;        // guarded by mutex: the first kIoError
   };
   auto shared = std::make_shared<Job>();
   shared->copy = std::move(job);
@@ -528,9 +549,13 @@ void PeerEngine::copy_shards(CopyShards job) {
       const CopyShards& c = shared->copy;
       const Manifest& m = *c.to->manifest;
       for (std::size_t i = part; i < c.shards.size(); i += parts) {
-        if (!copy_verified_shard(*c.to->domain, m, c.shards[i], c.from->memory, c.to->destination)) {
+        Status copied = copy_verified_shard(*c.to->domain, m, c.shards[i], c.from->memory, c.to->destination);
+        if (!copied.is_ok()) {
           std::lock_guard lock(shared->mutex);
           shared->failed.push_back(c.shards[i]);
+          if (copied.code() == StatusCode::kIoError && shared->destination_error.is_ok()) {
+            shared->destination_error = copied;
+          }
         }
       }
       if (left->fetch_sub(1) != 1) return;
@@ -538,7 +563,7 @@ void PeerEngine::copy_shards(CopyShards job) {
         from->end_use();
         to->end_use();
         if (closed_) return;
-        core_->on_shards_copied(now(), shared->copy.to, shared->failed);
+        core_->on_shards_copied(now(), shared->copy.to, shared->failed, {}, shared->destination_error);
         pump();
       });
     });

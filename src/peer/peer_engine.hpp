@@ -66,7 +66,7 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   Result<std::shared_ptr<LocalVersion>> fetch(const std::string& model, std::uint64_t number,
                                               core::MutableRegions destination,
                                               const MemoryDomain& domain = host_memory(),
-                                              std::shared_ptr<const void> backing = {});
+                                              std::shared_ptr<DestinationOwner> backing = {});
   // `done` runs on the I/O thread once the memory is its owner's again.
   void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
@@ -116,6 +116,8 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
  private:
 
   void pump();
+  // After close(): gives memory back and tells waiters; drops the rest.
+  void pump_closed();
   void arm_timer();
   // The transport that reaches `peer`: RDMA (over TCP) where built and a
   // device exists, else TCP.

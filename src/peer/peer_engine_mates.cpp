@@ -105,6 +105,7 @@ void PeerEngine::copy_from_mate(CopyFromMate job) {
     const Manifest& m = *job.to->manifest;
     std::vector<ShardIndex> failed;
     std::string why;
+    Status destination_error;
     std::uint64_t bytes = 0;
     std::vector<SharedRange> ranges;
     int connection = -1;
@@ -116,10 +117,12 @@ void PeerEngine::copy_from_mate(CopyFromMate job) {
         asked = mapping.status();
       } else {
         for (ShardIndex s : job.shards) {
-          if (copy_verified_shard(*job.to->domain, m, s, (*mapping)->regions(), job.to->destination)) {
+          Status copied = copy_verified_shard(*job.to->domain, m, s, (*mapping)->regions(), job.to->destination);
+          if (copied.is_ok()) {
             bytes += m.shard(s).byte_length;
           } else {
             failed.push_back(s);
+            if (copied.code() == StatusCode::kIoError && destination_error.is_ok()) destination_error = copied;
           }
         }
         if (!failed.empty()) why = "its bytes did not verify";
@@ -130,12 +133,13 @@ void PeerEngine::copy_from_mate(CopyFromMate job) {
       failed = job.shards;
       why = asked.message();
     }
-    asio::post(io_, [this, job, to, failed = std::move(failed), why = std::move(why), bytes] {
+    asio::post(io_, [this, job, to, failed = std::move(failed), why = std::move(why), bytes,
+                     destination_error = std::move(destination_error)] {
       to->end_use();
       if (closed_) return;
       mate_shards_copied_ += job.shards.size() - failed.size();
       mate_bytes_copied_ += bytes;
-      core_->on_shards_copied(now(), job.to, failed, why);
+      core_->on_shards_copied(now(), job.to, failed, why, destination_error);
       pump();
     });
   });

@@ -89,8 +89,13 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
   } else if (p.stage != nullptr) {
     p.stage->give_back(p.buffer);
     core_->on_piece(now(), peer, header, false);
-  } else if (stored && !p.version->domain->write(p.version->destination, p.offset, p.bounce)) {
+  } else if (Status written = stored ? p.version->domain->write(p.version->destination, p.offset, p.bounce)
+                                       : Status::ok();
+             !written.is_ok()) {
+    // The destination refuses bytes (a full file system, the file removed):
+    // asking again would fail again, so the fetch ends, naming why.
     core_->on_piece_not_kept(now(), peer, header);
+    core_->on_local_write_failed(now(), p.version, written);
   } else {
     core_->on_piece(now(), peer, header, stored);
   }

@@ -152,13 +152,14 @@ void PeerCore::source_finished(TimePoint now, const std::shared_ptr<LocalVersion
   for (const auto& copy : waiting) {
     if (outcome.is_ok()) {
       start_copy(copy, source);
-    } else if (outcome.code() != StatusCode::kCancelled) {
+    } else if (outcome.code() != StatusCode::kCancelled && outcome.code() != StatusCode::kIoError) {
       copies_[copy] = nullptr;
       finish(now, copy, outcome);  // the fetch it waited for failed
     } else if (auto taken = find(copy->id)) {
       copies_[copy] = taken;  // another copy took the released one's place: wait for that
     } else {
-      // The held one was released before it completed: this fetch takes its place.
+      // The held one was released before it completed, or its own memory
+      // refused bytes: this fetch takes its place.
       copies_.erase(copy);
       copy->role = VersionRole::kFetched;
       copy->memory = copy->destination.as_const();
@@ -209,10 +210,18 @@ void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v
   copying_[v.get()] = std::move(pending);  // the swarm fetch starts once the copies are done
 }
 
+void PeerCore::on_local_write_failed(TimePoint now, const std::shared_ptr<LocalVersion>& version, const Status& why) {
+  if (find(version->id) != version && copies_.count(version) == 0) return;  // released meanwhile
+  copying_.erase(version.get());
+  finish(now, version, why.with_context("cannot store " + version->model + " v" + std::to_string(version->number)));
+}
+
 void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to,
-                                std::span<const ShardIndex> failed, const std::string& mate_failure) {
+                                std::span<const ShardIndex> failed, const std::string& mate_failure,
+                                const Status& destination_error) {
   auto pending = copying_.find(to.get());
   if (pending == copying_.end()) return;
+  if (!destination_error.is_ok()) return on_local_write_failed(now, to, destination_error);
   for (ShardIndex s : failed) {
     pending->second.have.reset(s.value);
     if (mate_failure.empty()) ++pending->second.failed;
@@ -332,6 +341,11 @@ void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, con
     report(Report::kWarn, "fetch of " + what + " failed: " + status.to_string());
     swarm_.stop(now, v->id);
     withdraw_holding(*v);
+    // Forgotten at once: a retry is a new fetch, never a copy of this one.
+    if (find(v->id) == v) {
+      proofs_.forget(v->id);
+      versions_.erase(v->id);
+    }
   }
   source_finished(now, v, status);
   state_changed();

@@ -20,10 +20,10 @@ TEST_CASE("file memory: writes and copies into the mapped file go through the fi
   auto output = core::MappedOutputFile::create(dir.file("out"), image.size(), 0644, /*overwrite=*/false);
   REQUIRE(output.is_ok());
   peer::FileDestination file(std::move(*output));
-  const peer::MemoryDomain& domain = file.domain;
+  const peer::MemoryDomain& domain = file.domain();
   CHECK(domain.host_accessible());
   CHECK_FALSE(domain.receives_in_place());  // payloads land through a host buffer and write()
-  const core::MutableRegions mapping{file.file.bytes()};
+  const core::MutableRegions mapping{file.bytes()};
   const std::span<const std::byte> all(image);
 
   // write(): by pwrite, seen through the mapping (one page cache).
@@ -32,7 +32,7 @@ TEST_CASE("file memory: writes and copies into the mapped file go through the fi
   const std::vector<ConstRegion> parts{all.first(500'000), all.subspan(500'000)};
   const core::ConstRegions source{std::span<const ConstRegion>(parts)};
   REQUIRE(domain.copy(source, mapping, 100'000, image.size() - 100'000));
-  CHECK(std::equal(file.file.bytes().begin(), file.file.bytes().end(), image.begin(), image.end()));
+  CHECK(std::equal(file.bytes().begin(), file.bytes().end(), image.begin(), image.end()));
   std::vector<std::byte> read_back(4096);
   REQUIRE(domain.read(mapping.as_const(), 777'777, read_back));
   CHECK(std::equal(read_back.begin(), read_back.end(), image.begin() + 777'777));

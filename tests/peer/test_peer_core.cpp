@@ -320,8 +320,8 @@ struct CountingDomain final : MemoryDomain {
     ++verified;
     return host_memory().verify_shard(m, i, image);
   }
-  bool copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-            std::uint64_t length) const override {
+  Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+              std::uint64_t length) const override {
     ++copied;
     copied_bytes += length;
     return host_memory().copy(from, to, offset, length);
@@ -337,7 +337,8 @@ struct CountingDomain final : MemoryDomain {
               std::uint64_t length, ShardDigest& out) const override {
     return host_memory().digest(algorithm, image, offset, length, out);
   }
-  bool write(const core::MutableRegions& image, std::uint64_t offset, std::span<const std::byte> bytes) const override {
+  Status write(const core::MutableRegions& image, std::uint64_t offset,
+               std::span<const std::byte> bytes) const override {
     return host_memory().write(image, offset, bytes);
   }
 };
@@ -395,6 +396,119 @@ TEST_CASE("peer core: a fetch whose only holder stops serving the version fails,
   std::lock_guard lock((*f)->mutex);
   MESSAGE("failed with: " << (*f)->result.to_string());
   CHECK((*f)->result.code() == StatusCode::kUnavailable);
+}
+
+TEST_CASE("peer core: a failed fetch can be retried at once: a new fetch, never a copy of the failed one") {
+  PeerNetwork net(14);
+  add_peers(net, 3);  // peer 2 fetches later, to hold the version again
+  const auto image = small_model(14, 2u << 20);
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1) && knows_head(net, 2, 1); }, 10s));
+  auto holder = net.fetch(2, "policy", 1);
+  REQUIRE(holder.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*holder); }, 20s));
+  net.release(2, *holder, ReleaseMode::kNow);  // peer 2 lets go: the publisher is the only holder
+  auto first = net.fetch(1, "policy", 1);
+  REQUIRE(first.is_ok());
+  REQUIRE(net.run_until([&] { return net.piece_bytes_received(1) > 0; }, 10s, 1ms));
+  net.release(0, *published, ReleaseMode::kNow);
+  const auto failed = [](const std::shared_ptr<LocalVersion>& v) {
+    std::lock_guard lock(v->mutex);
+    return v->state == VersionState::kFailed;
+  };
+  REQUIRE(net.run_until([&] { return failed(*first); }, 30s));
+  // Retried at once: it fails too (nobody holds it), promptly, as a fetch of its own.
+  auto retry = net.fetch(1, "policy", 1);
+  REQUIRE(retry.is_ok());
+  CHECK((*retry)->role == VersionRole::kFetched);
+  CHECK(net.core(1).find((*retry)->id) == *retry);
+  REQUIRE(net.run_until([&] { return failed(*retry); }, 30s));
+  // Once a holder exists again, a retry succeeds, while the failed handles
+  // are still held and then released (they hold nothing of the new one).
+  auto republished = net.publish(0, "policy", image, tensors_of(image));  // v2: same bytes, a new version
+  REQUIRE(republished.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 2); }, 10s));
+  auto success = net.fetch(1, "policy", 2);
+  REQUIRE(success.is_ok());
+  REQUIRE(net.run_until([&] { return complete(*success); }, 20s));
+  CHECK(same_bytes(*success, image));
+  net.release(1, *first, ReleaseMode::kNow);
+  net.release(1, *retry, ReleaseMode::kNow);
+  net.run_for(1s);
+  CHECK(net.core(1).find((*success)->id) == *success);
+}
+
+namespace {
+
+// Host memory whose writes fail once `refuse_after` bytes went in (a file
+// system that fills up).
+struct FillingDomain final : MemoryDomain {
+  mutable std::uint64_t written = 0;
+  std::uint64_t refuse_after = 0;
+  std::string_view name() const override { return "filling"; }
+  bool verify_shard(const Manifest& m, ShardIndex i, const core::ConstRegions& image) const override {
+    return host_memory().verify_shard(m, i, image);
+  }
+  Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+              std::uint64_t length) const override {
+    return host_memory().copy(from, to, offset, length);
+  }
+  core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
+                                    const core::ConstRegions& image) const override {
+    return host_memory().digest_ranges(prefix, ranges, image);
+  }
+  bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override {
+    return host_memory().read(image, offset, out);
+  }
+  bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
+              std::uint64_t length, ShardDigest& out) const override {
+    return host_memory().digest(algorithm, image, offset, length, out);
+  }
+  Status write(const core::MutableRegions& image, std::uint64_t offset,
+               std::span<const std::byte> bytes) const override {
+    if (written + bytes.size() > refuse_after) return Status::io_error("cannot write: No space left on device");
+    written += bytes.size();
+    return host_memory().write(image, offset, bytes);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("peer core: a destination that refuses bytes ends the fetch with its error, and the sources stop sending") {
+  PeerNetwork net(15);
+  add_peers(net, 2);
+  const auto image = small_model(15, 4u << 20);
+  auto published = net.publish(0, "policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(net.run_until([&] { return knows_head(net, 1, 1); }, 10s));
+  std::vector<std::byte> out(image.size());
+  FillingDomain full;
+  full.refuse_after = 1u << 20;
+  const MutableRegion region(out);
+  const TimePoint started = net.now();
+  auto f = net.fetch(1, "policy", 1, std::span<const MutableRegion>(&region, 1), full);
+  REQUIRE(f.is_ok());
+  const auto finished = [&] {
+    std::lock_guard lock((*f)->mutex);
+    return (*f)->state != VersionState::kFetching;
+  };
+  REQUIRE(net.run_until(finished, 30s, 1ms));
+  const double seconds = to_seconds(net.now() - started);
+  {
+    std::lock_guard lock((*f)->mutex);
+    MESSAGE("failed after " << seconds << " s with: " << (*f)->result.to_string());
+    CHECK((*f)->state == VersionState::kFailed);
+    CHECK((*f)->result.code() == StatusCode::kIoError);
+    CHECK((*f)->result.message().find("No space left on device") != std::string::npos);
+  }
+  // Within a second of the first refusal, and nothing more is asked for.
+  CHECK(seconds < 1.0);
+  const std::uint64_t received = net.piece_bytes_received(1);
+  net.run_for(5s);
+  CHECK(net.piece_bytes_received(1) == received);
+  CHECK(received <= full.refuse_after + (1u << 20));
+  CHECK(net.core(1).find((*f)->id) == nullptr);  // forgotten: a retry is a new fetch
 }
 
 TEST_CASE("peer core: a fetch whose only holder dies when every missing shard is begun fails too") {

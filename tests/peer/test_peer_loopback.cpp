@@ -13,6 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <csignal>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
 #include "core/random_fill.hpp"
 #include "cuda/device_memory_domain.hpp"
 #include "cuda/staging_ring.hpp"
@@ -960,4 +964,128 @@ TEST_CASE("peer: a fetch into a file writes it through host buffers, puts it in 
   CHECK(later->fetch_to_file("policy", 1, dir.file("no/such/dir")).status().code() == StatusCode::kNotFound);
   CHECK(later->fetch_to_file("policy", 7, dir.file("v7")).status().code() == StatusCode::kNotFound);
   CHECK(entries() == 2);
+}
+
+TEST_CASE("peer: a fetch into a file that its file system refuses fails at once, naming why, and leaves nothing") {
+  // RLIMIT_FSIZE makes pwrite past 1 MiB fail with EFBIG, as a full file
+  // system fails with ENOSPC (tests/cli covers ENOSPC in a real tmpfs).
+  const Identity publisher_id = GossipNetwork::identity_for(700);
+  auto publisher = start_peer(700, publisher_id.public_key(), {}, [](PeerOptions& o) { o.super_seed = false; });
+  auto worker = start_peer(701, publisher_id.public_key(), {publisher->gossip_address()});
+  auto image = small_model(70, 4u << 20);
+  auto published = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  TempDir dir;
+  const std::string path = dir.file("policy.bin");
+  auto entries = [&] {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++n;
+    return n;
+  };
+  struct rlimit before {};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = before;
+  small.rlim_cur = 1u << 20;
+  Status failed;
+  const auto started = std::chrono::steady_clock::now();
+  {
+    // The publisher's I/O thread waits until the limit is set: no block
+    // comes before it, and the file is sized before it (ftruncate past the
+    // limit would fail).
+    std::promise<void> go;
+    std::shared_future<void> gate = go.get_future().share();
+    peer::post_to_io_thread(*publisher, [gate] { gate.wait(); });
+    auto fetched = worker->fetch_to_file("policy", 1, path);
+    const bool created = fetched.is_ok();
+    if (created) REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    go.set_value();
+    REQUIRE(created);
+    failed = fetched->wait(20s);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    MESSAGE("failed after " << seconds << " s: " << failed.to_string());
+    CHECK(seconds < 2.0);
+    // The temporary file is gone before the handle is released.
+    CHECK(entries() == 0);
+  }
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &before) == 0);
+  std::signal(SIGXFSZ, old_handler);
+  CHECK(failed.code() == StatusCode::kIoError);
+  CHECK(failed.message().find("File too large") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(path));
+  // The publisher sent about what the file took, not the version again and again.
+  CHECK(published->bytes_served() < 3 * (1u << 20));
+  // A retry at once, with room, succeeds.
+  auto retried = worker->fetch_to_file("policy", 1, path);
+  REQUIRE(retried.is_ok());
+  REQUIRE_MESSAGE(retried->wait(20s).is_ok(), retried->wait(0ms).to_string());
+  CHECK(std::filesystem::file_size(path) == image.size());
+  CHECK(entries() == 1);
+}
+
+TEST_CASE("peer: an output path that is not a regular file is refused, and a long legal name works") {
+  const Identity publisher_id = GossipNetwork::identity_for(702);
+  auto publisher = start_peer(702, publisher_id.public_key(), {});
+  auto worker = start_peer(703, publisher_id.public_key(), {publisher->gossip_address()});
+  auto image = small_model(71, 1u << 20);
+  auto published = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string link = dir.file("link");
+  const std::string target = dir.file("target");
+  write_test_file(target, std::vector<std::byte>(10));
+  std::filesystem::create_symlink(target, link);
+  std::filesystem::create_directory(dir.file("subdir"));
+  for (const std::string& refused : {fifo, link, dir.file("subdir"), std::string("/dev/null")}) {
+    CAPTURE(refused);
+    auto f = worker->fetch_to_file("policy", 1, refused);
+    REQUIRE_FALSE(f.is_ok());
+    CHECK(f.status().code() == StatusCode::kInvalidArgument);
+    CHECK(f.status().message().find("refusing to replace") != std::string::npos);
+  }
+  CHECK(std::filesystem::is_symlink(link));
+  CHECK(std::filesystem::is_fifo(fifo));
+  CHECK(std::filesystem::file_size(target) == 10);
+  // A read-only regular file is replaced, as mv replaces it.
+  const std::string read_only = dir.file("read-only");
+  write_test_file(read_only, std::vector<std::byte>(10));
+  std::filesystem::permissions(read_only, std::filesystem::perms::owner_read);
+  {
+    auto f = worker->fetch_to_file("policy", 1, read_only);
+    REQUIRE(f.is_ok());
+    REQUIRE(f->wait(20s).is_ok());
+  }
+  CHECK(std::filesystem::file_size(read_only) == image.size());
+  // 250 bytes: legal, though the temporary name's suffix would pass 255.
+  const std::string long_name = dir.file(std::string(250, 'w'));
+  {
+    auto f = worker->fetch_to_file("policy", 1, long_name);
+    REQUIRE_MESSAGE(f.is_ok(), f.status().to_string());
+    REQUIRE_MESSAGE(f->wait(20s).is_ok(), f->wait(0ms).to_string());
+  }
+  CHECK(std::filesystem::file_size(long_name) == image.size());
+}
+
+TEST_CASE("peer: handles that outlive their Peer hold nothing, and their release returns at once") {
+  const Identity publisher_id = GossipNetwork::identity_for(704);
+  auto publisher = start_peer(704, publisher_id.public_key(), {});
+  auto worker = start_peer(705, publisher_id.public_key(), {publisher->gossip_address()});
+  auto image = small_model(72, 1u << 20);
+  auto published = publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  auto fetched = worker->fetch("policy", 1);
+  REQUIRE(fetched.is_ok());
+  REQUIRE(fetched->wait(20s).is_ok());
+  const auto started = std::chrono::steady_clock::now();
+  worker.reset();
+  publisher.reset();
+  fetched->release();
+  published->release();
+  CHECK(published->wait_replicated(1, 1s).code() == StatusCode::kCancelled);
+  CHECK(std::chrono::steady_clock::now() - started < 15s);
 }

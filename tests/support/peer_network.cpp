@@ -133,11 +133,17 @@ void PeerNetwork::drain(std::size_t peer) {
     } else if (auto* copy = std::get_if<peer::CopyShards>(&*action)) {
       const Manifest& m = *copy->to->manifest;
       std::vector<ShardIndex> failed;
+      Status destination_error;
       for (ShardIndex s : copy->shards) {
         p.bytes_copied += m.shard(s).byte_length;
-        if (!peer::copy_verified_shard(*copy->to->domain, m, s, copy->from->memory, copy->to->destination)) {
-          failed.push_back(s);
-        }
+        Status copied = peer::copy_verified_shard(*copy->to->domain, m, s, copy->from->memory, copy->to->destination);
+        if (copied.is_ok()) continue;
+        failed.push_back(s);
+        if (copied.code() == StatusCode::kIoError && destination_error.is_ok()) destination_error = copied;
+      }
+      if (!destination_error.is_ok()) {
+        p.core->on_shards_copied(now(), copy->to, failed, {}, destination_error);
+        continue;
       }
       schedule(Event{now(), Kind::kCopied, peer, std::nullopt, 0, copy->to, false, std::move(failed)});
     } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
@@ -162,12 +168,20 @@ void PeerNetwork::dispatch(Event& e) {
   switch (e.kind) {
     case Kind::kLink: {
       const std::size_t from = e.link->from;
+      std::shared_ptr<peer::LocalVersion> refused;
+      Status why;
       links_.deliver(*p.core, now(), gossip_.id(from), peers_[from].core != nullptr, *e.link,
                      [&](const peer::PieceLanding& target, std::span<const std::byte> payload) {
                        // Through the domain: GPU memory is not the host's to write.
-                       target.version->domain->write(target.version->destination, target.offset, payload);
+                       why = target.version->domain->write(target.version->destination, target.offset, payload);
+                       if (!why.is_ok()) {
+                         refused = target.version;
+                         return false;
+                       }
                        p.piece_bytes_received += payload.size();
+                       return true;
                      });
+      if (refused) p.core->on_local_write_failed(now(), refused, why);
       break;
     }
     case Kind::kTimer:

@@ -143,6 +143,7 @@ void SwarmNetwork::dispatch(Event& e) {
     links_.deliver(*p.core, now(), peers_[e.link->from].id, peers_[e.link->from].core != nullptr, *e.link,
                    [&](const swarm::PieceTarget& target, std::span<const std::byte> payload) {
                      std::memcpy(p.image.data() + target.offset, payload.data(), payload.size());
+                     return true;
                    });
   } else {
     if (!p.timer.fires(e.generation)) return;

@@ -78,7 +78,8 @@ class VirtualLinks {
   }
   // Delivers `e` to its peer's `core`. `from_alive`: whether its sender
   // still runs (what a dead peer sent is lost; its connections fail).
-  // `store(target, payload)` writes a payload where begin_piece said.
+  // `store(target, payload)` writes a payload where begin_piece said, and
+  // returns whether it was kept (false: the destination refused it).
   template <typename Core, typename Store>
   void deliver(Core& core, TimePoint now, const PeerId& from, bool from_alive, LinkEvent& e, Store&& store) {
     const bool carries_data = e.kind == LinkKind::kMessage || e.kind == LinkKind::kPieceHeader || e.kind == LinkKind::kPiece;
@@ -96,7 +97,10 @@ class VirtualLinks {
         const std::optional<Target> target = std::get<2>(landing->second);
         landings_.erase(landing);
         const bool stored = target && target->length == e.payload.size();
-        if (stored) store(*target, std::span<const std::byte>(e.payload));
+        if (stored && !store(*target, std::span<const std::byte>(e.payload))) {
+          core.on_piece_not_kept(now, from, e.message);
+          break;
+        }
         core.on_piece(now, from, e.message, stored);
         break;
       }
