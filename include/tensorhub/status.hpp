@@ -33,6 +33,11 @@ enum class StatusCode {
 };
 
 std::string_view status_code_name(StatusCode code);
+// The code as an identifier, for programs: "invalid_argument", "io_error",
+// ... (what the control protocol's "code" and Python's Error.code carry).
+std::string_view status_code_id(StatusCode code);
+// The code an identifier names; kInternal for one that names none.
+StatusCode status_code_from_id(std::string_view id);
 
 class [[nodiscard]] Status {
  public:

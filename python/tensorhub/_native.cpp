@@ -40,29 +40,9 @@ using TensorSpec = std::tuple<std::string, std::string, std::vector<std::uint64_
 // interpreter is gone, at process exit.
 py::handle error_type;
 
-// The kind of failure, as a Python identifier.
-const char* code_name(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kCorrupt: return "corrupt";
-    case StatusCode::kVerifyFailed: return "verify_failed";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kAlreadyExists: return "already_exists";
-    case StatusCode::kPermissionDenied: return "permission_denied";
-    case StatusCode::kIoError: return "io_error";
-    case StatusCode::kUnavailable: return "unavailable";
-    case StatusCode::kTimeout: return "timeout";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kInternal: return "internal";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-  }
-  return "internal";
-}
-
 [[noreturn]] void raise(const Status& s) {
   py::object e = error_type(s.to_string());
-  e.attr("code") = code_name(s.code());
+  e.attr("code") = std::string(status_code_id(s.code()));
   PyErr_SetObject(error_type.ptr(), e.ptr());
   throw py::error_already_set();
 }

@@ -18,14 +18,18 @@
 
 namespace tensorhub::cli {
 
-int report_error(const Status& status) {
-  std::fprintf(stderr, "tensorhub: %s\n", status.to_string().c_str());
-  switch (status.code()) {
+int exit_code_for(StatusCode code) {
+  switch (code) {
     case StatusCode::kOk: return kExitOk;
     case StatusCode::kCorrupt:
     case StatusCode::kVerifyFailed: return kExitCheckFailed;
     default: return kExitError;
   }
+}
+
+int report_error(const Status& status) {
+  std::fprintf(stderr, "tensorhub: %s\n", status.to_string().c_str());
+  return exit_code_for(status.code());
 }
 
 CLI::Option* add_size_option(CLI::App& app, const std::string& name, std::uint64_t& out, const std::string& help) {
@@ -69,23 +73,38 @@ Result<std::string> default_control_path(const core::HostPort& listen, bool crea
   std::string name = "peer-";
   for (char c : listen.host) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   name += "-" + std::to_string(listen.port) + ".sock";
+  if (!create) {
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 && errno == ENOENT) return dir + "/" + name;  // no peer runs: connecting says so
+  }
+  TENSORHUB_RETURN_IF_ERROR(check_private_directory(dir, "control", create, "--control PATH"));
+  return dir + "/" + name;
+}
+
+Status check_private_directory(const std::string& dir, const std::string& what, bool create,
+                               const std::string& option) {
   if (create && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return Status::io_error("cannot create the control directory " + dir + ": " + std::strerror(errno));
+    return Status::io_error("cannot create the " + what + " directory " + dir + ": " + std::strerror(errno));
   }
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) {
-    if (!create && errno == ENOENT) return dir + "/" + name;  // no peer runs: connecting says so
-    return Status::io_error("cannot inspect the control directory " + dir + ": " + std::strerror(errno));
+    return Status::io_error("cannot inspect the " + what + " directory " + dir + ": " + std::strerror(errno));
   }
-  const std::string fix = ": remove it, or give --control PATH";
+  const std::string fix = ": remove it, or give " + option;
   if (!S_ISDIR(st.st_mode)) return Status::permission_denied(dir + " is not a directory" + fix);
   if (st.st_uid != ::geteuid()) {
     return Status::permission_denied(dir + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
                                      std::to_string(::geteuid()) + ")" + fix);
   }
-  if ((st.st_mode & 077) != 0) return Status::permission_denied(dir + " is open to other users (chmod 700 it)" + fix);
-  return dir + "/" + name;
+  const mode_t forbidden = what == "control" ? 077 : 022;  // a control directory is not even readable by others
+  if ((st.st_mode & forbidden) != 0) {
+    return Status::permission_denied(dir + (forbidden == 077 ? " is open to other users" : " is writable by other users") +
+                                     " (chmod 700 it)" + fix);
+  }
+  return Status::ok();
 }
+
+std::string default_hold_directory() { return "/dev/shm/tensorhub-" + std::to_string(::geteuid()); }
 
 Result<std::string> resolve_control_path(const std::string& control, const std::string& peer) {
   if (!control.empty()) return control;

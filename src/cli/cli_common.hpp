@@ -17,13 +17,16 @@ struct HostPort;
 
 namespace tensorhub::cli {
 
-// Exit codes of every subcommand.
+// Exit codes of every subcommand (docs/cli.md).
 enum ExitCode : int {
   kExitOk = 0,
-  kExitCheckFailed = 1,  // a verification failed, or input is corrupt
-  kExitError = 2,        // bad arguments, missing files, I/O errors
+  kExitCheckFailed = 1,  // a verification failed, or input is corrupt (kVerifyFailed, kCorrupt)
+  kExitError = 2,        // everything else: bad arguments, missing files, I/O errors, timeouts, limits
 };
 
+// The exit code of a failure of this kind, whether it happened in the
+// command or in the daemon that answered it.
+int exit_code_for(StatusCode code);
 // Prints "tensorhub: <status>" on stderr and returns the matching exit code.
 int report_error(const Status& status);
 
@@ -44,6 +47,16 @@ std::uint64_t unix_time_ms();
 // is not a directory of this user closed to others (kPermissionDenied,
 // saying what to fix): another user could otherwise take the path first.
 Result<std::string> default_control_path(const core::HostPort& listen, bool create);
+// OK when `dir` is a directory of this user that no other user may write
+// (for the "control" directory: not even read), created with mode 0700 when
+// `create` and absent; kPermissionDenied naming what is wrong and the fix
+// (removing it, or `option`), kIoError when it cannot be made or inspected.
+// Another user who made the directory first could otherwise swap files under
+// the daemon, or have it delete theirs.
+Status check_private_directory(const std::string& dir, const std::string& what, bool create,
+                               const std::string& option);
+// Where a daemon holds versions by default: /dev/shm/tensorhub-<uid>.
+std::string default_hold_directory();
 // --control PATH, or the default path of --peer HOST:PORT.
 Result<std::string> resolve_control_path(const std::string& control, const std::string& peer);
 // The absolute form of a path (the peer resolves paths from its own directory).

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli/cli_common.hpp"
+#include "cli/control_request.hpp"
 #include "core/byte_size.hpp"
 #include "core/file_io.hpp"
 #include "core/hash.hpp"
@@ -245,8 +246,11 @@ int run_demo(const DemoArgs& a) {
     const auto t0 = Clock::now();
     Result<Json> published = Status::internal("not run");
     std::thread trainer([&] {
-      published = call(procs[0].control, Json{{"cmd", "publish"}, {"model", "policy"}, {"file", file},
-                                              {"wait_replicas", a.replicas}, {"release", true}});
+      Json request{{"cmd", "publish"}, {"model", "policy"}};
+      put_path(request, "file", file);
+      request["wait_replicas"] = a.replicas;
+      request["release"] = true;
+      published = call(procs[0].control, request);
     });
     // Watch every worker until all hold it.
     std::vector<double> done_at(a.peers, -1);

@@ -101,7 +101,8 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--follow", args->follow, "Fetch every new head of this model as it appears; repeatable");
   p->add_option("--control", args->control_path, "Control socket path (default: derived from --listen)");
   p->add_option("--hold-dir", args->hold_directory,
-                "Where held versions go, in a folder per peer id (default /dev/shm/tensorhub: memory)");
+                "Where held versions go, in a folder per peer id (default /dev/shm/tensorhub-<uid>: memory); a "
+                "directory of this user that no other user may write, created mode 0700");
   p->add_option("--gpu-buffers", args->gpu_buffers,
                 "Versions held at once in one GPU's memory for engines on it (default 2: the current and the next)")
       ->check(CLI::Range(1, 64));
@@ -152,9 +153,13 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
       exit_code = report_error(st);
       return;
     }
-    if (!answer.is_object() || answer.contains("error")) {
-      exit_code = report_error(Status::io_error("the peer answered: " + (answer.is_object() ? cell(answer, "error")
-                                                                                            : std::string("garbage"))));
+    if (!answer.is_object()) {
+      exit_code = report_error(Status::io_error("the peer answered something that is not a JSON object"));
+      return;
+    }
+    if (answer.contains("error")) {
+      std::fprintf(stderr, "tensorhub: %s\n", cell(answer, "error").c_str());
+      exit_code = exit_code_for(status_code_from_id(answer.value("code", std::string("internal"))));
       return;
     }
     if (status->json) {

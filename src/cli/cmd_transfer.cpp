@@ -2,15 +2,19 @@
 // socket, or (fetch --join) as a short-lived peer of its own.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "cli/cli_common.hpp"
+#include "cli/control_request.hpp"
 #include "core/byte_size.hpp"
 #include "core/file_io.hpp"
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
+#include "tensorhub/manifest.hpp"
 #include "tensorhub/peer.hpp"
 #include "transport/control_server.hpp"
 
@@ -32,9 +36,10 @@ void draw_progress(std::uint64_t done, std::uint64_t total, std::uint32_t shards
   if (done == total) std::fprintf(stderr, "\n");
 }
 
-// Sends a control request and handles its JSON lines; returns the exit code.
+// Sends a control request and handles its JSON lines; returns the exit code
+// (the daemon's error's kind decides it, as for an error here).
 int control_call(const std::string& path, const Json& request, const std::function<void(const Json&)>& on_event,
-                 Json& final_line) {
+                 Json& final_line, std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
   bool got_final = false;
   Status s = transport::control_request(path, request.dump(), [&](const std::string& line) {
     Json j = Json::parse(line, nullptr, false);
@@ -45,14 +50,25 @@ int control_call(const std::string& path, const Json& request, const std::functi
     } else {
       on_event(j);
     }
-  });
+  }, timeout);
   if (!s.is_ok()) return report_error(s);
   if (!got_final) return report_error(Status::io_error("the peer closed the control connection without an answer"));
   if (!final_line.value("ok", false)) {
     std::fprintf(stderr, "tensorhub: %s\n", final_line.value("error", std::string("failed")).c_str());
-    return kExitCheckFailed;
+    return exit_code_for(status_code_from_id(final_line.value("code", std::string("internal"))));
   }
   return kExitOk;
+}
+
+// A model name is checked here first: the one-line reason, before any request.
+Status check_model(const std::string& model) { return validate_model_name(model).with_context("--model"); }
+
+// --timeout: a positive number of seconds.
+Result<std::chrono::milliseconds> timeout_of(double seconds) {
+  if (!(seconds > 0) || seconds > 1e9) {
+    return Status::invalid_argument("--timeout must be a positive number of seconds, not " + std::to_string(seconds));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(seconds * 1000)));
 }
 
 struct PublishArgs {
@@ -62,12 +78,15 @@ struct PublishArgs {
 };
 
 int run_publish(const PublishArgs& a) {
+  if (Status s = check_model(a.model); !s.is_ok()) return report_error(s);
   auto path = resolve_control_path(a.control, a.peer);
   if (!path) return report_error(path.status());
   auto file = core::MappedFile::open(a.file);  // fail early, with the CLI's own message
   if (!file) return report_error(file.status());
-  Json request{{"cmd", "publish"}, {"model", a.model}, {"file", absolute_path(a.file)},
-               {"wait_replicas", a.wait_replicas}, {"release", a.release}};
+  Json request{{"cmd", "publish"}, {"model", a.model}};
+  put_path(request, "file", absolute_path(a.file));
+  request["wait_replicas"] = a.wait_replicas;
+  request["release"] = a.release;
   Json final_line;
   const int code = control_call(*path, request, [](const Json& e) {
     if (e.value("event", "") == "published") {
@@ -101,11 +120,12 @@ Result<std::uint64_t> parse_version(const std::string& text) {
   return static_cast<std::uint64_t>(v);
 }
 
-int run_fetch_via_control(const FetchArgs& a, std::uint64_t version) {
+int run_fetch_via_control(const FetchArgs& a, std::uint64_t version, std::chrono::milliseconds timeout) {
   auto path = resolve_control_path(a.control, a.peer);
   if (!path) return report_error(path.status());
   const auto started = std::chrono::steady_clock::now();
-  Json request{{"cmd", "fetch"}, {"model", a.model}, {"version", version}, {"out", absolute_path(a.out)}};
+  Json request{{"cmd", "fetch"}, {"model", a.model}, {"version", version}};
+  put_path(request, "out", absolute_path(a.out));
   Json final_line;
   const int code = control_call(*path, request, [&](const Json& e) {
     if (e.value("event", "") == "progress") {
@@ -113,7 +133,7 @@ int run_fetch_via_control(const FetchArgs& a, std::uint64_t version) {
                     e.value("shards_verified", 0u), e.value("shards_total", 0u),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
-  }, final_line);
+  }, final_line, timeout);
   if (code == kExitOk) {
     const std::uint64_t bytes = final_line.value("bytes", std::uint64_t{0});
     const double seconds = final_line.value("seconds", 0.0);
@@ -125,7 +145,8 @@ int run_fetch_via_control(const FetchArgs& a, std::uint64_t version) {
   return code;
 }
 
-int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version) {
+int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto identity = Identity::load(a.key);
   if (!identity) return report_error(identity.status());
   auto swarm_key = SwarmKey::load(a.swarm_key);
@@ -142,16 +163,19 @@ int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version) {
   if (!core::log_enabled(core::LogLevel::kDebug)) core::set_log_level(core::LogLevel::kWarn);
   auto peer = Peer::start(o, std::move(*identity), std::move(*swarm_key));
   if (!peer) return report_error(peer.status());
-  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_seconds * 1000));
-  auto head = (*peer)->wait_for_head(a.model, version == 0 ? 0 : version - 1, std::min(timeout, std::chrono::milliseconds(30000)));
+  const auto left = [&] {
+    return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      deadline - std::chrono::steady_clock::now()));
+  };
+  auto head = (*peer)->wait_for_head(a.model, version == 0 ? 0 : version - 1, left());
   if (!head) return report_error(head.status());
   const auto started = std::chrono::steady_clock::now();
   // Written into the file as the blocks arrive; wait() puts it in place.
   auto handle = (*peer)->fetch_to_file(a.model, version, a.out);
   if (!handle) return report_error(handle.status());
   Status s = Status::timeout("");
-  while (s.code() == StatusCode::kTimeout && std::chrono::steady_clock::now() - started < timeout) {
-    s = handle->wait(std::chrono::milliseconds(200));
+  while (s.code() == StatusCode::kTimeout && std::chrono::steady_clock::now() < deadline) {
+    s = handle->wait(std::min(std::chrono::milliseconds(200), left()));
     const auto p = handle->progress();
     draw_progress(p.bytes_verified, p.bytes_total, p.shards_verified, p.shards_total,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
@@ -199,6 +223,10 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
       exit_code = report_error(path.status());
       return;
     }
+    if (Status s = check_model(rel->model); !s.is_ok()) {
+      exit_code = report_error(s);
+      return;
+    }
     Json final_line;
     exit_code = control_call(*path, Json{{"cmd", "release"}, {"model", rel->model}, {"version", rel->version}, {"now", rel->now}},
                              [](const Json&) {}, final_line);
@@ -223,14 +251,23 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
       exit_code = report_error(version.status());
       return;
     }
+    auto timeout = timeout_of(f->timeout_seconds);
+    if (!timeout) {
+      exit_code = report_error(timeout.status());
+      return;
+    }
+    if (Status s = check_model(f->model); !s.is_ok()) {
+      exit_code = report_error(s);
+      return;
+    }
     if (!f->join.empty()) {
       if (f->key.empty() || f->swarm_key.empty()) {
         exit_code = report_error(Status::invalid_argument("--join needs --key and --swarm-key"));
         return;
       }
-      exit_code = run_fetch_ephemeral(*f, *version);
+      exit_code = run_fetch_ephemeral(*f, *version, *timeout);
     } else {
-      exit_code = run_fetch_via_control(*f, *version);
+      exit_code = run_fetch_via_control(*f, *version, *timeout);
     }
   });
 }

@@ -16,7 +16,11 @@ using Json = nlohmann::ordered_json;
 // never thrown.
 inline std::string line(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-inline Json error_line(const Status& s) { return Json{{"done", true}, {"ok", false}, {"error", s.to_string()}}; }
+// "code" names the kind (tensorhub.Error's codes: invalid_argument,
+// not_found, io_error, ...), "error" the one-line reason.
+inline Json error_line(const Status& s) {
+  return Json{{"done", true}, {"ok", false}, {"error", s.to_string()}, {"code", status_code_id(s.code())}};
+}
 
 inline Json progress_line(const FetchProgressInfo& p) {
   return Json{{"event", "progress"}, {"bytes_verified", p.bytes_verified}, {"bytes_total", p.bytes_total},

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // prints the message and a hint
     return kExitError;
+  } catch (const std::exception& e) {
+    // A bug, not the user's input: one line, never an abort.
+    return report_error(tensorhub::Status::internal(e.what()));
   }
   return exit_code;
 }

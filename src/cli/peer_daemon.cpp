@@ -13,6 +13,8 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/control_lines.hpp"
+#include "cli/control_request.hpp"
+#include "cli/output_journal.hpp"
 #include "cli/held_versions.hpp"
 #include "cli/reserved_buffers.hpp"
 #include "core/bus_error_guard.hpp"
@@ -51,25 +53,6 @@ FileStamp stamp_of(const std::string& path) {
                    static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
-// A request's field, or `fallback` when absent; kInvalidArgument when it is
-// there with another type.
-template <typename T>
-Result<T> field(const Json& request, const char* key, T fallback) {
-  auto it = request.find(key);
-  if (it == request.end() || it->is_null()) return fallback;
-  const std::string where = std::string("\"") + key + "\"";
-  if constexpr (std::is_same_v<T, std::string>) {
-    if (!it->is_string()) return Status::invalid_argument(where + " must be a string");
-    return it->template get<std::string>();
-  } else if constexpr (std::is_same_v<T, bool>) {
-    if (!it->is_boolean()) return Status::invalid_argument(where + " must be true or false");
-    return it->template get<bool>();
-  } else {
-    if (!it->is_number_unsigned()) return Status::invalid_argument(where + " must be a non-negative integer");
-    return static_cast<T>(it->template get<std::uint64_t>());
-  }
-}
-
 class Daemon {
  public:
   explicit Daemon(DaemonOptions options) : options_(std::move(options)), signals_(io_, SIGINT, SIGTERM) {}
@@ -91,6 +74,18 @@ class Daemon {
     }
     auto identity = Identity::load(options_.key_file);
     if (!identity) return report_error(identity.status());
+    // The hold directory is this user's alone: another user who made it
+    // first could swap a held file under a verified path.
+    if (options_.hold_directory.empty()) options_.hold_directory = default_hold_directory();
+    if (Status s = check_private_directory(options_.hold_directory, "hold", /*create=*/true, "--hold-dir DIR");
+        !s.is_ok()) {
+      return report_error(s);
+    }
+    const std::string own = options_.hold_directory + "/" + identity->public_key().hex().substr(0, 12);
+    std::size_t leftovers = 0;
+    auto journal = OutputJournal::open(own + ".outputs", leftovers);
+    if (!journal) return report_error(journal.status().with_context("the record of outputs being fetched"));
+    outputs_ = std::move(*journal);
     auto swarm_key = SwarmKey::load(options_.swarm_key_file);
     if (!swarm_key) return report_error(swarm_key.status());
     if (!options_.members_file.empty()) {
@@ -116,11 +111,10 @@ class Daemon {
       path = *default_path;
     }
     // Before the control socket opens: what a killed life left is gone by then.
-    held_ = std::make_unique<HeldVersions>(*peer_, options_.hold_directory + "/" + peer_->id().hex().substr(0, 12),
-                                           cuda_hold_memory, options_.gpu_buffers);
+    held_ = std::make_unique<HeldVersions>(*peer_, own, cuda_hold_memory, options_.gpu_buffers);
     auto control = transport::ControlServer::start(
         io_, path,
-        [this](const std::string& request, transport::ControlServer::Reply reply,
+        [this](const Result<std::string>& request, transport::ControlServer::Reply reply,
                transport::ControlServer::WhenClosed when_closed) { handle(request, reply, when_closed); });
     if (!control) return report_error(control.status());
     control_ = std::move(*control);
@@ -137,7 +131,11 @@ class Daemon {
     });
     io_.run();
     // Handles go before the peer; the peer's destructor leaves gracefully.
+    // A fetch still running is cancelled: its temporary file goes with it.
     held_.reset();
+    for (const auto& watch : watches_) watch->handle.reset();
+    watches_.clear();
+    copies_.clear();
     fetched_.clear();
     published_.clear();
     peer_.reset();
@@ -150,82 +148,71 @@ class Daemon {
     std::unique_ptr<core::MappedFile> file;
     std::unique_ptr<PublishHandle> handle;
   };
+  // A fetch request being answered.
+  struct FetchWatch {
+    VersionInfo info;
+    transport::ControlServer::Reply reply;
+    std::shared_ptr<FetchHandle> handle;  // null once it ended
+    std::optional<Key> kept;              // the daemon holds it under this key from now on
+    std::string output;                   // its --out, recorded in outputs_ while it runs
+    bool finished = false;
+  };
 
   // Every request gets an answer, however malformed, and the daemon lives on.
-  void handle(const std::string& request, const transport::ControlServer::Reply& reply,
+  void handle(const Result<std::string>& request, const transport::ControlServer::Reply& reply,
               const transport::ControlServer::WhenClosed& when_closed) {
-    Status s = Status::ok();
-    try {
-      s = handle_request(request, reply, when_closed);
-    } catch (const std::exception& e) {
-      s = Status::internal(std::string("the request failed: ") + e.what());
-      TH_LOG_ERROR("peer", s.message());
+    Status s = request.status();
+    if (s.is_ok()) {
+      try {
+        s = handle_request(*request, reply, when_closed);
+      } catch (const std::exception& e) {
+        s = Status::internal(std::string("the request failed: ") + e.what());
+        TH_LOG_ERROR("peer", s.message());
+      }
     }
     if (!s.is_ok()) reply(line(error_line(s)), true);
   }
 
   // An error it returns is the request's answer; otherwise it answers itself.
-  Status handle_request(const std::string& request, const transport::ControlServer::Reply& reply,
+  Status handle_request(const std::string& text, const transport::ControlServer::Reply& reply,
                         const transport::ControlServer::WhenClosed& when_closed) {
-    const Json req = Json::parse(request, nullptr, /*allow_exceptions=*/false);
-    if (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
-      return Status::invalid_argument("expected a JSON object with a \"cmd\" string");
+    auto request = parse_control_request(text);
+    if (!request) return request.status();
+    const ControlRequest& r = *request;
+    if (r.cmd == "status") {
+      reply(peer_->status_json(), true);
+    } else if (r.cmd == "publish") {
+      publish(r.model, r.file, r.wait_replicas, r.release, reply);
+    } else if (r.cmd == "fetch") {
+      fetch(r.model, r.version, r.out, reply, when_closed);
+    } else if (r.cmd == "digest") {
+      digest(r.model, r.version, reply);
+    } else if (r.cmd == "release") {
+      release(r.model, r.version, r.now, reply);
+    } else if (r.cmd == "hold") {
+      hold(r.model, r.version, r.gpu, reply, when_closed);
     }
-    const std::string cmd = req["cmd"];
-    auto model = field<std::string>(req, "model", "");
-    auto version = field<std::uint64_t>(req, "version", 0);
-    auto file = field<std::string>(req, "file", "");
-    auto out = field<std::string>(req, "out", "");
-    auto wait_replicas = field<std::size_t>(req, "wait_replicas", 0);
-    auto release_after = field<bool>(req, "release", false);
-    auto now = field<bool>(req, "now", false);
-    auto gpu = field<std::string>(req, "gpu", "");
-    for (const Status* st : {&model.status(), &version.status(), &file.status(), &out.status(), &wait_replicas.status(),
-                             &release_after.status(), &now.status(), &gpu.status()}) {
-      TENSORHUB_RETURN_IF_ERROR(*st);
-    }
-    if (cmd == "hold") {
-      hold(*model, *version, *gpu, reply, when_closed);
-      return Status::ok();
-    }
-    if (!gpu->empty()) return Status::invalid_argument("\"gpu\" goes with \"hold\" only");
-    handle_command(cmd, *model, *version, *file, *out, *wait_replicas, *release_after, *now, reply);
     return Status::ok();
   }
 
-  void handle_command(const std::string& cmd, const std::string& model, std::uint64_t version, const std::string& file,
-                      const std::string& out, std::size_t wait_replicas, bool release_after, bool now,
-                      const transport::ControlServer::Reply& reply) {
-    if (cmd == "status") {
-      reply(peer_->status_json(), true);
-    } else if (cmd == "publish") {
-      publish(model, file, wait_replicas, release_after, reply);
-    } else if (cmd == "fetch") {
-      fetch(model, version, out, reply);
-    } else if (cmd == "digest") {
-      auto it = fetched_.find({model, version});
-      std::span<const std::byte> bytes;
-      if (it != fetched_.end() && it->second->wait(std::chrono::milliseconds(0)).is_ok()) bytes = it->second->bytes();
-      auto pub = published_.find({model, version});
-      if (pub != published_.end()) bytes = pub->second.file->bytes();
-      if (bytes.empty()) {
-        reply(line(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here"))), true);
-        return;
-      }
-      core::Blake2bDigest digest{};
-      if (!core::read_guarded([&] { digest = core::blake2b_256(bytes); })) {
-        reply(line(error_line(Status::io_error(model + " v" + std::to_string(version) +
-                                               " could not be read: its file was truncated"))),
-              true);
-        return;
-      }
-      reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(digest)}}), true);
-    } else if (cmd == "release") {
-      release(model, version, now, reply);
-    } else {
-      reply(line(error_line(Status::invalid_argument("unknown command " + core::quoted(cmd)))),
-            true);
+  void digest(const std::string& model, std::uint64_t version, const transport::ControlServer::Reply& reply) {
+    auto it = fetched_.find({model, version});
+    std::span<const std::byte> bytes;
+    if (it != fetched_.end() && it->second->wait(std::chrono::milliseconds(0)).is_ok()) bytes = it->second->bytes();
+    auto pub = published_.find({model, version});
+    if (pub != published_.end()) bytes = pub->second.file->bytes();
+    if (bytes.empty()) {
+      reply(line(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here"))), true);
+      return;
     }
+    core::Blake2bDigest digest{};
+    if (!core::read_guarded([&] { digest = core::blake2b_256(bytes); })) {
+      reply(line(error_line(Status::io_error(model + " v" + std::to_string(version) +
+                                             " could not be read: its file was truncated"))),
+            true);
+      return;
+    }
+    reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(digest)}}), true);
   }
 
   void publish(const std::string& model, const std::string& path, std::size_t wait_replicas, bool release_after,
@@ -307,64 +294,100 @@ class Daemon {
     });
   }
 
+  // A fetch answers with progress until it ends. One whose client goes away
+  // first (closes the connection: `fetch --timeout` ran out, or it died) is
+  // cancelled: its handle goes, with its temporary file. A fetch that fails
+  // leaves nothing held, so the same request again starts afresh.
   void fetch(const std::string& model, std::uint64_t version, const std::string& out,
-             const transport::ControlServer::Reply& reply) {
+             const transport::ControlServer::Reply& reply, const transport::ControlServer::WhenClosed& when_closed) {
     auto known = peer_->version_info(model, version);
     if (!known) return reply(line(error_line(known.status())), true);
     const VersionInfo info = *known;
     const Key key{model, info.version};
     const bool held = fetched_.count(key) != 0 || published_.count(key) != 0;
+    auto watch = std::make_shared<FetchWatch>();
+    watch->info = info;
+    watch->reply = reply;
     if (out.empty()) {
       // Held by the daemon (and served): fetched now, or already.
-      FetchHandle* raw = nullptr;
       if (auto it = fetched_.find(key); it != fetched_.end()) {
-        raw = it->second.get();
+        watch->handle = it->second;
       } else if (!held) {
         auto handle = start_fetch(model, info.version, info.bytes);
         if (!handle) return reply(line(error_line(handle.status())), true);
-        raw = *handle;
+        watch->handle = *handle;
+        watch->kept = key;
       } else {
         return reply(line(error_line(Status::already_exists(model + " v" + std::to_string(info.version) +
                                                        " is published by this peer; fetch it with an output file"))),
                      true);
       }
-      reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
-      return watch_fetch(raw, info, [] {}, Clock::now(), reply);
+    } else {
+      // Into the output file, written as the blocks arrive and renamed into
+      // place once every shard is verified (Peer::fetch_to_file). A version
+      // this daemon holds already is copied into it locally.
+      auto handle = peer_->fetch_to_file(model, info.version, out);
+      if (!handle) return reply(line(error_line(handle.status())), true);
+      watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
+      watch->output = out;
+      outputs_.add(out);
+      if (!held) {
+        // The daemon holds and serves this version from the file from now on.
+        fetched_[key] = watch->handle;
+        watch->kept = key;
+      } else {
+        copies_.insert(watch->handle);  // a private copy: it goes once the file is in place
+      }
     }
-    // Into the output file, written as the blocks arrive and renamed into
-    // place once every shard is verified (Peer::fetch_to_file). A version
-    // this daemon holds already is copied into it locally.
-    auto handle = peer_->fetch_to_file(model, info.version, out);
-    if (!handle) return reply(line(error_line(handle.status())), true);
+    watches_.insert(watch);
+    when_closed([this, watch] {
+      if (watch->finished) return;
+      TH_LOG_INFO("peer", "the client of the fetch of " << watch->info.model << " v" << watch->info.version
+                                                        << " went away: cancelled");
+      end_fetch(*watch, /*failed=*/true);
+    });
     reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
-    if (!held) {
-      // The daemon holds and serves this version from the file from now on.
-      auto& kept = fetched_[key] = std::make_unique<FetchHandle>(std::move(*handle));
-      return watch_fetch(kept.get(), info, [] {}, Clock::now(), reply);
-    }
-    // A private copy: the handle and its file's mapping go once the file is in place.
-    auto copy = std::make_shared<FetchHandle>(std::move(*handle));
-    watch_fetch(copy.get(), info, [copy] {}, Clock::now(), reply);
+    watch_fetch(watch, Clock::now());
   }
 
   // Reports progress until the fetch ends (wait() puts an output file into
-  // place); then `done` (dropping what only this fetch needed).
-  void watch_fetch(FetchHandle* handle, VersionInfo info, std::function<void()> done, Clock::time_point started,
-                   transport::ControlServer::Reply reply) {
-    const FetchProgressInfo p = handle->progress();
-    Status s = handle->wait(std::chrono::milliseconds(0));
+  // place), then answers and lets go of what only this fetch needed.
+  void watch_fetch(const std::shared_ptr<FetchWatch>& watch, Clock::time_point started) {
+    if (watch->finished) return;  // cancelled
+    const FetchProgressInfo p = watch->handle->progress();
+    Status s = watch->handle->wait(std::chrono::milliseconds(0));
     if (s.code() == StatusCode::kTimeout) {
-      reply(line(progress_line(p)), false);
-      later(std::chrono::milliseconds(50), [=, this] { watch_fetch(handle, info, done, started, reply); });
+      watch->reply(line(progress_line(p)), false);
+      later(std::chrono::milliseconds(50), [this, watch, started] { watch_fetch(watch, started); });
       return;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
-    const std::uint64_t bytes = handle->bytes().size();
-    done();
-    if (!s.is_ok()) return reply(line(error_line(s)), true);
-    reply(line(Json{{"done", true}, {"ok", true}, {"version", info.version}, {"id", info.id.hex()}, {"bytes", bytes},
-               {"seconds", seconds}}),
-          true);
+    const std::uint64_t bytes = watch->handle->bytes().size();
+    end_fetch(*watch, !s.is_ok());
+    if (!s.is_ok()) return watch->reply(line(error_line(s)), true);
+    watch->reply(line(Json{{"done", true}, {"ok", true}, {"version", watch->info.version}, {"id", watch->info.id.hex()},
+                           {"bytes", bytes}, {"seconds", seconds}}),
+                 true);
+  }
+
+  // The fetch of `watch` is over: a private copy's handle goes (its file is
+  // in place, or gone), a failed or cancelled one that the daemon kept goes
+  // too, and its output is no longer one whose leftovers a restart removes.
+  void end_fetch(FetchWatch& watch, bool failed) {
+    watch.finished = true;
+    copies_.erase(watch.handle);
+    if (failed && watch.kept) {
+      auto it = fetched_.find(*watch.kept);
+      if (it != fetched_.end() && it->second == watch.handle) drop_fetched(*watch.kept);
+    }
+    if (!watch.output.empty()) outputs_.remove(watch.output);
+    watch.handle.reset();  // a kept one lives on in fetched_
+    for (auto it = watches_.begin(); it != watches_.end(); ++it) {
+      if (it->get() == &watch) {
+        watches_.erase(it);
+        break;
+      }
+    }
   }
 
   // A hold lasts while its connection is open: the client (a rank of an
@@ -448,8 +471,8 @@ class Daemon {
   // stays with the daemon (its pages, faulted in by this fetch, are warm
   // for the versions after it), and anything else memory the peer
   // allocates for the version alone.
-  Result<FetchHandle*> start_fetch(const std::string& model, std::uint64_t version, std::uint64_t bytes,
-                                   bool keep_buffer = false) {
+  Result<std::shared_ptr<FetchHandle>> start_fetch(const std::string& model, std::uint64_t version,
+                                                   std::uint64_t bytes, bool keep_buffer = false) {
     std::optional<std::size_t> buffer;
     if (bytes > 0) buffer = reserved_.take(bytes);
     if (!buffer && bytes > 0 && keep_buffer) {
@@ -466,11 +489,10 @@ class Daemon {
       if (buffer) reserved_.give_back(*buffer);
       return handle.status();
     }
-    auto owned = std::make_unique<FetchHandle>(std::move(*handle));
-    FetchHandle* raw = owned.get();
-    fetched_[{model, version}] = std::move(owned);
+    auto owned = std::make_shared<FetchHandle>(std::move(*handle));
+    fetched_[{model, version}] = owned;
     if (buffer) buffer_of_[{model, version}] = *buffer;
-    return raw;
+    return owned;
   }
 
   // Releases a fetched version (at once) and frees its reserved memory.
@@ -503,7 +525,10 @@ class Daemon {
   FileStamp members_stamp_;   // of the member list file last loaded
   std::map<Key, std::size_t> buffer_of_;
   std::map<Key, Published> published_;
-  std::map<Key, std::unique_ptr<FetchHandle>> fetched_;
+  std::map<Key, std::shared_ptr<FetchHandle>> fetched_;
+  std::set<std::shared_ptr<FetchHandle>> copies_;  // private copies into output files, until in place
+  std::set<std::shared_ptr<FetchWatch>> watches_;  // fetch requests being answered
+  OutputJournal outputs_;
   std::unique_ptr<HeldVersions> held_;
 };
 

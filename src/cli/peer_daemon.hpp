@@ -36,7 +36,7 @@ struct DaemonOptions {
   double release_deferral_seconds = 60;  // becomes peer.max_release_deferral
   std::uint64_t reserve_bytes = 0;       // --reserve: destination buffers set aside at start
   std::size_t reserve_count = 1;
-  std::string hold_directory = "/dev/shm/tensorhub";  // --hold-dir: a subfolder per peer id
+  std::string hold_directory;  // --hold-dir: a subfolder per peer id (empty: default_hold_directory())
   std::size_t gpu_buffers = 2;  // --gpu-buffers: versions held at once per GPU
 };
 

@@ -51,17 +51,20 @@ std::string sibling_name(const std::string& path, const std::string& suffix) {
 
 }  // namespace
 
-bool MappedOutputFile::is_temporary_name(const std::string& name) {
-  // <anything>.partial-<digits>-<digits>
+std::optional<long> MappedOutputFile::temporary_owner(const std::string& name, const std::string& output) {
+  // <base, perhaps cut>.partial-<pid>-<n>
   const std::size_t at = name.rfind(kTemporaryMark);
-  if (at == std::string::npos) return false;
+  if (at == std::string::npos) return std::nullopt;
   const std::string tail = name.substr(at + kTemporaryMark.size());
   const std::size_t dash = tail.find('-');
-  if (dash == std::string::npos || dash == 0 || dash + 1 == tail.size()) return false;
+  if (dash == std::string::npos || dash == 0 || dash + 1 == tail.size() || dash > 18) return std::nullopt;
   for (std::size_t i = 0; i < tail.size(); ++i) {
-    if (i != dash && (tail[i] < '0' || tail[i] > '9')) return false;
+    if (i != dash && (tail[i] < '0' || tail[i] > '9')) return std::nullopt;
   }
-  return true;
+  const std::string made = sibling_name(output, name.substr(at));
+  const std::size_t slash = made.rfind('/');
+  if ((slash == std::string::npos ? made : made.substr(slash + 1)) != name) return std::nullopt;
+  return std::stol(tail.substr(0, dash));
 }
 
 Result<MappedOutputFile> MappedOutputFile::create(const std::string& path, std::size_t size, unsigned mode,

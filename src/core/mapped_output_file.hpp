@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -30,9 +31,10 @@ class MappedOutputFile {
   // not exist), kPermissionDenied (no right to create it), kIoError
   // (cannot create, size or map).
   static Result<MappedOutputFile> create(const std::string& path, std::size_t size, unsigned mode, bool overwrite);
-  // Whether `name` (a base name) is one of this class's temporary names for
-  // some output: what a restarted process removes of its own.
-  static bool is_temporary_name(const std::string& name);
+  // When `name` (a base name in `output`'s directory) is a temporary name
+  // this class gives `output`: the id of the process that made it (what a
+  // restarted process removes, when that one is gone).
+  static std::optional<long> temporary_owner(const std::string& name, const std::string& output);
 
   MappedOutputFile() = default;
   MappedOutputFile(MappedOutputFile&& other) noexcept;

@@ -21,6 +21,32 @@ std::string_view status_code_name(StatusCode code) {
   return "unknown";
 }
 
+std::string_view status_code_id(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kCorrupt: return "corrupt";
+    case StatusCode::kVerifyFailed: return "verify_failed";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kAlreadyExists: return "already_exists";
+    case StatusCode::kPermissionDenied: return "permission_denied";
+    case StatusCode::kIoError: return "io_error";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kTimeout: return "timeout";
+    case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kInternal: return "internal";
+    case StatusCode::kResourceExhausted: return "resource_exhausted";
+  }
+  return "internal";
+}
+
+StatusCode status_code_from_id(std::string_view id) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kResourceExhausted); ++c) {
+    if (status_code_id(static_cast<StatusCode>(c)) == id) return static_cast<StatusCode>(c);
+  }
+  return StatusCode::kInternal;
+}
+
 Status::Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {
   // One line, always: a newline would break CLIs and logs that print it.
   for (char& c : message_) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <array>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <vector>
@@ -16,27 +17,58 @@
 namespace tensorhub::transport {
 namespace {
 
-constexpr std::size_t kMaxRequestBytes = 1u << 20;
-
 class ControlSession : public std::enable_shared_from_this<ControlSession> {
  public:
   ControlSession(asio::local::stream_protocol::socket socket, ControlServer::Handler& handler)
-      : socket_(std::move(socket)), handler_(handler) {}
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), handler_(handler) {}
 
   void start() {
     auto self = shared_from_this();
-    asio::async_read_until(socket_, asio::dynamic_buffer(request_, kMaxRequestBytes), '\n',
-                           [self](std::error_code ec, std::size_t n) {
-                             if (ec) return;
-                             std::string line = self->request_.substr(0, n - 1);
-                             self->handler_(
-                                 line, [self](const std::string& reply, bool last) { self->write(reply, last); },
-                                 [self](std::function<void()> fn) { self->on_close_.push_back(std::move(fn)); });
-                             self->watch_close();
-                           });
+    timer_.expires_after(ControlServer::kRequestTimeout);
+    timer_.async_wait([self](std::error_code ec) {
+      if (ec || self->state_ != State::kReading) return;
+      self->state_ = State::kRefused;
+      std::error_code ignored;
+      self->socket_.cancel(ignored);  // the read ends; its handler sees kRefused and leaves the answer to this one
+      self->refuse(Status::timeout("no complete request line within " +
+                                   std::to_string(ControlServer::kRequestTimeout.count()) + " s"));
+    });
+    asio::async_read_until(
+        socket_, asio::dynamic_buffer(request_, ControlServer::kMaxRequestBytes), '\n',
+        [self](std::error_code ec, std::size_t n) {
+          if (self->state_ != State::kReading) return;
+          self->timer_.cancel();
+          if (ec == asio::error::not_found) {
+            self->state_ = State::kRefused;
+            return self->refuse(Status::invalid_argument(
+                "a request line holds at most " + std::to_string(ControlServer::kMaxRequestBytes) + " bytes"));
+          }
+          if (ec == asio::error::eof && !self->request_.empty()) {
+            self->state_ = State::kRefused;
+            return self->refuse(Status::invalid_argument("the request ended without a newline"));
+          }
+          if (ec) return self->close_now();  // nothing was asked
+          self->state_ = State::kAnswering;
+          std::string line = self->request_.substr(0, n - 1);
+          self->handler_(
+              Result<std::string>(std::move(line)),
+              [self](const std::string& reply, bool last) { self->write(reply, last); },
+              [self](std::function<void()> fn) { self->on_close_.push_back(std::move(fn)); });
+          self->watch_close();
+        });
   }
 
  private:
+  enum class State { kReading, kAnswering, kRefused };
+
+  // Answers a request that could not be read; the connection lingers until
+  // the client has stopped sending, so closing does not reset the answer away.
+  void refuse(const Status& why) {
+    handler_(Result<std::string>(why), [self = shared_from_this()](const std::string& reply, bool last) {
+      self->write(reply, last);
+    }, [](std::function<void()>) {});
+  }
+
   void write(const std::string& line, bool last) {
     if (finished_) return;
     finished_ = last;
@@ -46,12 +78,9 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
 
   void write_next() {
     if (outbox_.empty()) {
-      if (finished_) {
-        std::error_code ignored;
-        socket_.shutdown(asio::local::stream_protocol::socket::shutdown_both, ignored);
-        socket_.close(ignored);
-      }
-      return;
+      if (!finished_) return;
+      if (state_ == State::kRefused) return linger();
+      return close_now();
     }
     writing_ = true;
     auto self = shared_from_this();
@@ -64,6 +93,32 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
       }
       self->outbox_.pop_front();
       self->write_next();
+    });
+  }
+
+  void close_now() {
+    std::error_code ignored;
+    timer_.cancel();
+    socket_.shutdown(asio::local::stream_protocol::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  void linger() {
+    std::error_code ignored;
+    socket_.shutdown(asio::local::stream_protocol::socket::shutdown_send, ignored);
+    auto self = shared_from_this();
+    timer_.expires_after(ControlServer::kLingerTimeout);
+    timer_.async_wait([self](std::error_code ec) {
+      if (!ec) self->close_now();
+    });
+    drain();
+  }
+
+  void drain() {
+    auto self = shared_from_this();
+    socket_.async_read_some(asio::buffer(discard_), [self](std::error_code ec, std::size_t) {
+      if (!ec) return self->drain();
+      self->close_now();
     });
   }
 
@@ -81,9 +136,11 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
   }
 
   asio::local::stream_protocol::socket socket_;
+  asio::steady_timer timer_;  // the request's deadline, then the linger's
   ControlServer::Handler& handler_;
+  State state_ = State::kReading;
   std::vector<std::function<void()>> on_close_;
-  std::array<char, 256> discard_{};
+  std::array<char, 4096> discard_{};
   std::string request_;
   std::deque<std::string> outbox_;
   bool writing_ = false;
@@ -93,7 +150,7 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
 }  // namespace
 
 ControlServer::ControlServer(asio::io_context& io, std::string path, Handler handler)
-    : acceptor_(io), path_(std::move(path)), handler_(std::move(handler)) {}
+    : acceptor_(io), accept_backoff_(io), path_(std::move(path)), handler_(std::move(handler)) {}
 
 ControlServer::~ControlServer() { close(); }
 
@@ -126,6 +183,7 @@ void ControlServer::close() {
   closed_ = true;
   std::error_code ignored;
   acceptor_.close(ignored);
+  accept_backoff_.cancel();
   ::unlink(path_.c_str());
 }
 
@@ -158,13 +216,22 @@ void ControlServer::accept() {
         std::error_code ignored;
         socket.close(ignored);
       }
+    } else if (ec != asio::error::operation_aborted) {
+      // Out of descriptors, say: try again shortly rather than spin.
+      TH_LOG_WARN("control", "accepting a control connection failed: " << ec.message());
+      accept_backoff_.expires_after(std::chrono::milliseconds(100));
+      accept_backoff_.async_wait([this](std::error_code wait_ec) {
+        if (!wait_ec && !closed_) accept();
+      });
+      return;
     }
     accept();
   });
 }
 
 Status control_request(const std::string& path, const std::string& request,
-                       const std::function<void(const std::string& line)>& on_line) {
+                       const std::function<void(const std::string& line)>& on_line,
+                       std::optional<std::chrono::milliseconds> timeout) {
   asio::io_context io;
   asio::local::stream_protocol::socket socket(io);
   std::error_code ec;
@@ -177,16 +244,50 @@ Status control_request(const std::string& path, const std::string& request,
                                      (uid ? std::to_string(*uid) : std::string("?")) + ", not by this user (uid " +
                                      std::to_string(::geteuid()) + "): it is not this user's peer");
   }
-  asio::write(socket, asio::buffer(request + "\n"), ec);
-  if (ec) return Status::io_error("cannot send to " + path + ": " + ec.message());
-  std::string buffer;
-  while (true) {
-    const std::size_t n = asio::read_until(socket, asio::dynamic_buffer(buffer, 64u << 20), '\n', ec);
-    if (ec == asio::error::eof) return Status::ok();
-    if (ec) return Status::io_error("reading from " + path + ": " + ec.message());
-    on_line(buffer.substr(0, n - 1));
-    buffer.erase(0, n);
+  Status result = Status::ok();
+  bool timed_out = false;
+  asio::steady_timer deadline(io);
+  if (timeout) {
+    deadline.expires_after(*timeout);
+    deadline.async_wait([&](std::error_code wait_ec) {
+      if (wait_ec) return;
+      timed_out = true;
+      std::error_code ignored;
+      socket.close(ignored);  // the daemon sees the connection close, and stops this request's work
+    });
   }
+  const std::string sent = request + "\n";
+  std::string buffer;
+  std::function<void()> read_next = [&] {
+    asio::async_read_until(socket, asio::dynamic_buffer(buffer, 64u << 20), '\n',
+                           [&](std::error_code read_ec, std::size_t n) {
+                             if (read_ec) {
+                               if (read_ec != asio::error::eof && !timed_out) {
+                                 result = Status::io_error("reading from " + path + ": " + read_ec.message());
+                               }
+                               deadline.cancel();
+                               return;
+                             }
+                             on_line(buffer.substr(0, n - 1));
+                             buffer.erase(0, n);
+                             read_next();
+                           });
+  };
+  asio::async_write(socket, asio::buffer(sent), [&](std::error_code write_ec, std::size_t) {
+    if (write_ec) {
+      if (!timed_out) result = Status::io_error("cannot send to " + path + ": " + write_ec.message());
+      deadline.cancel();
+      return;
+    }
+  });
+  read_next();  // answers may come before the request is all sent (a refusal of one too long)
+  io.run();
+  if (timed_out) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(timeout->count()) / 1000.0);
+    return Status::timeout(std::string("no answer from the peer within ") + seconds + " s; the request is cancelled");
+  }
+  return result;
 }
 
 }  // namespace tensorhub::transport

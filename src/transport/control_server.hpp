@@ -7,7 +7,9 @@
 #pragma once
 
 #include <asio.hpp>
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -25,7 +27,17 @@ class ControlServer {
   // as long as the connection does (a lease). The client may close its
   // writing half and read on: the answer `fn` sends still reaches it.
   using WhenClosed = std::function<void(std::function<void()> fn)>;
-  using Handler = std::function<void(const std::string& request, Reply send, WhenClosed when_closed)>;
+  // `request`: the line without its newline, or why there is none to
+  // read (kInvalidArgument: longer than kMaxRequestBytes, or the client
+  // closed before a newline; kTimeout: no newline within
+  // kRequestTimeout). Every one is answered: the handler answers an error
+  // like a bad request, and the connection then closes once the client
+  // stops sending (or kLingerTimeout passes), so the answer reaches it.
+  using Handler = std::function<void(const Result<std::string>& request, Reply send, WhenClosed when_closed)>;
+
+  static constexpr std::size_t kMaxRequestBytes = 1u << 20;
+  static constexpr std::chrono::seconds kRequestTimeout{10};
+  static constexpr std::chrono::seconds kLingerTimeout{5};
 
   static Result<std::unique_ptr<ControlServer>> start(asio::io_context& io, const std::string& path, Handler handler);
   ~ControlServer();
@@ -37,14 +49,18 @@ class ControlServer {
   void accept();
 
   asio::local::stream_protocol::acceptor acceptor_;
+  asio::steady_timer accept_backoff_;  // accept errors (no descriptors left) retry after a pause, never spin
   std::string path_;
   Handler handler_;
   bool closed_ = false;
 };
 
 // The client side: sends one request line and calls `on_line` for each line
-// of the answer until the server closes. Blocking; for the CLI.
+// of the answer until the server closes. Blocking; for the CLI. With a
+// `timeout`, gives up after it (kTimeout) and closes the connection, which
+// tells the daemon to stop what it does for this request.
 Status control_request(const std::string& path, const std::string& request,
-                       const std::function<void(const std::string& line)>& on_line);
+                       const std::function<void(const std::string& line)>& on_line,
+                       std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
 }  // namespace tensorhub::transport

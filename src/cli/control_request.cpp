@@ -1,0 +1,116 @@
+#include "cli/control_request.hpp"
+
+#include <set>
+#include <vector>
+
+#include "core/quoted.hpp"
+#include "core/utf8.hpp"
+#include "tensorhub/ids.hpp"
+#include "tensorhub/manifest.hpp"
+
+namespace tensorhub::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::size_t kMaxPathBytes = 4096;  // PATH_MAX
+
+const std::set<std::string, std::less<>>& commands() {
+  static const std::set<std::string, std::less<>> known{"status", "publish", "fetch", "digest", "release", "hold"};
+  return known;
+}
+
+Status string_field(const Json& request, const char* key, std::string& out) {
+  auto it = request.find(key);
+  if (it == request.end() || it->is_null()) return Status::ok();
+  if (!it->is_string()) return Status::invalid_argument(std::string("\"") + key + "\" must be a string");
+  out = it->get<std::string>();
+  if (out.find('\0') != std::string::npos) {
+    return Status::invalid_argument(std::string("\"") + key + "\" holds a NUL byte");
+  }
+  return Status::ok();
+}
+
+Status uint_field(const Json& request, const char* key, std::uint64_t& out) {
+  auto it = request.find(key);
+  if (it == request.end() || it->is_null()) return Status::ok();
+  if (!it->is_number_unsigned()) {
+    return Status::invalid_argument(std::string("\"") + key + "\" must be a non-negative integer");
+  }
+  out = it->get<std::uint64_t>();
+  return Status::ok();
+}
+
+Status bool_field(const Json& request, const char* key, bool& out) {
+  auto it = request.find(key);
+  if (it == request.end() || it->is_null()) return Status::ok();
+  if (!it->is_boolean()) return Status::invalid_argument(std::string("\"") + key + "\" must be true or false");
+  out = it->get<bool>();
+  return Status::ok();
+}
+
+// `key` as text, or `key`_hex as the path's bytes in hex; absolute, no NUL.
+Status path_field(const Json& request, const std::string& key, std::string& out) {
+  std::string text, hex;
+  TENSORHUB_RETURN_IF_ERROR(string_field(request, key.c_str(), text));
+  TENSORHUB_RETURN_IF_ERROR(string_field(request, (key + "_hex").c_str(), hex));
+  if (!text.empty() && !hex.empty()) {
+    return Status::invalid_argument("give \"" + key + "\" or \"" + key + "_hex\", not both");
+  }
+  if (!hex.empty()) {
+    if (hex.size() % 2 != 0 || hex.size() / 2 > kMaxPathBytes) {
+      return Status::invalid_argument("\"" + key + "_hex\" must be an even number of hex digits, at most " +
+                                      std::to_string(2 * kMaxPathBytes));
+    }
+    std::vector<std::uint8_t> bytes(hex.size() / 2);
+    TENSORHUB_RETURN_IF_ERROR(from_hex(hex, bytes).with_context("\"" + key + "_hex\""));
+    text.assign(bytes.begin(), bytes.end());
+    if (text.find('\0') != std::string::npos) {
+      return Status::invalid_argument("\"" + key + "_hex\" holds a NUL byte");
+    }
+  }
+  if (text.empty()) return Status::ok();
+  if (text.size() > kMaxPathBytes) {
+    return Status::invalid_argument("\"" + key + "\" is longer than " + std::to_string(kMaxPathBytes) + " bytes");
+  }
+  if (text.front() != '/') {
+    return Status::invalid_argument("\"" + key + "\" must be an absolute path, not " + core::quoted(text) +
+                                    " (the client resolves a relative one)");
+  }
+  out = std::move(text);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ControlRequest> parse_control_request(std::string_view line) {
+  const Json request = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string()) {
+    return Status::invalid_argument("expected a JSON object with a \"cmd\" string");
+  }
+  ControlRequest r;
+  r.cmd = request["cmd"].get<std::string>();
+  if (commands().count(r.cmd) == 0) return Status::invalid_argument("unknown command " + core::quoted(r.cmd));
+  TENSORHUB_RETURN_IF_ERROR(string_field(request, "model", r.model));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "version", r.version));
+  TENSORHUB_RETURN_IF_ERROR(path_field(request, "file", r.file));
+  TENSORHUB_RETURN_IF_ERROR(path_field(request, "out", r.out));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "wait_replicas", r.wait_replicas));
+  TENSORHUB_RETURN_IF_ERROR(bool_field(request, "release", r.release));
+  TENSORHUB_RETURN_IF_ERROR(bool_field(request, "now", r.now));
+  TENSORHUB_RETURN_IF_ERROR(string_field(request, "gpu", r.gpu));
+  if (r.cmd != "status") TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
+  if (r.cmd == "publish" && r.file.empty()) return Status::invalid_argument("publish needs \"file\"");
+  if (!r.gpu.empty() && r.cmd != "hold") return Status::invalid_argument("\"gpu\" goes with \"hold\" only");
+  return r;
+}
+
+void put_path(Json& request, const std::string& key, const std::string& path) {
+  if (core::is_valid_utf8(path)) {
+    request[key] = path;
+  } else {
+    request[key + "_hex"] = to_hex(std::span(reinterpret_cast<const std::uint8_t*>(path.data()), path.size()));
+  }
+}
+
+}  // namespace tensorhub::cli
