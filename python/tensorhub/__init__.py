@@ -35,11 +35,19 @@ class Error(RuntimeError):
     CODES = ("invalid_argument", "corrupt", "verify_failed", "not_found", "already_exists", "permission_denied",
              "io_error", "unavailable", "timeout", "cancelled", "internal", "resource_exhausted")
 
+    # The message's prefix as the C++ side writes it (status_code_name).
+    _PREFIXES = {"invalid argument": "invalid_argument", "corrupt": "corrupt",
+                 "verification failed": "verify_failed", "not found": "not_found",
+                 "already exists": "already_exists", "permission denied": "permission_denied",
+                 "I/O error": "io_error", "unavailable": "unavailable", "timeout": "timeout",
+                 "cancelled": "cancelled", "internal error": "internal", "resource exhausted": "resource_exhausted"}
+
     def __init__(self, message: str, code: Optional[str] = None):
         super().__init__(message)
-        if code is None:  # "timeout: ..." is a timeout
-            prefix = message.split(":", 1)[0].strip().replace(" ", "_") if ":" in message else ""
-            code = prefix if prefix in self.CODES else "internal"
+        if code not in self.CODES:  # none, or one this version does not know: "timeout: ..." is a timeout
+            prefix = message.split(":", 1)[0].strip() if ":" in message else ""
+            code = self._PREFIXES.get(prefix, prefix.replace(" ", "_") if prefix.replace(" ", "_") in self.CODES
+                                      else "internal")
         self.code = code
 
 
@@ -340,6 +348,49 @@ class FetchedFile(_Fetch):
         self.path = path
 
 
+def _bad_option(name, wanted, value):
+    return Error(f"invalid argument: {name} must be {wanted}, not {type(value).__name__} {value!r}"[:300],
+                 "invalid_argument")
+
+
+def _str_option(name, value, optional=False):
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise _bad_option(name, "a str", value)
+    return value
+
+
+def _strs_option(name, value):
+    # A str is iterable too: "a:b" would be read a character at a time.
+    if isinstance(value, (str, bytes)):
+        raise _bad_option(name, "a list of str (one string is not a list)", value)
+    try:
+        items = list(value)
+    except TypeError:
+        raise _bad_option(name, "a list of str", value) from None
+    for item in items:
+        if not isinstance(item, str):
+            raise _bad_option(name, "a list of str", item)
+    return items
+
+
+def _int_option(name, value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad_option(name, "an int", value)
+    if value < 0 or value >= 1 << 63:
+        raise Error(f"invalid argument: {name} must be a non-negative int, not {value}", "invalid_argument")
+    return value
+
+
+def _bool_option(name, value):
+    if not isinstance(value, bool):
+        raise _bad_option(name, "True or False", value)
+    return value
+
+
 class Peer:
     """An in-process TensorHub peer: ``Peer.start(listen=..., seeds=[...],
     swarm_key=...)``. Waiting calls release the GIL."""
@@ -361,14 +412,24 @@ class Peer:
         ``mirror_gpu_versions``: serve versions in GPU memory over TCP from a
         host copy rather than a copy per piece (docs/python.md)."""
         options = {
-            "listen": listen, "data_listen": data_listen, "advertise": advertise, "seeds": list(seeds),
-            "trusted_publishers": list(trusted_publishers), "members": list(members),
-            "dc": dc, "rack": rack, "host": host, "shard_size": shard_size, "block_size": block_size,
-            "retain_head_replicas": retain_head_replicas, "rdma": bool(rdma),
-            "rdma_queue_pairs": int(rdma_queue_pairs), "mirror_gpu_versions": bool(mirror_gpu_versions),
+            "listen": _str_option("listen", listen), "data_listen": _str_option("data_listen", data_listen, True),
+            "advertise": _str_option("advertise", advertise, True), "seeds": _strs_option("seeds", seeds),
+            "trusted_publishers": _strs_option("trusted_publishers", trusted_publishers),
+            "members": _strs_option("members", members),
+            "dc": _str_option("dc", dc), "rack": _str_option("rack", rack), "host": _str_option("host", host),
+            "shard_size": _int_option("shard_size", shard_size), "block_size": _int_option("block_size", block_size),
+            "retain_head_replicas": _int_option("retain_head_replicas", retain_head_replicas),
+            "rdma": _bool_option("rdma", rdma), "rdma_queue_pairs": _int_option("rdma_queue_pairs", rdma_queue_pairs),
+            "mirror_gpu_versions": _bool_option("mirror_gpu_versions", mirror_gpu_versions),
         }
+        for name, value in (("key_file", key_file), ("swarm_key_file", swarm_key_file)):
+            _str_option(name, value, True)
+        if swarm_key is not None and not isinstance(swarm_key, (bytes, bytearray)):
+            raise _bad_option("swarm_key", "bytes", swarm_key)
         if data_listen is None and listen.endswith(":0"):
             options["data_listen"] = listen  # port 0 for both
+        if isinstance(swarm_key, bytearray):
+            swarm_key = bytes(swarm_key)
         return cls(_native.Peer.start(options, key_file, swarm_key, swarm_key_file))
 
     @property

@@ -250,7 +250,12 @@ PYBIND11_MODULE(_native, m) {
           "start",
           [](const py::dict& options, std::optional<std::string> key_file, std::optional<py::bytes> swarm_key,
              std::optional<std::string> swarm_key_file) {
-            PeerOptions o = options_from(options);
+            PeerOptions o;
+            try {
+              o = options_from(options);
+            } catch (const py::cast_error& e) {
+              raise(Status::invalid_argument(std::string("a peer option has the wrong type or range: ") + e.what()));
+            }
             Identity identity = key_file ? value_or_raise(Identity::load(*key_file)) : Identity::generate();
             SwarmKey key = SwarmKey::generate();
             if (swarm_key_file) {

@@ -7,8 +7,10 @@ fetch has the daemon write one and maps it. A hold on a GPU hands over GPU
 memory by CUDA IPC instead."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import socket
 import tempfile
 import time
@@ -19,6 +21,31 @@ from . import Error
 from . import safetensors
 from ._releasable import Releasable
 from ._views import batches, check_device, moved, torch_view
+
+
+# The model-name rule (src/core/model_name.cpp): checked here first, so a bad
+# name is an Error before any file is written.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-/]{0,127}")
+
+
+def _check_model(model) -> str:
+    if not isinstance(model, str):
+        raise Error(f"invalid argument: the model name must be a str, not {type(model).__name__}", "invalid_argument")
+    if not _MODEL_NAME.fullmatch(model):
+        raise Error(f"invalid argument: the model name {model[:140]!r} breaks the rule: 1 to 128 of letters, digits and "
+                    ". _ - /, not starting with '.' or '/'", "invalid_argument")
+    return model
+
+
+def _put_path(request: dict, key: str, path: str) -> dict:
+    """``path`` under ``key``, or its bytes in hex under ``key``_hex when it is
+    not UTF-8 (a name with bytes Python keeps as surrogate escapes)."""
+    raw = os.fsencode(path)
+    try:
+        request[key] = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        request[key + "_hex"] = raw.hex()
+    return request
 
 
 class DaemonPublished(Releasable):
@@ -112,8 +139,8 @@ class DaemonHeld(_VerifiedFile):
         # Closing our half tells the daemon; its last line says it let go.
         try:
             self._connection.shutdown(socket.SHUT_WR)
-            Daemon._answer(self._connection)
-        except OSError:
+            Daemon._answer(self._connection, 60.0, "the daemon")
+        except (OSError, Error):
             pass  # the daemon is gone: so is the hold
         finally:
             self._connection.close()
@@ -164,7 +191,9 @@ class Daemon:
 
     def __init__(self, control: str, directory: Optional[str] = None, timeout: float = 600.0):
         self.control = control
-        self.directory = directory or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+        # Absolute: the daemon takes no relative path (its directory is not ours).
+        self.directory = os.path.abspath(directory or ("/dev/shm" if os.path.isdir("/dev/shm")
+                                                       else tempfile.gettempdir()))
         self.timeout = timeout
 
     def _connect(self, request: dict, timeout: Optional[float] = None) -> socket.socket:
@@ -173,45 +202,69 @@ class Daemon:
         s.settimeout(timeout or self.timeout)
         try:
             s.connect(self.control)
+            s.sendall(json.dumps(request).encode() + b"\n")
         except OSError as e:
             s.close()
-            raise Error(f"unavailable: cannot reach the daemon at {self.control}: {e.strerror}") from None
-        s.sendall(json.dumps(request).encode() + b"\n")
+            raise Error(f"unavailable: cannot reach the daemon at {self.control}: {e.strerror or e}",
+                        "unavailable") from None
         return s
 
     @staticmethod
-    def _answer(s: socket.socket) -> dict:
+    def _answer(s: socket.socket, limit: float, where: str) -> dict:
         """Reads the answer's lines up to the one that says "done" (or the
-        end) and returns it, raising its error."""
+        end) and returns it, raising its error. Gives up after ``limit``
+        seconds in all, however often progress lines come; closing the
+        connection then cancels the request."""
+        deadline = time.monotonic() + limit
         buffer, last = b"", None
-        while True:
-            while b"\n" in buffer:
-                text, buffer = buffer.split(b"\n", 1)
-                if text.strip():
-                    last = json.loads(text.decode("utf-8"))
-                    if last.get("done"):
-                        buffer = b""
-                        break
-            if last is not None and last.get("done"):
-                break
-            chunk = s.recv(1 << 16)
-            if not chunk:
-                break
-            buffer += chunk
+        try:
+            while True:
+                while b"\n" in buffer:
+                    text, buffer = buffer.split(b"\n", 1)
+                    if text.strip():
+                        last = json.loads(text.decode("utf-8"))
+                        if last.get("done"):
+                            buffer = b""
+                            break
+                if last is not None and last.get("done"):
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout()
+                s.settimeout(left)
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                buffer += chunk
+        except socket.timeout:
+            s.close()
+            raise Error(f"timeout: no answer from the daemon within {limit} s; the request is cancelled",
+                        "timeout") from None
+        except OSError as e:
+            s.close()
+            raise Error(f"I/O error: reading from the daemon at {where}: {e.strerror or e}", "io_error") from None
+        except ValueError as e:
+            s.close()
+            raise Error(f"corrupt: the daemon answered a line that is not JSON: {e}", "corrupt") from None
         if last is None:
-            raise Error("unavailable: the daemon closed the connection without an answer")
+            raise Error("unavailable: the daemon closed the connection without an answer", "unavailable")
         if last.get("ok") is False:
-            raise Error(last.get("error", "internal: the daemon failed without a reason"))
+            raise Error(last.get("error", "internal: the daemon failed without a reason"), last.get("code"))
         return last
 
     def _request(self, request: dict, timeout: Optional[float] = None) -> dict:
         """Sends one request and returns its final line (raising its error)."""
         with self._connect(request, timeout) as s:
-            return self._answer(s)
+            return self._answer(s, timeout or self.timeout, self.control)
 
     def _file_for(self, model: str) -> str:
-        """A new file name in the shared folder (a model's '/' as '%2F')."""
-        return os.path.join(self.directory, f"tensorhub-{model.replace('/', '%2F')}-{uuid.uuid4().hex}.safetensors")
+        """A new file name in the shared folder: the model's name ('/' as
+        '%2F'), cut so the name stays far below the file system's limit."""
+        _check_model(model)
+        readable = model.replace("/", "%2F")
+        if len(readable) > 96:
+            readable = readable[:80] + "-" + hashlib.blake2b(model.encode(), digest_size=8).hexdigest()
+        return os.path.join(self.directory, f"tensorhub-{readable}-{uuid.uuid4().hex}.safetensors")
 
     def status(self) -> dict:
         return self._request({"cmd": "status"})
@@ -262,8 +315,9 @@ class Daemon:
         directory, or a file with ``metadata`` merged in: those are written
         once as one file in the shared folder, as ``Peer.publish_safetensors``
         lays them out."""
+        _check_model(model)
         if not os.path.isdir(path) and not metadata:
-            done = self._request({"cmd": "publish", "model": model, "file": os.path.abspath(path)})
+            done = self._request(_put_path({"cmd": "publish", "model": model}, "file", os.path.abspath(path)))
             return DaemonPublished(self, model, done["version"], done["id"], os.path.abspath(path),
                                    safetensors.read_metadata(path), owned=False)
         try:
@@ -281,17 +335,19 @@ class Daemon:
         """Has the daemon publish ``path``, a file this client wrote (and
         removes when the version is released, or now if the publish fails)."""
         try:
-            done = self._request({"cmd": "publish", "model": model, "file": path})
+            done = self._request(_put_path({"cmd": "publish", "model": model}, "file", path))
         except Error:
             os.unlink(path)
             raise
         return DaemonPublished(self, model, done["version"], done["id"], path, metadata)
 
-    def fetch(self, model: str, version: int = 0) -> DaemonFetched:
+    def fetch(self, model: str, version: int = 0, timeout: Optional[float] = None) -> DaemonFetched:
         """Has the daemon fetch the version (0: the head) into a file here and
-        waits until every byte is verified."""
+        waits until every byte is verified, at most ``timeout`` seconds
+        (default: the client's): then the fetch is cancelled and its
+        temporary file removed."""
         path = self._file_for(model)
-        done = self._request({"cmd": "fetch", "model": model, "version": version, "out": path})
+        done = self._request(_put_path({"cmd": "fetch", "model": model, "version": version}, "out", path), timeout)
         return DaemonFetched(path, done.get("version", version), done.get("id", ""))
 
 
@@ -304,7 +360,7 @@ class Daemon:
         that GPU's memory instead and hands it over by CUDA IPC
         (``DaemonGpuHeld``); it holds at most ``--gpu-buffers`` (2) versions
         on a GPU at once, so let go of the old one after loading the new."""
-        request = {"cmd": "hold", "model": model, "version": version}
+        request = {"cmd": "hold", "model": _check_model(model), "version": version}
         if gpu is not None:
             from ._cuda import uuid_of
 
@@ -314,7 +370,7 @@ class Daemon:
                 raise Error(f"invalid argument: {e}") from None
         s = self._connect(request)
         try:
-            line = self._answer(s)
+            line = self._answer(s, self.timeout, self.control)
         except BaseException:
             s.close()
             raise

@@ -89,6 +89,10 @@ void OutputJournal::remove(const std::string& output) {
 
 void OutputJournal::save() {
   if (path_.empty()) return;
+  if (outputs_.empty()) {
+    ::unlink(path_.c_str());  // nothing being fetched: no record
+    return;
+  }
   std::string text;
   for (const std::string& output : outputs_) {
     text += to_hex(std::span(reinterpret_cast<const std::uint8_t*>(output.data()), output.size()));

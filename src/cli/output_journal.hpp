@@ -1,5 +1,6 @@
 // The output files a daemon is fetching into, recorded in a file of its own
-// (beside its hold directory), so that a daemon restarted after being killed
+// (<hold dir>/<peer id, 12 hex>.outputs, present while any fetch into a
+// file runs), so that a daemon restarted after being killed
 // removes the temporary files those fetches left beside their outputs
 // (MappedOutputFile's names, of processes that are gone). A fetch that ends
 // in the daemon's life removes its own.
@@ -17,8 +18,8 @@ class OutputJournal {
  public:
   OutputJournal() = default;  // records nothing
 
-  // Opens the journal at `path` (created if absent): removes the leftovers
-  // of the outputs it names and counts them in `removed`, then records none.
+  // Opens the journal at `path`: removes the leftovers of the outputs it
+  // names and counts them in `removed`, then records none (and removes it).
   // Errors: kIoError (the journal cannot be read or written), kCorrupt (a
   // line that is not a hex-encoded path).
   static Result<OutputJournal> open(const std::string& path, std::size_t& removed);

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 
+#include "core/byte_size.hpp"
 #include "core/log.hpp"
 #if TENSORHUB_HAVE_RDMA
 #include "rdma/rdma_transport.hpp"
@@ -72,7 +73,42 @@ PeerEngine::~PeerEngine() { close(); }
 
 TimePoint PeerEngine::now() { return transport::steady_now(); }
 
+Status validate_limits(const PeerOptions& o) {
+  if (o.block_size < kMinBlockSize || o.block_size > swarm::kMaxBlockBytes) {
+    return Status::invalid_argument("block size must be " + core::format_byte_size(kMinBlockSize) + " to " +
+                                    core::format_byte_size(swarm::kMaxBlockBytes) + ", not " +
+                                    std::to_string(o.block_size) + " bytes");
+  }
+  if (o.shard_size != kAutoShardSize &&
+      (o.shard_size < kMinShardSize || o.shard_size > kMaxShardSize || (o.shard_size & (o.shard_size - 1)) != 0)) {
+    return Status::invalid_argument("shard size must be auto or a power of two from " +
+                                    core::format_byte_size(kMinShardSize) + " to " +
+                                    core::format_byte_size(kMaxShardSize) + ", not " + std::to_string(o.shard_size) +
+                                    " bytes");
+  }
+  if (o.max_neighbours < 1 || o.max_neighbours > kMaxCount) {
+    return Status::invalid_argument("max neighbours must be 1 to " + std::to_string(kMaxCount) + ", not " +
+                                    std::to_string(o.max_neighbours));
+  }
+  if (o.upload_slots < 1 || o.upload_slots > kMaxCount) {
+    return Status::invalid_argument("upload slots must be 1 to " + std::to_string(kMaxCount) + ", not " +
+                                    std::to_string(o.upload_slots));
+  }
+  if (o.retain_head_replicas > kMaxCount) {
+    return Status::invalid_argument("retained head replicas must be 0 to " + std::to_string(kMaxCount) + ", not " +
+                                    std::to_string(o.retain_head_replicas));
+  }
+  if (o.max_release_deferral.count() < 0) {
+    return Status::invalid_argument("the release deferral must not be negative");
+  }
+  for (const std::string& seed : o.seeds) {
+    if (seed.empty()) return Status::invalid_argument("a seed is empty (give host:port)");
+  }
+  return Status::ok();
+}
+
 Status PeerEngine::start() {
+  TENSORHUB_RETURN_IF_ERROR(validate_limits(options_));
   if (options_.data_lanes < 1 || options_.data_lanes > transport::kMaxLanes) {
     return Status::invalid_argument("data lanes must be 1 to " + std::to_string(transport::kMaxLanes) + ", not " +
                                     std::to_string(options_.data_lanes));
@@ -84,6 +120,10 @@ Status PeerEngine::start() {
   auto listen = core::parse_host_port(options_.listen);
   if (!listen) return listen.status().with_context("listen");
   core::HostPort data = *listen;
+  if (options_.data_listen.empty() && listen->port == 65535) {
+    return Status::invalid_argument("listen port 65535 leaves no port for data (the gossip port + 1): give a data "
+                                    "listen address");
+  }
   data.port = static_cast<std::uint16_t>(listen->port == 0 ? 0 : listen->port + 1);
   if (!options_.data_listen.empty()) {
     auto parsed = core::parse_host_port(options_.data_listen);

@@ -33,6 +33,16 @@ class RdmaTransport;
 }  // namespace tensorhub::rdma
 namespace tensorhub::peer {
 
+// The smallest block a peer asks for: smaller ones cost a request per few
+// KiB and make fetches crawl.
+inline constexpr std::uint32_t kMinBlockSize = 4u << 10;
+// The bound on counts an application sets (neighbours, upload slots,
+// retained replicas).
+inline constexpr std::size_t kMaxCount = 4096;
+// OK when the options' sizes and counts are in range; kInvalidArgument
+// naming the first that is not.
+Status validate_limits(const PeerOptions& options);
+
 class PeerEngine final : public TransportEvents, private RdmaMemory {
  public:
   // `callbacks` runs the application's callbacks (subscribers), never on the I/O thread.

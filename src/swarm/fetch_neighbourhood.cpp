@@ -345,9 +345,31 @@ void FetchSession::check_starvation(TimePoint now) {
   swap_due_.reset();
   if (!starved_since_) starved_since_ = now;
   if (now - *starved_since_ >= config_.starvation_timeout) {
+    // Holders that sent shards failing verification are the likely cause:
+    // name them (the orphan's own sender first), not only the absence.
+    std::string cause;
+    if (auto bad = failed_senders_.find(orphan->value); bad != failed_senders_.end()) {
+      cause = "; holder " + bad->second.short_hex() + " sent shard " + std::to_string(orphan->value) +
+              " that failed verification" + (banned_.count(bad->second) ? ", and is asked no more" : "");
+    } else if (!failed_senders_.empty()) {
+      std::map<PeerId, std::size_t> by_sender;
+      for (const auto& [shard, sender] : failed_senders_) ++by_sender[sender];
+      std::size_t named = 0;
+      for (const auto& [sender, count] : by_sender) {
+        if (named++ == 3) {
+          cause += "; and " + std::to_string(by_sender.size() - 3) + " more";
+          break;
+        }
+        cause += "; holder " + sender.short_hex() + " sent " + std::to_string(count) +
+                 " shard(s) that failed verification" + (banned_.count(sender) ? ", and is asked no more" : "");
+      }
+    } else if (bad_shards_ > 0) {
+      cause = "; " + std::to_string(bad_shards_) + " shard(s) received failed verification";
+    }
     finish(Status::unavailable("no reachable peer holds shard " + std::to_string(orphan->value) + " (bytes " +
                                std::to_string(layout_.shard_offset(*orphan)) + ".." +
-                               std::to_string(layout_.shard_offset(*orphan) + layout_.shard_length(*orphan)) + ")"));
+                               std::to_string(layout_.shard_offset(*orphan) + layout_.shard_length(*orphan)) + ")" +
+                               cause));
   }
 }
 

@@ -291,6 +291,7 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
     return;
   }
   const PeerId sender = *senders.begin();
+  failed_senders_[shard.value] = sender;
   if (auto n = neighbours_.find(sender); n != neighbours_.end() && ++n->second.bad_shards >= config_.max_bad_shards) {
     lose_neighbour(now, sender, /*ban=*/true,
                    "sent " + std::to_string(n->second.bad_shards) + " shards that failed verification");

@@ -580,6 +580,10 @@ class FetchSession {
   std::optional<TimePoint> swap_due_;     // when to try the next trade (cleared with the starvation)
   std::uint64_t bytes_received_ = 0, bytes_from_wan_ = 0;
   std::uint32_t bad_shards_ = 0;
+  // Per shard, the last neighbour that alone sent it and failed its
+  // verification: what a fetch that then runs out of holders names as the
+  // cause, not only that nobody holds it.
+  std::map<std::uint32_t, PeerId> failed_senders_;
   // Shards that failed verification with several senders, not yet verified
   // since: each is fetched again from one sender (Shard::only_from). Blame
   // falls only on a sender that alone sent a shard that failed, so a liar

@@ -1089,3 +1089,41 @@ TEST_CASE("peer: handles that outlive their Peer hold nothing, and their release
   CHECK(published->wait_replicated(1, 1s).code() == StatusCode::kCancelled);
   CHECK(std::chrono::steady_clock::now() - started < 15s);
 }
+
+TEST_CASE("peer: a fetch whose only holder sends shards that fail verification names that holder") {
+  const Identity publisher_id = GossipNetwork::identity_for(706);
+  auto publisher = start_peer(706, publisher_id.public_key(), {});
+  const std::string seed = publisher->gossip_address();
+  PeerOptions liar_options;
+  liar_options.listen = "127.0.0.1:0";
+  liar_options.data_listen = "127.0.0.1:0";
+  liar_options.seeds = {seed};
+  liar_options.trusted_publishers = {publisher_id.public_key()};
+  liar_options.shard_size = 256u << 10;
+  liar_options.block_size = 64u << 10;
+  liar_options.host = "h707";
+  peer::InternalOptions corrupt;
+  corrupt.corrupt_serving = true;
+  auto liar = peer::start_peer(liar_options, corrupt, GossipNetwork::identity_for(707), swarm_key());
+  REQUIRE(liar.is_ok());
+  auto image = small_model(73, 1u << 20);
+  {
+    auto published = publisher->publish("policy", image, tensors_of(image));
+    REQUIRE(published.is_ok());
+    REQUIRE((*liar)->wait_for_head("policy", 0, 10s).is_ok());
+    auto held = (*liar)->fetch("policy", 1);
+    REQUIRE(held.is_ok());
+    REQUIRE(held->wait(20s).is_ok());
+    REQUIRE(published->wait_replicated(1, 10s).is_ok());
+    auto worker = start_peer(708, publisher_id.public_key(), {seed});
+    REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+    published->release();  // the liar is the only holder now
+    auto fetched = worker->fetch("policy", 1);
+    REQUIRE(fetched.is_ok());
+    const Status failed = fetched->wait(60s);
+    MESSAGE(failed.to_string());
+    CHECK(failed.code() == StatusCode::kUnavailable);
+    CHECK(failed.message().find("holder " + (*liar)->id().short_hex() + " sent ") != std::string::npos);
+    CHECK(failed.message().find("failed verification") != std::string::npos);
+  }
+}
