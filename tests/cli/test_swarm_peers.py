@@ -25,62 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_processes import free_port, stop_processes, wait_for  # noqa: E402
-
-
-class Swarm:
-    def __init__(self, binary, workdir):
-        self.binary, self.dir = binary, workdir
-        self.procs, self.ports, self.pubkeys = {}, {}, {}
-        self.swarm_key = os.path.join(workdir, "swarm.key")
-        assert self.run("swarm-key", "--out", self.swarm_key).returncode == 0
-        self.publisher = None
-
-    def run(self, *args, timeout=120):
-        return subprocess.run([self.binary, *args], capture_output=True, text=True, timeout=timeout)
-
-    def keygen(self, name):
-        key = os.path.join(self.dir, name + ".key")
-        out = self.run("keygen", "--out", key)
-        assert out.returncode == 0, out.stderr
-        self.pubkeys[name] = out.stdout.strip()
-        return key
-
-    def start(self, name, seeds=(), extra=()):
-        key = self.keygen(name)
-        port = free_port()
-        self.ports[name] = port
-        trust = self.pubkeys[self.publisher] if self.publisher else self.pubkeys[name]
-        cmd = [self.binary, "peer", "--listen", f"127.0.0.1:{port}", "--data-listen", "127.0.0.1:0",
-               "--key", key, "--swarm-key", self.swarm_key,
-               "--control", self.control(name), "--trust", trust, "--shard-size", "1MiB", "--host", name, *extra]
-        for seed in seeds:
-            cmd += ["--seed", f"127.0.0.1:{self.ports[seed]}"]
-        log = open(os.path.join(self.dir, name + ".log"), "w")
-        self.procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(f"{name}'s control socket", lambda: self.status(name) is not None, 10)
-
-    def control(self, name):
-        return os.path.join(self.dir, name + ".sock")
-
-    def status(self, name):
-        out = self.run("status", "--control", self.control(name), "--json")
-        return json.loads(out.stdout) if out.returncode == 0 else None
-
-    def head(self, name, model="policy"):
-        s = self.status(name)
-        return s["known_heads"].get(model, {}).get("version") if s else None
-
-    def fetch(self, name, out, version="latest", timeout=120):
-        return self.run("fetch", "--control", self.control(name), "--model", "policy", "--version", str(version),
-                        "--out", out, timeout=timeout)
-
-    def log(self, name):
-        with open(os.path.join(self.dir, name + ".log")) as f:
-            return f.read()
-
-    def stop_all(self):
-        stop_processes(self.procs)
+from peer_processes import Swarm, free_port, stop_processes, wait_for  # noqa: E402
 
 
 def fetch_all(swarm, names, original, timeout=120):
