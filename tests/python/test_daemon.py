@@ -184,3 +184,50 @@ def test_a_rank_that_dies_lets_go_of_its_hold():
             while os.path.exists(mine.path):
                 assert time.monotonic() < deadline, "the dead rank's hold was not let go"
                 time.sleep(0.05)
+
+
+def test_the_daemon_client_fails_cleanly_retries_and_leaves_no_temporary_file():
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        a, b = daemons.clients["a"], daemons.clients["b"]
+        published = a.publish("policy", weights(11))
+        b.wait_for_head("policy", timeout=20)
+        published.release()  # the only holder is gone
+        before = set(os.listdir(daemons.folder))
+        for _ in range(2):  # the retry fails as promptly as the first try
+            t0 = time.monotonic()
+            with pytest.raises(th.Error) as e:
+                b.fetch("policy", 1, timeout=60)
+            assert e.value.code == "unavailable", e.value
+            assert time.monotonic() - t0 < 30
+        assert [n for n in set(os.listdir(daemons.folder)) - before if ".partial-" in n] == []
+        # A model name the rule refuses, however long: an Error, never a raw OSError.
+        for bad in ("m" * 300, "a b", "", "/abs"):
+            with pytest.raises(th.Error) as e:
+                b.publish(bad, weights(1))
+            assert e.value.code == "invalid_argument"
+        long_ok = "x/" * 60 + "m"  # legal, 121 bytes: its file name is cut, not refused
+        done = a.publish(long_ok, weights(12))
+        assert done.version == 1
+        done.release()
+
+
+def test_a_daemon_fetch_that_runs_out_of_time_is_cancelled():
+    with swarm_of_daemons(["a", "b"]) as daemons:
+        a, b = daemons.clients["a"], daemons.clients["b"]
+        a.publish("policy", weights(13))
+        b.wait_for_head("policy", timeout=20)
+        daemons.procs["a"].send_signal(signal.SIGSTOP)  # the only holder answers nothing
+        try:
+            before = set(os.listdir(daemons.folder))
+            t0 = time.monotonic()
+            with pytest.raises(th.Error) as e:
+                b.fetch("policy", 1, timeout=1.5)
+            assert e.value.code == "timeout" and time.monotonic() - t0 < 5, e.value
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and [n for n in set(os.listdir(daemons.folder)) - before
+                                                   if ".partial-" in n]:
+                time.sleep(0.05)
+            assert [n for n in set(os.listdir(daemons.folder)) - before if ".partial-" in n] == []
+            assert b.status()["self"]["id"]
+        finally:
+            daemons.procs["a"].send_signal(signal.SIGCONT)

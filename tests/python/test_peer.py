@@ -93,6 +93,39 @@ def test_rdma_options_reach_the_peer():
         assert e.value.code == "invalid_argument" and "queue pairs" in str(e.value)
 
 
+def test_bad_options_are_refused_at_start_with_a_reason():
+    # Sizes and counts out of range are the peer's refusal (block_size=0 was
+    # a SIGFPE at the first fetch, 3 a crawl).
+    for options, reason in (({"block_size": 0}, "block size"), ({"block_size": 3}, "block size"),
+                            ({"block_size": 1 << 30}, "block size"), ({"shard_size": 12345}, "shard size"),
+                            ({"listen": "127.0.0.1:65535", "data_listen": None}, "65535")):
+        with pytest.raises(th.Error) as e:
+            th.Peer.start(swarm_key=SWARM, **options)
+        assert e.value.code == "invalid_argument" and reason in str(e.value), (options, e.value)
+    # Wrong types: an Error naming the option, never AttributeError or a cast error.
+    for options, name in (({"seeds": "127.0.0.1:1"}, "seeds"), ({"listen": 5}, "listen"),
+                          ({"block_size": "1MiB"}, "block_size"), ({"block_size": True}, "block_size"),
+                          ({"rdma": "yes"}, "rdma"), ({"trusted_publishers": [1]}, "trusted_publishers"),
+                          ({"block_size": -1}, "block_size"), ({"swarm_key_file": 3}, "swarm_key_file")):
+        with pytest.raises(th.Error) as e:
+            th.Peer.start(swarm_key=SWARM, **options)
+        assert e.value.code == "invalid_argument" and name in str(e.value), (options, e.value)
+
+
+def test_a_failed_fetch_can_be_retried_at_once_and_fetch_to_file_leaves_nothing(pair, tmp_path):
+    trainer, worker = pair
+    published = trainer.publish("policy", {"x": np.ones(1 << 18, np.float32)})
+    worker.wait_for_head("policy", timeout=20)
+    published.release()  # the only holder is gone
+    for _ in range(2):  # a retry fails as promptly as the first try, never hangs
+        fetched = worker.fetch_to_file("policy", tmp_path / "out.safetensors", version=1)
+        with pytest.raises(th.Error) as e:
+            fetched.wait(30)
+        assert e.value.code == "unavailable"
+        assert os.listdir(tmp_path) == []  # the temporary file went with the failure, before release()
+        fetched.release()
+
+
 def test_a_failed_fetch_hands_out_no_byte(pair):
     trainer, worker = pair
     published = trainer.publish("policy", {"x": np.ones(1 << 20, np.float32)})

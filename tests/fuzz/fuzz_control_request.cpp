@@ -1,0 +1,28 @@
+// libFuzzer target: the daemon's control request decoder on arbitrary lines.
+// It must accept only what keeps the protocol's rules, and refuse everything
+// else with kInvalidArgument and a one-line reason; nothing may crash.
+#include <cstdlib>
+#include <string_view>
+
+#include "cli/control_request.hpp"
+#include "tensorhub/manifest.hpp"
+
+using namespace tensorhub;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view line(reinterpret_cast<const char*>(data), size);
+  auto request = cli::parse_control_request(line);
+  if (!request) {
+    const Status& s = request.status();
+    if (s.code() != StatusCode::kInvalidArgument || s.message().empty()) std::abort();
+    if (s.message().find('\n') != std::string::npos) std::abort();
+    return 0;
+  }
+  for (const std::string* path : {&request->file, &request->out}) {
+    if (path->empty()) continue;
+    if (path->front() != '/' || path->find('\0') != std::string::npos) std::abort();
+  }
+  if (request->cmd != "status" && !validate_model_name(request->model).is_ok()) std::abort();
+  if (!request->gpu.empty() && request->cmd != "hold") std::abort();
+  return 0;
+}

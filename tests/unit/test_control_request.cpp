@@ -1,0 +1,106 @@
+// The control protocol's request decoder (cli/control_request.hpp): what it
+// accepts, each refusal by name, and thousands of seeded mutants, each
+// refused in one line or accepted only when it keeps every rule.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli/control_request.hpp"
+#include "support/mutator.hpp"
+#include "tensorhub/manifest.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::testing;
+
+namespace {
+
+std::string refusal(std::string_view line) {
+  auto r = cli::parse_control_request(line);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("control request: each command decodes, and paths travel as text or as hex") {
+  auto fetch = cli::parse_control_request(R"({"cmd":"fetch","model":"org/policy","version":3,"out":"/tmp/x"})");
+  REQUIRE(fetch.is_ok());
+  CHECK(fetch->cmd == "fetch");
+  CHECK(fetch->model == "org/policy");
+  CHECK(fetch->version == 3);
+  CHECK(fetch->out == "/tmp/x");
+  // "/tmp/\xff": no JSON text can carry it, hex can.
+  auto odd = cli::parse_control_request(R"({"cmd":"fetch","model":"m","out_hex":"2f746d702fff"})");
+  REQUIRE(odd.is_ok());
+  CHECK(odd->out == std::string("/tmp/\xff"));
+  nlohmann::ordered_json built{{"cmd", "publish"}, {"model", "m"}};
+  cli::put_path(built, "file", std::string("/d/\xfe.safetensors"));
+  CHECK(built.contains("file_hex"));
+  auto round_trip = cli::parse_control_request(built.dump());
+  REQUIRE(round_trip.is_ok());
+  CHECK(round_trip->file == std::string("/d/\xfe.safetensors"));
+  nlohmann::ordered_json plain{{"cmd", "publish"}, {"model", "m"}};
+  cli::put_path(plain, "file", "/d/m.safetensors");
+  CHECK(plain["file"] == "/d/m.safetensors");
+  CHECK(cli::parse_control_request(R"({"cmd":"status"})").is_ok());
+  CHECK(cli::parse_control_request(R"({"cmd":"hold","model":"m","gpu":"GPU-1"})").is_ok());
+  CHECK(cli::parse_control_request(R"({"cmd":"release","model":"m","version":2,"now":true})")->now);
+}
+
+TEST_CASE("control request: refusals name what is wrong") {
+  CHECK(contains(refusal("not json"), "JSON object"));
+  CHECK(contains(refusal(R"({"cmd":"format-disk"})"), "unknown command"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":7})"), "\"model\" must be a string"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","version":-1})"), "non-negative integer"));
+  CHECK(contains(refusal(R"({"cmd":"release","model":"m","now":"yes"})"), "true or false"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out":"/tmp/a\u0000b"})"), "NUL byte"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out_hex":"2f6100"})"), "NUL byte"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out":"relative.bin"})"), "absolute path"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"./m.safetensors"})"), "absolute path"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out":"/a","out_hex":"2f61"})"), "not both"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out_hex":"2f6"})"), "even number"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out_hex":"2fzz"})"), "out_hex"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"bad name"})"), "model name"));
+  CHECK(contains(refusal(R"({"cmd":"fetch"})"), "model name is empty"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m"})"), "needs \"file\""));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","gpu":"GPU-1"})"), "\"gpu\" goes with \"hold\" only"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out":"/)" + std::string(5000, 'a') + "\"}"), "longer than"));
+}
+
+TEST_CASE("mutation: control request decoder") {
+  const std::uint64_t seed = mutation_seed(0x5eed0c01);
+  INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
+  const std::vector<std::string> valid = {
+      R"({"cmd":"status"})",
+      R"({"cmd":"publish","model":"policy","file":"/dev/shm/m.safetensors","wait_replicas":2,"release":true})",
+      R"({"cmd":"fetch","model":"org/policy","version":3,"out_hex":"2f746d702fff"})",
+      R"({"cmd":"hold","model":"policy","version":0,"gpu":"GPU-00000000-0000-0000-0000-000000000000"})",
+      R"({"cmd":"release","model":"policy","version":1,"now":true})",
+  };
+  core::SplitMix64 rng(seed);
+  int accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::string& base = valid[rng.below(valid.size())];
+    const auto mutant = mutate(std::vector<char>(base.begin(), base.end()), rng);
+    auto r = cli::parse_control_request(std::string_view(mutant.data(), mutant.size()));
+    if (!r.is_ok()) {
+      CHECK(r.status().code() == StatusCode::kInvalidArgument);
+      CHECK_FALSE(r.status().message().empty());
+      CHECK(r.status().message().find('\n') == std::string::npos);
+      continue;
+    }
+    ++accepted;
+    for (const std::string* path : {&r->file, &r->out}) {
+      if (path->empty()) continue;
+      CHECK(path->front() == '/');
+      CHECK(path->find('\0') == std::string::npos);
+    }
+    if (r->cmd != "status") CHECK(validate_model_name(r->model).is_ok());
+    if (!r->gpu.empty()) CHECK(r->cmd == "hold");
+  }
+  MESSAGE(accepted << " of 20000 mutants decoded, every one within the rules");
+}
