@@ -4,6 +4,7 @@ import os
 import random
 import socket
 import subprocess
+import threading
 import time
 
 _taken = set()
@@ -50,19 +51,32 @@ def stop_processes(procs):
         p.wait()
 
 
-def control_raw(path, payload, timeout=10):
-    """Sends `payload` (bytes, one line) to a daemon's control socket and
-    returns the reply lines as JSON."""
+def control_raw(path, payload, timeout=10, newline=True, shut_write=False):
+    """Sends `payload` (bytes; a newline added unless `newline` is false) to a
+    daemon's control socket, closing the writing half after it if
+    `shut_write`, and returns the reply lines as JSON. It reads while it
+    sends: the daemon may answer before it has taken everything."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout)
         s.connect(path)
-        s.sendall(payload + b"\n")
+
+        def send():
+            try:
+                s.sendall(payload + (b"\n" if newline else b""))
+                if shut_write:
+                    s.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # the daemon answered and closed before taking it all
+
+        sender = threading.Thread(target=send)
+        sender.start()
         data = b""
         while True:
             chunk = s.recv(1 << 16)
             if not chunk:
                 break
             data += chunk
+        sender.join()
     return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
 
 

@@ -27,19 +27,16 @@ user meets it: no silent stall, no hang, nothing left behind.
 
 Usage: test_failure_paths.py PATH/TO/tensorhub [CASE...]   (default: every case; 6 runs 9 too)
 """
-import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_processes import Swarm, cpu_seconds, free_port, wait_for  # noqa: E402
+from peer_processes import Swarm, control_raw, cpu_seconds, wait_for  # noqa: E402
 
 LONG = "model-0{}-abcdefghijklmnopqrstuvwxyz0123"
 
@@ -52,33 +49,6 @@ def verified_head(swarm, name, model):
 
 def partials(directory):
     return [n for n in os.listdir(directory) if ".partial-" in n]
-
-
-def raw_exchange(path, payload, shut_write=False, timeout=30):
-    """Sends `payload` (no newline added) to a control socket, optionally
-    closes the writing half, and returns every line of the answer."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(path)
-        sender = threading.Thread(target=lambda: _send_all(s, payload, shut_write))
-        sender.start()
-        data = b""
-        while True:
-            chunk = s.recv(1 << 16)
-            if not chunk:
-                break
-            data += chunk
-        sender.join()
-    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
-
-
-def _send_all(s, payload, shut_write):
-    try:
-        s.sendall(payload)
-        if shut_write:
-            s.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass  # the daemon answered and closed before taking it all
 
 
 def case_record_full(swarm, small):
@@ -279,18 +249,18 @@ def case_not_utf8(swarm, small, workdir):
 def case_control_protocol(swarm, workdir):
     sock = swarm.control("w1")
     big = b'{"cmd":"status","pad":"' + b"x" * (3 << 19)
-    answer = raw_exchange(sock, big)
+    answer = control_raw(sock, big, newline=False)
     assert answer and answer[-1]["ok"] is False and "at most 1048576 bytes" in answer[-1]["error"], answer
-    answer = raw_exchange(sock, b'{"cmd":"status"}', shut_write=True)
+    answer = control_raw(sock, b'{"cmd":"status"}', newline=False, shut_write=True)
     assert answer and "without a newline" in answer[-1]["error"], answer
     t0 = time.monotonic()
-    answer = raw_exchange(sock, b'{"cmd"', timeout=30)
+    answer = control_raw(sock, b'{"cmd"', timeout=30, newline=False)
     took = time.monotonic() - t0
     assert answer and answer[-1]["code"] == "timeout" and 9 < took < 20, (answer, took)
     for request, reason in ((b'{"cmd":"fetch","model":"m","out":"/tmp/a\\u0000b"}', "NUL byte"),
                             (b'{"cmd":"fetch","model":"m","out":"relative.bin"}', "absolute path"),
                             (b'{"cmd":"publish","model":"m","file":"x.safetensors"}', "absolute path")):
-        answer = raw_exchange(sock, request + b"\n")
+        answer = control_raw(sock, request)
         assert answer[-1]["ok"] is False and reason in answer[-1]["error"], (request, answer)
         assert answer[-1]["code"] == "invalid_argument"
     print(f"10. oversized, unterminated and idle ({took:.1f} s) requests each got an error line; NUL bytes "

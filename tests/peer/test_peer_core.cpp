@@ -311,19 +311,14 @@ TEST_CASE("peer core: a version published from many small regions is fetched int
 
 namespace {
 
-// Host memory that counts what the core asked of it: the seam a GPU domain plugs into.
-struct CountingDomain final : MemoryDomain {
-  mutable std::size_t verified = 0, copied = 0;
-  mutable std::uint64_t copied_bytes = 0;
-  std::string_view name() const override { return "counting"; }
+// Host memory through the domain seam: what the test domains change a part of.
+struct HostDomain : MemoryDomain {
+  std::string_view name() const override { return "test-host"; }
   bool verify_shard(const Manifest& m, ShardIndex i, const core::ConstRegions& image) const override {
-    ++verified;
     return host_memory().verify_shard(m, i, image);
   }
   Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
               std::uint64_t length) const override {
-    ++copied;
-    copied_bytes += length;
     return host_memory().copy(from, to, offset, length);
   }
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
@@ -340,6 +335,23 @@ struct CountingDomain final : MemoryDomain {
   Status write(const core::MutableRegions& image, std::uint64_t offset,
                std::span<const std::byte> bytes) const override {
     return host_memory().write(image, offset, bytes);
+  }
+};
+
+// Host memory that counts what the core asked of it: the seam a GPU domain plugs into.
+struct CountingDomain final : HostDomain {
+  mutable std::size_t verified = 0, copied = 0;
+  mutable std::uint64_t copied_bytes = 0;
+  std::string_view name() const override { return "counting"; }
+  bool verify_shard(const Manifest& m, ShardIndex i, const core::ConstRegions& image) const override {
+    ++verified;
+    return HostDomain::verify_shard(m, i, image);
+  }
+  Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
+              std::uint64_t length) const override {
+    ++copied;
+    copied_bytes += length;
+    return HostDomain::copy(from, to, offset, length);
   }
 };
 
@@ -443,33 +455,15 @@ namespace {
 
 // Host memory whose writes fail once `refuse_after` bytes went in (a file
 // system that fills up).
-struct FillingDomain final : MemoryDomain {
+struct FillingDomain final : HostDomain {
   mutable std::uint64_t written = 0;
   std::uint64_t refuse_after = 0;
   std::string_view name() const override { return "filling"; }
-  bool verify_shard(const Manifest& m, ShardIndex i, const core::ConstRegions& image) const override {
-    return host_memory().verify_shard(m, i, image);
-  }
-  Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
-              std::uint64_t length) const override {
-    return host_memory().copy(from, to, offset, length);
-  }
-  core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
-                                    const core::ConstRegions& image) const override {
-    return host_memory().digest_ranges(prefix, ranges, image);
-  }
-  bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override {
-    return host_memory().read(image, offset, out);
-  }
-  bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
-              std::uint64_t length, ShardDigest& out) const override {
-    return host_memory().digest(algorithm, image, offset, length, out);
-  }
   Status write(const core::MutableRegions& image, std::uint64_t offset,
                std::span<const std::byte> bytes) const override {
     if (written + bytes.size() > refuse_after) return Status::io_error("cannot write: No space left on device");
     written += bytes.size();
-    return host_memory().write(image, offset, bytes);
+    return HostDomain::write(image, offset, bytes);
   }
 };
 

@@ -73,6 +73,32 @@ std::vector<std::unique_ptr<Peer>> publisher_and_workers(std::uint64_t first, st
   return peers;
 }
 
+// A publisher (key `key`) that published `image` as "policy" v1, and a
+// worker (key `key` + 1) seeded by it that knows the head.
+struct PublishedPair {
+  std::unique_ptr<Peer> publisher, worker;
+  std::optional<PublishHandle> published;
+};
+PublishedPair published_pair(std::uint64_t key, const std::vector<std::byte>& image,
+                             const std::function<void(PeerOptions&)>& adjust_publisher = {}) {
+  const PublicKey publisher_key = GossipNetwork::identity_for(key).public_key();
+  PublishedPair p;
+  p.publisher = start_peer(key, publisher_key, {}, adjust_publisher);
+  p.worker = start_peer(key + 1, publisher_key, {p.publisher->gossip_address()});
+  auto published = p.publisher->publish("policy", image, tensors_of(image));
+  REQUIRE(published.is_ok());
+  p.published.emplace(std::move(*published));
+  REQUIRE(p.worker->wait_for_head("policy", 0, 10s).is_ok());
+  return p;
+}
+
+// How many entries `dir` holds.
+std::size_t entries(const std::filesystem::path& dir) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
@@ -893,19 +919,14 @@ TEST_CASE("peer: the mate channel refuses what it cannot share, and says why") {
 
 TEST_CASE("peer: a fetch into a file writes it through host buffers, puts it in place once verified, and serves it") {
   const Identity publisher_id = GossipNetwork::identity_for(690);
-  auto publisher = start_peer(690, publisher_id.public_key(), {});
-  auto worker = start_peer(691, publisher_id.public_key(), {publisher->gossip_address()});
   auto image = small_model(69, 2u << 20);
-  auto published = publisher->publish("policy", image, tensors_of(image));
-  REQUIRE(published.is_ok());
-  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  auto pair = published_pair(690, image);
+  auto& publisher = pair.publisher;
+  auto& worker = pair.worker;
+  auto& published = pair.published;
   TempDir dir;
   const std::string path = dir.file("policy.bin");
-  auto entries = [&] {
-    std::size_t n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++n;
-    return n;
-  };
+  auto entries = [&] { return ::entries(dir.path()); };
   auto contents = [](const std::string& file) {
     std::ifstream in(file, std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -969,20 +990,14 @@ TEST_CASE("peer: a fetch into a file writes it through host buffers, puts it in 
 TEST_CASE("peer: a fetch into a file that its file system refuses fails at once, naming why, and leaves nothing") {
   // RLIMIT_FSIZE makes pwrite past 1 MiB fail with EFBIG, as a full file
   // system fails with ENOSPC (tests/cli covers ENOSPC in a real tmpfs).
-  const Identity publisher_id = GossipNetwork::identity_for(700);
-  auto publisher = start_peer(700, publisher_id.public_key(), {}, [](PeerOptions& o) { o.super_seed = false; });
-  auto worker = start_peer(701, publisher_id.public_key(), {publisher->gossip_address()});
   auto image = small_model(70, 4u << 20);
-  auto published = publisher->publish("policy", image, tensors_of(image));
-  REQUIRE(published.is_ok());
-  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  auto pair = published_pair(700, image, [](PeerOptions& o) { o.super_seed = false; });
+  auto& publisher = pair.publisher;
+  auto& worker = pair.worker;
+  auto& published = pair.published;
   TempDir dir;
   const std::string path = dir.file("policy.bin");
-  auto entries = [&] {
-    std::size_t n = 0;
-    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++n;
-    return n;
-  };
+  auto entries = [&] { return ::entries(dir.path()); };
   struct rlimit before {};
   REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
   const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
@@ -1025,13 +1040,9 @@ TEST_CASE("peer: a fetch into a file that its file system refuses fails at once,
 }
 
 TEST_CASE("peer: an output path that is not a regular file is refused, and a long legal name works") {
-  const Identity publisher_id = GossipNetwork::identity_for(702);
-  auto publisher = start_peer(702, publisher_id.public_key(), {});
-  auto worker = start_peer(703, publisher_id.public_key(), {publisher->gossip_address()});
   auto image = small_model(71, 1u << 20);
-  auto published = publisher->publish("policy", image, tensors_of(image));
-  REQUIRE(published.is_ok());
-  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
+  auto pair = published_pair(702, image);
+  auto& worker = pair.worker;
   TempDir dir;
   const std::string fifo = dir.file("fifo");
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -1071,19 +1082,15 @@ TEST_CASE("peer: an output path that is not a regular file is refused, and a lon
 }
 
 TEST_CASE("peer: handles that outlive their Peer hold nothing, and their release returns at once") {
-  const Identity publisher_id = GossipNetwork::identity_for(704);
-  auto publisher = start_peer(704, publisher_id.public_key(), {});
-  auto worker = start_peer(705, publisher_id.public_key(), {publisher->gossip_address()});
   auto image = small_model(72, 1u << 20);
-  auto published = publisher->publish("policy", image, tensors_of(image));
-  REQUIRE(published.is_ok());
-  REQUIRE(worker->wait_for_head("policy", 0, 10s).is_ok());
-  auto fetched = worker->fetch("policy", 1);
+  auto pair = published_pair(704, image);
+  auto& published = pair.published;
+  auto fetched = pair.worker->fetch("policy", 1);
   REQUIRE(fetched.is_ok());
   REQUIRE(fetched->wait(20s).is_ok());
   const auto started = std::chrono::steady_clock::now();
-  worker.reset();
-  publisher.reset();
+  pair.worker.reset();
+  pair.publisher.reset();
   fetched->release();
   published->release();
   CHECK(published->wait_replicated(1, 1s).code() == StatusCode::kCancelled);
