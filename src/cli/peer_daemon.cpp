@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <type_traits>
 
 #include <sys/stat.h>
@@ -37,6 +38,8 @@ using Key = std::pair<std::string, std::uint64_t>;
 constexpr std::chrono::milliseconds kFileCheckInterval{250};
 // How often the member list file is checked for a new list.
 constexpr std::chrono::milliseconds kMembersCheckInterval{1000};
+// How long a signalled daemon may take to stop before it exits regardless.
+constexpr std::chrono::seconds kShutdownLimit{10};
 
 // What tells one version of a file from the next: identity, size, time.
 struct FileStamp {
@@ -126,6 +129,13 @@ class Daemon {
     signals_.async_wait([this](std::error_code ec, int signal) {
       if (ec) return;
       TH_LOG_INFO("peer", (signal == SIGINT ? "SIGINT" : "SIGTERM") << ": leaving gracefully");
+      // A signal always ends the daemon: whatever the shutdown waits on, it
+      // is cut short after kShutdownLimit (the next start removes what it leaves).
+      std::thread([] {
+        std::this_thread::sleep_for(kShutdownLimit);
+        TH_LOG_ERROR("peer", "shutting down took longer than " << kShutdownLimit.count() << " s; exiting now");
+        std::_Exit(kExitOk);
+      }).detach();
       control_->close();
       io_.stop();
     });

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "core/log.hpp"
 #include "core/work_pool.hpp"
 #include "cuda/gpu_memory.hpp"
 #include "peer/file_memory.hpp"
@@ -23,6 +24,8 @@ namespace {
 
 // How long a Peer's destructor waits for its departure to spread.
 constexpr auto kLeaveWait = std::chrono::seconds(4);
+// How long a release under way waits once the peer is stopping.
+constexpr auto kShutdownReleaseWait = std::chrono::seconds(3);
 // Publications that lost the race for a version number are built again this often.
 constexpr int kPublishAttempts = 3;
 // How long a publication waits to learn the head it must follow.
@@ -40,6 +43,7 @@ struct Peer::Impl {
     Impl* impl = nullptr;  // guarded by mutex; null once the peer is going
   };
   std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+  std::atomic<bool> closing{false};  // the engine is closed: releases under way are bounded
 
   // The GPUs fetched into, by UUID: opened on first use, kept while the
   // peer runs, and destroyed after the engine (whose versions use them).
@@ -106,7 +110,8 @@ struct Peer::Impl {
       }
       pool.reset();
       asio::post(io, [this] { engine->close(); });
-      close_gate();  // while the I/O thread still gives memory back
+      closing = true;  // nothing is sent any more: a release under way is bounded
+      close_gate();    // while the I/O thread still gives memory back
       work.reset();
       io.stop();
       thread.join();
@@ -162,10 +167,22 @@ struct HeldVersion {
     // The memory is its owner's once no piece is being sent from it: the
     // engine ends stalled sends after a grace (PeerEngine::release_memory).
     with_peer([&](Impl& impl) {
-      std::promise<void> done;
-      auto future = done.get_future();
-      impl.call([&] { impl.engine->release(version, mode, [&done] { done.set_value(); }); });
-      future.wait();
+      auto done = std::make_shared<std::promise<void>>();
+      auto future = done->get_future();
+      impl.call([&] { impl.engine->release(version, mode, [done] { done->set_value(); }); });
+      // While the peer runs, the wait ends: the engine ends stalled sends
+      // after its grace. While it shuts down, it is bounded, then abandoned.
+      std::optional<std::chrono::steady_clock::time_point> closing_since;
+      while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+        if (!impl.closing.load()) continue;
+        if (!closing_since) closing_since = std::chrono::steady_clock::now();
+        if (std::chrono::steady_clock::now() - *closing_since >= kShutdownReleaseWait) {
+          TH_LOG_WARN("peer", "the release of " << version->model << " v" << version->number << " did not finish within "
+                                                << kShutdownReleaseWait.count() << " s of the peer stopping; "
+                                                << "abandoned");
+          break;
+        }
+      }
     });
     phase = kReleased;
   }
