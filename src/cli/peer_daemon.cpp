@@ -56,6 +56,9 @@ FileStamp stamp_of(const std::string& path) {
                    static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
 }
 
+// Answers a request with its error: the last line.
+void fail(const transport::ControlServer::Reply& reply, const Status& why) { reply(line(error_line(why)), true); }
+
 class Daemon {
  public:
   explicit Daemon(DaemonOptions options) : options_(std::move(options)), signals_(io_, SIGINT, SIGTERM) {}
@@ -163,7 +166,8 @@ class Daemon {
     VersionInfo info;
     transport::ControlServer::Reply reply;
     std::shared_ptr<FetchHandle> handle;  // null once it ended
-    std::optional<Key> kept;              // the daemon holds it under this key from now on
+    std::optional<Key> kept;              // the daemon holds it under this key (in fetched_)
+    bool started_here = false;            // this request started the fetch: its client's leaving cancels it
     std::string output;                   // its --out, recorded in outputs_ while it runs
     bool finished = false;
   };
@@ -194,7 +198,7 @@ class Daemon {
     } else if (r.cmd == "publish") {
       publish(r.model, r.file, r.wait_replicas, r.release, reply);
     } else if (r.cmd == "fetch") {
-      fetch(r.model, r.version, r.out, reply, when_closed);
+      fetch(r.model, r.version, r.out, reply);
     } else if (r.cmd == "digest") {
       digest(r.model, r.version, reply);
     } else if (r.cmd == "release") {
@@ -228,13 +232,13 @@ class Daemon {
   void publish(const std::string& model, const std::string& path, std::size_t wait_replicas, bool release_after,
                const transport::ControlServer::Reply& reply) {
     auto file = core::MappedFile::open(path);
-    if (!file) return reply(line(error_line(file.status())), true);
+    if (!file) return fail(reply, file.status());
     auto layout = parse_safetensors(file->bytes());
-    if (!layout) return reply(line(error_line(layout.status().with_context(path))), true);
+    if (!layout) return fail(reply, layout.status().with_context(path));
     auto mapped = std::make_unique<core::MappedFile>(std::move(*file));
     const auto started = Clock::now();
     auto handle = peer_->publish(model, mapped->bytes(), layout->tensors);
-    if (!handle) return reply(line(error_line(handle.status())), true);
+    if (!handle) return fail(reply, handle.status());
     const std::uint64_t version = handle->version();
     const ManifestId id = handle->manifest_id();
     reply(line(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}),
@@ -305,13 +309,14 @@ class Daemon {
   }
 
   // A fetch answers with progress until it ends. One whose client goes away
-  // first (closes the connection: `fetch --timeout` ran out, or it died) is
-  // cancelled: its handle goes, with its temporary file. A fetch that fails
-  // leaves nothing held, so the same request again starts afresh.
+  // first (closes the connection: `fetch --timeout` ran out, or it died; a
+  // client that only closes its writing half still reads, and is answered)
+  // is cancelled: its handle goes, with its temporary file. A fetch that
+  // fails leaves nothing held, so the same request again starts afresh.
   void fetch(const std::string& model, std::uint64_t version, const std::string& out,
-             const transport::ControlServer::Reply& reply, const transport::ControlServer::WhenClosed& when_closed) {
+             const transport::ControlServer::Reply& reply) {
     auto known = peer_->version_info(model, version);
-    if (!known) return reply(line(error_line(known.status())), true);
+    if (!known) return fail(reply, known.status());
     const VersionInfo info = *known;
     const Key key{model, info.version};
     const bool held = fetched_.count(key) != 0 || published_.count(key) != 0;
@@ -322,25 +327,27 @@ class Daemon {
       // Held by the daemon (and served): fetched now, or already.
       if (auto it = fetched_.find(key); it != fetched_.end()) {
         watch->handle = it->second;
+        watch->kept = key;
       } else if (!held) {
         auto handle = start_fetch(model, info.version, info.bytes);
-        if (!handle) return reply(line(error_line(handle.status())), true);
+        if (!handle) return fail(reply, handle.status());
         watch->handle = *handle;
         watch->kept = key;
+        watch->started_here = true;
       } else {
-        return reply(line(error_line(Status::already_exists(model + " v" + std::to_string(info.version) +
-                                                       " is published by this peer; fetch it with an output file"))),
-                     true);
+        return fail(reply, Status::already_exists(model + " v" + std::to_string(info.version) +
+                                                       " is published by this peer; fetch it with an output file"));
       }
     } else {
       // Into the output file, written as the blocks arrive and renamed into
       // place once every shard is verified (Peer::fetch_to_file). A version
       // this daemon holds already is copied into it locally.
       auto handle = peer_->fetch_to_file(model, info.version, out);
-      if (!handle) return reply(line(error_line(handle.status())), true);
+      if (!handle) return fail(reply, handle.status());
       watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
       watch->output = out;
       outputs_.add(out);
+      watch->started_here = true;
       if (!held) {
         // The daemon holds and serves this version from the file from now on.
         fetched_[key] = watch->handle;
@@ -350,12 +357,6 @@ class Daemon {
       }
     }
     watches_.insert(watch);
-    when_closed([this, watch] {
-      if (watch->finished) return;
-      TH_LOG_INFO("peer", "the client of the fetch of " << watch->info.model << " v" << watch->info.version
-                                                        << " went away: cancelled");
-      end_fetch(*watch, /*failed=*/true);
-    });
     reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
     watch_fetch(watch, Clock::now());
   }
@@ -363,30 +364,41 @@ class Daemon {
   // Reports progress until the fetch ends (wait() puts an output file into
   // place), then answers and lets go of what only this fetch needed.
   void watch_fetch(const std::shared_ptr<FetchWatch>& watch, Clock::time_point started) {
-    if (watch->finished) return;  // cancelled
+    if (watch->finished) return;
     const FetchProgressInfo p = watch->handle->progress();
     Status s = watch->handle->wait(std::chrono::milliseconds(0));
     if (s.code() == StatusCode::kTimeout) {
-      watch->reply(line(progress_line(p)), false);
+      if (!watch->reply(line(progress_line(p)), false)) {
+        // The client went away (closed the connection: its --timeout ran
+        // out, or it died). A fetch this request started is cancelled; one
+        // the daemon held before goes on.
+        if (watch->started_here) {
+          TH_LOG_INFO("peer", "the client of the fetch of " << watch->info.model << " v" << watch->info.version
+                                                            << " went away: cancelled");
+        }
+        return end_fetch(*watch, /*drop=*/watch->started_here);
+      }
       later(std::chrono::milliseconds(50), [this, watch, started] { watch_fetch(watch, started); });
       return;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const std::uint64_t bytes = watch->handle->bytes().size();
     end_fetch(*watch, !s.is_ok());
-    if (!s.is_ok()) return watch->reply(line(error_line(s)), true);
+    if (!s.is_ok()) return fail(watch->reply, s);
     watch->reply(line(Json{{"done", true}, {"ok", true}, {"version", watch->info.version}, {"id", watch->info.id.hex()},
                            {"bytes", bytes}, {"seconds", seconds}}),
                  true);
   }
 
-  // The fetch of `watch` is over: a private copy's handle goes (its file is
-  // in place, or gone), a failed or cancelled one that the daemon kept goes
-  // too, and its output is no longer one whose leftovers a restart removes.
-  void end_fetch(FetchWatch& watch, bool failed) {
+  // The answer to `watch` is over: a private copy's handle goes (its file is
+  // in place, or gone); with `drop` (the fetch failed, or its client went
+  // away from a fetch it started) the handle the daemon kept goes too, so
+  // the same request again starts afresh; its output is no longer one whose
+  // leftovers a restart removes.
+  void end_fetch(FetchWatch& watch, bool drop) {
     watch.finished = true;
     copies_.erase(watch.handle);
-    if (failed && watch.kept) {
+    if (drop && watch.kept) {
       auto it = fetched_.find(*watch.kept);
       if (it != fetched_.end() && it->second == watch.handle) drop_fetched(*watch.kept);
     }
@@ -405,7 +417,7 @@ class Daemon {
   void hold(const std::string& model, std::uint64_t version, const std::string& gpu,
             const transport::ControlServer::Reply& reply, const transport::ControlServer::WhenClosed& when_closed) {
     auto known = peer_->version_info(model, version);
-    if (!known) return reply(line(error_line(known.status())), true);
+    if (!known) return fail(reply, known.status());
     const bool polling = held_->fetching();
     if (!held_->hold(*known, gpu, reply)) return;  // answered with its error
     when_closed([this, reply, model, gpu, number = known->version] {

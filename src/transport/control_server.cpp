@@ -52,7 +52,7 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
           std::string line = self->request_.substr(0, n - 1);
           self->handler_(
               Result<std::string>(std::move(line)),
-              [self](const std::string& reply, bool last) { self->write(reply, last); },
+              [self](const std::string& reply, bool last) { return self->write(reply, last); },
               [self](std::function<void()> fn) { self->on_close_.push_back(std::move(fn)); });
           self->watch_close();
         });
@@ -65,15 +65,17 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
   // the client has stopped sending, so closing does not reset the answer away.
   void refuse(const Status& why) {
     handler_(Result<std::string>(why), [self = shared_from_this()](const std::string& reply, bool last) {
-      self->write(reply, last);
+      return self->write(reply, last);
     }, [](std::function<void()>) {});
   }
 
-  void write(const std::string& line, bool last) {
-    if (finished_) return;
+  bool write(const std::string& line, bool last) {
+    if (broken_) return false;
+    if (finished_) return true;
     finished_ = last;
     outbox_.push_back(line + "\n");
     if (!writing_) write_next();
+    return !broken_;
   }
 
   void write_next() {
@@ -88,6 +90,7 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
       self->writing_ = false;
       if (ec) {
         self->finished_ = true;
+        self->broken_ = true;
         self->outbox_.clear();
         return;
       }
@@ -145,6 +148,7 @@ class ControlSession : public std::enable_shared_from_this<ControlSession> {
   std::deque<std::string> outbox_;
   bool writing_ = false;
   bool finished_ = false;
+  bool broken_ = false;  // a write failed: the client cannot be answered any more
 };
 
 }  // namespace

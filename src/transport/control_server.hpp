@@ -20,8 +20,11 @@ namespace tensorhub::transport {
 class ControlServer {
  public:
   // `send(line, last)`: writes one response line; after last=true the
-  // connection closes. The handler may keep `send` and call it later.
-  using Reply = std::function<void(const std::string& line, bool last)>;
+  // connection closes. The handler may keep `send` and call it later. It
+  // returns false once the client can no longer be answered (a write
+  // failed: the client closed the connection, or died), so a request
+  // that streams progress learns its client is gone.
+  using Reply = std::function<bool(const std::string& line, bool last)>;
   // `when_closed(fn)`: `fn` runs once the client closes its end of this
   // request's connection (or it fails), for a request whose effect lasts
   // as long as the connection does (a lease). The client may close its

@@ -22,7 +22,7 @@ user meets it: no silent stall, no hang, nothing left behind.
 10. The control protocol answers oversized, unterminated and idle requests
    with a line, refuses NUL bytes and relative paths; --listen on port
    65535 is refused; exit codes follow docs/cli.md; a 250-byte output name
-   works.
+   works; a worker whose only source sends bad shards names that holder.
 (8, Python's options, is in tests/python.)
 
 Usage: test_failure_paths.py PATH/TO/tensorhub [CASE...]   (default: every case)
@@ -260,6 +260,27 @@ def case_not_utf8(swarm, small, workdir):
           "named with 0xfe is written")
 
 
+def case_bad_shards(swarm, small, workdir):
+    """A worker whose only source sends shards that fail verification says
+    which holder sent them, not only that nobody holds the version."""
+    out = swarm.publish("pub3", "mutated", small)
+    assert out.returncode == 0, out.stderr
+    swarm.publisher = "pub3"
+    swarm.start("liar", seeds=["pub3"], extra=("--test-corrupt-serving",))
+    swarm.publisher = "pub"
+    wait_for("the liar to verify mutated", lambda: verified_head(swarm, "liar", "mutated") == 1, 20)
+    got = swarm.fetch("liar", os.path.join(workdir, "liar.safetensors"), model="mutated", timeout=60)
+    assert got.returncode == 0, got.stderr
+    out = swarm.run("release", "--control", swarm.control("pub3"), "--model", "mutated", "--version", "1", "--now")
+    assert out.returncode == 0, out.stderr
+    wait_for("w1 to verify mutated", lambda: verified_head(swarm, "w1", "mutated") == 1, 20)
+    out = swarm.fetch("w1", os.path.join(workdir, "mutated.safetensors"), model="mutated", timeout=120)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    liar = swarm.pubkeys["liar"][:12]
+    assert f"holder {liar} sent" in out.stderr and "failed verification" in out.stderr, out.stderr
+    print(f"10. a fetch whose only holder sends bad shards names it: {out.stderr.strip()}")
+
+
 def case_control_protocol(swarm, small, workdir):
     publish_and_learn(swarm, "long-out", small)
     sock = swarm.control("w1")
@@ -331,7 +352,8 @@ def main():
                      "6": lambda: case_killed_mid_fetch(swarm, small, workdir),
                      "7": lambda: case_not_utf8(swarm, small, workdir),
                      "9": lambda: case_timeout(swarm, small, workdir),
-                     "10": lambda: case_control_protocol(swarm, small, workdir)}
+                     "10": lambda: case_control_protocol(swarm, small, workdir),
+                     "10b": lambda: case_bad_shards(swarm, small, workdir)}
             for name in sys.argv[2:] or cases:  # some cases by name, or all
                 cases[name]()
             # SIGTERM ends every daemon within seconds, fetches or not.

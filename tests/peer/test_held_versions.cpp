@@ -84,6 +84,7 @@ struct Answer {
     return [this](const std::string& text, bool last) {
       lines.push_back(nlohmann::json::parse(text));
       closed = closed || last;
+      return true;
     };
   }
   bool done() const { return !lines.empty() && lines.back().value("done", false); }
@@ -222,9 +223,10 @@ TEST_CASE("a hold whose fetch fails lets go of its memory before its holders hea
   std::vector<int> live_when_answered;
   std::vector<std::string> errors;
   auto reply = [&](const std::string& text, bool last) {
-    if (!last) return;
+    if (!last) return true;
     live_when_answered.push_back(gpus.live);
     errors.push_back(nlohmann::json::parse(text).value("error", ""));
+    return true;
   };
   REQUIRE(held.hold(*info, kGpuA, reply));
   REQUIRE(held.hold(*info, kGpuA, reply));
