@@ -157,7 +157,7 @@ void GossipCore::set_head(const HeadEntry& head) {
     if (it->second == head) return;
     it->second = head;
   } else {
-    if (wanted_.heads.size() >= kMaxWantedEntries) return;  // counted as left out: never chosen
+    if (wanted_.heads.size() >= kMaxWantedEntries) return;  // past the bound: not announced, nor counted
     wanted_.heads.emplace(head.model, head);
   }
   choose_announced();

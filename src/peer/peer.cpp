@@ -34,13 +34,16 @@ constexpr auto kHeadWait = std::chrono::seconds(10);
 }  // namespace
 
 struct Peer::Impl {
-  // What handles reach their peer through. ~Impl closes it first (waiting
-  // for a release under way), so a handle that outlives its Peer finds it
-  // closed and holds nothing: the engine is gone, and with it every read of
-  // the handle's memory.
+  // What handles reach their peer through. ~Impl closes it (waiting for
+  // the calls under way, each bounded once the engine is closed), so a
+  // handle that outlives its Peer finds it closed and holds nothing: the
+  // engine is gone, and with it every read of the handle's memory. Calls
+  // through it run concurrently; the mutex guards only the fields.
   struct Gate {
     std::mutex mutex;
-    Impl* impl = nullptr;  // guarded by mutex; null once the peer is going
+    std::condition_variable idle;
+    Impl* impl = nullptr;  // null once the peer is going
+    int calls = 0;         // calls under way
   };
   std::shared_ptr<Gate> gate = std::make_shared<Gate>();
   std::atomic<bool> closing{false};  // the engine is closed: releases under way are bounded
@@ -120,10 +123,11 @@ struct Peer::Impl {
     engine.reset();
   }
 
-  // From here on, handles reach nothing; a release under way finishes first.
+  // From here on, handles reach nothing; the calls under way finish first.
   void close_gate() {
-    std::lock_guard lock(gate->mutex);
+    std::unique_lock lock(gate->mutex);
     gate->impl = nullptr;
+    gate->idle.wait(lock, [&] { return gate->calls == 0; });
   }
 };
 
@@ -154,9 +158,21 @@ struct HeldVersion {
   // (fn not run) once it is going.
   template <typename F>
   bool with_peer(F&& fn) {
-    std::lock_guard lock(gate->mutex);
-    if (gate->impl == nullptr) return false;
-    fn(*gate->impl);
+    Impl* impl = nullptr;
+    {
+      std::lock_guard lock(gate->mutex);
+      if (gate->impl == nullptr) return false;
+      impl = gate->impl;
+      ++gate->calls;
+    }
+    struct Done {
+      Impl::Gate& gate;
+      ~Done() {
+        std::lock_guard lock(gate.mutex);
+        if (--gate.calls == 0) gate.idle.notify_all();
+      }
+    } done{*gate};
+    fn(*impl);
     return true;
   }
 
@@ -477,7 +493,7 @@ Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::millise
                              std::to_string(timeout.count()) + " ms");
     }
     const auto wake = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1));
-    // Under the gate: a peer going meanwhile waits for this (at most a second).
+    // Through the gate: a peer going meanwhile waits for this (at most a second).
     state_->with_peer([&](Impl& impl) { impl.wait_change(seen, wake); });
   }
 }
