@@ -97,6 +97,8 @@ struct GossipStats {
   std::uint64_t records_signed = 0, events_dropped = 0;
   // Own records that could not be signed (sign_error() says why).
   std::uint64_t records_unsigned = 0;
+  // Datagrams the driver could not send (handle_send_failed).
+  std::uint64_t datagrams_unsent = 0;
   // The own record now: its size, and the heads and holdings it leaves out
   // (record_budget.hpp). Levels, not counts: summing them adds peers' levels.
   std::uint64_t record_bytes = 0, record_heads_left_out = 0, record_holdings_left_out = 0;
@@ -147,6 +149,7 @@ inline GossipStats& operator+=(GossipStats& a, const GossipStats& b) {
   a.stream_bytes_out += b.stream_bytes_out;
   a.records_signed += b.records_signed;
   a.records_unsigned += b.records_unsigned;
+  a.datagrams_unsent += b.datagrams_unsent;
   a.record_bytes += b.record_bytes;
   a.record_heads_left_out += b.record_heads_left_out;
   a.record_holdings_left_out += b.record_holdings_left_out;
@@ -203,6 +206,9 @@ class GossipCore {
   void handle_stream_frame(TimePoint now, StreamId id, std::span<const std::uint8_t> frame);
   // The stream closed, failed to open, or broke.
   void handle_stream_closed(TimePoint now, StreamId id);
+  // A datagram the core gave could not be sent (a full socket buffer, no
+  // route): counted; gossip repeats what matters, so nothing is retried.
+  void handle_send_failed() { ++stats_.datagrams_unsent; }
   void handle_timeout(TimePoint now);
   // The earliest of timers().
   TimePoint next_timeout() const;

@@ -431,8 +431,9 @@ void RdmaTransport::forget_version(const ManifestId& version) {
     std::erase_if(n.waiting, [&](const swarm::SwarmMessage& w) { return w.version_id == version; });
     // READs landing in it: their queue pairs go (nothing lands after), and
     // the neighbour's are offered anew.
+    const PeerId& from = peer;  // a structured binding: lambdas capture it by name only from C++20 on (clang 14 refuses)
     const bool landing_here = std::any_of(blocks_.begin(), blocks_.end(), [&](const auto& b) {
-      return b.second.peer == peer && b.second.header.version_id == version;
+      return b.second.peer == from && b.second.header.version_id == version;
     });
     if (landing_here && n.off_reason.empty()) make_queue_pairs(peer, n);
   }

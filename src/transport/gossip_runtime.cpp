@@ -378,7 +378,10 @@ void GossipRuntime::pump() {
     }
     std::error_code ec;
     udp_.send_to(asio::buffer(d->bytes), *endpoint, 0, ec);  // non-blocking: a full buffer drops it, as UDP may
-    if (ec) TH_LOG_DEBUG(kLog, "send to " << d->to << " failed: " << ec.message());
+    if (ec) {
+      core_->handle_send_failed();
+      TH_LOG_DEBUG(kLog, "send to " << d->to << " failed: " << ec.message());
+    }
   }
   while (auto action = core_->poll_stream()) {
     switch (action->kind) {

@@ -81,7 +81,8 @@ nlohmann::ordered_json gossip_status_json(const gossip::GossipCore& core, TimePo
                   {"streams_accepted", s.streams_accepted},
                   {"streams_failed", s.streams_failed},
                   {"records_signed", s.records_signed},
-                  {"records_unsigned", s.records_unsigned}};
+                  {"records_unsigned", s.records_unsigned},
+                  {"datagrams_unsent", s.datagrams_unsent}};
   return out;
 }
 
