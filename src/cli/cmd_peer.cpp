@@ -125,8 +125,13 @@ void add_peer_commands(CLI::App& app, int& exit_code) {
       }
       args->peer.trusted_publishers.push_back(*key);
     }
-    args->peer.max_release_deferral =
-        std::chrono::milliseconds(static_cast<std::int64_t>(args->release_deferral_seconds * 1000));
+    const double deferral = args->release_deferral_seconds;
+    if (!(deferral >= 0) || deferral > 1e9) {
+      exit_code = report_error(Status::invalid_argument("--max-release-deferral must be 0 or more seconds, not " +
+                                                        std::to_string(deferral)));
+      return;
+    }
+    args->peer.max_release_deferral = std::chrono::milliseconds(static_cast<std::int64_t>(deferral * 1000));
     exit_code = run_peer_daemon(*args);
   });
 

@@ -316,6 +316,9 @@ def case_control_protocol(swarm, small, workdir):
     assert gone.returncode == 2, gone.stderr
     bad = swarm.run("fetch", "--control", sock, "--model", "m", "--out", "x", "--timeout", "-1")
     assert bad.returncode == 2 and "--timeout" in bad.stderr, bad.stderr
+    cmd = swarm.command("nan") + ["--max-release-deferral", "nan"]
+    bad = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "--max-release-deferral" in bad.stderr, bad.stderr
     # A legal 250-byte name, though its temporary name's suffix would pass 255.
     long_out = os.path.join(workdir, "o" * 250)
     out = swarm.fetch("w1", long_out, model="long-out", timeout=60)
