@@ -26,6 +26,7 @@
 #include "core/mapped_file.hpp"
 #include "core/member_list.hpp"
 #include "core/quoted.hpp"
+#include "core/work_pool.hpp"
 #include "tensorhub/safetensors.hpp"
 #include "transport/control_server.hpp"
 
@@ -151,6 +152,7 @@ class Daemon {
     copies_.clear();
     fetched_.clear();
     published_.clear();
+    work_.reset();  // the jobs under way finish (what they hand back to the loop is never run)
     peer_.reset();
     TH_LOG_INFO("peer", "stopped");
     return kExitOk;
@@ -158,8 +160,8 @@ class Daemon {
 
  private:
   struct Published {
-    std::unique_ptr<core::MappedFile> file;
-    std::unique_ptr<PublishHandle> handle;
+    std::shared_ptr<core::MappedFile> file;
+    std::unique_ptr<PublishHandle> handle;  // after `file`: released before the file is unmapped
   };
   // A fetch request being answered.
   struct FetchWatch {
@@ -209,48 +211,66 @@ class Daemon {
     return Status::ok();
   }
 
+  // BLAKE2b of a version runs at about 0.65 GB/s: off the control loop,
+  // holding what keeps the bytes alive until it is done.
   void digest(const std::string& model, std::uint64_t version, const transport::ControlServer::Reply& reply) {
-    auto it = fetched_.find({model, version});
+    std::shared_ptr<const void> keep;
     std::span<const std::byte> bytes;
-    if (it != fetched_.end() && it->second->wait(std::chrono::milliseconds(0)).is_ok()) bytes = it->second->bytes();
-    auto pub = published_.find({model, version});
-    if (pub != published_.end()) bytes = pub->second.file->bytes();
-    if (bytes.empty()) {
-      reply(line(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here"))), true);
-      return;
+    if (auto it = fetched_.find({model, version});
+        it != fetched_.end() && it->second->wait(std::chrono::milliseconds(0)).is_ok()) {
+      bytes = it->second->bytes();
+      keep = it->second;
     }
-    core::Blake2bDigest digest{};
-    if (!core::read_guarded([&] { digest = core::blake2b_256(bytes); })) {
-      reply(line(error_line(Status::io_error(model + " v" + std::to_string(version) +
-                                             " could not be read: its file was truncated"))),
-            true);
-      return;
+    if (auto pub = published_.find({model, version}); pub != published_.end()) {
+      bytes = pub->second->file->bytes();
+      keep = pub->second;
     }
-    reply(line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(digest)}}), true);
+    if (bytes.empty()) return fail(reply, Status::not_found(model + " v" + std::to_string(version) + " is not held here"));
+    work_->submit([this, reply, keep, bytes, what = model + " v" + std::to_string(version)] {
+      core::Blake2bDigest digest{};
+      const bool read = core::read_guarded([&] { digest = core::blake2b_256(bytes); });
+      const std::string answer = read ? line(Json{{"done", true}, {"ok", true}, {"blake2b", to_hex(digest)}})
+                                      : line(error_line(Status::io_error(what + " could not be read: its file was "
+                                                                                "truncated")));
+      asio::post(io_, [reply, answer] { reply(answer, true); });  // the connection is the loop's
+    });
   }
 
+  // Mapping, parsing and hashing take as long as the version is large (4 GiB:
+  // a fraction of a second to seconds): they run on the work pool, and the
+  // publication joins the daemon's state back on the control loop.
   void publish(const std::string& model, const std::string& path, std::size_t wait_replicas, bool release_after,
                const transport::ControlServer::Reply& reply) {
-    auto file = core::MappedFile::open(path);
-    if (!file) return fail(reply, file.status());
-    auto layout = parse_safetensors(file->bytes());
-    if (!layout) return fail(reply, layout.status().with_context(path));
-    auto mapped = std::make_unique<core::MappedFile>(std::move(*file));
     const auto started = Clock::now();
-    auto handle = peer_->publish(model, mapped->bytes(), layout->tensors);
-    if (!handle) return fail(reply, handle.status());
-    const std::uint64_t version = handle->version();
-    const ManifestId id = handle->manifest_id();
-    reply(line(Json{{"event", "published"}, {"version", version}, {"id", id.hex()}, {"bytes", mapped->bytes().size()}}),
-          false);
-    const core::MappedFile* file_published = mapped.get();
-    published_[{model, version}] = Published{std::move(mapped), std::make_unique<PublishHandle>(std::move(*handle))};
-    watch_file({model, version}, file_published);
-    if (wait_replicas == 0) {
-      reply(line(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}), true);
-      return;
-    }
-    watch_replicas(model, version, id, wait_replicas, release_after, started, reply, 0);
+    work_->submit([this, model, path, wait_replicas, release_after, reply, started] {
+      auto published = std::make_shared<Published>();
+      Status s = [&]() -> Status {
+        auto file = core::MappedFile::open(path);
+        if (!file) return file.status();
+        auto layout = parse_safetensors(file->bytes());
+        if (!layout) return layout.status().with_context(path);
+        published->file = std::make_shared<core::MappedFile>(std::move(*file));
+        auto handle = peer_->publish(model, published->file->bytes(), layout->tensors);
+        if (!handle) return handle.status();
+        published->handle = std::make_unique<PublishHandle>(std::move(*handle));
+        return Status::ok();
+      }();
+      asio::post(io_, [this, model, wait_replicas, release_after, reply, started, published, s] {
+        if (!s.is_ok()) return fail(reply, s);
+        const std::uint64_t version = published->handle->version();
+        const ManifestId id = published->handle->manifest_id();
+        reply(line(Json{{"event", "published"}, {"version", version}, {"id", id.hex()},
+                        {"bytes", published->file->bytes().size()}}),
+              false);
+        published_[{model, version}] = published;
+        watch_file({model, version}, published->file.get());
+        if (wait_replicas == 0) {
+          reply(line(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}}), true);
+          return;
+        }
+        watch_replicas(model, version, id, wait_replicas, release_after, started, reply, 0);
+      });
+    });
   }
 
   // A changed member list file is loaded and put in force; one that does
@@ -277,10 +297,11 @@ class Daemon {
   // version is withdrawn, with an error, as soon as it is seen.
   void watch_file(const Key& key, const core::MappedFile* file) {
     auto it = published_.find(key);
-    if (it == published_.end() || it->second.file.get() != file) return;  // released meanwhile
+    if (it == published_.end() || it->second->file.get() != file) return;  // released meanwhile
     if (Status s = file->unchanged(); !s.is_ok()) {
       TH_LOG_ERROR("peer", key.first << " v" << key.second << " is withdrawn: " << s.message());
-      published_.erase(it);  // the handle goes: the version is served no more
+      retire(it->second);  // the handle goes: the version is served no more
+      published_.erase(it);
       return;
     }
     later(kFileCheckInterval, [this, key, file] { watch_file(key, file); });
@@ -292,15 +313,21 @@ class Daemon {
     if (now_have != reported) reply(line(Json{{"event", "replicas"}, {"count", now_have}}), false);
     if (now_have >= wanted) {
       const double stall = std::chrono::duration<double>(Clock::now() - started).count();
-      std::uint64_t served = 0;
-      if (auto it = published_.find({model, version}); it != published_.end()) {
-        if (release_after) it->second.handle->release();  // waits for pieces in flight
-        served = it->second.handle->bytes_served();
-        if (release_after) published_.erase(it);
-      }
-      reply(line(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}, {"replicas", now_have},
-                 {"stall_seconds", stall}, {"released", release_after}, {"bytes_served", served}}),
-            true);
+      auto it = published_.find({model, version});
+      std::shared_ptr<Published> published = it == published_.end() ? nullptr : it->second;
+      if (release_after && published) published_.erase(it);
+      // The release waits for pieces in flight: off the control loop.
+      work_->submit([this, reply, published, release_after, version, id, now_have, stall] {
+        std::uint64_t served = 0;
+        if (published) {
+          if (release_after) published->handle->release();
+          served = published->handle->bytes_served();
+        }
+        const std::string answer =
+            line(Json{{"done", true}, {"ok", true}, {"version", version}, {"id", id.hex()}, {"replicas", now_have},
+                      {"stall_seconds", stall}, {"released", release_after}, {"bytes_served", served}});
+        asio::post(io_, [reply, answer] { reply(answer, true); });  // the connection is the loop's
+      });
       return;
     }
     later(std::chrono::milliseconds(50), [=, this] {
@@ -397,13 +424,14 @@ class Daemon {
   // leftovers a restart removes.
   void end_fetch(FetchWatch& watch, bool drop) {
     watch.finished = true;
-    copies_.erase(watch.handle);
+    std::shared_ptr<FetchHandle> handle = std::move(watch.handle);
+    copies_.erase(handle);
     if (drop && watch.kept) {
       auto it = fetched_.find(*watch.kept);
-      if (it != fetched_.end() && it->second == watch.handle) drop_fetched(*watch.kept);
+      if (it != fetched_.end() && it->second == handle) drop_fetched({*watch.kept});
     }
     if (!watch.output.empty()) outputs_.remove(watch.output);
-    watch.handle.reset();  // a kept one lives on in fetched_
+    retire(std::move(handle));  // a kept one lives on in fetched_
     for (auto it = watches_.begin(); it != watches_.end(); ++it) {
       if (it->get() == &watch) {
         watches_.erase(it);
@@ -440,9 +468,11 @@ class Daemon {
     auto done = [this, key, reply] {
       // On the peer's thread: the memory is free; drop it on the daemon's.
       asio::post(io_, [this, key, reply] {
-        published_.erase(key);
-        drop_fetched(key);
-        reply(line(Json{{"done", true}, {"ok", true}}), true);
+        if (auto it = published_.find(key); it != published_.end()) {
+          retire(it->second);
+          published_.erase(it);
+        }
+        drop_fetched({key}, [reply] { reply(line(Json{{"done", true}, {"ok", true}}), true); });
       });
     };
     auto pub = published_.find(key);
@@ -450,12 +480,15 @@ class Daemon {
     if (pub == published_.end() && fetched == fetched_.end()) {
       reply(line(error_line(Status::not_found(model + " v" + std::to_string(version) + " is not held here"))), true);
     } else if (now) {
-      published_.erase(key);  // destroying a handle releases at once
-      drop_fetched(key);
-      reply(line(Json{{"done", true}, {"ok", true}}), true);
+      // Destroying a handle releases at once (once pieces in flight are out).
+      if (pub != published_.end()) {
+        retire(pub->second);
+        published_.erase(pub);
+      }
+      drop_fetched({key}, [reply] { reply(line(Json{{"done", true}, {"ok", true}}), true); });
     } else if (pub != published_.end()) {
       reply(line(Json{{"event", "releasing"}}), false);
-      pub->second.handle->release_async(done);
+      pub->second->handle->release_async(done);
     } else {
       reply(line(Json{{"event", "releasing"}}), false);
       fetched->second->release_async(done);
@@ -478,14 +511,19 @@ class Daemon {
       if (key.first == model) held.push_back(key.second);
     }
     std::sort(held.begin(), held.end());
+    std::vector<Key> older;
     while (held.size() > 1) {
-      drop_fetched({model, held.front()});
+      older.emplace_back(model, held.front());
       held.erase(held.begin());
     }
-    auto handle = start_fetch(model, head.version, head.bytes, /*keep_buffer=*/true);
-    if (!handle) {
-      TH_LOG_WARN("peer", "cannot follow " << model << " v" << head.version << ": " << handle.status().to_string());
-    }
+    // Once they are released, their reserved memory takes this one.
+    drop_fetched(older, [this, model, head] {
+      if (fetched_.count({model, head.version})) return;
+      auto handle = start_fetch(model, head.version, head.bytes, /*keep_buffer=*/true);
+      if (!handle) {
+        TH_LOG_WARN("peer", "cannot follow " << model << " v" << head.version << ": " << handle.status().to_string());
+      }
+    });
   }
 
   // Starts a fetch into reserved memory when a buffer of `bytes` is free
@@ -517,13 +555,36 @@ class Daemon {
     return owned;
   }
 
-  // Releases a fetched version (at once) and frees its reserved memory.
-  void drop_fetched(const Key& key) {
-    fetched_.erase(key);  // the handle's destructor releases, then the memory is ours (a file's stays)
-    if (auto b = buffer_of_.find(key); b != buffer_of_.end()) {
-      reserved_.give_back(b->second);
-      buffer_of_.erase(b);
+  // Releases fetched versions (at once: the handles' destructors release
+  // them, off the control loop), then gives their reserved memory back and
+  // runs `after`, on the loop.
+  void drop_fetched(const std::vector<Key>& keys, std::function<void()> after = {}) {
+    std::vector<std::shared_ptr<FetchHandle>> handles;
+    std::vector<std::size_t> buffers;
+    for (const Key& key : keys) {
+      if (auto it = fetched_.find(key); it != fetched_.end()) {
+        handles.push_back(std::move(it->second));
+        fetched_.erase(it);
+      }
+      if (auto b = buffer_of_.find(key); b != buffer_of_.end()) {
+        buffers.push_back(b->second);
+        buffer_of_.erase(b);
+      }
     }
+    retire(std::make_shared<decltype(handles)>(std::move(handles)), [this, buffers, after] {
+      for (std::size_t b : buffers) reserved_.give_back(b);  // the memory is ours again (a file's stays)
+      if (after) after();
+    });
+  }
+
+  // Lets go of `held` (a handle's destructor releases it, waiting for pieces
+  // in flight up to the engine's grace) on the work pool, never on the
+  // control loop; then runs `after` on the loop.
+  void retire(std::shared_ptr<void> held, std::function<void()> after = {}) {
+    work_->submit([this, held = std::move(held), after = std::move(after)]() mutable {
+      held.reset();
+      if (after) asio::post(io_, std::move(after));
+    });
   }
 
   void later(std::chrono::milliseconds delay, std::function<void()> fn) {
@@ -546,12 +607,15 @@ class Daemon {
   ReservedBuffers reserved_;  // declared first: outlives the fetches that use it
   FileStamp members_stamp_;   // of the member list file last loaded
   std::map<Key, std::size_t> buffer_of_;
-  std::map<Key, Published> published_;
+  std::map<Key, std::shared_ptr<Published>> published_;
   std::map<Key, std::shared_ptr<FetchHandle>> fetched_;
   std::set<std::shared_ptr<FetchHandle>> copies_;  // private copies into output files, until in place
   std::set<std::shared_ptr<FetchWatch>> watches_;  // fetch requests being answered
   OutputJournal outputs_;
   std::unique_ptr<HeldVersions> held_;
+  // The steps that take long (hashing a publication, a digest, releases
+  // that wait for pieces in flight), so the control loop never waits on them.
+  std::unique_ptr<core::WorkPool> work_ = std::make_unique<core::WorkPool>(2);
 };
 
 }  // namespace
