@@ -554,7 +554,13 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
     // ok for a file put in place before the release
     return state_->file ? state_->commit_file() : Status::cancelled("released");
   }
-  return v.result.is_ok() ? Status::cancelled("released before it finished") : v.result;
+  const Status failed = v.result.is_ok() ? Status::cancelled("released before it finished") : v.result;
+  const bool fetch_failed = v.state == peer::VersionState::kFailed;
+  lock.unlock();
+  // The engine removes a failed fetch's file once it hears (FetchDone); a
+  // waiter may wake first: it never returns while the file is still there.
+  if (fetch_failed && state_->file) state_->file->fetch_failed();
+  return failed;
 }
 
 std::span<const std::byte> FetchHandle::bytes() const {
