@@ -165,6 +165,7 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
                 {"wan", result.bytes_by_class[static_cast<std::size_t>(LinkClass::kWan)]}};
   j["discarded_piece_bytes"] = result.discarded_piece_bytes;
   j["requests_timed_out"] = result.requests_timed_out;
+  if (!result.actions_ignored.empty()) j["actions_ignored"] = result.actions_ignored;
   j["events"] = result.events;
   j["flows"] = result.flows;
   j["rate_updates"] = result.model_work;

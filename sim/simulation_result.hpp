@@ -4,7 +4,9 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "sim/network_model.hpp"
@@ -30,6 +32,9 @@ struct SimulationResult {
   std::uint64_t discarded_piece_bytes = 0;
   std::uint64_t requests_timed_out = 0;
   std::uint64_t gossip_datagrams = 0;  // gossip membership: datagrams the cores sent
+  // Peer actions the driver does not carry out, by kind (the swarm driver's
+  // copies that never come, and what only applications and operators read).
+  std::map<std::string, std::uint64_t> actions_ignored;
 
   // What every driver reports at the end of its run: how it ended, the
   // ledger's versions and joins, the timeline, the network model's totals.

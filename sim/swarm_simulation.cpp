@@ -2,6 +2,8 @@
 
 #include "sim/placement.hpp"
 
+#include "core/overloaded.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -438,73 +440,93 @@ void SwarmSimulation::drain(std::uint32_t peer) {
   while (p.core) {
     auto action = p.core->poll();
     if (!action) break;
-    if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
-      auto to = by_id_.find(open->peer);
-      if (to == by_id_.end()) continue;
-      // TCP and the data-plane handshake: about 1.5 round trips.
-      const Duration one_way = topology_.latency(p.node, peers_[to->second].node);
-      const bool up = alive(to->second);
-      events_.schedule(Event{now() + one_way * (up ? 3 : 20), up ? Kind::kConnected : Kind::kConnectFailed, peer,
-                             to->second, {}, 0});
-    } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
-      auto to = by_id_.find(close->peer);
-      if (to == by_id_.end()) continue;
-      close_pipes(peer, to->second);
-      deliver_later(Event{now(), Kind::kDisconnected, to->second, peer, {}, 0});
-    } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
-      auto to = by_id_.find(send->peer);
-      if (to == by_id_.end()) continue;
-      if (send->message.type == swarm::MessageType::kGetManifest && !scenario_.manifest_round_trip) {
-        // Free: the answer is here at once, as if the record had carried it.
-        auto number = version_numbers_.find(send->message.version_id);
-        if (number != version_numbers_.end()) {
-          const auto encoded = manifests_[number->second - 1]->encoded();
-          p.core->on_message(now(), send->peer,
-                             swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest, send->message.version_id,
-                                                             {encoded.begin(), encoded.end()}));
-          continue;
-        }
-      }
-      deliver_later(Event{now(), Kind::kMessage, to->second, peer, std::move(send->message), 0});
-    } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
-      auto to = by_id_.find(serve->peer);
-      if (to == by_id_.end()) continue;
-      pipe(peer, to->second).queue.push_back(QueuedPiece{serve->header, serve->length});
-      send_next(peer, to->second);
-    } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
-      auto to = by_id_.find(drop->peer);
-      if (to == by_id_.end()) continue;
-      auto it = pipes_.find({peer, to->second});
-      if (it == pipes_.end()) continue;
-      std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.version_id == drop->version_id; });
-    } else if (auto* cancel = std::get_if<peer::CancelQueuedPiece>(&*action)) {
-      // As the data connection does: a piece still queued is dropped.
-      auto to = by_id_.find(cancel->peer);
-      if (to == by_id_.end()) continue;
-      auto it = pipes_.find({peer, to->second});
-      if (it == pipes_.end()) continue;
-      std::erase_if(it->second.queue, [&](const QueuedPiece& q) { return q.header.request_id == cancel->request_id; });
-    } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
-      // One hasher per peer: shards wait for the previous one. A slow host's
-      // rate when the shard is handed over holds for the whole shard.
-      const double bytes = static_cast<double>(layout_.shard_length(hash->shard));
-      const double rate = scenario_.hash_bytes_per_second * hash_fraction(p.node);
-      const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / rate));
-      p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
-      Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, hash->shard.value};
-      e.message.version_id = hash->version->id;
-      events_.schedule(std::move(e));
-    } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
-      if (release->done) release->done();  // no piece holds simulated memory
-    } else if (auto* done = std::get_if<peer::FetchDone>(&*action)) {
-      if (!p.trainer) on_worker_done(peer, done->version->id, done->status);
-    } else if (auto* head = std::get_if<peer::HeadChanged>(&*action)) {
-      on_head(peer, head->head);
-    } else if (std::holds_alternative<peer::GossipChanged>(*action)) {
-      if (gossip_) gossip_->pump(peer);
-    }
-    // CopyShards never comes (simulated versions share no bytes); StateChanged
-    // and Report are for applications and operators.
+    std::visit(
+        core::Overloaded{
+            [&](swarm::OpenConnection& open) {
+              auto to = by_id_.find(open.peer);
+              if (to == by_id_.end()) return;
+              // TCP and the data-plane handshake: about 1.5 round trips.
+              const Duration one_way = topology_.latency(p.node, peers_[to->second].node);
+              const bool up = alive(to->second);
+              events_.schedule(Event{now() + one_way * (up ? 3 : 20), up ? Kind::kConnected : Kind::kConnectFailed,
+                                     peer, to->second, {}, 0});
+            },
+            [&](swarm::CloseConnection& close) {
+              auto to = by_id_.find(close.peer);
+              if (to == by_id_.end()) return;
+              close_pipes(peer, to->second);
+              deliver_later(Event{now(), Kind::kDisconnected, to->second, peer, {}, 0});
+            },
+            [&](swarm::SendMessage& send) {
+              auto to = by_id_.find(send.peer);
+              if (to == by_id_.end()) return;
+              if (send.message.type == swarm::MessageType::kGetManifest && !scenario_.manifest_round_trip) {
+                // Free: the answer is here at once, as if the record had carried it.
+                auto number = version_numbers_.find(send.message.version_id);
+                if (number != version_numbers_.end()) {
+                  const auto encoded = manifests_[number->second - 1]->encoded();
+                  p.core->on_message(now(), send.peer,
+                                     swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest,
+                                                                     send.message.version_id,
+                                                                     {encoded.begin(), encoded.end()}));
+                  return;
+                }
+              }
+              deliver_later(Event{now(), Kind::kMessage, to->second, peer, std::move(send.message), 0});
+            },
+            [&](swarm::ServePiece& serve) {
+              auto to = by_id_.find(serve.peer);
+              if (to == by_id_.end()) return;
+              pipe(peer, to->second).queue.push_back(QueuedPiece{serve.header, serve.length});
+              send_next(peer, to->second);
+            },
+            [&](swarm::DropQueuedPieces& drop) {
+              auto to = by_id_.find(drop.peer);
+              if (to == by_id_.end()) return;
+              auto it = pipes_.find({peer, to->second});
+              if (it == pipes_.end()) return;
+              std::erase_if(it->second.queue,
+                            [&](const QueuedPiece& q) { return q.header.version_id == drop.version_id; });
+            },
+            [&](peer::CancelQueuedPiece& cancel) {
+              // As the data connection does: a piece still queued is dropped.
+              auto to = by_id_.find(cancel.peer);
+              if (to == by_id_.end()) return;
+              auto it = pipes_.find({peer, to->second});
+              if (it == pipes_.end()) return;
+              std::erase_if(it->second.queue,
+                            [&](const QueuedPiece& q) { return q.header.request_id == cancel.request_id; });
+            },
+            [&](peer::HashShard& hash) {
+              // One hasher per peer: shards wait for the previous one. A slow
+              // host's rate when the shard is handed over holds for the whole shard.
+              const double bytes = static_cast<double>(layout_.shard_length(hash.shard));
+              const double rate = scenario_.hash_bytes_per_second * hash_fraction(p.node);
+              const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / rate));
+              p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
+              Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, hash.shard.value};
+              e.message.version_id = hash.version->id;
+              events_.schedule(std::move(e));
+            },
+            // Simulated versions share no bytes and hosts share no memory:
+            // these never come; counted, should they.
+            [&](peer::CopyShards&) { ++actions_ignored_["copy_shards"]; },
+            [&](peer::CopyFromMate&) { ++actions_ignored_["copy_from_mate"]; },
+            [&](peer::ReleaseMemory& release) {
+              if (release.done) release.done();  // no piece holds simulated memory
+            },
+            [&](peer::FetchDone& done) {
+              if (!p.trainer) on_worker_done(peer, done.version->id, done.status);
+            },
+            [&](peer::HeadChanged& head) { on_head(peer, head.head); },
+            [&](peer::GossipChanged&) {
+              if (gossip_) gossip_->pump(peer);
+            },
+            // For applications and operators: no simulated reader waits or reads logs.
+            [&](peer::StateChanged&) { ++actions_ignored_["state_changed"]; },
+            [&](peer::Report&) { ++actions_ignored_["report"]; },
+        },
+        *action);
   }
   arm(peer);
 }
@@ -591,6 +613,7 @@ SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimula
     if (p.core) result.discarded_piece_bytes += p.core->swarm().discarded_piece_bytes();
   }
   result.requests_timed_out = requests_timed_out_;
+  result.actions_ignored = actions_ignored_;
   if (gossip_) result.gossip_datagrams = gossip_->datagrams_sent();
   return result;
 }

@@ -173,6 +173,7 @@ class SwarmSimulation final : public FlowDriver {
   std::uint64_t events_processed_ = 0;
   std::uint64_t flows_started_ = 0;
   std::uint64_t requests_timed_out_ = 0;
+  std::map<std::string, std::uint64_t> actions_ignored_;  // peer actions this driver does not carry out, by kind
   Timeline timeline_;
   std::function<void(const SwarmSimulation&)> progress_;
   ProgressThrottle throttle_;

@@ -9,6 +9,7 @@
 
 #include "core/byte_size.hpp"
 #include "core/log.hpp"
+#include "core/overloaded.hpp"
 #if TENSORHUB_HAVE_RDMA
 #include "rdma/rdma_transport.hpp"
 #else
@@ -376,48 +377,49 @@ void PeerEngine::pump() {
   if (closed_) return pump_closed();
   bool changed = false;
   while (auto action = core_->poll()) {
-    if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
-      transport_for(open->peer).connect(open->peer);
-    } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
-      transport_for(close->peer).disconnect(close->peer, close->reason);
-    } else if (auto* message = std::get_if<swarm::SendMessage>(&*action)) {
-      const int times = message->message.type == swarm::MessageType::kRequest ? internal_.repeat_requests : 1;
-      for (int i = 0; i < std::max(times, 1); ++i) transport_for(message->peer).send(message->peer, message->message);
-    } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
-      serve_piece(*serve);
-    } else if (auto* drop = std::get_if<swarm::DropQueuedPieces>(&*action)) {
-      transport_for(drop->peer).cancel_pieces_of(drop->peer, drop->version_id);
-      if (drop->fetch_ended) requester_done(drop->peer, drop->version_id);
-    } else if (auto* cancel = std::get_if<CancelQueuedPiece>(&*action)) {
-      transport_for(cancel->peer).cancel_piece(cancel->peer, cancel->request_id);
-    } else if (auto* hash = std::get_if<HashShard>(&*action)) {
-      hash_shard(*hash);
-    } else if (auto* copy = std::get_if<CopyShards>(&*action)) {
-      copy_shards(std::move(*copy));
-    } else if (auto* mate = std::get_if<CopyFromMate>(&*action)) {
-      copy_from_mate(std::move(*mate));
-    } else if (auto* release = std::get_if<ReleaseMemory>(&*action)) {
-      release_memory(std::move(*release));
-    } else if (auto* done = std::get_if<FetchDone>(&*action)) {
-      if (!done->status.is_ok() && done->version->backing) done->version->backing->fetch_failed();
-    } else if (auto* head = std::get_if<HeadChanged>(&*action)) {
-      head_changed(head->head);
-    } else if (std::holds_alternative<GossipChanged>(*action)) {
-      gossip_->pump();
-    } else if (std::holds_alternative<StateChanged>(*action)) {
-      changed = true;
-    } else if (auto* report = std::get_if<Report>(&*action)) {
-      switch (report->level) {
-        case Report::kError: TH_LOG_ERROR(kLog, report->text); break;
-        case Report::kWarn: TH_LOG_WARN(kLog, report->text); break;
-        case Report::kInfo: TH_LOG_INFO(kLog, report->text); break;
-        case Report::kDebug: TH_LOG_DEBUG(kLog, report->text); break;
-      }
-    }
+    std::visit(core::Overloaded{
+                   [&](swarm::OpenConnection& open) { transport_for(open.peer).connect(open.peer); },
+                   [&](swarm::CloseConnection& close) { transport_for(close.peer).disconnect(close.peer, close.reason); },
+                   [&](swarm::SendMessage& message) {
+                     const int times =
+                         message.message.type == swarm::MessageType::kRequest ? internal_.repeat_requests : 1;
+                     for (int i = 0; i < std::max(times, 1); ++i) {
+                       transport_for(message.peer).send(message.peer, message.message);
+                     }
+                   },
+                   [&](swarm::ServePiece& serve) { serve_piece(serve); },
+                   [&](swarm::DropQueuedPieces& drop) {
+                     transport_for(drop.peer).cancel_pieces_of(drop.peer, drop.version_id);
+                     if (drop.fetch_ended) requester_done(drop.peer, drop.version_id);
+                   },
+                   [&](CancelQueuedPiece& cancel) { transport_for(cancel.peer).cancel_piece(cancel.peer, cancel.request_id); },
+                   [&](HashShard& hash) { hash_shard(hash); },
+                   [&](CopyShards& copy) { copy_shards(std::move(copy)); },
+                   [&](CopyFromMate& mate) { copy_from_mate(std::move(mate)); },
+                   [&](ReleaseMemory& release) { release_memory(std::move(release)); },
+                   [&](FetchDone& done) {
+                     // Waiters see the version's state; an output file lets go of its name and blocks now.
+                     if (!done.status.is_ok() && done.version->backing) done.version->backing->fetch_failed();
+                   },
+                   [&](HeadChanged& head) { head_changed(head.head); },
+                   [&](GossipChanged&) { gossip_->pump(); },
+                   [&](StateChanged&) { changed = true; },
+                   [&](Report& report) { log_report(report); },
+               },
+               *action);
   }
   arm_timer();
   if (changed) {
     for (const auto& listener : change_listeners_) listener();
+  }
+}
+
+void PeerEngine::log_report(const Report& report) {
+  switch (report.level) {
+    case Report::kError: TH_LOG_ERROR(kLog, report.text); break;
+    case Report::kWarn: TH_LOG_WARN(kLog, report.text); break;
+    case Report::kInfo: TH_LOG_INFO(kLog, report.text); break;
+    case Report::kDebug: TH_LOG_DEBUG(kLog, report.text); break;
   }
 }
 
@@ -427,11 +429,14 @@ void PeerEngine::pump_closed() {
   // ever), and waiters still hear of it.
   bool changed = false;
   while (auto action = core_->poll()) {
-    if (auto* release = std::get_if<ReleaseMemory>(&*action)) {
-      release_memory(std::move(*release));
-    } else if (std::holds_alternative<StateChanged>(*action)) {
-      changed = true;
-    }
+    std::visit(core::Overloaded{
+                   [&](ReleaseMemory& release) { release_memory(std::move(release)); },
+                   [&](StateChanged&) { changed = true; },
+                   [&](Report& report) { log_report(report); },
+                   // Closed: no connection, transfer or job starts any more.
+                   [](const auto&) {},
+               },
+               *action);
   }
   if (changed) {
     for (const auto& listener : change_listeners_) listener();

@@ -126,8 +126,9 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
  private:
 
   void pump();
-  // After close(): gives memory back and tells waiters; drops the rest.
+  // After close(): gives memory back, tells waiters and logs; drops the rest.
   void pump_closed();
+  void log_report(const Report& report);
   void arm_timer();
   // The transport that reaches `peer`: RDMA (over TCP) where built and a
   // device exists, else TCP.

@@ -1,5 +1,7 @@
 #include "support/peer_network.hpp"
 
+#include "core/overloaded.hpp"
+
 #include <cstring>
 
 namespace tensorhub::testing {
@@ -112,52 +114,68 @@ void PeerNetwork::drain(std::size_t peer) {
   while (p.core) {
     auto action = p.core->poll();
     if (!action) break;
-    if (auto* open = std::get_if<swarm::OpenConnection>(&*action)) {
-      auto to = index_of(open->peer);
-      links_.open(now(), peer, to, to && peers_[*to].core);
-    } else if (auto* close = std::get_if<swarm::CloseConnection>(&*action)) {
-      if (auto to = index_of(close->peer)) links_.close(now(), peer, *to);
-    } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
-      if (auto to = index_of(send->peer)) links_.send(now(), peer, *to, send->message);
-    } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
-      auto to = index_of(serve->peer);
-      auto v = p.core->find(serve->version_id);
-      if (!to || !v) continue;
-      std::vector<std::byte> bytes(serve->length);
-      if (!v->domain->read(v->memory, serve->offset, bytes)) continue;
-      links_.serve(now(), peer, *to, serve->header, std::move(bytes));
-    } else if (auto* hash = std::get_if<peer::HashShard>(&*action)) {
-      const bool good = hash->version->domain->verify_shard(*hash->version->manifest, hash->shard,
-                                                            hash->version->destination.as_const());
-      schedule(Event{now(), Kind::kHashed, peer, std::nullopt, hash->shard.value, hash->version, good, {}});
-    } else if (auto* copy = std::get_if<peer::CopyShards>(&*action)) {
-      const Manifest& m = *copy->to->manifest;
-      std::vector<ShardIndex> failed;
-      Status destination_error;
-      for (ShardIndex s : copy->shards) {
-        p.bytes_copied += m.shard(s).byte_length;
-        Status copied = peer::copy_verified_shard(*copy->to->domain, m, s, copy->from->memory, copy->to->destination);
-        if (copied.is_ok()) continue;
-        failed.push_back(s);
-        if (copied.code() == StatusCode::kIoError && destination_error.is_ok()) destination_error = copied;
-      }
-      if (!destination_error.is_ok()) {
-        p.core->on_shards_copied(now(), copy->to, failed, {}, destination_error);
-        continue;
-      }
-      schedule(Event{now(), Kind::kCopied, peer, std::nullopt, 0, copy->to, false, std::move(failed)});
-    } else if (auto* release = std::get_if<peer::ReleaseMemory>(&*action)) {
-      release->done();  // pieces took their bytes when they were served
-    } else if (auto* head = std::get_if<peer::HeadChanged>(&*action)) {
-      p.heads.push_back(head->head);
-    } else if (std::holds_alternative<peer::GossipChanged>(*action)) {
-      gossip_.pump(peer);
-    } else if (auto* report = std::get_if<peer::Report>(&*action)) {
-      p.reports.push_back(report->text);
-      if (report->level == peer::Report::kError) p.errors.push_back(report->text);
-    }
-    // DropQueuedPieces and CancelQueuedPiece: this network times each piece
-    // when it is served (the uplink is a schedule, not a queue).
+    std::visit(
+        core::Overloaded{
+            [&](swarm::OpenConnection& open) {
+              auto to = index_of(open.peer);
+              links_.open(now(), peer, to, to && peers_[*to].core);
+            },
+            [&](swarm::CloseConnection& close) {
+              if (auto to = index_of(close.peer)) links_.close(now(), peer, *to);
+            },
+            [&](swarm::SendMessage& send) {
+              if (auto to = index_of(send.peer)) links_.send(now(), peer, *to, send.message);
+            },
+            [&](swarm::ServePiece& serve) {
+              auto to = index_of(serve.peer);
+              auto v = p.core->find(serve.version_id);
+              if (!to || !v) return;
+              std::vector<std::byte> bytes(serve.length);
+              if (!v->domain->read(v->memory, serve.offset, bytes)) return;
+              links_.serve(now(), peer, *to, serve.header, std::move(bytes));
+            },
+            // This network times each piece when it is served (the uplink is
+            // a schedule, not a queue): nothing queued to drop or cancel.
+            [](swarm::DropQueuedPieces&) {},
+            [](peer::CancelQueuedPiece&) {},
+            [&](peer::HashShard& hash) {
+              const bool good = hash.version->domain->verify_shard(*hash.version->manifest, hash.shard,
+                                                                   hash.version->destination.as_const());
+              schedule(Event{now(), Kind::kHashed, peer, std::nullopt, hash.shard.value, hash.version, good, {}});
+            },
+            [&](peer::CopyShards& copy) {
+              const Manifest& m = *copy.to->manifest;
+              std::vector<ShardIndex> failed;
+              Status destination_error;
+              for (ShardIndex s : copy.shards) {
+                p.bytes_copied += m.shard(s).byte_length;
+                Status copied =
+                    peer::copy_verified_shard(*copy.to->domain, m, s, copy.from->memory, copy.to->destination);
+                if (copied.is_ok()) continue;
+                failed.push_back(s);
+                if (copied.code() == StatusCode::kIoError && destination_error.is_ok()) destination_error = copied;
+              }
+              if (!destination_error.is_ok()) {
+                p.core->on_shards_copied(now(), copy.to, failed, {}, destination_error);
+                return;
+              }
+              schedule(Event{now(), Kind::kCopied, peer, std::nullopt, 0, copy.to, false, std::move(failed)});
+            },
+            // No host mates share memory here: every shard comes from the swarm.
+            [&](peer::CopyFromMate& mate) {
+              p.core->on_shards_copied(now(), mate.to, mate.shards, "no host mate channel in this network");
+            },
+            [](peer::ReleaseMemory& release) { release.done(); },  // pieces took their bytes when they were served
+            [](peer::FetchDone&) {},      // tests read the version's state
+            [&](peer::HeadChanged& head) { p.heads.push_back(head.head); },
+            [&](peer::GossipChanged&) { gossip_.pump(peer); },
+            [](peer::StateChanged&) {},   // tests read the versions' state
+            [&](peer::Report& report) {
+              p.reports.push_back(report.text);
+              if (report.level == peer::Report::kError) p.errors.push_back(report.text);
+            },
+        },
+        *action);
   }
   arm(peer);
 }
