@@ -369,11 +369,16 @@ class Daemon {
       // Into the output file, written as the blocks arrive and renamed into
       // place once every shard is verified (Peer::fetch_to_file). A version
       // this daemon holds already is copied into it locally.
+      // Recorded before its temporary file exists: a daemon killed at any
+      // moment after leaves nothing its restart does not find.
+      outputs_.add(out);
       auto handle = peer_->fetch_to_file(model, info.version, out);
-      if (!handle) return fail(reply, handle.status());
+      if (!handle) {
+        outputs_.remove(out);
+        return fail(reply, handle.status());
+      }
       watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
       watch->output = out;
-      outputs_.add(out);
       watch->started_here = true;
       if (!held) {
         // The daemon holds and serves this version from the file from now on.
