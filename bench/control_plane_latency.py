@@ -4,20 +4,24 @@ version and fetches another, measured through the CLI as a user runs it.
 
 Daemon S publishes model "other"; daemon T learns it. Then, on T at once:
 `tensorhub publish` of "policy" (SIZE) and `tensorhub fetch` of "other"
-(SIZE) into a file, while `tensorhub status` runs back to back in a loop.
-Each status call's wall time (process start to exit, what a user or a
-monitoring script waits) is recorded: for an idle second before, and for the
-busy phase until the publish and the fetch have both returned. p50 / p99 /
-max per phase; with several binaries, runs alternate between them.
+(SIZE) into a file, while `tensorhub status` runs on a fixed schedule, one
+call every 20 ms (or right after the previous one returns, when it took
+longer). What a status call arriving at a random moment waits is recorded,
+process start to exit: a call held up also stands for the calls due
+meanwhile, each from its own slot. For an idle second before, and for the
+busy phase until the publish and the fetch have both returned: p50 / p99 /
+max; with several binaries, runs alternate between them.
 
 The goal (issue 47): p99 under 20 ms while busy.
 
-Usage: control_plane_latency.py [--size 4GiB] [--runs 3] [--json] BINARY [BINARY...]
+Usage: control_plane_latency.py [--size 4GiB] [--runs 3] [--hash xxh3-128|blake2b-256] [--probe cli|socket]
+                                [--json] BINARY [BINARY...]
 """
 import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +29,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "cli"))
 from peer_processes import Swarm, wait_for  # noqa: E402
+
+INTERVAL = 0.02  # seconds between scheduled status calls
 
 
 def percentile(values, p):
@@ -39,40 +45,62 @@ def summary(values):
             "max_ms": max(values) * 1e3 if values else float("nan")}
 
 
-def one_run(binary, models, size):
+def status_over_socket(control):
+    """A status request straight on the control socket: the daemon's own
+    answer time, without a client process to start."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(control)
+        s.sendall(b'{"cmd":"status"}\n')
+        while s.recv(1 << 16):
+            pass
+
+
+def one_run(binary, models, size, hash_name, probe):
     with tempfile.TemporaryDirectory(prefix="tensorhub-cplane-") as workdir:
         swarm = Swarm(binary, workdir)
         try:
             swarm.publisher = None
-            swarm.start("s")
+            swarm.start("s", extra=("--hash", hash_name))
             swarm.publisher = "s"
-            swarm.start("t", seeds=["s"], extra=("--trust", swarm.pubkeys.get("t") or swarm.keygen("t")))
+            swarm.keygen("t")
+            swarm.start("t", seeds=["s"], extra=("--trust", swarm.pubkeys["t"], "--hash", hash_name))
             out = swarm.publish("s", "other", models["other"])
             assert out.returncode == 0, out.stderr
             wait_for("t to learn other", lambda: (swarm.status("t") or {}).get("heads", {}).get("other"), 60)
 
             control = swarm.control("t")
 
-            def status_once():
-                t0 = time.monotonic()
-                done = subprocess.run([binary, "status", "--control", control], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL)
-                assert done.returncode == 0
-                return time.monotonic() - t0
+            def sample(until):
+                """Status calls on a fixed schedule (every INTERVAL) until
+                `until()`: a call held up also stands for the calls due
+                meanwhile, each waiting from its own slot until that call
+                returns (what a request arriving at a random moment waits)."""
+                waits, next_at = [], time.monotonic()
+                while not until():
+                    now = time.monotonic()
+                    if now < next_at:
+                        time.sleep(next_at - now)
+                    if probe == "socket":
+                        status_over_socket(control)
+                    else:
+                        done = subprocess.run([binary, "status", "--control", control], stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL)
+                        assert done.returncode == 0
+                    end = time.monotonic()
+                    while next_at <= end:
+                        waits.append(end - next_at)
+                        next_at += INTERVAL
+                return waits
 
-            idle = []
-            end = time.monotonic() + 1.0
-            while time.monotonic() < end:
-                idle.append(status_once())
+            idle_end = time.monotonic() + 1.0
+            idle = sample(lambda: time.monotonic() >= idle_end)
             started = time.monotonic()
             publish = subprocess.Popen([binary, "publish", "--control", control, "--model", "policy",
                                         models["policy"]], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             fetch = subprocess.Popen([binary, "fetch", "--control", control, "--model", "other", "--out",
                                       os.path.join(workdir, "fetched.safetensors")],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            busy = []
-            while publish.poll() is None or fetch.poll() is None:
-                busy.append(status_once())
+            busy = sample(lambda: publish.poll() is not None and fetch.poll() is not None)
             elapsed = time.monotonic() - started
             assert publish.returncode == 0, publish.stderr.read()
             assert fetch.returncode == 0, fetch.stderr.read()
@@ -86,6 +114,9 @@ def main():
     parser.add_argument("binaries", nargs="+")
     parser.add_argument("--size", default="4GiB")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--hash", default="xxh3-128", help="the daemons' shard hash: xxh3-128 or blake2b-256")
+    parser.add_argument("--probe", choices=("cli", "socket"), default="cli",
+                        help="cli: tensorhub status, as a user runs it; socket: the request on the control socket")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     binaries = [os.path.abspath(b) for b in args.binaries]
@@ -100,8 +131,8 @@ def main():
         results = []
         for run in range(args.runs):
             for binary in binaries:
-                r = one_run(binary, models, args.size)
-                r.update({"binary": binary, "run": run, "size": args.size})
+                r = one_run(binary, models, args.size, args.hash, args.probe)
+                r.update({"binary": binary, "run": run, "size": args.size, "hash": args.hash, "probe": args.probe})
                 results.append(r)
                 b = r["busy"]
                 print(f"{binary} run {run}: busy {r['busy_seconds']:.1f} s, status p50 {b['p50_ms']:.1f} ms, "
