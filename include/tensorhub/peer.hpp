@@ -49,6 +49,7 @@
 #include "tensorhub/status.hpp"
 #include "tensorhub/swarm_key.hpp"
 #include "tensorhub/tensor.hpp"
+#include "tensorhub/version_info.hpp"
 
 namespace tensorhub {
 
@@ -112,26 +113,6 @@ struct MemoryOptions {
 struct FileOptions {
   unsigned mode = 0644;   // permission bits of the new file
   bool overwrite = true;  // false: kAlreadyExists when the path exists
-};
-
-// fetch()'s version argument for "the newest known".
-inline constexpr std::uint64_t kLatestVersion = 0;
-
-struct FetchProgressInfo {
-  std::uint64_t bytes_total = 0;
-  std::uint64_t bytes_verified = 0;
-  std::uint32_t shards_total = 0;
-  std::uint32_t shards_verified = 0;
-  std::size_t sources = 0;
-  double bytes_per_second = 0;
-  bool done = false;
-};
-
-struct VersionInfo {
-  std::string model;
-  std::uint64_t version = 0;
-  ManifestId id;
-  std::uint64_t bytes = 0;  // the version's total size (what a fetch destination must hold)
 };
 
 class Peer;

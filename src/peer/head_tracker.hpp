@@ -46,7 +46,7 @@
 #include "core/time.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/manifest.hpp"
-#include "tensorhub/peer.hpp"
+#include "tensorhub/version_info.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::peer {

@@ -20,7 +20,7 @@
 #include "peer/memory_domain.hpp"
 #include "core/time.hpp"
 #include "tensorhub/manifest.hpp"
-#include "tensorhub/peer.hpp"
+#include "tensorhub/version_info.hpp"
 
 namespace tensorhub::peer {
 
