@@ -405,12 +405,20 @@ class Peer:
               trusted_publishers: Iterable[str] = (), members: Iterable[str] = (), dc: str = "", rack: str = "",
               host: str = "", shard_size: Optional[int] = None, block_size: Optional[int] = None,
               retain_head_replicas: Optional[int] = None, rdma: bool = True, rdma_queue_pairs: int = 2,
-              mirror_gpu_versions: bool = True) -> "Peer":
-        """``rdma``: move block payloads by RDMA READ where this machine has an
-        RDMA device with an active port (``False``: TCP only);
-        ``rdma_queue_pairs``: per local NIC to each neighbour, 1 to 16;
-        ``mirror_gpu_versions``: serve versions in GPU memory over TCP from a
-        host copy rather than a copy per piece (docs/python.md)."""
+              mirror_gpu_versions: bool = True, max_neighbours: Optional[int] = None,
+              upload_slots: Optional[int] = None, data_lanes: Optional[int] = None,
+              shard_hash: Optional[str] = None, require_secure_hash: bool = False,
+              max_release_deferral: Optional[float] = None, super_seed: bool = True) -> "Peer":
+        """Every option of the C++ ``PeerOptions`` (include/tensorhub/peer.hpp),
+        by the same name; ``None`` keeps its default. ``rdma``: move block
+        payloads by RDMA READ where this machine has an RDMA device with an
+        active port (``False``: TCP only); ``rdma_queue_pairs``: per local NIC
+        to each neighbour, 1 to 16; ``mirror_gpu_versions``: serve versions in
+        GPU memory over TCP from a host copy rather than a copy per piece;
+        ``shard_hash``: ``"xxh3-128"`` or ``"blake2b-256"`` (secure mode) for
+        what this peer publishes; ``max_release_deferral``: seconds
+        (docs/python.md). Raises ``Error`` (``invalid_argument``) naming an
+        option of the wrong type or out of range."""
         options = {
             "listen": _str_option("listen", listen), "data_listen": _str_option("data_listen", data_listen, True),
             "advertise": _str_option("advertise", advertise, True), "seeds": _strs_option("seeds", seeds),
@@ -421,7 +429,22 @@ class Peer:
             "retain_head_replicas": _int_option("retain_head_replicas", retain_head_replicas),
             "rdma": _bool_option("rdma", rdma), "rdma_queue_pairs": _int_option("rdma_queue_pairs", rdma_queue_pairs),
             "mirror_gpu_versions": _bool_option("mirror_gpu_versions", mirror_gpu_versions),
+            "max_neighbours": _int_option("max_neighbours", max_neighbours),
+            "upload_slots": _int_option("upload_slots", upload_slots),
+            "data_lanes": _int_option("data_lanes", data_lanes),
+            "require_secure_hash": _bool_option("require_secure_hash", require_secure_hash),
+            "super_seed": _bool_option("super_seed", super_seed),
         }
+        if shard_hash is not None:
+            if shard_hash not in ("xxh3-128", "blake2b-256"):
+                raise Error(f"invalid argument: shard_hash must be 'xxh3-128' or 'blake2b-256', not {shard_hash!r}",
+                            "invalid_argument")
+            options["shard_hash"] = shard_hash
+        if max_release_deferral is not None:
+            if isinstance(max_release_deferral, bool) or not isinstance(max_release_deferral, (int, float)) \
+                    or not 0 <= max_release_deferral <= 1e9:
+                raise _bad_option("max_release_deferral", "0 or more seconds", max_release_deferral)
+            options["max_release_deferral_ms"] = int(max_release_deferral * 1000)
         for name, value in (("key_file", key_file), ("swarm_key_file", swarm_key_file)):
             _str_option(name, value, True)
         if swarm_key is not None and not isinstance(swarm_key, (bytes, bytearray)):

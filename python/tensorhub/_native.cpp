@@ -120,6 +120,23 @@ PeerOptions options_from(const py::dict& o) {
   if (o.contains("mirror_gpu_versions") && !o["mirror_gpu_versions"].is_none()) {
     p.mirror_gpu_versions = o["mirror_gpu_versions"].cast<bool>();
   }
+  auto get_size = [&](const char* k, std::size_t& out) {
+    if (o.contains(k) && !o[k].is_none()) out = o[k].cast<std::size_t>();
+  };
+  get_size("max_neighbours", p.max_neighbours);
+  get_size("upload_slots", p.upload_slots);
+  get_size("data_lanes", p.data_lanes);
+  if (o.contains("require_secure_hash") && !o["require_secure_hash"].is_none()) {
+    p.require_secure_hash = o["require_secure_hash"].cast<bool>();
+  }
+  if (o.contains("super_seed") && !o["super_seed"].is_none()) p.super_seed = o["super_seed"].cast<bool>();
+  if (o.contains("shard_hash") && !o["shard_hash"].is_none()) {
+    p.shard_hash = o["shard_hash"].cast<std::string>() == "blake2b-256" ? ShardHashAlgorithm::kBlake2b_256
+                                                                         : ShardHashAlgorithm::kXxh3_128;
+  }
+  if (o.contains("max_release_deferral_ms") && !o["max_release_deferral_ms"].is_none()) {
+    p.max_release_deferral = std::chrono::milliseconds(o["max_release_deferral_ms"].cast<std::int64_t>());
+  }
   return p;
 }
 

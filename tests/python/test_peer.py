@@ -102,6 +102,21 @@ def test_bad_options_are_refused_at_start_with_a_reason():
         with pytest.raises(th.Error) as e:
             th.Peer.start(swarm_key=SWARM, **options)
         assert e.value.code == "invalid_argument" and reason in str(e.value), (options, e.value)
+    # Every C++ option is reachable; each out of range is the peer's refusal.
+    for options, reason in (({"data_lanes": 0}, "data lanes"), ({"max_neighbours": 0}, "max neighbours"),
+                            ({"upload_slots": 0}, "upload slots"), ({"shard_hash": "md5"}, "shard_hash"),
+                            ({"max_release_deferral": -1}, "max_release_deferral")):
+        with pytest.raises(th.Error) as e:
+            th.Peer.start(swarm_key=SWARM, **options)
+        assert e.value.code == "invalid_argument" and reason in str(e.value), (options, e.value)
+    secure = th.Peer.start(swarm_key=SWARM, shard_hash="blake2b-256", require_secure_hash=True, super_seed=False,
+                           max_neighbours=4, upload_slots=2, data_lanes=2, max_release_deferral=1.5)
+    try:
+        published = secure.publish("policy", {"x": np.ones(1024, np.float32)})
+        assert [v["model"] for v in secure.status()["versions"]] == ["policy"]
+        published.release()
+    finally:
+        secure.close()
     # Wrong types: an Error naming the option, never AttributeError or a cast error.
     for options, name in (({"seeds": "127.0.0.1:1"}, "seeds"), ({"listen": 5}, "listen"),
                           ({"block_size": "1MiB"}, "block_size"), ({"block_size": True}, "block_size"),
