@@ -26,8 +26,8 @@
 #include "core/byte_size.hpp"
 #include "core/random_fill.hpp"
 #include "tensorhub/peer.hpp"
-#if __has_include("peer/peer_internal.hpp")
-#include "peer/peer_internal.hpp"
+#if __has_include("transport/peer_internal.hpp")
+#include "transport/peer_internal.hpp"
 #define BENCH_HAS_IO_LAG 1
 #else
 #define BENCH_HAS_IO_LAG 0

@@ -6,7 +6,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(tensorhub_bundled tensorhub_peer tensorhub_peer_core tensorhub_transport tensorhub_swarm tensorhub_gossip
+set(tensorhub_bundled tensorhub_peer tensorhub_peer_core tensorhub_seams tensorhub_transport tensorhub_swarm tensorhub_gossip
     tensorhub_manifest tensorhub_core tensorhub_rdma tensorhub_cuda)
 set(tensorhub_mri "create ${CMAKE_BINARY_DIR}/libtensorhub.a\n")
 foreach(lib IN LISTS tensorhub_bundled)

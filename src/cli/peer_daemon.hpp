@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "peer/peer_internal.hpp"
+#include "transport/peer_internal.hpp"
 #include "tensorhub/peer.hpp"
 
 namespace tensorhub::cli {

@@ -1,7 +1,7 @@
 // A file written in place through a shared mapping: created beside its
 // final path, sized in advance, and renamed into place only once its bytes
 // are complete (commit). A fetch lands its blocks straight into the file's
-// pages (written through fd(), peer/file_memory.hpp), so the only memory
+// pages (written through fd(), seams/file_memory.hpp), so the only memory
 // the version touches is the file's.
 //
 // Until commit() the final path is untouched; destroying an uncommitted

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "peer/shared_range.hpp"
+#include "seams/shared_range.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::cuda {

@@ -16,8 +16,8 @@
 #include <string_view>
 
 #include "cuda/xxh3_blocks.hpp"
-#include "peer/dma_buf.hpp"
-#include "peer/shared_range.hpp"
+#include "seams/dma_buf.hpp"
+#include "seams/shared_range.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::cuda {

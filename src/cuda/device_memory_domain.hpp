@@ -1,4 +1,4 @@
-// GPU memory as a memory domain (peer/memory_domain.hpp): a version whose
+// GPU memory as a memory domain (seams/memory_domain.hpp): a version whose
 // regions are device memory is verified on the device (the XXH3 kernels;
 // only the 16-byte digest comes back), copied device-side, and proved over
 // small ranges read back to the host. Payloads received for it land through
@@ -17,7 +17,7 @@
 #include <string>
 
 #include "cuda/device_api.hpp"
-#include "peer/memory_domain.hpp"
+#include "seams/memory_domain.hpp"
 
 namespace tensorhub::cuda {
 

@@ -21,7 +21,7 @@
 
 #include "core/regions.hpp"
 #include "cuda/device_api.hpp"
-#include "peer/payload_stage.hpp"
+#include "seams/payload_stage.hpp"
 
 namespace tensorhub::cuda {
 

@@ -17,7 +17,8 @@
 
 #include "core/anonymous_memory.hpp"
 #include "core/regions.hpp"
-#include "peer/memory_domain.hpp"
+#include "seams/destination_owner.hpp"
+#include "seams/memory_domain.hpp"
 #include "core/time.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/version_info.hpp"
@@ -40,17 +41,6 @@ enum class VersionRole {
 struct HostMate {
   PeerId id;
   std::string data_addr;
-};
-
-// What a fetch's destination and domain belong to, when the fetch was given
-// them to keep (an output file and its FileMemory): it lives as long as the
-// version, and the driver tells it when the fetch fails.
-class DestinationOwner {
- public:
-  virtual ~DestinationOwner() = default;
-  // The fetch failed: what only a complete version needs goes now (an
-  // output file's temporary name and its blocks). On the driver's thread.
-  virtual void fetch_failed() = 0;
 };
 
 struct LocalVersion {

@@ -28,7 +28,7 @@
 #include "core/hash.hpp"
 #include "core/rng.hpp"
 #include "core/time.hpp"
-#include "peer/memory_domain.hpp"
+#include "seams/memory_domain.hpp"
 #include "tensorhub/ids.hpp"
 
 namespace tensorhub::peer {

@@ -39,8 +39,8 @@
 #include <string>
 #include <vector>
 
-#include "peer/data_transport.hpp"
-#include "peer/rdma_memory.hpp"
+#include "seams/data_transport.hpp"
+#include "seams/rdma_memory.hpp"
 #include "rdma/rc_queue_pair.hpp"
 #include "rdma/read_failure.hpp"
 #include "rdma/nic_affinity.hpp"

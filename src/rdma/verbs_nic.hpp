@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "peer/dma_buf.hpp"
+#include "seams/dma_buf.hpp"
 #include "rdma/rdma_wire.hpp"
 #include "tensorhub/status.hpp"
 

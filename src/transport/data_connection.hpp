@@ -24,7 +24,7 @@
 #include "tensorhub/identity.hpp"
 #include "tensorhub/swarm_key.hpp"
 #include "swarm/swarm_messages.hpp"
-#include "transport/piece_source.hpp"
+#include "seams/piece_source.hpp"
 #include "transport/secure_channel.hpp"
 
 namespace tensorhub::transport {

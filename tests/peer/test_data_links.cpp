@@ -2,7 +2,7 @@
 // lanes, messages waiting for a connection, and what a close takes with it.
 #include <doctest/doctest.h>
 
-#include "peer/data_links.hpp"
+#include "transport/data_links.hpp"
 #include "support/gossip_network.hpp"
 
 using namespace tensorhub;

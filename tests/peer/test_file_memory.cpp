@@ -8,7 +8,7 @@
 
 #include "core/mapped_file.hpp"
 #include "core/mapped_output_file.hpp"
-#include "peer/file_memory.hpp"
+#include "seams/file_memory.hpp"
 #include "support/model_fixture.hpp"
 #include "support/temp_dir.hpp"
 

@@ -1,10 +1,10 @@
-// The local channel's messages (src/peer/mate_channel.hpp): what a peer
+// The local channel's messages (src/transport/mate_channel.hpp): what a peer
 // accepts from a process that claims to be a host mate.
 #include <doctest/doctest.h>
 
 #include <random>
 
-#include "peer/mate_channel.hpp"
+#include "transport/mate_channel.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::peer;

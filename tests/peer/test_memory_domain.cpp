@@ -10,7 +10,7 @@
 #include "core/bus_error_guard.hpp"
 #include "core/mapped_file.hpp"
 #include "core/regions.hpp"
-#include "peer/memory_domain.hpp"
+#include "seams/memory_domain.hpp"
 #include "support/model_fixture.hpp"
 #include "support/temp_dir.hpp"
 

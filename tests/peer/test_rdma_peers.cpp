@@ -10,7 +10,7 @@
 
 #include "cuda/device_memory_domain.hpp"
 #include "cuda/staging_ring.hpp"
-#include "peer/peer_internal.hpp"
+#include "transport/peer_internal.hpp"
 #include "softverbs/softverbs.h"
 #include "support/fake_device.hpp"
 #include "support/gossip_network.hpp"

@@ -11,7 +11,7 @@
 #include <future>
 #include <thread>
 
-#include "peer/tcp_transport.hpp"
+#include "transport/tcp_transport.hpp"
 #include "support/gossip_network.hpp"
 
 using namespace tensorhub;

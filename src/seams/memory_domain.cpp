@@ -1,4 +1,4 @@
-#include "peer/memory_domain.hpp"
+#include "seams/memory_domain.hpp"
 
 #include <sodium.h>
 

@@ -1,4 +1,4 @@
-#include "peer/file_memory.hpp"
+#include "seams/file_memory.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

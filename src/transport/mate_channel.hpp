@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "peer/shared_range.hpp"
+#include "seams/shared_range.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/status.hpp"

@@ -17,9 +17,9 @@
 
 #include "core/hash.hpp"
 #include "core/regions.hpp"
-#include "peer/dma_buf.hpp"
-#include "peer/payload_stage.hpp"
-#include "peer/shared_range.hpp"
+#include "seams/dma_buf.hpp"
+#include "seams/payload_stage.hpp"
+#include "seams/shared_range.hpp"
 #include "tensorhub/manifest.hpp"
 
 namespace tensorhub::peer {

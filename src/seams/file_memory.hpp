@@ -21,8 +21,8 @@
 #include <utility>
 
 #include "core/mapped_output_file.hpp"
-#include "peer/local_version.hpp"
-#include "peer/memory_domain.hpp"
+#include "seams/destination_owner.hpp"
+#include "seams/memory_domain.hpp"
 
 namespace tensorhub::peer {
 

@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "core/work_pool.hpp"
-#include "peer/data_transport.hpp"
+#include "seams/data_transport.hpp"
 #include "peer/peer_core.hpp"
-#include "peer/peer_internal.hpp"
-#include "peer/rdma_memory.hpp"
-#include "peer/tcp_transport.hpp"
+#include "transport/peer_internal.hpp"
+#include "seams/rdma_memory.hpp"
+#include "transport/tcp_transport.hpp"
 #include "tensorhub/devices.hpp"
 #include "tensorhub/peer.hpp"
 #include "transport/data_connection.hpp"

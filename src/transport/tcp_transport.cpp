@@ -1,4 +1,4 @@
-#include "peer/tcp_transport.hpp"
+#include "transport/tcp_transport.hpp"
 
 #include <algorithm>
 

@@ -2,7 +2,7 @@
 // links as the JSON that `tensorhub status --json` prints (docs/cli.md).
 #include <nlohmann/json.hpp>
 
-#include "peer/peer_engine.hpp"
+#include "transport/peer_engine.hpp"
 #include "transport/status_json.hpp"
 
 namespace tensorhub::peer {

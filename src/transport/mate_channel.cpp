@@ -1,4 +1,4 @@
-#include "peer/mate_channel.hpp"
+#include "transport/mate_channel.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>

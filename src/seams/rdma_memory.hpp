@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "peer/dma_buf.hpp"
+#include "seams/dma_buf.hpp"
 #include "swarm/swarm_messages.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"

@@ -4,7 +4,7 @@
 // members (whose handshakes the acceptor keeps under a flood).
 #include "core/host_port.hpp"
 #include "core/log.hpp"
-#include "peer/peer_engine.hpp"
+#include "transport/peer_engine.hpp"
 
 namespace tensorhub::peer {
 namespace {

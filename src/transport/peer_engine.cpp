@@ -1,5 +1,5 @@
-#include "peer/peer_engine.hpp"
-#include "peer/peer_engine_lease.hpp"
+#include "transport/peer_engine.hpp"
+#include "transport/peer_engine_lease.hpp"
 
 #include <atomic>
 #include <chrono>

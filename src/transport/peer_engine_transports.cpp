@@ -1,8 +1,8 @@
 // PeerEngine's side of the data transports: which transport carries a
 // neighbour, the regions a transport registers with its NICs, and the
 // transports' events (connections, messages, payloads) handed to the core.
-#include "peer/peer_engine.hpp"
-#include "peer/peer_engine_lease.hpp"
+#include "transport/peer_engine.hpp"
+#include "transport/peer_engine_lease.hpp"
 
 #if TENSORHUB_HAVE_RDMA
 #include "rdma/rdma_transport.hpp"

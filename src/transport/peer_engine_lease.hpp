@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "peer/local_version.hpp"
-#include "peer/peer_engine.hpp"
-#include "transport/piece_source.hpp"
+#include "transport/peer_engine.hpp"
+#include "seams/piece_source.hpp"
 
 namespace tensorhub::peer {
 

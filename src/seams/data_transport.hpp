@@ -17,7 +17,7 @@
 
 #include "swarm/swarm_messages.hpp"
 #include "tensorhub/ids.hpp"
-#include "transport/piece_source.hpp"
+#include "seams/piece_source.hpp"
 
 namespace tensorhub::peer {
 

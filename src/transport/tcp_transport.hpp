@@ -23,8 +23,8 @@
 #include <optional>
 
 #include "core/host_port.hpp"
-#include "peer/data_links.hpp"
-#include "peer/data_transport.hpp"
+#include "transport/data_links.hpp"
+#include "seams/data_transport.hpp"
 #include "tensorhub/identity.hpp"
 #include "tensorhub/swarm_key.hpp"
 #include "transport/data_connection.hpp"

@@ -15,9 +15,9 @@
 #include "core/log.hpp"
 #include "core/work_pool.hpp"
 #include "cuda/gpu_memory.hpp"
-#include "peer/file_memory.hpp"
-#include "peer/peer_engine.hpp"
-#include "peer/peer_internal.hpp"
+#include "seams/file_memory.hpp"
+#include "transport/peer_engine.hpp"
+#include "transport/peer_internal.hpp"
 
 namespace tensorhub {
 namespace {

@@ -11,8 +11,8 @@
 #include <cstring>
 
 #include "core/log.hpp"
-#include "peer/peer_engine.hpp"
-#include "peer/peer_engine_lease.hpp"
+#include "transport/peer_engine.hpp"
+#include "transport/peer_engine_lease.hpp"
 
 namespace tensorhub::peer {
 namespace {

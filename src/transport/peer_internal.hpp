@@ -5,7 +5,7 @@
 #include <functional>
 #include <memory>
 
-#include "peer/memory_domain.hpp"
+#include "seams/memory_domain.hpp"
 #include "tensorhub/peer.hpp"
 
 namespace tensorhub::peer {

@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include "core/log.hpp"
-#include "peer/mate_channel.hpp"
-#include "peer/peer_engine.hpp"
-#include "peer/peer_engine_lease.hpp"
+#include "transport/mate_channel.hpp"
+#include "transport/peer_engine.hpp"
+#include "transport/peer_engine_lease.hpp"
 
 namespace tensorhub::peer {
 namespace {
