@@ -240,8 +240,8 @@ void SwarmSimulation::publish(std::uint32_t number) {
   // Ideal membership: every worker gets the manifest and learns of every
   // trainer rank and every other worker (holders to be) of this version at
   // once, in an order drawn for the version. Within one instant the first
-  // told ask first and take the holders' upload slots; in worker order that
-  // was rack after rack, and whole racks came late.
+  // told ask first and take the holders' upload slots; told in worker order,
+  // rack after rack, whole racks would come late.
   std::vector<std::uint32_t> told(workers_.begin(), workers_.end());
   for (std::size_t i = told.size(); i > 1; --i) std::swap(told[i - 1], told[rng_.below(i)]);
   for (std::uint32_t w : told) {
@@ -266,7 +266,7 @@ void SwarmSimulation::release(std::uint32_t peer, std::uint32_t number) {
   SimPeer& p = peers_[peer];
   if (number == 0 || number > manifests_.size()) return;
   if (auto v = p.core->find(manifests_[number - 1]->id())) {
-    p.core->release(now(), v, peer::ReleaseMode::kNow, nullptr);
+    p.core->release(now(), v, peer::ReleaseMode::kNow);
   }
 }
 
@@ -512,9 +512,8 @@ void SwarmSimulation::drain(std::uint32_t peer) {
             // these never come; counted, should they.
             [&](peer::CopyShards&) { ++actions_ignored_["copy_shards"]; },
             [&](peer::CopyFromMate&) { ++actions_ignored_["copy_from_mate"]; },
-            [&](peer::ReleaseMemory& release) {
-              if (release.done) release.done();  // no piece holds simulated memory
-            },
+            // No piece holds simulated memory and nobody waits for it.
+            [](peer::ReleaseMemory&) {},
             [&](peer::FetchDone& done) {
               if (!p.trainer) on_worker_done(peer, done.version->id, done.status);
             },

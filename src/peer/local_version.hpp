@@ -1,16 +1,15 @@
 // One version as this peer holds it: its manifest, the memory it is served
 // from or fetched into, its state and progress.
 //
-// Owned by the peer core (which changes it on the driver's thread) and
-// shared with the application's handles (which read it and wait on it).
-// The fields above `mutex` are set once, before any handle exists, and never
-// change; the fields below it are guarded by it.
+// Owned by the peer core, which changes it on the driver's thread only. The
+// fields above `state` are set once, before any handle exists, and never
+// change: other threads may read them. The fields from `state` on are the
+// core's alone; a driver that lets other threads see them publishes a
+// snapshot of its own (the runtime's VersionWatch).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +24,8 @@
 
 namespace tensorhub::peer {
 
+// kReleased is a driver's word: the memory went back to its owner after the
+// core's ReleaseMemory. The core itself never sets it.
 enum class VersionState { kFetching, kComplete, kFailed, kReleased };
 
 std::string_view version_state_name(VersionState state);
@@ -62,20 +63,14 @@ struct LocalVersion {
   std::optional<HostMate> host_mate;
   TimePoint started;                  // driver time: the fetch began, or the version was published
 
-  mutable std::mutex mutex;
-  std::condition_variable changed;
   VersionState state = VersionState::kFetching;
   Status result;                     // why it failed, once kFailed
   FetchProgressInfo progress;
   TimePoint completed = kTimeNever;  // driver time: every shard verified
-  std::uint64_t bytes_served = 0;    // payload sent to other peers
-  // Requests refused: for a block already queued to that requester, or past
-  // its share of queued pieces.
-  std::uint64_t requests_refused = 0;
   std::uint32_t bad_shards = 0;      // shards received that failed verification
 
   bool served() const { return role != VersionRole::kCopy; }
-  bool finished() const { return state != VersionState::kFetching; }  // REQUIRES: mutex held
+  bool finished() const { return state != VersionState::kFetching; }
 };
 
 }  // namespace tensorhub::peer

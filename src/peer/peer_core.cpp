@@ -135,10 +135,7 @@ void PeerCore::challenge_member(TimePoint now, const ManifestId& id, const gossi
   if (!claims || member.id == self_) return;
   auto v = find(id);
   if (!v) return;
-  {
-    std::lock_guard lock(v->mutex);
-    if (v->state != VersionState::kComplete) return;
-  }
+  if (v->state != VersionState::kComplete) return;
   auto challenge = proofs_.challenge(now, id, member.id, member.incarnation, v->memory.size(), rng_);
   if (!challenge) return;
   const std::vector<std::uint8_t> bytes = encode_challenge(*challenge);
@@ -149,10 +146,7 @@ void PeerCore::challenge_member(TimePoint now, const ManifestId& id, const gossi
 void PeerCore::answer_challenge(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message) {
   auto v = find(message.version_id);
   if (!v) return;
-  {
-    std::lock_guard lock(v->mutex);
-    if (v->state != VersionState::kComplete) return;
-  }
+  if (v->state != VersionState::kComplete) return;
   auto challenge = decode_challenge(message.bytes, v->memory.size());
   if (!challenge || !challenges_answered_.allow(peer.hex(), now)) return;
   const core::Blake2bDigest answer = v->domain->digest_ranges(challenge->nonce, challenge->ranges, v->memory);
@@ -394,8 +388,8 @@ void PeerCore::on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion
   if (!good) {
     report(Report::kWarn, v->model + " v" + std::to_string(v->number) + ": shard " + std::to_string(shard.value) +
                               " failed verification; fetching it again");
-    std::lock_guard lock(v->mutex);
     ++v->bad_shards;
+    state_changed();
   }
   swarm_.on_verified(now, v->id, shard, good);
   drain_swarm(now);
@@ -404,15 +398,12 @@ void PeerCore::on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion
 void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
   auto v = find(held.version_id);
   if (!v) return;
-  {
-    std::lock_guard lock(v->mutex);
-    const ShardEntry& e = v->manifest->shard(held.shard);
-    ++v->progress.shards_verified;
-    v->progress.bytes_verified += e.byte_length;
-    const double seconds = to_seconds(now - v->started);
-    if (seconds > 0) v->progress.bytes_per_second = static_cast<double>(v->progress.bytes_verified) / seconds;
-  }
-  v->changed.notify_all();
+  const ShardEntry& e = v->manifest->shard(held.shard);
+  ++v->progress.shards_verified;
+  v->progress.bytes_verified += e.byte_length;
+  const double seconds = to_seconds(now - v->started);
+  if (seconds > 0) v->progress.bytes_per_second = static_cast<double>(v->progress.bytes_verified) / seconds;
+  state_changed();
   announce_holding(*v);
 }
 

@@ -94,10 +94,11 @@ struct CopyFromMate {
 };
 // No new read of the version's memory starts. Once every piece being sent
 // from it has left or been dropped (and every job reading it has ended),
-// the driver runs `done`: the memory is its owner's again.
+// the memory is its owner's again: the driver tells whoever asked for the
+// release (the core keeps no callback). A version released twice (a
+// private copy, or one released already) is named again.
 struct ReleaseMemory {
   std::shared_ptr<LocalVersion> version;
-  std::function<void()> done;
 };
 // A fetch (or private copy) ended: ok, or why not.
 struct FetchDone {
@@ -110,7 +111,9 @@ struct HeadChanged {
 };
 // The gossip core has something new to send.
 struct GossipChanged {};
-// A version's state, or what gossip says, changed (for waiters).
+// A version's state or progress, or what gossip says, changed: a driver
+// that shows them to other threads refreshes its snapshots (once per
+// turn: the core queues one until it is polled).
 struct StateChanged {};
 // Something an operator should read: the driver logs it.
 struct Report {
@@ -206,8 +209,7 @@ class PeerCore {
   // Stops serving the version; ReleaseMemory follows (after a retention
   // deferral when `mode` honours retention and this is among the last
   // holders of the head). A fetch in progress fails with kCancelled.
-  void release(TimePoint now, const std::shared_ptr<LocalVersion>& version, ReleaseMode mode,
-               std::function<void()> done);
+  void release(TimePoint now, const std::shared_ptr<LocalVersion>& version, ReleaseMode mode);
   // Ends every retention deferral now (the peer leaves).
   void release_deferred(TimePoint now);
 
@@ -298,7 +300,7 @@ class PeerCore {
   void state_changed();
   swarm::ReleaseFacts release_facts(const LocalVersion& v) const;
   void release_due(TimePoint now, bool all);
-  void release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v, std::function<void()> done);
+  void release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v);
   std::uint16_t permille(const LocalVersion& v) const;
 
   PeerCoreConfig config_;
@@ -327,7 +329,6 @@ class PeerCore {
   };
   std::map<const LocalVersion*, PendingCopies> copying_;
   swarm::DeferredReleases deferred_;
-  std::map<ManifestId, std::vector<std::function<void()>>> deferred_done_;
   core::ActionQueue<PeerAction> actions_;
   bool gossip_dirty_ = false;
   std::pair<std::uint64_t, std::uint64_t> left_out_reported_{0, 0};  // heads, holdings

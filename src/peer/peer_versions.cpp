@@ -66,17 +66,14 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
   v->memory = std::move(memory);
   v->domain = &domain;
   v->started = now;
-  {
-    std::lock_guard lock(v->mutex);
-    set_totals(*v, m);
-    v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
-    for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
-      if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
-    }
-    v->progress.done = true;
-    v->state = VersionState::kComplete;
-    v->completed = now;
+  set_totals(*v, m);
+  v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
+  for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+    if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
   }
+  v->progress.done = true;
+  v->state = VersionState::kComplete;
+  v->completed = now;
   versions_[v->id] = v;
   const bool super_seed = whole && config_.super_seed;
   swarm_.serve(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have),
@@ -111,20 +108,12 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->domain = &domain;
   v->host_mate = std::move(host_mate);
   v->started = now;
-  {
-    std::lock_guard lock(v->mutex);
-    set_totals(*v, m);
-  }
+  set_totals(*v, m);
   if (auto held = find(m.id())) {
     // Held here already: a private copy, which never shares state with it.
     v->role = VersionRole::kCopy;
     copies_[v] = held;
-    bool complete = false;
-    {
-      std::lock_guard lock(held->mutex);
-      complete = held->state == VersionState::kComplete;
-    }
-    if (complete) start_copy(v, held);  // otherwise once it completes (source_finished)
+    if (held->state == VersionState::kComplete) start_copy(v, held);  // otherwise once it completes (source_finished)
     state_changed();
     return v;
   }
@@ -175,10 +164,7 @@ void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v
   if (!v->destination.empty()) {
     for (const auto& [id, other] : versions_) {
       if (other == v || other->model != v->model || other->memory.empty()) continue;
-      {
-        std::lock_guard lock(other->mutex);
-        if (other->state != VersionState::kComplete) continue;
-      }
+      if (other->state != VersionState::kComplete) continue;
       const ManifestDiff diff = diff_manifests(*other->manifest, m);
       if (!diff.comparable) continue;
       std::vector<bool> changed(m.shard_count(), false);
@@ -234,10 +220,7 @@ void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersio
   core::Bitfield have = std::move(pending->second.have);
   const std::size_t bad = pending->second.failed;
   copying_.erase(pending);
-  {
-    std::lock_guard lock(to->mutex);
-    if (to->state != VersionState::kFetching) return;  // released meanwhile
-  }
+  if (to->state != VersionState::kFetching) return;  // released meanwhile
   if (bad > 0) {
     report(Report::kError, to->model + " v" + std::to_string(to->number) + ": " + std::to_string(bad) +
                                " shard(s) copied from a local version no longer match the manifest (memory changed "
@@ -249,11 +232,8 @@ void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersio
                                             std::to_string(to->number) + " no longer match its manifest"));
       return;
     }
-    {
-      std::lock_guard lock(to->mutex);
-      to->progress.bytes_verified = to->progress.bytes_total;
-      to->progress.shards_verified = to->progress.shards_total;
-    }
+    to->progress.bytes_verified = to->progress.bytes_total;
+    to->progress.shards_verified = to->progress.shards_total;
     finish(now, to, Status::ok());
     return;
   }
@@ -262,13 +242,10 @@ void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersio
 
 void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersion>& v, core::Bitfield have) {
   const Manifest& m = *v->manifest;
-  {
-    std::lock_guard lock(v->mutex);
-    v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
-    v->progress.bytes_verified = 0;
-    for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
-      if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
-    }
+  v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
+  v->progress.bytes_verified = 0;
+  for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+    if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
   }
   report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number) + ": " +
                             std::to_string(have.count()) + " of " + std::to_string(m.shard_count()) +
@@ -295,7 +272,6 @@ std::uint16_t PeerCore::permille(const LocalVersion& v) const {
   // A publisher is an origin: it never fetches, so what it publishes (the
   // whole version, or a trainer rank's part) counts as complete.
   if (v.role == VersionRole::kPublished) return 1000;
-  std::lock_guard lock(v.mutex);
   if (v.state == VersionState::kComplete) return 1000;
   return static_cast<std::uint16_t>(
       std::min<std::uint64_t>(999, 1000ull * v.progress.shards_verified / std::max<std::uint32_t>(1, v.progress.shards_total)));
@@ -318,15 +294,11 @@ void PeerCore::withdraw_holding(const LocalVersion& v) {
 }
 
 void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status) {
-  {
-    std::lock_guard lock(v->mutex);
-    if (v->state != VersionState::kFetching) return;
-    v->result = status;
-    v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
-    v->progress.done = true;
-    if (status.is_ok()) v->completed = now;
-  }
-  v->changed.notify_all();
+  if (v->state != VersionState::kFetching) return;
+  v->result = status;
+  v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
+  v->progress.done = true;
+  if (status.is_ok()) v->completed = now;
   actions_.push(FetchDone{v, status});
   const std::string what = v->model + " v" + std::to_string(v->number);
   if (v->role == VersionRole::kCopy) {
@@ -358,18 +330,14 @@ swarm::ReleaseFacts PeerCore::release_facts(const LocalVersion& v) const {
   swarm::ReleaseFacts facts;
   const auto head = heads_.head(v.model);
   facts.is_head = head && head->id == v.id;
-  {
-    std::lock_guard lock(v.mutex);
-    facts.complete = v.state == VersionState::kComplete;
-  }
+  facts.complete = v.state == VersionState::kComplete;
   facts.other_holders = replicas(v.id);
   return facts;
 }
 
-void PeerCore::release(TimePoint now, const std::shared_ptr<LocalVersion>& v, ReleaseMode mode,
-                       std::function<void()> done) {
+void PeerCore::release(TimePoint now, const std::shared_ptr<LocalVersion>& v, ReleaseMode mode) {
   if (!v->served() || find(v->id) != v) {
-    release_now(now, v, std::move(done));  // a private copy, or released already
+    release_now(now, v);  // a private copy, or released already
     return;
   }
   if (mode == ReleaseMode::kHonourRetention) {
@@ -379,20 +347,11 @@ void PeerCore::release(TimePoint now, const std::shared_ptr<LocalVersion>& v, Re
                                   ": it is the head and " + std::to_string(replicas(v->id)) + " other peer(s) hold it");
       }
       deferred_.defer(v->id, now);
-      deferred_done_[v->id].push_back(std::move(done));
       return;
     }
   }
-  if (deferred_.deferred(v->id)) {  // kNow cuts a deferral short; its waiters are done too
-    deferred_.forget(v->id);
-    auto waiting = std::move(deferred_done_[v->id]);
-    deferred_done_.erase(v->id);
-    waiting.push_back(std::move(done));
-    done = [waiting = std::move(waiting)] {
-      for (const auto& fn : waiting) fn();
-    };
-  }
-  release_now(now, v, std::move(done));
+  deferred_.forget(v->id);  // kNow cuts a deferral short
+  release_now(now, v);
 }
 
 void PeerCore::release_deferred(TimePoint now) { release_due(now, /*all=*/true); }
@@ -404,18 +363,14 @@ void PeerCore::release_due(TimePoint now, bool all) {
          auto v = find(id);
          return v ? release_facts(*v) : swarm::ReleaseFacts{};
        })) {
-    auto waiting = std::move(deferred_done_[id]);
-    deferred_done_.erase(id);
     auto v = find(id);
     if (!v) continue;
     report(Report::kInfo, "releasing " + v->model + " v" + std::to_string(v->number) + " after its deferral");
-    release_now(now, v, [waiting = std::move(waiting)] {
-      for (const auto& fn : waiting) fn();
-    });
+    release_now(now, v);
   }
 }
 
-void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v, std::function<void()> done) {
+void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v) {
   const bool registered = find(v->id) == v;
   if (registered) {
     swarm_.stop(now, v->id);
@@ -425,26 +380,14 @@ void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v
   }
   copies_.erase(v);
   copying_.erase(v.get());
-  bool was_fetching = false;
-  {
-    std::lock_guard lock(v->mutex);
-    if (v->state == VersionState::kFetching) {
-      was_fetching = true;
-      v->state = VersionState::kFailed;
-      v->result = Status::cancelled("released before it finished");
-      v->progress.done = true;
-    }
+  const bool was_fetching = v->state == VersionState::kFetching;
+  if (was_fetching) {
+    v->state = VersionState::kFailed;
+    v->result = Status::cancelled("released before it finished");
+    v->progress.done = true;
   }
-  v->changed.notify_all();
   if (registered && was_fetching) source_finished(now, v, Status::cancelled("released"));
-  actions_.push(ReleaseMemory{v, [v, done = std::move(done)] {
-                                {
-                                  std::lock_guard lock(v->mutex);
-                                  v->state = VersionState::kReleased;
-                                }
-                                v->changed.notify_all();
-                                if (done) done();
-                              }});
+  actions_.push(ReleaseMemory{v});
   drain_swarm(now);
   state_changed();
 }

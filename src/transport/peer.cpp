@@ -135,8 +135,24 @@ struct PeerAccess {
   using Impl = Peer::Impl;
   static std::unique_ptr<Peer> make(std::unique_ptr<Impl> impl) { return std::unique_ptr<Peer>(new Peer(std::move(impl))); }
   static Impl& impl(Peer& peer) { return *peer.impl_; }
-  static FetchHandle fetch_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version);
-  static PublishHandle publish_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version);
+  // A version the engine just published or began fetching, and what the
+  // handle's threads see of it.
+  struct Created {
+    std::shared_ptr<peer::LocalVersion> version;
+    std::shared_ptr<const peer::VersionWatch> watch;
+  };
+  // Runs `start` (the engine's publish or fetch) on the I/O thread; with
+  // the version it gives, its watch.
+  template <typename F>
+  static Result<Created> created(Impl& impl, F&& start) {
+    return impl.call([&]() -> Result<Created> {
+      auto v = start();
+      if (!v) return v.status();
+      return Created{*v, impl.engine->watch_of(*v)};
+    });
+  }
+  static FetchHandle fetch_handle(Impl* impl, Created version);
+  static PublishHandle publish_handle(Impl* impl, Created version);
   // The GPU named `uuid`, opened on first use. Errors: as GpuMemory::open.
   static Result<const cuda::GpuMemory*> gpu(Impl& impl, const std::string& uuid);
 };
@@ -151,7 +167,10 @@ using Impl = PeerAccess::Impl;
 struct HeldVersion {
   enum Phase { kHeld, kReleasing, kReleased };
   std::shared_ptr<Impl::Gate> gate;
+  // Only the fields a LocalVersion never changes are read through `version`
+  // here; its state is the I/O thread's, and handles read `watch`.
   std::shared_ptr<peer::LocalVersion> version;
+  std::shared_ptr<const peer::VersionWatch> watch;
   std::atomic<int> phase{kHeld};
 
   // Runs fn(impl) on the caller's thread while the peer is there; false
@@ -321,7 +340,7 @@ Result<PublishHandle> peer::publish_from(Peer& peer, const std::string& model, s
     auto manifest = build_manifest_in(domain, o, regions, tensors, *impl->identity);
     if (!manifest) return manifest.status();
     auto shared = std::make_shared<const Manifest>(std::move(*manifest));
-    auto v = impl->call([&] { return impl->engine->publish(shared, core::ConstRegions(regions), domain); });
+    auto v = PeerAccess::created(*impl, [&] { return impl->engine->publish(shared, core::ConstRegions(regions), domain); });
     if (!v && v.status().code() == StatusCode::kAlreadyExists && attempt++ < kPublishAttempts) continue;
     if (!v) return v.status();
     return PeerAccess::publish_handle(impl, std::move(*v));
@@ -390,7 +409,7 @@ Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t 
   auto file = core::MappedOutputFile::create(path, info->bytes, options.mode, options.overwrite);
   if (!file) return file.status();
   auto destination = std::make_shared<peer::FileDestination>(std::move(*file));
-  auto v = impl_->call([&] {
+  auto v = PeerAccess::created(*impl_, [&] {
     return impl_->engine->fetch(info->model, info->version, core::MutableRegions(destination->bytes()),
                                 destination->domain(), destination);
   });
@@ -406,15 +425,16 @@ Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::
   for (const MutableRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("a destination region is empty");
   }
-  auto v = impl->call([&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
+  auto v = PeerAccess::created(*impl, [&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
   if (!v) return v.status();
   return PeerAccess::fetch_handle(impl, std::move(*v));
 }
 
-PublishHandle PeerAccess::publish_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version) {
+PublishHandle PeerAccess::publish_handle(Impl* impl, Created version) {
   auto state = std::make_shared<PublishHandle::State>();
   state->gate = impl->gate;
-  state->version = std::move(version);
+  state->version = std::move(version.version);
+  state->watch = std::move(version.watch);
   return PublishHandle(state);
 }
 
@@ -431,11 +451,13 @@ Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uu
   return slot.get();
 }
 
-FetchHandle PeerAccess::fetch_handle(Impl* impl, std::shared_ptr<peer::LocalVersion> version) {
+FetchHandle PeerAccess::fetch_handle(Impl* impl, Created version) {
   auto state = std::make_shared<FetchHandle::State>();
   state->gate = impl->gate;
-  state->info = VersionInfo{version->model, version->number, version->id, version->manifest->total_size()};
-  state->version = std::move(version);
+  const peer::LocalVersion& v = *version.version;
+  state->info = VersionInfo{v.model, v.number, v.id, v.manifest->total_size()};
+  state->version = std::move(version.version);
+  state->watch = std::move(version.watch);
   return FetchHandle(state);
 }
 
@@ -468,10 +490,7 @@ PublishHandle::~PublishHandle() {
 std::uint64_t PublishHandle::version() const { return state_->version->number; }
 const ManifestId& PublishHandle::manifest_id() const { return state_->version->id; }
 const Manifest& PublishHandle::manifest() const { return *state_->version->manifest; }
-std::uint64_t PublishHandle::bytes_served() const {
-  std::lock_guard lock(state_->version->mutex);
-  return state_->version->bytes_served;
-}
+std::uint64_t PublishHandle::bytes_served() const { return state_->watch->bytes_served.load(); }
 
 Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout) {
   const ManifestId id = state_->version->id;
@@ -532,31 +551,21 @@ std::vector<bool> FetchHandle::verified_shards() const {
   return out;
 }
 
-FetchProgressInfo FetchHandle::progress() const {
-  std::lock_guard lock(state_->version->mutex);
-  return state_->version->progress;
-}
+FetchProgressInfo FetchHandle::progress() const { return state_->watch->snapshot().progress; }
 
 Status FetchHandle::wait(std::chrono::milliseconds timeout) {
-  auto& v = *state_->version;
-  std::unique_lock lock(v.mutex);
-  const bool finished = v.changed.wait_for(lock, timeout, [&] { return v.finished(); });
-  if (!finished) {
+  const peer::VersionWatch::Snapshot v = state_->watch->wait_finished(timeout);
+  if (!v.finished()) {
     return Status::timeout(std::to_string(v.progress.shards_verified) + " of " + std::to_string(v.progress.shards_total) +
                            " shards verified after " + std::to_string(timeout.count()) + " ms");
   }
-  if (v.state == peer::VersionState::kComplete) {
-    lock.unlock();
-    return state_->commit_file();
-  }
+  if (v.state == peer::VersionState::kComplete) return state_->commit_file();
   if (v.state == peer::VersionState::kReleased && v.progress.bytes_verified == v.progress.bytes_total) {
-    lock.unlock();
     // ok for a file put in place before the release
     return state_->file ? state_->commit_file() : Status::cancelled("released");
   }
   const Status failed = v.result.is_ok() ? Status::cancelled("released before it finished") : v.result;
   const bool fetch_failed = v.state == peer::VersionState::kFailed;
-  lock.unlock();
   // The engine removes a failed fetch's file once it hears (FetchDone); a
   // waiter may wake first: it never returns while the file is still there.
   if (fetch_failed && state_->file) state_->file->fetch_failed();
@@ -564,16 +573,14 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
 }
 
 std::span<const std::byte> FetchHandle::bytes() const {
-  auto& v = *state_->version;
-  std::lock_guard lock(v.mutex);
-  if (v.state != peer::VersionState::kComplete || v.destination.count() != 1) return {};
+  const auto& v = *state_->version;
+  if (state_->watch->snapshot().state != peer::VersionState::kComplete || v.destination.count() != 1) return {};
   return v.destination.regions()[0];
 }
 
 std::vector<ConstRegion> FetchHandle::regions() const {
-  auto& v = *state_->version;
-  std::lock_guard lock(v.mutex);
-  if (v.state != peer::VersionState::kComplete) return {};
+  const auto& v = *state_->version;
+  if (state_->watch->snapshot().state != peer::VersionState::kComplete) return {};
   return std::vector<ConstRegion>(v.destination.regions().begin(), v.destination.regions().end());
 }
 

@@ -277,6 +277,7 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
 Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const Manifest> manifest,
                                                           core::ConstRegions image, const MemoryDomain& domain) {
   auto v = core_->publish(now(), std::move(manifest), std::move(image), {}, domain);
+  if (v) watch(*v);
   // A publisher's host has the memory to spare: its mirror is filled now,
   // before the first request (a fetcher's is made on the first request).
   // With RDMA its neighbours READ the GPU's memory itself: the mirror waits
@@ -314,6 +315,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   if (v) {
     (*v)->owned = std::move(owned);
     (*v)->backing = std::move(backing);
+    watch(*v);
   }
   pump();
   return v;
@@ -328,12 +330,7 @@ Result<VersionInfo> PeerEngine::version_info(const std::string& model, std::uint
 std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {
   const std::uint32_t count = v.manifest->shard_count();
   std::vector<bool> out(count, false);
-  bool complete = false;
-  {
-    std::lock_guard lock(v.mutex);
-    complete = v.state == VersionState::kComplete;
-  }
-  if (complete) {
+  if (v.state == VersionState::kComplete) {
     out.assign(count, true);
   } else if (const core::Bitfield* have = core_->swarm().have(v.manifest->id())) {
     for (std::uint32_t i = 0; i < count && i < have->size(); ++i) out[i] = have->test(i);
@@ -347,10 +344,35 @@ Result<std::shared_ptr<const Manifest>> PeerEngine::manifest(const std::string& 
   return m;
 }
 
+std::shared_ptr<const VersionWatch> PeerEngine::watch_of(const std::shared_ptr<LocalVersion>& v) const {
+  auto it = watches_.find(v.get());
+  return it == watches_.end() ? nullptr : it->second.watch;
+}
+
+void PeerEngine::watch(const std::shared_ptr<LocalVersion>& v) {
+  watches_.emplace(v.get(), Watched{v, std::make_shared<VersionWatch>(*v)});
+}
+
+void PeerEngine::refresh_watches() {
+  for (auto& [key, watched] : watches_) watched.watch->refresh(*watched.version);
+}
+
 void PeerEngine::release(const std::shared_ptr<LocalVersion>& v, ReleaseMode mode, std::function<void()> done) {
   if (closed_) mode = ReleaseMode::kNow;
-  core_->release(now(), v, mode, std::move(done));
+  if (done) release_waiters_[v.get()].push_back(std::move(done));
+  core_->release(now(), v, mode);
   pump();
+}
+
+void PeerEngine::memory_released(const std::shared_ptr<LocalVersion>& v) {
+  if (auto it = watches_.find(v.get()); it != watches_.end()) {
+    it->second.watch->refresh(*v);  // its last state, then released
+    it->second.watch->mark_released();
+    watches_.erase(it);
+  }
+  auto waiting = release_waiters_.extract(v.get());
+  if (waiting.empty()) return;
+  for (auto& done : waiting.mapped()) done();
 }
 
 void PeerEngine::subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback) {
@@ -410,6 +432,7 @@ void PeerEngine::pump() {
   }
   arm_timer();
   if (changed) {
+    refresh_watches();
     for (const auto& listener : change_listeners_) listener();
   }
 }
@@ -439,6 +462,7 @@ void PeerEngine::pump_closed() {
                *action);
   }
   if (changed) {
+    refresh_watches();
     for (const auto& listener : change_listeners_) listener();
   }
 }
@@ -467,6 +491,7 @@ std::shared_ptr<PeerEngine::Lease> PeerEngine::lease_of(const std::shared_ptr<Lo
   if (!lease) {
     lease = std::make_shared<Lease>();
     lease->version = v;
+    if (auto it = watches_.find(v.get()); it != watches_.end()) lease->watch = it->second.watch;
   }
   return lease;
 }
@@ -485,13 +510,13 @@ void PeerEngine::release_memory(ReleaseMemory release) {
   auto it = leases_.find(release.version.get());
   if (it == leases_.end() || it->second->uses == 0) {
     if (it != leases_.end()) leases_.erase(it);
-    release.done();
+    memory_released(release.version);
     return;
   }
   // Runs once the last piece or job using the memory is done.
-  it->second->on_idle.push_back([this, key = release.version.get(), done = std::move(release.done)] {
-    leases_.erase(key);
-    done();
+  it->second->on_idle.push_back([this, version = release.version] {
+    leases_.erase(version.get());
+    memory_released(version);
   });
   // A reader that stopped reading would hold the memory until TCP gives up
   // (30 s or more): past the grace, the connections still being written
@@ -536,10 +561,7 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
                             : nullptr;
   if (refusal != nullptr) {
     if (queued.empty()) source->sending_to.erase(s.peer);
-    {
-      std::lock_guard lock(v->mutex);
-      ++v->requests_refused;
-    }
+    if (source->watch) ++source->watch->requests_refused;
     to.send(s.peer, swarm::SwarmMessage::refuse(s.version_id, s.header.request_id,
                                                 std::vector<std::uint8_t>(refusal, refusal + std::strlen(refusal))));
     return;

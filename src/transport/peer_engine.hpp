@@ -24,6 +24,7 @@
 #include "tensorhub/peer.hpp"
 #include "transport/data_connection.hpp"
 #include "transport/gossip_runtime.hpp"
+#include "transport/version_watch.hpp"
 
 namespace tensorhub::peer {
 
@@ -77,6 +78,9 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
                                               core::MutableRegions destination,
                                               const MemoryDomain& domain = host_memory(),
                                               std::shared_ptr<DestinationOwner> backing = {});
+  // What other threads see of `version` (published or fetched here):
+  // kept until its memory is released.
+  std::shared_ptr<const VersionWatch> watch_of(const std::shared_ptr<LocalVersion>& version) const;
   // `done` runs on the I/O thread once the memory is its owner's again.
   void release(const std::shared_ptr<LocalVersion>& version, ReleaseMode mode, std::function<void()> done);
 
@@ -192,6 +196,13 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void hash_shard(const HashShard& job);
   void copy_shards(CopyShards job);
   void release_memory(ReleaseMemory release);
+  // The memory of `version` is its owner's again: its watch says so and
+  // the releases waiting for it are done.
+  void memory_released(const std::shared_ptr<LocalVersion>& version);
+  // A watch for a version the core just created.
+  void watch(const std::shared_ptr<LocalVersion>& version);
+  // Every watch copies its version's state (after a turn that changed some).
+  void refresh_watches();
   // The local channel to host mates (mate_channel.hpp,
   // peer_engine_mates.cpp): this peer's listener, a session sharing a
   // version's memory with a mate, and the copy of shards from a mate.
@@ -231,6 +242,14 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   asio::steady_timer timer_;
   TimePoint timer_at_ = kTimeNever;
   std::map<const LocalVersion*, std::shared_ptr<Lease>> leases_;
+  // What other threads see of each version held, until its memory goes back.
+  struct Watched {
+    std::shared_ptr<LocalVersion> version;
+    std::shared_ptr<VersionWatch> watch;
+  };
+  std::map<const LocalVersion*, Watched> watches_;
+  // The callers waiting for a version's memory to come back (release).
+  std::map<const LocalVersion*, std::vector<std::function<void()>>> release_waiters_;
   std::vector<std::span<const std::byte>> serve_pieces_;  // reused by serve_piece
   std::map<std::string, std::vector<std::function<void(const VersionInfo&)>>> subscribers_;
   std::vector<std::function<void()>> change_listeners_;

@@ -4,7 +4,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <span>
 #include <vector>
@@ -16,9 +15,10 @@
 namespace tensorhub::peer {
 
 // Keeps a version's memory in use while pieces are sent from it and while
-// jobs read or write it; ReleaseMemory's `done` runs once none are left.
+// jobs read or write it; `on_idle` runs once none are left (the release).
 struct PeerEngine::Lease {
   std::shared_ptr<LocalVersion> version;
+  std::shared_ptr<VersionWatch> watch;  // counts the bytes served
   int uses = 0;
   // Pieces queued or being written, per peer, by offset in the image.
   std::map<PeerId, std::set<std::uint64_t>> sending_to;
@@ -33,10 +33,7 @@ struct PeerEngine::Lease {
   bool mirror_started = false;
 
   void piece_done(const PeerId& peer, std::uint64_t offset, std::uint32_t length, bool sent) {
-    if (sent) {  // counted once sent: a piece cancelled while queued never left
-      std::lock_guard lock(version->mutex);
-      version->bytes_served += length;
-    }
+    if (sent && watch) watch->bytes_served += length;  // a piece cancelled while queued never left
     if (auto it = sending_to.find(peer); it != sending_to.end()) {
       it->second.erase(offset);
       if (it->second.empty()) sending_to.erase(it);

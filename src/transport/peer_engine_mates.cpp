@@ -60,10 +60,7 @@ void PeerEngine::serve_mate(std::shared_ptr<asio::local::stream_protocol::socket
         auto it = core_->versions().find(*id);
         if (it == core_->versions().end()) return refuse("this peer does not hold that version");
         const std::shared_ptr<LocalVersion> v = it->second;
-        {
-          std::lock_guard lock(v->mutex);
-          if (v->state != VersionState::kComplete) return refuse("this peer holds that version only in part");
-        }
+        if (v->state != VersionState::kComplete) return refuse("this peer holds that version only in part");
         std::vector<SharedRange> ranges;
         if (Status s = v->domain->share(v->memory, ranges); !s) return refuse(s.message());
         // The memory stays until the mate closes the channel (its copy is

@@ -191,12 +191,7 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
     transport_for(s.peer).send_piece(s.peer, s.header, whole, std::move(piece));
     return true;
   }
-  bool complete = false;
-  {
-    std::lock_guard lock(version->mutex);
-    complete = version->state == VersionState::kComplete;
-  }
-  if (complete) start_mirror(version, source);
+  if (version->state == VersionState::kComplete) start_mirror(version, source);
   return false;
 }
 

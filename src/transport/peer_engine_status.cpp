@@ -20,7 +20,7 @@ std::string PeerEngine::status_json() const {
   for (const auto& [id, v] : core_->versions()) {
     const auto swarm_progress = core_->swarm().progress(id);
     const std::size_t replicas = core_->replicas(id);
-    std::lock_guard lock(v->mutex);
+    const auto watch = watch_of(v);
     const double fetch_seconds = v->completed == kTimeNever || v->role == VersionRole::kPublished
                                      ? 0.0
                                      : to_seconds(v->completed - v->started);
@@ -38,8 +38,8 @@ std::string PeerEngine::status_json() const {
                         {"fetch_seconds", fetch_seconds},
                         {"started_unix_ms", unix_ms(v->started)},
                         {"complete_unix_ms", unix_ms(v->completed)},
-                        {"bytes_served", v->bytes_served},
-                        {"requests_refused", v->requests_refused},
+                        {"bytes_served", watch ? watch->bytes_served.load() : 0},
+                        {"requests_refused", watch ? watch->requests_refused.load() : 0},
                         {"bad_shards", v->bad_shards},
                         {"requests_timed_out", swarm_progress ? swarm_progress->requests_timed_out : 0},
                         {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},

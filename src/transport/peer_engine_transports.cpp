@@ -69,10 +69,7 @@ std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version)
 std::optional<HeldRegions> PeerEngine::landing_regions(const ManifestId& version) {
   auto v = core_->find(version);
   if (!v || v->destination.empty()) return std::nullopt;
-  {
-    std::lock_guard lock(v->mutex);
-    if (v->state != VersionState::kFetching) return std::nullopt;
-  }
+  if (v->state != VersionState::kFetching) return std::nullopt;
   return nic_regions(v, v->destination.regions());
 }
 

@@ -83,8 +83,9 @@ TEST_CASE("peer core: a fetch of a version held here is a copy, and releasing on
   REQUIRE(net.run_until([&] { return complete(*copy); }, 5s));
   CHECK(same_bytes(*copy, image));
   CHECK(net.bytes_copied(0) == image.size());
-  net.release(0, *copy);
-  CHECK(state_of(*copy) == VersionState::kReleased);
+  bool copy_released = false;
+  net.release(0, *copy, ReleaseMode::kNow, [&] { copy_released = true; });
+  CHECK(copy_released);  // its memory went back (ReleaseMemory)
   CHECK(net.core(0).find((*published)->id) == *published);  // still served
   CHECK(state_of(*published) == VersionState::kComplete);
 
@@ -95,8 +96,11 @@ TEST_CASE("peer core: a fetch of a version held here is a copy, and releasing on
   auto second = net.fetch(1, "policy", 1);
   REQUIRE(first.is_ok());
   REQUIRE(second.is_ok());
-  net.release(1, *first);
-  CHECK(state_of(*first) == VersionState::kReleased);
+  bool first_released = false;
+  net.release(1, *first, ReleaseMode::kNow, [&] { first_released = true; });
+  CHECK(first_released);
+  CHECK(state_of(*first) == VersionState::kFailed);  // cancelled while it fetched
+  CHECK((*first)->result.code() == StatusCode::kCancelled);
   REQUIRE(net.run_until([&] { return complete(*second); }, 20s));
   CHECK(same_bytes(*second, image));
   CHECK(net.core(1).find((*published)->id) == *second);  // and it serves now
@@ -401,11 +405,9 @@ TEST_CASE("peer core: a fetch whose only holder stops serving the version fails,
   REQUIRE(net.run_until([&] { return net.piece_bytes_received(1) > 0; }, 10s, 1ms));
   net.release(0, *published, ReleaseMode::kNow);
   const auto failed = [&] {
-    std::lock_guard lock((*f)->mutex);
     return (*f)->state == VersionState::kFailed;
   };
   REQUIRE(net.run_until(failed, 30s));
-  std::lock_guard lock((*f)->mutex);
   MESSAGE("failed with: " << (*f)->result.to_string());
   CHECK((*f)->result.code() == StatusCode::kUnavailable);
 }
@@ -426,7 +428,6 @@ TEST_CASE("peer core: a failed fetch can be retried at once: a new fetch, never 
   REQUIRE(net.run_until([&] { return net.piece_bytes_received(1) > 0; }, 10s, 1ms));
   net.release(0, *published, ReleaseMode::kNow);
   const auto failed = [](const std::shared_ptr<LocalVersion>& v) {
-    std::lock_guard lock(v->mutex);
     return v->state == VersionState::kFailed;
   };
   REQUIRE(net.run_until([&] { return failed(*first); }, 30s));
@@ -484,13 +485,11 @@ TEST_CASE("peer core: a destination that refuses bytes ends the fetch with its e
   auto f = net.fetch(1, "policy", 1, std::span<const MutableRegion>(&region, 1), full);
   REQUIRE(f.is_ok());
   const auto finished = [&] {
-    std::lock_guard lock((*f)->mutex);
     return (*f)->state != VersionState::kFetching;
   };
   REQUIRE(net.run_until(finished, 30s, 1ms));
   const double seconds = to_seconds(net.now() - started);
   {
-    std::lock_guard lock((*f)->mutex);
     MESSAGE("failed after " << seconds << " s with: " << (*f)->result.to_string());
     CHECK((*f)->state == VersionState::kFailed);
     CHECK((*f)->result.code() == StatusCode::kIoError);
@@ -521,11 +520,9 @@ TEST_CASE("peer core: a fetch whose only holder dies when every missing shard is
   REQUIRE(net.piece_bytes_received(1) < image.size());
   net.crash(0);
   const auto finished = [&] {
-    std::lock_guard lock((*f)->mutex);
     return (*f)->state != VersionState::kFetching;
   };
   REQUIRE(net.run_until(finished, 60s));
-  std::lock_guard lock((*f)->mutex);
   CHECK((*f)->state == VersionState::kFailed);
   CHECK((*f)->result.code() == StatusCode::kUnavailable);
 }

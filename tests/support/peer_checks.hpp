@@ -19,12 +19,10 @@ using peer::LocalVersion;
 using peer::VersionState;
 
 inline bool complete(const std::shared_ptr<LocalVersion>& v) {
-  std::lock_guard lock(v->mutex);
   return v->state == VersionState::kComplete;
 }
 
 inline VersionState state_of(const std::shared_ptr<LocalVersion>& v) {
-  std::lock_guard lock(v->mutex);
   return v->state;
 }
 

@@ -95,7 +95,8 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, co
 
 void PeerNetwork::release(std::size_t p, const std::shared_ptr<peer::LocalVersion>& v, peer::ReleaseMode mode,
                           std::function<void()> done) {
-  peers_[p].core->release(now(), v, mode, std::move(done));
+  if (done) peers_[p].release_waiters[v.get()].push_back(std::move(done));
+  peers_[p].core->release(now(), v, mode);
   drain(p);
 }
 
@@ -165,7 +166,13 @@ void PeerNetwork::drain(std::size_t peer) {
             [&](peer::CopyFromMate& mate) {
               p.core->on_shards_copied(now(), mate.to, mate.shards, "no host mate channel in this network");
             },
-            [](peer::ReleaseMemory& release) { release.done(); },  // pieces took their bytes when they were served
+            // Pieces took their bytes when they were served: the memory is free at once.
+            [&](peer::ReleaseMemory& release) {
+              auto waiting = p.release_waiters.extract(release.version.get());
+              if (!waiting.empty()) {
+                for (auto& done : waiting.mapped()) done();
+              }
+            },
             [](peer::FetchDone&) {},      // tests read the version's state
             [&](peer::HeadChanged& head) { p.heads.push_back(head.head); },
             [&](peer::GossipChanged&) { gossip_.pump(peer); },

@@ -92,6 +92,8 @@ class PeerNetwork {
     std::vector<std::string> reports, errors;
     std::vector<std::vector<std::byte>> owned;  // destinations this network allocated
     std::uint64_t bytes_copied = 0, piece_bytes_received = 0;
+    // The callers of release waiting for each version's ReleaseMemory.
+    std::map<const peer::LocalVersion*, std::vector<std::function<void()>>> release_waiters;
   };
   enum class Kind { kLink, kTimer, kHashed, kCopied };
   struct Event {
