@@ -237,8 +237,8 @@ void FluidNetwork::fill_region() {
   // the smallest share never lowers another link's share ((c - s) / (n - 1)
   // >= c / n when s <= c / n), so a link's entry is refreshed only when it
   // comes up: a stale key is a lower bound, and a fresh top is the true
-  // minimum. Pushing every link's new share at every fixed flow made the
-  // heap most of the fill (perf, scale-1024 with gossip).
+  // minimum. So a link is pushed again only when its stale entry comes up,
+  // not at every flow fixed across it.
   while (!shares.empty()) {
     const Share top = shares.top();
     shares.pop();
@@ -285,7 +285,7 @@ bool FluidNetwork::grow_region(TimePoint now) {
     const bool over = link.capacity_left < -(kSlack * link.capacity + 1e-6);
     // Most region links need no look at their flows: not over, not a
     // bottleneck of this fill, and no frozen flow limited here to take the
-    // spare. perf, scale-1024 with gossip: these scans were a fifth of the run.
+    // spare. Skipping them keeps the scan to the links that can change.
     const bool frozen_limited_here = link.limited > link.fixed_here;
     if (!over && capacity != 0 && link.fill_share == kNoShare && !(spare && frozen_limited_here)) continue;
     for (std::size_t f = 0; f < link.flows.size(); ++f) {
@@ -307,8 +307,7 @@ void FluidNetwork::solve(std::span<const LinkId> seeds, TimePoint now) {
   // The region starts with the flows on the links the change touched, and
   // grows only while its new rates would break max-min for a flow outside.
   // In the worst case it becomes the whole connected component (the exact
-  // solution); in a swarm, a few rings of flows around the change. perf,
-  // 240 workers with gossip: re-solving whole components was 75% of the run.
+  // solution); in a swarm, a few rings of flows around the change.
   ++epoch_;
   region_links_.clear();
   region_flows_.clear();

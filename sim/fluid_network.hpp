@@ -10,13 +10,12 @@
 // that now has capacity to spare, or below its new share; above a link's new
 // share; on a link over capacity), ring by ring until none is. That is exact
 // max-min (up to a relative slack of 1e-9; a test checks it against a solve
-// from scratch), and in a swarm it stays a few flows: perf at 240
-// workers, re-solving whole connected components took 75% of the run.
-// Completions sit in an indexed heap keyed by
-// time: a flow whose rate changed moves to its new place, so the heap holds
-// one entry per moving flow (a heap of stale entries was a seventh of the
-// run at 1,024 peers, perf). Flows live in a slot vector; a FlowId is the
-// slot plus a serial number, so an id is never reused.
+// from scratch), and in a swarm it stays a few flows, far fewer than
+// re-solving each connected component would touch. Completions sit in an
+// indexed heap keyed by time: a flow whose rate changed moves to its new
+// place, so the heap holds one entry per moving flow and no stale ones.
+// Flows live in a slot vector; a FlowId is the slot plus a serial number,
+// so an id is never reused.
 //
 // Invariants (checked in debug builds by check_invariants()): each link's
 // flow list holds exactly the flows whose path crosses it; the rates on a

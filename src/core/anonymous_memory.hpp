@@ -2,8 +2,8 @@
 //
 // Why not std::vector<std::byte>(n): the vector zero-fills every byte with
 // memset, and the kernel has already zeroed each page on its first touch,
-// so every byte is cleared twice and every page faulted in by the memset
-// (profiled: 18% of all CPU of a fetching peer). Here pages arrive zeroed
+// so every byte is cleared twice and every page faulted in by the memset,
+// before the transfer touches it again. Here pages arrive zeroed
 // on first write, straight into the place a transfer writes them, and are
 // asked to be transparent huge pages, which cuts the page faults 512-fold
 // where the kernel grants them.

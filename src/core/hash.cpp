@@ -17,10 +17,10 @@ struct Xxh3Choice {
   std::string_view name;
 };
 
-// AVX2 by default: measured here (AMD EPYC, Zen 4) on a cache-resident
-// 256 KiB buffer, SSE2 15 GB/s, AVX2 38 GB/s, AVX-512 34 GB/s; Zen 4 splits
-// 512-bit operations in two, and some Intel parts lower their clock for them.
-// TENSORHUB_XXH3=sse2|avx2|avx512 overrides, for benchmarks and tests.
+// AVX2 by default: it is faster than AVX-512 on Zen 4, which splits 512-bit
+// operations in two, and some Intel parts lower their clock for them (rates
+// in docs/benchmarks.md, manifest build). TENSORHUB_XXH3=sse2|avx2|avx512
+// overrides, for benchmarks and tests.
 Xxh3Choice choose_xxh3() {
 #if defined(__x86_64__)
   __builtin_cpu_init();

@@ -85,8 +85,8 @@ Result<MappedOutputFile> MappedOutputFile::create(const std::string& path, std::
     int e = errno;
     return errno_status("cannot create " + file.temporary_, e);
   }
-  // Sized, not allocated: its pages come as the fetch writes them (allocating
-  // and mapping them all up front delays the fetch by as long, measured).
+  // Sized, not allocated: its pages come as the fetch writes them, not all
+  // up front before the fetch can start.
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
     int e = errno;
     ::close(fd);

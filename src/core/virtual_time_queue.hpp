@@ -16,9 +16,8 @@ namespace tensorhub::core {
 
 // REQUIRES: Event has a TimePoint member `at`.
 // Events wait in a pool and the heap orders small keys that name them: a
-// simulator's events carry a message, and sifting them through the heap (and
-// copying the one run) was a tenth of its instructions (callgrind,
-// scale-1024 at 14 GB).
+// simulator's events carry a message, too large to sift through the heap or
+// copy out to run.
 template <typename Event>
 class VirtualTimeQueue {
  public:

@@ -2,9 +2,9 @@
 // gossip's membership records in a peer, from the scenario in the simulator.
 //
 // One book may serve many cores that see the same world: the simulator's
-// thousands of peers share one, since a copy per core of every peer's
-// location was 10^8 entries at 10,240 peers. A book is not thread-safe; the
-// cores that share it run on one thread.
+// thousands of peers share one, since a copy per core would hold every
+// peer's location once per peer (quadratic in the peers). A book is not
+// thread-safe; the cores that share it run on one thread.
 #pragma once
 
 #include <string>

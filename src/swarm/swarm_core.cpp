@@ -198,9 +198,8 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       // asks for what it holds), and a super-seed we fetch from, whose
       // reveals are paced by these HAVEs. A holder that only serves us
       // does nothing with them, and a peer that starts fetching from us
-      // gets our whole bitfield then. A HAVE to every connection was most
-      // of the simulator's events (35 per flow at 10,240 peers).
-      // (told_ is reused: a set per shard was a tree of allocations.)
+      // gets our whole bitfield then, so a HAVE goes to those few, not to
+      // every connection. (told_ is reused: no set is allocated per shard.)
       v.fetch->audience_of_have(announce->shard, v.serve->requesters(), v.sources, told_);
       for (const PeerId& peer : told_) {
         auto c = connections_.find(peer);
