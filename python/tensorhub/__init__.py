@@ -18,149 +18,62 @@ from typing import Iterable, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from . import _native
+from ._errors import ArgumentTypeError, Error, check_timeout, check_version
 from ._releasable import Releasable
-from ._views import batches, check_device, moved, torch_dtypes, torch_view
+from ._results import FetchProgress, VersionInfo
+from ._tensors import TO_NUMPY as _TO_NUMPY
+from ._tensors import address as _address
+from ._tensors import as_publishable as _as_publishable
+from ._tensors import cast as _cast
+from ._tensors import check_device as _check_device
+from ._tensors import check_kind as _check_kind
+from ._tensors import is_torch_tensor as _is_torch_tensor
+from ._tensors import torch_module as _torch
+from ._views import batches, moved, torch_dtypes, torch_view
+from .daemon import Daemon, connect
 
-__all__ = ["Error", "Peer", "Published", "Fetched", "FetchedFile", "connect", "generate_swarm_key"]
-
-
-class Error(RuntimeError):
-    """A TensorHub failure, with the one-line reason the peer gives.
-    ``code`` names the kind: invalid_argument, corrupt, verify_failed,
-    not_found, already_exists, permission_denied, io_error, unavailable,
-    timeout, cancelled, internal or resource_exhausted (a limit of the
-    peer would be crossed; the message names it)."""
-
-    code = "internal"
-    CODES = ("invalid_argument", "corrupt", "verify_failed", "not_found", "already_exists", "permission_denied",
-             "io_error", "unavailable", "timeout", "cancelled", "internal", "resource_exhausted")
-
-    # The message's prefix as the C++ side writes it (status_code_name).
-    _PREFIXES = {"invalid argument": "invalid_argument", "corrupt": "corrupt",
-                 "verification failed": "verify_failed", "not found": "not_found",
-                 "already exists": "already_exists", "permission denied": "permission_denied",
-                 "I/O error": "io_error", "unavailable": "unavailable", "timeout": "timeout",
-                 "cancelled": "cancelled", "internal error": "internal", "resource exhausted": "resource_exhausted"}
-
-    def __init__(self, message: str, code: Optional[str] = None):
-        super().__init__(message)
-        if code not in self.CODES:  # none, or one this version does not know: "timeout: ..." is a timeout
-            prefix = message.split(":", 1)[0].strip() if ":" in message else ""
-            code = self._PREFIXES.get(prefix, prefix.replace(" ", "_") if prefix.replace(" ", "_") in self.CODES
-                                      else "internal")
-        self.code = code
-
+__all__ = ["Error", "Peer", "Published", "Fetched", "FetchedFile", "VersionInfo", "FetchProgress", "Daemon",
+           "connect", "generate_swarm_key"]
 
 _native._set_error_type(Error)
+# Defined in private modules (so that daemon.py needs nothing of this one);
+# named, printed and pickled as the package's.
+for _public in (Error, VersionInfo, FetchProgress):
+    _public.__module__ = __name__
+del _public
 
-# safetensors dtype names (the manifest's) <-> numpy dtypes. BF16 and the F8
-# types have no numpy dtype: they travel as raw bytes and come back as uint16
-# or uint8 views of the same bytes.
-_TO_NUMPY = {
-    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "U16": np.uint16, "I16": np.int16,
-    "F16": np.float16, "U32": np.uint32, "I32": np.int32, "F32": np.float32,
-    "U64": np.uint64, "I64": np.int64, "F64": np.float64,
-    "BF16": np.uint16, "F8_E5M2": np.uint8, "F8_E4M3": np.uint8, "F8_E8M0": np.uint8,
-}
-_FROM_NUMPY = {np.dtype(v): k for k, v in _TO_NUMPY.items() if k not in ("BF16", "F8_E5M2", "F8_E4M3", "F8_E8M0")}
+# The longest wait the binding takes (its "no limit" is a year).
+_FOREVER = 365 * 24 * 3600.0
+
+
+def _native_timeout(timeout, call: str) -> Optional[float]:
+    """``timeout`` checked (check_timeout) and as the binding takes it."""
+    timeout = check_timeout(timeout, call)
+    return None if timeout is None or timeout >= _FOREVER else timeout
 
 
 def generate_swarm_key() -> bytes:
-    """32 random bytes: a new swarm key (every member must hold the same)."""
+    """32 random bytes: a new swarm key (every member must hold the same).
+    Raises nothing (``NotImplementedError`` only where the system has no
+    randomness source, as ``os.urandom``)."""
     return os.urandom(32)
 
 
-def _address(array: np.ndarray) -> int:
-    return int(array.__array_interface__["data"][0])
-
-
-def _torch():
-    """torch, when the caller's process has it (never imported otherwise)."""
-    import sys
-
-    return sys.modules.get("torch")
-
-
-def _is_torch_tensor(value) -> bool:
-    torch = _torch()
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-def _as_publishable(name: str, value, on_gpu: bool = False):
-    """(object that owns the memory, address, nbytes, safetensors dtype,
-    shape). ``on_gpu``: a CUDA tensor stays where it is (else it is copied
-    to the host once)."""
-    if _is_torch_tensor(value):
-        torch = _torch()
-        tensor = value.detach()
-        if tensor.device.type != "cpu" and not on_gpu:
-            tensor = tensor.to("cpu")  # a host copy, made once
-        dtype = torch_dtypes(torch).get(tensor.dtype)
-        if dtype is None:
-            raise Error(f"invalid argument: tensor '{name}': dtype {tensor.dtype} has no safetensors name")
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()  # packed once; the copy is kept with the handle
-        return tensor, tensor.data_ptr(), tensor.element_size() * tensor.numel(), dtype, list(tensor.shape)
-    array = np.asarray(value)
-    dtype = _FROM_NUMPY.get(array.dtype)
-    if dtype is None:
-        raise Error(f"invalid argument: tensor '{name}': dtype {array.dtype} has no safetensors name")
-    if not array.flags["C_CONTIGUOUS"]:
-        array = np.ascontiguousarray(array)  # packed once; the copy is kept with the handle
-    return array, _address(array), array.nbytes, dtype, [int(d) for d in array.shape]
-
-
-def _host_array(name: str, value) -> Tuple[np.ndarray, str]:
-    """(a numpy array of ``value``'s bytes and shape in host memory, its
-    safetensors dtype): bf16, f8 and unsigned torch tensors come as integer
-    arrays of their bits; other devices' tensors are copied to the host."""
-    if _is_torch_tensor(value):
-        torch = _torch()
-        tensor = value.detach().to("cpu").contiguous()
-        dtype = torch_dtypes(torch).get(tensor.dtype)
-        if dtype is None:
-            raise Error(f"invalid argument: tensor '{name}': dtype {tensor.dtype} has no safetensors name")
-        if dtype not in _FROM_NUMPY.values():  # bf16, f8, torch's unsigned types: the same bits as integers
-            tensor = tensor.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
-        return tensor.numpy(), dtype
-    array = np.asarray(value)
-    dtype = _FROM_NUMPY.get(array.dtype)
-    if dtype is None:
-        raise Error(f"invalid argument: tensor '{name}': dtype {array.dtype} has no safetensors name")
-    return array, dtype
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in ("numpy", "torch"):
-        raise Error(f"invalid argument: kind: 'numpy' or 'torch', not {kind!r}")
-    if kind == "torch" and _torch() is None:
-        raise Error("invalid argument: kind='torch': import torch first")
-
-
-def _cast(name: str, value, dtype):
-    """``value`` as ``dtype`` when it is floating point; as it is otherwise."""
-    if _is_torch_tensor(value):
-        torch = _torch()
-        if not isinstance(dtype, torch.dtype):
-            raise Error(f"invalid argument: dtype: a torch dtype is needed for torch tensor '{name}', not {dtype!r}")
-        return value.to(dtype) if value.is_floating_point() else value
-    array = np.asarray(value)
-    if not np.issubdtype(array.dtype, np.floating):
-        return array
-    try:
-        return array.astype(np.dtype(dtype))
-    except TypeError:
-        raise Error(f"invalid argument: dtype: {dtype!r} is not a numpy dtype (tensor '{name}')") from None
-
-
 class Published(Releasable):
-    """A version this peer published. It is served while the handle lives;
-    ``release()`` (or leaving a ``with`` block) stops serving it and lets the
-    arrays go."""
+    """A version this peer published: ``model``, ``version``,
+    ``manifest_id``, ``nbytes``, ``metadata`` (its safetensors
+    ``__metadata__``). It is served while the handle lives; ``release()``
+    (or leaving a ``with`` block) stops serving it and lets the arrays go:
+    it waits for the pieces being sent and, for the model's head, for
+    retention (``retain_head_replicas``, at most ``max_release_deferral``),
+    without the GIL. ``release()`` raises nothing; a second call does
+    nothing. The properties raise nothing, and stay readable after the
+    release."""
 
-    def __init__(self, native, metadata: dict):
+    def __init__(self, native, metadata: dict, model: str = ""):
         self._native = native  # holds the arrays it serves from until it is released
         self.metadata = metadata  # the version's safetensors __metadata__
+        self.model = model
 
     @property
     def version(self) -> int:
@@ -174,17 +87,39 @@ class Published(Releasable):
     def nbytes(self) -> int:
         return self._native.nbytes
 
+    @property
+    def info(self) -> VersionInfo:
+        """The version as ``VersionInfo``."""
+        return VersionInfo(self.model, self.version, self.manifest_id, self.nbytes)
+
     def wait_replicated(self, replicas: int, timeout: Optional[float] = None) -> None:
-        """Waits until ``replicas`` other peers hold the version and proved it."""
-        self._native.wait_replicated(replicas, timeout)
+        """Waits (without the GIL) until ``replicas`` other peers hold the
+        version and proved it, at most ``timeout`` seconds (None: no limit).
+        Raises Error: ``timeout`` (saying how many hold it), ``cancelled``
+        (released, or the peer stopped); TypeError when ``replicas`` is not
+        a non-negative int; ``tensorhub.Error`` (``invalid_argument``, also
+        a TypeError) for a ``timeout`` that is not a number of seconds."""
+        self._native.wait_replicated(replicas, _native_timeout(timeout, "wait_replicated"))
 
     def _release(self) -> None:
         self._native.release()
 
 
 class _Fetch(Releasable):
-    """What every fetch handle shares: the version, its progress, the wait
-    for its outcome, and the release."""
+    """What every fetch handle shares: the version (``info``, ``model``,
+    ``version``, ``manifest_id``, ``nbytes``), its progress, the wait for
+    its outcome, and the release (which waits, without the GIL, for the
+    pieces being sent from it and for retention, as ``Published``'s, and
+    raises nothing). The properties raise nothing, and stay readable after
+    the release."""
+
+    @property
+    def info(self) -> VersionInfo:
+        return VersionInfo._from_native(self._native.info)
+
+    @property
+    def model(self) -> str:
+        return self._native.info["model"]
 
     @property
     def version(self) -> int:
@@ -198,15 +133,19 @@ class _Fetch(Releasable):
     def nbytes(self) -> int:
         return self._native.info["nbytes"]
 
-    def progress(self) -> dict:
-        return self._native.progress()
+    def progress(self) -> FetchProgress:
+        """How far the fetch has come (``FetchProgress``: attributes, or
+        read as a dict). Raises nothing."""
+        return FetchProgress._from_native(self._native.progress())
 
     def wait(self, timeout: Optional[float] = None):
-        """Returns the handle once every byte is verified. Raises Error:
+        """Returns the handle once every byte is verified, waiting (without
+        the GIL) at most ``timeout`` seconds (None: no limit). Raises Error:
         ``timeout`` (the fetch goes on), ``unavailable`` (no holder could
-        finish it), ``cancelled`` (released), and for a
-        file ``io_error`` (the rename failed)."""
-        self._native.wait(timeout)
+        finish it), ``cancelled`` (released), and for a file ``io_error``
+        (the rename failed); ``invalid_argument`` (also a TypeError) for a
+        ``timeout`` that is not a number of seconds."""
+        self._native.wait(_native_timeout(timeout, "wait"))
         return self
 
     def _release(self) -> None:
@@ -227,7 +166,8 @@ class Fetched(_Fetch):
 
     @property
     def tensors(self):
-        """(name, dtype, shape, byte offset, byte length) of each tensor."""
+        """(name, dtype, shape, byte offset, byte length) of each tensor.
+        Raises nothing."""
         return self._native.tensors
 
     def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy",
@@ -242,13 +182,16 @@ class Fetched(_Fetch):
         tensors in any order wants this). ``names``: only these. ``device``
         (with ``kind="torch"``): each tensor on that torch device, copied
         there as its batch is yielded (a fetch into that GPU's memory
-        yields its own tensors). Raises the fetch's error if it fails;
-        nothing unverified is ever yielded."""
+        yields its own tensors). ``timeout``: seconds to wait for each next
+        tensor (None: no limit). Nothing unverified is ever yielded. Raises
+        (a generator: from the first ``next()`` on) Error: the fetch's own
+        error when it fails (``unavailable``, ``cancelled``, ...);
+        ``timeout`` (the next tensor was not verified in time; the fetch
+        goes on); ``invalid_argument`` (a ``kind``, ``order``, ``device`` or
+        ``timeout`` that is not one)."""
         _check_kind(kind)
-        try:
-            check_device(kind, device)
-        except ValueError as e:
-            raise Error(f"invalid argument: {e}") from None
+        _check_device(kind, device)
+        check_timeout(timeout, "iter_tensors")
         yield from moved(self._verified_batches(names, batch_bytes, kind, timeout, order), device)
 
     def _verified_batches(self, names, batch_bytes, kind, timeout, order):
@@ -299,7 +242,9 @@ class Fetched(_Fetch):
     def metadata(self) -> dict:
         """The version's safetensors ``__metadata__`` (str -> str; {} for a
         version without a header, as the C++ API may publish one).
-        REQUIRES: wait() returned."""
+        REQUIRES: wait() returned. Raises Error: ``invalid_argument`` (the
+        fetch has not finished), the fetch's own error when it failed,
+        ``cancelled`` (released)."""
         self._check_verified()
         from . import safetensors
 
@@ -322,7 +267,9 @@ class Fetched(_Fetch):
         landed in the caller's own arrays or tensors are those; after a fetch
         into CUDA tensors every tensor is a CUDA tensor, whatever ``kind``. REQUIRES:
         wait() returned without an error (a view of unverified bytes is never
-        handed out: after a failed fetch this raises its error)."""
+        handed out). Raises Error: ``invalid_argument`` (the fetch has not
+        finished, or a ``kind`` that is not one), the fetch's own error when
+        it failed, ``cancelled`` (released)."""
         _check_kind(kind)
         self._check_verified()
         return self._views(kind)
@@ -341,7 +288,10 @@ class FetchedFile(_Fetch):
     that finds every byte verified renames it to ``path`` and returns.
     The peer serves the version from the file until the handle is
     released. A failed fetch, or a release before the rename, leaves
-    ``path`` as it was and removes the temporary file."""
+    ``path`` as it was and removes the temporary file. It has ``Fetched``'s
+    ``info``, ``version``, ``progress()``, ``wait(timeout)`` and ``release()``,
+    which raise as there (``wait()`` after a release: Error ``cancelled``,
+    unless the file was put in place before it)."""
 
     def __init__(self, native, path: str):
         self._native = native
@@ -393,7 +343,9 @@ def _bool_option(name, value):
 
 class Peer:
     """An in-process TensorHub peer: ``Peer.start(listen=..., seeds=[...],
-    swarm_key=...)``. Waiting calls release the GIL."""
+    swarm_key=...)``. Waiting calls release the GIL. Every failure is a
+    ``tensorhub.Error`` whose ``code`` names its kind; each call lists the
+    codes it raises."""
 
     def __init__(self, native):
         self._native = native
@@ -417,8 +369,14 @@ class Peer:
         GPU memory over TCP from a host copy rather than a copy per piece;
         ``shard_hash``: ``"xxh3-128"`` or ``"blake2b-256"`` (secure mode) for
         what this peer publishes; ``max_release_deferral``: seconds
-        (docs/python.md). Raises ``Error`` (``invalid_argument``) naming an
-        option of the wrong type or out of range."""
+        (docs/python.md). Blocks (without the GIL) while it binds its ports
+        and looks up the seeds' names; it takes no timeout (the C++
+        ``Peer::start`` has none). Raises Error: ``invalid_argument`` naming
+        an option of the wrong type or out of range (a bad address or label,
+        a swarm key that is not 32 bytes, none given); ``unavailable`` (a
+        port cannot be bound, or no seed's name resolves); for ``key_file``
+        and ``swarm_key_file``, ``not_found``, ``permission_denied`` (a file
+        others may read), ``io_error`` or ``corrupt``."""
         options = {
             "listen": _str_option("listen", listen), "data_listen": _str_option("data_listen", data_listen, True),
             "advertise": _str_option("advertise", advertise, True), "seeds": _strs_option("seeds", seeds),
@@ -457,11 +415,14 @@ class Peer:
 
     @property
     def id(self) -> str:
-        """This peer's public key (hex): what others list in trusted_publishers or members."""
+        """This peer's public key (hex): what others list in trusted_publishers
+        or members. Raises nothing."""
         return self._native.id
 
     @property
     def gossip_address(self) -> str:
+        """host:port where this peer's gossip listens (useful with port 0).
+        Raises nothing."""
         return self._native.gossip_address
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]], *,
@@ -478,7 +439,19 @@ class Peer:
         (str -> str: the trainer's step, say) goes in the version's
         safetensors header, signed with it; a fetcher reads it as
         ``Fetched.metadata``. The version is a safetensors image: the header
-        (built here, a few KiB) and then the tensors, where they lie."""
+        (built here, a few KiB) and then the tensors, where they lie.
+
+        Blocks (without the GIL) while the image is hashed and, for a peer
+        started with seeds, up to 10 s to learn the head it follows; it
+        takes no timeout (the C++ ``Peer::publish`` has none). Raises Error:
+        ``invalid_argument`` (a bad model name, a dtype with no safetensors
+        name, a tensor name used twice, a bad ``dtype`` or shard size);
+        ``permission_denied`` (this peer's key is not a trusted publisher);
+        ``unavailable`` (the head could not be learnt within 10 s, or a GPU
+        cannot be used); ``already_exists`` (other publications of the model
+        kept taking the next number); ``verify_failed`` (the manifest breaks
+        the model's chain); ``resource_exhausted`` (this peer's gossip record
+        cannot announce it, the limit named)."""
         from . import safetensors
 
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
@@ -505,7 +478,7 @@ class Peer:
             if nbytes:
                 regions.append((address, nbytes))
             offset += nbytes
-        return Published(self._native.publish(model, regions, specs, owners, gpu=gpu), dict(metadata or {}))
+        return Published(self._native.publish(model, regions, specs, owners, gpu=gpu), dict(metadata or {}), model)
 
     @staticmethod
     def _one_gpu(values):
@@ -529,7 +502,10 @@ class Peer:
         ``metadata`` is merged over the files' own (a file given with it
         gets a new header too). The files must not change until the handle
         is released: a changed one fails verification at the fetchers.
-        Tensor names must be unique across a directory's files."""
+        Tensor names must be unique across a directory's files. Blocks as
+        ``publish`` does, with no timeout. Raises Error: ``invalid_argument``
+        (no such file or directory, one that is not safetensors, a name used
+        twice across files), and those of ``publish``."""
         from . import safetensors
 
         try:
@@ -543,7 +519,7 @@ class Peer:
             specs = sorted(((name, e["dtype"], e["shape"], base + e["data_offsets"][0],
                              e["data_offsets"][1] - e["data_offsets"][0]) for name, e in entries.items()),
                            key=lambda spec: spec[3])
-            return Published(self._native.publish(model, [(_address(data), data.nbytes)], specs, [data]), merged)
+            return Published(self._native.publish(model, [(_address(data), data.nbytes)], specs, [data]), merged, model)
         header = np.frombuffer(bytearray(header), dtype=np.uint8)
         _, entries, _ = safetensors.decode_header(header)
         specs = sorted(((name, e["dtype"], e["shape"], header.nbytes + e["data_offsets"][0],
@@ -551,13 +527,28 @@ class Peer:
                        key=lambda spec: spec[3])
         regions = [(_address(header), header.nbytes)] + [(_address(body) + begin, end - begin)
                                                         for body, begin, end in runs]
-        return Published(self._native.publish(model, regions, specs, [header, runs]), merged)
+        return Published(self._native.publish(model, regions, specs, [header, runs]), merged, model)
 
-    def latest(self, model: str) -> Optional[dict]:
-        return self._native.latest(model)
+    def latest(self, model: str) -> Optional[VersionInfo]:
+        """The newest verified head of ``model`` (``VersionInfo``: attributes
+        ``model``, ``version``, ``manifest_id``, ``nbytes``; a dict-style read
+        still works), or None when none is known. Does not wait. Raises
+        TypeError when ``model`` is not a str."""
+        head = self._native.latest(model)
+        return None if head is None else VersionInfo._from_native(head)
 
-    def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> dict:
-        return self._native.wait_for_head(model, after, timeout)
+    def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> VersionInfo:
+        """Waits (without the GIL, woken by gossip, not a poll) until a head
+        of ``model`` newer than ``after`` is known, at most ``timeout``
+        seconds (None: no limit), and returns it (``VersionInfo``). Raises
+        Error: ``timeout``; ``verify_failed`` (a version above ``after`` was
+        signed twice: that number never becomes the head); ``unavailable``
+        (started with seeds, and no peer was heard from); ``invalid_argument``
+        (also a TypeError) for an ``after`` or ``timeout`` that is not one.
+        TypeError when ``model`` is not a str."""
+        check_version(after, "wait_for_head", name="after")
+        head = self._native.wait_for_head(model, after, _native_timeout(timeout, "wait_for_head"))
+        return VersionInfo._from_native(head)
 
     def fetch(self, model: str, version: int = 0, *, into=None) -> Fetched:
         """Fetches a version (0: the head). ``into``: nothing (this package
@@ -571,7 +562,19 @@ class Peer:
         memory through a pinned staging ring and is verified there; tensors
         not given land in GPU memory allocated here (docs/gpu.md). ``Fetched.state_dict()`` gives the tensors as views of
         that memory once ``wait()`` returns. Until then its bytes are not the
-        version's (a failed fetch leaves them undefined)."""
+        version's (a failed fetch leaves them undefined).
+
+        Returns at once (the fetch goes on; ``wait(timeout)`` waits for it).
+        The arguments go in C++'s order: model, version, then where to.
+        Raises Error: ``unavailable`` (no version of the model is known yet;
+        for a GPU: no CUDA, driver or pinned memory); ``not_found`` (that
+        version is not known; no GPU with that UUID); ``invalid_argument``
+        (an ``into`` of the wrong size, shape, dtype or kind of memory, a
+        negative version; a version that is not an int is also a
+        TypeError); ``permission_denied`` (``require_secure_hash`` and the
+        version's shards are not BLAKE2b-256); ``io_error`` (no memory for
+        the destination)."""
+        check_version(version, "fetch")
         info = self._native.version_info(model, version)
         if isinstance(into, Mapping):
             return self._fetch_into_arrays(model, info, into)
@@ -592,16 +595,36 @@ class Peer:
         native = self._native.fetch(model, info["version"], regions, buffer)
         return Fetched(native, buffer)
 
-    def fetch_to_file(self, model: str, path, version: int = 0, *, mode: int = 0o644,
+    def fetch_to_file(self, model: str, version: int = 0, path=None, *, mode: int = 0o644,
                       overwrite: bool = True) -> FetchedFile:
         """Fetches a version (0: the head) into the file ``path`` (a str or
         path-like), written as the blocks arrive, without the version ever
         being held in this process's memory (`FetchedFile`); a version this
         package published arrives as a safetensors file. ``mode``: the new file's
         permission bits; ``overwrite=False`` raises ``already_exists`` when
-        ``path`` exists. Raises Error: ``not_found`` (no such model or
-        version), ``invalid_argument`` (a bad path or mode), ``io_error``
-        (the file could not be made), ``already_exists``."""
+        ``path`` exists.
+
+        The arguments go in C++'s order, ``Peer::fetch_to_file(model,
+        version, path)``: ``fetch_to_file("policy", 3, "/dev/shm/p")``, or
+        for the head ``fetch_to_file("policy", path="/dev/shm/p")``. A path
+        where the version goes (the order before, ``fetch_to_file(model,
+        path, version)``) is refused, never read as something else.
+
+        Returns at once (the fetch goes on; ``wait(timeout)`` waits for it).
+        Raises Error: ``not_found`` (no such version, or no such directory);
+        ``unavailable`` (no version of the model known yet);
+        ``already_exists`` (``overwrite=False`` and ``path`` exists);
+        ``invalid_argument`` (a path or mode that is not one, something other
+        than a regular file at ``path``); ``permission_denied`` (no right to
+        create the file there, or ``require_secure_hash`` refuses the
+        version); ``io_error`` (the file cannot be created, sized or mapped).
+        ``tensorhub.Error`` (``invalid_argument``) that is also a TypeError:
+        ``path`` missing, a version that is not an int (a path given as the
+        version names the order)."""
+        check_version(version, "fetch_to_file", "path")
+        if path is None:
+            raise ArgumentTypeError("fetch_to_file(model, version, path): path is missing (the version comes "
+                                    "first, as in the C++ API; for the head: fetch_to_file(model, path=...))")
         try:
             path = os.fsdecode(os.fspath(path))
         except TypeError:
@@ -695,12 +718,16 @@ class Peer:
         return Fetched(native, None, arrays, lead)
 
     def status(self) -> dict:
+        """The member table and transfers, as ``tensorhub status --json``
+        prints them (a dict of the peer's JSON). Raises nothing."""
         import json
 
         return json.loads(self._native.status_json())
 
     def close(self) -> None:
-        """Leaves the swarm gracefully (up to 4 s) and stops."""
+        """Leaves the swarm gracefully (up to 4 s, without the GIL) and
+        stops, once no handle of this peer is left (a handle keeps its peer
+        alive). Raises nothing; a second call does nothing."""
         self._native = None
 
     def __enter__(self):
@@ -709,5 +736,3 @@ class Peer:
     def __exit__(self, *exc):
         self.close()
 
-
-from .daemon import connect  # noqa: E402  (it needs Error, above)

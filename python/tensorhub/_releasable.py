@@ -8,6 +8,9 @@ class Releasable:
         raise NotImplementedError
 
     def release(self) -> None:
+        """Lets go of what the handle holds, once: later calls, and leaving
+        a ``with`` block after one, do nothing. What it waits for and raises
+        is each handle's (its class says)."""
         if not getattr(self, "_released", False):
             self._released = True
             self._release()

@@ -4,7 +4,16 @@ engine's, say), except to map a version the daemon holds in GPU memory.
 Versions travel as safetensors files in a directory both sides can map,
 ``/dev/shm`` by default: a publish writes one and has the daemon serve it; a
 fetch has the daemon write one and maps it. A hold on a GPU hands over GPU
-memory by CUDA IPC instead."""
+memory by CUDA IPC instead.
+
+Every failure is a ``tensorhub.Error`` whose ``code`` names its kind: the
+daemon's own (its answer's ``code``), or the client's: ``unavailable`` (the
+daemon cannot be reached, or closed the connection without an answer),
+``timeout`` (no answer in time: the request is cancelled), ``io_error`` (the
+connection failed while reading, or a shared file could not be written),
+``corrupt`` (an answer that is not JSON), ``invalid_argument`` (refused here
+before asking: a bad model name, version or timeout; one of the wrong type
+is also a ``TypeError``). Each call lists the codes it raises."""
 from __future__ import annotations
 
 import hashlib
@@ -17,10 +26,14 @@ import time
 import uuid
 from typing import Iterable, Mapping, Optional, Tuple, Union
 
-from . import Error
 from . import safetensors
+from ._errors import Error, check_timeout, check_version
 from ._releasable import Releasable
-from ._views import batches, check_device, moved, torch_view
+from ._results import VersionInfo
+from ._tensors import cast, check_device, check_kind, host_array
+from ._views import batches, moved, torch_view
+
+__all__ = ["Daemon", "DaemonPublished", "DaemonFetched", "DaemonHeld", "DaemonGpuHeld", "connect"]
 
 
 # The model-name rule (src/core/model_name.cpp): checked here first, so a bad
@@ -29,6 +42,8 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9_\-][A-Za-z0-9._\-/]{0,127}")
 
 
 def _check_model(model) -> str:
+    """``model``, or raises Error (``invalid_argument``): not a str, or a
+    name that breaks the rule."""
     if not isinstance(model, str):
         raise Error(f"invalid argument: the model name must be a str, not {type(model).__name__}", "invalid_argument")
     if not _MODEL_NAME.fullmatch(model):
@@ -49,8 +64,13 @@ def _put_path(request: dict, key: str, path: str) -> dict:
 
 
 class DaemonPublished(Releasable):
-    """A version the daemon publishes from a file this client wrote; the file
-    goes when the version is released."""
+    """A version the daemon publishes from a file this client wrote: ``model``,
+    ``version``, ``manifest_id``, ``nbytes``, ``metadata``. ``release()``
+    has the daemon stop serving it at once and removes the file this client
+    wrote (also when the daemon cannot be asked); it raises Error
+    (``unavailable``, ``timeout``, ``io_error``) when the daemon could not
+    be asked, and ``OSError`` when the file could not be removed. A second
+    call does nothing."""
 
     def __init__(self, client: "Daemon", model: str, version: int, manifest_id: str, path: str, metadata: dict,
                  owned: bool = True):
@@ -58,22 +78,37 @@ class DaemonPublished(Releasable):
         self.metadata, self._owned = metadata, owned
         self.nbytes = os.path.getsize(path)
 
+    @property
+    def info(self) -> VersionInfo:
+        return VersionInfo(self.model, self.version, self.manifest_id, self.nbytes)
+
     def wait_replicated(self, replicas: int, timeout: Optional[float] = None) -> None:
         """Waits until ``replicas`` other peers hold the version and proved
-        it (the daemon's status, asked every 50 ms)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        it, at most ``timeout`` seconds (None: no limit). The daemon's
+        protocol has no command that waits for the replicas of a version
+        already published, so this asks its status every 50 ms. Raises
+        Error: ``timeout`` (fewer hold it in time); those of
+        ``Daemon.status``; ``invalid_argument`` (a ``replicas`` or
+        ``timeout`` that is not one; of the wrong type, also a
+        TypeError)."""
+        check_version(replicas, "wait_replicated", name="replicas")
+        deadline = self._client._deadline(timeout, "wait_replicated")
         while True:
-            versions = self._client.status().get("versions", [])
-            if any(v.get("id") == self.manifest_id and v.get("replicas", 0) >= replicas for v in versions):
+            versions = self._client.status(timeout=self._client._left(deadline)).get("versions", [])
+            have = max((v.get("replicas", 0) for v in versions if v.get("id") == self.manifest_id), default=0)
+            if have >= replicas:
                 return
             if deadline is not None and time.monotonic() >= deadline:
-                raise Error(f"timeout: {self.model} v{self.version} has fewer than {replicas} replicas")
-            time.sleep(0.05)
+                raise Error(f"timeout: {self.model} v{self.version} has {have} of {replicas} replicas after "
+                            f"{timeout} s", "timeout")
+            time.sleep(0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0)))
 
     def _release(self) -> None:
-        self._client._request({"cmd": "release", "model": self.model, "version": self.version, "now": True})
-        if self._owned:
-            os.unlink(self._path)
+        try:
+            self._client._request({"cmd": "release", "model": self.model, "version": self.version, "now": True})
+        finally:
+            if self._owned:
+                os.unlink(self._path)
 
 
 class _VerifiedFile(Releasable):
@@ -84,22 +119,23 @@ class _VerifiedFile(Releasable):
     def state_dict(self, kind: str = "numpy") -> dict:
         """Every tensor, over a read-only mapping of the file (no copy):
         numpy arrays, or with ``kind="torch"`` torch tensors (bf16 as
-        ``torch.bfloat16``). Do not write to them."""
+        ``torch.bfloat16``). Do not write to them. Raises Error
+        (``invalid_argument``: a ``kind`` that is not one); ``OSError``
+        (the file is gone: the handle was released) and ``ValueError`` (it
+        is not a safetensors file any more) from reading it."""
         return {name: tensor for batch in self.iter_tensors(batch_bytes=0, kind=kind) for name, tensor in batch}
 
     def iter_tensors(self, names=None, batch_bytes: int = 64 << 20, kind: str = "numpy", timeout=None,
                      order: str = "layer", device=None):
         """Lists of (name, tensor) in the file's order, up to ``batch_bytes``
         each, as the in-process ``Fetched.iter_tensors`` yields them (every
-        byte is verified already, so ``order`` changes nothing); ``device``
-        as there (copies from the file)."""
-        from . import Error, _check_kind
-
-        _check_kind(kind)
-        try:
-            check_device(kind, device)
-        except ValueError as e:
-            raise Error(f"invalid argument: {e}") from None
+        byte is verified already, so ``order`` changes nothing, and nothing
+        waits: ``timeout`` too); ``device`` as there (copies from the file).
+        Raises (a generator: from the first ``next()`` on) as
+        ``state_dict``, and Error (``invalid_argument``) for a ``device``
+        that cannot take them."""
+        check_kind(kind)
+        check_device(kind, device)
         wanted = None if names is None else set(names)
         items = ((name, torch_view(array, dtype) if kind == "torch" else array, array.nbytes)
                  for name, dtype, array in safetensors.entries(self.path) if wanted is None or name in wanted)
@@ -107,15 +143,23 @@ class _VerifiedFile(Releasable):
 
     @property
     def metadata(self) -> dict:
-        """The version's safetensors ``__metadata__`` (the trainer's step, say)."""
+        """The version's safetensors ``__metadata__`` (the trainer's step,
+        say). Raises ``OSError`` or ``ValueError`` as ``state_dict``."""
         return safetensors.read_metadata(self.path)
 
 
 class DaemonFetched(_VerifiedFile):
-    """A version the daemon fetched into a file of this client's."""
+    """A version the daemon fetched into a file of this client's: ``model``,
+    ``version``, ``manifest_id``, ``nbytes``, ``path``. ``release()``
+    removes the file; it raises ``OSError`` when that fails."""
 
-    def __init__(self, path: str, version: int, manifest_id: str):
-        self.path, self.version, self.manifest_id = path, version, manifest_id
+    def __init__(self, path: str, version: int, manifest_id: str, model: str = ""):
+        self.path, self.version, self.manifest_id, self.model = path, version, manifest_id, model
+        self.nbytes = os.path.getsize(path)
+
+    @property
+    def info(self) -> VersionInfo:
+        return VersionInfo(self.model, self.version, self.manifest_id, self.nbytes)
 
     def _release(self) -> None:
         if os.path.exists(self.path):
@@ -126,7 +170,8 @@ class DaemonHeld(_VerifiedFile):
     """A hold on a version that the daemon keeps as a file for every process
     of this node: ``path`` (a safetensors file) and ``dir`` (its folder, a
     model directory for an engine that loads one). The hold lasts while this
-    handle's connection to the daemon is open: ``release()`` closes it, and
+    handle's connection to the daemon is open: ``release()`` closes it
+    (waiting up to 60 s for the daemon to say it let go; raises nothing), and
     a process that dies lets go with it. The file goes when the last hold
     does."""
 
@@ -154,7 +199,10 @@ class DaemonGpuHeld(Releasable):
     into its own parameters; they are valid until ``release()``, which
     unmaps them and then lets go of the hold. The daemon never frees or
     reuses the memory while a hold on it lasts, and a process that dies lets
-    go with it. Mapping the handle loads the package's compiled module."""
+    go with it. Mapping the handle loads the package's compiled module.
+    Making it raises Error: ``unavailable`` (no CUDA), ``not_found`` (no GPU
+    with that UUID), ``invalid_argument`` (a handle that is not one), as
+    ``GpuMapping`` does. ``release()`` raises nothing."""
 
     def __init__(self, connection: socket.socket, model: str, line: dict):
         from . import _native
@@ -171,7 +219,9 @@ class DaemonGpuHeld(Releasable):
 
     def state_dict(self, kind: str = "torch") -> dict:
         """Every tensor as a torch tensor on the GPU, over the shared memory
-        (no copy; do not write to them). Valid until ``release()``."""
+        (no copy; do not write to them). Valid until ``release()``. Raises
+        Error: ``invalid_argument`` (a ``kind`` other than "torch"),
+        ``cancelled`` (released)."""
         from ._cuda import tensors_over
 
         if kind != "torch":
@@ -187,19 +237,41 @@ class DaemonGpuHeld(Releasable):
 
 class Daemon:
     """``tensorhub.connect(control=PATH)``: the same calls as an in-process
-    Peer, carried out by the daemon listening on ``control``."""
+    Peer, carried out by the daemon listening on ``control``. Every call
+    that asks the daemon takes a ``timeout`` (seconds; None: the client's,
+    600 s by default); past it the client closes its connection, which
+    cancels the request, and raises Error (``timeout``)."""
 
     def __init__(self, control: str, directory: Optional[str] = None, timeout: float = 600.0):
+        """Raises Error (``invalid_argument``; of the wrong type, also a
+        TypeError) for a ``timeout`` that is not a number of seconds."""
         self.control = control
         # Absolute: the daemon takes no relative path (its directory is not ours).
         self.directory = os.path.abspath(directory or ("/dev/shm" if os.path.isdir("/dev/shm")
                                                        else tempfile.gettempdir()))
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout, "connect")
+        if self.timeout is None:
+            raise Error("invalid argument: connect: timeout must be a number of seconds", "invalid_argument")
+
+    def _limit(self, timeout, call: str) -> float:
+        """The seconds a request may take: ``timeout`` (checked), or the client's."""
+        timeout = check_timeout(timeout, call)
+        return self.timeout if timeout is None else timeout
+
+    @staticmethod
+    def _deadline(timeout, call: str) -> Optional[float]:
+        """When a wait of ``timeout`` seconds (checked; None: no limit) ends."""
+        timeout = check_timeout(timeout, call)
+        return None if timeout is None else time.monotonic() + timeout
+
+    def _left(self, deadline: Optional[float]) -> float:
+        """The seconds one request may take before ``deadline`` (None: the client's)."""
+        return self.timeout if deadline is None else min(self.timeout, max(deadline - time.monotonic(), 0.001))
 
     def _connect(self, request: dict, timeout: Optional[float] = None) -> socket.socket:
         """A connection to the daemon that carries ``request``."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout or self.timeout)
+        s.settimeout(max(self.timeout if timeout is None else timeout, 0.001))
         try:
             s.connect(self.control)
             s.sendall(json.dumps(request).encode() + b"\n")
@@ -255,7 +327,7 @@ class Daemon:
     def _request(self, request: dict, timeout: Optional[float] = None) -> dict:
         """Sends one request and returns its final line (raising its error)."""
         with self._connect(request, timeout) as s:
-            return self._answer(s, timeout or self.timeout, self.control)
+            return self._answer(s, self.timeout if timeout is None else timeout, self.control)
 
     def _file_for(self, model: str) -> str:
         """A new file name in the shared folder: the model's name ('/' as
@@ -266,58 +338,87 @@ class Daemon:
             readable = readable[:80] + "-" + hashlib.blake2b(model.encode(), digest_size=8).hexdigest()
         return os.path.join(self.directory, f"tensorhub-{readable}-{uuid.uuid4().hex}.safetensors")
 
-    def status(self) -> dict:
-        return self._request({"cmd": "status"})
+    def status(self, timeout: Optional[float] = None) -> dict:
+        """The daemon's status, as ``tensorhub status --json`` prints it.
+        Raises Error: ``unavailable`` (no daemon at ``control``),
+        ``timeout``, ``io_error``, ``corrupt`` (see the module)."""
+        return self._request({"cmd": "status"}, self._limit(timeout, "status"))
 
-    def latest(self, model: str) -> Optional[dict]:
-        """The daemon's newest verified head of ``model``, if any."""
-        head = self.status().get("heads", {}).get(model)
-        return None if head is None else {"model": model, "version": head["version"], "manifest_id": head["id"]}
+    def latest(self, model: str, timeout: Optional[float] = None) -> Optional[VersionInfo]:
+        """The daemon's newest verified head of ``model`` (``VersionInfo``;
+        ``nbytes`` is None: the status does not say it), or None. Raises
+        Error: those of ``status``; ``invalid_argument`` (a bad model
+        name)."""
+        _check_model(model)
+        head = self.status(timeout).get("heads", {}).get(model)
+        return None if head is None else VersionInfo(model, head["version"], head["id"])
 
-    def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> dict:
-        """Asks the daemon's status every 50 ms until a head of ``model``
-        newer than ``after`` is known."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> VersionInfo:
+        """Waits until a head of ``model`` newer than ``after`` is known, at
+        most ``timeout`` seconds (None: no limit), and returns it
+        (``VersionInfo``, ``nbytes`` None). The daemon's protocol has no
+        command that waits for a head, so this asks its status every 50 ms.
+        Raises Error: ``timeout`` (no such head in time); those of
+        ``status``; ``invalid_argument`` (a bad model name, ``after`` or
+        ``timeout``; of the wrong type, also a TypeError)."""
+        _check_model(model)
+        check_version(after, "wait_for_head", name="after")
+        deadline = self._deadline(timeout, "wait_for_head")
         while True:
-            head = self.latest(model)
-            if head is not None and head["version"] > after:
+            head = self.latest(model, self._left(deadline))
+            if head is not None and head.version > after:
                 return head
             if deadline is not None and time.monotonic() >= deadline:
-                raise Error(f"timeout: no head of {model} after v{after} within {timeout} s")
-            time.sleep(0.05)
+                raise Error(f"timeout: no head of {model} after v{after} within {timeout} s", "timeout")
+            time.sleep(0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0)))
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]],
-                *, dtype=None, metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
+                *, dtype=None, metadata: Optional[Mapping[str, str]] = None,
+                timeout: Optional[float] = None) -> DaemonPublished:
         """Writes ``tensors`` (numpy arrays or torch tensors, any device) as a
         safetensors file in the shared folder and has the daemon publish it
         (served from the file until ``release()``). ``dtype``: floating-point
-        tensors are cast to it first, as ``Peer.publish`` does."""
-        from . import _cast, _host_array
-
+        tensors are cast to it first, as ``Peer.publish`` does. Waits at most
+        ``timeout`` seconds (None: the client's) for the daemon to hash and
+        announce it. Raises Error: ``invalid_argument`` (a bad model name,
+        dtype, tensor name or timeout); ``io_error`` (the shared file could
+        not be written); the daemon's refusals, as ``Peer.publish`` raises
+        them (``permission_denied``, ``unavailable``, ``already_exists``,
+        ``verify_failed``, ``resource_exhausted``); ``timeout`` (the request
+        is cancelled); those of ``status``. A publish that fails removes the
+        file it wrote."""
+        limit = self._limit(timeout, "publish")
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
         if dtype is not None:
-            items = [(name, _cast(name, value, dtype)) for name, value in items]
+            items = [(name, cast(name, value, dtype)) for name, value in items]
         arrays, dtypes = [], {}
         for name, value in items:
-            array, dtypes[name] = _host_array(name, value)
+            array, dtypes[name] = host_array(name, value)
             arrays.append((name, array))
         path = self._file_for(model)
         try:
             safetensors.write(path, arrays, metadata, dtypes)
         except ValueError as e:
+            _remove(path)
             raise Error(f"invalid argument: {e}") from None
-        return self._publish_file(model, path, dict(metadata or {}))
+        except OSError as e:
+            _remove(path)
+            raise Error(f"I/O error: writing {path}: {e.strerror or e}", "io_error") from None
+        return self._publish_file(model, path, dict(metadata or {}), limit)
 
-    def publish_safetensors(self, model: str, path: str, *,
-                            metadata: Optional[Mapping[str, str]] = None) -> DaemonPublished:
+    def publish_safetensors(self, model: str, path: str, *, metadata: Optional[Mapping[str, str]] = None,
+                            timeout: Optional[float] = None) -> DaemonPublished:
         """Has the daemon publish a safetensors file where it lies (no
         copy; the file stays when the version is released), or a checkpoint
         directory, or a file with ``metadata`` merged in: those are written
         once as one file in the shared folder, as ``Peer.publish_safetensors``
-        lays them out."""
+        lays them out. Waits as ``publish``. Raises Error as ``publish``,
+        and ``invalid_argument`` (no such file or directory, or one that is
+        not safetensors; the daemon says so for a file it maps)."""
         _check_model(model)
+        limit = self._limit(timeout, "publish_safetensors")
         if not os.path.isdir(path) and not metadata:
-            done = self._request(_put_path({"cmd": "publish", "model": model}, "file", os.path.abspath(path)))
+            done = self._request(_put_path({"cmd": "publish", "model": model}, "file", os.path.abspath(path)), limit)
             return DaemonPublished(self, model, done["version"], done["id"], os.path.abspath(path),
                                    safetensors.read_metadata(path), owned=False)
         try:
@@ -325,33 +426,44 @@ class Daemon:
         except (OSError, ValueError) as e:
             raise Error(f"invalid argument: {e}") from None
         out = self._file_for(model)
-        with open(out, "wb") as f:
-            f.write(header)
-            for body, begin, end in runs:
-                f.write(body[begin:end].data)
-        return self._publish_file(model, out, merged)
+        try:
+            with open(out, "wb") as f:
+                f.write(header)
+                for body, begin, end in runs:
+                    f.write(body[begin:end].data)
+        except OSError as e:
+            _remove(out)
+            raise Error(f"I/O error: writing {out}: {e.strerror or e}", "io_error") from None
+        return self._publish_file(model, out, merged, limit)
 
-    def _publish_file(self, model: str, path: str, metadata: dict) -> DaemonPublished:
+    def _publish_file(self, model: str, path: str, metadata: dict, timeout: float) -> DaemonPublished:
         """Has the daemon publish ``path``, a file this client wrote (and
         removes when the version is released, or now if the publish fails)."""
         try:
-            done = self._request(_put_path({"cmd": "publish", "model": model}, "file", path))
+            done = self._request(_put_path({"cmd": "publish", "model": model}, "file", path), timeout)
         except Error:
-            os.unlink(path)
+            _remove(path)
             raise
         return DaemonPublished(self, model, done["version"], done["id"], path, metadata)
 
     def fetch(self, model: str, version: int = 0, timeout: Optional[float] = None) -> DaemonFetched:
         """Has the daemon fetch the version (0: the head) into a file here and
         waits until every byte is verified, at most ``timeout`` seconds
-        (default: the client's): then the fetch is cancelled and its
-        temporary file removed."""
+        (None: the client's): then the fetch is cancelled and its
+        temporary file removed. Raises Error: ``timeout`` (cancelled);
+        ``unavailable`` (no version of the model known yet, or no holder
+        could finish it); ``not_found`` (that version is not known);
+        ``io_error`` (the file could not be written; nothing is left);
+        ``invalid_argument`` (a bad model name, version or timeout; of the
+        wrong type, also a TypeError); those of ``status``."""
+        check_version(version, "fetch")
+        limit = self._limit(timeout, "fetch")
         path = self._file_for(model)
-        done = self._request(_put_path({"cmd": "fetch", "model": model, "version": version}, "out", path), timeout)
-        return DaemonFetched(path, done.get("version", version), done.get("id", ""))
+        done = self._request(_put_path({"cmd": "fetch", "model": model, "version": version}, "out", path), limit)
+        return DaemonFetched(path, done.get("version", version), done.get("id", ""), model)
 
-
-    def hold(self, model: str, version: int = 0, gpu=None) -> Union[DaemonHeld, DaemonGpuHeld]:
+    def hold(self, model: str, version: int = 0, gpu=None,
+             timeout: Optional[float] = None) -> Union[DaemonHeld, DaemonGpuHeld]:
         """Has the daemon keep version ``version`` (0: the head) of ``model``
         as a file in its hold folder and waits until every byte is verified.
         The first hold fetches it; the others, from any process of this node
@@ -359,8 +471,14 @@ class Daemon:
         UUID, or a torch device such as ``"cuda:0"``) the daemon keeps it in
         that GPU's memory instead and hands it over by CUDA IPC
         (``DaemonGpuHeld``); it holds at most ``--gpu-buffers`` (2) versions
-        on a GPU at once, so let go of the old one after loading the new."""
-        request = {"cmd": "hold", "model": _check_model(model), "version": version}
+        on a GPU at once, so let go of the old one after loading the new.
+        Waits at most ``timeout`` seconds (None: the client's) for the
+        version to be verified; then the hold is given up. Raises Error:
+        those of ``fetch``; ``resource_exhausted`` (the GPU holds
+        ``--gpu-buffers`` versions already, named); ``invalid_argument`` (a
+        ``gpu`` that is not one); for a GPU, those of ``DaemonGpuHeld``."""
+        request = {"cmd": "hold", "model": _check_model(model), "version": check_version(version, "hold")}
+        limit = self._limit(timeout, "hold")
         if gpu is not None:
             from ._cuda import uuid_of
 
@@ -368,9 +486,9 @@ class Daemon:
                 request["gpu"] = uuid_of(gpu)
             except ValueError as e:
                 raise Error(f"invalid argument: {e}") from None
-        s = self._connect(request)
+        s = self._connect(request, limit)
         try:
-            line = self._answer(s, self.timeout, self.control)
+            line = self._answer(s, limit, self.control)
         except BaseException:
             s.close()
             raise
@@ -378,6 +496,19 @@ class Daemon:
         return DaemonGpuHeld(s, model, line) if gpu is not None else DaemonHeld(s, model, line)
 
 
-def connect(control: str, directory: Optional[str] = None) -> Daemon:
-    """A client of the ``tensorhub peer`` daemon whose control socket is ``control``."""
-    return Daemon(control, directory)
+def connect(control: str, directory: Optional[str] = None, timeout: float = 600.0) -> Daemon:
+    """A client of the ``tensorhub peer`` daemon whose control socket is
+    ``control``, sharing files in ``directory`` (default ``/dev/shm``);
+    ``timeout``: the seconds a request may take where its call names none.
+    Connects to nothing yet (each call does). Raises Error
+    (``invalid_argument``; of the wrong type, also a TypeError) for a
+    ``timeout`` that is not a number of seconds."""
+    return Daemon(control, directory, timeout)
+
+
+def _remove(path: str) -> None:
+    """Removes a file this client wrote, if it is there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

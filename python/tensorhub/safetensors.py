@@ -13,14 +13,10 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._tensors import FROM_NUMPY, TO_NUMPY
+
 # Bounded like the C++ parser: a header is at most 100 MB.
 _MAX_HEADER = 100_000_000
-
-
-def _dtype_tables():
-    from . import _FROM_NUMPY, _TO_NUMPY
-
-    return _FROM_NUMPY, _TO_NUMPY
 
 
 def encode_header(entries: Iterable[Tuple[str, str, Sequence[int], int]],
@@ -68,12 +64,13 @@ def write(path: str, tensors: Iterable[Tuple[str, np.ndarray]], metadata: Option
           dtypes: Optional[Mapping[str, str]] = None) -> int:
     """Writes ``tensors`` (name, array) to ``path`` (replacing it); returns
     its size. ``dtypes``: a tensor's safetensors dtype where its array's does
-    not say it (BF16 bits in an int16 array)."""
-    from_numpy, _ = _dtype_tables()
+    not say it (BF16 bits in an int16 array). Raises ValueError (a dtype
+    with no safetensors name, a name used twice or reserved); OSError (the
+    file cannot be written)."""
     arrays, entries = [], []
     for name, value in tensors:
         array = np.ascontiguousarray(value)
-        dtype = (dtypes or {}).get(name) or from_numpy.get(array.dtype)
+        dtype = (dtypes or {}).get(name) or FROM_NUMPY.get(array.dtype)
         if dtype is None:
             raise ValueError(f"tensor '{name}': dtype {array.dtype} has no safetensors name")
         entries.append((name, dtype, array.shape, array.nbytes))
@@ -89,7 +86,9 @@ def write(path: str, tensors: Iterable[Tuple[str, np.ndarray]], metadata: Option
 
 def layout(path: str):
     """(a read-only byte mapping of the whole file, data start, tensors by
-    name, metadata) of a safetensors file."""
+    name, metadata) of a safetensors file. Raises ValueError (not a
+    safetensors file, or a tensor outside it); OSError (it cannot be
+    read)."""
     size = os.path.getsize(path)
     if size < 8:
         raise ValueError(f"{path}: too short for a safetensors file")
@@ -110,32 +109,35 @@ def layout(path: str):
 
 def entries(path: str) -> List[Tuple[str, str, np.ndarray]]:
     """(name, safetensors dtype, read-only array over a mapping of the file)
-    of each tensor, in the file's byte order."""
-    _, to_numpy = _dtype_tables()
+    of each tensor, in the file's byte order. Raises as ``layout``, and
+    ValueError for a dtype this package does not know."""
     data, base, header, _ = layout(path)
     out = []
     for name, entry in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
         begin, end = entry["data_offsets"]
-        if entry.get("dtype") not in to_numpy:
+        if entry.get("dtype") not in TO_NUMPY:
             raise ValueError(f"{path}: tensor '{name}' has dtype {entry.get('dtype')!r}, which is not supported")
         out.append((name, entry["dtype"],
-                    data[base + begin:base + end].view(to_numpy[entry["dtype"]]).reshape(entry["shape"])))
+                    data[base + begin:base + end].view(TO_NUMPY[entry["dtype"]]).reshape(entry["shape"])))
     return out
 
 
 def read(path: str) -> Dict[str, np.ndarray]:
     """The tensors of a safetensors file, as read-only numpy arrays over a
-    mapping of it (no copy)."""
+    mapping of it (no copy). Raises as ``entries``."""
     return {name: array for name, _, array in entries(path)}
 
 
 def read_metadata(path: str) -> Dict[str, str]:
-    """The ``__metadata__`` of a safetensors file ({} when it has none)."""
+    """The ``__metadata__`` of a safetensors file ({} when it has none).
+    Raises as ``layout``."""
     return layout(path)[3]
 
 
 def checkpoint_files(path: str) -> List[str]:
-    """``path`` itself, or a directory's ``*.safetensors`` files in name order."""
+    """``path`` itself, or a directory's ``*.safetensors`` files in name
+    order. Raises ValueError (a directory with none); OSError (it cannot be
+    listed)."""
     if not os.path.isdir(path):
         return [path]
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
@@ -149,7 +151,9 @@ def gather(path: str, metadata: Optional[Mapping[str, str]] = None):
     files): (header bytes, runs, metadata). The image is the header, then
     each run's bytes, (mapped array, begin, end), laid end to end: a run
     per stretch of adjacent tensors of one file, so nothing is copied to
-    build it. ``metadata`` is merged over the files' own."""
+    build it. ``metadata`` is merged over the files' own. Raises as
+    ``layout`` and ``checkpoint_files``, and ValueError for a tensor name in
+    two files."""
     tensors, merged, mappings = [], {}, []
     for f in checkpoint_files(path):
         data, base, header, file_metadata = layout(f)

@@ -31,7 +31,7 @@ def test_daemon_clients_and_an_in_process_peer_see_the_same_version():
         a, b = clients["a"], clients["b"]
         with a.publish("policy", weights(41), metadata={"step": "41"}) as published:
             assert published.version == 1
-            assert b.wait_for_head("policy", timeout=20)["version"] == 1
+            assert b.wait_for_head("policy", timeout=20).version == 1
             with b.fetch("policy", 1) as fetched:
                 got = fetched.state_dict()
                 for name, array in weights(41).items():
@@ -62,7 +62,7 @@ def test_a_version_published_in_process_reaches_a_daemon_as_a_safetensors_file()
         try:
             with trainer.publish("actor", weights(5), metadata={"step": "5"}) as published:
                 b = clients["b"]
-                assert b.wait_for_head("actor", timeout=20)["version"] == published.version
+                assert b.wait_for_head("actor", timeout=20).version == published.version
                 with b.fetch("actor", published.version) as fetched:
                     for name, array in weights(5).items():
                         np.testing.assert_array_equal(fetched.state_dict()[name], array)

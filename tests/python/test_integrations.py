@@ -464,9 +464,9 @@ def test_a_worker_that_joins_late_loads_the_head():
                 # It hears of the versions published before it started (in any
                 # order: gossip may bring v2's news before v3's) and loads the head.
                 head = late.wait_for_head("policy", after=2, timeout=20)
-                assert head["version"] == 3
+                assert head.version == 3
                 model = FusedModel(HIDDEN, 1, 0)
-                VersionLoader(late, "policy").load(head["version"], model.load_weights)
+                VersionLoader(late, "policy").load(head.version, model.load_weights)
                 assert_loaded(model, FusedModel.checkpoint(HIDDEN, 53))
                 with pytest.raises(th.Error):
                     publisher.publish(FusedModel.checkpoint(HIDDEN, 1).items(), expected=9)  # not the number handed down

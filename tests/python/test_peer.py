@@ -33,7 +33,10 @@ def test_publish_and_fetch_round_trip_every_dtype_and_shape(pair):
     published = trainer.publish("policy", weights(1))
     assert published.version == 1
     head = worker.wait_for_head("policy", timeout=20)
-    assert head["version"] == 1 and head["manifest_id"] == published.manifest_id
+    assert isinstance(head, th.VersionInfo)
+    assert head.version == 1 and head.manifest_id == published.manifest_id and head.model == "policy"
+    assert head.nbytes == published.nbytes and worker.latest("policy") == head
+    assert head["version"] == 1 and head.get("manifest_id") == published.manifest_id  # read as the dict it was
     fetched = worker.fetch("policy").wait(timeout=30)
     got = fetched.state_dict()
     want = weights(1)
@@ -45,7 +48,7 @@ def test_publish_and_fetch_round_trip_every_dtype_and_shape(pair):
     # A second version follows the first, and arrives as such.
     second = trainer.publish("policy", weights(2))
     assert second.version == 2
-    assert worker.wait_for_head("policy", after=1, timeout=20)["version"] == 2
+    assert worker.wait_for_head("policy", after=1, timeout=20).version == 2
     np.testing.assert_array_equal(worker.fetch("policy", 2).wait(30).state_dict()["embed.weight"],
                                   weights(2)["embed.weight"])
     fetched.release()
@@ -133,7 +136,7 @@ def test_a_failed_fetch_can_be_retried_at_once_and_fetch_to_file_leaves_nothing(
     worker.wait_for_head("policy", timeout=20)
     published.release()  # the only holder is gone
     for _ in range(2):  # a retry fails as promptly as the first try, never hangs
-        fetched = worker.fetch_to_file("policy", tmp_path / "out.safetensors", version=1)
+        fetched = worker.fetch_to_file("policy", 1, tmp_path / "out.safetensors")
         with pytest.raises(th.Error) as e:
             fetched.wait(30)
         assert e.value.code == "unavailable"
@@ -249,12 +252,14 @@ def test_a_fetch_to_a_file_writes_a_safetensors_file_once_verified(pair, tmp_pat
     out = tmp_path / "fetched.safetensors"
     with trainer.publish("policy", weights(7), metadata={"step": "7"}) as published:
         worker.wait_for_head("policy", timeout=20)
-        with worker.fetch_to_file("policy", out) as fetched:  # a path-like
+        with worker.fetch_to_file("policy", path=out) as fetched:  # the head, into a path-like
             assert fetched.path == str(out)
             assert fetched.wait(30) is fetched
             assert fetched.version == published.version and fetched.nbytes == published.nbytes
             assert fetched.manifest_id == published.manifest_id
-            assert fetched.progress()["bytes_verified"] == published.nbytes
+            assert fetched.progress().bytes_verified == published.nbytes
+            assert fetched.progress()["bytes_verified"] == published.nbytes  # read as the dict it was
+            assert fetched.progress().done and fetched.info.version == published.version
         # The file stays once in place: a safetensors file of the version.
         got = safetensors.read(str(out))
         for name, array in weights(7).items():
@@ -263,20 +268,20 @@ def test_a_fetch_to_a_file_writes_a_safetensors_file_once_verified(pair, tmp_pat
         assert sorted(os.listdir(tmp_path)) == ["fetched.safetensors"]
 
         with pytest.raises(th.Error) as e:
-            worker.fetch_to_file("policy", out, overwrite=False)
+            worker.fetch_to_file("policy", 0, out, overwrite=False)
         assert e.value.code == "already_exists", e.value
         with pytest.raises(th.Error) as e:
-            worker.fetch_to_file("policy", tmp_path / "no-such-dir" / "f")
+            worker.fetch_to_file("policy", path=tmp_path / "no-such-dir" / "f")
         assert e.value.code == "not_found", e.value
         for path, mode in ((3.5, 0o644), (str(out), 0o10000), (str(out), -1), (str(out), "644"), (str(out), True)):
             with pytest.raises(th.Error) as e:
-                worker.fetch_to_file("policy", path, mode=mode)
+                worker.fetch_to_file("policy", 0, path, mode=mode)
             assert e.value.code == "invalid_argument", (path, mode, e.value)
         with pytest.raises(th.Error) as e:
-            worker.fetch_to_file("policy", str(out), version=99)
+            worker.fetch_to_file("policy", 99, str(out))
         assert e.value.code == "not_found", e.value
         private = tmp_path / "private.safetensors"
-        worker.fetch_to_file("policy", private, mode=0o600).wait(30).release()
+        worker.fetch_to_file("policy", path=private, mode=0o600).wait(30).release()
         assert os.stat(private).st_mode & 0o777 == 0o600
         assert private.read_bytes() == out.read_bytes()
         private.unlink()
@@ -286,7 +291,7 @@ def test_a_fetch_to_a_file_writes_a_safetensors_file_once_verified(pair, tmp_pat
     before = out.read_bytes()
     with trainer.publish("policy", weights(8)) as published:
         worker.wait_for_head("policy", after=published.version - 1, timeout=20)
-    fetched = worker.fetch_to_file("policy", out, version=published.version)
+    fetched = worker.fetch_to_file("policy", published.version, out)
     with pytest.raises(th.Error) as e:
         fetched.wait(60)
     assert e.value.code == "unavailable", e.value

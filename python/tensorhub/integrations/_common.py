@@ -47,7 +47,7 @@ def next_version(hub, model: str) -> int:
     """The number this peer's next publication of ``model`` will get (its
     head + 1): what a trainer hands down before it publishes."""
     head = hub.latest(model)
-    return 1 if head is None else head["version"] + 1
+    return 1 if head is None else head.version + 1
 
 
 class VersionLoader:
