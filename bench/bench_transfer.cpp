@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "publish: %s\n", handle.status().to_string().c_str());
       return 1;
     }
-    const std::uint64_t version = handle->version();
+    const std::uint64_t version = handle->info().version;
     published.push_back(std::make_unique<PublishHandle>(std::move(*handle)));
     PeerOptions fo = ho;
     fo.seeds = {(*holder)->gossip_address()};

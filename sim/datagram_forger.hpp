@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "core/key_derivation.hpp"
 #include "gossip/gossip_wire.hpp"
 #include "gossip/pair_keys.hpp"
 #include "sim/gossip_network.hpp"
@@ -26,7 +27,7 @@ class DatagramForger {
  public:
   DatagramForger(std::uint64_t key_index, std::uint64_t boot_id)
       : identity_(GossipNetwork::identity_for(key_index)),
-        group_key_(GossipNetwork::members_key().derive("gossip")),
+        group_key_(core::derive_subkey(GossipNetwork::members_key(), "gossip")),
         keys_(identity_, group_key_, 1u << 16),
         boot_id_(boot_id) {}
 

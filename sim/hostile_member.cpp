@@ -1,4 +1,5 @@
 #include "sim/hostile_member.hpp"
+#include "core/key_derivation.hpp"
 
 #include <memory>
 
@@ -91,7 +92,7 @@ void HostileMember::round(std::size_t receivers) {
 }
 
 void HostileMember::sniff() {
-  const core::AeadKey key = GossipNetwork::members_key().derive("gossip");
+  const core::AeadKey key = core::derive_subkey(GossipNetwork::members_key(), "gossip");
   net_.on_datagram([this, key](std::size_t from, std::size_t, const std::vector<std::uint8_t>& bytes) {
     gossip::Opened opened;
     if (gossip::open_datagram(key, bytes, opened) != gossip::OpenError::kNone) return;

@@ -22,7 +22,12 @@ class Identity {
   // simulations).
   static Identity from_seed(std::span<const std::uint8_t, 32> seed);
   // Loads a key file written by save(). Refuses a file that its group or
-  // others may read, and names the chmod that fixes it.
+  // others may access, or that belongs to a user other than this one or
+  // root, and names the chmod (or chown) that fixes it.
+  // Errors: kNotFound (no such file), kPermissionDenied (no right to open
+  // it, group or other access, another owner), kInvalidArgument (not a
+  // regular file, over 4 KiB, or no well-formed key line), kIoError (it
+  // cannot be opened otherwise).
   static Result<Identity> load(const std::string& path);
 
   // A second object holding the same key, for a component that must own one
@@ -37,6 +42,10 @@ class Identity {
 
   // Writes the key file with mode 0600, atomically. Refuses to replace an
   // existing file unless `overwrite`.
+  // Errors: kAlreadyExists (`path` exists and !overwrite), kNotFound
+  // (`path`'s directory does not exist), kPermissionDenied (no right to
+  // create the file there), kIoError (the write, sync or rename fails
+  // otherwise).
   Status save(const std::string& path, bool overwrite = false) const;
 
   const PublicKey& public_key() const { return public_key_; }
@@ -46,14 +55,8 @@ class Identity {
   // the message, so that a signature made for one purpose is useless for another.
   Signature sign(std::span<const std::uint8_t> message) const;
 
-  // The static-static X25519 shared secret with `peer` (both Ed25519 keys
-  // converted to their Montgomery form): the same bytes on both sides, known
-  // to nobody else. Callers hash it with a purpose label and both ids before
-  // using it as a key. Fails when `peer` is not a valid Ed25519 public key or
-  // the exchange gives the all-zero (low-order) result.
-  Result<std::array<std::uint8_t, 32>> shared_secret(const PublicKey& peer) const;
-
  private:
+  friend struct SecretAccess;  // the key agreement (src/core/key_derivation.hpp)
   Identity() = default;
   std::array<std::uint8_t, 32> seed_{};
   std::array<std::uint8_t, 64> secret_key_{};

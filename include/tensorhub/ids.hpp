@@ -36,6 +36,8 @@ struct FixedBytes {
   // The first `chars` hex characters, for logs and tables.
   std::string short_hex(std::size_t chars = 12) const { return hex().substr(0, chars); }
   // Parses exactly 2*N hex characters (either case).
+  // Errors: kInvalidArgument (another length, or a character that is not a
+  // hex digit).
   static Result<FixedBytes> from_hex(std::string_view text);
 
   // Byte-wise lexicographic, as the defaulted operators would be, but
@@ -118,7 +120,9 @@ using TensorIndex = StrongIndex<TensorIndexTag>;
 
 // Hex helpers shared by every FixedBytes.
 std::string to_hex(std::span<const std::uint8_t> bytes);
-// REQUIRES: out.size() * 2 == text.size()
+// Parses 2 * out.size() hex characters (either case) into `out`.
+// Errors: kInvalidArgument (text.size() != 2 * out.size(), or a character
+// that is not a hex digit; `out` may then hold the bytes before it).
 Status from_hex(std::string_view text, std::span<std::uint8_t> out);
 
 template <std::size_t N, typename Tag>

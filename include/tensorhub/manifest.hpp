@@ -80,6 +80,7 @@ inline constexpr std::size_t kMaxModelNameBytes = 128;
 inline constexpr std::size_t kMaxManifestBytes = std::size_t{256} << 20;  // 256 MiB
 
 // Model names: 1..128 bytes of [A-Za-z0-9._/-], not starting with '/' or '.'.
+// Errors: kInvalidArgument (the rule the name breaks).
 Status validate_model_name(std::string_view name);
 
 // What the publisher signs (through its id).
@@ -112,6 +113,7 @@ class Manifest {
   std::uint64_t total_size() const { return body_.total_size; }
   std::uint64_t shard_size() const { return body_.shard_size; }
   std::size_t shard_count() const { return body_.shards.size(); }
+  // REQUIRES: index.value < shard_count()
   const ShardEntry& shard(ShardIndex index) const { return body_.shards.at(index.value); }
   std::span<const TensorEntry> tensors() const { return body_.tensors; }
 
@@ -119,8 +121,10 @@ class Manifest {
   std::span<const std::uint8_t> encoded() const { return encoded_; }
 
   // The tensors that overlap a shard, in offset order. O(log T + result).
+  // REQUIRES: index.value < shard_count()
   std::vector<TensorIndex> tensors_in_shard(ShardIndex index) const;
   // "a, b, c and 4 more": for messages.
+  // REQUIRES: index.value < shard_count()
   std::string describe_tensors_in_shard(ShardIndex index, std::size_t max_names = 3) const;
 
  private:
@@ -153,13 +157,16 @@ struct ManifestBuildOptions {
 std::uint64_t auto_shard_size(std::uint64_t image_size);
 
 // Builds and signs the manifest of `image`, described by `tensors` (any order;
-// the manifest keeps them sorted by offset). Fails on a bad model name, a
+// the manifest keeps them sorted by offset).
+// Errors: kInvalidArgument (a bad model name, a nonzero parent for version 0, a
 // shard size that is not a power of two in [64 KiB, 1 GiB], an empty or
-// oversized image, or a bad tensor table (kInvalidArgument); kIoError when
-// the image could not be read (a mapped file truncated while it is hashed).
+// oversized image, more than kMaxShards shards or kMaxTensors tensors, a
+// table validate_tensor_table refuses), kIoError (the image could not be
+// read: a mapped file truncated while it is hashed).
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);
 // The same for an image given as regions (none empty); shards may span them.
+// Errors: as above; kInvalidArgument also for an empty region.
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);
 
@@ -169,28 +176,34 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
 Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::uint64_t image_size,
                                     std::vector<TensorEntry> tensors, const PublicKey& publisher);
 // Signs a body whose shard digests were computed elsewhere (another hasher,
-// a GPU). Fails when the body breaks any rule decode_manifest checks, or
-// names another publisher than `publisher`.
+// a GPU). Errors: kInvalidArgument (the body breaks any rule decode_manifest
+// checks, or names another publisher than `publisher`).
 Result<Manifest> sign_manifest(ManifestBody body, const Identity& publisher);
 
 // Strictly decodes a .manifest encoding: exact structure, canonical encodings
 // only, no trailing bytes, every limit above, shards that tile the image
-// exactly, tensors in bounds and non-overlapping. The error is one line and,
-// for malformed bytes, names the byte offset.
+// exactly, tensors in bounds and non-overlapping.
+// Errors: kCorrupt (the first rule the bytes break: one line that, for
+// malformed bytes, names the byte offset).
 Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded);
 
 // Checks that the manifest is signed by one of `trusted` publishers.
+// Errors: kVerifyFailed (its publisher is not in `trusted`, or the signature
+// does not verify).
 Status verify_manifest_signature(const Manifest& manifest, std::span<const PublicKey> trusted);
 
 // Checks that `child` extends `parent`: same model, child names parent's id,
 // and a larger version number.
+// Errors: kVerifyFailed (the first of these that fails).
 Status verify_manifest_chain(const Manifest& parent, const Manifest& child);
 
 // Checks one shard's bytes against the shard table.
 bool verify_shard(const Manifest& manifest, ShardIndex index, std::span<const std::byte> bytes);
 
 // Checks a whole image against the shard table, hashing on `threads` threads
-// (0: one per core). On failure, names the first bad shard and its tensors.
+// (0: one per core).
+// Errors: kVerifyFailed (a size other than total_size(), or a shard whose
+// hash differs: the message names the first and its tensors).
 Status verify_image(const Manifest& manifest, std::span<const std::byte> image, unsigned threads = 0);
 
 // Which shards of `to` differ from `from`. When both have the same shard size
@@ -204,8 +217,17 @@ struct ManifestDiff {
 };
 ManifestDiff diff_manifests(const Manifest& from, const Manifest& to);
 
-// Reads and writes .manifest files.
+// Reads a .manifest file.
+// Errors: kNotFound (no such file), kPermissionDenied (no right to read it),
+// kInvalidArgument (not a regular file, or larger than kMaxManifestBytes),
+// kIoError (it cannot be opened or read otherwise), kCorrupt (as
+// decode_manifest; the message starts with `path`).
 Result<Manifest> read_manifest_file(const std::string& path);
+// Writes manifest.encoded() to `path` atomically (a temporary file beside
+// it, synced, then renamed), mode 0644, replacing any file there.
+// Errors: kNotFound (`path`'s directory does not exist), kPermissionDenied
+// (no right to create the file there), kIoError (the write, sync or rename
+// fails otherwise).
 Status write_manifest_file(const Manifest& manifest, const std::string& path);
 
 }  // namespace tensorhub

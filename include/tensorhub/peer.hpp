@@ -124,8 +124,9 @@ class PublishHandle {
   ~PublishHandle();
   PublishHandle(PublishHandle&&) noexcept;
   PublishHandle& operator=(PublishHandle&&) noexcept;
-  std::uint64_t version() const;
-  const ManifestId& manifest_id() const;
+  // Which version this is: model, number, manifest id and size (as
+  // FetchHandle::info).
+  const VersionInfo& info() const;
   const Manifest& manifest() const;
   // Payload bytes this peer has sent of this version to others so far.
   std::uint64_t bytes_served() const;
@@ -302,8 +303,11 @@ class Peer {
   // this peer).
   Status set_members(std::vector<PublicKey> members);
 
-  // How many peers other than this one hold `id` completely, as gossip tells.
-  std::size_t replicas(const ManifestId& id) const;
+  // How many peers other than this one hold `model` v`version`
+  // (kLatestVersion: the head) completely: their gossip records say so and
+  // each proved it by answering a challenge (PublishHandle::wait_replicated).
+  // Errors: as version_info().
+  Result<std::size_t> replicas(const std::string& model, std::uint64_t version) const;
   // The member table and transfers as JSON (what `tensorhub status` prints).
   std::string status_json() const;
 

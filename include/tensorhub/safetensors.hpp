@@ -38,12 +38,18 @@ struct SafetensorsLayout {
 // limit, legal JSON with no duplicate keys, known dtypes, shapes that match
 // the byte lengths, offsets in bounds, no overlaps, and a data buffer covered
 // exactly (no holes, no trailing bytes), as upstream safetensors requires.
+// Errors: kCorrupt (the first rule the bytes break).
 Result<SafetensorsLayout> parse_safetensors(std::span<const std::byte> file);
 
 // A read-only memory map of a safetensors file. Move-only; the views it hands
 // out borrow from the mapping and must not outlive it.
 class SafetensorsFile {
  public:
+  // Maps the file at `path` and parses it as parse_safetensors() does.
+  // Errors: kNotFound (no such file), kPermissionDenied (no right to read
+  // it), kInvalidArgument (not a regular file), kIoError (it cannot be
+  // opened or mapped otherwise), kCorrupt (as parse_safetensors; the message
+  // starts with `path`).
   static Result<SafetensorsFile> open(const std::string& path);
 
   SafetensorsFile(SafetensorsFile&&) noexcept;
@@ -68,13 +74,22 @@ class SafetensorsFile {
 // multiple of 8 bytes, as upstream writes it), then each tensor's bytes in
 // order. A file read with SafetensorsFile and written back from its views is
 // byte-identical when it was written this way.
+// Errors: kInvalidArgument (a tensor validate_tensor_table refuses, e.g. one
+// whose data size does not match its dtype and shape; a tensor named
+// "__metadata__"; a repeated metadata key; metadata that is not UTF-8; a
+// header over kMaxSafetensorsHeaderBytes).
 Result<std::vector<std::byte>> serialize_safetensors(std::span<const TensorView> tensors,
                                                      const SafetensorsMetadata& metadata);
 // Just the header (length prefix, JSON, padding) for tensors whose offsets are
 // relative to the data buffer and tile it in order from 0.
+// Errors: as serialize_safetensors; kInvalidArgument also for a tensor that
+// does not start where the one before it ends.
 Result<std::vector<std::byte>> encode_safetensors_header(std::span<const TensorEntry> tensors,
                                                           const SafetensorsMetadata& metadata);
-// The same as serialize_safetensors, streamed to a file (written to a temporary name, then renamed).
+// The same as serialize_safetensors, streamed to a file (written to a temporary name, synced, then
+// renamed over any file at `path`), mode 0644.
+// Errors: as serialize_safetensors; kNotFound (`path`'s directory does not exist), kPermissionDenied
+// (no right to create the file there), kIoError (a write, the sync or the rename fails otherwise).
 Status write_safetensors_file(const std::string& path, std::span<const TensorView> tensors,
                               const SafetensorsMetadata& metadata);
 

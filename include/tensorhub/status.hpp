@@ -94,6 +94,8 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
+  // The value, or `fallback` when this holds an error.
+  T value_or(T fallback) const& { return is_ok() ? value() : std::move(fallback); }
 
   // The error, or ok when a value is held. The reference lives as long as
   // this Result.

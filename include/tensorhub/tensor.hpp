@@ -40,10 +40,12 @@ struct TensorView {
 std::optional<std::uint64_t> tensor_byte_length(DType dtype, std::span<const std::uint64_t> shape);
 
 // Checks a tensor table against an image of `image_size` bytes: names are
-// non-empty, at most kMaxTensorNameBytes and unique; dtype times shape matches
-// each length; every tensor lies inside the image; no two overlap. Gaps are
-// allowed (a safetensors header is one). The message names the first
-// offending tensor.
+// non-empty UTF-8, at most kMaxTensorNameBytes and unique; ranks are at most
+// kMaxTensorRank; dtype times shape matches each length; every tensor lies
+// inside the image; no two overlap. Gaps are allowed (a safetensors header
+// is one).
+// Errors: kInvalidArgument (the first rule broken; the message names the
+// offending tensor).
 Status validate_tensor_table(std::span<const TensorEntry> tensors, std::uint64_t image_size);
 
 inline constexpr std::size_t kMaxTensorNameBytes = 4096;

@@ -205,8 +205,8 @@ PYBIND11_MODULE(_native, m) {
   });
 
   py::class_<Published, std::unique_ptr<Published>>(m, "Published")
-      .def_property_readonly("version", [](const Published& p) { return p.get().version(); })
-      .def_property_readonly("manifest_id", [](const Published& p) { return p.get().manifest_id().hex(); })
+      .def_property_readonly("version", [](const Published& p) { return p.get().info().version; })
+      .def_property_readonly("manifest_id", [](const Published& p) { return p.get().info().id.hex(); })
       .def_property_readonly("nbytes", [](const Published& p) { return p.get().manifest().total_size(); })
       .def_property_readonly("tensors", [](const Published& p) { return tensor_specs(p.get().manifest()); })
       .def_property_readonly("bytes_served", [](const Published& p) { return p.get().bytes_served(); })
@@ -368,8 +368,13 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("model"), py::arg("version"), py::arg("path"), py::arg("mode"), py::arg("overwrite"),
            py::keep_alive<0, 1>())
-      .def("replicas", [](const Peer& p, const std::string& manifest_id) {
-        return p.replicas(value_or_raise(ManifestId::from_hex(manifest_id)));
-      })
+      .def("replicas", [](const Peer& p, const std::string& model, std::uint64_t version) {
+        std::optional<Result<std::size_t>> r;
+        {
+          py::gil_scoped_release nogil;
+          r.emplace(p.replicas(model, version));
+        }
+        return value_or_raise(std::move(*r));
+      }, py::arg("model"), py::arg("version"))
       .def("status_json", &Peer::status_json);
 }

@@ -257,8 +257,8 @@ class Daemon {
       }();
       asio::post(io_, [this, model, wait_replicas, release_after, reply, started, published, s] {
         if (!s.is_ok()) return fail(reply, s);
-        const std::uint64_t version = published->handle->version();
-        const ManifestId id = published->handle->manifest_id();
+        const std::uint64_t version = published->handle->info().version;
+        const ManifestId id = published->handle->info().id;
         reply(line(Json{{"event", "published"}, {"version", version}, {"id", id.hex()},
                         {"bytes", published->file->bytes().size()}}),
               false);
@@ -309,7 +309,7 @@ class Daemon {
 
   void watch_replicas(std::string model, std::uint64_t version, ManifestId id, std::size_t wanted, bool release_after,
                       Clock::time_point started, transport::ControlServer::Reply reply, std::size_t reported) {
-    const std::size_t now_have = peer_->replicas(id);
+    const std::size_t now_have = peer_->replicas(model, version).value_or(0);
     if (now_have != reported) reply(line(Json{{"event", "replicas"}, {"count", now_have}}), false);
     if (now_have >= wanted) {
       const double stall = std::chrono::duration<double>(Clock::now() - started).count();

@@ -70,18 +70,6 @@ Signature Identity::sign(std::span<const std::uint8_t> message) const {
   return signature;
 }
 
-Result<std::array<std::uint8_t, 32>> Identity::shared_secret(const PublicKey& peer) const {
-  std::array<std::uint8_t, 32> own_x{}, peer_x{}, shared{};
-  if (crypto_sign_ed25519_pk_to_curve25519(peer_x.data(), peer.bytes.data()) != 0) {
-    return Status::invalid_argument("not an Ed25519 public key: " + peer.short_hex());
-  }
-  crypto_sign_ed25519_sk_to_curve25519(own_x.data(), secret_key_.data());
-  const int rc = crypto_scalarmult(shared.data(), own_x.data(), peer_x.data());
-  sodium_memzero(own_x.data(), own_x.size());
-  if (rc != 0) return Status::invalid_argument("low-order public key: " + peer.short_hex());
-  return shared;
-}
-
 bool verify_signature(const PublicKey& key, std::span<const std::uint8_t> message, const Signature& signature) {
   core::ensure_sodium();
   return crypto_sign_verify_detached(signature.bytes.data(), message.data(), message.size(), key.bytes.data()) == 0;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/hash.hpp"
+#include "core/key_derivation.hpp"
 #include "core/secret_file.hpp"
 #include "core/sodium_init.hpp"
 #include "tensorhub/ids.hpp"
@@ -43,18 +44,8 @@ Status SwarmKey::save(const std::string& path, bool overwrite) const {
                                  overwrite);
 }
 
-std::array<std::uint8_t, 32> SwarmKey::derive(std::string_view purpose, std::uint64_t subkey_id) const {
-  core::ensure_sodium();
-  assert(purpose.size() <= crypto_kdf_CONTEXTBYTES);
-  char context[crypto_kdf_CONTEXTBYTES] = {};
-  std::memcpy(context, purpose.data(), std::min(purpose.size(), sizeof context));
-  std::array<std::uint8_t, 32> out{};
-  crypto_kdf_derive_from_key(out.data(), out.size(), subkey_id, context, key_.data());
-  return out;
-}
-
 std::string SwarmKey::fingerprint() const {
-  const auto digest = derive("finger");
+  const auto digest = core::derive_subkey(*this, "finger");
   return to_hex(std::span<const std::uint8_t>(digest.data(), 6));
 }
 

@@ -2,6 +2,7 @@
 // Incoming datagrams, failure detection and anti-entropy are in
 // gossip_intake.cpp, gossip_failure_detection.cpp and gossip_sync.cpp.
 #include "gossip/gossip_core.hpp"
+#include "core/key_derivation.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +36,7 @@ GossipCore::GossipCore(GossipConfig config, Identity identity, const SwarmKey& s
                        std::shared_ptr<RecordDecoder> decoder)
     : config_(config),
       identity_(std::move(identity)),
-      gossip_key_(swarm_key.derive("gossip")),
+      gossip_key_(core::derive_subkey(swarm_key, "gossip")),
       sealer_(gossip_key_, identity_.public_key(), core::mix64(rng_seed ^ 0xb0070b0070b0070bull)),
       pair_keys_(identity_, gossip_key_, config.max_members),
       rng_(rng_seed),

@@ -4,13 +4,15 @@
 
 #include <string_view>
 
+#include "core/key_derivation.hpp"
+
 namespace tensorhub::gossip {
 namespace {
 constexpr std::string_view kPairLabel = "tensorhub gossip pair key v1";
 }
 
 std::optional<PairKey> derive_pair_key(const Identity& self, const PeerId& peer, const core::AeadKey& group_key) {
-  auto shared = self.shared_secret(peer);
+  auto shared = core::shared_secret(self, peer);
   if (!shared) return std::nullopt;
   const PeerId& own = self.public_key();
   const PeerId& low = own < peer ? own : peer;

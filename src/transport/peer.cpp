@@ -171,6 +171,7 @@ struct HeldVersion {
   // here; its state is the I/O thread's, and handles read `watch`.
   std::shared_ptr<peer::LocalVersion> version;
   std::shared_ptr<const peer::VersionWatch> watch;
+  VersionInfo info;  // of `version`
   std::atomic<int> phase{kHeld};
 
   // Runs fn(impl) on the caller's thread while the peer is there; false
@@ -242,7 +243,6 @@ struct HeldVersion {
 struct PublishHandle::State : HeldVersion {};
 
 struct FetchHandle::State : HeldVersion {
-  VersionInfo info;
   // A fetch into a file: renamed into place by the first wait() that finds
   // the version complete.
   std::shared_ptr<peer::FileDestination> file;
@@ -433,6 +433,8 @@ Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::
 PublishHandle PeerAccess::publish_handle(Impl* impl, Created version) {
   auto state = std::make_shared<PublishHandle::State>();
   state->gate = impl->gate;
+  const peer::LocalVersion& v = *version.version;
+  state->info = VersionInfo{v.model, v.number, v.id, v.manifest->total_size()};
   state->version = std::move(version.version);
   state->watch = std::move(version.watch);
   return PublishHandle(state);
@@ -461,8 +463,12 @@ FetchHandle PeerAccess::fetch_handle(Impl* impl, Created version) {
   return FetchHandle(state);
 }
 
-std::size_t Peer::replicas(const ManifestId& id) const {
-  return impl_->call([&] { return impl_->engine->replicas(id); });
+Result<std::size_t> Peer::replicas(const std::string& model, std::uint64_t version) const {
+  return impl_->call([&]() -> Result<std::size_t> {
+    auto info = impl_->engine->version_info(model, version);
+    if (!info) return info.status();
+    return impl_->engine->replicas(info->id);
+  });
 }
 
 Status Peer::set_members(std::vector<PublicKey> members) {
@@ -487,8 +493,7 @@ PublishHandle& PublishHandle::operator=(PublishHandle&& other) noexcept {
 PublishHandle::~PublishHandle() {
   if (state_) state_->release(ReleaseMode::kNow);
 }
-std::uint64_t PublishHandle::version() const { return state_->version->number; }
-const ManifestId& PublishHandle::manifest_id() const { return state_->version->id; }
+const VersionInfo& PublishHandle::info() const { return state_->info; }
 const Manifest& PublishHandle::manifest() const { return *state_->version->manifest; }
 std::uint64_t PublishHandle::bytes_served() const { return state_->watch->bytes_served.load(); }
 

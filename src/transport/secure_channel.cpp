@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cstring>
 
+#include "core/key_derivation.hpp"
 #include "core/sodium_init.hpp"
 
 namespace tensorhub::transport {
@@ -80,7 +81,7 @@ bool HelloReplayCache::admit(const HelloMac& mac, std::uint64_t now_unix_micros)
 
 HandshakeInitiator::HandshakeInitiator(const Identity& identity, const SwarmKey& swarm_key, const PeerId& responder,
                                        std::uint8_t lane)
-    : identity_(identity), data_key_(swarm_key.derive("data")), responder_(responder), lane_(lane) {
+    : identity_(identity), data_key_(core::derive_subkey(swarm_key, "data")), responder_(responder), lane_(lane) {
   assert(lane < kMaxLanes);
   core::ensure_sodium();
   crypto_kx_keypair(eph_public_.data(), eph_secret_.data());
@@ -141,7 +142,7 @@ Result<std::vector<std::uint8_t>> HandshakeInitiator::on_welcome(std::span<const
 }
 
 HandshakeResponder::HandshakeResponder(const Identity& identity, const SwarmKey& swarm_key, HelloReplayCache& replays)
-    : identity_(identity), data_key_(swarm_key.derive("data")), replays_(replays) {
+    : identity_(identity), data_key_(core::derive_subkey(swarm_key, "data")), replays_(replays) {
   core::ensure_sodium();
   crypto_kx_keypair(eph_public_.data(), eph_secret_.data());
 }

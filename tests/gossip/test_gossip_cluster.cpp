@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/key_derivation.hpp"
 #include "sim/hostile_member.hpp"
 #include "support/gossip_network.hpp"
 
@@ -422,9 +423,9 @@ TEST_CASE("gossip cluster: forged, foreign and replayed messages change nothing"
 
   // A datagram sealed under another swarm key, and plain garbage.
   auto foreign_key = SwarmKey::generate();
-  Sealer outsider(foreign_key.derive("gossip"), insider.public_key(), 7);
+  Sealer outsider(core::derive_subkey(foreign_key, "gossip"), insider.public_key(), 7);
   const std::uint64_t unauthenticated_before = net.core(2).stats().dropped_unauthenticated;
-  const auto foreign_pair = derive_pair_key(insider, net.id(2), foreign_key.derive("gossip"));
+  const auto foreign_pair = derive_pair_key(insider, net.id(2), core::derive_subkey(foreign_key, "gossip"));
   REQUIRE(foreign_pair);
   net.inject_datagram(2, "192.0.2.1:1", outsider.seal_packet(*foreign_pair, packet, {}));
   net.inject_datagram(2, "192.0.2.1:1", std::vector<std::uint8_t>(200, 0x41));
@@ -668,7 +669,7 @@ TEST_CASE("gossip cluster: a push-pull request replayed 200 times is answered at
   GossipNetwork net(118, GossipConfig{});
   start(net, 8);
   DatagramForger forger(1002, 5);
-  Sealer sealer(GossipNetwork::members_key().derive("gossip"), forger.id(), 5);
+  Sealer sealer(core::derive_subkey(GossipNetwork::members_key(), "gossip"), forger.id(), 5);
   const auto frame = sealer.seal_stream(StreamKind::kSyncRequest, encode_sync_request({}));
   GossipCore& core = net.core(3);
   int answered = 0;

@@ -111,13 +111,13 @@ TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
   const auto tensors = tensors_of(image);
   auto handle = publisher->publish("policy", image, tensors);
   REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
-  CHECK(handle->version() == 1);
+  CHECK(handle->info().version == 1);
 
   for (Peer* worker : {worker1, worker2}) {
     auto head = worker->wait_for_head("policy", 0, 10s);
     REQUIRE_MESSAGE(head.is_ok(), head.status().to_string());
     CHECK(head->version == 1);
-    CHECK(head->id == handle->manifest_id());
+    CHECK(head->id == handle->info().id);
   }
   auto f1 = worker1->fetch("policy", 0);
   REQUIRE_MESSAGE(f1.is_ok(), f1.status().to_string());
@@ -164,7 +164,6 @@ TEST_CASE("peer: the last holder of the head defers its release until another pe
   const auto tensors = tensors_of(image);
   auto published = publisher->publish("policy", image, tensors);
   REQUIRE(published.is_ok());
-  const ManifestId id = published->manifest_id();
   REQUIRE(worker1->wait_for_head("policy", 0, 10s).is_ok());
   auto f1 = worker1->fetch("policy", 1);
   REQUIRE(f1.is_ok());
@@ -182,7 +181,7 @@ TEST_CASE("peer: the last holder of the head defers its release until another pe
     while (!done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
     return done();
   };
-  REQUIRE(until([&] { return worker1->replicas(id) == 0; }, 10s));
+  REQUIRE(until([&] { return worker1->replicas("policy", published->info().version).value_or(1) == 0; }, 10s));
   std::atomic<bool> released{false};
   f1->release_async([&] { released = true; });
   std::this_thread::sleep_for(500ms);
@@ -198,7 +197,7 @@ TEST_CASE("peer: the last holder of the head defers its release until another pe
   CHECK(until([&] { return released.load(); }, 10s));
 
   // Worker 2 is the last holder now, with a deferral bounded at 500 ms.
-  REQUIRE(until([&] { return worker2->replicas(id) == 0; }, 10s));
+  REQUIRE(until([&] { return worker2->replicas("policy", published->info().version).value_or(1) == 0; }, 10s));
   started = std::chrono::steady_clock::now();
   f2->release();
   const auto waited = std::chrono::steady_clock::now() - started;
@@ -427,7 +426,7 @@ TEST_CASE("peer: a restarted publisher learns the head from the swarm before it 
     auto restarted = start_peer(660, trainer_key, {worker->gossip_address()});
     auto v2 = restarted->publish("policy", image, tensors);
     REQUIRE_MESSAGE(v2.is_ok(), v2.status().to_string());
-    CHECK(v2->version() == 2);  // not 1 again: that would be two manifests for one number
+    CHECK(v2->info().version == 2);  // not 1 again: that would be two manifests for one number
     CHECK(v2->manifest().body().parent == copy->info().id);
     auto head = worker->wait_for_head("policy", 1, 10s);
     REQUIRE(head.is_ok());
@@ -849,7 +848,7 @@ TEST_CASE("peer: a fetch into GPU memory copies the version from a host mate's G
   for (Peer* p : {mate.get(), stranger.get(), refused.get()}) REQUIRE(p->wait_for_head("policy", 0, 10s).is_ok());
   // Gossip must have carried the trainer's holding before a mate is seen.
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (mate->replicas(published->manifest_id()) == 0 && std::chrono::steady_clock::now() < deadline) {
+  while (mate->replicas("policy", published->info().version).value_or(0) == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
   }
 
@@ -901,12 +900,12 @@ TEST_CASE("peer: the mate channel refuses what it cannot share, and says why") {
   std::vector<peer::SharedRange> ranges;
   int connection = -1;
   // Host memory is not shared with other processes.
-  Status s = peer::ask_mate(holder->id(), data_addr, published->manifest_id(), image.size(), 2000, ranges, connection);
+  Status s = peer::ask_mate(holder->id(), data_addr, published->info().id, image.size(), 2000, ranges, connection);
   CHECK(s.code() == StatusCode::kUnavailable);
   CHECK(s.message().find("refused") != std::string::npos);
   CHECK(s.message().find("not shared") != std::string::npos);
   // A version it does not hold.
-  ManifestId other = published->manifest_id();
+  ManifestId other = published->info().id;
   other.bytes[0] ^= 1;
   s = peer::ask_mate(holder->id(), data_addr, other, image.size(), 2000, ranges, connection);
   CHECK(s.code() == StatusCode::kUnavailable);
