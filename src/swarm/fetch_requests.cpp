@@ -54,9 +54,7 @@ void FetchSession::drop_request(Shard& s, BlockIndex block, const PeerId& peer, 
 }
 
 std::uint32_t FetchSession::take_request_id() {
-  if (next_request_id_) return next_request_id_();
-  if (++own_request_ids_ == 0) ++own_request_ids_;  // 0 names no request
-  return own_request_ids_;
+  return request_ids_->next();
 }
 
 const FetchSession::Request* FetchSession::find_request(const PeerId& peer, std::uint32_t id) const {

@@ -7,7 +7,7 @@
 namespace tensorhub::swarm {
 
 FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id,
-                           FetchConfig config, std::uint64_t seed, TimePoint now)
+                           FetchConfig config, std::uint64_t seed, TimePoint now, RequestIds& ids)
     : layout_(layout),
       have_(std::move(have)),
       self_(std::move(self)),
@@ -17,6 +17,7 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
       picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull),
       candidates_(std::max<std::size_t>(config.max_candidates, 4)) {
   assert(have_.size() == layout_.shard_count());
+  request_ids_ = &ids;
   for (auto& counts : near_holders_) counts.assign(layout_.shard_count(), 0);
   config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, kMaxRequestsPerBlock);
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {

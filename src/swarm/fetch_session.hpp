@@ -38,156 +38,27 @@
 #include "core/time.hpp"
 #include "core/timer_table.hpp"
 #include "swarm/candidate_list.hpp"
+#include "swarm/fetch_types.hpp"
 #include "swarm/piece_picker.hpp"
+#include "swarm/request_ids.hpp"
 #include "swarm/topology.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
 
 namespace tensorhub::swarm {
 
-
-struct FetchConfig {
-  std::uint32_t block_size = 1u << 20;       // the unit of a request
-  std::size_t max_neighbours = 16;           // data connections for this version (host mates may exceed it)
-  std::size_t random_neighbours = 2;         // of those, chosen at random for diversity
-  std::size_t max_candidates = 1024;         // known holders kept to choose neighbours from (>= 4)
-  std::size_t pipeline_blocks = 8;           // requests in flight per neighbour
-  std::size_t max_wan_requests = 8;          // requests in flight across the WAN, all neighbours
-  Duration request_timeout = std::chrono::milliseconds(800);          // a holder silent this long loses its requests to others
-  Duration connect_timeout = std::chrono::seconds(2);
-  int max_bad_shards = 2;                    // then the sender is dropped and avoided
-  std::size_t endgame_duplicates = 2;        // holders asked for one block in endgame (at most 4)
-  bool starts_choked = false;                // wait for an unchoke before requesting
-  Duration starvation_timeout = std::chrono::seconds(5);          // a shard nobody reachable holds fails the fetch after this
-  // Short of its slot share (set_slot_share), probe this many more candidates
-  // at a time for a free upload slot, each given up unanswered after
-  // slot_probe_after (0: never probe).
-  std::size_t slot_probes = 2;
-  Duration slot_probe_after = std::chrono::milliseconds(2);
-};
-
-// The shape of a version's image, as far as fetching goes.
-struct ShardLayout {
-  std::uint64_t total_size = 0;
-  std::uint64_t shard_size = 0;
-  std::uint32_t block_size = 0;
-
-  std::uint32_t shard_count() const { return static_cast<std::uint32_t>((total_size + shard_size - 1) / shard_size); }
-  std::uint64_t shard_offset(ShardIndex s) const { return std::uint64_t{s.value} * shard_size; }
-  std::uint64_t shard_length(ShardIndex s) const { return std::min(shard_size, total_size - shard_offset(s)); }
-  std::uint32_t block_count(ShardIndex s) const {
-    return static_cast<std::uint32_t>((shard_length(s) + block_size - 1) / block_size);
-  }
-  std::uint32_t block_length(ShardIndex s, BlockIndex b) const {
-    return static_cast<std::uint32_t>(std::min<std::uint64_t>(block_size, shard_length(s) - std::uint64_t{b.value} * block_size));
-  }
-};
-
-// --- actions for the driver ---
-struct ConnectAction {
-  PeerId peer;
-};
-struct DisconnectAction {
-  PeerId peer;
-  std::string reason;
-};
-// Stop fetching this version from the neighbour (it cannot help), keeping
-// the connection: it may serve or fetch other things.
-struct ReleaseAction {
-  PeerId peer;
-};
-struct RequestAction {
-  PeerId peer;
-  std::uint32_t request_id = 0;  // unique among this peer's requests in flight (set_request_ids)
-  ShardIndex shard;
-  BlockIndex block;
-  std::uint64_t offset = 0;  // in the image
-  std::uint32_t length = 0;
-};
-struct CancelAction {
-  PeerId peer;
-  std::uint32_t request_id = 0;
-  ShardIndex shard;
-  BlockIndex block;
-};
-struct VerifyAction {
-  ShardIndex shard;
-};
-struct AnnounceAction {  // HAVE to every neighbour
-  ShardIndex shard;
-};
-// This fetch has begun bringing the shard across its host's NIC from a
-// holder in its datacenter: tell the host mates fetching from us, so they
-// leave it to us.
-struct ClaimAction {
-  ShardIndex shard;
-};
-// The claim is withdrawn: this fetch has no holder beyond the host serving
-// it that holds the shard now (choked, or the holder went). Tell the same
-// mates as the claim.
-struct UnclaimAction {
-  ShardIndex shard;
-};
-// Hand the holder's unchoke back (not interested): this fetch holds its
-// slot share already (docs/swarm-policy.md, the slot share).
-struct DeclineSlotAction {
-  PeerId peer;
-};
-// Ask a holder whose unchoke was handed back for a slot again (interested).
-struct AskSlotAgainAction {
-  PeerId peer;
-};
-struct DoneAction {
-  Status status;  // ok, or why the fetch failed
-};
-using FetchAction =
-    std::variant<ConnectAction, DisconnectAction, ReleaseAction, RequestAction, CancelAction, VerifyAction, AnnounceAction,
-                 ClaimAction, UnclaimAction, DeclineSlotAction, AskSlotAgainAction, DoneAction>;
-
-struct FetchProgress {
-  std::uint64_t bytes_verified = 0;
-  std::uint64_t bytes_received = 0;
-  std::uint32_t shards_verified = 0;
-  std::uint32_t shards_total = 0;
-  std::uint64_t bytes_from_wan = 0;
-  std::size_t neighbours = 0;
-  std::uint32_t bad_shards = 0;
-  std::uint64_t requests_timed_out = 0;  // re-asked elsewhere (the first answer may still come: wasted)
-  std::uint64_t duplicate_bytes = 0;     // blocks that arrived after another copy had
-  bool endgame = false;
-};
-
-// The fetch's timers (FetchSession::timers names what sets each).
-enum class FetchTimer {
-  kConnect,           // a neighbour still connecting gives up
-  kRequest,           // a request in flight counts as lost
-  kEndgameDuplicate,  // a request in endgame is overdue for a second holder
-  kStarvation,        // a shard nobody reachable holds fails the fetch
-  kNeighbourSwap,     // starved at the neighbour limit: trade an idle neighbour
-  kConnectBurst,      // new candidates wait for a burst of them to end
-  kSlotProbe,         // short of the slot share: probe another candidate
-  kWanIdle,           // idle long enough to pull across the WAN from any holder
-  kWanDeferral,       // a shard deferred to a mate across the WAN may be asked again
-  kMateClaim,         // with nothing in flight, a host mate's claim stops binding
-  kReconnect,         // a holder whose connections keep failing is tried again
-  kCount
-};
-
 class FetchSession {
  public:
   // `have`: shards already held (e.g. unchanged since the parent version,
-  // copied locally). REQUIRES: have.size() == layout.shard_count().
+  // copied locally). `ids`: where request ids come from (SwarmCore numbers
+  // every version's requests from one); it outlives the session.
+  // REQUIRES: have.size() == layout.shard_count().
   FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id, FetchConfig config,
-               std::uint64_t seed, TimePoint now);
+               std::uint64_t seed, TimePoint now, RequestIds& ids);
   // Not copied: busy_ points into neighbours_.
   FetchSession(const FetchSession&) = delete;
   FetchSession& operator=(const FetchSession&) = delete;
 
-  // Where request ids come from: each call returns one that no request in
-  // flight on any connection of this peer holds (SwarmCore numbers every
-  // version's requests from one counter). Without it, the session numbers
-  // its own from 1.
-  void set_request_ids(std::function<std::uint32_t()> next) { next_request_id_ = std::move(next); }
   // The block of this session's request `request_id` to `peer`, while it
   // is outstanding here; nullopt once it is answered, dropped or cancelled.
   struct RequestedBlock {
@@ -458,7 +329,7 @@ class FetchSession {
   // nothing (no cancel, the connection stays), so request_of keeps naming
   // their blocks until answered() or the connection goes.
   void release_requests_of(const PeerId& peer, bool still_answered = false);
-  // A new request's id (set_request_ids), and the end of its entry in
+  // A new request's id (from the RequestIds given), and the end of its entry in
   // request_blocks_ once the request leaves the table.
   std::uint32_t take_request_id();
   void forget_request_id(std::uint32_t id) { request_blocks_.erase(id); }
@@ -570,8 +441,7 @@ class FetchSession {
   // Requests dropped from the table whose holder still answers them (see
   // answered()), by id.
   std::unordered_map<std::uint32_t, LetGo> let_go_;
-  std::function<std::uint32_t()> next_request_id_;
-  std::uint32_t own_request_ids_ = 0;  // without next_request_id_
+  RequestIds* request_ids_ = nullptr;  // the constructor's `ids`
   std::optional<TimePoint> starved_since_;
   std::optional<TimePoint> idle_since_;  // nothing in flight since (set by schedule)
   std::optional<TimePoint> connect_due_;  // new candidates wait for the burst to end

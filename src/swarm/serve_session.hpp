@@ -21,7 +21,7 @@
 #include "core/action_queue.hpp"
 #include "core/bitfield.hpp"
 #include "core/time.hpp"
-#include "swarm/fetch_session.hpp"
+#include "swarm/shard_layout.hpp"
 #include "swarm/seed_scheduler.hpp"
 #include "swarm/swarm_actions.hpp"
 #include "swarm/swarm_messages.hpp"

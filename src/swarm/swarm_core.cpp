@@ -62,11 +62,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   Version& v = version(id, layout, have, config_.serve_fetched);
   if (v.fetch) return;
   const std::uint64_t seed = version_seed(id, 0);
-  v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now);
-  v.fetch->set_request_ids([this] {
-    if (++last_request_id_ == 0) ++last_request_id_;  // 0 names no request
-    return last_request_id_;
-  });
+  v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now, request_ids_);
   v.fetch->set_slot_share(now, upload_slots_here());
   drain(now, id, v);
 }

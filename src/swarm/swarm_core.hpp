@@ -218,7 +218,7 @@ class SwarmCore final : private ServePeers {
   std::uint64_t discarded_piece_bytes_ = 0;
   // Request ids, one counter over every version and connection: a
   // connection's requests in flight never share one.
-  std::uint32_t last_request_id_ = 0;
+  RequestIds request_ids_;  // every version's requests, from one
   // The payloads landing now, over every version and connection.
   LandingTracker landing_{config_.fetch.request_timeout * kLandingLimitTimeouts, config_.min_landing_bytes_per_second};
 };

@@ -35,8 +35,11 @@ struct Holder {
 
 class Driver {
  public:
-  Driver(ShardLayout shape, FetchConfig config, Location self = {"dc1", "r1", "h0"}, std::uint64_t seed = 7)
-      : session(shape, Bitfield(shape.shard_count()), self, PeerId{}, config, seed, now), layout(shape) {}
+  Driver(ShardLayout shape, FetchConfig config, Location self = {"dc1", "r1", "h0"}, std::uint64_t seed = 7,
+         std::uint32_t last_request_id = 0)
+      : ids(last_request_id),
+        session(shape, Bitfield(shape.shard_count()), self, PeerId{}, config, seed, now, ids),
+        layout(shape) {}
 
   void add_holder(std::uint64_t n, Holder h) {
     holders[peer(n)] = std::move(h);
@@ -85,6 +88,7 @@ class Driver {
   }
 
   TimePoint now = TimePoint(1s);  // before session: it is constructed with it
+  RequestIds ids;  // before session: it takes them from here
   FetchSession session;
   ShardLayout layout;
   std::map<PeerId, Holder> holders;
@@ -325,9 +329,7 @@ TEST_CASE("fetch session: a landing payload is neither timed out nor duplicated,
 TEST_CASE("fetch session: requests carry ids from the given source, and an answer's id names its block until answered") {
   FetchConfig config;
   config.request_timeout = 200ms;
-  Driver d(layout(4), config);
-  std::uint32_t next = 500;
-  d.session.set_request_ids([&] { return ++next; });
+  Driver d(layout(4), config, {"dc1", "r1", "h0"}, 7, /*last_request_id=*/500);
   Holder slow = full(4, {"dc1", "r1", "h1"});
   slow.block_time = 10s;  // nothing arrives before the timeout
   d.add_holder(1, slow);
