@@ -299,114 +299,43 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
   c.open = true;  // an inbound connection opens with its first message
   c.last_heard = now;
   auto it = versions_.find(m.version_id);
-  if (it != versions_.end()) it->second.serve->on_heard(now, peer);
+  Version* v = it == versions_.end() ? nullptr : &it->second;
+  if (v) v->serve->on_heard(now, peer);
+  // The serving side (every type is routed here: a new one fails to build).
   switch (m.type) {
-    case MessageType::kInterested: {
-      if (it == versions_.end()) {
+    case MessageType::kInterested:
+      if (!v) {
         send(peer, SwarmMessage::signal(MessageType::kUnknownVersion, m.version_id));
         return;
       }
-      Version& v = it->second;
-      v.serve->on_interested(now, peer, m);
-      // A peer fetching what we fetch is a neighbour for us too.
-      if (v.fetch && !v.sources.count(peer)) {
-        v.fetch->add_candidate(now, peer, proximity_of(peer));
-        drain(now, m.version_id, v);
-      }
-      return;
-    }
+      v->serve->on_interested(now, peer, m);
+      break;  // a peer fetching what we fetch is a neighbour for us too
     case MessageType::kNotInterested:
-      if (it != versions_.end()) it->second.serve->on_not_interested(now, peer);
-      return;
-    case MessageType::kBitfield: {
-      if (it == versions_.end() || !it->second.fetch) return;
-      auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count);
-      if (!bits || m.shard_count != it->second.layout.shard_count()) {
-        actions_.push(CloseConnection{peer, "a bitfield that does not match the version"});
-        forget_connection(now, peer);
-        return;
-      }
-      it->second.fetch->on_bitfield(now, peer, *bits);
-      drain(now, m.version_id, it->second);
-      return;
-    }
-    case MessageType::kHave:
-      if (it != versions_.end()) it->second.serve->on_have(now, peer, m.shard);
-      if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
-        it->second.fetch->on_have(now, peer, m.shard);
-        drain(now, m.version_id, it->second);
-      }
-      return;
-    case MessageType::kFetching:
-    case MessageType::kNotFetching:
-      if (it != versions_.end() && it->second.fetch && m.shard.value < it->second.layout.shard_count()) {
-        if (m.type == MessageType::kFetching) {
-          it->second.fetch->on_mate_fetching(now, peer, m.shard);
-        } else {
-          it->second.fetch->on_mate_not_fetching(now, peer, m.shard);
-        }
-        drain(now, m.version_id, it->second);
-      }
-      return;
-    case MessageType::kChoke:
-      if (it != versions_.end() && it->second.fetch) {
-        // A payload already landing (on another lane) still arrives: landing_ holds it.
-        it->second.fetch->on_choked(now, peer);
-        drain(now, m.version_id, it->second);
-      }
-      return;
-    case MessageType::kUnchoke:
-      if (it != versions_.end() && it->second.fetch) {
-        it->second.fetch->on_unchoked(now, peer);
-        drain(now, m.version_id, it->second);
-      }
+      if (v) v->serve->on_not_interested(now, peer);
       return;
     case MessageType::kRequest:
-      if (it == versions_.end()) {
+      if (!v) {
         static constexpr std::string_view kUnknown = "unknown version";
         send(peer, SwarmMessage::refuse(m.version_id, m.request_id, std::vector<std::uint8_t>(kUnknown.begin(), kUnknown.end())));
         return;
       }
-      it->second.serve->on_request(now, peer, m);
+      v->serve->on_request(now, peer, m);
       return;
+    case MessageType::kHave:
+      if (v) v->serve->on_have(now, peer, m.shard);
+      break;
+    // The fetching side's alone.
+    case MessageType::kBitfield:
+    case MessageType::kFetching:
+    case MessageType::kNotFetching:
+    case MessageType::kChoke:
+    case MessageType::kUnchoke:
     case MessageType::kRefuse:
-    case MessageType::kDeferred: {
-      // An answer to a request of ours in flight, unless its payload began.
-      if (it == versions_.end() || !it->second.fetch || landing_.lands(peer, m.request_id)) return;
-      const auto asked = it->second.fetch->request_of(peer, m.request_id);
-      if (!asked) return;
-      it->second.fetch->answered(peer, m.request_id);
-      if (m.type == MessageType::kDeferred) {
-        it->second.fetch->on_block_deferred(now, peer, asked->shard, asked->block);
-      } else {
-        it->second.fetch->on_block_refused(now, peer, asked->shard, asked->block);
-      }
-      drain(now, m.version_id, it->second);
-      return;
-    }
+    case MessageType::kDeferred:
     case MessageType::kPeers:
-      // Only from a holder we fetch from, and only peers gossip knows (their
-      // data endpoints come from their records).
-      if (it != versions_.end() && it->second.fetch && it->second.sources.count(peer)) {
-        for (std::size_t at = 0; at + PeerId::kSize <= m.bytes.size(); at += PeerId::kSize) {
-          PeerId other;
-          std::copy_n(m.bytes.begin() + static_cast<std::ptrdiff_t>(at), PeerId::kSize, other.bytes.begin());
-          if (other == self_id_ || other == peer || !locations_->find(other)) continue;
-          it->second.fetch->add_candidate(now, other, proximity_of(other));
-        }
-        drain(now, m.version_id, it->second);
-      }
-      return;
     case MessageType::kSuperSeed:
-      if (it != versions_.end() && it->second.fetch) it->second.fetch->on_super_seed(now, peer);
-      return;
     case MessageType::kUnknownVersion:
-      if (it != versions_.end() && it->second.fetch) {
-        it->second.sources.erase(peer);
-        it->second.fetch->on_connect_failed(now, peer);
-        drain(now, m.version_id, it->second);
-      }
-      return;
+      break;
     case MessageType::kCancel:        // the driver drops the piece if it is still queued
     case MessageType::kPiece:         // handled through begin_piece/on_piece
     case MessageType::kGetManifest:   // manifests and proofs are the peer core's business
@@ -417,6 +346,93 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kTransport:     // a transport's own; never delivered here
       return;
   }
+  if (!v || !v->fetch) return;
+  if (fetch_message(now, peer, m, *v)) drain(now, m.version_id, *v);
+}
+
+bool SwarmCore::fetch_message(TimePoint now, const PeerId& peer, const SwarmMessage& m, Version& v) {
+  FetchSession& fetch = *v.fetch;
+  const bool in_range = m.shard.value < v.layout.shard_count();
+  switch (m.type) {
+    case MessageType::kInterested:
+      if (v.sources.count(peer)) return false;
+      fetch.add_candidate(now, peer, proximity_of(peer));
+      return true;
+    case MessageType::kBitfield: {
+      auto bits = core::Bitfield::from_bytes(m.bytes, m.shard_count);
+      if (!bits || m.shard_count != v.layout.shard_count()) {
+        actions_.push(CloseConnection{peer, "a bitfield that does not match the version"});
+        forget_connection(now, peer);  // which drained
+        return false;
+      }
+      fetch.on_bitfield(now, peer, *bits);
+      return true;
+    }
+    case MessageType::kHave:
+      if (!in_range) return false;
+      fetch.on_have(now, peer, m.shard);
+      return true;
+    case MessageType::kFetching:
+      if (!in_range) return false;
+      fetch.on_mate_fetching(now, peer, m.shard);
+      return true;
+    case MessageType::kNotFetching:
+      if (!in_range) return false;
+      fetch.on_mate_not_fetching(now, peer, m.shard);
+      return true;
+    case MessageType::kChoke:
+      // A payload already landing (on another lane) still arrives: landing_ holds it.
+      fetch.on_choked(now, peer);
+      return true;
+    case MessageType::kUnchoke:
+      fetch.on_unchoked(now, peer);
+      return true;
+    case MessageType::kRefuse:
+    case MessageType::kDeferred: {
+      // An answer to a request of ours in flight, unless its payload began.
+      if (landing_.lands(peer, m.request_id)) return false;
+      const auto asked = fetch.request_of(peer, m.request_id);
+      if (!asked) return false;
+      fetch.answered(peer, m.request_id);
+      if (m.type == MessageType::kDeferred) {
+        fetch.on_block_deferred(now, peer, asked->shard, asked->block);
+      } else {
+        fetch.on_block_refused(now, peer, asked->shard, asked->block);
+      }
+      return true;
+    }
+    case MessageType::kPeers:
+      // Only from a holder we fetch from, and only peers gossip knows (their
+      // data endpoints come from their records).
+      if (!v.sources.count(peer)) return false;
+      for (std::size_t at = 0; at + PeerId::kSize <= m.bytes.size(); at += PeerId::kSize) {
+        PeerId other;
+        std::copy_n(m.bytes.begin() + static_cast<std::ptrdiff_t>(at), PeerId::kSize, other.bytes.begin());
+        if (other == self_id_ || other == peer || !locations_->find(other)) continue;
+        fetch.add_candidate(now, other, proximity_of(other));
+      }
+      return true;
+    case MessageType::kSuperSeed:
+      // What it schedules goes out with the version's next drain.
+      fetch.on_super_seed(now, peer);
+      return false;
+    case MessageType::kUnknownVersion:
+      v.sources.erase(peer);
+      fetch.on_connect_failed(now, peer);
+      return true;
+    case MessageType::kNotInterested:
+    case MessageType::kRequest:
+    case MessageType::kCancel:
+    case MessageType::kPiece:
+    case MessageType::kGetManifest:
+    case MessageType::kManifest:
+    case MessageType::kNoManifest:
+    case MessageType::kChallenge:
+    case MessageType::kProof:
+    case MessageType::kTransport:
+      return false;  // on_message answered these, or they are not this core's
+  }
+  return false;
 }
 
 void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, bool good) {

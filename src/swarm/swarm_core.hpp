@@ -173,6 +173,10 @@ class SwarmCore final : private ServePeers {
   };
 
   void drain(TimePoint now, const ManifestId& id, Version& v);
+  // The fetching side of on_message, for a version this peer fetches:
+  // whether the fetch heard something its driver must act on (drain).
+  // False also when the connection was dropped (forget_connection drained).
+  bool fetch_message(TimePoint now, const PeerId& peer, const SwarmMessage& m, Version& v);
   // This peer's part of the host's upload slots: the peers on one host
   // share its NIC, so they divide config_.upload_slots among them (at
   // least one each), counted in the location book when a version starts.
