@@ -39,6 +39,7 @@
 #include "core/timer_table.hpp"
 #include "swarm/candidate_list.hpp"
 #include "swarm/fetch_types.hpp"
+#include "swarm/landings.hpp"
 #include "swarm/piece_picker.hpp"
 #include "swarm/request_ids.hpp"
 #include "swarm/topology.hpp"
@@ -75,6 +76,44 @@ class FetchSession {
   // released, the connection kept) is still answered by its holder, and
   // request_of names its block until then; this ends that.
   void answered(const PeerId& peer, std::uint32_t request_id);
+
+  // --- A piece's way in: its payload lands in the destination ---
+  // The payload answering request `request_id` of `peer`, `length` bytes,
+  // begins: where in the image it goes. Nothing when it answers no request
+  // outstanding here or has the wrong length; nothing, and the request is
+  // marked superseded, when its block is received, being verified, or
+  // landing from another copy (two payloads writing one block could leave
+  // a liar's bytes over an honest copy that verified).
+  std::optional<std::uint64_t> begin_piece(TimePoint now, const PeerId& peer, std::uint32_t request_id,
+                                           std::uint32_t length);
+  // Bytes of that payload arrived: its stall limit counts from now.
+  void piece_progress(TimePoint now, const PeerId& peer, std::uint32_t request_id);
+  enum class PieceEnd {
+    kStored,     // its bytes are in the destination
+    kNotStored,  // it failed on the way (the sender's doing)
+    kNotKept,    // turned away here unwritten: no blame
+  };
+  // The piece answering `request_id` ended. A payload that landed reaches
+  // its block whatever became of its request meanwhile (cancelled, choked,
+  // given up). False when it answers no request of this session (its
+  // bytes were read and discarded).
+  bool end_piece(TimePoint now, const PeerId& peer, std::uint32_t request_id, PieceEnd how);
+  // A refusal (or deferral) of request `request_id`; false when it answers
+  // nothing outstanding here, or the request's payload is landing already.
+  bool on_answer(TimePoint now, const PeerId& peer, std::uint32_t request_id, bool deferred);
+  bool lands(const PeerId& peer, std::uint32_t request_id) const { return landings_.lands(peer, request_id); }
+  // The connection to `peer` went (the driver stopped its writes): none of
+  // its payloads lands any more.
+  void end_landings_from(const PeerId& peer) { landings_.end_all_from(peer); }
+  // The peers whose payloads land, each once.
+  std::vector<PeerId> landing_senders() const { return landings_.senders(); }
+  // Appends (deadline, sender) of each payload stalled at `now`, earliest first.
+  void stalled_landings(TimePoint now, std::vector<std::pair<TimePoint, PeerId>>& out) const {
+    landings_.stalled(now, out);
+  }
+  // The earliest a landing payload counts as stalled (kTimeNever: none
+  // lands). Not among timers(): the core that closes connections keeps it.
+  TimePoint next_landing_deadline() const { return landings_.next_deadline(); }
 
   // Candidates from gossip: peers that hold or are fetching this version.
   // `complete`: gossip says it holds the whole version (a publisher, a
@@ -394,6 +433,8 @@ class FetchSession {
   Location self_;
   PeerId self_id_;
   FetchConfig config_;
+  // The payloads landing in the destination now.
+  Landings landings_{config_.request_timeout * kLandingLimitTimeouts, config_.min_landing_bytes_per_second};
   core::SplitMix64 rng_;
   PiecePicker picker_;
   std::map<std::uint32_t, Shard> shards_;  // started, not yet verified

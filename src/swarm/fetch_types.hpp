@@ -32,7 +32,17 @@ struct FetchConfig {
   // slot_probe_after (0: never probe).
   std::size_t slot_probes = 2;
   Duration slot_probe_after = std::chrono::milliseconds(2);
+  // A payload landing slower than this on average (after the stall limit's
+  // grace) is given up with its connection: a sender that drips bytes must
+  // not keep its block from the others.
+  double min_landing_bytes_per_second = 256 * 1024;
 };
+
+// A landing payload that has made no progress for this many request
+// timeouts is stalled (a driver that reports no progress: since it began),
+// and so is one landing longer than that plus its length at
+// FetchConfig::min_landing_bytes_per_second (Landings).
+inline constexpr int kLandingLimitTimeouts = 3;
 
 // --- actions for the driver ---
 struct ConnectAction {

@@ -1,7 +1,7 @@
 // SwarmCore: its versions, connections and message routing. Each version's
 // serving side is its ServeSession (serve_session.cpp), its fetching side
-// its FetchSession (the slot share included); landing pieces are in
-// swarm_landing.cpp beside this file.
+// its FetchSession (its requests, the payloads landing, the slot share);
+// a piece that arrives is routed to the session whose request it answers.
 #include "swarm/swarm_core.hpp"
 
 #include <algorithm>
@@ -70,7 +70,9 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
 void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   auto it = versions_.find(id);
   if (it == versions_.end()) return;
-  abort_landings(now, id, "the fetch of a version it was sending stopped");
+  if (it->second.fetch) {
+    abort_landings(now, it->second.fetch->landing_senders(), "the fetch of a version it was sending stopped");
+  }
   for (const PeerId& peer : it->second.sources) send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
   // Its requesters hear that it is served here no more (not merely a
   // choke, which they would wait out): where nobody else holds it, their
@@ -180,9 +182,9 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
     } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
       auto c = connections_.find(cancel->peer);
       if (c == connections_.end() || !c->second.open) continue;
-      // A landing payload is on the wire already: it lands (landing_ holds
-      // it), and the session takes its bytes if they are still wanted.
-      if (landing_.lands(cancel->peer, cancel->request_id)) continue;
+      // A landing payload is on the wire already: it lands, and the
+      // session takes its bytes if they are still wanted.
+      if (v.fetch->lands(cancel->peer, cancel->request_id)) continue;
       send(cancel->peer, SwarmMessage::about_request(MessageType::kCancel, id, cancel->request_id));
     } else if (auto* verify = std::get_if<VerifyAction>(&*action)) {
       actions_.push(VerifyShard{id, verify->shard});
@@ -217,6 +219,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
     } else if (auto* done = std::get_if<DoneAction>(&*action)) {
       Status status = done->status;
       v.finished = v.fetch->progress();
+      const std::vector<PeerId> landing = v.fetch->landing_senders();
       v.fetch.reset();
       for (const PeerId& peer : v.sources) {
         if (connections_.count(peer) && connections_[peer].open) {
@@ -226,7 +229,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       v.sources.clear();
       // Before the driver hears that the fetch is over (and lets the
       // destination go), no payload may still be writing into it.
-      if (!status.is_ok()) abort_landings(now, id, "the fetch of a version it was sending failed");
+      if (!status.is_ok()) abort_landings(now, landing, "the fetch of a version it was sending failed");
       actions_.push(FetchFinished{id, status});
       break;
     }
@@ -276,7 +279,9 @@ void SwarmCore::on_connect_failed(TimePoint now, const PeerId& peer) {
 
 void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
   if (auto c = connections_.find(peer); c != connections_.end()) {
-    landing_.end_all_from(peer);  // the driver stopped their writes
+    for (auto& [id, v] : versions_) {
+      if (v.fetch) v.fetch->end_landings_from(peer);  // the driver stopped their writes
+    }
     connections_.erase(c);
   }
   for (auto& [id, v] : versions_) {
@@ -381,26 +386,16 @@ bool SwarmCore::fetch_message(TimePoint now, const PeerId& peer, const SwarmMess
       fetch.on_mate_not_fetching(now, peer, m.shard);
       return true;
     case MessageType::kChoke:
-      // A payload already landing (on another lane) still arrives: landing_ holds it.
+      // A payload already landing (on another lane) still arrives: the session's landings hold it.
       fetch.on_choked(now, peer);
       return true;
     case MessageType::kUnchoke:
       fetch.on_unchoked(now, peer);
       return true;
     case MessageType::kRefuse:
-    case MessageType::kDeferred: {
-      // An answer to a request of ours in flight, unless its payload began.
-      if (landing_.lands(peer, m.request_id)) return false;
-      const auto asked = fetch.request_of(peer, m.request_id);
-      if (!asked) return false;
-      fetch.answered(peer, m.request_id);
-      if (m.type == MessageType::kDeferred) {
-        fetch.on_block_deferred(now, peer, asked->shard, asked->block);
-      } else {
-        fetch.on_block_refused(now, peer, asked->shard, asked->block);
-      }
-      return true;
-    }
+      return fetch.on_answer(now, peer, m.request_id, /*deferred=*/false);
+    case MessageType::kDeferred:
+      return fetch.on_answer(now, peer, m.request_id, /*deferred=*/true);
     case MessageType::kPeers:
       // Only from a holder we fetch from, and only peers gossip knows (their
       // data endpoints come from their records).
@@ -435,6 +430,56 @@ bool SwarmCore::fetch_message(TimePoint now, const PeerId& peer, const SwarmMess
   return false;
 }
 
+// --------------------------------------------------------------------------
+// Pieces: routed to the fetch session whose request they answer.
+
+std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
+  if (!connections_.count(peer)) return std::nullopt;
+  auto v = versions_.find(header.version_id);
+  if (v == versions_.end() || !v->second.fetch) return std::nullopt;
+  const auto offset = v->second.fetch->begin_piece(now, peer, header.request_id, header.length);
+  if (!offset) return std::nullopt;
+  return PieceTarget{header.version_id, *offset, header.length};
+}
+
+void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
+  auto v = versions_.find(header.version_id);
+  if (v != versions_.end() && v->second.fetch) v->second.fetch->piece_progress(now, peer, header.request_id);
+}
+
+void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
+  end_piece(now, peer, header, stored ? FetchSession::PieceEnd::kStored : FetchSession::PieceEnd::kNotStored);
+}
+
+void SwarmCore::on_piece_not_kept(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
+  end_piece(now, peer, header, FetchSession::PieceEnd::kNotKept);
+}
+
+void SwarmCore::end_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, FetchSession::PieceEnd how) {
+  if (!connections_.count(peer)) return;
+  auto v = versions_.find(header.version_id);
+  if (v == versions_.end() || !v->second.fetch || !v->second.fetch->end_piece(now, peer, header.request_id, how)) {
+    discarded_piece_bytes_ += header.length;
+    return;
+  }
+  drain(now, header.version_id, v->second);
+}
+
+void SwarmCore::abort_landings(TimePoint now, const std::vector<PeerId>& senders, const std::string& reason) {
+  for (const PeerId& peer : senders) {
+    actions_.push(CloseConnection{peer, reason});
+    forget_connection(now, peer);
+  }
+}
+
+TimePoint SwarmCore::next_landing_deadline() const {
+  TimePoint earliest = kTimeNever;
+  for (const auto& [id, v] : versions_) {
+    if (v.fetch) earliest = std::min(earliest, v.fetch->next_landing_deadline());
+  }
+  return earliest;
+}
+
 void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, bool good) {
   auto it = versions_.find(id);
   if (it == versions_.end() || !it->second.fetch) return;
@@ -450,7 +495,15 @@ void SwarmCore::handle_timeout(TimePoint now) {
     // A payload that stopped, or drips below the minimum rate, holds its
     // block hostage (nobody else's copy may land): the sender is stalled,
     // or stalling on purpose.
-    for (const PeerId& peer : landing_.stalled(now)) {
+    std::vector<std::pair<TimePoint, PeerId>> stalled;
+    for (const auto& [id, v] : versions_) {
+      if (v.fetch) v.fetch->stalled_landings(now, stalled);
+    }
+    std::sort(stalled.begin(), stalled.end());
+    std::vector<PeerId> closed;
+    for (const auto& [deadline, peer] : stalled) {
+      if (std::find(closed.begin(), closed.end(), peer) != closed.end()) continue;
+      closed.push_back(peer);
       actions_.push(CloseConnection{peer, "a piece stalled mid-payload, or landed below the minimum rate"});
       forget_connection(now, peer);
     }

@@ -27,7 +27,6 @@
 #include "core/time.hpp"
 #include "core/timer_table.hpp"
 #include "swarm/fetch_session.hpp"
-#include "swarm/landing_tracker.hpp"
 #include "swarm/location_book.hpp"
 #include "swarm/seed_scheduler.hpp"
 #include "swarm/serve_session.hpp"
@@ -53,17 +52,7 @@ struct SwarmConfig {
   // central baseline's workers run so, and peer exchange must not turn
   // them into a swarm.
   bool serve_fetched = true;
-  // A payload landing slower than this on average (after the stall limit's
-  // grace) is given up with its connection: a sender that drips bytes must
-  // not keep its block from the others.
-  double min_landing_bytes_per_second = 256 * 1024;
 };
-
-// A landing payload that has made no progress for this many request
-// timeouts is stalled (a driver that reports no progress: since it began),
-// and so is one landing longer than that plus its length at
-// SwarmConfig::min_landing_bytes_per_second (LandingTracker).
-inline constexpr int kLandingLimitTimeouts = 3;
 
 // Where an arriving piece's payload belongs.
 
@@ -129,7 +118,7 @@ class SwarmCore final : private ServePeers {
   // landing payload keeps its request even when the fetch gives up on it
   // (it is on the wire already), and one that stalls past
   // kLandingLimitTimeouts request timeouts, or lands below the minimum
-  // rate (LandingTracker), closes its connection.
+  // rate (Landings), closes its connection.
   // REQUIRES: the driver stops writing a payload when it closes the
   // connection (CloseConnection, or a close of its own before on_disconnected).
   std::optional<PieceTarget> begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header);
@@ -188,14 +177,14 @@ class SwarmCore final : private ServePeers {
   // shown and served (false: fetched by a leech).
   Version& version(const ManifestId& id, const ShardLayout& layout, const core::Bitfield& have, bool offered);
   void forget_connection(TimePoint now, const PeerId& peer);
-  // A piece's payload ended (stored or not): its landing ends, and the
-  // fetch session hears of its block. `kept`: the payload is in the
-  // destination; `turned_away`: a landing payload the driver did not keep
-  // (no blame).
-  void end_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool kept, bool turned_away);
-  // Closes the connections that still land payloads of `id`, whose fetch
-  // is over: its destination may be reused once the driver hears so.
-  void abort_landings(TimePoint now, const ManifestId& id, const std::string& reason);
+  // A piece's payload ended: its fetch session hears how (bytes that
+  // answer nothing of ours are counted as discarded).
+  void end_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, FetchSession::PieceEnd how);
+  // Closes the connections of `senders`, which still land payloads of a
+  // fetch that is over: its destination may be reused once the driver
+  // hears so.
+  void abort_landings(TimePoint now, const std::vector<PeerId>& senders, const std::string& reason);
+  // The earliest a payload landing in any fetch counts as stalled.
   TimePoint next_landing_deadline() const;
   // When one of a version's timers comes (kTimeNever: it does not stand).
   TimePoint version_timer(const Version& v, SwarmTimer timer) const;
@@ -224,7 +213,6 @@ class SwarmCore final : private ServePeers {
   // connection's requests in flight never share one.
   RequestIds request_ids_;  // every version's requests, from one
   // The payloads landing now, over every version and connection.
-  LandingTracker landing_{config_.fetch.request_timeout * kLandingLimitTimeouts, config_.min_landing_bytes_per_second};
 };
 
 }  // namespace tensorhub::swarm

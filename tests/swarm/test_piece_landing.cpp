@@ -29,10 +29,10 @@ struct Served {
 // One fetcher, holders A and B; the version is a single 64 KiB block.
 class Trio {
  public:
-  explicit Trio(double min_landing_bytes_per_second = SwarmConfig{}.min_landing_bytes_per_second) {
+  explicit Trio(double min_landing_bytes_per_second = FetchConfig{}.min_landing_bytes_per_second) {
     config.fetch.block_size = kBlock;
     config.fetch.request_timeout = 100ms;
-    config.min_landing_bytes_per_second = min_landing_bytes_per_second;
+    config.fetch.min_landing_bytes_per_second = min_landing_bytes_per_second;
     version.bytes[0] = 0x42;
     const Location here{"dc1", "r1", "h0"};
     fetcher = std::make_unique<SwarmCore>(config, here, f, 1);
@@ -357,38 +357,39 @@ TEST_CASE("piece landing: stopping a fetch closes the connections still landing 
   CHECK(t.fetcher->next_timeout() == kTimeNever);
 }
 
-TEST_CASE("landing tracker: one payload per block, each with its deadline (stall or minimum rate), the first found at once") {
+TEST_CASE("landings: one payload per block, each with its deadline (stall or minimum rate), the first found at once") {
   using namespace std::chrono_literals;
-  swarm::LandingTracker landing(100ms, 1e6);  // 1 MB/s: 1,000 bytes take 1 ms
-  ManifestId a, b;
-  a.bytes[0] = 1;
-  b.bytes[0] = 2;
+  swarm::Landings landing(100ms, 1e6);  // 1 MB/s: 1,000 bytes take 1 ms
   const PeerId p = testing::GossipNetwork::identity_for(61).public_key();
   const PeerId q = testing::GossipNetwork::identity_for(62).public_key();
-  const swarm::LandingBlock a1{a, ShardIndex{0}, BlockIndex{1}}, a2{a, ShardIndex{0}, BlockIndex{2}};
-  const swarm::LandingBlock b1{b, ShardIndex{0}, BlockIndex{1}};
+  const swarm::LandingBlock a1{ShardIndex{0}, BlockIndex{1}}, a2{ShardIndex{0}, BlockIndex{2}};
+  const swarm::LandingBlock b1{ShardIndex{1}, BlockIndex{1}};
   const TimePoint t0 = TimePoint(1s);
   CHECK(landing.next_deadline() == kTimeNever);
   CHECK(landing.begin(p, 7, a1, 50'000, t0));  // rate allows 100 + 50 ms
   CHECK_FALSE(landing.begin(q, 9, a1, 50'000, t0 + 1ms));  // a second copy of that block waits
   CHECK_FALSE(landing.begin(p, 7, a2, 50'000, t0 + 1ms));  // one payload per request
-  CHECK(landing.begin(q, 9, b1, 50'000, t0 + 2ms));        // another version's block is another block
+  CHECK(landing.begin(q, 9, b1, 50'000, t0 + 2ms));        // another shard's block is another block
   CHECK(landing.begin(p, 8, a2, 50'000, t0 + 3ms));
   CHECK(landing.size() == 3);
   CHECK(landing.lands(p, 7));
   CHECK_FALSE(landing.lands(q, 7));  // request ids are the sender's
   CHECK(landing.next_deadline() == t0 + 100ms);
-  CHECK(landing.stalled(t0 + 99ms).empty());
-  CHECK(landing.stalled(t0 + 100ms) == std::vector<PeerId>{p});
+  std::vector<std::pair<TimePoint, PeerId>> stalled;
+  landing.stalled(t0 + 99ms, stalled);
+  CHECK(stalled.empty());
+  landing.stalled(t0 + 100ms, stalled);
+  CHECK(stalled == std::vector<std::pair<TimePoint, PeerId>>{{t0 + 100ms, p}});
   landing.moved(p, 7, t0 + 10ms);
   CHECK(landing.deadline(p, 7) == t0 + 110ms);
   CHECK(landing.next_deadline() == t0 + 102ms);
   landing.moved(p, 7, t0 + 90ms);  // moving, but the rate's deadline holds
   CHECK(landing.deadline(p, 7) == t0 + 150ms);
-  CHECK(landing.senders_of(a) == std::vector<PeerId>{p});
+  const std::vector<PeerId> senders = landing.senders();  // each once, in their order
+  CHECK(senders == (p < q ? std::vector<PeerId>{p, q} : std::vector<PeerId>{q, p}));
   const auto ended = landing.end(q, 9);
   REQUIRE(ended.has_value());
-  CHECK(ended->version == b);
+  CHECK(ended->shard == ShardIndex{1});
   CHECK(ended->block == BlockIndex{1});
   CHECK(landing.next_deadline() == t0 + 103ms);
   CHECK(landing.end(p, 8).has_value());

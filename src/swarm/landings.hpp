@@ -1,10 +1,10 @@
-// The payloads landing now, one owner for that fact: which request's
-// payload lands in which block, at most one payload per block of a version
-// at a time (so bytes that verified are never overwritten by a second
-// copy), and each with a deadline, so the stalled are found without a walk
-// over the connections. The requests themselves are their fetch session's
-// (FetchSession); a payload begun here outlives its request there, which a
-// cancel or a choke may drop while the bytes are on the wire.
+// The payloads landing now in one fetch's destination, one owner for that
+// fact: which request's payload lands in which block, at most one payload
+// per block at a time (so bytes that verified are never overwritten by a
+// second copy), and each with a deadline, so the stalled are found without
+// a walk over the connections. Its FetchSession owns it: a payload begun
+// here outlives its request in the session's table, which a cancel or a
+// choke may drop while the bytes are on the wire.
 //
 // A payload is stalled when it has not moved for `stall_limit`, or when it
 // has been landing longer than `stall_limit` plus its length at
@@ -19,7 +19,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -30,14 +29,13 @@ namespace tensorhub::swarm {
 
 // Where a payload lands.
 struct LandingBlock {
-  ManifestId version;
   ShardIndex shard;
   BlockIndex block;
 };
 
-class LandingTracker {
+class Landings {
  public:
-  LandingTracker(Duration stall_limit, double min_bytes_per_second)
+  Landings(Duration stall_limit, double min_bytes_per_second)
       : stall_limit_(stall_limit), min_bytes_per_second_(min_bytes_per_second) {}
 
   // The payload of `peer`'s answer to `request`, `length` bytes for
@@ -45,7 +43,7 @@ class LandingTracker {
   // another payload lands in that block or this one lands already.
   bool begin(const PeerId& peer, std::uint32_t request, const LandingBlock& where, std::uint32_t length,
              TimePoint now) {
-    const BlockKey block{where.version, where.shard.value, where.block.value};
+    const BlockKey block{where.shard.value, where.block.value};
     if (blocks_.count(block) || payloads_.count({peer, request})) return false;
     const auto whole = Duration(static_cast<std::int64_t>(1e6 * static_cast<double>(length) / min_bytes_per_second_));
     Payload p{where, now + stall_limit_ + whole, {}};
@@ -71,7 +69,7 @@ class LandingTracker {
     if (it == payloads_.end()) return std::nullopt;
     const LandingBlock where = it->second.where;
     deadlines_.erase(deadlines_.find({it->second.deadline, peer}));
-    blocks_.erase(BlockKey{where.version, where.shard.value, where.block.value});
+    blocks_.erase(BlockKey{where.shard.value, where.block.value});
     payloads_.erase(it);
     return where;
   }
@@ -82,21 +80,18 @@ class LandingTracker {
       end(peer, request);
     }
   }
-  // The peers whose payloads land in `version`, each once.
-  std::vector<PeerId> senders_of(const ManifestId& version) const {
+  // The peers whose payloads land, each once, in their order.
+  std::vector<PeerId> senders() const {
     std::vector<PeerId> out;
     for (const auto& [key, p] : payloads_) {
-      if (p.where.version == version && (out.empty() || !(out.back() == key.first))) out.push_back(key.first);
+      if (out.empty() || !(out.back() == key.first)) out.push_back(key.first);
     }
     return out;
   }
-  // The peers with a payload stalled at `now`, each once.
-  std::vector<PeerId> stalled(TimePoint now) const {
-    std::vector<PeerId> out;
-    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) {
-      if (std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
-    }
-    return out;
+  // Appends (deadline, sender) of each payload stalled at `now`, earliest
+  // first (a sender may come more than once).
+  void stalled(TimePoint now, std::vector<std::pair<TimePoint, PeerId>>& out) const {
+    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) out.push_back(*it);
   }
   // When the payload counts as stalled (kTimeNever: it does not land).
   TimePoint deadline(const PeerId& peer, std::uint32_t request) const {
@@ -109,7 +104,7 @@ class LandingTracker {
   TimePoint next_deadline() const { return deadlines_.empty() ? kTimeNever : deadlines_.begin()->first; }
 
  private:
-  using BlockKey = std::tuple<ManifestId, std::uint32_t, std::uint32_t>;  // version, shard, block
+  using BlockKey = std::pair<std::uint32_t, std::uint32_t>;  // shard, block
   struct Payload {
     LandingBlock where;
     TimePoint rate_deadline;  // began + stall limit + length at the minimum rate
