@@ -549,8 +549,11 @@ void SwarmSimulation::dispatch(Event& e) {
   switch (e.kind) {
     case Kind::kMessage: p.core->on_message(now(), from, e.message); break;
     case Kind::kPiece: {
-      auto landing = p.core->begin_piece(now(), from, e.message);
-      p.core->on_piece(now(), from, e.message, landing && landing->length == e.message.length);
+      // Header and payload arrive at once: the piece lands whole.
+      p.core->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) {
+        const auto landing = p.core->landing_for(path.begin_piece(at, from, e.message));
+        path.on_piece(at, from, e.message, landing && landing->length == e.message.length);
+      });
       break;
     }
     case Kind::kConnected:

@@ -355,29 +355,13 @@ void PeerCore::on_message(TimePoint now, const PeerId& peer, const swarm::SwarmM
   }
 }
 
-std::optional<PieceLanding> PeerCore::begin_piece(TimePoint now, const PeerId& peer,
-                                                  const swarm::SwarmMessage& header) {
-  auto target = swarm_.begin_piece(now, peer, header);
+std::optional<PieceLanding> PeerCore::landing_for(const std::optional<swarm::PieceTarget>& target) const {
   if (!target) return std::nullopt;
   auto v = find(target->version_id);
   if (!v || (!v->destination.empty() && target->offset + target->length > v->destination.size())) {
     return std::nullopt;
   }
   return PieceLanding{std::move(v), target->offset, target->length};
-}
-
-void PeerCore::on_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header, bool stored) {
-  swarm_.on_piece(now, peer, header, stored);
-  drain_swarm(now);
-}
-
-void PeerCore::on_piece_not_kept(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header) {
-  swarm_.on_piece_not_kept(now, peer, header);
-  drain_swarm(now);
-}
-
-void PeerCore::on_piece_progress(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header) {
-  swarm_.on_piece_progress(now, peer, header);
 }
 
 // --------------------------------------------------------------------------

@@ -218,12 +218,22 @@ class PeerCore {
   void on_connect_failed(TimePoint now, const PeerId& peer);
   void on_disconnected(TimePoint now, const PeerId& peer);
   void on_message(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message);
-  // As SwarmCore::begin_piece; nothing: discard the payload.
-  std::optional<PieceLanding> begin_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
-  void on_piece(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header, bool stored);
-  // As SwarmCore::on_piece_not_kept.
-  void on_piece_not_kept(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
-  void on_piece_progress(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& header);
+
+  // --- Pieces: the driver reaches the owner of their way ---
+  // Runs `call(swarm::PiecePath&, now)`, through which the swarm core routes
+  // each piece to the fetch whose request it answers (that FetchSession
+  // owns the way from request to verified shard). What the call leaves for
+  // this core (verifications, progress, messages) is taken before this
+  // returns, as after any other entry.
+  template <typename Call>
+  decltype(auto) pieces(TimePoint now, Call&& call) {
+    const DrainSwarmAfter drain{*this, now};
+    return std::forward<Call>(call)(static_cast<swarm::PiecePath&>(swarm_), now);
+  }
+  // Where a payload that PiecePath::begin_piece placed lands: the version's
+  // destination. Nothing (discard it) when the version is not held here or
+  // the target lies outside its destination.
+  std::optional<PieceLanding> landing_for(const std::optional<swarm::PieceTarget>& target) const;
 
   // --- Work done for the core ---
   void on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& version, ShardIndex shard, bool good);
@@ -290,6 +300,11 @@ class PeerCore {
   void source_finished(TimePoint now, const std::shared_ptr<LocalVersion>& source, const Status& outcome);
   void report(Report::Level level, std::string text) { actions_.push(Report{level, std::move(text)}); }
   void drain_swarm(TimePoint now);
+  struct DrainSwarmAfter {
+    PeerCore& core;
+    TimePoint now;
+    ~DrainSwarmAfter() { core.drain_swarm(now); }
+  };
   void shard_held(TimePoint now, const swarm::ShardHeld& held);
   void finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status);
   void announce_holding(const LocalVersion& v);

@@ -200,6 +200,7 @@ void PeerCore::on_local_write_failed(TimePoint now, const std::shared_ptr<LocalV
   if (find(version->id) != version && copies_.count(version) == 0) return;  // released meanwhile
   copying_.erase(version.get());
   finish(now, version, why.with_context("cannot store " + version->model + " v" + std::to_string(version->number)));
+  drain_swarm(now);  // what stopping the fetch told its sources goes out now
 }
 
 void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersion>& to,

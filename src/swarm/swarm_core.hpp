@@ -27,6 +27,7 @@
 #include "core/time.hpp"
 #include "core/timer_table.hpp"
 #include "swarm/fetch_session.hpp"
+#include "swarm/piece_path.hpp"
 #include "swarm/location_book.hpp"
 #include "swarm/seed_scheduler.hpp"
 #include "swarm/serve_session.hpp"
@@ -54,13 +55,6 @@ struct SwarmConfig {
   bool serve_fetched = true;
 };
 
-// Where an arriving piece's payload belongs.
-
-struct PieceTarget {
-  ManifestId version_id;
-  std::uint64_t offset = 0;
-  std::uint32_t length = 0;
-};
 
 // The timers of one version in a SwarmCore (SwarmCore::version_timer
 // names what sets each), and the core's own.
@@ -74,7 +68,7 @@ enum class SwarmTimer {
   kCount
 };
 
-class SwarmCore final : private ServePeers {
+class SwarmCore final : public PiecePath, private ServePeers {
  public:
   // `locations`: where peers sit, shared with other cores that see the same
   // world (the simulator's); nullptr: this core keeps a book of its own.
@@ -110,29 +104,12 @@ class SwarmCore final : private ServePeers {
   void on_connect_failed(TimePoint now, const PeerId& peer);
   void on_disconnected(TimePoint now, const PeerId& peer);
   void on_message(TimePoint now, const PeerId& peer, const SwarmMessage& message);
-  // A piece's header has arrived and its payload follows: where to write
-  // it, or nothing (discard it). From here until on_piece (or the
-  // connection's end) the payload is *landing*: at most one payload per
-  // block lands at a time, and never into a block already received or a
-  // shard being verified, so bytes that verified stay as they were. A
-  // landing payload keeps its request even when the fetch gives up on it
-  // (it is on the wire already), and one that stalls past
-  // kLandingLimitTimeouts request timeouts, or lands below the minimum
-  // rate (Landings), closes its connection.
-  // REQUIRES: the driver stops writing a payload when it closes the
-  // connection (CloseConnection, or a close of its own before on_disconnected).
-  std::optional<PieceTarget> begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header);
-  // The payload begun by begin_piece is complete: `stored` when it went to
-  // the target begin_piece gave.
-  void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored);
-  // The payload begun by begin_piece arrived whole but could not be kept
-  // here (its copy into GPU memory failed): the block is asked for again
-  // and the holder is not blamed (its bytes count as duplicate_bytes).
-  void on_piece_not_kept(TimePoint now, const PeerId& peer, const SwarmMessage& header);
-  // Bytes of the payload begun by begin_piece arrived: its stall limit
-  // counts from now, so a slow payload keeps its block while one that
-  // stopped (its holder frozen) gives it up after the limit.
-  void on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header);
+  // PiecePath (piece_path.hpp): routed to the fetch session whose request
+  // a piece answers.
+  std::optional<PieceTarget> begin_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header) override;
+  void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) override;
+  void on_piece_not_kept(TimePoint now, const PeerId& peer, const SwarmMessage& header) override;
+  void on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) override;
   void on_verified(TimePoint now, const ManifestId& version, ShardIndex shard, bool good);
 
   void handle_timeout(TimePoint now);

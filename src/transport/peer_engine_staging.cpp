@@ -85,19 +85,19 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
     lease->end_use();
     TH_LOG_WARN(kLog, "a payload for " << p.version->model << " v" << p.version->number
                                        << " could not land: " << landed.to_string());
-    core_->on_piece_not_kept(now(), peer, header);
+    core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_not_kept(at, peer, header); });
   } else if (p.stage != nullptr) {
     p.stage->give_back(p.buffer);
-    core_->on_piece(now(), peer, header, false);
+    core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, peer, header, false); });
   } else if (Status written = stored ? p.version->domain->write(p.version->destination, p.offset, p.bounce)
                                        : Status::ok();
              !written.is_ok()) {
     // The destination refuses bytes (a full file system, the file removed):
     // asking again would fail again, so the fetch ends, naming why.
-    core_->on_piece_not_kept(now(), peer, header);
+    core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_not_kept(at, peer, header); });
     core_->on_local_write_failed(now(), p.version, written);
   } else {
-    core_->on_piece(now(), peer, header, stored);
+    core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, peer, header, stored); });
   }
   keep_bounce(std::move(p.bounce));
   pump();
@@ -146,14 +146,14 @@ void PeerEngine::poll_landings() {
     }
     l.lease->end_use();
     if (d.ok) {
-      core_->on_piece(now(), l.peer, l.header, true);
+      core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, l.peer, l.header, true); });
       continue;
     }
     // The holder sent it whole: the failure is this side's, and the block
     // is asked for again without blame.
     TH_LOG_WARN(kLog, "a payload's copy into " << l.lease->version->model << " v" << l.lease->version->number
                                                << " failed; the block is fetched again");
-    core_->on_piece_not_kept(now(), l.peer, l.header);
+    core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_not_kept(at, l.peer, l.header); });
   }
   if (!done.empty()) pump();
 }

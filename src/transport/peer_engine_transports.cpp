@@ -113,7 +113,8 @@ void PeerEngine::piece_destination(const PeerId& peer, const swarm::SwarmMessage
 void PeerEngine::begin_landing(const PeerId& peer, const swarm::SwarmMessage& header, bool staged,
                                std::vector<std::span<std::byte>>& out) {
   if (closed_) return;
-  auto landing = core_->begin_piece(now(), peer, header);
+  const auto landing = core_->landing_for(core_->pieces(
+      now(), [&](swarm::PiecePath& path, TimePoint at) { return path.begin_piece(at, peer, header); }));
   arm_timer();  // the landing has a deadline
   if (!landing) return;
   if (staged && !landing->version->domain->receives_in_place()) return stage_payload(peer, header, *landing, out);
@@ -123,19 +124,19 @@ void PeerEngine::begin_landing(const PeerId& peer, const swarm::SwarmMessage& he
 void PeerEngine::on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) {
   if (closed_) return;
   if (end_staged_payload(peer, header, stored)) return;
-  core_->on_piece(now(), peer, header, stored);
+  core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, peer, header, stored); });
   pump();
 }
 
 void PeerEngine::on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) {
   if (closed_) return;
-  core_->on_piece_not_kept(now(), peer, header);
+  core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_not_kept(at, peer, header); });
   pump();
 }
 
 void PeerEngine::on_piece_progress(const PeerId& peer, const swarm::SwarmMessage& header) {
   if (closed_) return;
-  core_->on_piece_progress(now(), peer, header);
+  core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_progress(at, peer, header); });
   arm_timer();  // the landing's deadline moved
 }
 

@@ -187,6 +187,31 @@ void PeerNetwork::drain(std::size_t peer) {
   arm(peer);
 }
 
+namespace {
+
+// What VirtualLinks delivers to, for a peer core: its connection events,
+// and its pieces through the owner of their way (PeerCore::pieces).
+struct LinkedCore {
+  peer::PeerCore& core;
+
+  void on_message(TimePoint now, const PeerId& from, const swarm::SwarmMessage& m) { core.on_message(now, from, m); }
+  void on_connected(TimePoint now, const PeerId& from) { core.on_connected(now, from); }
+  void on_connect_failed(TimePoint now, const PeerId& from) { core.on_connect_failed(now, from); }
+  void on_disconnected(TimePoint now, const PeerId& from) { core.on_disconnected(now, from); }
+  std::optional<peer::PieceLanding> begin_piece(TimePoint now, const PeerId& from, const swarm::SwarmMessage& header) {
+    return core.landing_for(core.pieces(
+        now, [&](swarm::PiecePath& path, TimePoint at) { return path.begin_piece(at, from, header); }));
+  }
+  void on_piece(TimePoint now, const PeerId& from, const swarm::SwarmMessage& header, bool stored) {
+    core.pieces(now, [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, from, header, stored); });
+  }
+  void on_piece_not_kept(TimePoint now, const PeerId& from, const swarm::SwarmMessage& header) {
+    core.pieces(now, [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_not_kept(at, from, header); });
+  }
+};
+
+}  // namespace
+
 void PeerNetwork::dispatch(Event& e) {
   Peer& p = peers_[e.to];
   if (!p.core) return;
@@ -195,7 +220,8 @@ void PeerNetwork::dispatch(Event& e) {
       const std::size_t from = e.link->from;
       std::shared_ptr<peer::LocalVersion> refused;
       Status why;
-      links_.deliver(*p.core, now(), gossip_.id(from), peers_[from].core != nullptr, *e.link,
+      LinkedCore linked{*p.core};
+      links_.deliver(linked, now(), gossip_.id(from), peers_[from].core != nullptr, *e.link,
                      [&](const peer::PieceLanding& target, std::span<const std::byte> payload) {
                        // Through the domain: GPU memory is not the host's to write.
                        why = target.version->domain->write(target.version->destination, target.offset, payload);
