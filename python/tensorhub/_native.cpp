@@ -180,10 +180,20 @@ struct Owned {
 using Published = Owned<PublishHandle>;
 using Fetched = Owned<FetchHandle>;
 
+// Unmapping closes the CUDA IPC handle: not with the GIL held. reset()
+// empties the pointer before it calls this, so another thread sees the
+// mapping closed, never half unmapped.
+struct UnmapWithoutGil {
+  void operator()(GpuMapping* mapping) const {
+    py::gil_scoped_release nogil;
+    delete mapping;
+  }
+};
+
 // A range of GPU memory another process shares (a daemon's hold on a GPU):
 // mapped until close() or the object's end.
 struct Mapping {
-  std::unique_ptr<GpuMapping> mapping;
+  std::unique_ptr<GpuMapping, UnmapWithoutGil> mapping;
   GpuMapping& get() const {
     if (!mapping) raise(Status::cancelled("the GPU mapping is closed"));
     return *mapping;
@@ -201,7 +211,12 @@ PYBIND11_MODULE(_native, m) {
     return id.public_key().hex();
   });
   m.def("public_key_of", [](const std::string& key_file) {
-    return value_or_raise(Identity::load(key_file)).public_key().hex();
+    std::optional<Result<Identity>> id;
+    {
+      py::gil_scoped_release nogil;
+      id.emplace(Identity::load(key_file));
+    }
+    return value_or_raise(std::move(*id)).public_key().hex();
   });
 
   py::class_<Published, std::unique_ptr<Published>>(m, "Published")
@@ -226,7 +241,16 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("info", [](const Fetched& f) { return version_dict(f.get().info()); })
       .def_property_readonly("tensors", [](const Fetched& f) { return tensor_specs(f.get().manifest()); })
       .def_property_readonly("shard_size", [](const Fetched& f) { return f.get().manifest().body().shard_size; })
-      .def("verified_shards", [](const Fetched& f) { return f.get().verified_shards(); })
+      .def("verified_shards",
+           [](const Fetched& f) {
+             const FetchHandle& h = f.get();
+             std::vector<bool> flags;
+             {
+               py::gil_scoped_release nogil;
+               flags = h.verified_shards();
+             }
+             return flags;
+           })
       .def("progress",
            [](const Fetched& f) {
              const FetchProgressInfo p = f.get().progress();
@@ -255,12 +279,17 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init([](py::bytes handle, std::uint64_t offset, std::uint64_t length, const std::string& gpu) {
              const std::string bytes = handle;
              const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
-             return Mapping{value_or_raise(GpuMapping::open({data, bytes.size()}, offset, length, gpu))};
+             std::optional<Result<std::unique_ptr<GpuMapping>>> r;
+             {
+               py::gil_scoped_release nogil;
+               r.emplace(GpuMapping::open({data, bytes.size()}, offset, length, gpu));
+             }
+             return Mapping{std::unique_ptr<GpuMapping, UnmapWithoutGil>(value_or_raise(std::move(*r)).release())};
            }),
            py::arg("handle"), py::arg("offset"), py::arg("length"), py::arg("gpu"))
       .def_property_readonly("address", [](const Mapping& g) { return g.get().address(); })
       .def_property_readonly("nbytes", [](const Mapping& g) { return g.get().size(); })
-      .def("close", [](Mapping& g) { g.mapping.reset(); });
+      .def("close", [](Mapping& g) { g.mapping.reset(); });  // unmaps without the GIL (UnmapWithoutGil)
 
   py::class_<Peer, PeerHolder>(m, "Peer")
       .def_static(
@@ -273,30 +302,51 @@ PYBIND11_MODULE(_native, m) {
             } catch (const py::cast_error& e) {
               raise(Status::invalid_argument(std::string("a peer option has the wrong type or range: ") + e.what()));
             }
-            Identity identity = key_file ? value_or_raise(Identity::load(*key_file)) : Identity::generate();
-            SwarmKey key = SwarmKey::generate();
-            if (swarm_key_file) {
-              key = value_or_raise(SwarmKey::load(*swarm_key_file));
-            } else if (swarm_key) {
-              const std::string bytes = *swarm_key;
-              if (bytes.size() != 32) raise(Status::invalid_argument("a swarm key is 32 bytes"));
-              std::array<std::uint8_t, 32> raw{};
-              std::memcpy(raw.data(), bytes.data(), 32);
-              key = SwarmKey::from_bytes(raw);
-            } else {
-              raise(Status::invalid_argument("a swarm key is needed (swarm_key or swarm_key_file)"));
+            // The swarm key's bytes are taken from Python with the GIL held;
+            // the key files are read without it, and any error is raised
+            // after, in the order the checks run.
+            std::optional<std::string> key_bytes;
+            if (!swarm_key_file && swarm_key) {
+              std::string bytes = *swarm_key;
+              key_bytes = std::move(bytes);
             }
-            Result<std::unique_ptr<Peer>> peer = Status::internal("not started");
+            std::optional<Result<std::unique_ptr<Peer>>> peer;
             {
               py::gil_scoped_release nogil;
-              peer = Peer::start(std::move(o), std::move(identity), std::move(key));
+              peer.emplace([&]() -> Result<std::unique_ptr<Peer>> {
+                Result<Identity> identity =
+                    key_file ? Identity::load(*key_file) : Result<Identity>(Identity::generate());
+                if (!identity.is_ok()) return identity.status();
+                SwarmKey key = SwarmKey::generate();
+                if (swarm_key_file) {
+                  Result<SwarmKey> loaded = SwarmKey::load(*swarm_key_file);
+                  if (!loaded.is_ok()) return loaded.status();
+                  key = *loaded;
+                } else if (key_bytes) {
+                  if (key_bytes->size() != 32) return Status::invalid_argument("a swarm key is 32 bytes");
+                  std::array<std::uint8_t, 32> raw{};
+                  std::memcpy(raw.data(), key_bytes->data(), 32);
+                  key = SwarmKey::from_bytes(raw);
+                } else {
+                  return Status::invalid_argument("a swarm key is needed (swarm_key or swarm_key_file)");
+                }
+                return Peer::start(std::move(o), std::move(*identity), std::move(key));
+              }());
             }
-            return PeerHolder(value_or_raise(std::move(peer)).release());
+            return PeerHolder(value_or_raise(std::move(*peer)).release());
           },
           py::arg("options"), py::arg("key_file") = py::none(), py::arg("swarm_key") = py::none(),
           py::arg("swarm_key_file") = py::none())
       .def_property_readonly("id", [](const Peer& p) { return p.id().hex(); })
-      .def_property_readonly("gossip_address", &Peer::gossip_address)
+      .def_property_readonly("gossip_address",
+                             [](const Peer& p) {
+                               std::string address;
+                               {
+                                 py::gil_scoped_release nogil;
+                                 address = p.gossip_address();
+                               }
+                               return address;
+                             })
       .def("publish",
            [](Peer& p, const std::string& model, const std::vector<RegionSpec>& regions,
               const std::vector<TensorSpec>& tensors, py::object owner, const std::string& gpu) {
@@ -318,16 +368,30 @@ PYBIND11_MODULE(_native, m) {
            py::keep_alive<0, 1>())
       .def("latest",
            [](const Peer& p, const std::string& model) -> py::object {
-             auto v = p.latest(model);
+             std::optional<VersionInfo> v;
+             {
+               py::gil_scoped_release nogil;
+               v = p.latest(model);
+             }
              return v ? py::object(version_dict(*v)) : py::object(py::none());
            })
       .def("version_info",
            [](const Peer& p, const std::string& model, std::uint64_t version) {
-             return version_dict(value_or_raise(p.version_info(model, version)));
+             std::optional<Result<VersionInfo>> r;
+             {
+               py::gil_scoped_release nogil;
+               r.emplace(p.version_info(model, version));
+             }
+             return version_dict(value_or_raise(std::move(*r)));
            })
       .def("version_tensors",
            [](const Peer& p, const std::string& model, std::uint64_t version) {
-             return tensor_specs(value_or_raise(p.manifest(model, version)));
+             std::optional<Result<Manifest>> r;
+             {
+               py::gil_scoped_release nogil;
+               r.emplace(p.manifest(model, version));
+             }
+             return tensor_specs(value_or_raise(std::move(*r)));
            })
       .def("wait_for_head",
            [](Peer& p, const std::string& model, std::uint64_t after, std::optional<double> timeout) {
@@ -376,5 +440,12 @@ PYBIND11_MODULE(_native, m) {
         }
         return value_or_raise(std::move(*r));
       }, py::arg("model"), py::arg("version"))
-      .def("status_json", &Peer::status_json);
+      .def("status_json", [](const Peer& p) {
+        std::string json;
+        {
+          py::gil_scoped_release nogil;
+          json = p.status_json();
+        }
+        return json;
+      });
 }
