@@ -506,6 +506,7 @@ void SwarmSimulation::drain(std::uint32_t peer) {
               p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
               Event e{p.hasher_free, Kind::kVerified, peer, peer, {}, hash.shard.value};
               e.message.version_id = hash.version->id;
+              e.message.offset = hash.fetch_serial;  // the fetch the result is for
               events_.schedule(std::move(e));
             },
             // Simulated versions share no bytes and hosts share no memory:
@@ -567,9 +568,10 @@ void SwarmSimulation::dispatch(Event& e) {
     case Kind::kDisconnected: p.core->on_disconnected(now(), from); break;
     case Kind::kPeerGone: p.core->peer_gone(now(), from); break;
     case Kind::kVerified:
-      if (auto v = p.core->find(e.message.version_id)) {
-        p.core->on_shard_hashed(now(), v, ShardIndex{static_cast<std::uint32_t>(e.number)}, true);
-      }
+      p.core->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) {
+        path.on_verified(at, e.message.version_id, ShardIndex{static_cast<std::uint32_t>(e.number)}, e.message.offset,
+                         true);
+      });
       break;
     case Kind::kTimer:
       if (!p.timer.fires(e.number)) return;

@@ -367,16 +367,13 @@ std::optional<PieceLanding> PeerCore::landing_for(const std::optional<swarm::Pie
 // --------------------------------------------------------------------------
 // Work done for the core
 
-void PeerCore::on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& v, ShardIndex shard, bool good) {
-  if (find(v->id) != v) return;  // released meanwhile
-  if (!good) {
-    report(Report::kWarn, v->model + " v" + std::to_string(v->number) + ": shard " + std::to_string(shard.value) +
-                              " failed verification; fetching it again");
-    ++v->bad_shards;
-    state_changed();
-  }
-  swarm_.on_verified(now, v->id, shard, good);
-  drain_swarm(now);
+void PeerCore::shard_failed(const swarm::ShardFailed& failed) {
+  auto v = find(failed.version_id);
+  if (!v) return;
+  report(Report::kWarn, v->model + " v" + std::to_string(v->number) + ": shard " + std::to_string(failed.shard.value) +
+                            " failed verification; fetching it again");
+  ++v->bad_shards;
+  state_changed();
 }
 
 void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
@@ -394,7 +391,9 @@ void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
 void PeerCore::drain_swarm(TimePoint now) {
   while (auto action = swarm_.poll()) {
     if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
-      if (auto v = find(verify->version_id)) actions_.push(HashShard{std::move(v), verify->shard});
+      if (auto v = find(verify->version_id)) actions_.push(HashShard{std::move(v), verify->shard, verify->fetch_serial});
+    } else if (auto* failed = std::get_if<swarm::ShardFailed>(&*action)) {
+      shard_failed(*failed);
     } else if (auto* held = std::get_if<swarm::ShardHeld>(&*action)) {
       shard_held(now, *held);
     } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {

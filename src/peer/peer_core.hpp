@@ -71,11 +71,13 @@ struct CancelQueuedPiece {
   PeerId peer;
   std::uint32_t request_id = 0;
 };
-// Hash `shard` of the version's destination and call on_shard_hashed. The
-// core writes nothing into that shard meanwhile.
+// Hash `shard` of the version's destination and tell the piece path
+// (PiecePath::on_verified, through pieces()) with `fetch_serial`. The core
+// writes nothing into that shard meanwhile.
 struct HashShard {
   std::shared_ptr<LocalVersion> version;
   ShardIndex shard;
+  std::uint64_t fetch_serial = 0;
 };
 // Copy `shards` (byte ranges from `to`'s manifest) from `from`'s memory to
 // `to`'s destination, verify each copy against `to`'s manifest (the source
@@ -236,7 +238,6 @@ class PeerCore {
   std::optional<PieceLanding> landing_for(const std::optional<swarm::PieceTarget>& target) const;
 
   // --- Work done for the core ---
-  void on_shard_hashed(TimePoint now, const std::shared_ptr<LocalVersion>& version, ShardIndex shard, bool good);
   // `mate_failure`: for CopyFromMate, why the shards in `failed` did not
   // come from the host mate (they are fetched from the swarm; not an
   // error of this peer's memory). `destination_error`: the destination
@@ -306,6 +307,7 @@ class PeerCore {
     ~DrainSwarmAfter() { core.drain_swarm(now); }
   };
   void shard_held(TimePoint now, const swarm::ShardHeld& held);
+  void shard_failed(const swarm::ShardFailed& failed);
   void finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status);
   void announce_holding(const LocalVersion& v);
   void withdraw_holding(const LocalVersion& v);

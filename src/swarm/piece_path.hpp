@@ -48,6 +48,11 @@ class PiecePath {
   // counts from now, so a slow payload keeps its block while one that
   // stopped (its holder frozen) gives it up after the limit.
   virtual void on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) = 0;
+  // The shard a VerifyShard named was hashed: `good` when it matches the
+  // manifest. Ignored unless `fetch_serial` names the version's fetch in
+  // progress (a result that outlived its fetch verifies nothing).
+  virtual void on_verified(TimePoint now, const ManifestId& version_id, ShardIndex shard, std::uint64_t fetch_serial,
+                           bool good) = 0;
 };
 
 }  // namespace tensorhub::swarm

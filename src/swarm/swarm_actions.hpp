@@ -46,7 +46,17 @@ struct DropQueuedPieces {
   ManifestId version_id;
   bool fetch_ended = false;
 };
+// Hash the shard and tell PiecePath::on_verified, with `fetch_serial`: it
+// names this fetch of the version, so a result that comes back after the
+// fetch ended (and another began) verifies nothing.
 struct VerifyShard {
+  ManifestId version_id;
+  ShardIndex shard;
+  std::uint64_t fetch_serial = 0;
+};
+// The shard failed verification: it is fetched again (for the operator's
+// report and the version's count of bad shards).
+struct ShardFailed {
   ManifestId version_id;
   ShardIndex shard;
 };
@@ -59,6 +69,6 @@ struct FetchFinished {
   Status status;
 };
 using SwarmAction = std::variant<OpenConnection, CloseConnection, SendMessage, ServePiece, DropQueuedPieces, VerifyShard,
-                                 ShardHeld, FetchFinished>;
+                                 ShardFailed, ShardHeld, FetchFinished>;
 
 }  // namespace tensorhub::swarm

@@ -63,6 +63,7 @@ void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& la
   if (v.fetch) return;
   const std::uint64_t seed = version_seed(id, 0);
   v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now, request_ids_);
+  v.fetch_serial = ++fetch_serials_;
   v.fetch->set_slot_share(now, upload_slots_here());
   drain(now, id, v);
 }
@@ -187,7 +188,7 @@ void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
       if (v.fetch->lands(cancel->peer, cancel->request_id)) continue;
       send(cancel->peer, SwarmMessage::about_request(MessageType::kCancel, id, cancel->request_id));
     } else if (auto* verify = std::get_if<VerifyAction>(&*action)) {
-      actions_.push(VerifyShard{id, verify->shard});
+      actions_.push(VerifyShard{id, verify->shard, v.fetch_serial});
     } else if (auto* announce = std::get_if<AnnounceAction>(&*action)) {
       v.have.set(announce->shard.value);
       actions_.push(ShardHeld{id, announce->shard});
@@ -480,9 +481,11 @@ TimePoint SwarmCore::next_landing_deadline() const {
   return earliest;
 }
 
-void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, bool good) {
+void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shard, std::uint64_t fetch_serial,
+                            bool good) {
   auto it = versions_.find(id);
-  if (it == versions_.end() || !it->second.fetch) return;
+  if (it == versions_.end() || !it->second.fetch || it->second.fetch_serial != fetch_serial) return;
+  if (!good) actions_.push(ShardFailed{id, shard});
   it->second.fetch->on_verified(now, shard, good);
   drain(now, id, it->second);
 }

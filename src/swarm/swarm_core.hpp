@@ -110,7 +110,8 @@ class SwarmCore final : public PiecePath, private ServePeers {
   void on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) override;
   void on_piece_not_kept(TimePoint now, const PeerId& peer, const SwarmMessage& header) override;
   void on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) override;
-  void on_verified(TimePoint now, const ManifestId& version, ShardIndex shard, bool good);
+  void on_verified(TimePoint now, const ManifestId& version_id, ShardIndex shard, std::uint64_t fetch_serial,
+                   bool good) override;
 
   void handle_timeout(TimePoint now);
   TimePoint next_timeout() const;
@@ -129,6 +130,7 @@ class SwarmCore final : public PiecePath, private ServePeers {
     core::Bitfield have;
     std::unique_ptr<ServeSession> serve;  // never null; reads `have`
     std::unique_ptr<FetchSession> fetch;  // while fetching
+    std::uint64_t fetch_serial = 0;       // names the fetch in progress (VerifyShard)
     std::optional<FetchProgress> finished;  // the fetch's last progress, once it is over
     std::set<PeerId> sources;             // neighbours we fetch it from
   };
@@ -189,6 +191,7 @@ class SwarmCore final : public PiecePath, private ServePeers {
   // Request ids, one counter over every version and connection: a
   // connection's requests in flight never share one.
   RequestIds request_ids_;  // every version's requests, from one
+  std::uint64_t fetch_serials_ = 0;  // the last fetch's serial
   // The payloads landing now, over every version and connection.
 };
 

@@ -584,12 +584,14 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
 void PeerEngine::hash_shard(const HashShard& job) {
   std::shared_ptr<Lease> lease = lease_of(job.version);
   ++lease->uses;
-  pool_.submit([this, lease, version = job.version, shard = job.shard] {
+  pool_.submit([this, lease, version = job.version, shard = job.shard, serial = job.fetch_serial] {
     const bool good = version->domain->verify_shard(*version->manifest, shard, version->destination.as_const());
-    asio::post(io_, [this, lease, version, shard, good] {
+    asio::post(io_, [this, lease, version, shard, serial, good] {
       lease->end_use();
       if (closed_) return;
-      core_->on_shard_hashed(now(), version, shard, good);
+      core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) {
+        path.on_verified(at, version->id, shard, serial, good);
+      });
       pump();
     });
   });

@@ -142,7 +142,8 @@ void PeerNetwork::drain(std::size_t peer) {
             [&](peer::HashShard& hash) {
               const bool good = hash.version->domain->verify_shard(*hash.version->manifest, hash.shard,
                                                                    hash.version->destination.as_const());
-              schedule(Event{now(), Kind::kHashed, peer, std::nullopt, hash.shard.value, hash.version, good, {}});
+              schedule(Event{now(), Kind::kHashed, peer, std::nullopt, hash.shard.value, hash.version, good, {},
+                             hash.fetch_serial});
             },
             [&](peer::CopyShards& copy) {
               const Manifest& m = *copy.to->manifest;
@@ -239,7 +240,11 @@ void PeerNetwork::dispatch(Event& e) {
       if (!p.timer.fires(e.number)) return;
       p.core->handle_timeout(now());
       break;
-    case Kind::kHashed: p.core->on_shard_hashed(now(), e.version, ShardIndex{static_cast<std::uint32_t>(e.number)}, e.good); break;
+    case Kind::kHashed:
+      p.core->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) {
+        path.on_verified(at, e.version->id, ShardIndex{static_cast<std::uint32_t>(e.number)}, e.fetch_serial, e.good);
+      });
+      break;
     case Kind::kCopied: p.core->on_shards_copied(now(), e.version, e.failed); break;
   }
   drain(e.to);

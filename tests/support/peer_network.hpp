@@ -105,6 +105,7 @@ class PeerNetwork {
     std::shared_ptr<peer::LocalVersion> version;  // kHashed, kCopied
     bool good = false;  // kHashed
     std::vector<ShardIndex> failed;  // kCopied: copies that did not verify
+    std::uint64_t fetch_serial = 0;  // kHashed: the fetch the result is for
   };
 
   void schedule(Event e) { events_.schedule(std::move(e)); }

@@ -123,7 +123,7 @@ void SwarmNetwork::drain(std::size_t peer) {
       const ShardEntry& shard = manifest_.shard(verify->shard);
       const bool good = verify_shard(manifest_, verify->shard,
                                      std::span(p.image).subspan(shard.byte_offset, shard.byte_length));
-      p.core->on_verified(now(), verify->version_id, verify->shard, good);
+      p.core->on_verified(now(), verify->version_id, verify->shard, verify->fetch_serial, good);
     } else if (auto* announce = std::get_if<swarm::FetchFinished>(&*action)) {
       p.result = announce->status;
       p.finished_at = now();

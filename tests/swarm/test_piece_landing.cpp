@@ -64,6 +64,7 @@ class Trio {
           closed.push_back(close->peer);
         } else if (auto* verify = std::get_if<VerifyShard>(&*action)) {
           verifies.push_back(verify->shard);
+          fetch_serial = verify->fetch_serial;
         } else if (std::holds_alternative<FetchFinished>(*action)) {
           finished = true;
         }
@@ -126,6 +127,7 @@ class Trio {
   std::vector<Served> served;
   std::vector<PeerId> closed;
   std::vector<ShardIndex> verifies;
+  std::uint64_t fetch_serial = 0;  // of the last VerifyShard
   bool finished = false;
 };
 
@@ -149,7 +151,13 @@ TEST_CASE("piece landing: a payload that lands slowly keeps its request, nobody 
   // The payload completes; the shard goes to verification once.
   t.finish_landing(first);
   CHECK(t.fetcher->progress(t.version)->duplicate_bytes == 0);
-  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, true);
+  REQUIRE(t.fetch_serial != 0);
+  // A result for another fetch of the version (one that ended, its hash
+  // still running) verifies nothing.
+  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, t.fetch_serial + 1, true);
+  t.pump();
+  CHECK_FALSE(t.finished);
+  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, t.fetch_serial, true);
   t.pump();
   CHECK(t.finished);
 }
@@ -212,7 +220,7 @@ TEST_CASE("piece landing: an endgame copy is turned away while another lands") {
   CHECK(t.served.size() == 2);  // and it is not asked again while the first lands
   t.finish_landing(first);
   CHECK(t.fetcher->progress(t.version)->duplicate_bytes == Trio::kBlock);  // the copy turned away
-  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, true);
+  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, t.fetch_serial, true);
   t.pump();
   CHECK(t.finished);
 }
