@@ -168,6 +168,11 @@ class FetchHandle {
   // arrive). Empty once released.
   std::vector<bool> verified_shards() const;
   FetchProgressInfo progress() const;
+  // Waits until more than `shards_verified` shards are verified, the fetch
+  // has ended (progress().done), or `timeout` passes, and returns the
+  // progress then: a consumer reading tensors as they verify waits for the
+  // next shard with it instead of polling.
+  FetchProgressInfo wait_progress(std::uint32_t shards_verified, std::chrono::milliseconds timeout) const;
   // Waits for the outcome: ok when every byte is verified. For a fetch
   // into a file (Peer::fetch_to_file), the first call that finds every
   // byte verified renames the file into place, and returns ok once it is.

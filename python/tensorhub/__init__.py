@@ -203,6 +203,8 @@ class Fetched(_Fetch):
         deadline = None if timeout is None else time.monotonic() + timeout
         views = None
         while pending:
+            # Read before the flags: a shard verified after this wakes the wait below.
+            seen = self._native.progress()["shards_verified"]
             flags = self._native.verified_shards()
             ready, waiting = [], []
             for t in pending:
@@ -216,9 +218,10 @@ class Fetched(_Fetch):
             if not ready:
                 if self._native.progress()["done"]:
                     self._native.wait(0)  # raises why the fetch failed
-                if deadline is not None and time.monotonic() >= deadline:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
                     raise Error("timeout: the next tensor was not verified in time")
-                time.sleep(0.005)
+                self._native.wait_progress(seen, remaining)  # the next shard, without the GIL
                 continue
             if views is None:
                 views = self._views(kind)

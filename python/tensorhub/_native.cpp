@@ -60,6 +60,18 @@ std::chrono::milliseconds millis(std::optional<double> seconds) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(*seconds * 1000.0));
 }
 
+py::dict progress_dict(const FetchProgressInfo& p) {
+  py::dict d;
+  d["bytes_total"] = p.bytes_total;
+  d["bytes_verified"] = p.bytes_verified;
+  d["shards_total"] = p.shards_total;
+  d["shards_verified"] = p.shards_verified;
+  d["sources"] = p.sources;
+  d["done"] = p.done;
+  d["bytes_per_second"] = p.bytes_per_second;
+  return d;
+}
+
 std::vector<TensorSpec> tensor_specs(const Manifest& m) {
   std::vector<TensorSpec> out;
   for (const TensorEntry& t : m.tensors()) {
@@ -251,18 +263,18 @@ PYBIND11_MODULE(_native, m) {
              }
              return flags;
            })
-      .def("progress",
-           [](const Fetched& f) {
-             const FetchProgressInfo p = f.get().progress();
-             py::dict d;
-             d["bytes_total"] = p.bytes_total;
-             d["bytes_verified"] = p.bytes_verified;
-             d["shards_total"] = p.shards_total;
-             d["shards_verified"] = p.shards_verified;
-             d["sources"] = p.sources;
-             d["done"] = p.done;
-             return d;
-           })
+      .def("progress", [](const Fetched& f) { return progress_dict(f.get().progress()); })
+      .def("wait_progress",
+           [](const Fetched& f, std::uint32_t shards_verified, std::optional<double> timeout) {
+             const FetchHandle& h = f.get();
+             FetchProgressInfo p;
+             {
+               py::gil_scoped_release nogil;
+               p = h.wait_progress(shards_verified, millis(timeout));
+             }
+             return progress_dict(p);
+           },
+           py::arg("shards_verified"), py::arg("timeout") = py::none())
       .def("wait",
            [](Fetched& f, std::optional<double> timeout) {
              Status s;

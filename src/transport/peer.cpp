@@ -558,6 +558,10 @@ std::vector<bool> FetchHandle::verified_shards() const {
 
 FetchProgressInfo FetchHandle::progress() const { return state_->watch->snapshot().progress; }
 
+FetchProgressInfo FetchHandle::wait_progress(std::uint32_t shards_verified, std::chrono::milliseconds timeout) const {
+  return state_->watch->wait_verified_above(shards_verified, timeout).progress;
+}
+
 Status FetchHandle::wait(std::chrono::milliseconds timeout) {
   const peer::VersionWatch::Snapshot v = state_->watch->wait_finished(timeout);
   if (!v.finished()) {

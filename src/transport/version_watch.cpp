@@ -32,4 +32,11 @@ VersionWatch::Snapshot VersionWatch::wait_finished(std::chrono::milliseconds tim
   return snapshot_;
 }
 
+VersionWatch::Snapshot VersionWatch::wait_verified_above(std::uint32_t shards, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  changed_.wait_for(lock, timeout,
+                    [&] { return snapshot_.finished() || snapshot_.progress.shards_verified > shards; });
+  return snapshot_;
+}
+
 }  // namespace tensorhub::peer

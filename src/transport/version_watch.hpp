@@ -44,6 +44,9 @@ class VersionWatch {
   // Waits until the version is no longer fetching or `timeout` passes;
   // returns the snapshot it saw last (finished() says which).
   Snapshot wait_finished(std::chrono::milliseconds timeout) const;
+  // Waits until more than `shards` shards are verified, the version is no
+  // longer fetching, or `timeout` passes; returns the snapshot it saw last.
+  Snapshot wait_verified_above(std::uint32_t shards, std::chrono::milliseconds timeout) const;
 
   // Counted by the engine (any thread may read them).
   std::atomic<std::uint64_t> bytes_served{0};      // payload sent to other peers

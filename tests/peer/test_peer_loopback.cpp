@@ -124,6 +124,16 @@ TEST_CASE("peer: publish, discover, fetch and verify over loopback") {
   std::vector<std::byte> destination(image.size());
   auto f2 = worker2->fetch("policy", 1, destination);
   REQUIRE(f2.is_ok());
+  // The next shard is waited for, not polled: each wait returns with more
+  // verified than it was given, until the fetch is done.
+  std::uint32_t seen = 0;
+  for (std::uint32_t step = 0; step <= f1->progress().shards_total; ++step) {
+    const FetchProgressInfo p = f1->wait_progress(seen, 20s);
+    if (p.done) break;
+    REQUIRE(p.shards_verified > seen);
+    seen = p.shards_verified;
+  }
+  CHECK(f1->wait_progress(seen, 0ms).done);
   REQUIRE_MESSAGE(f1->wait(20s).is_ok(), f1->wait(0ms).to_string());
   REQUIRE(f2->wait(20s).is_ok());
   CHECK(std::equal(f1->bytes().begin(), f1->bytes().end(), image.begin(), image.end()));
