@@ -69,7 +69,7 @@ std::shared_ptr<ManifestDecoder> default_manifest_decoder();
 // A piece still queued for `peer` under `request_id` is not sent.
 struct CancelQueuedPiece {
   PeerId peer;
-  std::uint32_t request_id = 0;
+  swarm::RequestId request_id;
 };
 // Hash `shard` of the version's destination and tell the piece path
 // (PiecePath::on_verified, through pieces()) with `fetch_serial`. The core

@@ -104,7 +104,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
                   std::shared_ptr<transport::PieceSource> source) override {
     tcp_->send_piece(peer, header, pieces, std::move(source));
   }
-  void cancel_piece(const PeerId& peer, std::uint32_t request_id) override { tcp_->cancel_piece(peer, request_id); }
+  void cancel_piece(const PeerId& peer, swarm::RequestId request_id) override { tcp_->cancel_piece(peer, request_id); }
   void cancel_pieces_of(const PeerId& peer, const ManifestId& version) override {
     tcp_->cancel_pieces_of(peer, version);
   }

@@ -7,7 +7,7 @@
 
 namespace tensorhub::swarm {
 
-std::optional<std::uint64_t> FetchSession::begin_piece(TimePoint now, const PeerId& peer, std::uint32_t request_id,
+std::optional<std::uint64_t> FetchSession::begin_piece(TimePoint now, const PeerId& peer, RequestId request_id,
                                                        std::uint32_t length) {
   if (landings_.lands(peer, request_id)) return std::nullopt;
   const auto asked = request_of(peer, request_id);
@@ -21,11 +21,11 @@ std::optional<std::uint64_t> FetchSession::begin_piece(TimePoint now, const Peer
   return layout_.shard_offset(asked->shard) + std::uint64_t{asked->block.value} * layout_.block_size;
 }
 
-void FetchSession::piece_progress(TimePoint now, const PeerId& peer, std::uint32_t request_id) {
+void FetchSession::piece_progress(TimePoint now, const PeerId& peer, RequestId request_id) {
   landings_.moved(peer, request_id, now);
 }
 
-bool FetchSession::end_piece(TimePoint now, const PeerId& peer, std::uint32_t request_id, PieceEnd how) {
+bool FetchSession::end_piece(TimePoint now, const PeerId& peer, RequestId request_id, PieceEnd how) {
   if (const auto landed = landings_.end(peer, request_id)) {
     answered(peer, request_id);
     switch (how) {
@@ -47,7 +47,7 @@ bool FetchSession::end_piece(TimePoint now, const PeerId& peer, std::uint32_t re
   return true;
 }
 
-bool FetchSession::on_answer(TimePoint now, const PeerId& peer, std::uint32_t request_id, bool deferred) {
+bool FetchSession::on_answer(TimePoint now, const PeerId& peer, RequestId request_id, bool deferred) {
   if (landings_.lands(peer, request_id)) return false;  // the payload began: it answers
   const auto asked = request_of(peer, request_id);
   if (!asked) return false;

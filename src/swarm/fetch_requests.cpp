@@ -53,11 +53,11 @@ void FetchSession::drop_request(Shard& s, BlockIndex block, const PeerId& peer, 
   if (requests.empty() && !s.received.test(block.value)) ++unrequested_;
 }
 
-std::uint32_t FetchSession::take_request_id() {
+RequestId FetchSession::take_request_id() {
   return request_ids_->next();
 }
 
-const FetchSession::Request* FetchSession::find_request(const PeerId& peer, std::uint32_t id) const {
+const FetchSession::Request* FetchSession::find_request(const PeerId& peer, RequestId id) const {
   auto at = request_blocks_.find(id);
   if (at == request_blocks_.end()) return nullptr;
   auto s = shards_.find(at->second.first.value);
@@ -66,7 +66,7 @@ const FetchSession::Request* FetchSession::find_request(const PeerId& peer, std:
   return r != nullptr && r->id == id ? r : nullptr;
 }
 
-std::optional<FetchSession::RequestedBlock> FetchSession::request_of(const PeerId& peer, std::uint32_t id) const {
+std::optional<FetchSession::RequestedBlock> FetchSession::request_of(const PeerId& peer, RequestId id) const {
   const Request* r = find_request(peer, id);
   if (r == nullptr) {
     auto gone = let_go_.find(id);
@@ -77,7 +77,7 @@ std::optional<FetchSession::RequestedBlock> FetchSession::request_of(const PeerI
   return RequestedBlock{shard, block, r->superseded};
 }
 
-void FetchSession::mark_superseded(const PeerId& peer, std::uint32_t id) {
+void FetchSession::mark_superseded(const PeerId& peer, RequestId id) {
   // The table owns the request; find_request only looks.
   if (const Request* r = find_request(peer, id)) {
     const_cast<Request*>(r)->superseded = true;
@@ -86,7 +86,7 @@ void FetchSession::mark_superseded(const PeerId& peer, std::uint32_t id) {
   }
 }
 
-void FetchSession::answered(const PeerId& peer, std::uint32_t id) {
+void FetchSession::answered(const PeerId& peer, RequestId id) {
   if (auto gone = let_go_.find(id); gone != let_go_.end() && gone->second.peer == peer) let_go_.erase(gone);
 }
 

@@ -53,7 +53,7 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   }
   auto& requests = s.requests[block.value];
   if (requests.empty()) --unrequested_;
-  const std::uint32_t request_id = take_request_id();
+  const RequestId request_id = take_request_id();
   requests.push_back(Request{id, now, request_id});
   request_blocks_[request_id] = {shard, block};
   recent_requests_.push_back(SentRequest{now, shard, block, id});

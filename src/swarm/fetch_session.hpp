@@ -67,15 +67,15 @@ class FetchSession {
     BlockIndex block;
     bool superseded = false;  // its payload was turned away unwritten (mark_superseded)
   };
-  std::optional<RequestedBlock> request_of(const PeerId& peer, std::uint32_t request_id) const;
+  std::optional<RequestedBlock> request_of(const PeerId& peer, RequestId request_id) const;
   // The payload answering the request is turned away unwritten (the block
   // was taken): when it ends, on_block_superseded, not on_block_refused.
-  void mark_superseded(const PeerId& peer, std::uint32_t request_id);
+  void mark_superseded(const PeerId& peer, RequestId request_id);
   // The request's answer (a piece, a refusal, a deferral) has been handled.
   // A request this session let go of without a cancel (its neighbour was
   // released, the connection kept) is still answered by its holder, and
   // request_of names its block until then; this ends that.
-  void answered(const PeerId& peer, std::uint32_t request_id);
+  void answered(const PeerId& peer, RequestId request_id);
 
   // --- A piece's way in: its payload lands in the destination ---
   // The payload answering request `request_id` of `peer`, `length` bytes,
@@ -84,10 +84,10 @@ class FetchSession {
   // marked superseded, when its block is received, being verified, or
   // landing from another copy (two payloads writing one block could leave
   // a liar's bytes over an honest copy that verified).
-  std::optional<std::uint64_t> begin_piece(TimePoint now, const PeerId& peer, std::uint32_t request_id,
+  std::optional<std::uint64_t> begin_piece(TimePoint now, const PeerId& peer, RequestId request_id,
                                            std::uint32_t length);
   // Bytes of that payload arrived: its stall limit counts from now.
-  void piece_progress(TimePoint now, const PeerId& peer, std::uint32_t request_id);
+  void piece_progress(TimePoint now, const PeerId& peer, RequestId request_id);
   enum class PieceEnd {
     kStored,     // its bytes are in the destination
     kNotStored,  // it failed on the way (the sender's doing)
@@ -97,11 +97,11 @@ class FetchSession {
   // its block whatever became of its request meanwhile (cancelled, choked,
   // given up). False when it answers no request of this session (its
   // bytes were read and discarded).
-  bool end_piece(TimePoint now, const PeerId& peer, std::uint32_t request_id, PieceEnd how);
+  bool end_piece(TimePoint now, const PeerId& peer, RequestId request_id, PieceEnd how);
   // A refusal (or deferral) of request `request_id`; false when it answers
   // nothing outstanding here, or the request's payload is landing already.
-  bool on_answer(TimePoint now, const PeerId& peer, std::uint32_t request_id, bool deferred);
-  bool lands(const PeerId& peer, std::uint32_t request_id) const { return landings_.lands(peer, request_id); }
+  bool on_answer(TimePoint now, const PeerId& peer, RequestId request_id, bool deferred);
+  bool lands(const PeerId& peer, RequestId request_id) const { return landings_.lands(peer, request_id); }
   // The connection to `peer` went (the driver stopped its writes): none of
   // its payloads lands any more.
   void end_landings_from(const PeerId& peer) { landings_.end_all_from(peer); }
@@ -220,7 +220,7 @@ class FetchSession {
   struct Request {
     PeerId peer;
     TimePoint sent;
-    std::uint32_t id = 0;     // the request id on the wire
+    RequestId id;             // the request id on the wire
     bool landing = false;     // its payload is arriving (on_block_landing): no deadline
     bool superseded = false;  // its payload was turned away (mark_superseded)
   };
@@ -370,10 +370,10 @@ class FetchSession {
   void release_requests_of(const PeerId& peer, bool still_answered = false);
   // A new request's id (from the RequestIds given), and the end of its entry in
   // request_blocks_ once the request leaves the table.
-  std::uint32_t take_request_id();
-  void forget_request_id(std::uint32_t id) { request_blocks_.erase(id); }
+  RequestId take_request_id();
+  void forget_request_id(RequestId id) { request_blocks_.erase(id); }
   // The request `id` to `peer` in the table (nullptr: none).
-  const Request* find_request(const PeerId& peer, std::uint32_t id) const;
+  const Request* find_request(const PeerId& peer, RequestId id) const;
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
   // Drops the neighbour and stops fetching from it, keeping the connection
   // (ReleaseAction): traded away, a surplus slot, or a probe unanswered.
@@ -472,7 +472,7 @@ class FetchSession {
   std::deque<SentRequest> recent_requests_;
   // The block of each request in flight, by its id: answers name only the
   // id. Entries leave with their request (forget_request_id).
-  std::unordered_map<std::uint32_t, std::pair<ShardIndex, BlockIndex>> request_blocks_;
+  std::unordered_map<RequestId, std::pair<ShardIndex, BlockIndex>> request_blocks_;
   struct LetGo {
     PeerId peer;
     ShardIndex shard;
@@ -481,7 +481,7 @@ class FetchSession {
   };
   // Requests dropped from the table whose holder still answers them (see
   // answered()), by id.
-  std::unordered_map<std::uint32_t, LetGo> let_go_;
+  std::unordered_map<RequestId, LetGo> let_go_;
   RequestIds* request_ids_ = nullptr;  // the constructor's `ids`
   std::optional<TimePoint> starved_since_;
   std::optional<TimePoint> idle_since_;  // nothing in flight since (set by schedule)

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "core/time.hpp"
+#include "swarm/request_ids.hpp"
 #include "swarm/shard_layout.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
@@ -59,7 +60,7 @@ struct ReleaseAction {
 };
 struct RequestAction {
   PeerId peer;
-  std::uint32_t request_id = 0;  // unique among this peer's requests in flight (set_request_ids)
+  RequestId request_id;  // unique among this peer's requests in flight (set_request_ids)
   ShardIndex shard;
   BlockIndex block;
   std::uint64_t offset = 0;  // in the image
@@ -67,7 +68,7 @@ struct RequestAction {
 };
 struct CancelAction {
   PeerId peer;
-  std::uint32_t request_id = 0;
+  RequestId request_id;
   ShardIndex shard;
   BlockIndex block;
 };

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/time.hpp"
+#include "swarm/request_ids.hpp"
 #include "tensorhub/ids.hpp"
 
 namespace tensorhub::swarm {
@@ -41,7 +42,7 @@ class Landings {
   // The payload of `peer`'s answer to `request`, `length` bytes for
   // `where`, begins to land. Returns false, and records nothing, when
   // another payload lands in that block or this one lands already.
-  bool begin(const PeerId& peer, std::uint32_t request, const LandingBlock& where, std::uint32_t length,
+  bool begin(const PeerId& peer, RequestId request, const LandingBlock& where, std::uint32_t length,
              TimePoint now) {
     const BlockKey block{where.shard.value, where.block.value};
     if (blocks_.count(block) || payloads_.count({peer, request})) return false;
@@ -53,10 +54,10 @@ class Landings {
     payloads_.emplace(std::make_pair(peer, request), p);
     return true;
   }
-  bool lands(const PeerId& peer, std::uint32_t request) const { return payloads_.count({peer, request}) != 0; }
+  bool lands(const PeerId& peer, RequestId request) const { return payloads_.count({peer, request}) != 0; }
   // Bytes of it arrived: the stall limit counts from now (the rate limit
   // does not move).
-  void moved(const PeerId& peer, std::uint32_t request, TimePoint now) {
+  void moved(const PeerId& peer, RequestId request, TimePoint now) {
     auto it = payloads_.find({peer, request});
     if (it == payloads_.end()) return;
     deadlines_.erase(deadlines_.find({it->second.deadline, peer}));
@@ -64,7 +65,7 @@ class Landings {
     deadlines_.emplace(it->second.deadline, peer);
   }
   // It arrived, or will not: where it was landing (nullopt: it was not).
-  std::optional<LandingBlock> end(const PeerId& peer, std::uint32_t request) {
+  std::optional<LandingBlock> end(const PeerId& peer, RequestId request) {
     auto it = payloads_.find({peer, request});
     if (it == payloads_.end()) return std::nullopt;
     const LandingBlock where = it->second.where;
@@ -75,8 +76,8 @@ class Landings {
   }
   // The connection to `peer` is gone: none of its payloads lands any more.
   void end_all_from(const PeerId& peer) {
-    for (auto it = payloads_.lower_bound({peer, 0}); it != payloads_.end() && it->first.first == peer;) {
-      const std::uint32_t request = (it++)->first.second;
+    for (auto it = payloads_.lower_bound({peer, RequestId{0}}); it != payloads_.end() && it->first.first == peer;) {
+      const RequestId request = (it++)->first.second;
       end(peer, request);
     }
   }
@@ -94,7 +95,7 @@ class Landings {
     for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) out.push_back(*it);
   }
   // When the payload counts as stalled (kTimeNever: it does not land).
-  TimePoint deadline(const PeerId& peer, std::uint32_t request) const {
+  TimePoint deadline(const PeerId& peer, RequestId request) const {
     auto it = payloads_.find({peer, request});
     return it == payloads_.end() ? kTimeNever : it->second.deadline;
   }
@@ -116,7 +117,7 @@ class Landings {
 
   Duration stall_limit_;
   double min_bytes_per_second_;
-  std::map<std::pair<PeerId, std::uint32_t>, Payload> payloads_;  // by sender and request id
+  std::map<std::pair<PeerId, RequestId>, Payload> payloads_;  // by sender and request id
   std::set<BlockKey> blocks_;                                      // the blocks landing
   std::multiset<std::pair<TimePoint, PeerId>> deadlines_;          // the payloads' deadlines, with their senders
 };

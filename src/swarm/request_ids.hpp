@@ -5,14 +5,22 @@
 
 #include <cstdint>
 
+#include "tensorhub/ids.hpp"
+
 namespace tensorhub::swarm {
+
+struct RequestIdTag {};
+// The id a request carries on the wire; its answer (a piece, a refusal, a
+// deferral) and a cancel name it. Unique among one peer's requests in
+// flight; 0 names none.
+using RequestId = StrongIndex<RequestIdTag>;
 
 class RequestIds {
  public:
   explicit RequestIds(std::uint32_t last = 0) : last_(last) {}
-  std::uint32_t next() {
+  RequestId next() {
     if (++last_ == 0) ++last_;  // 0 names no request
-    return last_;
+    return RequestId{last_};
   }
 
  private:

@@ -27,7 +27,7 @@ SwarmMessage SwarmMessage::with_bits(MessageType type, const ManifestId& version
   return m;
 }
 
-SwarmMessage SwarmMessage::request(const ManifestId& version, std::uint32_t request_id, ShardIndex shard,
+SwarmMessage SwarmMessage::request(const ManifestId& version, RequestId request_id, ShardIndex shard,
                                    BlockIndex block, std::uint64_t offset, std::uint32_t length) {
   SwarmMessage m = signal(MessageType::kRequest, version);
   m.request_id = request_id;
@@ -38,19 +38,19 @@ SwarmMessage SwarmMessage::request(const ManifestId& version, std::uint32_t requ
   return m;
 }
 
-SwarmMessage SwarmMessage::about_request(MessageType type, const ManifestId& version, std::uint32_t request_id) {
+SwarmMessage SwarmMessage::about_request(MessageType type, const ManifestId& version, RequestId request_id) {
   SwarmMessage m = signal(type, version);
   m.request_id = request_id;
   return m;
 }
 
-SwarmMessage SwarmMessage::piece(const ManifestId& version, std::uint32_t request_id, std::uint32_t length) {
+SwarmMessage SwarmMessage::piece(const ManifestId& version, RequestId request_id, std::uint32_t length) {
   SwarmMessage m = about_request(MessageType::kPiece, version, request_id);
   m.length = length;
   return m;
 }
 
-SwarmMessage SwarmMessage::refuse(const ManifestId& version, std::uint32_t request_id, std::vector<std::uint8_t> reason) {
+SwarmMessage SwarmMessage::refuse(const ManifestId& version, RequestId request_id, std::vector<std::uint8_t> reason) {
   SwarmMessage m = about_request(MessageType::kRefuse, version, request_id);
   m.bytes = std::move(reason);
   return m;
@@ -128,7 +128,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       break;
     case MessageType::kRequest:
       open(7);
-      w.write_uint(m.request_id);
+      w.write_uint(m.request_id.value);
       w.write_uint(m.shard.value);
       w.write_uint(m.block.value);
       w.write_uint(m.offset);
@@ -137,17 +137,17 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
     case MessageType::kCancel:
     case MessageType::kDeferred:
       open(3);
-      w.write_uint(m.request_id);
+      w.write_uint(m.request_id.value);
       break;
     case MessageType::kPiece:
       open(4);
-      w.write_uint(m.request_id);
+      w.write_uint(m.request_id.value);
       w.write_uint(m.length);
       break;
     case MessageType::kRefuse:
     case MessageType::kManifest:
       open(4);
-      w.write_uint(m.request_id);
+      w.write_uint(m.request_id.value);
       w.write_bin(m.bytes);
       break;
     default:  // not-interested, choke, unchoke, get-manifest, no-manifest, super-seed, unknown-version
@@ -211,7 +211,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
       break;
     case MessageType::kRequest:
       expect_fields(7);
-      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
+      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = RequestId{static_cast<std::uint32_t>(v)};
       if (r.read_uint("shard", v, kMaxShards - 1)) m.shard = ShardIndex{static_cast<std::uint32_t>(v)};
       if (r.read_uint("block", v, UINT32_MAX)) m.block = BlockIndex{static_cast<std::uint32_t>(v)};
       r.read_uint("offset", m.offset, kMaxImageSize);
@@ -220,17 +220,17 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
     case MessageType::kCancel:
     case MessageType::kDeferred:
       expect_fields(3);
-      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
+      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = RequestId{static_cast<std::uint32_t>(v)};
       break;
     case MessageType::kPiece:
       expect_fields(4);
-      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
+      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = RequestId{static_cast<std::uint32_t>(v)};
       if (r.read_uint("length", v, kMaxBlockBytes)) m.length = static_cast<std::uint32_t>(v);
       break;
     case MessageType::kRefuse:
     case MessageType::kManifest: {
       expect_fields(4);
-      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = static_cast<std::uint32_t>(v);
+      if (r.read_uint("request id", v, UINT32_MAX)) m.request_id = RequestId{static_cast<std::uint32_t>(v)};
       const std::size_t limit = m.type == MessageType::kManifest ? kMaxManifestBytes : 256;
       if (r.read_bin(m.type == MessageType::kManifest ? "manifest" : "reason", blob, limit)) {
         m.bytes.assign(blob.begin(), blob.end());

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "swarm/request_ids.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
 
@@ -51,7 +52,7 @@ std::string_view message_type_name(MessageType type);
 struct SwarmMessage {
   MessageType type = MessageType::kHave;
   ManifestId version_id;  // the version, by its manifest id
-  std::uint32_t request_id = 0;
+  RequestId request_id;
   ShardIndex shard;
   BlockIndex block;
   std::uint64_t offset = 0;
@@ -68,12 +69,12 @@ struct SwarmMessage {
   // bitfield, interested: `bits` in wire form, `shard_count` of them.
   static SwarmMessage with_bits(MessageType type, const ManifestId& version, std::uint32_t shard_count,
                                 std::vector<std::uint8_t> bits);
-  static SwarmMessage request(const ManifestId& version, std::uint32_t request_id, ShardIndex shard, BlockIndex block,
+  static SwarmMessage request(const ManifestId& version, RequestId request_id, ShardIndex shard, BlockIndex block,
                               std::uint64_t offset, std::uint32_t length);
   // cancel, deferred.
-  static SwarmMessage about_request(MessageType type, const ManifestId& version, std::uint32_t request_id);
-  static SwarmMessage piece(const ManifestId& version, std::uint32_t request_id, std::uint32_t length);
-  static SwarmMessage refuse(const ManifestId& version, std::uint32_t request_id, std::vector<std::uint8_t> reason);
+  static SwarmMessage about_request(MessageType type, const ManifestId& version, RequestId request_id);
+  static SwarmMessage piece(const ManifestId& version, RequestId request_id, std::uint32_t length);
+  static SwarmMessage refuse(const ManifestId& version, RequestId request_id, std::vector<std::uint8_t> reason);
   // manifest (its encoding), peers (their ids), challenge, proof, transport.
   static SwarmMessage with_bytes(MessageType type, const ManifestId& version, std::vector<std::uint8_t> bytes);
 };

@@ -107,7 +107,7 @@ void DataConnection::arm_keepalive_timer() {
       Outgoing& keepalive = c->outbox_.back();
       keepalive.message.clear();  // seals nothing
       keepalive.piece = false;
-      keepalive.cancel_id = 0;
+      keepalive.cancel_id = swarm::RequestId{};
       ++c->keepalives_sent_;
       c->write_next();
     }
@@ -209,7 +209,7 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
   out.message.clear();
   encode_swarm_message(header, out.message);
   out.piece = piece;
-  out.cancel_id = piece ? header.request_id : 0;
+  out.cancel_id = piece ? header.request_id : swarm::RequestId{};
   out.version = header.version_id;
   out.payload.assign(pieces.begin(), pieces.end());
   out.payload_bytes = payload_bytes;
@@ -251,7 +251,7 @@ std::size_t DataConnection::drop_queued(Match&& match, std::size_t limit) {
   // The front is being written (or about to be): it goes as it is.
   for (auto it = std::next(outbox_.begin()); it != outbox_.end() && dropped < limit;) {
     auto next = std::next(it);
-    if (it->cancel_id != 0 && match(*it)) {
+    if (it->cancel_id != swarm::RequestId{} && match(*it)) {
       retire(outbox_, it, false);
       ++dropped;
     }
@@ -260,8 +260,8 @@ std::size_t DataConnection::drop_queued(Match&& match, std::size_t limit) {
   return dropped;
 }
 
-bool DataConnection::cancel_piece(std::uint32_t request_id) {
-  if (request_id == 0) return false;
+bool DataConnection::cancel_piece(swarm::RequestId request_id) {
+  if (request_id == swarm::RequestId{}) return false;
   return drop_queued([&](const Outgoing& o) { return o.cancel_id == request_id; }, 1) == 1;
 }
 

@@ -117,7 +117,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   void close(const Status& why);
   // Drops a piece not yet being written (the requester cancelled it); its
   // source hears sent = false. Returns whether one was dropped.
-  bool cancel_piece(std::uint32_t request_id);
+  bool cancel_piece(swarm::RequestId request_id);
   // Drops every piece of `version` not yet being written (the requester was
   // choked); their sources hear sent = false. Returns how many.
   std::size_t cancel_pieces_of(const ManifestId& version);
@@ -142,7 +142,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   struct Outgoing {
     std::vector<std::uint8_t> message;  // encoded, sealed when its turn comes
     bool piece = false;                 // a piece (its payload follows), not a control message
-    std::uint32_t cancel_id = 0;        // a piece's request id (0: not cancellable)
+    swarm::RequestId cancel_id;         // a piece's request id (0: not cancellable)
     ManifestId version;                 // a piece's version
     std::vector<std::span<const std::byte>> payload;  // capacity kept in spare_
     std::size_t payload_bytes = 0;

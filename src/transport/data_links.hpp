@@ -50,8 +50,8 @@ class DataLinks {
     std::vector<Ptr> lanes;
     Connection& primary() const { return *lanes[0]; }
     // Where a request, or the piece that answers it, goes.
-    Connection& lane_for(std::uint32_t request_id) const {
-      const auto& lane = lanes[request_id % lanes.size()];
+    Connection& lane_for(swarm::RequestId request_id) const {
+      const auto& lane = lanes[request_id.value % lanes.size()];
       return lane && lane->established() && !lane->closed() ? *lane : primary();
     }
     bool holds(const Connection* c) const {

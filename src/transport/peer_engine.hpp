@@ -280,7 +280,7 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
     std::uint64_t offset = 0;
     std::uint32_t length = 0;
   };
-  std::map<std::pair<PeerId, std::uint32_t>, StagedPayload> receiving_;
+  std::map<std::pair<PeerId, swarm::RequestId>, StagedPayload> receiving_;
   // Host buffers of payloads that have landed, reused (still in cache) by
   // the next ones: at most kSpareBounces.
   static constexpr std::size_t kSpareBounces = 16;

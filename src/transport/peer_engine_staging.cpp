@@ -110,7 +110,7 @@ void PeerEngine::keep_bounce(std::vector<std::byte> bounce) {
 }
 
 void PeerEngine::drop_staged_payloads(const PeerId& peer) {
-  for (auto it = receiving_.lower_bound({peer, 0}); it != receiving_.end() && it->first.first == peer;) {
+  for (auto it = receiving_.lower_bound({peer, swarm::RequestId{}}); it != receiving_.end() && it->first.first == peer;) {
     if (it->second.stage != nullptr) it->second.stage->give_back(it->second.buffer);
     keep_bounce(std::move(it->second.bounce));
     it = receiving_.erase(it);

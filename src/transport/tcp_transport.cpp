@@ -161,7 +161,7 @@ void TcpTransport::send_piece(const PeerId& peer, const swarm::SwarmMessage& hea
   link->lane_for(header.request_id).send_piece(header, pieces, std::move(source));
 }
 
-void TcpTransport::cancel_piece(const PeerId& peer, std::uint32_t request_id) {
+void TcpTransport::cancel_piece(const PeerId& peer, swarm::RequestId request_id) {
   if (const auto* link = links_.link(peer)) {
     for (const auto& lane : link->lanes) {
       if (lane && lane->cancel_piece(request_id)) break;

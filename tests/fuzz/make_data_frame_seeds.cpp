@@ -20,10 +20,10 @@ int main(int argc, char** argv) {
       SwarmMessage::signal(MessageType::kChoke, v),
       SwarmMessage::about_shard(MessageType::kHave, v, ShardIndex{3}),
       SwarmMessage::with_bits(MessageType::kBitfield, v, 12, {0xff, 0x0f}),
-      SwarmMessage::request(v, 9, ShardIndex{2}, BlockIndex{1}, 3u << 20, 1u << 20),
-      SwarmMessage::about_request(MessageType::kCancel, v, 9),
-      SwarmMessage::piece(v, 9, 1u << 20),
-      SwarmMessage::refuse(v, 9, {'n', 'o'}),
+      SwarmMessage::request(v, swarm::RequestId{9}, ShardIndex{2}, BlockIndex{1}, 3u << 20, 1u << 20),
+      SwarmMessage::about_request(MessageType::kCancel, v, swarm::RequestId{9}),
+      SwarmMessage::piece(v, swarm::RequestId{9}, 1u << 20),
+      SwarmMessage::refuse(v, swarm::RequestId{9}, {'n', 'o'}),
       SwarmMessage::with_bytes(MessageType::kPeers, v, std::vector<std::uint8_t>(64, 1)),
   };
   int n = 0;

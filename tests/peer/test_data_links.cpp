@@ -39,7 +39,7 @@ std::shared_ptr<FakeConnection> connection_to(const PeerId& peer, std::uint8_t l
   return c;
 }
 
-swarm::SwarmMessage message(swarm::MessageType type, std::uint32_t request_id = 0) {
+swarm::SwarmMessage message(swarm::MessageType type, swarm::RequestId request_id = {}) {
   swarm::SwarmMessage m;
   m.type = type;
   m.request_id = request_id;
@@ -126,15 +126,15 @@ TEST_CASE("data links: messages wait for the connection, requests spread over la
   auto lane1 = connection_to(large, 1);
   links.add_extra_lanes(large, {lane1});
   CHECK(links.on_established(*lane1).kind == Links::Established::kLane);
-  links.send(large, message(swarm::MessageType::kRequest, 1));  // 1 % 2 lanes: lane 1
-  links.send(large, message(swarm::MessageType::kRequest, 2));  // lane 0
-  links.send(large, message(swarm::MessageType::kCancel, 1));   // control: the primary
+  links.send(large, message(swarm::MessageType::kRequest, swarm::RequestId{1}));  // 1 % 2 lanes: lane 1
+  links.send(large, message(swarm::MessageType::kRequest, swarm::RequestId{2}));  // lane 0
+  links.send(large, message(swarm::MessageType::kCancel, swarm::RequestId{1}));   // control: the primary
   REQUIRE(lane1->sent.size() == 1);
-  CHECK(lane1->sent[0].request_id == 1);
+  CHECK(lane1->sent[0].request_id == swarm::RequestId{1});
   CHECK(primary->sent.size() == 4);
   // A lane not yet open falls back to the primary.
   lane1->is_established = false;
-  links.send(large, message(swarm::MessageType::kRequest, 3));
+  links.send(large, message(swarm::MessageType::kRequest, swarm::RequestId{3}));
   CHECK(primary->sent.size() == 5);
 }
 

@@ -37,7 +37,7 @@ struct Above final : TransportEvents {
   void on_disconnected(const PeerId&) override {}
   void on_message(const PeerId&, const swarm::SwarmMessage& m) override { messages.push_back(m); }
   void piece_destination(const PeerId&, const swarm::SwarmMessage& header, std::vector<std::span<std::byte>>& out) override {
-    out.push_back(landing.subspan(header.request_id * 4096ull, header.length));
+    out.push_back(landing.subspan(header.request_id.value * 4096ull, header.length));
   }
   void on_piece_progress(const PeerId&, const swarm::SwarmMessage&) override {}
   void on_piece(const PeerId&, const swarm::SwarmMessage& h, bool ok) override {
@@ -104,7 +104,7 @@ struct Wire final : DataTransport {
   }
   void send_piece(const PeerId&, const swarm::SwarmMessage&, std::span<const std::span<const std::byte>>,
                   std::shared_ptr<transport::PieceSource>) override {}
-  void cancel_piece(const PeerId&, std::uint32_t) override {}
+  void cancel_piece(const PeerId&, swarm::RequestId) override {}
   void cancel_pieces_of(const PeerId&, const ManifestId&) override {}
   std::vector<LinkStats> links() const override { return {}; }
   void close() override {}
@@ -161,7 +161,7 @@ struct Pair {
   }
   std::string a_state() const { return a->status().neighbours.at(0).state; }
   void request(std::uint32_t block) {
-    a->send(b_id, swarm::SwarmMessage::request(a_mem.version, block, ShardIndex{0}, BlockIndex{block}, block * 4096ull, 4096));
+    a->send(b_id, swarm::SwarmMessage::request(a_mem.version, swarm::RequestId{block}, ShardIndex{0}, BlockIndex{block}, block * 4096ull, 4096));
   }
 };
 

@@ -26,7 +26,7 @@ inline ManifestId version_tagged(std::uint8_t tag) {
 
 // kInterested from a requester that holds nothing yet.
 inline swarm::SwarmMessage interested_in(const ManifestId& version, const swarm::ShardLayout& layout) {
-  swarm::SwarmMessage m{swarm::MessageType::kInterested, version, 0, {}, {}, 0, 0, layout.shard_count(), {}};
+  swarm::SwarmMessage m{swarm::MessageType::kInterested, version, {}, {}, {}, 0, 0, layout.shard_count(), {}};
   m.bytes = core::Bitfield(layout.shard_count()).to_bytes();
   return m;
 }

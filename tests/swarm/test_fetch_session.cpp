@@ -99,7 +99,7 @@ class Driver {
   std::map<std::uint32_t, std::set<PeerId>> shard_senders;  // for verification
   std::vector<std::pair<PeerId, std::string>> disconnects;
   std::vector<PeerId> releases;
-  std::map<std::uint32_t, std::tuple<PeerId, std::uint32_t, std::uint32_t>> issued;  // request id: peer, shard, block
+  std::map<RequestId, std::tuple<PeerId, std::uint32_t, std::uint32_t>> issued;  // request id: peer, shard, block
   std::vector<PeerId> connects;  // in order
   std::set<std::uint32_t> announced;
   std::vector<std::uint32_t> claimed;  // ClaimAction, in order
@@ -138,7 +138,7 @@ class Driver {
     // Every request has its own id, and while it is outstanding the session
     // names its block by it (a neighbour dropped in the same call took its
     // requests along).
-    CHECK(a.request_id != 0);
+    CHECK(a.request_id != RequestId{});
     CHECK(issued.emplace(a.request_id, std::make_tuple(a.peer, a.shard.value, a.block.value)).second);
     if (const auto asked = session.request_of(a.peer, a.request_id)) {
       CHECK(asked->shard == a.shard);
@@ -336,12 +336,12 @@ TEST_CASE("fetch session: requests carry ids from the given source, and an answe
   d.run(10ms);
   REQUIRE(d.issued.size() == config.pipeline_blocks);  // one pipeline's worth, asked at connect
   for (const auto& [id, what] : d.issued) CHECK(d.session.request_of(std::get<0>(what), id).has_value());
-  CHECK(d.issued.begin()->first == 501);
-  CHECK(d.issued.rbegin()->first == 500 + config.pipeline_blocks);
+  CHECK(d.issued.begin()->first == RequestId{501});
+  CHECK(d.issued.rbegin()->first == RequestId{static_cast<std::uint32_t>(500 + config.pipeline_blocks)});
   const auto [first_id, first] = *d.issued.begin();
   const auto& [holder, shard, block] = first;
   CHECK_FALSE(d.session.request_of(peer(2), first_id).has_value());  // another peer's id is not this one
-  CHECK_FALSE(d.session.request_of(holder, 999).has_value());
+  CHECK_FALSE(d.session.request_of(holder, RequestId{999}).has_value());
   // A payload turned away is answered as superseded, not refused.
   d.session.mark_superseded(holder, first_id);
   auto asked = d.session.request_of(holder, first_id);
@@ -355,7 +355,7 @@ TEST_CASE("fetch session: requests carry ids from the given source, and an answe
   d.run(300ms);
   CHECK(d.cancels >= config.pipeline_blocks - 1);
   for (std::uint32_t id = 502; id <= 500 + config.pipeline_blocks; ++id) {
-    CHECK_FALSE(d.session.request_of(holder, id).has_value());
+    CHECK_FALSE(d.session.request_of(holder, RequestId{id}).has_value());
   }
 }
 

@@ -93,7 +93,7 @@ TEST_CASE("host mate claims: a shard begun beyond the host is claimed to the hos
     }
     drain(fetcher);
     // Deliver the one block asked: the next request goes to the unclaimed shard.
-    std::uint32_t request_id = 0;
+    RequestId request_id;
     for (const auto& [to, m] : sent.messages) {
       if (m.type == MessageType::kRequest) request_id = m.request_id;
     }
@@ -142,7 +142,7 @@ TEST_CASE("host mates: served outside the upload slots, which the peers on a hos
     return std::count(unchoked.begin(), unchoked.end(), p) == 0;
   });
   auto ask = [&](const PeerId& who) {
-    holder.on_message(now, who, SwarmMessage::request(kVersion, 1, ShardIndex{0}, BlockIndex{0}, 0, kFourShards.block_size));
+    holder.on_message(now, who, SwarmMessage::request(kVersion, RequestId{1}, ShardIndex{0}, BlockIndex{0}, 0, kFourShards.block_size));
     bool served = false, refused = false;
     while (auto action = holder.poll()) {
       if (std::get_if<ServePiece>(&*action)) served = true;

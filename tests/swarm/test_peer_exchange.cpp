@@ -91,7 +91,7 @@ TEST_CASE("peer exchange: a fetcher connects to peers its holder names, if gossi
   fetcher.on_connected(now, holder);
   drain();
 
-  SwarmMessage names{MessageType::kPeers, version_id(), 0, {}, {}, 0, 0, 0, {}};
+  SwarmMessage names{MessageType::kPeers, version_id(), {}, {}, {}, 0, 0, 0, {}};
   for (const PeerId& p : {known, stranger}) names.bytes.insert(names.bytes.end(), p.bytes.begin(), p.bytes.end());
   SUBCASE("from a holder it fetches from") {
     fetcher.on_message(now, holder, names);

@@ -169,13 +169,13 @@ TEST_CASE("piece landing: an answer counts only under its own version, request i
   const PeerId other = asked.from == t.a ? t.b : t.a;
   ManifestId elsewhere = t.version;
   elsewhere.bytes[1] = 0x17;
-  const std::uint32_t id = asked.header.request_id;
+  const RequestId id = asked.header.request_id;
   // A piece under another version, an id never issued, or from a peer that
   // was not asked: none lands, each is read for nothing, and the request
   // stands.
   const std::pair<PeerId, SwarmMessage> forged[] = {
       {asked.from, SwarmMessage::piece(elsewhere, id, Trio::kBlock)},
-      {asked.from, SwarmMessage::piece(t.version, id + 1000, Trio::kBlock)},
+      {asked.from, SwarmMessage::piece(t.version, RequestId{id.value + 1000}, Trio::kBlock)},
       {other, SwarmMessage::piece(t.version, id, Trio::kBlock)},
   };
   for (const auto& [from, header] : forged) t.turn_away(from, header);
@@ -374,41 +374,41 @@ TEST_CASE("landings: one payload per block, each with its deadline (stall or min
   const swarm::LandingBlock b1{ShardIndex{1}, BlockIndex{1}};
   const TimePoint t0 = TimePoint(1s);
   CHECK(landing.next_deadline() == kTimeNever);
-  CHECK(landing.begin(p, 7, a1, 50'000, t0));  // rate allows 100 + 50 ms
-  CHECK_FALSE(landing.begin(q, 9, a1, 50'000, t0 + 1ms));  // a second copy of that block waits
-  CHECK_FALSE(landing.begin(p, 7, a2, 50'000, t0 + 1ms));  // one payload per request
-  CHECK(landing.begin(q, 9, b1, 50'000, t0 + 2ms));        // another shard's block is another block
-  CHECK(landing.begin(p, 8, a2, 50'000, t0 + 3ms));
+  CHECK(landing.begin(p, RequestId{7}, a1, 50'000, t0));  // rate allows 100 + 50 ms
+  CHECK_FALSE(landing.begin(q, RequestId{9}, a1, 50'000, t0 + 1ms));  // a second copy of that block waits
+  CHECK_FALSE(landing.begin(p, RequestId{7}, a2, 50'000, t0 + 1ms));  // one payload per request
+  CHECK(landing.begin(q, RequestId{9}, b1, 50'000, t0 + 2ms));        // another shard's block is another block
+  CHECK(landing.begin(p, RequestId{8}, a2, 50'000, t0 + 3ms));
   CHECK(landing.size() == 3);
-  CHECK(landing.lands(p, 7));
-  CHECK_FALSE(landing.lands(q, 7));  // request ids are the sender's
+  CHECK(landing.lands(p, RequestId{7}));
+  CHECK_FALSE(landing.lands(q, RequestId{7}));  // request ids are the sender's
   CHECK(landing.next_deadline() == t0 + 100ms);
   std::vector<std::pair<TimePoint, PeerId>> stalled;
   landing.stalled(t0 + 99ms, stalled);
   CHECK(stalled.empty());
   landing.stalled(t0 + 100ms, stalled);
   CHECK(stalled == std::vector<std::pair<TimePoint, PeerId>>{{t0 + 100ms, p}});
-  landing.moved(p, 7, t0 + 10ms);
-  CHECK(landing.deadline(p, 7) == t0 + 110ms);
+  landing.moved(p, RequestId{7}, t0 + 10ms);
+  CHECK(landing.deadline(p, RequestId{7}) == t0 + 110ms);
   CHECK(landing.next_deadline() == t0 + 102ms);
-  landing.moved(p, 7, t0 + 90ms);  // moving, but the rate's deadline holds
-  CHECK(landing.deadline(p, 7) == t0 + 150ms);
+  landing.moved(p, RequestId{7}, t0 + 90ms);  // moving, but the rate's deadline holds
+  CHECK(landing.deadline(p, RequestId{7}) == t0 + 150ms);
   const std::vector<PeerId> senders = landing.senders();  // each once, in their order
   CHECK(senders == (p < q ? std::vector<PeerId>{p, q} : std::vector<PeerId>{q, p}));
-  const auto ended = landing.end(q, 9);
+  const auto ended = landing.end(q, RequestId{9});
   REQUIRE(ended.has_value());
   CHECK(ended->shard == ShardIndex{1});
   CHECK(ended->block == BlockIndex{1});
   CHECK(landing.next_deadline() == t0 + 103ms);
-  CHECK(landing.end(p, 8).has_value());
-  CHECK_FALSE(landing.end(p, 8).has_value());  // twice: harmless
+  CHECK(landing.end(p, RequestId{8}).has_value());
+  CHECK_FALSE(landing.end(p, RequestId{8}).has_value());  // twice: harmless
   CHECK(landing.next_deadline() == t0 + 150ms);
-  CHECK(landing.begin(q, 10, b1, 50'000, t0 + 20ms));
-  CHECK(landing.begin(q, 11, a2, 50'000, t0 + 20ms));
+  CHECK(landing.begin(q, RequestId{10}, b1, 50'000, t0 + 20ms));
+  CHECK(landing.begin(q, RequestId{11}, a2, 50'000, t0 + 20ms));
   landing.end_all_from(q);  // its connection went
   CHECK(landing.size() == 1);
-  CHECK(landing.end(p, 7).has_value());
+  CHECK(landing.end(p, RequestId{7}).has_value());
   CHECK(landing.empty());
-  CHECK(landing.deadline(p, 7) == kTimeNever);
+  CHECK(landing.deadline(p, RequestId{7}) == kTimeNever);
   CHECK(landing.next_deadline() == kTimeNever);
 }

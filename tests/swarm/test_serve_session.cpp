@@ -58,7 +58,7 @@ struct Fixture {
   }
   SwarmMessage interested() const { return SwarmMessage::with_bits(MessageType::kInterested, id, 4, {0}); }
   SwarmMessage request(std::uint32_t shard) const {
-    return SwarmMessage::request(id, 1, ShardIndex{shard}, BlockIndex{0}, std::uint64_t{shard} << 16, 1u << 16);
+    return SwarmMessage::request(id, swarm::RequestId{1}, ShardIndex{shard}, BlockIndex{0}, std::uint64_t{shard} << 16, 1u << 16);
   }
 
   ManifestId id;

@@ -31,7 +31,7 @@ class Publisher {
     core->serve(now, version, layout, core::Bitfield(layout.shard_count(), true), SwarmCore::ServeMode::kSuperSeed);
   }
 
-  void say(const PeerId& from, MessageType type, ShardIndex shard = {}, std::uint32_t request_id = 0,
+  void say(const PeerId& from, MessageType type, ShardIndex shard = {}, RequestId request_id = {},
            const core::Bitfield* holds = nullptr) {
     SwarmMessage m{type, version, request_id, shard, {}, 0, 0, 0, {}};
     if (type == MessageType::kInterested) {
@@ -96,7 +96,7 @@ TEST_CASE("super-seed: a requester whose turn is over finishes its revealed shar
   p.advance(1s);
   CHECK(p.told(b, MessageType::kUnchoke).size() == 1);
   CHECK(p.told(a, MessageType::kChoke).empty());
-  p.say(a, MessageType::kRequest, revealed[0].shard, 7);
+  p.say(a, MessageType::kRequest, revealed[0].shard, RequestId{7});
   CHECK(p.told(a, MessageType::kRefuse).empty());
   REQUIRE(p.served.size() == 1);
   CHECK(p.served[0].peer == a);
@@ -109,7 +109,7 @@ TEST_CASE("super-seed: a requester whose turn is over finishes its revealed shar
   for (std::size_t i = 1; i < revealed.size(); ++i) p.say(a, MessageType::kHave, revealed[i].shard);
   CHECK(p.told(a, MessageType::kChoke).size() == 1);
   p.sent.clear();
-  p.say(a, MessageType::kRequest, ShardIndex{15}, 8);
+  p.say(a, MessageType::kRequest, ShardIndex{15}, RequestId{8});
   CHECK(p.told(a, MessageType::kRefuse).size() == 1);
 }
 
@@ -171,7 +171,7 @@ TEST_CASE("super-seed: the shards of a requester gone silent are shown to one wa
   // of a first copy in flight would only slow that copy down.
   core::Bitfield holds(p.layout.shard_count(), true);
   for (const SwarmMessage& m : to_b) holds.reset(m.shard.value);
-  p.say(a, MessageType::kInterested, {}, 0, &holds);
+  p.say(a, MessageType::kInterested, {}, RequestId{}, &holds);
   REQUIRE(p.told(a, MessageType::kUnchoke).size() == 1);
   CHECK(p.told(a, MessageType::kHave).empty());
   // B says nothing (stopped, or its link is down). Within 3 request
@@ -184,7 +184,7 @@ TEST_CASE("super-seed: the shards of a requester gone silent are shown to one wa
   CHECK(to_a.size() == to_b.size());
   for (const SwarmMessage& m : to_a) CHECK_FALSE(holds.test(m.shard.value));
   // B speaks again: it is served as before (its request is answered).
-  p.say(b, MessageType::kRequest, to_b[0].shard, 3);
+  p.say(b, MessageType::kRequest, to_b[0].shard, RequestId{3});
   CHECK(p.told(b, MessageType::kRefuse).empty());
   CHECK(p.served.size() == 1);
 }

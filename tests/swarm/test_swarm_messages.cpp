@@ -19,17 +19,17 @@ std::vector<SwarmMessage> samples() {
   out.push_back(m);
   m = SwarmMessage::about_shard(MessageType::kHave, v, ShardIndex{17});
   out.push_back(m);
-  m = SwarmMessage::request(v, 99, ShardIndex{3}, BlockIndex{5}, 3ull << 30, 1u << 20);
+  m = SwarmMessage::request(v, swarm::RequestId{99}, ShardIndex{3}, BlockIndex{5}, 3ull << 30, 1u << 20);
   out.push_back(m);
-  m = SwarmMessage::about_request(MessageType::kCancel, v, 99);
+  m = SwarmMessage::about_request(MessageType::kCancel, v, swarm::RequestId{99});
   out.push_back(m);
-  m = SwarmMessage::piece(v, 99, 1u << 20);
+  m = SwarmMessage::piece(v, swarm::RequestId{99}, 1u << 20);
   out.push_back(m);
-  m = SwarmMessage::about_request(MessageType::kDeferred, v, 42);
+  m = SwarmMessage::about_request(MessageType::kDeferred, v, swarm::RequestId{42});
   out.push_back(m);
   m = SwarmMessage::with_bytes(MessageType::kPeers, v, std::vector<std::uint8_t>(2 * PeerId::kSize, 0x5a));
   out.push_back(m);
-  m = SwarmMessage::refuse(v, 7, {'n', 'o'});
+  m = SwarmMessage::refuse(v, swarm::RequestId{7}, {'n', 'o'});
   out.push_back(m);
   m = SwarmMessage::with_bytes(MessageType::kManifest, v, std::vector<std::uint8_t>(3000, 1));
   out.push_back(m);
@@ -73,7 +73,7 @@ TEST_CASE("data messages: bounds and shapes are enforced") {
   auto bytes = encode_swarm_message(samples()[1]);
   bytes[1] = 99;  // an unknown type
   CHECK(decode_swarm_message(bytes).status().message().find("unknown data message type") != std::string::npos);
-  SwarmMessage peers{MessageType::kPeers, m.version_id, 0, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(PeerId::kSize + 1, 1)};
+  SwarmMessage peers{MessageType::kPeers, m.version_id, {}, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(PeerId::kSize + 1, 1)};
   CHECK(decode_swarm_message(encode_swarm_message(peers)).status().message().find("whole number of peer ids") !=
         std::string::npos);
   peers.bytes.assign((kMaxPeersListed + 1) * PeerId::kSize, 1);

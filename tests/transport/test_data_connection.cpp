@@ -53,10 +53,10 @@ struct Recorder : DataConnectionHandler {
     out.push_back(whole.subspan(at));
   }
   void on_piece_progress(DataConnection&, const SwarmMessage& header) override {
-    arrivals.push_back("progress " + std::to_string(header.request_id));
+    arrivals.push_back("progress " + std::to_string(header.request_id.value));
   }
   void on_piece(DataConnection&, const SwarmMessage& header, bool stored) override {
-    arrivals.push_back("piece " + std::to_string(header.request_id));
+    arrivals.push_back("piece " + std::to_string(header.request_id.value));
     ++(stored ? pieces_stored : pieces_discarded);
   }
   void on_closed(DataConnection&, const Status& why) override { closed = why; }
@@ -99,7 +99,7 @@ struct MegabytePieces : Pair {
     version.bytes.fill(key_fill);
   }
   SwarmMessage piece(std::uint32_t id, const ManifestId& of) const {
-    return SwarmMessage::piece(of, id, 1u << 20);
+    return SwarmMessage::piece(of, swarm::RequestId{id}, 1u << 20);
   }
   SwarmMessage piece(std::uint32_t id) const { return piece(id, version); }
   std::vector<std::byte> source, destination;
@@ -130,7 +130,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
   ManifestId version;
   version.bytes.fill(9);
-  p.client->send(SwarmMessage::request(version, 1, ShardIndex{2}, BlockIndex{3}, 4096, 65536));
+  p.client->send(SwarmMessage::request(version, swarm::RequestId{1}, ShardIndex{2}, BlockIndex{3}, 4096, 65536));
   p.run_until([&] { return !p.server_events.messages.empty(); });
   REQUIRE(p.server_events.messages.size() == 1);
   CHECK(p.server_events.messages[0].type == MessageType::kRequest);
@@ -141,7 +141,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   core::fill_pseudo_random(source, 77);
   p.client_events.destination = &destination;
   bool sent = false;
-  p.server->send_piece(SwarmMessage::piece(version, 1, 65536), source,
+  p.server->send_piece(SwarmMessage::piece(version, swarm::RequestId{1}, 65536), source,
                        reporting([&](bool ok) { sent = ok; }));
   p.run_until([&] { return p.client_events.pieces_stored == 1; });
   CHECK(sent);
@@ -157,7 +157,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
                                                std::span<const std::byte>(more).subspan(41000)};
   p.client_events.destination = &landed;
   p.client_events.cuts = {1, 4096, 50000};
-  p.server->send_piece(SwarmMessage::piece(version, 3, 65536), std::span<const std::span<const std::byte>>(pieces),
+  p.server->send_piece(SwarmMessage::piece(version, swarm::RequestId{3}, 65536), std::span<const std::span<const std::byte>>(pieces),
                        nullptr);
   p.run_until([&] { return p.client_events.pieces_stored == 2; });
   CHECK(p.client_events.pieces_stored == 2);
@@ -166,7 +166,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
   // Without a destination the payload is read and discarded; the stream stays in step.
   p.client_events.destination = nullptr;
-  p.server->send_piece(SwarmMessage::piece(version, 2, 1000),
+  p.server->send_piece(SwarmMessage::piece(version, swarm::RequestId{2}, 1000),
                        std::span(source).first(1000), nullptr);
   p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{5}));
   p.run_until([&] { return !p.client_events.messages.empty(); });
@@ -186,9 +186,9 @@ TEST_CASE("data connection: a cancelled piece still queued is never sent, the st
   for (std::uint32_t id = 1; id <= 3; ++id) {
     p.server->send_piece(p.piece(id), p.source, reporting([&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; }));
   }
-  CHECK_FALSE(p.server->cancel_piece(1));  // already being written
-  CHECK(p.server->cancel_piece(2));
-  CHECK_FALSE(p.server->cancel_piece(2));
+  CHECK_FALSE(p.server->cancel_piece(swarm::RequestId{1}));  // already being written
+  CHECK(p.server->cancel_piece(swarm::RequestId{2}));
+  CHECK_FALSE(p.server->cancel_piece(swarm::RequestId{2}));
   CHECK(outcome[1] == 0);
   p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{9}));
   p.run_until([&] { return p.client_events.arrivals.size() == 3; });
@@ -274,7 +274,7 @@ TEST_CASE("data connection: control messages pass queued pieces, each kind in th
   // two control messages must not wait behind megabytes of payload.
   for (std::uint32_t id = 1; id <= 4; ++id) p.server->send_piece(p.piece(id), p.source, nullptr);
   p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{7}));
-  p.server->send(SwarmMessage::request(version, 11, ShardIndex{1}, BlockIndex{0}, 0, 4096));
+  p.server->send(SwarmMessage::request(version, swarm::RequestId{11}, ShardIndex{1}, BlockIndex{0}, 0, 4096));
   p.server->send_piece(p.piece(5), p.source, nullptr);
   p.run_until([&] { return p.client_events.arrivals.size() == 7; });
   CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "message 7", "piece 2", "piece 3",
