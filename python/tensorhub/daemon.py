@@ -83,25 +83,21 @@ class DaemonPublished(Releasable):
         return VersionInfo(self.model, self.version, self.manifest_id, self.nbytes)
 
     def wait_replicated(self, replicas: int, timeout: Optional[float] = None) -> None:
-        """Waits until ``replicas`` other peers hold the version and proved
-        it, at most ``timeout`` seconds (None: no limit). The daemon's
-        protocol has no command that waits for the replicas of a version
-        already published, so this asks its status every 50 ms. Raises
-        Error: ``timeout`` (fewer hold it in time); those of
-        ``Daemon.status``; ``invalid_argument`` (a ``replicas`` or
+        """Waits until ``replicas`` (at least 1) other peers hold the version
+        and proved it, at most ``timeout`` seconds (None: no limit): one
+        ``wait_replicated`` request that the daemon answers when they do
+        (closing it on the timeout ends the daemon's wait). Raises Error:
+        ``timeout`` (fewer hold it in time); ``unavailable``, ``io_error``,
+        ``corrupt`` (see the module); ``not_found`` (the daemon no longer
+        knows the version); ``invalid_argument`` (a ``replicas`` or
         ``timeout`` that is not one; of the wrong type, also a
         TypeError)."""
         check_version(replicas, "wait_replicated", name="replicas")
-        deadline = self._client._deadline(timeout, "wait_replicated")
-        while True:
-            versions = self._client.status(timeout=self._client._left(deadline)).get("versions", [])
-            have = max((v.get("replicas", 0) for v in versions if v.get("id") == self.manifest_id), default=0)
-            if have >= replicas:
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                raise Error(f"timeout: {self.model} v{self.version} has {have} of {replicas} replicas after "
-                            f"{timeout} s", "timeout")
-            time.sleep(0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0)))
+        if replicas < 1:
+            raise Error("invalid argument: wait_replicated: replicas must be at least 1", "invalid_argument")
+        self._client._wait({"cmd": "wait_replicated", "model": self.model, "version": self.version,
+                            "wait_replicas": replicas}, timeout, "wait_replicated",
+                           f"{self.model} v{self.version} has fewer than {replicas} replicas")
 
     def _release(self) -> None:
         try:
@@ -258,16 +254,6 @@ class Daemon:
         timeout = check_timeout(timeout, call)
         return self.timeout if timeout is None else timeout
 
-    @staticmethod
-    def _deadline(timeout, call: str) -> Optional[float]:
-        """When a wait of ``timeout`` seconds (checked; None: no limit) ends."""
-        timeout = check_timeout(timeout, call)
-        return None if timeout is None else time.monotonic() + timeout
-
-    def _left(self, deadline: Optional[float]) -> float:
-        """The seconds one request may take before ``deadline`` (None: the client's)."""
-        return self.timeout if deadline is None else min(self.timeout, max(deadline - time.monotonic(), 0.001))
-
     def _connect(self, request: dict, timeout: Optional[float] = None) -> socket.socket:
         """A connection to the daemon that carries ``request``."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -354,23 +340,34 @@ class Daemon:
         return None if head is None else VersionInfo(model, head["version"], head["id"])
 
     def wait_for_head(self, model: str, after: int = 0, timeout: Optional[float] = None) -> VersionInfo:
-        """Waits until a head of ``model`` newer than ``after`` is known, at
-        most ``timeout`` seconds (None: no limit), and returns it
-        (``VersionInfo``, ``nbytes`` None). The daemon's protocol has no
-        command that waits for a head, so this asks its status every 50 ms.
-        Raises Error: ``timeout`` (no such head in time); those of
-        ``status``; ``invalid_argument`` (a bad model name, ``after`` or
-        ``timeout``; of the wrong type, also a TypeError)."""
+        """Waits until a head of ``model`` newer than ``after`` is verified
+        by the daemon, at most ``timeout`` seconds (None: no limit), and
+        returns it (``VersionInfo`` with its size): one ``wait_for_head``
+        request that the daemon answers when the head comes. Raises Error:
+        ``timeout`` (no such head in time); those of ``status``;
+        ``invalid_argument`` (a bad model name, ``after`` or ``timeout``;
+        of the wrong type, also a TypeError)."""
         _check_model(model)
         check_version(after, "wait_for_head", name="after")
-        deadline = self._deadline(timeout, "wait_for_head")
-        while True:
-            head = self.latest(model, self._left(deadline))
-            if head is not None and head.version > after:
-                return head
-            if deadline is not None and time.monotonic() >= deadline:
-                raise Error(f"timeout: no head of {model} after v{after} within {timeout} s", "timeout")
-            time.sleep(0.05 if deadline is None else min(0.05, max(deadline - time.monotonic(), 0)))
+        done = self._wait({"cmd": "wait_for_head", "model": model, "after": after}, timeout, "wait_for_head",
+                          f"no head of {model} after v{after}")
+        return VersionInfo(model, done["version"], done["id"], done.get("bytes"))
+
+    # A wait with no limit still ends: a year is longer than any run.
+    _NO_LIMIT = 365 * 24 * 3600.0
+
+    def _wait(self, request: dict, timeout, call: str, what: str) -> dict:
+        """Sends a request the daemon answers when what it waits for has
+        happened, and returns its answer; on ``timeout`` (None: no limit)
+        the connection closes, which ends the daemon's wait."""
+        timeout = check_timeout(timeout, call)
+        limit = self._NO_LIMIT if timeout is None else timeout
+        try:
+            return self._request(request, limit)
+        except Error as e:
+            if e.code == "timeout":
+                raise Error(f"timeout: {what} after {timeout} s", "timeout") from None
+            raise
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]],
                 *, dtype=None, metadata: Optional[Mapping[str, str]] = None,

@@ -16,7 +16,8 @@ using Json = nlohmann::ordered_json;
 constexpr std::size_t kMaxPathBytes = 4096;  // PATH_MAX
 
 const std::set<std::string, std::less<>>& commands() {
-  static const std::set<std::string, std::less<>> known{"status", "publish", "fetch", "digest", "release", "hold"};
+  static const std::set<std::string, std::less<>> known{"status", "publish", "fetch", "digest", "release", "hold",
+                                                         "wait_replicated", "wait_for_head"};
   return known;
 }
 
@@ -96,11 +97,15 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   TENSORHUB_RETURN_IF_ERROR(path_field(request, "file", r.file));
   TENSORHUB_RETURN_IF_ERROR(path_field(request, "out", r.out));
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "wait_replicas", r.wait_replicas));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "after", r.after));
   TENSORHUB_RETURN_IF_ERROR(bool_field(request, "release", r.release));
   TENSORHUB_RETURN_IF_ERROR(bool_field(request, "now", r.now));
   TENSORHUB_RETURN_IF_ERROR(string_field(request, "gpu", r.gpu));
   if (r.cmd != "status") TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
   if (r.cmd == "publish" && r.file.empty()) return Status::invalid_argument("publish needs \"file\"");
+  if (r.cmd == "wait_replicated" && r.wait_replicas == 0) {
+    return Status::invalid_argument("wait_replicated needs \"wait_replicas\" of at least 1");
+  }
   if (!r.gpu.empty() && r.cmd != "hold") return Status::invalid_argument("\"gpu\" goes with \"hold\" only");
   return r;
 }

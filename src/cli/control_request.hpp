@@ -20,11 +20,12 @@
 namespace tensorhub::cli {
 
 struct ControlRequest {
-  std::string cmd;  // status, publish, fetch, digest, release, hold
+  std::string cmd;  // status, publish, fetch, digest, release, hold, wait_replicated, wait_for_head
   std::string model;
   std::uint64_t version = 0;  // 0: the head (where the command takes one)
   std::string file, out, gpu;
   std::uint64_t wait_replicas = 0;
+  std::uint64_t after = 0;  // wait_for_head: a head newer than this
   bool release = false, now = false;
 };
 
@@ -32,7 +33,7 @@ struct ControlRequest {
 // naming what is wrong: not a JSON object, an unknown command or field of
 // the wrong type, a string with a NUL byte, a relative path, a path given
 // both ways, a model name that breaks the rule, "gpu" with a command other
-// than hold.
+// than hold, wait_replicated without "wait_replicas" of at least 1.
 Result<ControlRequest> parse_control_request(std::string_view line);
 
 // Puts `path` into `request` under `key`, or under `key` + "_hex" when it is

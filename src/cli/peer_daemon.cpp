@@ -207,6 +207,17 @@ class Daemon {
       release(r.model, r.version, r.now, reply);
     } else if (r.cmd == "hold") {
       hold(r.model, r.version, r.gpu, reply, when_closed);
+    } else if (r.cmd == "wait_replicated") {
+      auto known = peer_->version_info(r.model, r.version);
+      if (!known) return known.status();
+      auto gone = std::make_shared<bool>(false);
+      when_closed([gone] { *gone = true; });
+      watch_replicas(r.model, known->version, known->id, r.wait_replicas, /*release_after=*/false, Clock::now(), reply,
+                     0, gone);
+    } else if (r.cmd == "wait_for_head") {
+      auto gone = std::make_shared<bool>(false);
+      when_closed([gone] { *gone = true; });
+      watch_head(r.model, r.after, reply, gone);
     }
     return Status::ok();
   }
@@ -307,8 +318,14 @@ class Daemon {
     later(kFileCheckInterval, [this, key, file] { watch_file(key, file); });
   }
 
+  // Answers once `wanted` peers other than this one hold model v`version`
+  // and proved it, with a "replicas" event as the count moves. A client
+  // that closes first (`gone`) ends the wait. The daemon looks every 50 ms:
+  // a look is a call into its own peer, not a round trip.
   void watch_replicas(std::string model, std::uint64_t version, ManifestId id, std::size_t wanted, bool release_after,
-                      Clock::time_point started, transport::ControlServer::Reply reply, std::size_t reported) {
+                      Clock::time_point started, transport::ControlServer::Reply reply, std::size_t reported,
+                      std::shared_ptr<const bool> gone = nullptr) {
+    if (gone && *gone) return;
     const std::size_t now_have = peer_->replicas(model, version).value_or(0);
     if (now_have != reported) reply(line(Json{{"event", "replicas"}, {"count", now_have}}), false);
     if (now_have >= wanted) {
@@ -331,8 +348,22 @@ class Daemon {
       return;
     }
     later(std::chrono::milliseconds(50), [=, this] {
-      watch_replicas(model, version, id, wanted, release_after, started, reply, now_have);
+      watch_replicas(model, version, id, wanted, release_after, started, reply, now_have, gone);
     });
+  }
+
+  // Answers once a head of `model` newer than `after` is verified here; a
+  // client that closes first (`gone`) ends the wait.
+  void watch_head(std::string model, std::uint64_t after, transport::ControlServer::Reply reply,
+                  std::shared_ptr<const bool> gone) {
+    if (*gone) return;
+    if (auto head = peer_->latest(model); head && head->version > after) {
+      reply(line(Json{{"done", true}, {"ok", true}, {"model", model}, {"version", head->version}, {"id", head->id.hex()},
+                      {"bytes", head->bytes}}),
+            true);
+      return;
+    }
+    later(std::chrono::milliseconds(50), [=, this] { watch_head(model, after, reply, gone); });
   }
 
   // A fetch answers with progress until it ends. One whose client goes away

@@ -37,6 +37,14 @@ def test_daemon_clients_and_an_in_process_peer_see_the_same_version():
                 for name, array in weights(41).items():
                     np.testing.assert_array_equal(got[name], array)
                 assert fetched.metadata == {"step": "41"}
+                # One request each, answered by the daemon when it holds (no polling).
+                published.wait_replicated(1, timeout=20)
+                with pytest.raises(th.Error) as e:
+                    published.wait_replicated(5, timeout=0.5)
+                assert e.value.code == "timeout" and "fewer than 5 replicas" in str(e.value), e.value
+            with pytest.raises(th.Error) as e:
+                b.wait_for_head("policy", after=1, timeout=0.5)
+            assert e.value.code == "timeout", e.value
             # An in-process peer in the same swarm gets the same bytes.
             peer = th.Peer.start(swarm_key_file=swarm, seeds=[f"127.0.0.1:{ports['a']}"],
                                  trusted_publishers=[ids["a"]], host="c", retain_head_replicas=0)

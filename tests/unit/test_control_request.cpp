@@ -49,6 +49,12 @@ TEST_CASE("control request: each command decodes, and paths travel as text or as
   CHECK(cli::parse_control_request(R"({"cmd":"status"})").is_ok());
   CHECK(cli::parse_control_request(R"({"cmd":"hold","model":"m","gpu":"GPU-1"})").is_ok());
   CHECK(cli::parse_control_request(R"({"cmd":"release","model":"m","version":2,"now":true})")->now);
+  auto replicated = cli::parse_control_request(R"({"cmd":"wait_replicated","model":"m","version":2,"wait_replicas":3})");
+  REQUIRE(replicated.is_ok());
+  CHECK(replicated->wait_replicas == 3);
+  auto head = cli::parse_control_request(R"({"cmd":"wait_for_head","model":"m","after":4})");
+  REQUIRE(head.is_ok());
+  CHECK(head->after == 4);
 }
 
 TEST_CASE("control request: refusals name what is wrong") {
@@ -67,6 +73,8 @@ TEST_CASE("control request: refusals name what is wrong") {
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"bad name"})"), "model name"));
   CHECK(contains(refusal(R"({"cmd":"fetch"})"), "model name is empty"));
   CHECK(contains(refusal(R"({"cmd":"publish","model":"m"})"), "needs \"file\""));
+  CHECK(contains(refusal(R"({"cmd":"wait_replicated","model":"m"})"), "at least 1"));
+  CHECK(contains(refusal(R"({"cmd":"wait_for_head","model":"m","after":"3"})"), "non-negative integer"));
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","gpu":"GPU-1"})"), "\"gpu\" goes with \"hold\" only"));
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out":"/)" + std::string(5000, 'a') + "\"}"), "longer than"));
 }
