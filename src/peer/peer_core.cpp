@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/overloaded.hpp"
+
 namespace tensorhub::peer {
 namespace {
 
@@ -390,26 +392,25 @@ void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
 
 void PeerCore::drain_swarm(TimePoint now) {
   while (auto action = swarm_.poll()) {
-    if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
-      if (auto v = find(verify->version_id)) actions_.push(HashShard{std::move(v), verify->shard, verify->fetch_serial});
-    } else if (auto* failed = std::get_if<swarm::ShardFailed>(&*action)) {
-      shard_failed(*failed);
-    } else if (auto* held = std::get_if<swarm::ShardHeld>(&*action)) {
-      shard_held(now, *held);
-    } else if (auto* finished = std::get_if<swarm::FetchFinished>(&*action)) {
-      if (auto v = find(finished->version_id)) finish(now, v, finished->status);
-    } else {
-      std::visit(
-          [this](auto&& a) {
-            using A = std::decay_t<decltype(a)>;
-            if constexpr (std::is_same_v<A, swarm::OpenConnection> || std::is_same_v<A, swarm::CloseConnection> ||
-                          std::is_same_v<A, swarm::SendMessage> || std::is_same_v<A, swarm::ServePiece> ||
-                          std::is_same_v<A, swarm::DropQueuedPieces>) {
-              actions_.push(std::move(a));
-            }
-          },
-          std::move(*action));
-    }
+    std::visit(core::Overloaded{
+                   [&](swarm::VerifyShard& verify) {
+                     if (auto v = find(verify.version_id)) {
+                       actions_.push(HashShard{std::move(v), verify.shard, verify.fetch_serial});
+                     }
+                   },
+                   [&](swarm::ShardFailed& failed) { shard_failed(failed); },
+                   [&](swarm::ShardHeld& held) { shard_held(now, held); },
+                   [&](swarm::FetchFinished& finished) {
+                     if (auto v = find(finished.version_id)) finish(now, v, finished.status);
+                   },
+                   // The wire and the memory's: the driver's, in order.
+                   [&](swarm::OpenConnection& a) { actions_.push(std::move(a)); },
+                   [&](swarm::CloseConnection& a) { actions_.push(std::move(a)); },
+                   [&](swarm::SendMessage& a) { actions_.push(std::move(a)); },
+                   [&](swarm::ServePiece& a) { actions_.push(std::move(a)); },
+                   [&](swarm::DropQueuedPieces& a) { actions_.push(std::move(a)); },
+               },
+               *action);
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/overloaded.hpp"
+
 namespace tensorhub::swarm {
 
 ServeSession::ServeSession(ManifestId id, ShardLayout layout, const core::Bitfield& have, UploadSlots slots,
@@ -119,23 +121,26 @@ void ServeSession::reveal(const std::vector<Reveal>& reveals) {
 
 void ServeSession::drain_slots(TimePoint now) {
   while (auto action = slots_.poll()) {
-    if (auto* u = std::get_if<UnchokeAction>(&*action)) {
-      // One still finishing its last turn was never choked.
-      if (finishing_.erase(u->peer) == 0) send(u->peer, SwarmMessage::signal(MessageType::kUnchoke, id_));
-      if (seeder_) reveal(seeder_->activate(now, u->peer));
-    } else {
-      const PeerId choked = std::get<ChokeAction>(*action).peer;
-      if (seeder_ && seeder_->pending(choked) > 0) {
-        // A super-seed's requester holds first copies in the making, which
-        // only the seed can complete: choked now, their blocks already sent
-        // would be wasted and the shards go out again to someone else. It
-        // finishes them first, shown nothing new, and is choked when it has them.
-        seeder_->finish(choked);
-        finishing_.emplace(choked, now);
-      } else {
-        choke(choked);
-      }
-    }
+    std::visit(core::Overloaded{
+                   [&](UnchokeAction& u) {
+                     // One still finishing its last turn was never choked.
+                     if (finishing_.erase(u.peer) == 0) send(u.peer, SwarmMessage::signal(MessageType::kUnchoke, id_));
+                     if (seeder_) reveal(seeder_->activate(now, u.peer));
+                   },
+                   [&](ChokeAction& c) {
+                     if (seeder_ && seeder_->pending(c.peer) > 0) {
+                       // A super-seed's requester holds first copies in the making, which
+                       // only the seed can complete: choked now, their blocks already sent
+                       // would be wasted and the shards go out again to someone else. It
+                       // finishes them first, shown nothing new, and is choked when it has them.
+                       seeder_->finish(c.peer);
+                       finishing_.emplace(c.peer, now);
+                     } else {
+                       choke(c.peer);
+                     }
+                   },
+               },
+               *action);
   }
 }
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "core/overloaded.hpp"
+
 namespace tensorhub::swarm {
 
 SwarmCore::SwarmCore(SwarmConfig config, Location self, PeerId self_id, std::uint64_t seed,
@@ -151,89 +153,100 @@ void SwarmCore::send(const PeerId& peer, SwarmMessage message) {
 }
 
 void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
+  // Until the session ends (DoneAction resets it) or has nothing more.
   while (v.fetch) {
     auto action = v.fetch->poll();
     if (!action) break;
-    if (auto* connect = std::get_if<ConnectAction>(&*action)) {
-      auto [it, created] = connections_.try_emplace(connect->peer);
-      if (it->second.open) {
-        start_with(now, id, v, connect->peer);
-      } else {
-        it->second.pending.insert(id);
-        if (created) actions_.push(OpenConnection{connect->peer});
-      }
-    } else if (auto* disconnect = std::get_if<DisconnectAction>(&*action)) {
-      // The session gave up on this neighbour: it sent bad data.
-      v.sources.erase(disconnect->peer);
-      if (connections_.count(disconnect->peer)) {
-        actions_.push(CloseConnection{disconnect->peer, disconnect->reason});
-        forget_connection(now, disconnect->peer);
-      }
-    } else if (auto* release = std::get_if<ReleaseAction>(&*action)) {
-      v.sources.erase(release->peer);
-      auto c = connections_.find(release->peer);
-      if (c != connections_.end() && c->second.open) {
-        send(release->peer, SwarmMessage::signal(MessageType::kNotInterested, id));
-      }
-    } else if (auto* request = std::get_if<RequestAction>(&*action)) {
-      auto c = connections_.find(request->peer);
-      if (c == connections_.end() || !c->second.open) continue;  // it times out in the session
-      send(request->peer, SwarmMessage::request(id, request->request_id, request->shard, request->block, request->offset,
-                                                request->length));
-    } else if (auto* cancel = std::get_if<CancelAction>(&*action)) {
-      auto c = connections_.find(cancel->peer);
-      if (c == connections_.end() || !c->second.open) continue;
-      // A landing payload is on the wire already: it lands, and the
-      // session takes its bytes if they are still wanted.
-      if (v.fetch->lands(cancel->peer, cancel->request_id)) continue;
-      send(cancel->peer, SwarmMessage::about_request(MessageType::kCancel, id, cancel->request_id));
-    } else if (auto* verify = std::get_if<VerifyAction>(&*action)) {
-      actions_.push(VerifyShard{id, verify->shard, v.fetch_serial});
-    } else if (auto* announce = std::get_if<AnnounceAction>(&*action)) {
-      v.have.set(announce->shard.value);
-      actions_.push(ShardHeld{id, announce->shard});
-      // Who has a use for the news: a peer that fetches from us, unless it
-      // has shown us the shard (the one that sent it, at least: nobody
-      // asks for what it holds), and a super-seed we fetch from, whose
-      // reveals are paced by these HAVEs. A holder that only serves us
-      // does nothing with them, and a peer that starts fetching from us
-      // gets our whole bitfield then, so a HAVE goes to those few, not to
-      // every connection. (told_ is reused: no set is allocated per shard.)
-      v.fetch->audience_of_have(announce->shard, v.serve->requesters(), v.sources, told_);
-      for (const PeerId& peer : told_) {
-        auto c = connections_.find(peer);
-        if (c != connections_.end() && c->second.open) {
-          send(peer, SwarmMessage::about_shard(MessageType::kHave, id, announce->shard));
-        }
-      }
-    } else if (auto* claim = std::get_if<ClaimAction>(&*action)) {
-      // The host mates fetching from us: they would otherwise bring it
-      // across the NIC we share as well.
-      v.serve->tell_host_mate_requesters(MessageType::kFetching, claim->shard);
-    } else if (auto* unclaim = std::get_if<UnclaimAction>(&*action)) {
-      v.serve->tell_host_mate_requesters(MessageType::kNotFetching, unclaim->shard);
-    } else if (auto* decline = std::get_if<DeclineSlotAction>(&*action)) {
-      send(decline->peer, SwarmMessage::signal(MessageType::kNotInterested, id));
-    } else if (auto* again = std::get_if<AskSlotAgainAction>(&*action)) {
-      auto c = connections_.find(again->peer);
-      if (c != connections_.end() && c->second.open) send(again->peer, interested(id, v));
-    } else if (auto* done = std::get_if<DoneAction>(&*action)) {
-      Status status = done->status;
-      v.finished = v.fetch->progress();
-      const std::vector<PeerId> landing = v.fetch->landing_senders();
-      v.fetch.reset();
-      for (const PeerId& peer : v.sources) {
-        if (connections_.count(peer) && connections_[peer].open) {
-          send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
-        }
-      }
-      v.sources.clear();
-      // Before the driver hears that the fetch is over (and lets the
-      // destination go), no payload may still be writing into it.
-      if (!status.is_ok()) abort_landings(now, landing, "the fetch of a version it was sending failed");
-      actions_.push(FetchFinished{id, status});
-      break;
-    }
+    std::visit(
+        core::Overloaded{
+            [&](ConnectAction& connect) {
+              auto [it, created] = connections_.try_emplace(connect.peer);
+              if (it->second.open) {
+                start_with(now, id, v, connect.peer);
+              } else {
+                it->second.pending.insert(id);
+                if (created) actions_.push(OpenConnection{connect.peer});
+              }
+            },
+            [&](DisconnectAction& disconnect) {
+              // The session gave up on this neighbour: it sent bad data.
+              v.sources.erase(disconnect.peer);
+              if (connections_.count(disconnect.peer)) {
+                actions_.push(CloseConnection{disconnect.peer, disconnect.reason});
+                forget_connection(now, disconnect.peer);
+              }
+            },
+            [&](ReleaseAction& release) {
+              v.sources.erase(release.peer);
+              auto c = connections_.find(release.peer);
+              if (c != connections_.end() && c->second.open) {
+                send(release.peer, SwarmMessage::signal(MessageType::kNotInterested, id));
+              }
+            },
+            [&](RequestAction& request) {
+              auto c = connections_.find(request.peer);
+              if (c == connections_.end() || !c->second.open) return;  // it times out in the session
+              send(request.peer, SwarmMessage::request(id, request.request_id, request.shard, request.block,
+                                                       request.offset, request.length));
+            },
+            [&](CancelAction& cancel) {
+              auto c = connections_.find(cancel.peer);
+              if (c == connections_.end() || !c->second.open) return;
+              // A landing payload is on the wire already: it lands, and the
+              // session takes its bytes if they are still wanted.
+              if (v.fetch->lands(cancel.peer, cancel.request_id)) return;
+              send(cancel.peer, SwarmMessage::about_request(MessageType::kCancel, id, cancel.request_id));
+            },
+            [&](VerifyAction& verify) { actions_.push(VerifyShard{id, verify.shard, v.fetch_serial}); },
+            [&](AnnounceAction& announce) {
+              v.have.set(announce.shard.value);
+              actions_.push(ShardHeld{id, announce.shard});
+              // Who has a use for the news: a peer that fetches from us, unless it
+              // has shown us the shard (the one that sent it, at least: nobody
+              // asks for what it holds), and a super-seed we fetch from, whose
+              // reveals are paced by these HAVEs. A holder that only serves us
+              // does nothing with them, and a peer that starts fetching from us
+              // gets our whole bitfield then, so a HAVE goes to those few, not to
+              // every connection. (told_ is reused: no set is allocated per shard.)
+              v.fetch->audience_of_have(announce.shard, v.serve->requesters(), v.sources, told_);
+              for (const PeerId& peer : told_) {
+                auto c = connections_.find(peer);
+                if (c != connections_.end() && c->second.open) {
+                  send(peer, SwarmMessage::about_shard(MessageType::kHave, id, announce.shard));
+                }
+              }
+            },
+            // The host mates fetching from us: they would otherwise bring it
+            // across the NIC we share as well.
+            [&](ClaimAction& claim) { v.serve->tell_host_mate_requesters(MessageType::kFetching, claim.shard); },
+            [&](UnclaimAction& unclaim) {
+              v.serve->tell_host_mate_requesters(MessageType::kNotFetching, unclaim.shard);
+            },
+            [&](DeclineSlotAction& decline) {
+              send(decline.peer, SwarmMessage::signal(MessageType::kNotInterested, id));
+            },
+            [&](AskSlotAgainAction& again) {
+              auto c = connections_.find(again.peer);
+              if (c != connections_.end() && c->second.open) send(again.peer, interested(id, v));
+            },
+            [&](DoneAction& done) {
+              const Status status = done.status;
+              v.finished = v.fetch->progress();
+              const std::vector<PeerId> landing = v.fetch->landing_senders();
+              v.fetch.reset();  // ends the loop
+              for (const PeerId& peer : v.sources) {
+                if (connections_.count(peer) && connections_[peer].open) {
+                  send(peer, SwarmMessage::signal(MessageType::kNotInterested, id));
+                }
+              }
+              v.sources.clear();
+              // Before the driver hears that the fetch is over (and lets the
+              // destination go), no payload may still be writing into it.
+              if (!status.is_ok()) abort_landings(now, landing, "the fetch of a version it was sending failed");
+              actions_.push(FetchFinished{id, status});
+            },
+        },
+        *action);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "core/overloaded.hpp"
 #include "support/gossip_network.hpp"
 
 namespace tensorhub::testing {
@@ -102,36 +103,45 @@ void SwarmNetwork::drain(std::size_t peer) {
   Peer& p = peers_[peer];
   if (!p.core) return;
   while (auto action = p.core->poll()) {
-    if (auto* connect = std::get_if<swarm::OpenConnection>(&*action)) {
-      auto to = index_of(connect->peer);
-      links_.open(now(), peer, to, to && peers_[*to].core);
-    } else if (auto* disconnect = std::get_if<swarm::CloseConnection>(&*action)) {
-      if (auto to = index_of(disconnect->peer)) links_.close(now(), peer, *to);
-    } else if (auto* send = std::get_if<swarm::SendMessage>(&*action)) {
-      if (auto to = index_of(send->peer)) links_.send(now(), peer, *to, send->message);
-    } else if (auto* serve = std::get_if<swarm::ServePiece>(&*action)) {
-      auto to = index_of(serve->peer);
-      if (!to) continue;
-      std::vector<std::byte> bytes(p.image.begin() + static_cast<std::ptrdiff_t>(serve->offset),
-                                   p.image.begin() + static_cast<std::ptrdiff_t>(serve->offset + serve->length));
-      if (p.corrupt && !bytes.empty()) bytes[bytes.size() / 2] ^= std::byte{0x5a};
-      links_.serve(now(), peer, *to, serve->header, std::move(bytes));
-    } else if (std::holds_alternative<swarm::DropQueuedPieces>(*action)) {
-      // Nothing to drop: this network times each piece's arrival when it is
-      // served (the uplink is a schedule, not a queue).
-    } else if (auto* verify = std::get_if<swarm::VerifyShard>(&*action)) {
-      const ShardEntry& shard = manifest_.shard(verify->shard);
-      const bool good = verify_shard(manifest_, verify->shard,
-                                     std::span(p.image).subspan(shard.byte_offset, shard.byte_length));
-      p.core->on_verified(now(), verify->version_id, verify->shard, verify->fetch_serial, good);
-    } else if (auto* announce = std::get_if<swarm::FetchFinished>(&*action)) {
-      p.result = announce->status;
-      p.finished_at = now();
-      if (announce->status.is_ok()) {
-        // A finished fetcher keeps serving what it now holds.
-        p.holder = true;
-      }
-    }
+    std::visit(
+        core::Overloaded{
+            [&](swarm::OpenConnection& connect) {
+              auto to = index_of(connect.peer);
+              links_.open(now(), peer, to, to && peers_[*to].core);
+            },
+            [&](swarm::CloseConnection& disconnect) {
+              if (auto to = index_of(disconnect.peer)) links_.close(now(), peer, *to);
+            },
+            [&](swarm::SendMessage& send) {
+              if (auto to = index_of(send.peer)) links_.send(now(), peer, *to, send.message);
+            },
+            [&](swarm::ServePiece& serve) {
+              auto to = index_of(serve.peer);
+              if (!to) return;
+              std::vector<std::byte> bytes(p.image.begin() + static_cast<std::ptrdiff_t>(serve.offset),
+                                           p.image.begin() + static_cast<std::ptrdiff_t>(serve.offset + serve.length));
+              if (p.corrupt && !bytes.empty()) bytes[bytes.size() / 2] ^= std::byte{0x5a};
+              links_.serve(now(), peer, *to, serve.header, std::move(bytes));
+            },
+            // Nothing to drop: this network times each piece's arrival when it
+            // is served (the uplink is a schedule, not a queue).
+            [](swarm::DropQueuedPieces&) {},
+            [&](swarm::VerifyShard& verify) {
+              const ShardEntry& shard = manifest_.shard(verify.shard);
+              const bool good = verify_shard(manifest_, verify.shard,
+                                             std::span(p.image).subspan(shard.byte_offset, shard.byte_length));
+              p.core->on_verified(now(), verify.version_id, verify.shard, verify.fetch_serial, good);
+            },
+            // Progress and failed shards: tests read the core's counters.
+            [](swarm::ShardHeld&) {},
+            [](swarm::ShardFailed&) {},
+            [&](swarm::FetchFinished& finished) {
+              p.result = finished.status;
+              p.finished_at = now();
+              if (finished.status.is_ok()) p.holder = true;  // a finished fetcher keeps serving what it now holds
+            },
+        },
+        *action);
   }
   arm(peer);
 }
