@@ -206,6 +206,8 @@ class Fetched(_Fetch):
             # Read before the flags: a shard verified after this wakes the wait below.
             seen = self._native.progress()["shards_verified"]
             flags = self._native.verified_shards()
+            if not flags:  # released meanwhile: nothing in the buffer is the version's any more
+                raise Error("cancelled: the fetch was released while its tensors were read", "cancelled")
             ready, waiting = [], []
             for t in pending:
                 offset, length = t[3], t[4]

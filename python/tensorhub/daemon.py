@@ -238,6 +238,10 @@ class Daemon:
     600 s by default); past it the client closes its connection, which
     cancels the request, and raises Error (``timeout``)."""
 
+    # The longest any call waits (a socket's limit is finite): a year is
+    # longer than any run, so a wait with no limit still ends.
+    _NO_LIMIT = 365 * 24 * 3600.0
+
     def __init__(self, control: str, directory: Optional[str] = None, timeout: float = 600.0):
         """Raises Error (``invalid_argument``; of the wrong type, also a
         TypeError) for a ``timeout`` that is not a number of seconds."""
@@ -248,11 +252,12 @@ class Daemon:
         self.timeout = check_timeout(timeout, "connect")
         if self.timeout is None:
             raise Error("invalid argument: connect: timeout must be a number of seconds", "invalid_argument")
+        self.timeout = min(self.timeout, self._NO_LIMIT)  # a socket's limit is finite
 
     def _limit(self, timeout, call: str) -> float:
         """The seconds a request may take: ``timeout`` (checked), or the client's."""
         timeout = check_timeout(timeout, call)
-        return self.timeout if timeout is None else timeout
+        return self.timeout if timeout is None else min(timeout, self._NO_LIMIT)  # a socket's limit is finite
 
     def _connect(self, request: dict, timeout: Optional[float] = None) -> socket.socket:
         """A connection to the daemon that carries ``request``."""
@@ -306,6 +311,8 @@ class Daemon:
             raise Error(f"corrupt: the daemon answered a line that is not JSON: {e}", "corrupt") from None
         if last is None:
             raise Error("unavailable: the daemon closed the connection without an answer", "unavailable")
+        if "event" in last and not last.get("done"):  # progress, then the end: the daemon went
+            raise Error("unavailable: the daemon closed the connection before its answer", "unavailable")
         if last.get("ok") is False:
             raise Error(last.get("error", "internal: the daemon failed without a reason"), last.get("code"))
         return last
@@ -353,15 +360,14 @@ class Daemon:
                           f"no head of {model} after v{after}")
         return VersionInfo(model, done["version"], done["id"], done.get("bytes"))
 
-    # A wait with no limit still ends: a year is longer than any run.
-    _NO_LIMIT = 365 * 24 * 3600.0
-
     def _wait(self, request: dict, timeout, call: str, what: str) -> dict:
         """Sends a request the daemon answers when what it waits for has
         happened, and returns its answer; on ``timeout`` (None: no limit)
         the connection closes, which ends the daemon's wait."""
         timeout = check_timeout(timeout, call)
-        limit = self._NO_LIMIT if timeout is None else timeout
+        # A zero timeout still gets the daemon's immediate answer (the head
+        # or the replicas there already).
+        limit = self._NO_LIMIT if timeout is None else min(max(timeout, 0.05), self._NO_LIMIT)
         try:
             return self._request(request, limit)
         except Error as e:

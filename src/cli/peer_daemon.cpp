@@ -326,7 +326,9 @@ class Daemon {
                       Clock::time_point started, transport::ControlServer::Reply reply, std::size_t reported,
                       std::shared_ptr<const bool> gone = nullptr) {
     if (gone && *gone) return;
-    const std::size_t now_have = peer_->replicas(model, version).value_or(0);
+    auto counted = peer_->replicas(model, version);
+    if (!counted) return fail(reply, counted.status());  // no longer known here (pruned, or signed twice)
+    const std::size_t now_have = *counted;
     if (now_have != reported) reply(line(Json{{"event", "replicas"}, {"count", now_have}}), false);
     if (now_have >= wanted) {
       const double stall = std::chrono::duration<double>(Clock::now() - started).count();

@@ -332,6 +332,9 @@ std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {
   std::vector<bool> out(count, false);
   if (v.state == VersionState::kComplete) {
     out.assign(count, true);
+  } else if (v.role == VersionRole::kCopy) {
+    // A private copy is written all at once from the version held here:
+    // the swarm's bitfield is that version's, not the copy's.
   } else if (const core::Bitfield* have = core_->swarm().have(v.manifest->id())) {
     for (std::uint32_t i = 0; i < count && i < have->size(); ++i) out[i] = have->test(i);
   }

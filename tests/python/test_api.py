@@ -7,6 +7,8 @@ import ast
 import inspect
 import os
 import pathlib
+import socket
+import threading
 
 import numpy as np
 import pytest
@@ -158,3 +160,40 @@ def test_the_package_imports_without_a_cycle():
 
     for name in graph:
         visit(name, [name])
+
+
+def _fake_daemon(path, answers):
+    """A control socket that answers each connection with the next lines of
+    `answers` (bytes), then closes it."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(len(answers))
+
+    def serve():
+        with server:
+            for lines in answers:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(1 << 16)
+                    conn.sendall(lines)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_daemon_wait_is_answered_once_and_a_daemon_gone_mid_answer_is_an_error(tmp_path):
+    path = str(tmp_path / "fake.sock")
+    head = b'{"done":true,"ok":true,"model":"policy","version":3,"id":"' + b"ab" * 32 + b'","bytes":64}\n'
+    thread = _fake_daemon(path, [head, b'{"event":"replicas","count":0}\n'])
+    client = th.connect(path, directory=str(tmp_path), timeout=5)
+    # A zero timeout still takes the daemon's immediate answer.
+    assert client.wait_for_head("policy", timeout=0) == th.VersionInfo("policy", 3, "ab" * 32, 64)
+    # Progress, then the connection ends without a "done" line: the daemon
+    # went, and the wait is not reported as met.
+    (tmp_path / "x").write_bytes(bytes(64))
+    published = daemon.DaemonPublished(client, "policy", 3, "ab" * 32, str(tmp_path / "x"), {}, owned=False)
+    with pytest.raises(th.Error) as e:
+        published.wait_replicated(1, timeout=5)
+    assert e.value.code == "unavailable", e.value
+    thread.join(5)
