@@ -430,14 +430,25 @@ Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::
   return PeerAccess::fetch_handle(impl, std::move(*v));
 }
 
-PublishHandle PeerAccess::publish_handle(Impl* impl, Created version) {
-  auto state = std::make_shared<PublishHandle::State>();
+namespace {
+
+// A handle's state for a version the engine just created: the gate to its
+// peer, the version, its watch and which version it is.
+template <typename State>
+std::shared_ptr<State> state_for(Impl* impl, PeerAccess::Created version) {
+  auto state = std::make_shared<State>();
   state->gate = impl->gate;
   const peer::LocalVersion& v = *version.version;
   state->info = VersionInfo{v.model, v.number, v.id, v.manifest->total_size()};
   state->version = std::move(version.version);
   state->watch = std::move(version.watch);
-  return PublishHandle(state);
+  return state;
+}
+
+}  // namespace
+
+PublishHandle PeerAccess::publish_handle(Impl* impl, Created version) {
+  return PublishHandle(state_for<PublishHandle::State>(impl, std::move(version)));
 }
 
 Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uuid) {
@@ -454,13 +465,7 @@ Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uu
 }
 
 FetchHandle PeerAccess::fetch_handle(Impl* impl, Created version) {
-  auto state = std::make_shared<FetchHandle::State>();
-  state->gate = impl->gate;
-  const peer::LocalVersion& v = *version.version;
-  state->info = VersionInfo{v.model, v.number, v.id, v.manifest->total_size()};
-  state->version = std::move(version.version);
-  state->watch = std::move(version.watch);
-  return FetchHandle(state);
+  return FetchHandle(state_for<FetchHandle::State>(impl, std::move(version)));
 }
 
 Result<std::size_t> Peer::replicas(const std::string& model, std::uint64_t version) const {
