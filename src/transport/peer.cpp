@@ -578,7 +578,12 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
     // ok for a file put in place before the release
     return state_->file ? state_->commit_file() : Status::cancelled("released");
   }
-  const Status failed = v.result.is_ok() ? Status::cancelled("released before it finished") : v.result;
+  // Released by its caller before it finished: cancelled, whatever the
+  // release itself made the fetch fail with (a file destination removed
+  // under a landing payload fails it with kIoError first).
+  const bool released_here = state_->phase.load() != HeldVersion::kHeld;
+  const Status failed =
+      v.result.is_ok() || released_here ? Status::cancelled("released before it finished") : v.result;
   const bool fetch_failed = v.state == peer::VersionState::kFailed;
   // The engine removes a failed fetch's file once it hears (FetchDone); a
   // waiter may wake first: it never returns while the file is still there.
