@@ -45,7 +45,9 @@ void FetchSession::connect_to(TimePoint now, const PeerId& chosen) {
   ++may_yet_show_;
   n.connect_deadline = now + config_.connect_timeout;
   if (n.proximity == Proximity::kSameHost) ++host_mates_;
+  const bool remote = n.proximity == Proximity::kRemote;
   const bool added = neighbours_.emplace(chosen, std::move(n)).second;
+  requests_.add_holder(chosen, remote);
   schedule_order_stale_ = true;
   assert(added);  // a candidate is never a neighbour (add_candidate refuses them)
   (void)added;
@@ -142,7 +144,7 @@ void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
 }
 
 void FetchSession::on_disconnected(TimePoint now, const PeerId& peer) {
-  std::erase_if(let_go_, [&](const auto& entry) { return entry.second.peer == peer; });  // nothing answers them now
+  requests_.connection_closed(peer);  // nothing answers what it was asked now
   auto it = neighbours_.find(peer);
   if (it != neighbours_.end()) {
     // The connection went, not the peer (gossip says that: remove_candidate),
@@ -179,8 +181,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
     picker_.remove_peer(it->second.bits);
     count_holdings(it->second, -1);
   }
-  in_flight_total_ -= it->second.in_flight;
-  std::erase(busy_, &it->second);
+  requests_.remove_holder(peer);
   may_yet_show_ -= may_yet_show(it->second);
   if (it->second.connecting) --connecting_count_;
   if (it->second.proximity == Proximity::kSameHost) --host_mates_;
@@ -276,10 +277,7 @@ void FetchSession::check_starvation(TimePoint now) {
   std::optional<ShardIndex> orphan;
   for (const ShardIndex s : picker_.unavailable()) {
     auto started = shards_.find(s.value);
-    const bool idle = started == shards_.end() ||
-                      (!started->second.verifying &&
-                       std::all_of(started->second.requests.begin(), started->second.requests.end(),
-                                   [](const BlockRequests& r) { return r.empty(); }));
+    const bool idle = started == shards_.end() || (!started->second.verifying && !requests_.asked(s));
     if (idle) {
       orphan = s;
       break;
@@ -328,7 +326,7 @@ void FetchSession::check_starvation(TimePoint now) {
     };
     for (auto it = neighbours_.rbegin(); it != neighbours_.rend(); ++it) {
       const Neighbour& n = it->second;
-      if (n.in_flight != 0 || n.complete_source || n.super_seed || n.proximity == Proximity::kSameHost) continue;
+      if (requests_.in_flight(it->first) != 0 || n.complete_source || n.super_seed || n.proximity == Proximity::kSameHost) continue;
       if (!n.has_bits || holds_something_wanted(n)) continue;  // it can still give us something
       const PeerId idle = it->first;
       last_swap_ = now;

@@ -7,6 +7,12 @@
 
 namespace tensorhub::swarm {
 
+std::optional<FetchSession::RequestedBlock> FetchSession::request_of(const PeerId& peer, RequestId request_id) const {
+  const RequestTable::Request* r = requests_.find(peer, request_id);
+  if (r == nullptr) return std::nullopt;
+  return RequestedBlock{r->range.shard, layout_.first_block(r->range), r->superseded};
+}
+
 std::optional<std::uint64_t> FetchSession::begin_piece(TimePoint now, const PeerId& peer, RequestId request_id,
                                                        std::uint32_t length) {
   if (landings_.lands(peer, request_id)) return std::nullopt;
@@ -27,7 +33,7 @@ void FetchSession::piece_progress(TimePoint now, const PeerId& peer, RequestId r
 
 bool FetchSession::end_piece(TimePoint now, const PeerId& peer, RequestId request_id, PieceEnd how) {
   if (const auto landed = landings_.end(peer, request_id)) {
-    answered(peer, request_id);
+    requests_.answered(peer, request_id);
     switch (how) {
       case PieceEnd::kStored: on_block(now, peer, landed->shard, landed->block); break;
       case PieceEnd::kNotKept: on_block_superseded(now, peer, landed->shard, landed->block); break;
@@ -38,7 +44,7 @@ bool FetchSession::end_piece(TimePoint now, const PeerId& peer, RequestId reques
   // One that never landed: read and discarded.
   const auto asked = request_of(peer, request_id);
   if (!asked) return false;
-  answered(peer, request_id);
+  requests_.answered(peer, request_id);
   if (asked->superseded || how == PieceEnd::kNotKept) {
     on_block_superseded(now, peer, asked->shard, asked->block);
   } else {
@@ -51,7 +57,7 @@ bool FetchSession::on_answer(TimePoint now, const PeerId& peer, RequestId reques
   if (landings_.lands(peer, request_id)) return false;  // the payload began: it answers
   const auto asked = request_of(peer, request_id);
   if (!asked) return false;
-  answered(peer, request_id);
+  requests_.answered(peer, request_id);
   if (deferred) {
     on_block_deferred(now, peer, asked->shard, asked->block);
   } else {

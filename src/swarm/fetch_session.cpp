@@ -19,7 +19,7 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
   assert(have_.size() == layout_.shard_count());
   request_ids_ = &ids;
   for (auto& counts : near_holders_) counts.assign(layout_.shard_count(), 0);
-  config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, kMaxRequestsPerBlock);
+  config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, RequestTable::kMaxRequestsPerBlock);
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
     const ShardIndex shard{s};
     if (have_.test(s)) {
@@ -39,7 +39,35 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
 
 // --------------------------------------------------------------------------
 // Scheduling and arriving blocks. The neighbourhood, the source rules, the
-// request table and the slot share are in fetch_*.cpp beside this file.
+// slot share and the pieces' way in are in fetch_*.cpp beside this file; the
+// requests in flight are the RequestTable's.
+
+FetchSession::Shard& FetchSession::shard_state(ShardIndex s) {
+  auto it = shards_.find(s.value);
+  if (it != shards_.end()) return it->second;
+  Shard shard;
+  const std::uint32_t blocks = layout_.block_count(s);
+  shard.received = core::Bitfield(blocks);
+  shard.sources.resize(blocks);
+  shard.started = true;
+  return shards_.emplace(s.value, std::move(shard)).first->second;
+}
+
+void FetchSession::on_block_freed(ShardIndex shard, BlockIndex block) {
+  auto it = shards_.find(shard.value);
+  if (it != shards_.end() && !it->second.received.test(block.value)) ++unrequested_;
+}
+
+void FetchSession::drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer) {
+  requests_.drop(peer, shard, block, [this](ShardIndex s, BlockIndex b) { on_block_freed(s, b); });
+}
+
+void FetchSession::release_requests_of(const PeerId& peer, bool still_answered) {
+  requests_.release_all_of(peer, still_answered, [this](ShardIndex s, BlockIndex b) { on_block_freed(s, b); });
+  for (auto& [index, s] : shards_) {
+    if (s.only_from && *s.only_from == peer) s.only_from.reset();  // another may take the retry up
+  }
+}
 
 void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block) {
   Shard& s = shard_state(shard);
@@ -51,23 +79,10 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
     s.claimed = true;
     actions_.push(ClaimAction{shard});
   }
-  auto& requests = s.requests[block.value];
-  if (requests.empty()) --unrequested_;
-  const RequestId request_id = take_request_id();
-  requests.push_back(Request{id, now, request_id});
-  request_blocks_[request_id] = {shard, block};
-  recent_requests_.push_back(SentRequest{now, shard, block, id});
-  if (n.in_flight == 0) {
-    n.first_sent = now;
-    busy_.push_back(&n);
-  } else {
-    n.first_sent = std::min(n.first_sent, now);  // kTimeNever while all it has in flight lands
-  }
-  ++n.in_flight;
-  ++in_flight_total_;
-  actions_.push(RequestAction{id, request_id, shard, block,
-                              layout_.shard_offset(shard) + std::uint64_t{block.value} * layout_.block_size,
-                              layout_.block_length(shard, block)});
+  if (!requests_.asked(shard, block)) --unrequested_;
+  const ShardRange range = layout_.block_range(shard, block);
+  const RequestId request_id = requests_.add(now, id, range, *request_ids_);
+  actions_.push(RequestAction{id, request_id, shard, block, layout_.image_offset(range), range.length});
 }
 
 bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
@@ -75,8 +90,9 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
   for (auto& [index, s] : shards_) {
     const ShardIndex shard{index};
     if (s.verifying || (s.only_from && !(*s.only_from == id)) || !allowed_from(now, n, shard)) continue;
-    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
-      if (!s.received.test(b) && s.requests[b].empty()) {
+    const std::uint32_t blocks = layout_.block_count(shard);
+    for (std::uint32_t b = 0; b < blocks; ++b) {
+      if (!s.received.test(b) && !requests_.asked(shard, BlockIndex{b})) {
         send_request(now, id, n, shard, BlockIndex{b});
         return true;
       }
@@ -94,13 +110,10 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
   for (auto& [index, s] : shards_) {
     const ShardIndex shard{index};
     if (s.verifying || s.only_from || !allowed_from(now, n, shard)) continue;  // a retry alone gets no duplicate
-    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
-      auto& requests = s.requests[b];
-      if (s.received.test(b) || requests.size() >= config_.endgame_duplicates) continue;
-      const bool already = std::any_of(requests.begin(), requests.end(), [&](const Request& r) { return r.peer == id; });
-      const bool overdue = std::all_of(requests.begin(), requests.end(),
-                                       [&](const Request& r) { return !r.landing && now - r.sent >= block_rtt_ * 2; });
-      if (!already && overdue) {
+    const std::uint32_t blocks = layout_.block_count(shard);
+    for (std::uint32_t b = 0; b < blocks; ++b) {
+      if (s.received.test(b)) continue;
+      if (requests_.may_duplicate(now, id, shard, BlockIndex{b}, config_.endgame_duplicates)) {
         send_request(now, id, n, shard, BlockIndex{b});
         return true;
       }
@@ -110,25 +123,22 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
 }
 
 void FetchSession::fill(TimePoint now, const PeerId& id, Neighbour& n) {
-  while (n.connected && !n.choked && n.has_bits && n.in_flight < config_.pipeline_blocks && request_next(now, id, n)) {
+  while (n.connected && !n.choked && n.has_bits && requests_.in_flight(id) < config_.pipeline_blocks &&
+         request_next(now, id, n)) {
   }
 }
 
 void FetchSession::schedule(TimePoint now) {
   if (done_) return;
   last_scheduled_ = now;
-  if (in_flight_total_ != 0) {
+  if (requests_.in_flight_total() != 0) {
     idle_since_.reset();
   } else if (!idle_since_) {
     idle_since_ = now;
   }
   // What is overdue now is considered below (request_next); what left
   // flight never will be.
-  while (!recent_requests_.empty()) {
-    const SentRequest& r = recent_requests_.front();
-    if (r.sent + block_rtt_ * 2 > now && still_in_flight(r)) break;
-    recent_requests_.pop_front();
-  }
+  requests_.prune_overdue(now);
   connect_more(now);
   // Nearest neighbours choose first, so they take what they can give
   // (equals in id order: the map's order, kept by the stable sort).
@@ -169,12 +179,12 @@ void FetchSession::audience_of_have(ShardIndex shard, const std::set<PeerId>& re
 
 bool FetchSession::wants_block(ShardIndex shard, BlockIndex block) const {
   auto it = shards_.find(shard.value);
-  return it != shards_.end() && block.value < it->second.requests.size() && !it->second.verifying &&
+  return it != shards_.end() && block.value < layout_.block_count(shard) && !it->second.verifying &&
          !it->second.received.test(block.value);
 }
 
 void FetchSession::on_block_superseded(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
-  note_delivery(now, peer);
+  requests_.note_delivery(now, peer);
   if (!shards_.count(shard.value) || block.value >= layout_.block_count(shard)) return;
   duplicate_bytes_ += layout_.block_length(shard, block);
   drop_request(shard, block, peer);  // a duplicate from endgame, or late
@@ -183,9 +193,7 @@ void FetchSession::on_block_superseded(TimePoint now, const PeerId& peer, ShardI
 
 void FetchSession::on_block_landing(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
   (void)now;
-  auto it = shards_.find(shard.value);
-  if (it == shards_.end() || block.value >= it->second.requests.size()) return;
-  if (Request* r = it->second.requests[block.value].find(peer)) r->landing = true;
+  requests_.mark_landing(peer, shard, block);
 }
 
 void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
@@ -194,26 +202,19 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   Shard& s = shards_.find(shard.value)->second;
   auto sender = neighbours_.find(peer);
   Neighbour* from = sender == neighbours_.end() ? nullptr : &sender->second;
-  if (from) note_delivery(now, *from);
-  for (const Request& r : s.requests[block.value]) {
-    if (r.peer == peer) {
-      // An exponentially weighted average, 1/8 per sample (as TCP's SRTT).
-      block_rtt_ += (std::chrono::duration_cast<Duration>(now - r.sent) - block_rtt_) / 8;
-    }
-  }
-  drop_request(s, block, peer, from);
-  // Whether or not it was still asked of this peer, its bytes are here now.
-  if (s.requests[block.value].empty()) {
-    // drop_request counted it as unrequested again; it is received instead.
-    --unrequested_;
-  }
-  const bool cancels_others = !s.requests[block.value].empty();
-  for (const Request& other : s.requests[block.value]) {
-    actions_.push(CancelAction{other.peer, other.id, shard, block});
-    forget_request_id(other.id);
-    one_less_in_flight(other.peer);
-  }
-  s.requests[block.value].clear();
+  // Whether or not it was still asked of this peer, its bytes are here now:
+  // every request on the block leaves the table, another holder's with a
+  // cancel. The block, counted as asked of nobody when its last request
+  // left (or never asked), is received instead.
+  bool cancels_others = false;
+  requests_.settle(
+      now, peer, shard, block,
+      [&](const RequestTable::Request& other) {
+        actions_.push(CancelAction{other.peer, other.id, shard, block});
+        cancels_others = true;
+      },
+      [this](ShardIndex freed, BlockIndex b) { on_block_freed(freed, b); });
+  --unrequested_;
   s.received.set(block.value);
   s.sources[block.value] = peer;
   ++s.received_count;
@@ -233,7 +234,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   // a block across the WAN frees WAN budget, and with nothing left in
   // flight a fetcher takes shards outside its share. A full schedule per
   // block would cost O(shards) per block.
-  if (cancels_others || !from || from->proximity == Proximity::kRemote || in_flight_total_ == 0) {
+  if (cancels_others || !from || from->proximity == Proximity::kRemote || requests_.in_flight_total() == 0) {
     return schedule(now);
   }
   fill(now, peer, *from);
@@ -266,6 +267,7 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
   if (it == shards_.end() || !it->second.verifying) return;
   if (good) {
     shards_.erase(it);
+    requests_.close(shard);
     retry_alone_.erase(shard.value);
     mate_claims_.erase(shard.value);
     have_.set(shard.value);
@@ -286,6 +288,7 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
   std::set<PeerId> senders(it->second.sources.begin(), it->second.sources.end());
   unrequested_ += layout_.block_count(shard);
   shards_.erase(it);
+  requests_.close(shard);
   if (senders.size() != 1) {
     retry_alone_.insert(shard.value);
     schedule(now);
@@ -320,23 +323,16 @@ void FetchSession::handle_timeout(TimePoint now) {
   }
   if (timers.due(FetchTimer::kRequest, now)) {
     // Requests past their deadline go elsewhere; the slow peer is told to drop them.
-    std::vector<CancelAction> expired;
-    for (const auto& [index, s] : shards_) {
-      for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
-        for (const Request& r : s.requests[b]) {
-          if (!r.landing && now >= deadline_of(r.sent, find_neighbour(r.peer))) {
-            expired.push_back(CancelAction{r.peer, r.id, ShardIndex{index}, BlockIndex{b}});
-          }
-        }
-      }
-    }
+    std::vector<RequestTable::Request> expired;
+    requests_.expired(now, expired);
     requests_timed_out_ += expired.size();
-    for (const CancelAction& cancel : expired) {
-      drop_request(cancel.shard, cancel.block, cancel.peer);
-      actions_.push(cancel);
+    for (const RequestTable::Request& r : expired) {
+      const BlockIndex block = layout_.first_block(r.range);
+      drop_request(r.range.shard, block, r.peer);
+      actions_.push(CancelAction{r.peer, r.id, r.range.shard, block});
     }
   }
-  refresh_first_sent();  // a lower bound between timeouts, exact from here
+  requests_.refresh_deadlines();  // a lower bound between timeouts, exact from here
   // The other timers' rules are schedule()'s: endgame duplicates,
   // starvation and neighbour swaps, slot probes, the WAN idle rule and
   // lapsed mate claims.
@@ -351,8 +347,8 @@ core::TimerTable<FetchTimer> FetchSession::timers() const {
       if (n.connecting) t.earliest(FetchTimer::kConnect, n.connect_deadline);
     }
   }
-  t.set(FetchTimer::kRequest, first_request_deadline());
-  t.set(FetchTimer::kEndgameDuplicate, next_endgame_duplicate());
+  t.set(FetchTimer::kRequest, requests_.next_deadline());
+  if (unrequested_ == 0) t.set(FetchTimer::kEndgameDuplicate, requests_.next_overdue(last_scheduled_, config_.endgame_duplicates));
   if (starved_since_) t.set(FetchTimer::kStarvation, *starved_since_ + config_.starvation_timeout);
   if (swap_due_) t.set(FetchTimer::kNeighbourSwap, *swap_due_);  // always later than when it was set
   if (connect_due_) t.set(FetchTimer::kConnectBurst, *connect_due_);
@@ -364,7 +360,7 @@ core::TimerTable<FetchTimer> FetchSession::timers() const {
   for (const auto& [peer, lost] : lost_) {
     if (lost.retry_at) t.earliest(FetchTimer::kReconnect, *lost.retry_at);
   }
-  if (in_flight_total_ == 0) {
+  if (requests_.in_flight_total() == 0) {
     for (const auto& [shard, claim] : mate_claims_) {
       const TimePoint lapses = claim.since + config_.request_timeout;
       if (lapses > last_scheduled_) t.earliest(FetchTimer::kMateClaim, lapses);
@@ -376,21 +372,16 @@ core::TimerTable<FetchTimer> FetchSession::timers() const {
 void FetchSession::finish(Status status) {
   if (done_) return;
   done_ = true;
-  recent_requests_.clear();
   declined_.clear();
   asked_again_.clear();
-  for (auto& [index, s] : shards_) {
-    for (std::uint32_t b = 0; b < s.requests.size(); ++b) {
-      for (const Request& r : s.requests[b]) actions_.push(CancelAction{r.peer, r.id, ShardIndex{index}, BlockIndex{b}});
-    }
-  }
-  request_blocks_.clear();
-  let_go_.clear();
+  requests_.end([&](const RequestTable::Request& r) {
+    actions_.push(CancelAction{r.peer, r.id, r.range.shard, layout_.first_block(r.range)});
+  });
   actions_.push(DoneAction{std::move(status)});
 }
 
 std::optional<FetchAction> FetchSession::poll() {
-  if (actions_.empty() && !declined_.empty() && in_flight_total_ == 0) ask_declined_again();
+  if (actions_.empty() && !declined_.empty() && requests_.in_flight_total() == 0) ask_declined_again();
   return actions_.poll();
 }
 

@@ -42,6 +42,7 @@
 #include "swarm/landings.hpp"
 #include "swarm/piece_picker.hpp"
 #include "swarm/request_ids.hpp"
+#include "swarm/request_table.hpp"
 #include "swarm/topology.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
@@ -56,12 +57,13 @@ class FetchSession {
   // REQUIRES: have.size() == layout.shard_count().
   FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id, FetchConfig config,
                std::uint64_t seed, TimePoint now, RequestIds& ids);
-  // Not copied: busy_ points into neighbours_.
+  // Not copied: schedule_order_ points into neighbours_.
   FetchSession(const FetchSession&) = delete;
   FetchSession& operator=(const FetchSession&) = delete;
 
   // The block of this session's request `request_id` to `peer`, while it
-  // is outstanding here; nullopt once it is answered, dropped or cancelled.
+  // is outstanding here, or let go and not yet answered (answered() ends
+  // that); nullopt once it is answered, dropped or cancelled.
   struct RequestedBlock {
     ShardIndex shard;
     BlockIndex block;
@@ -70,12 +72,7 @@ class FetchSession {
   std::optional<RequestedBlock> request_of(const PeerId& peer, RequestId request_id) const;
   // The payload answering the request is turned away unwritten (the block
   // was taken): when it ends, on_block_superseded, not on_block_refused.
-  void mark_superseded(const PeerId& peer, RequestId request_id);
-  // The request's answer (a piece, a refusal, a deferral) has been handled.
-  // A request this session let go of without a cancel (its neighbour was
-  // released, the connection kept) is still answered by its holder, and
-  // request_of names its block until then; this ends that.
-  void answered(const PeerId& peer, RequestId request_id);
+  void mark_superseded(const PeerId& peer, RequestId request_id) { requests_.mark_superseded(peer, request_id); }
 
   // --- A piece's way in: its payload lands in the destination ---
   // The payload answering request `request_id` of `peer`, `length` bytes,
@@ -152,7 +149,7 @@ class FetchSession {
   // WAN: what this fetch brings across is paced by the WAN, not by slots.
   bool pulls_across_wan() const;
   // Requests sent and not yet answered, to every neighbour.
-  std::size_t in_flight_total() const;
+  std::size_t in_flight_total() const { return requests_.in_flight_total(); }
   void on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
   // The neighbour holds every shard but reveals them gradually: shards
   // nobody has shown us are not lost while it is connected.
@@ -217,56 +214,13 @@ class FetchSession {
   const ShardLayout& layout() const { return layout_; }
 
  private:
-  struct Request {
-    PeerId peer;
-    TimePoint sent;
-    RequestId id;             // the request id on the wire
-    bool landing = false;     // its payload is arriving (on_block_landing): no deadline
-    bool superseded = false;  // its payload was turned away (mark_superseded)
-  };
-  // A block's outstanding requests, held inline so that asking for a block
-  // allocates nothing. Invariant: size() <= kMaxRequestsPerBlock, which
-  // bounds endgame_duplicates.
-  static constexpr std::size_t kMaxRequestsPerBlock = 4;
   // Neighbours allowed past max_neighbours to reach shards none of them has.
   static constexpr std::size_t kExtraNeighbours = 4;
   // Host mates are connected past max_neighbours, up to this many (a host
   // has a peer per GPU: 8 or 16, not hundreds).
   static constexpr std::size_t kMaxHostMates = 32;
-  class BlockRequests {
-   public:
-    const Request* begin() const { return items_.data(); }
-    const Request* end() const { return items_.data() + count_; }
-    std::size_t size() const { return count_; }
-    bool empty() const { return count_ == 0; }
-    const Request* find(const PeerId& peer) const {
-      for (std::size_t i = 0; i < count_; ++i) {
-        if (items_[i].peer == peer) return &items_[i];
-      }
-      return nullptr;
-    }
-    Request* find(const PeerId& peer) {
-      for (std::size_t i = 0; i < count_; ++i) {
-        if (items_[i].peer == peer) return &items_[i];
-      }
-      return nullptr;
-    }
-    void clear() { count_ = 0; }
-    // REQUIRES: size() < kMaxRequestsPerBlock.
-    void push_back(const Request& r) { items_[count_++] = r; }
-    void erase(const Request* r) {
-      const auto i = static_cast<std::size_t>(r - items_.data());
-      std::move(items_.begin() + static_cast<std::ptrdiff_t>(i) + 1, items_.begin() + count_, items_.begin() + static_cast<std::ptrdiff_t>(i));
-      --count_;
-    }
-
-   private:
-    std::array<Request, kMaxRequestsPerBlock> items_{};
-    std::uint8_t count_ = 0;
-  };
   struct Shard {
     core::Bitfield received;               // blocks in the destination
-    std::vector<BlockRequests> requests;   // per block: outstanding requests
     std::vector<PeerId> sources;           // per block: who sent it
     std::uint32_t received_count = 0;
     bool started = false;
@@ -284,17 +238,9 @@ class FetchSession {
     bool choked = false;
     bool super_seed = false;
     TimePoint connect_deadline;
-    TimePoint last_delivery;  // the last block it sent us
-    Duration delivery_gap{};  // smoothed time between its blocks (1/8 per sample)
     core::Bitfield bits;
     bool has_bits = false;
     bool holds_all = false;  // bits.all(), kept with bits (asked per shard per neighbour)
-    std::size_t in_flight = 0;
-    // No request in flight to it and not landing was sent before this
-    // (kTimeNever: none): exact after handle_timeout, a lower bound after a
-    // request is dropped or lands (its deadline can only come early, and
-    // the wakeup makes it exact).
-    TimePoint first_sent;
     int bad_shards = 0;
     std::uint64_t bytes = 0;
   };
@@ -303,28 +249,6 @@ class FetchSession {
   void fill(TimePoint now, const PeerId& id, Neighbour& n);
   bool request_next(TimePoint now, const PeerId& id, Neighbour& n);
   bool allowed_from(TimePoint now, const Neighbour& n, ShardIndex shard) const;
-  // When a request to a neighbour counts as lost: request_timeout after the
-  // later of its sending and the neighbour's last delivery (nullptr: gone).
-  TimePoint deadline_of(TimePoint sent, const Neighbour* n) const;
-  // The earliest deadline_of of any request in flight, or kTimeNever: one
-  // per neighbour, from its first_sent, not a walk over the requests.
-  TimePoint first_request_deadline() const;
-  // Sets every neighbour's first_sent exactly.
-  void refresh_first_sent();
-  // The earliest moment a request becomes overdue for an endgame duplicate.
-  TimePoint next_endgame_duplicate() const;
-  struct SentRequest {
-    TimePoint sent;
-    ShardIndex shard;
-    BlockIndex block;
-    PeerId peer;
-  };
-  // Whether the request is still in flight; and whether its block may
-  // take another holder's copy (fewer than endgame_duplicates asked).
-  bool still_in_flight(const SentRequest& r) const;
-  bool may_be_duplicated(const SentRequest& r) const;
-  // Whether a payload for the block is landing (no duplicate is asked then).
-  static bool block_landing(const BlockRequests& requests);
   const Neighbour* find_neighbour(const PeerId& peer) const;
   // Whether a neighbour nearer than `beyond` (a mate on this side of the
   // link that a source that far would use) holds the shard.
@@ -356,24 +280,12 @@ class FetchSession {
   void withdraw_stranded_claims();
   void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
-  // The same, with the shard and the neighbour (nullptr: gone) found.
-  void drop_request(Shard& s, BlockIndex block, const PeerId& peer, Neighbour* n);
-  // A request to `peer` left flight (answered, cancelled or dropped).
-  void one_less_in_flight(const PeerId& peer);
-  void one_less_in_flight(Neighbour& n);
-  // The neighbour delivered a block (wanted or not): its delivery pace.
-  void note_delivery(TimePoint now, const PeerId& peer);
-  void note_delivery(TimePoint now, Neighbour& from);
+  // Counts a block left with no request as asked of nobody (unless received).
+  void on_block_freed(ShardIndex shard, BlockIndex block);
   // Drops the requests to `peer`. `still_answered`: its holder was told
   // nothing (no cancel, the connection stays), so request_of keeps naming
-  // their blocks until answered() or the connection goes.
+  // their blocks until answered or the connection goes.
   void release_requests_of(const PeerId& peer, bool still_answered = false);
-  // A new request's id (from the RequestIds given), and the end of its entry in
-  // request_blocks_ once the request leaves the table.
-  RequestId take_request_id();
-  void forget_request_id(RequestId id) { request_blocks_.erase(id); }
-  // The request `id` to `peer` in the table (nullptr: none).
-  const Request* find_request(const PeerId& peer, RequestId id) const;
   void lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason);
   // Drops the neighbour and stops fetching from it, keeping the connection
   // (ReleaseAction): traded away, a surplus slot, or a probe unanswered.
@@ -425,7 +337,7 @@ class FetchSession {
   }
   void clear_starvation();
   void finish(Status status);
-  std::size_t wan_in_flight() const;
+  std::size_t wan_in_flight() const { return requests_.in_flight_remote(); }
   Shard& shard_state(ShardIndex s);
 
   ShardLayout layout_;
@@ -445,12 +357,10 @@ class FetchSession {
   // comes or goes (a neighbour's proximity never changes).
   std::vector<std::pair<const PeerId, Neighbour>*> schedule_order_;
   bool schedule_order_stale_ = true;
-  // The neighbours with requests in flight (a few of dozens: the timer looks
-  // only at them). Invariant: exactly those with in_flight != 0.
-  std::vector<const Neighbour*> busy_;
+  // The requests in flight, and the pace of the neighbours they went to.
+  RequestTable requests_{layout_, config_.request_timeout};
   core::ActionQueue<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
-  std::size_t in_flight_total_ = 0;  // the sum of the neighbours' in_flight
   std::size_t connecting_count_ = 0;  // neighbours with connecting set
   // Neighbours for which may_yet_show holds (counted, so check_starvation
   // need not ask each of them after every block and HAVE).
@@ -460,28 +370,7 @@ class FetchSession {
   // bits hold it, so held_within is no walk over the neighbours. Invariant:
   // matches the neighbours' bits (checked in holders_at in debug builds).
   std::array<std::vector<std::uint16_t>, 4> near_holders_;
-  // Smoothed time from request to arrival. Endgame duplicates only requests
-  // outstanding for twice that: a duplicate of a block about to arrive is
-  // waste, and with small versions every block is "in flight" at once.
-  Duration block_rtt_ = std::chrono::milliseconds(20);
   TimePoint last_scheduled_;  // requests overdue before this were already considered
-  // The requests that may still become overdue for an endgame duplicate,
-  // in the order sent (so by `sent`). Invariant after schedule(): the front
-  // is in flight and not yet overdue, so finding the next overdue request
-  // walks no started shard.
-  std::deque<SentRequest> recent_requests_;
-  // The block of each request in flight, by its id: answers name only the
-  // id. Entries leave with their request (forget_request_id).
-  std::unordered_map<RequestId, std::pair<ShardIndex, BlockIndex>> request_blocks_;
-  struct LetGo {
-    PeerId peer;
-    ShardIndex shard;
-    BlockIndex block;
-    bool superseded = false;
-  };
-  // Requests dropped from the table whose holder still answers them (see
-  // answered()), by id.
-  std::unordered_map<RequestId, LetGo> let_go_;
   RequestIds* request_ids_ = nullptr;  // the constructor's `ids`
   std::optional<TimePoint> starved_since_;
   std::optional<TimePoint> idle_since_;  // nothing in flight since (set by schedule)

@@ -33,14 +33,14 @@ void FetchSession::keep_slot_share(TimePoint now) {
     slot_hungry_since_.reset();
     return;
   }
-  if (held > slot_share_ && in_flight_total_ != 0) {
+  if (held > slot_share_ && requests_.in_flight_total() != 0) {
     // Past the share: the slot with the fewest requests in flight goes back.
     const PeerId* surplus = nullptr;
     std::size_t fewest = std::numeric_limits<std::size_t>::max();
     for (const auto& [peer, n] : neighbours_) {
       if (!n.connected || n.choked || n.super_seed || n.proximity == Proximity::kSameHost) continue;
-      if (n.in_flight < fewest) {
-        fewest = n.in_flight;
+      if (const std::size_t in_flight = requests_.in_flight(peer); in_flight < fewest) {
+        fewest = in_flight;
         surplus = &peer;
       }
     }
@@ -90,7 +90,7 @@ bool FetchSession::holds_its_share_of_slots() const {
 
 bool FetchSession::decline_slot(const PeerId& peer) {
   const bool asked = asked_again_.erase(peer) != 0;
-  const bool starving = in_flight_total_ == 0;
+  const bool starving = requests_.in_flight_total() == 0;
   // Starved, a fetch that pulls across the WAN takes the slot: handing it
   // back only to ask again at once (ask_declined_again) leaves the holder's
   // slot idle for a round trip, a WAN one when the holder is a trainer
@@ -110,7 +110,7 @@ void FetchSession::ask_declined_again() {
   // handed back is asked again, and we wait in all their queues, as we did
   // before declining any. (One at a time, a fetcher could wait on a holder
   // whose slot stays taken for a whole rotation.)
-  const bool starved = in_flight_total_ == 0;
+  const bool starved = requests_.in_flight_total() == 0;
   while (!declined_.empty() && !done_ && (starved || !holds_its_share_of_slots())) {
     const PeerId peer = declined_.front();
     declined_.pop_front();

@@ -105,14 +105,15 @@ void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardInde
   auto begun = shards_.find(shard.value);
   if (begun == shards_.end() || !left_to_a_mate(now, shard)) return;
   bool yielded = false;
-  for (std::uint32_t b = 0; b < begun->second.requests.size(); ++b) {
+  const std::uint32_t blocks = layout_.block_count(shard);
+  for (std::uint32_t b = 0; b < blocks; ++b) {
     std::vector<CancelAction> beyond_host;
-    for (const Request& r : begun->second.requests[b]) {
+    requests_.for_each_on(shard, BlockIndex{b}, [&](const RequestTable::Request& r) {
       auto n = neighbours_.find(r.peer);
       const bool over_nic = n != neighbours_.end() && n->second.proximity != Proximity::kSameHost &&
                             n->second.proximity != Proximity::kRemote;
       if (over_nic) beyond_host.push_back(CancelAction{r.peer, r.id, shard, BlockIndex{b}});
-    }
+    });
     for (const CancelAction& cancel : beyond_host) {
       drop_request(shard, cancel.block, cancel.peer);
       actions_.push(cancel);
