@@ -1,5 +1,6 @@
-// FetchSession's neighbourhood: candidates, connections, bitfields and
-// HAVEs, starvation and trades of neighbours.
+// FetchSession's policies over its Neighbourhood: whom to connect, what a
+// connection, bitfield or HAVE changes, starvation and trades of
+// neighbours.
 #include "swarm/fetch_session.hpp"
 
 #include <algorithm>
@@ -8,8 +9,7 @@
 namespace tensorhub::swarm {
 
 void FetchSession::add_candidate(TimePoint now, const PeerId& peer, Proximity proximity, bool complete) {
-  if (done_ || banned_.count(peer) || neighbours_.count(peer)) return;
-  candidates_.add(peer, CandidateList::Entry{proximity, complete}, rng_);
+  if (done_ || !neighbourhood_.add_candidate(peer, proximity, complete)) return;
   starved_since_.reset();
   // Connect at the next timeout (due now), not at once: holders arrive in
   // bursts (a fetch starting, a gossip round, a publication), and choosing
@@ -19,92 +19,71 @@ void FetchSession::add_candidate(TimePoint now, const PeerId& peer, Proximity pr
 }
 
 void FetchSession::retry_lost_holders(TimePoint now) {
-  for (auto& [peer, lost] : lost_) {
-    if (lost.retry_at && now >= *lost.retry_at) {
-      lost.retry_at.reset();
-      add_candidate(now, peer, lost.proximity, lost.complete);
-    }
-  }
+  std::vector<std::pair<PeerId, CandidateList::Entry>> due;
+  neighbourhood_.retry_due(now, due);
+  for (const auto& [peer, known] : due) add_candidate(now, peer, known.proximity, known.complete);
 }
 
 void FetchSession::remove_candidate(TimePoint now, const PeerId& peer) {
-  lost_.erase(peer);
-  candidates_.take(peer);
-  if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "the peer left the swarm");
+  neighbourhood_.forget(peer);
+  if (neighbourhood_.find(peer)) lose_neighbour(now, peer, /*ban=*/false, "the peer left the swarm");
   schedule(now);
 }
 
 void FetchSession::connect_to(TimePoint now, const PeerId& chosen) {
-  const std::optional<CandidateList::Entry> candidate = candidates_.take(chosen);
-  assert(candidate);
-  Neighbour n;
-  n.proximity = candidate->proximity;
-  n.complete_source = candidate->complete;
-  n.connecting = true;
-  ++connecting_count_;
-  ++may_yet_show_;
-  n.connect_deadline = now + config_.connect_timeout;
-  if (n.proximity == Proximity::kSameHost) ++host_mates_;
-  const bool remote = n.proximity == Proximity::kRemote;
-  const bool added = neighbours_.emplace(chosen, std::move(n)).second;
-  requests_.add_holder(chosen, remote);
-  schedule_order_stale_ = true;
-  assert(added);  // a candidate is never a neighbour (add_candidate refuses them)
-  (void)added;
+  neighbourhood_.connect(chosen, now + config_.connect_timeout);
+  requests_.add_holder(chosen, neighbourhood_.find(chosen)->proximity == Proximity::kRemote);
   actions_.push(ConnectAction{chosen});
 }
 
 void FetchSession::connect_more(TimePoint now) {
-  while (!candidates_.empty()) {
-    if (host_mates_ < kMaxHostMates && candidates_.any_at(Proximity::kSameHost)) {
+  const CandidateList& candidates = neighbourhood_.candidates();
+  while (!candidates.empty()) {
+    if (neighbourhood_.host_mates() < kMaxHostMates && candidates.any_at(Proximity::kSameHost)) {
       // Host mates are never refused, even past the limit: their blocks
       // never cross the NIC, which is what the limit guards, and gossip may
       // name them after far peers have taken every slot.
-      connect_to(now, *candidates_.nearest(/*complete_only=*/false));  // a mate: the nearest there is
+      connect_to(now, *neighbourhood_.nearest_candidate(/*complete_only=*/false, /*drawn=*/false));  // a mate: the nearest there is
       continue;
     }
-    if (neighbours_.size() >= config_.max_neighbours) break;
-    const std::size_t free_slots = config_.max_neighbours - neighbours_.size();
+    if (neighbourhood_.size() >= config_.max_neighbours) break;
+    const std::size_t free_slots = config_.max_neighbours - neighbourhood_.size();
     // The last slots go to random candidates, for diversity.
-    connect_to(now, free_slots <= config_.random_neighbours ? candidates_.any(rng_)
-                                                            : *candidates_.nearest(/*complete_only=*/false));
+    connect_to(now, free_slots <= config_.random_neighbours
+                        ? neighbourhood_.any_candidate()
+                        : *neighbourhood_.nearest_candidate(/*complete_only=*/false, /*drawn=*/false));
   }
   // At least one neighbour that holds everything, when gossip names one,
   // even past the limit: nearest-first can otherwise fill every slot with
   // fetchers that have nothing yet while the publisher is nobody's
   // neighbour, and nothing would ever move.
-  if (candidates_.complete_count() == 0) return;
-  const bool have_complete = std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
+  if (candidates.complete_count() == 0) return;
+  const auto& neighbours = neighbourhood_.all();
+  const bool have_complete = std::any_of(neighbours.begin(), neighbours.end(), [](const auto& entry) {
     return entry.second.complete_source || entry.second.holds_all;
   });
   if (!have_complete) {
-    if (auto seed = candidates_.nearest(/*complete_only=*/true)) connect_to(now, *seed);
+    if (auto seed = neighbourhood_.nearest_candidate(/*complete_only=*/true, /*drawn=*/false)) connect_to(now, *seed);
   }
 }
 
 void FetchSession::on_connected(TimePoint now, const PeerId& peer) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return;
-  if (it->second.connecting) --connecting_count_;
-  recount_may_yet_show(it->second, [&](Neighbour& n) {
-    n.connecting = false;
-    n.connected = true;
-  });
-  it->second.choked = config_.starts_choked;
+  if (!neighbourhood_.find(peer)) return;
+  neighbourhood_.set_connected(peer);
+  neighbourhood_.set_choked(peer, config_.starts_choked);
   schedule(now);
 }
 
 void FetchSession::on_super_seed(TimePoint now, const PeerId& peer) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return;
-  recount_may_yet_show(it->second, [](Neighbour& n) { n.super_seed = true; });
+  if (!neighbourhood_.find(peer)) return;
+  neighbourhood_.set_super_seed(peer);
   schedule(now);
 }
 
 void FetchSession::on_choked(TimePoint now, const PeerId& peer) {
-  auto it = neighbours_.find(peer);
-  if (it != neighbours_.end() && !it->second.choked) {
-    it->second.choked = true;
+  const Neighbour* n = neighbourhood_.find(peer);
+  if (n != nullptr && !n->choked) {
+    neighbourhood_.set_choked(peer, true);
     release_requests_of(peer);  // a choking holder drops what we asked
     withdraw_stranded_claims();
     schedule(now);
@@ -113,83 +92,57 @@ void FetchSession::on_choked(TimePoint now, const PeerId& peer) {
 }
 
 void FetchSession::on_unchoked(TimePoint now, const PeerId& peer) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return;
+  if (!neighbourhood_.find(peer)) return;
   if (decline_slot(peer)) {
     ask_declined_again();  // when the slots we hold give us nothing to ask
     return;
   }
-  it->second.choked = false;
+  neighbourhood_.set_choked(peer, false);
   schedule(now);
 }
 
 std::size_t FetchSession::slot_sources() const {
   std::size_t n = 0;
-  for (const auto& [peer, nb] : neighbours_) {
+  for (const auto& [peer, nb] : neighbourhood_.all()) {
     if (nb.connected && !nb.choked && !nb.super_seed && nb.proximity != Proximity::kSameHost) ++n;
   }
   return n;
 }
 
 bool FetchSession::pulls_across_wan() const {
-  return std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
+  const auto& neighbours = neighbourhood_.all();
+  return std::any_of(neighbours.begin(), neighbours.end(), [](const auto& entry) {
     const Neighbour& n = entry.second;
     return n.proximity == Proximity::kRemote && !n.super_seed;
   });
 }
 
 void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
-  if (neighbours_.count(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
+  if (neighbourhood_.find(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
   schedule(now);
 }
 
 void FetchSession::on_disconnected(TimePoint now, const PeerId& peer) {
   requests_.connection_closed(peer);  // nothing answers what it was asked now
-  auto it = neighbours_.find(peer);
-  if (it != neighbours_.end()) {
-    // The connection went, not the peer (gossip says that: remove_candidate),
-    // so it is a holder to come back to. Gossip names a holder again only
-    // when its record changes, and a complete one's never does: a fetcher
-    // whose neighbours closed on it (they had declared it dead while its
-    // link was down) was left with nobody to ask.
-    const bool was_connected = it->second.connected;
-    const CandidateList::Entry known{it->second.proximity, it->second.complete_source || it->second.holds_all};
-    LostHolder& lost = lost_[peer];
-    lost.losses = it->second.bytes != 0 ? 1 : lost.losses + 1;
+  if (neighbourhood_.find(peer)) {
+    const std::optional<CandidateList::Entry> again = neighbourhood_.lost_connection(now, peer);
     lose_neighbour(now, peer, /*ban=*/false, "");
-    if (was_connected) {
-      lost.proximity = known.proximity;
-      lost.complete = known.complete;
-      if (lost.losses <= 1) {
-        add_candidate(now, peer, known.proximity, known.complete);
-      } else {
-        const int doublings = std::min(lost.losses - 2, 5);
-        lost.retry_at = now + std::min<Duration>(kReconnectBackoff * (1 << doublings), kMaxReconnectBackoff);
-      }
-    }
+    if (again) add_candidate(now, peer, again->proximity, again->complete);
   }
   schedule(now);
   slot_ended(peer);
 }
 
 void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, const std::string& reason) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return;
+  const Neighbour* n = neighbourhood_.find(peer);
+  if (n == nullptr) return;
   release_requests_of(peer);
   drop_claims_of(peer);
-  if (it->second.has_bits) {
-    picker_.remove_peer(it->second.bits);
-    count_holdings(it->second, -1);
-  }
+  if (n->has_bits) picker_.remove_peer(n->bits);
   requests_.remove_holder(peer);
-  may_yet_show_ -= may_yet_show(it->second);
-  if (it->second.connecting) --connecting_count_;
-  if (it->second.proximity == Proximity::kSameHost) --host_mates_;
-  const bool beyond_host = it->second.proximity != Proximity::kSameHost;
-  neighbours_.erase(it);
+  const bool beyond_host = n->proximity != Proximity::kSameHost;
+  neighbourhood_.remove(peer, ban);
   if (beyond_host) withdraw_stranded_claims();
-  schedule_order_stale_ = true;
-  if (ban) banned_.insert(peer);
   if (!reason.empty()) actions_.push(DisconnectAction{peer, reason});
   (void)now;
 }
@@ -204,43 +157,26 @@ void FetchSession::release_neighbour(TimePoint now, const PeerId& peer) {
 }
 
 void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bitfield& bits) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end()) return;
-  Neighbour& n = it->second;
+  const Neighbour* n = neighbourhood_.find(peer);
+  if (n == nullptr) return;
   if (bits.size() != layout_.shard_count()) {
     lose_neighbour(now, peer, /*ban=*/true, "its bitfield has the wrong size");
     schedule(now);
     return;
   }
-  if (n.has_bits) {
-    picker_.remove_peer(n.bits);
-    count_holdings(n, -1);
-  }
-  n.bits = bits;
-  recount_may_yet_show(n, [](Neighbour& m) { m.has_bits = true; });
-  n.holds_all = n.bits.all();
-  picker_.add_peer(n.bits);
-  count_holdings(n, +1);
+  if (n->has_bits) picker_.remove_peer(n->bits);
+  neighbourhood_.set_bits(peer, bits);
+  picker_.add_peer(bits);
   schedule(now);
 }
 
 void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end() || shard.value >= layout_.shard_count()) return;
-  Neighbour& n = it->second;
-  if (!n.has_bits) {
-    n.bits = core::Bitfield(layout_.shard_count());
-    recount_may_yet_show(n, [](Neighbour& m) { m.has_bits = true; });
-  }
+  const Neighbour* n = neighbourhood_.find(peer);
+  if (n == nullptr || shard.value >= layout_.shard_count()) return;
   if (auto claim = mate_claims_.find(shard.value); claim != mate_claims_.end() && claim->second.peer == peer) {
     mate_claims_.erase(claim);
   }
-  if (!n.bits.test(shard.value)) {
-    n.bits.set(shard.value);
-    n.holds_all = n.bits.all();
-    picker_.increment(shard);
-    count_holder(n, shard, +1);
-  }
+  if (neighbourhood_.add_have(peer, shard)) picker_.increment(shard);
   starved_since_.reset();
   if (done_ || have_.test(shard.value)) return;  // nothing new to ask anyone for
   // Only the sender can be asked for more. News of a holder never lets
@@ -251,13 +187,8 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
   // requester of the version, so a full schedule per HAVE would cost
   // O(neighbours) per HAVE. Endgame duplicates due for others wait for
   // their timer, which last_scheduled_ still sets.
-  fill(now, peer, n);
+  fill(now, peer, *n);
   check_starvation(now);
-}
-
-const FetchSession::Neighbour* FetchSession::find_neighbour(const PeerId& peer) const {
-  auto n = neighbours_.find(peer);
-  return n == neighbours_.end() ? nullptr : &n->second;
 }
 
 void FetchSession::clear_starvation() {
@@ -285,25 +216,21 @@ void FetchSession::check_starvation(TimePoint now) {
   }
   // A neighbour yet to say what it holds (or a super-seed, which shows
   // shards as it goes) may still have it.
-#ifdef TENSORHUB_DEBUG_INVARIANTS
-  assert(may_yet_show_ == static_cast<std::size_t>(std::count_if(
-                              neighbours_.begin(), neighbours_.end(), [](const auto& e) { return may_yet_show(e.second); })));
-#endif
-  if (!orphan || may_yet_show_ != 0) {
+  if (!orphan || neighbourhood_.may_yet_show_count() != 0) {
     clear_starvation();
     return;
   }
-  if (!candidates_.empty()) {
+  if (!neighbourhood_.candidates().empty()) {
     // Nobody we are connected to has it: ask one more known holder, past
     // the limit if need be (complete ones first), rather than wait forever.
-    if (neighbours_.size() < config_.max_neighbours + kExtraNeighbours) {
+    if (neighbourhood_.size() < config_.max_neighbours + kExtraNeighbours) {
       clear_starvation();
       // Drawn, not the first in id order: gossip does not say which shards
       // a holder has, and with every fetcher asking the same holder first a
       // trainer rank that holds an eighth of the version could be nobody's
       // neighbour until the trade below.
-      auto more = candidates_.nearest(/*complete_only=*/true, &rng_);
-      connect_to(now, more ? *more : *candidates_.nearest(/*complete_only=*/false, &rng_));
+      auto more = neighbourhood_.nearest_candidate(/*complete_only=*/true, /*drawn=*/true);
+      connect_to(now, more ? *more : *neighbourhood_.nearest_candidate(/*complete_only=*/false, /*drawn=*/true));
       return;
     }
     // Past that too, once starved for a request_timeout: trade a neighbour
@@ -324,7 +251,8 @@ void FetchSession::check_starvation(TimePoint now) {
       }
       return false;
     };
-    for (auto it = neighbours_.rbegin(); it != neighbours_.rend(); ++it) {
+    const auto& neighbours = neighbourhood_.all();
+    for (auto it = neighbours.rbegin(); it != neighbours.rend(); ++it) {
       const Neighbour& n = it->second;
       if (requests_.in_flight(it->first) != 0 || n.complete_source || n.super_seed || n.proximity == Proximity::kSameHost) continue;
       if (!n.has_bits || holds_something_wanted(n)) continue;  // it can still give us something
@@ -332,8 +260,8 @@ void FetchSession::check_starvation(TimePoint now) {
       last_swap_ = now;
       trade_since_ = now;  // a new neighbour: give it a request_timeout
       release_neighbour(now, idle);
-      auto more = candidates_.nearest(/*complete_only=*/true, &rng_);
-      connect_to(now, more ? *more : candidates_.any(rng_));
+      auto more = neighbourhood_.nearest_candidate(/*complete_only=*/true, /*drawn=*/true);
+      connect_to(now, more ? *more : neighbourhood_.any_candidate());
       return;
     }
     return;
@@ -348,7 +276,7 @@ void FetchSession::check_starvation(TimePoint now) {
     std::string cause;
     if (auto bad = failed_senders_.find(orphan->value); bad != failed_senders_.end()) {
       cause = "; holder " + bad->second.short_hex() + " sent shard " + std::to_string(orphan->value) +
-              " that failed verification" + (banned_.count(bad->second) ? ", and is asked no more" : "");
+              " that failed verification" + (neighbourhood_.banned(bad->second) ? ", and is asked no more" : "");
     } else if (!failed_senders_.empty()) {
       std::map<PeerId, std::size_t> by_sender;
       for (const auto& [shard, sender] : failed_senders_) ++by_sender[sender];
@@ -359,7 +287,7 @@ void FetchSession::check_starvation(TimePoint now) {
           break;
         }
         cause += "; holder " + sender.short_hex() + " sent " + std::to_string(count) +
-                 " shard(s) that failed verification" + (banned_.count(sender) ? ", and is asked no more" : "");
+                 " shard(s) that failed verification" + (neighbourhood_.banned(sender) ? ", and is asked no more" : "");
       }
     } else if (bad_shards_ > 0) {
       cause = "; " + std::to_string(bad_shards_) + " shard(s) received failed verification";

@@ -13,12 +13,10 @@ FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location sel
       self_(std::move(self)),
       self_id_(self_id),
       config_(config),
-      rng_(seed),
       picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull),
-      candidates_(std::max<std::size_t>(config.max_candidates, 4)) {
+      neighbourhood_(layout.shard_count(), config.max_candidates, seed) {
   assert(have_.size() == layout_.shard_count());
   request_ids_ = &ids;
-  for (auto& counts : near_holders_) counts.assign(layout_.shard_count(), 0);
   config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, RequestTable::kMaxRequestsPerBlock);
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
     const ShardIndex shard{s};
@@ -69,7 +67,7 @@ void FetchSession::release_requests_of(const PeerId& peer, bool still_answered) 
   }
 }
 
-void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block) {
+void FetchSession::send_request(TimePoint now, const PeerId& id, const Neighbour& n, ShardIndex shard, BlockIndex block) {
   Shard& s = shard_state(shard);
   if (!s.only_from && retry_alone_.count(shard.value)) s.only_from = id;
   // Only shards asked within the datacenter are claimed: one begun across
@@ -85,7 +83,7 @@ void FetchSession::send_request(TimePoint now, const PeerId& id, Neighbour& n, S
   actions_.push(RequestAction{id, request_id, shard, block, layout_.image_offset(range), range.length});
 }
 
-bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
+bool FetchSession::request_next(TimePoint now, const PeerId& id, const Neighbour& n) {
   // 1. Shards already started: finish what is begun before starting more.
   for (auto& [index, s] : shards_) {
     const ShardIndex shard{index};
@@ -122,7 +120,7 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, Neighbour& n) {
   return false;
 }
 
-void FetchSession::fill(TimePoint now, const PeerId& id, Neighbour& n) {
+void FetchSession::fill(TimePoint now, const PeerId& id, const Neighbour& n) {
   while (n.connected && !n.choked && n.has_bits && requests_.in_flight(id) < config_.pipeline_blocks &&
          request_next(now, id, n)) {
   }
@@ -140,16 +138,8 @@ void FetchSession::schedule(TimePoint now) {
   // flight never will be.
   requests_.prune_overdue(now);
   connect_more(now);
-  // Nearest neighbours choose first, so they take what they can give
-  // (equals in id order: the map's order, kept by the stable sort).
-  if (schedule_order_stale_) {
-    schedule_order_.clear();
-    for (auto& entry : neighbours_) schedule_order_.push_back(&entry);
-    std::stable_sort(schedule_order_.begin(), schedule_order_.end(),
-                     [](const auto* a, const auto* b) { return a->second.proximity < b->second.proximity; });
-    schedule_order_stale_ = false;
-  }
-  for (auto* entry : schedule_order_) fill(now, entry->first, entry->second);
+  // Nearest neighbours choose first, so they take what they can give.
+  for (const auto* entry : neighbourhood_.schedule_order()) fill(now, entry->first, entry->second);
   check_starvation(now);
   keep_slot_share(now);
 }
@@ -160,10 +150,11 @@ void FetchSession::audience_of_have(ShardIndex shard, const std::set<PeerId>& re
   // Calls keep(peer, neighbour or nullptr) for each of `peers`, walking the
   // neighbours alongside.
   auto walk = [&](const std::set<PeerId>& peers, auto&& keep) {
-    auto n = neighbours_.begin();
+    const auto& neighbours = neighbourhood_.all();
+    auto n = neighbours.begin();
     for (const PeerId& peer : peers) {
-      while (n != neighbours_.end() && n->first < peer) ++n;
-      const Neighbour* known = n != neighbours_.end() && n->first == peer ? &n->second : nullptr;
+      while (n != neighbours.end() && n->first < peer) ++n;
+      const Neighbour* known = n != neighbours.end() && n->first == peer ? &n->second : nullptr;
       if (keep(known)) out.push_back(peer);
     }
   };
@@ -200,8 +191,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   if (!wants_block(shard, block)) return on_block_superseded(now, peer, shard, block);
   // One lookup each of the shard and the sender (a block is most events).
   Shard& s = shards_.find(shard.value)->second;
-  auto sender = neighbours_.find(peer);
-  Neighbour* from = sender == neighbours_.end() ? nullptr : &sender->second;
+  const Neighbour* from = neighbourhood_.find(peer);
   // Whether or not it was still asked of this peer, its bytes are here now:
   // every request on the block leaves the table, another holder's with a
   // cancel. The block, counted as asked of nobody when its last request
@@ -221,7 +211,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
   const std::uint32_t length = layout_.block_length(shard, block);
   bytes_received_ += length;
   if (from) {
-    from->bytes += length;
+    neighbourhood_.note_bytes(peer, length);
     if (from->proximity == Proximity::kRemote) bytes_from_wan_ += length;
   }
   if (s.received_count == layout_.block_count(shard)) {
@@ -244,11 +234,7 @@ void FetchSession::on_block(TimePoint now, const PeerId& peer, ShardIndex shard,
 void FetchSession::on_block_refused(TimePoint now, const PeerId& peer, ShardIndex shard, BlockIndex block) {
   drop_request(shard, block, peer);
   // Whatever it claimed, it cannot give us this shard now.
-  if (auto n = neighbours_.find(peer); n != neighbours_.end() && n->second.has_bits && n->second.bits.test(shard.value)) {
-    n->second.bits.reset(shard.value);
-    picker_.decrement(shard);
-    count_holder(n->second, shard, -1);
-  }
+  if (neighbourhood_.drop_have(peer, shard)) picker_.decrement(shard);
   schedule(now);
 }
 
@@ -296,9 +282,10 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
   }
   const PeerId sender = *senders.begin();
   failed_senders_[shard.value] = sender;
-  if (auto n = neighbours_.find(sender); n != neighbours_.end() && ++n->second.bad_shards >= config_.max_bad_shards) {
-    lose_neighbour(now, sender, /*ban=*/true,
-                   "sent " + std::to_string(n->second.bad_shards) + " shards that failed verification");
+  if (neighbourhood_.find(sender)) {
+    if (const int bad = neighbourhood_.note_bad_shard(sender); bad >= config_.max_bad_shards) {
+      lose_neighbour(now, sender, /*ban=*/true, "sent " + std::to_string(bad) + " shards that failed verification");
+    }
   }
   schedule(now);
 }
@@ -316,7 +303,7 @@ void FetchSession::handle_timeout(TimePoint now) {
   if (timers.due(FetchTimer::kReconnect, now)) retry_lost_holders(now);
   if (timers.due(FetchTimer::kConnect, now)) {
     std::vector<PeerId> stale;
-    for (const auto& [id, n] : neighbours_) {
+    for (const auto& [id, n] : neighbourhood_.all()) {
       if (n.connecting && now >= n.connect_deadline) stale.push_back(id);
     }
     for (const PeerId& id : stale) lose_neighbour(now, id, /*ban=*/false, "connect timed out");
@@ -342,8 +329,8 @@ void FetchSession::handle_timeout(TimePoint now) {
 core::TimerTable<FetchTimer> FetchSession::timers() const {
   core::TimerTable<FetchTimer> t;
   if (done_) return t;
-  if (connecting_count_ != 0) {
-    for (const auto& [id, n] : neighbours_) {
+  if (neighbourhood_.connecting_count() != 0) {
+    for (const auto& [id, n] : neighbourhood_.all()) {
       if (n.connecting) t.earliest(FetchTimer::kConnect, n.connect_deadline);
     }
   }
@@ -357,9 +344,7 @@ core::TimerTable<FetchTimer> FetchSession::timers() const {
     t.set(FetchTimer::kWanIdle, *idle_since_ + config_.request_timeout);  // allowed_from's idle rule
   }
   for (const auto& [shard, until] : wan_deferred_until_) t.earliest(FetchTimer::kWanDeferral, until);  // the expired are gone
-  for (const auto& [peer, lost] : lost_) {
-    if (lost.retry_at) t.earliest(FetchTimer::kReconnect, *lost.retry_at);
-  }
+  t.set(FetchTimer::kReconnect, neighbourhood_.next_retry());
   if (requests_.in_flight_total() == 0) {
     for (const auto& [shard, claim] : mate_claims_) {
       const TimePoint lapses = claim.since + config_.request_timeout;
@@ -396,7 +381,7 @@ FetchProgress FetchSession::progress() const {
   }
   p.bytes_received = bytes_received_;
   p.bytes_from_wan = bytes_from_wan_;
-  p.neighbours = neighbours_.size();
+  p.neighbours = neighbourhood_.size();
   p.bad_shards = bad_shards_;
   p.requests_timed_out = requests_timed_out_;
   p.duplicate_bytes = duplicate_bytes_;

@@ -40,6 +40,7 @@
 #include "swarm/candidate_list.hpp"
 #include "swarm/fetch_types.hpp"
 #include "swarm/landings.hpp"
+#include "swarm/neighbourhood.hpp"
 #include "swarm/piece_picker.hpp"
 #include "swarm/request_ids.hpp"
 #include "swarm/request_table.hpp"
@@ -57,7 +58,7 @@ class FetchSession {
   // REQUIRES: have.size() == layout.shard_count().
   FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id, FetchConfig config,
                std::uint64_t seed, TimePoint now, RequestIds& ids);
-  // Not copied: schedule_order_ points into neighbours_.
+  // Not copied: its parts are not.
   FetchSession(const FetchSession&) = delete;
   FetchSession& operator=(const FetchSession&) = delete;
 
@@ -231,36 +232,11 @@ class FetchSession {
     // sender. Cleared when that neighbour stops serving us.
     std::optional<PeerId> only_from;
   };
-  struct Neighbour {
-    bool complete_source = false;  // named complete by gossip when it became a neighbour
-    Proximity proximity = Proximity::kRemote;
-    bool connecting = false, connected = false;
-    bool choked = false;
-    bool super_seed = false;
-    TimePoint connect_deadline;
-    core::Bitfield bits;
-    bool has_bits = false;
-    bool holds_all = false;  // bits.all(), kept with bits (asked per shard per neighbour)
-    int bad_shards = 0;
-    std::uint64_t bytes = 0;
-  };
 
   void schedule(TimePoint now);
-  void fill(TimePoint now, const PeerId& id, Neighbour& n);
-  bool request_next(TimePoint now, const PeerId& id, Neighbour& n);
+  void fill(TimePoint now, const PeerId& id, const Neighbour& n);
+  bool request_next(TimePoint now, const PeerId& id, const Neighbour& n);
   bool allowed_from(TimePoint now, const Neighbour& n, ShardIndex shard) const;
-  const Neighbour* find_neighbour(const PeerId& peer) const;
-  // Whether a neighbour nearer than `beyond` (a mate on this side of the
-  // link that a source that far would use) holds the shard.
-  // O(1): near_holders_ keeps the counts.
-  bool held_within(ShardIndex shard, Proximity beyond) const;
-  // Neighbours at exactly `proximity` whose bits hold the shard. O(1):
-  // near_holders_ (checked against a walk in debug builds).
-  std::size_t holders_at(ShardIndex shard, Proximity proximity) const;
-  // Adds `delta` to the near-holder count of one shard, or of every shard
-  // the neighbour's bits hold.
-  void count_holder(const Neighbour& n, ShardIndex shard, int delta);
-  void count_holdings(const Neighbour& n, int delta);
   // An unchoked neighbour that is not a super-seed holds the shard (one
   // across the WAN only if `count_remote`).
   bool held_by_a_serving_peer(ShardIndex shard, bool count_remote) const;
@@ -278,7 +254,7 @@ class FetchSession {
   // Withdraws (UnclaimAction) our claims on started shards that no
   // neighbour beyond the host and serving us holds.
   void withdraw_stranded_claims();
-  void send_request(TimePoint now, const PeerId& id, Neighbour& n, ShardIndex shard, BlockIndex block);
+  void send_request(TimePoint now, const PeerId& id, const Neighbour& n, ShardIndex shard, BlockIndex block);
   void drop_request(ShardIndex shard, BlockIndex block, const PeerId& peer);
   // Counts a block left with no request as asked of nobody (unless received).
   void on_block_freed(ShardIndex shard, BlockIndex block);
@@ -293,9 +269,7 @@ class FetchSession {
   void connect_more(TimePoint now);
   // Lost holders whose back-off is over become candidates again.
   void retry_lost_holders(TimePoint now);
-  static constexpr Duration kReconnectBackoff = std::chrono::milliseconds(100);  // the second retry's wait
-  static constexpr Duration kMaxReconnectBackoff = std::chrono::seconds(2);     // under the starvation timeout
-  // REQUIRES: candidates_.contains(chosen).
+  // REQUIRES: neighbourhood_.candidates().contains(chosen).
   void connect_to(TimePoint now, const PeerId& chosen);
   void check_starvation(TimePoint now);
   // Past the share, the slot with the fewest requests in flight is handed
@@ -325,16 +299,6 @@ class FetchSession {
   // `peer` serves us no more (choked, released or gone): it is neither a
   // slot held nor one handed back, and others may be asked again.
   void slot_ended(const PeerId& peer);
-  // Whether a neighbour may yet show shards it has not: still connecting,
-  // silent about what it holds, or a super-seed (it shows as it goes).
-  static bool may_yet_show(const Neighbour& n) { return n.connecting || (n.connected && (!n.has_bits || n.super_seed)); }
-  // Applies `change` to `n`, keeping may_yet_show_ counted.
-  template <typename Change>
-  void recount_may_yet_show(Neighbour& n, Change&& change) {
-    const bool before = may_yet_show(n);
-    change(n);
-    may_yet_show_ = may_yet_show_ - (before ? 1 : 0) + (may_yet_show(n) ? 1 : 0);
-  }
   void clear_starvation();
   void finish(Status status);
   std::size_t wan_in_flight() const { return requests_.in_flight_remote(); }
@@ -347,29 +311,14 @@ class FetchSession {
   FetchConfig config_;
   // The payloads landing in the destination now.
   Landings landings_{config_.request_timeout * kLandingLimitTimeouts, config_.min_landing_bytes_per_second};
-  core::SplitMix64 rng_;
   PiecePicker picker_;
   std::map<std::uint32_t, Shard> shards_;  // started, not yet verified
-  CandidateList candidates_;  // known holders not connected
-  std::set<PeerId> banned_;
-  std::map<PeerId, Neighbour> neighbours_;
-  // The neighbours in the order schedule() fills them, rebuilt when one
-  // comes or goes (a neighbour's proximity never changes).
-  std::vector<std::pair<const PeerId, Neighbour>*> schedule_order_;
-  bool schedule_order_stale_ = true;
+  // Whom this fetch knows: candidates, neighbours and what they showed.
+  Neighbourhood neighbourhood_;
   // The requests in flight, and the pace of the neighbours they went to.
   RequestTable requests_{layout_, config_.request_timeout};
   core::ActionQueue<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
-  std::size_t connecting_count_ = 0;  // neighbours with connecting set
-  // Neighbours for which may_yet_show holds (counted, so check_starvation
-  // need not ask each of them after every block and HAVE).
-  std::size_t may_yet_show_ = 0;
-  std::size_t host_mates_ = 0;        // neighbours with proximity kSameHost
-  // Per proximity (host, rack, dc, remote), per shard: the neighbours whose
-  // bits hold it, so held_within is no walk over the neighbours. Invariant:
-  // matches the neighbours' bits (checked in holders_at in debug builds).
-  std::array<std::vector<std::uint16_t>, 4> near_holders_;
   TimePoint last_scheduled_;  // requests overdue before this were already considered
   RequestIds* request_ids_ = nullptr;  // the constructor's `ids`
   std::optional<TimePoint> starved_since_;
@@ -389,19 +338,6 @@ class FetchSession {
   // falls only on a sender that alone sent a shard that failed, so a liar
   // among honest co-senders gets nobody else banned.
   std::set<std::uint32_t> retry_alone_;
-  // Holders whose connection closed before they delivered anything, again
-  // and again: each is connected again after a back-off that doubles with
-  // every such loss (the first is retried at once), so a holder whose every
-  // write fails (a file truncated under it) is not reconnected hundreds of
-  // times a second. An entry goes when the holder delivers a block or
-  // gossip drops it.
-  struct LostHolder {
-    int losses = 0;                   // in a row, with nothing delivered
-    std::optional<TimePoint> retry_at;  // waiting to become a candidate again
-    Proximity proximity = Proximity::kRemote;
-    bool complete = false;
-  };
-  std::map<PeerId, LostHolder> lost_;
   std::uint64_t requests_timed_out_ = 0;
   std::uint64_t duplicate_bytes_ = 0;
   bool endgame_ = false;

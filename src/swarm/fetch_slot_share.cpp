@@ -15,8 +15,8 @@ void FetchSession::set_slot_share(TimePoint now, std::size_t share) {
 
 void FetchSession::keep_slot_share(TimePoint now) {
   std::erase_if(slot_probes_, [&](const auto& probe) {
-    auto n = neighbours_.find(probe.first);
-    return n == neighbours_.end() || (n->second.connected && !n->second.choked);
+    const Neighbour* n = neighbourhood_.find(probe.first);
+    return n == nullptr || (n->connected && !n->choked);
   });
   // Slots beyond the host, and whether we wait for more. A fetch that
   // pulls across the WAN is paced by the WAN, not by slots; and its
@@ -24,7 +24,7 @@ void FetchSession::keep_slot_share(TimePoint now) {
   // (share_is_mine), which probes coming and going would unsettle.
   std::size_t held = 0;
   bool waiting = false;
-  for (const auto& [peer, n] : neighbours_) {
+  for (const auto& [peer, n] : neighbourhood_.all()) {
     if (n.proximity == Proximity::kSameHost || n.super_seed) continue;
     if (n.connecting || (n.connected && n.choked)) waiting = true;
     if (n.connected && !n.choked) ++held;
@@ -37,7 +37,7 @@ void FetchSession::keep_slot_share(TimePoint now) {
     // Past the share: the slot with the fewest requests in flight goes back.
     const PeerId* surplus = nullptr;
     std::size_t fewest = std::numeric_limits<std::size_t>::max();
-    for (const auto& [peer, n] : neighbours_) {
+    for (const auto& [peer, n] : neighbourhood_.all()) {
       if (!n.connected || n.choked || n.super_seed || n.proximity == Proximity::kSameHost) continue;
       if (const std::size_t in_flight = requests_.in_flight(peer); in_flight < fewest) {
         fewest = in_flight;
@@ -48,7 +48,7 @@ void FetchSession::keep_slot_share(TimePoint now) {
     release_neighbour(now, handed_back);
     --held;
   }
-  if (config_.slot_probes == 0 || unrequested_ == 0 || held >= slot_share_ || !waiting || candidates_.empty()) {
+  if (config_.slot_probes == 0 || unrequested_ == 0 || held >= slot_share_ || !waiting || neighbourhood_.candidates().empty()) {
     slot_hungry_since_.reset();
     return;
   }
@@ -62,21 +62,21 @@ void FetchSession::keep_slot_share(TimePoint now) {
   for (const auto& [peer, since] : slot_probes_) {
     // One still connecting is kept: given up then, its holder would hear
     // our interest after the release and might grant a slot nobody uses.
-    if (now >= since + config_.slot_probe_after && !neighbours_.at(peer).connecting) unanswered.push_back(peer);
+    if (now >= since + config_.slot_probe_after && !neighbourhood_.find(peer)->connecting) unanswered.push_back(peer);
   }
   for (const PeerId& peer : unanswered) {
     slot_probes_.erase(peer);
     release_neighbour(now, peer);
   }
-  while (slot_probes_.size() < config_.slot_probes && !candidates_.empty()) {
+  while (slot_probes_.size() < config_.slot_probes && !neighbourhood_.candidates().empty()) {
     // Every other probe is drawn from the whole list, this side of the WAN.
     // The slots free at a moment can be a handful among a thousand peers
     // (each host offers as many as its peers may hold), and probing only
     // the nearest never finds them when they are in other racks.
-    PeerId probe = *candidates_.nearest(/*complete_only=*/false, &rng_);
+    PeerId probe = *neighbourhood_.nearest_candidate(/*complete_only=*/false, /*drawn=*/true);
     if (probe_far_) {
-      const PeerId far = candidates_.any(rng_);
-      if (candidates_.find(far)->proximity != Proximity::kRemote) probe = far;
+      const PeerId far = neighbourhood_.any_candidate();
+      if (neighbourhood_.candidates().find(far)->proximity != Proximity::kRemote) probe = far;
     }
     probe_far_ = !probe_far_;
     connect_to(now, probe);
@@ -97,8 +97,8 @@ bool FetchSession::decline_slot(const PeerId& peer) {
   // rank. Inside a datacenter that round trip is cheap, and taking the slot
   // would spread slots worse.
   const bool takes_it = starving && (asked || pulls_across_wan());
-  auto n = neighbours_.find(peer);
-  const bool same_host = n != neighbours_.end() && n->second.proximity == Proximity::kSameHost;
+  const Neighbour* n = neighbourhood_.find(peer);
+  const bool same_host = n != nullptr && n->proximity == Proximity::kSameHost;
   if (takes_it || same_host || !holds_its_share_of_slots()) return false;
   actions_.push(DeclineSlotAction{peer});
   if (std::find(declined_.begin(), declined_.end(), peer) == declined_.end()) declined_.push_back(peer);
@@ -114,8 +114,8 @@ void FetchSession::ask_declined_again() {
   while (!declined_.empty() && !done_ && (starved || !holds_its_share_of_slots())) {
     const PeerId peer = declined_.front();
     declined_.pop_front();
-    auto n = neighbours_.find(peer);
-    if (n == neighbours_.end() || !n->second.connected) continue;
+    const Neighbour* n = neighbourhood_.find(peer);
+    if (n == nullptr || !n->connected) continue;
     actions_.push(AskSlotAgainAction{peer});
     asked_again_.insert(peer);
   }

@@ -1,5 +1,6 @@
-// FetchSession's source rules (docs/swarm-policy.md): who holds what near
-// us, rendezvous shares, host-mate claims, and allowed_from.
+// FetchSession's source rules (docs/swarm-policy.md): rendezvous shares,
+// host-mate claims, and allowed_from, over who holds what near us (the
+// Neighbourhood's counts).
 #include "swarm/fetch_session.hpp"
 
 #include "core/rng.hpp"
@@ -25,39 +26,8 @@ bool outranks(const PeerId& a, const PeerId& b, ShardIndex shard) {
 
 }  // namespace
 
-void FetchSession::count_holder(const Neighbour& n, ShardIndex shard, int delta) {
-  auto& count = near_holders_[static_cast<std::size_t>(n.proximity)][shard.value];
-  assert(delta > 0 || count > 0);
-  count = static_cast<std::uint16_t>(count + delta);
-}
-
-void FetchSession::count_holdings(const Neighbour& n, int delta) {
-  for (std::size_t s = n.bits.find_next(0, true); s < n.bits.size(); s = n.bits.find_next(s + 1, true)) {
-    count_holder(n, ShardIndex{static_cast<std::uint32_t>(s)}, delta);
-  }
-}
-
-std::size_t FetchSession::holders_at(ShardIndex shard, Proximity proximity) const {
-  const std::size_t counted = near_holders_[static_cast<std::size_t>(proximity)][shard.value];
-#ifdef TENSORHUB_DEBUG_INVARIANTS
-  const auto scanned = std::count_if(neighbours_.begin(), neighbours_.end(), [&](const auto& entry) {
-    const Neighbour& n = entry.second;
-    return n.proximity == proximity && n.has_bits && n.bits.test(shard.value);
-  });
-  assert(counted == static_cast<std::size_t>(scanned));
-#endif
-  return counted;
-}
-
-bool FetchSession::held_within(ShardIndex shard, Proximity beyond) const {
-  for (std::size_t p = 0; p < static_cast<std::size_t>(beyond); ++p) {
-    if (holders_at(shard, static_cast<Proximity>(p)) != 0) return true;
-  }
-  return false;
-}
-
 bool FetchSession::held_by_a_serving_peer(ShardIndex shard, bool count_remote) const {
-  for (const auto& [id, n] : neighbours_) {
+  for (const auto& [id, n] : neighbourhood_.all()) {
     if (!count_remote && n.proximity == Proximity::kRemote) continue;
     if (!n.super_seed && n.connected && !n.choked && n.has_bits && n.bits.test(shard.value)) return true;
   }
@@ -69,13 +39,13 @@ bool FetchSession::share_is_mine(ShardIndex shard, Proximity beyond) const {
   // neighbours): a share among neighbours alone overlaps between fetchers,
   // and a shard crosses once per overlap.
   const std::uint64_t mine = rendezvous_score(self_id_, shard);
-  for (const auto& [id, n] : neighbours_) {
+  for (const auto& [id, n] : neighbourhood_.all()) {
     const bool fetching_mate = n.proximity < beyond && n.connected && !n.holds_all;
     if (fetching_mate && rendezvous_score(id, shard) > mine) return false;
   }
   bool outranked = false;
   for (std::size_t p = 0; p < static_cast<std::size_t>(beyond) && !outranked; ++p) {
-    candidates_.for_each_partial_at(static_cast<Proximity>(p), [&](const PeerId& peer) {
+    neighbourhood_.candidates().for_each_partial_at(static_cast<Proximity>(p), [&](const PeerId& peer) {
       outranked = outranked || rendezvous_score(peer, shard) > mine;
     });
   }
@@ -91,8 +61,8 @@ bool FetchSession::left_to_a_mate(TimePoint now, ShardIndex shard) const {
 }
 
 void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardIndex shard) {
-  auto it = neighbours_.find(peer);
-  if (it == neighbours_.end() || it->second.proximity != Proximity::kSameHost) return;
+  const Neighbour* mate = neighbourhood_.find(peer);
+  if (mate == nullptr || mate->proximity != Proximity::kSameHost) return;
   if (shard.value >= layout_.shard_count() || have_.test(shard.value) || done_) return;
   auto [claim, added] = mate_claims_.try_emplace(shard.value, MateClaim{peer, now});
   // Two mates at once: the same one wins everywhere.
@@ -109,9 +79,8 @@ void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardInde
   for (std::uint32_t b = 0; b < blocks; ++b) {
     std::vector<CancelAction> beyond_host;
     requests_.for_each_on(shard, BlockIndex{b}, [&](const RequestTable::Request& r) {
-      auto n = neighbours_.find(r.peer);
-      const bool over_nic = n != neighbours_.end() && n->second.proximity != Proximity::kSameHost &&
-                            n->second.proximity != Proximity::kRemote;
+      const Neighbour* n = neighbourhood_.find(r.peer);
+      const bool over_nic = n != nullptr && n->proximity != Proximity::kSameHost && n->proximity != Proximity::kRemote;
       if (over_nic) beyond_host.push_back(CancelAction{r.peer, r.id, shard, BlockIndex{b}});
     });
     for (const CancelAction& cancel : beyond_host) {
@@ -134,7 +103,8 @@ void FetchSession::withdraw_stranded_claims() {
   for (auto& [index, s] : shards_) {
     if (!s.claimed || s.verifying) continue;
     const auto shard = index;  // a structured binding: clang's lambdas cannot capture one
-    const bool reachable = std::any_of(neighbours_.begin(), neighbours_.end(), [&](const auto& entry) {
+    const auto& neighbours = neighbourhood_.all();
+    const bool reachable = std::any_of(neighbours.begin(), neighbours.end(), [&](const auto& entry) {
       const Neighbour& n = entry.second;
       return n.connected && !n.choked && n.proximity != Proximity::kSameHost && n.proximity != Proximity::kRemote &&
              n.has_bits && n.bits.test(shard);
@@ -162,7 +132,7 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   // 3. Across a shared link, only what no mate on our side of it holds
   //    (the rack's peers for the NIC, the datacenter's for the WAN).
   const Proximity mates = n.proximity == Proximity::kRemote ? Proximity::kRemote : Proximity::kSameRack;
-  if (held_within(shard, mates)) return false;
+  if (neighbourhood_.held_within(shard, mates)) return false;
   // 4. Within the datacenter: not what a host mate claims to bring across
   //    the NIC (its kFetching), unless the claim has lapsed.
   if (n.proximity != Proximity::kRemote) return !left_to_a_mate(now, shard);
@@ -174,7 +144,7 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   //    copies into our datacenter to their carrier; other holders defer only
   //    their own duplicates.
   if (!begun_across && !n.complete_source) {
-    for (const auto& [id, other] : neighbours_) {
+    for (const auto& [id, other] : neighbourhood_.all()) {
       if (other.proximity == Proximity::kRemote && other.complete_source && other.connected && other.has_bits &&
           other.bits.test(shard.value)) {
         return false;
@@ -186,7 +156,7 @@ bool FetchSession::allowed_from(TimePoint now, const Neighbour& n, ShardIndex sh
   //    and except when we have nothing in flight: then at once from a
   //    complete source, from another holder after a request timeout (the
   //    mate whose share it is may not be bringing it).
-  const bool sole_holder_across = holders_at(shard, Proximity::kRemote) == 1 && n.complete_source;
+  const bool sole_holder_across = neighbourhood_.holders_at(shard, Proximity::kRemote) == 1 && n.complete_source;
   const bool idle = in_flight_total() == 0 &&
                     (n.complete_source || (idle_since_ && now >= *idle_since_ + config_.request_timeout));
   if (!begun_across && !sole_holder_across && !idle && !share_is_mine(shard, mates)) return false;
