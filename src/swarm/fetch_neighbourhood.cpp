@@ -101,22 +101,6 @@ void FetchSession::on_unchoked(TimePoint now, const PeerId& peer) {
   schedule(now);
 }
 
-std::size_t FetchSession::slot_sources() const {
-  std::size_t n = 0;
-  for (const auto& [peer, nb] : neighbourhood_.all()) {
-    if (nb.connected && !nb.choked && !nb.super_seed && nb.proximity != Proximity::kSameHost) ++n;
-  }
-  return n;
-}
-
-bool FetchSession::pulls_across_wan() const {
-  const auto& neighbours = neighbourhood_.all();
-  return std::any_of(neighbours.begin(), neighbours.end(), [](const auto& entry) {
-    const Neighbour& n = entry.second;
-    return n.proximity == Proximity::kRemote && !n.super_seed;
-  });
-}
-
 void FetchSession::on_connect_failed(TimePoint now, const PeerId& peer) {
   if (neighbourhood_.find(peer)) lose_neighbour(now, peer, /*ban=*/false, "");
   schedule(now);
@@ -137,7 +121,7 @@ void FetchSession::lose_neighbour(TimePoint now, const PeerId& peer, bool ban, c
   const Neighbour* n = neighbourhood_.find(peer);
   if (n == nullptr) return;
   release_requests_of(peer);
-  drop_claims_of(peer);
+  source_rules_.forget_claims_of(peer);
   if (n->has_bits) picker_.remove_peer(n->bits);
   requests_.remove_holder(peer);
   const bool beyond_host = n->proximity != Proximity::kSameHost;
@@ -173,14 +157,12 @@ void FetchSession::on_bitfield(TimePoint now, const PeerId& peer, const core::Bi
 void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) {
   const Neighbour* n = neighbourhood_.find(peer);
   if (n == nullptr || shard.value >= layout_.shard_count()) return;
-  if (auto claim = mate_claims_.find(shard.value); claim != mate_claims_.end() && claim->second.peer == peer) {
-    mate_claims_.erase(claim);
-  }
+  source_rules_.unclaim(peer, shard);
   if (neighbourhood_.add_have(peer, shard)) picker_.increment(shard);
   starved_since_.reset();
   if (done_ || have_.test(shard.value)) return;  // nothing new to ask anyone for
   // Only the sender can be asked for more. News of a holder never lets
-  // another neighbour give what it could not: each rule of allowed_from
+  // another neighbour give what it could not: each source rule
   // forbids more as holders appear (a mate holding the shard, a serving
   // peer holding what a super-seed would give), and a mate that now holds
   // everything gives all of it itself. A HAVE goes to every neighbour and

@@ -87,7 +87,9 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, const Neighbour
   // 1. Shards already started: finish what is begun before starting more.
   for (auto& [index, s] : shards_) {
     const ShardIndex shard{index};
-    if (s.verifying || (s.only_from && !(*s.only_from == id)) || !allowed_from(now, n, shard)) continue;
+    if (s.verifying || (s.only_from && !(*s.only_from == id)) || !source_rules_.allowed(now, n, shard, /*begun=*/true)) {
+      continue;
+    }
     const std::uint32_t blocks = layout_.block_count(shard);
     for (std::uint32_t b = 0; b < blocks; ++b) {
       if (!s.received.test(b) && !requests_.asked(shard, BlockIndex{b})) {
@@ -97,7 +99,8 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, const Neighbour
     }
   }
   // 2. A new shard, rarest first.
-  auto picked = picker_.pick_one(n.bits, [&](ShardIndex s) { return !shards_.count(s.value) && allowed_from(now, n, s); });
+  auto picked = picker_.pick_one(
+      n.bits, [&](ShardIndex s) { return !shards_.count(s.value) && source_rules_.allowed(now, n, s, /*begun=*/false); });
   if (picked) {
     send_request(now, id, n, *picked, BlockIndex{0});
     return true;
@@ -107,7 +110,8 @@ bool FetchSession::request_next(TimePoint now, const PeerId& id, const Neighbour
   endgame_ = true;
   for (auto& [index, s] : shards_) {
     const ShardIndex shard{index};
-    if (s.verifying || s.only_from || !allowed_from(now, n, shard)) continue;  // a retry alone gets no duplicate
+    // A retry alone gets no duplicate.
+    if (s.verifying || s.only_from || !source_rules_.allowed(now, n, shard, /*begun=*/true)) continue;
     const std::uint32_t blocks = layout_.block_count(shard);
     for (std::uint32_t b = 0; b < blocks; ++b) {
       if (s.received.test(b)) continue;
@@ -129,11 +133,7 @@ void FetchSession::fill(TimePoint now, const PeerId& id, const Neighbour& n) {
 void FetchSession::schedule(TimePoint now) {
   if (done_) return;
   last_scheduled_ = now;
-  if (requests_.in_flight_total() != 0) {
-    idle_since_.reset();
-  } else if (!idle_since_) {
-    idle_since_ = now;
-  }
+  source_rules_.note_schedule(now);
   // What is overdue now is considered below (request_next); what left
   // flight never will be.
   requests_.prune_overdue(now);
@@ -244,7 +244,7 @@ void FetchSession::on_block_deferred(TimePoint now, const PeerId& peer, ShardInd
   // enough that a carrier that is not our neighbour (or has died) costs
   // little. Asking again is a message; the holder defers again while its
   // carrier is still at work.
-  wan_deferred_until_[shard.value] = now + config_.request_timeout;
+  source_rules_.defer(shard, now + config_.request_timeout);
   schedule(now);
 }
 
@@ -255,7 +255,7 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
     shards_.erase(it);
     requests_.close(shard);
     retry_alone_.erase(shard.value);
-    mate_claims_.erase(shard.value);
+    source_rules_.forget_claim(shard);
     have_.set(shard.value);
     picker_.drop(shard);
     actions_.push(AnnounceAction{shard});
@@ -297,7 +297,7 @@ void FetchSession::handle_timeout(TimePoint now) {
   if (done_) return;
   const core::TimerTable<FetchTimer> timers = this->timers();
   if (timers.due(FetchTimer::kWanDeferral, now)) {
-    std::erase_if(wan_deferred_until_, [&](const auto& entry) { return entry.second <= now; });
+    source_rules_.expire_deferrals(now);
   }
   if (timers.due(FetchTimer::kConnectBurst, now)) connect_due_.reset();  // schedule() below connects
   if (timers.due(FetchTimer::kReconnect, now)) retry_lost_holders(now);
@@ -339,26 +339,16 @@ core::TimerTable<FetchTimer> FetchSession::timers() const {
   if (starved_since_) t.set(FetchTimer::kStarvation, *starved_since_ + config_.starvation_timeout);
   if (swap_due_) t.set(FetchTimer::kNeighbourSwap, *swap_due_);  // always later than when it was set
   if (connect_due_) t.set(FetchTimer::kConnectBurst, *connect_due_);
-  if (slot_hungry_since_) t.set(FetchTimer::kSlotProbe, *slot_hungry_since_ + config_.slot_probe_after);
-  if (idle_since_ && *idle_since_ + config_.request_timeout > last_scheduled_ && pulls_across_wan()) {
-    t.set(FetchTimer::kWanIdle, *idle_since_ + config_.request_timeout);  // allowed_from's idle rule
-  }
-  for (const auto& [shard, until] : wan_deferred_until_) t.earliest(FetchTimer::kWanDeferral, until);  // the expired are gone
+  if (slots_.hungry_since()) t.set(FetchTimer::kSlotProbe, *slots_.hungry_since() + config_.slot_probe_after);
+  source_rules_.set_timers(t, last_scheduled_);
   t.set(FetchTimer::kReconnect, neighbourhood_.next_retry());
-  if (requests_.in_flight_total() == 0) {
-    for (const auto& [shard, claim] : mate_claims_) {
-      const TimePoint lapses = claim.since + config_.request_timeout;
-      if (lapses > last_scheduled_) t.earliest(FetchTimer::kMateClaim, lapses);
-    }
-  }
   return t;
 }
 
 void FetchSession::finish(Status status) {
   if (done_) return;
   done_ = true;
-  declined_.clear();
-  asked_again_.clear();
+  slots_.clear();
   requests_.end([&](const RequestTable::Request& r) {
     actions_.push(CancelAction{r.peer, r.id, r.range.shard, layout_.first_block(r.range)});
   });
@@ -366,7 +356,7 @@ void FetchSession::finish(Status status) {
 }
 
 std::optional<FetchAction> FetchSession::poll() {
-  if (actions_.empty() && !declined_.empty() && requests_.in_flight_total() == 0) ask_declined_again();
+  if (actions_.empty() && slots_.any_handed_back() && requests_.in_flight_total() == 0) ask_declined_again();
   return actions_.poll();
 }
 

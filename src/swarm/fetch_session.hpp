@@ -44,6 +44,8 @@
 #include "swarm/piece_picker.hpp"
 #include "swarm/request_ids.hpp"
 #include "swarm/request_table.hpp"
+#include "swarm/slot_share.hpp"
+#include "swarm/source_rules.hpp"
 #include "swarm/topology.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
@@ -140,7 +142,7 @@ class FetchSession {
   // One with nothing we want counts too: counting only those with requests
   // in flight, a fetcher would take every unchoke of its first moments,
   // when nothing is in flight yet.
-  std::size_t slot_sources() const;
+  std::size_t slot_sources() const { return neighbourhood_.slot_sources(); }
   // How many upload slots of holders beyond the host this fetch holds at
   // once: the share of its host's slots that it offers (SwarmCore). 0, the
   // default: no limit. With a share, the fetch keeps to it
@@ -148,7 +150,7 @@ class FetchSession {
   void set_slot_share(TimePoint now, std::size_t share);
   // Some neighbour beyond the host, other than a super-seed, is across the
   // WAN: what this fetch brings across is paced by the WAN, not by slots.
-  bool pulls_across_wan() const;
+  bool pulls_across_wan() const { return neighbourhood_.pulls_across_wan(); }
   // Requests sent and not yet answered, to every neighbour.
   std::size_t in_flight_total() const { return requests_.in_flight_total(); }
   void on_have(TimePoint now, const PeerId& peer, ShardIndex shard);
@@ -236,21 +238,6 @@ class FetchSession {
   void schedule(TimePoint now);
   void fill(TimePoint now, const PeerId& id, const Neighbour& n);
   bool request_next(TimePoint now, const PeerId& id, const Neighbour& n);
-  bool allowed_from(TimePoint now, const Neighbour& n, ShardIndex shard) const;
-  // An unchoked neighbour that is not a super-seed holds the shard (one
-  // across the WAN only if `count_remote`).
-  bool held_by_a_serving_peer(ShardIndex shard, bool count_remote) const;
-  // Whether this peer, rather than a mate nearer than `beyond` that is
-  // fetching the version, brings `shard` across the link to a source that
-  // far (rendezvous hashing over the mates it is connected to), so each
-  // shard crosses the WAN about once per datacenter. (A node's NIC is
-  // shared by claims instead: on_mate_fetching.)
-  bool share_is_mine(ShardIndex shard, Proximity beyond) const;
-  // A host mate's claim (on_mate_fetching) keeps us from asking for `shard`
-  // beyond the host now. When both began it at once, the higher rendezvous
-  // score keeps it.
-  bool left_to_a_mate(TimePoint now, ShardIndex shard) const;
-  void drop_claims_of(const PeerId& peer);
   // Withdraws (UnclaimAction) our claims on started shards that no
   // neighbour beyond the host and serving us holds.
   void withdraw_stranded_claims();
@@ -293,8 +280,6 @@ class FetchSession {
   // WAN takes the slot; so does one asked again while starved. Returns
   // whether the unchoke was handed back.
   bool decline_slot(const PeerId& peer);
-  // Slots held (slot_sources) and asked for again reach the share.
-  bool holds_its_share_of_slots() const;
   void ask_declined_again();
   // `peer` serves us no more (choked, released or gone): it is neither a
   // slot held nor one handed back, and others may be asked again.
@@ -317,12 +302,13 @@ class FetchSession {
   Neighbourhood neighbourhood_;
   // The requests in flight, and the pace of the neighbours they went to.
   RequestTable requests_{layout_, config_.request_timeout};
+  // Where each shard may come from, and what those rules remember.
+  SourceRules source_rules_{self_id_, config_, neighbourhood_, requests_};
   core::ActionQueue<FetchAction> actions_;
   std::uint64_t unrequested_ = 0;  // blocks of wanted shards neither received nor in flight
   TimePoint last_scheduled_;  // requests overdue before this were already considered
   RequestIds* request_ids_ = nullptr;  // the constructor's `ids`
   std::optional<TimePoint> starved_since_;
-  std::optional<TimePoint> idle_since_;  // nothing in flight since (set by schedule)
   std::optional<TimePoint> connect_due_;  // new candidates wait for the burst to end
   TimePoint last_swap_;                   // an idle neighbour last traded for a candidate (starvation)
   std::optional<TimePoint> trade_since_;  // starved past the neighbour limit since
@@ -341,27 +327,8 @@ class FetchSession {
   std::uint64_t requests_timed_out_ = 0;
   std::uint64_t duplicate_bytes_ = 0;
   bool endgame_ = false;
-  // Shards a WAN holder deferred to a mate: not asked across the WAN before
-  // then. Invariant after handle_timeout: every entry is in the future.
-  std::map<std::uint32_t, TimePoint> wan_deferred_until_;
-  // Host mates' claims by shard. Invariant: the claimant is a neighbour on
-  // this host, and we do not hold the shard. At most a few per mate (the
-  // shards it has in flight).
-  struct MateClaim {
-    PeerId peer;
-    TimePoint since;
-  };
-  std::unordered_map<std::uint32_t, MateClaim> mate_claims_;
-  std::size_t slot_share_ = 0;
-  std::optional<TimePoint> slot_hungry_since_;  // short of the share and waiting since (or the last probe)
-  std::map<PeerId, TimePoint> slot_probes_;  // probes not yet unchoking us: since when
-  // Holders whose unchoke we handed back (decline_slot), asked again in that
-  // order (ask_declined_again). No duplicates.
-  std::deque<PeerId> declined_;
-  // Of those, the ones asked again that have not answered (unchoked, choked
-  // or gone): they count as slots we hold.
-  std::set<PeerId> asked_again_;
-  bool probe_far_ = false;                   // the next probe is drawn from the whole list
+  // The upload slots of other holders this fetch holds, hands back and probes for.
+  SlotShare slots_;
   bool done_ = false;
 };
 

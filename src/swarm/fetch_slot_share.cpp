@@ -1,6 +1,6 @@
-// FetchSession's slot share: it holds at most as many holders' upload
-// slots as its peer offers, hands back unchokes past that and asks for them
-// again as slots end, and probes for free ones.
+// FetchSession's policy over its SlotShare: it holds at most as many
+// holders' upload slots as its peer offers, hands back unchokes past that
+// and asks for them again as slots end, and probes for free ones.
 #include "swarm/fetch_session.hpp"
 
 #include <algorithm>
@@ -9,13 +9,13 @@
 namespace tensorhub::swarm {
 
 void FetchSession::set_slot_share(TimePoint now, std::size_t share) {
-  slot_share_ = share;
+  slots_.set_share(share);
   keep_slot_share(now);
 }
 
 void FetchSession::keep_slot_share(TimePoint now) {
-  std::erase_if(slot_probes_, [&](const auto& probe) {
-    const Neighbour* n = neighbourhood_.find(probe.first);
+  slots_.end_probes_if([&](const PeerId& probe) {
+    const Neighbour* n = neighbourhood_.find(probe);
     return n == nullptr || (n->connected && !n->choked);
   });
   // Slots beyond the host, and whether we wait for more. A fetch that
@@ -29,11 +29,11 @@ void FetchSession::keep_slot_share(TimePoint now) {
     if (n.connecting || (n.connected && n.choked)) waiting = true;
     if (n.connected && !n.choked) ++held;
   }
-  if (done_ || slot_share_ == 0 || pulls_across_wan()) {
-    slot_hungry_since_.reset();
+  if (done_ || slots_.share() == 0 || pulls_across_wan()) {
+    slots_.set_hungry_since(std::nullopt);
     return;
   }
-  if (held > slot_share_ && requests_.in_flight_total() != 0) {
+  if (held > slots_.share() && requests_.in_flight_total() != 0) {
     // Past the share: the slot with the fewest requests in flight goes back.
     const PeerId* surplus = nullptr;
     std::size_t fewest = std::numeric_limits<std::size_t>::max();
@@ -48,48 +48,44 @@ void FetchSession::keep_slot_share(TimePoint now) {
     release_neighbour(now, handed_back);
     --held;
   }
-  if (config_.slot_probes == 0 || unrequested_ == 0 || held >= slot_share_ || !waiting || neighbourhood_.candidates().empty()) {
-    slot_hungry_since_.reset();
+  if (config_.slot_probes == 0 || unrequested_ == 0 || held >= slots_.share() || !waiting ||
+      neighbourhood_.candidates().empty()) {
+    slots_.set_hungry_since(std::nullopt);
     return;
   }
-  if (!slot_hungry_since_) {
-    slot_hungry_since_ = now;
+  if (!slots_.hungry_since()) {
+    slots_.set_hungry_since(now);
     return;
   }
-  if (now < *slot_hungry_since_ + config_.slot_probe_after) return;
-  slot_hungry_since_ = now;
+  if (now < *slots_.hungry_since() + config_.slot_probe_after) return;
+  slots_.set_hungry_since(now);
   std::vector<PeerId> unanswered;
-  for (const auto& [peer, since] : slot_probes_) {
+  for (const auto& [peer, since] : slots_.probes()) {
     // One still connecting is kept: given up then, its holder would hear
     // our interest after the release and might grant a slot nobody uses.
     if (now >= since + config_.slot_probe_after && !neighbourhood_.find(peer)->connecting) unanswered.push_back(peer);
   }
   for (const PeerId& peer : unanswered) {
-    slot_probes_.erase(peer);
+    slots_.end_probe(peer);
     release_neighbour(now, peer);
   }
-  while (slot_probes_.size() < config_.slot_probes && !neighbourhood_.candidates().empty()) {
+  while (slots_.probes().size() < config_.slot_probes && !neighbourhood_.candidates().empty()) {
     // Every other probe is drawn from the whole list, this side of the WAN.
     // The slots free at a moment can be a handful among a thousand peers
     // (each host offers as many as its peers may hold), and probing only
     // the nearest never finds them when they are in other racks.
     PeerId probe = *neighbourhood_.nearest_candidate(/*complete_only=*/false, /*drawn=*/true);
-    if (probe_far_) {
+    if (slots_.next_probe_far()) {
       const PeerId far = neighbourhood_.any_candidate();
       if (neighbourhood_.candidates().find(far)->proximity != Proximity::kRemote) probe = far;
     }
-    probe_far_ = !probe_far_;
     connect_to(now, probe);
-    slot_probes_.emplace(probe, now);
+    slots_.add_probe(probe, now);
   }
 }
 
-bool FetchSession::holds_its_share_of_slots() const {
-  return slot_share_ != 0 && slot_sources() + asked_again_.size() >= slot_share_;
-}
-
 bool FetchSession::decline_slot(const PeerId& peer) {
-  const bool asked = asked_again_.erase(peer) != 0;
+  const bool asked = slots_.answered(peer);
   const bool starving = requests_.in_flight_total() == 0;
   // Starved, a fetch that pulls across the WAN takes the slot: handing it
   // back only to ask again at once (ask_declined_again) leaves the holder's
@@ -99,9 +95,9 @@ bool FetchSession::decline_slot(const PeerId& peer) {
   const bool takes_it = starving && (asked || pulls_across_wan());
   const Neighbour* n = neighbourhood_.find(peer);
   const bool same_host = n != nullptr && n->proximity == Proximity::kSameHost;
-  if (takes_it || same_host || !holds_its_share_of_slots()) return false;
+  if (takes_it || same_host || !slots_.holds_its_share(slot_sources())) return false;
   actions_.push(DeclineSlotAction{peer});
-  if (std::find(declined_.begin(), declined_.end(), peer) == declined_.end()) declined_.push_back(peer);
+  slots_.handed_back(peer);
   return true;
 }
 
@@ -111,19 +107,19 @@ void FetchSession::ask_declined_again() {
   // before declining any. (One at a time, a fetcher could wait on a holder
   // whose slot stays taken for a whole rotation.)
   const bool starved = requests_.in_flight_total() == 0;
-  while (!declined_.empty() && !done_ && (starved || !holds_its_share_of_slots())) {
-    const PeerId peer = declined_.front();
-    declined_.pop_front();
-    const Neighbour* n = neighbourhood_.find(peer);
-    if (n == nullptr || !n->connected) continue;
-    actions_.push(AskSlotAgainAction{peer});
-    asked_again_.insert(peer);
-  }
+  const std::size_t held = slot_sources();
+  std::vector<PeerId> asked;
+  slots_.ask_again([&] { return !done_ && (starved || !slots_.holds_its_share(held)); },
+                   [&](const PeerId& peer) {
+                     const Neighbour* n = neighbourhood_.find(peer);
+                     return n != nullptr && n->connected;
+                   },
+                   asked);
+  for (const PeerId& peer : asked) actions_.push(AskSlotAgainAction{peer});
 }
 
 void FetchSession::slot_ended(const PeerId& peer) {
-  std::erase(declined_, peer);
-  asked_again_.erase(peer);
+  slots_.ended(peer);
   ask_declined_again();
 }
 

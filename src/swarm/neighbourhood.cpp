@@ -137,6 +137,20 @@ const std::vector<std::pair<const PeerId, Neighbour>*>& Neighbourhood::schedule_
   return schedule_order_;
 }
 
+std::size_t Neighbourhood::slot_sources() const {
+  std::size_t count = 0;
+  for (const auto& [peer, n] : neighbours_) {
+    if (n.connected && !n.choked && !n.super_seed && n.proximity != Proximity::kSameHost) ++count;
+  }
+  return count;
+}
+
+bool Neighbourhood::pulls_across_wan() const {
+  return std::any_of(neighbours_.begin(), neighbours_.end(), [](const auto& entry) {
+    return entry.second.proximity == Proximity::kRemote && !entry.second.super_seed;
+  });
+}
+
 // --------------------------------------------------------------------------
 // Counts
 

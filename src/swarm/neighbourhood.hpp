@@ -101,6 +101,12 @@ class Neighbourhood {
   // in id order.
   const std::vector<std::pair<const PeerId, Neighbour>*>& schedule_order();
 
+  // Neighbours serving us through one of their upload slots right now:
+  // connected and unchoked, neither a host mate nor a super-seed.
+  std::size_t slot_sources() const;
+  // Some neighbour beyond the host, other than a super-seed, is across the WAN.
+  bool pulls_across_wan() const;
+
   // --- Counts ---
   std::size_t connecting_count() const { return connecting_count_; }
   std::size_t may_yet_show_count() const;

@@ -32,7 +32,7 @@ bool requests_only_to(const testing::Sent& sent, const PeerId& holder) {
 // A fetcher with one upload slot of its own, connected to four holders on
 // other hosts (in its datacenter, or across the WAN in `holders_dc`), none
 // of which has unchoked it yet.
-struct SlotShare {
+struct SlotShareDriver {
   TimePoint now{1s};
   SwarmCore fetcher;
   PeerId a = testing::swarm_peer(701), b = testing::swarm_peer(702), c = testing::swarm_peer(703),
@@ -45,7 +45,7 @@ struct SlotShare {
     return config;
   }
 
-  explicit SlotShare(const std::string& holders_dc = "dc1")
+  explicit SlotShareDriver(const std::string& holders_dc = "dc1")
       : fetcher(config(), Location{"dc1", "r1", "h1"}, testing::swarm_peer(700), 5) {
     fetcher.set_location(a, Location{holders_dc, "r2", "h2"});
     fetcher.set_location(b, Location{holders_dc, "r3", "h3"});
@@ -80,7 +80,7 @@ struct SlotShare {
 }  // namespace
 
 TEST_CASE("slot share: an unchoke beyond the fetcher's share is handed back, and asked again when its slots end") {
-  SlotShare s;
+  SlotShareDriver s;
   for (const PeerId& p : {s.a, s.b, s.c}) s.shows(p, /*everything=*/true);
 
   testing::Sent sent = s.says(s.a, MessageType::kUnchoke);
@@ -107,7 +107,7 @@ TEST_CASE("slot share: an unchoke beyond the fetcher's share is handed back, and
 }
 
 TEST_CASE("slot share: a fetcher whose slots give it nothing to ask for asks a holder it handed back at once") {
-  SlotShare s;
+  SlotShareDriver s;
   s.shows(s.a, /*everything=*/false);  // unchokes, but holds nothing yet
   s.shows(s.b, /*everything=*/true);
   testing::Sent sent = s.says(s.a, MessageType::kUnchoke);
@@ -129,7 +129,7 @@ TEST_CASE("slot share: a starved fetcher that pulls across the WAN takes the slo
   // As above, with the holders across the WAN: handing the slot back and
   // asking again would leave it idle for a WAN round trip. (Across the WAN
   // the fetch keeps both: the WAN paces it, not slots.)
-  SlotShare s("dc2");
+  SlotShareDriver s("dc2");
   s.shows(s.a, /*everything=*/false);
   s.shows(s.b, /*everything=*/true);
   testing::Sent sent = s.says(s.a, MessageType::kUnchoke);
@@ -142,7 +142,7 @@ TEST_CASE("slot share: a starved fetcher that pulls across the WAN takes the slo
 }
 
 TEST_CASE("slot share: with requests still in flight elsewhere, one holder handed back is asked again per slot that ends") {
-  SlotShare s;
+  SlotShareDriver s;
   // c is a super-seed: its unchoke is no slot of the share, and the shard it
   // reveals keeps a request in flight through what follows.
   s.says(s.c, MessageType::kSuperSeed);
@@ -163,4 +163,28 @@ TEST_CASE("slot share: with requests still in flight elsewhere, one holder hande
   sent = s.says(s.b, MessageType::kUnchoke);
   CHECK(testing::recipients(sent, MessageType::kNotInterested).empty());
   CHECK(requests_only_to(sent, s.b));
+}
+
+TEST_CASE("slot share: holders handed back are asked again once each, in order, and count as held until they answer") {
+  tensorhub::swarm::SlotShare slots;
+  const PeerId a = tensorhub::testing::GossipNetwork::identity_for(201).public_key();
+  const PeerId b = tensorhub::testing::GossipNetwork::identity_for(202).public_key();
+  const PeerId c = tensorhub::testing::GossipNetwork::identity_for(203).public_key();
+  slots.set_share(2);
+  CHECK_FALSE(slots.holds_its_share(1));
+  CHECK(slots.holds_its_share(2));
+  for (const PeerId& p : {a, b, a, c}) slots.handed_back(p);  // a once
+  std::vector<PeerId> asked;
+  slots.ask_again([&] { return !slots.holds_its_share(1); }, [&](const PeerId& p) { return !(p == b); }, asked);
+  CHECK(asked == std::vector<PeerId>{a});  // one asked again reaches the share with one held
+  CHECK(slots.holds_its_share(1));
+  CHECK(slots.answered(a));
+  CHECK_FALSE(slots.answered(a));
+  CHECK_FALSE(slots.holds_its_share(1));
+  asked.clear();
+  slots.ask_again([] { return true; }, [&](const PeerId& p) { return !(p == b); }, asked);
+  CHECK(asked == std::vector<PeerId>{c});  // b, not connected, is let go
+  slots.ended(c);
+  CHECK_FALSE(slots.any_handed_back());
+  CHECK_FALSE(slots.holds_its_share(1));
 }
