@@ -1,10 +1,8 @@
 #include "transport/peer_engine.hpp"
 #include "transport/peer_engine_lease.hpp"
 
-#include <atomic>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <set>
 
 #include "core/byte_size.hpp"
@@ -177,11 +175,11 @@ Status PeerEngine::start() {
   config.super_seed = options_.super_seed;
   config.require_secure_hash = options_.require_secure_hash;
   core_ = std::make_unique<PeerCore>(std::move(config), identity_.public_key(), transport::wall_clock_ms(), &gossip_->core());
-  tcp_->set_member_address([this](const asio::ip::address& a) { return member_hosts_.count(a) != 0; });
+  tcp_->set_member_address([this](const asio::ip::address& a) { return member_hosts_.contains(a); });
   gossip_->on_event([this](const gossip::MemberEvent& e) {
     if (closed_) return;
     joined_ = true;
-    note_member_host(e);
+    member_hosts_.note(e);
     core_->on_member_event(now(), e);
     pump();
   });
@@ -277,7 +275,7 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
 Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const Manifest> manifest,
                                                           core::ConstRegions image, const MemoryDomain& domain) {
   auto v = core_->publish(now(), std::move(manifest), std::move(image), {}, domain);
-  if (v) watch(*v);
+  if (v) watches_.add(*v);
   // A publisher's host has the memory to spare: its mirror is filled now,
   // before the first request (a fetcher's is made on the first request).
   // With RDMA its neighbours READ the GPU's memory itself: the mirror waits
@@ -315,7 +313,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   if (v) {
     (*v)->owned = std::move(owned);
     (*v)->backing = std::move(backing);
-    watch(*v);
+    watches_.add(*v);
   }
   pump();
   return v;
@@ -348,34 +346,14 @@ Result<std::shared_ptr<const Manifest>> PeerEngine::manifest(const std::string& 
 }
 
 std::shared_ptr<const VersionWatch> PeerEngine::watch_of(const std::shared_ptr<LocalVersion>& v) const {
-  auto it = watches_.find(v.get());
-  return it == watches_.end() ? nullptr : it->second.watch;
-}
-
-void PeerEngine::watch(const std::shared_ptr<LocalVersion>& v) {
-  watches_.emplace(v.get(), Watched{v, std::make_shared<VersionWatch>(*v)});
-}
-
-void PeerEngine::refresh_watches() {
-  for (auto& [key, watched] : watches_) watched.watch->refresh(*watched.version);
+  return watches_.of(*v);
 }
 
 void PeerEngine::release(const std::shared_ptr<LocalVersion>& v, ReleaseMode mode, std::function<void()> done) {
   if (closed_) mode = ReleaseMode::kNow;
-  if (done) release_waiters_[v.get()].push_back(std::move(done));
+  if (done) watches_.on_released(*v, std::move(done));
   core_->release(now(), v, mode);
   pump();
-}
-
-void PeerEngine::memory_released(const std::shared_ptr<LocalVersion>& v) {
-  if (auto it = watches_.find(v.get()); it != watches_.end()) {
-    it->second.watch->refresh(*v);  // its last state, then released
-    it->second.watch->mark_released();
-    watches_.erase(it);
-  }
-  auto waiting = release_waiters_.extract(v.get());
-  if (waiting.empty()) return;
-  for (auto& done : waiting.mapped()) done();
 }
 
 void PeerEngine::subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback) {
@@ -435,7 +413,7 @@ void PeerEngine::pump() {
   }
   arm_timer();
   if (changed) {
-    refresh_watches();
+    watches_.refresh_all();
     for (const auto& listener : change_listeners_) listener();
   }
 }
@@ -465,7 +443,7 @@ void PeerEngine::pump_closed() {
                *action);
   }
   if (changed) {
-    refresh_watches();
+    watches_.refresh_all();
     for (const auto& listener : change_listeners_) listener();
   }
 }
@@ -494,7 +472,7 @@ std::shared_ptr<PeerEngine::Lease> PeerEngine::lease_of(const std::shared_ptr<Lo
   if (!lease) {
     lease = std::make_shared<Lease>();
     lease->version = v;
-    if (auto it = watches_.find(v.get()); it != watches_.end()) lease->watch = it->second.watch;
+    lease->watch = watches_.of(*v);
   }
   return lease;
 }
@@ -513,13 +491,13 @@ void PeerEngine::release_memory(ReleaseMemory release) {
   auto it = leases_.find(release.version.get());
   if (it == leases_.end() || it->second->uses == 0) {
     if (it != leases_.end()) leases_.erase(it);
-    memory_released(release.version);
+    watches_.released(*release.version);
     return;
   }
   // Runs once the last piece or job using the memory is done.
   it->second->on_idle.push_back([this, version = release.version] {
     leases_.erase(version.get());
-    memory_released(version);
+    watches_.released(*version);
   });
   // A reader that stopped reading would hold the memory until TCP gives up
   // (30 s or more): past the grace, the connections still being written
@@ -582,64 +560,6 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   piece->peer = s.peer;
   piece->offset = s.offset;
   to.send_piece(s.peer, s.header, serve_pieces_, std::move(piece));
-}
-
-void PeerEngine::hash_shard(const HashShard& job) {
-  std::shared_ptr<Lease> lease = lease_of(job.version);
-  ++lease->uses;
-  pool_.submit([this, lease, version = job.version, shard = job.shard, serial = job.fetch_serial] {
-    const bool good = version->domain->verify_shard(*version->manifest, shard, version->destination.as_const());
-    asio::post(io_, [this, lease, version, shard, serial, good] {
-      lease->end_use();
-      if (closed_) return;
-      core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) {
-        path.on_verified(at, version->id, shard, serial, good);
-      });
-      pump();
-    });
-  });
-}
-
-void PeerEngine::copy_shards(CopyShards job) {
-  // Split over the pool's threads; the last part to finish reports.
-  const std::size_t parts = std::max<std::size_t>(1, std::min(pool_.threads(), job.shards.size()));
-  std::shared_ptr<Lease> from = lease_of(job.from);
-  std::shared_ptr<Lease> to = lease_of(job.to);
-  ++from->uses;
-  ++to->uses;
-  struct Job {
-    CopyShards copy;
-    std::mutex mutex;
-    std::vector<ShardIndex> failed;  // guarded by mutex
-    Status destination_error;        // guarded by mutex: the first kIoError
-  };
-  auto shared = std::make_shared<Job>();
-  shared->copy = std::move(job);
-  auto left = std::make_shared<std::atomic<std::size_t>>(parts);
-  for (std::size_t part = 0; part < parts; ++part) {
-    pool_.submit([this, shared, left, from, to, part, parts] {
-      const CopyShards& c = shared->copy;
-      const Manifest& m = *c.to->manifest;
-      for (std::size_t i = part; i < c.shards.size(); i += parts) {
-        Status copied = copy_verified_shard(*c.to->domain, m, c.shards[i], c.from->memory, c.to->destination);
-        if (!copied.is_ok()) {
-          std::lock_guard lock(shared->mutex);
-          shared->failed.push_back(c.shards[i]);
-          if (copied.code() == StatusCode::kIoError && shared->destination_error.is_ok()) {
-            shared->destination_error = copied;
-          }
-        }
-      }
-      if (left->fetch_sub(1) != 1) return;
-      asio::post(io_, [this, shared, from, to] {
-        from->end_use();
-        to->end_use();
-        if (closed_) return;
-        core_->on_shards_copied(now(), shared->copy.to, shared->failed, {}, shared->destination_error);
-        pump();
-      });
-    });
-  }
 }
 
 }  // namespace tensorhub::peer

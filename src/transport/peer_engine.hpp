@@ -24,7 +24,8 @@
 #include "tensorhub/peer.hpp"
 #include "transport/data_connection.hpp"
 #include "transport/gossip_runtime.hpp"
-#include "transport/version_watch.hpp"
+#include "transport/member_hosts.hpp"
+#include "transport/version_watches.hpp"
 
 namespace tensorhub::peer {
 
@@ -196,13 +197,6 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void hash_shard(const HashShard& job);
   void copy_shards(CopyShards job);
   void release_memory(ReleaseMemory release);
-  // The memory of `version` is its owner's again: its watch says so and
-  // the releases waiting for it are done.
-  void memory_released(const std::shared_ptr<LocalVersion>& version);
-  // A watch for a version the core just created.
-  void watch(const std::shared_ptr<LocalVersion>& version);
-  // Every watch copies its version's state (after a turn that changed some).
-  void refresh_watches();
   // The local channel to host mates (mate_channel.hpp,
   // peer_engine_mates.cpp): this peer's listener, a session sharing a
   // version's memory with a mate, and the copy of shards from a mate.
@@ -216,8 +210,6 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // `s`, with why it may have failed when this peer never joined.
   Status with_join_status(Status s) const;
   static TimePoint now();
-  // Keeps member_hosts_ in step with gossip.
-  void note_member_host(const gossip::MemberEvent& e);
   // The admission list for `members`; null when empty. Errors:
   // kInvalidArgument (a list that does not name this peer).
   Result<std::shared_ptr<const gossip::GossipCore::AdmissionList>> admission_list(
@@ -235,21 +227,12 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   std::string rdma_note_;                // why there is no RDMA transport
   std::unique_ptr<PeerCore> core_;
   std::shared_ptr<const gossip::GossipCore::AdmissionList> admitted_;  // null: anyone with the swarm key
-  // The IP of each live member's data address, and how many members each
-  // holds: the acceptor prefers handshakes from them under a flood.
-  std::map<PeerId, asio::ip::address> member_host_of_;
-  std::map<asio::ip::address, std::size_t> member_hosts_;
+  MemberHosts member_hosts_;  // the acceptor prefers handshakes from them under a flood
   asio::steady_timer timer_;
   TimePoint timer_at_ = kTimeNever;
   std::map<const LocalVersion*, std::shared_ptr<Lease>> leases_;
-  // What other threads see of each version held, until its memory goes back.
-  struct Watched {
-    std::shared_ptr<LocalVersion> version;
-    std::shared_ptr<VersionWatch> watch;
-  };
-  std::map<const LocalVersion*, Watched> watches_;
-  // The callers waiting for a version's memory to come back (release).
-  std::map<const LocalVersion*, std::vector<std::function<void()>>> release_waiters_;
+  // What other threads see of each version held, and who waits for its memory.
+  VersionWatches watches_;
   std::vector<std::span<const std::byte>> serve_pieces_;  // reused by serve_piece
   std::map<std::string, std::vector<std::function<void(const VersionInfo&)>>> subscribers_;
   std::vector<std::function<void()>> change_listeners_;

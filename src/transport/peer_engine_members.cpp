@@ -1,7 +1,7 @@
 // PeerEngine: who the members are and where. The member list in force
-// (admission control: gossip and the data plane hear only listed peers),
-// each member's data address (where connections go), and the hosts of live
-// members (whose handshakes the acceptor keeps under a flood).
+// (admission control: gossip and the data plane hear only listed peers) and
+// each member's data address (where connections go); the hosts of live
+// members are MemberHosts'.
 #include "core/host_port.hpp"
 #include "core/log.hpp"
 #include "transport/peer_engine.hpp"
@@ -51,33 +51,6 @@ std::optional<asio::ip::tcp::endpoint> PeerEngine::data_endpoint_of(const PeerId
     return std::nullopt;
   }
   return asio::ip::tcp::endpoint(ip, hp->port);
-}
-
-void PeerEngine::note_member_host(const gossip::MemberEvent& e) {
-  std::optional<asio::ip::address> host;
-  const bool gone = e.kind == gossip::MemberEventKind::kDead || e.kind == gossip::MemberEventKind::kLeft ||
-                    e.kind == gossip::MemberEventKind::kRemoved || e.kind == gossip::MemberEventKind::kIdentityConflict;
-  if (!gone && e.record) {
-    if (auto hp = core::parse_host_port(e.record->record.data_addr)) {
-      std::error_code ec;
-      const auto ip = asio::ip::make_address(hp->host, ec);
-      if (!ec) host = ip;
-    }
-  }
-  auto forget = [&](const asio::ip::address& a) {
-    auto it = member_hosts_.find(a);
-    if (it != member_hosts_.end() && --it->second == 0) member_hosts_.erase(it);
-  };
-  auto known = member_host_of_.find(e.id);
-  if (known != member_host_of_.end()) {
-    if (host && known->second == *host) return;
-    forget(known->second);
-    member_host_of_.erase(known);
-  }
-  if (host && e.kind != gossip::MemberEventKind::kIdentityConflict) {
-    member_host_of_.emplace(e.id, *host);
-    ++member_hosts_[*host];
-  }
 }
 
 }  // namespace tensorhub::peer
