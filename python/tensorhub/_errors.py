@@ -78,3 +78,13 @@ def check_timeout(timeout, call: str) -> Optional[float]:
     if not 0 <= timeout < float("inf"):
         raise Error(f"invalid argument: {call}: timeout must be 0 or more seconds, not {timeout}", "invalid_argument")
     return float(timeout)
+
+
+# The longest wait the binding takes (its "no limit" is a year).
+FOREVER = 365 * 24 * 3600.0
+
+
+def native_timeout(timeout, call: str) -> Optional[float]:
+    """``timeout`` checked (check_timeout) and as the binding takes it."""
+    timeout = check_timeout(timeout, call)
+    return None if timeout is None or timeout >= FOREVER else timeout
