@@ -1,3 +1,12 @@
+// The daemon (`tensorhub peer`): one peer and one control loop answering
+// the control socket. It stays one class in one file above the soft ceiling
+// of 600 lines because every command's handler (publish, fetch, digest,
+// release, hold, the waits) shares the same three things and nothing else:
+// the loop, which alone writes to the connections and owns every map of
+// held versions; the work pool, where each step that may block runs; and
+// the peer. The pieces with state of their own are their own types:
+// HeldVersions (holds for engines), ReservedBuffers (--reserve),
+// OutputJournal (outputs being written), ControlServer (the socket).
 #include "cli/peer_daemon.hpp"
 
 #include <asio.hpp>
