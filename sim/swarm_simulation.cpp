@@ -280,11 +280,11 @@ void SwarmSimulation::on_head(std::uint32_t peer, const VersionInfo& head) {
   (void)p.core->fetch(now(), *m, {});
 }
 
-void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status) {
-  auto number = version_numbers_.find(version);
+void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& version_id, const Status& status) {
+  auto number = version_numbers_.find(version_id);
   if (number == version_numbers_.end() || !status.is_ok()) return;
   SimPeer& p = peers_[peer];
-  if (auto progress = p.core->swarm().progress(version)) requests_timed_out_ += progress->requests_timed_out;
+  if (auto progress = p.core->swarm().progress(version_id)) requests_timed_out_ += progress->requests_timed_out;
   ledger_->worker_done(number->second, p.worker, now());
   // A double buffer: the version before the one just completed is dropped.
   if (number->second > 1) release(peer, number->second - 1);

@@ -139,7 +139,7 @@ class SwarmSimulation final : public FlowDriver {
   void send_next(std::uint32_t from, std::uint32_t to);
   void close_pipes(std::uint32_t a, std::uint32_t b);
   void on_flow_done(FlowId flow);
-  void on_worker_done(std::uint32_t peer, const ManifestId& version, const Status& status);
+  void on_worker_done(std::uint32_t peer, const ManifestId& version_id, const Status& status);
   // After a completion or a crash: the next version, or the end.
   void advance_workload();
   // The version `peer` holds, released at once (nothing happens when it holds none).

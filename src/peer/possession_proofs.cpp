@@ -34,11 +34,11 @@ std::optional<PossessionChallenge> decode_challenge(std::span<const std::uint8_t
   return c;
 }
 
-std::optional<PossessionChallenge> PossessionProofs::challenge(TimePoint now, const ManifestId& version,
+std::optional<PossessionChallenge> PossessionProofs::challenge(TimePoint now, const ManifestId& version_id,
                                                                const PeerId& peer, std::uint64_t incarnation,
                                                                std::uint64_t image_size, core::SplitMix64& rng) {
   if (image_size == 0) return std::nullopt;
-  auto& members = versions_[version];
+  auto& members = versions_[version_id];
   auto it = members.find(peer);
   if (it == members.end()) {
     if (members.size() >= kMaxMembers) return std::nullopt;
@@ -58,8 +58,8 @@ std::optional<PossessionChallenge> PossessionProofs::challenge(TimePoint now, co
   return c;
 }
 
-void PossessionProofs::expect(const ManifestId& version, const PeerId& peer, const core::Blake2bDigest& answer) {
-  auto v = versions_.find(version);
+void PossessionProofs::expect(const ManifestId& version_id, const PeerId& peer, const core::Blake2bDigest& answer) {
+  auto v = versions_.find(version_id);
   if (v == versions_.end()) return;
   auto it = v->second.find(peer);
   if (it == v->second.end()) return;
@@ -67,8 +67,8 @@ void PossessionProofs::expect(const ManifestId& version, const PeerId& peer, con
   it->second.expected_set = true;
 }
 
-bool PossessionProofs::on_answer(const ManifestId& version, const PeerId& peer, std::span<const std::uint8_t> answer) {
-  auto v = versions_.find(version);
+bool PossessionProofs::on_answer(const ManifestId& version_id, const PeerId& peer, std::span<const std::uint8_t> answer) {
+  auto v = versions_.find(version_id);
   if (v == versions_.end()) return false;
   auto it = v->second.find(peer);
   if (it == v->second.end()) return false;
@@ -79,8 +79,8 @@ bool PossessionProofs::on_answer(const ManifestId& version, const PeerId& peer, 
   return e.proved;
 }
 
-bool PossessionProofs::proved(const ManifestId& version, const PeerId& peer, std::uint64_t incarnation) const {
-  auto v = versions_.find(version);
+bool PossessionProofs::proved(const ManifestId& version_id, const PeerId& peer, std::uint64_t incarnation) const {
+  auto v = versions_.find(version_id);
   if (v == versions_.end()) return false;
   auto it = v->second.find(peer);
   return it != v->second.end() && it->second.proved && it->second.incarnation == incarnation;

@@ -57,15 +57,15 @@ class PossessionProofs {
   // A challenge for `peer` about `version` (an image of `image_size`
   // bytes), unless it proved it in `incarnation` or is still to answer one.
   // The caller computes what the answer must be and passes it to expect().
-  std::optional<PossessionChallenge> challenge(TimePoint now, const ManifestId& version, const PeerId& peer,
+  std::optional<PossessionChallenge> challenge(TimePoint now, const ManifestId& version_id, const PeerId& peer,
                                                std::uint64_t incarnation, std::uint64_t image_size,
                                                core::SplitMix64& rng);
-  void expect(const ManifestId& version, const PeerId& peer, const core::Blake2bDigest& answer);
+  void expect(const ManifestId& version_id, const PeerId& peer, const core::Blake2bDigest& answer);
   // An answer arrived; true when it proves possession (and is news).
-  bool on_answer(const ManifestId& version, const PeerId& peer, std::span<const std::uint8_t> answer);
+  bool on_answer(const ManifestId& version_id, const PeerId& peer, std::span<const std::uint8_t> answer);
   // Whether `peer` proved it holds `version` in `incarnation`.
-  bool proved(const ManifestId& version, const PeerId& peer, std::uint64_t incarnation) const;
-  void forget(const ManifestId& version) { versions_.erase(version); }
+  bool proved(const ManifestId& version_id, const PeerId& peer, std::uint64_t incarnation) const;
+  void forget(const ManifestId& version_id) { versions_.erase(version_id); }
 
  private:
   struct Entry {

@@ -88,8 +88,8 @@ RdmaTransport::RdmaTransport(asio::io_context& io, TransportEvents& up, RdmaMemo
 
 RdmaTransport::~RdmaTransport() { close(); }
 
-const std::vector<bool>& RdmaTransport::preferred_for(const ManifestId& version) const {
-  auto it = landing_nics_.find(version);
+const std::vector<bool>& RdmaTransport::preferred_for(const ManifestId& version_id) const {
+  auto it = landing_nics_.find(version_id);
   return it == landing_nics_.end() ? preferred_ : it->second;
 }
 
@@ -299,24 +299,24 @@ void RdmaTransport::on_session(const PeerId& peer, const rdma::RdmaMessage& m) {
       n.they_ready = true;
       if (n.ready_timer) n.ready_timer->cancel();
       return pump(peer, n);
-    case rdma::RdmaMessageKind::kAskGrant: return on_ask_grant(peer, n, m.version);
+    case rdma::RdmaMessageKind::kAskGrant: return on_ask_grant(peer, n, m.version_id);
     case rdma::RdmaMessageKind::kGrant: {
-      if (!n.asked.erase(m.version)) return;  // not asked for: nothing is kept
+      if (!n.asked.erase(m.version_id)) return;  // not asked for: nothing is kept
       const bool keyed = std::all_of(m.regions.begin(), m.regions.end(),
                                      [&](const rdma::GrantRegion& g) { return g.rkeys.size() == n.their_nics; });
       if (!keyed || m.regions.empty()) {
-        n.refused.insert(m.version);
+        n.refused.insert(m.version_id);
         return pump(peer, n);
       }
-      n.grants[m.version] = m.regions;
+      n.grants[m.version_id] = m.regions;
       return pump(peer, n);
     }
     case rdma::RdmaMessageKind::kNoGrant:
     case rdma::RdmaMessageKind::kRevoke:
       // Only about versions asked for or granted: the refused set stays
       // within what this side asked.
-      if (!n.asked.erase(m.version) && !n.grants.erase(m.version)) return;
-      n.refused.insert(m.version);
+      if (!n.asked.erase(m.version_id) && !n.grants.erase(m.version_id)) return;
+      n.refused.insert(m.version_id);
       return pump(peer, n);
   }
 }
@@ -337,30 +337,30 @@ void RdmaTransport::on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaM
   pump(peer, n);
 }
 
-void RdmaTransport::on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version) {
-  auto no = [&] { send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version)); };
+void RdmaTransport::on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version_id) {
+  auto no = [&] { send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version_id)); };
   if (!n.off_reason.empty()) return no();
-  if (auto found = served_.find(version); found != served_.end()) {
-    n.granted.insert(version);
+  if (auto found = served_.find(version_id); found != served_.end()) {
+    n.granted.insert(version_id);
     ++grants_given_;
-    return send_session(peer, rdma::RdmaMessage::grant(version, found->second.grant()));
+    return send_session(peer, rdma::RdmaMessage::grant(version_id, found->second.grant()));
   }
   // Registered off the I/O thread; the grant goes out when it is done.
-  if (auto pending = registering_.find({version, false}); pending != registering_.end()) {
+  if (auto pending = registering_.find({version_id, false}); pending != registering_.end()) {
     pending->second.askers.insert(peer);
     return;
   }
-  auto regions = memory_.served_regions(version);
+  auto regions = memory_.served_regions(version_id);
   if (!regions) return no();
-  registering_[{version, false}].askers.insert(peer);
-  register_off_thread(version, /*landing=*/false, std::move(*regions));
+  registering_[{version_id, false}].askers.insert(peer);
+  register_off_thread(version_id, /*landing=*/false, std::move(*regions));
 }
 
-void RdmaTransport::register_off_thread(const ManifestId& version, bool landing, HeldRegions regions) {
+void RdmaTransport::register_off_thread(const ManifestId& version_id, bool landing, HeldRegions regions) {
   const std::uint64_t job = next_job_++;
-  registering_[{version, landing}].job = job;
+  registering_[{version_id, landing}].job = job;
   auto shared = std::make_shared<HeldRegions>(std::move(regions));
-  memory_.run_off_thread([this, &io = io_, alive = std::weak_ptr<bool>(alive_), version, landing, job, shared,
+  memory_.run_off_thread([this, &io = io_, alive = std::weak_ptr<bool>(alive_), version_id, landing, job, shared,
                           nics = nic_list_, sysfs = sysfs_root_, places = places_, node = memory_node_]() mutable {
     std::vector<peer::DmaBuf> dma_bufs;
     const Status exported = shared->make_dma_bufs ? shared->make_dma_bufs(dma_bufs) : Status::ok();
@@ -377,17 +377,17 @@ void RdmaTransport::register_off_thread(const ManifestId& version, bool landing,
       if (const int at = numa_node_of(shared->regions.front().data()); at >= 0) place = NicPlace{"", at, ""};
     }
     auto nearest = std::make_shared<std::vector<bool>>(place ? nearest_of(places, *place) : std::vector<bool>{});
-    asio::post(io, [this, alive, version, landing, job, result, shared, nearest] {
+    asio::post(io, [this, alive, version_id, landing, job, result, shared, nearest] {
       // The memory stays kept (`shared`) until the registration is ours or gone.
       if (alive.expired() || closed_) return;
-      on_registered(version, landing, job, std::move(*result), std::move(*nearest));
+      on_registered(version_id, landing, job, std::move(*result), std::move(*nearest));
     });
   });
 }
 
-void RdmaTransport::on_registered(const ManifestId& version, bool landing, std::uint64_t job,
+void RdmaTransport::on_registered(const ManifestId& version_id, bool landing, std::uint64_t job,
                                   Result<rdma::RegisteredRegions> registered, std::vector<bool> nics) {
-  auto it = registering_.find({version, landing});
+  auto it = registering_.find({version_id, landing});
   if (it == registering_.end() || it->second.job != job) return;  // forgotten meanwhile: deregistered here
   const std::set<PeerId> askers = std::move(it->second.askers);
   registering_.erase(it);
@@ -397,10 +397,10 @@ void RdmaTransport::on_registered(const ManifestId& version, bool landing, std::
   }
   if (landing) {
     if (registered) {
-      landing_.emplace(version, std::move(*registered));
-      if (!nics.empty()) landing_nics_[version] = std::move(nics);
+      landing_.emplace(version_id, std::move(*registered));
+      if (!nics.empty()) landing_nics_[version_id] = std::move(nics);
     } else {
-      unreachable_.insert(version);
+      unreachable_.insert(version_id);
     }
     for (auto& [peer, n] : neighbours_) pump(peer, n);  // held requests move on: READs, or TCP
     return;
@@ -409,42 +409,42 @@ void RdmaTransport::on_registered(const ManifestId& version, bool landing, std::
     // No grant for the askers (a neighbour asks once per version, so this
     // does not retry the registration in a loop).
     for (const PeerId& peer : askers) {
-      if (neighbours_.count(peer)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version));
+      if (neighbours_.count(peer)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kNoGrant, version_id));
     }
     return;
   }
-  served_.emplace(version, std::move(*registered));
+  served_.emplace(version_id, std::move(*registered));
   for (const PeerId& peer : askers) {
     auto n = neighbours_.find(peer);
     if (n == neighbours_.end()) continue;
-    on_ask_grant(peer, n->second, version);  // grants now, or says no
+    on_ask_grant(peer, n->second, version_id);  // grants now, or says no
   }
 }
 
 // --------------------------------------------------------------------------
 
-void RdmaTransport::forget_version(const ManifestId& version) {
+void RdmaTransport::forget_version(const ManifestId& version_id) {
   for (auto& [peer, n] : neighbours_) {
-    if (n.granted.erase(version)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kRevoke, version));
-    n.grants.erase(version);
-    std::erase_if(n.held, [&](const swarm::SwarmMessage& w) { return w.version_id == version; });
-    std::erase_if(n.waiting, [&](const swarm::SwarmMessage& w) { return w.version_id == version; });
+    if (n.granted.erase(version_id)) send_session(peer, rdma::RdmaMessage::about(rdma::RdmaMessageKind::kRevoke, version_id));
+    n.grants.erase(version_id);
+    std::erase_if(n.held, [&](const swarm::SwarmMessage& w) { return w.version_id == version_id; });
+    std::erase_if(n.waiting, [&](const swarm::SwarmMessage& w) { return w.version_id == version_id; });
     // READs landing in it: their queue pairs go (nothing lands after), and
     // the neighbour's are offered anew.
     const PeerId& from = peer;  // a structured binding: lambdas capture it by name only from C++20 on (clang 14 refuses)
     const bool landing_here = std::any_of(blocks_.begin(), blocks_.end(), [&](const auto& b) {
-      return b.second.peer == from && b.second.header.version_id == version;
+      return b.second.peer == from && b.second.header.version_id == version_id;
     });
     if (landing_here && n.off_reason.empty()) make_queue_pairs(peer, n);
   }
-  served_.erase(version);   // returns once no READ copies from it
-  landing_.erase(version);
-  landing_nics_.erase(version);
-  unreachable_.erase(version);
+  served_.erase(version_id);   // returns once no READ copies from it
+  landing_.erase(version_id);
+  landing_nics_.erase(version_id);
+  unreachable_.erase(version_id);
   // A registration being made now is dropped when it ends (it keeps the
   // memory until then, so the release waits for it).
-  registering_.erase({version, false});
-  registering_.erase({version, true});
+  registering_.erase({version_id, false});
+  registering_.erase({version_id, true});
 }
 
 RdmaStatus RdmaTransport::status() const {

@@ -91,7 +91,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   // `version`'s memory is about to be released: neighbours' grants end
   // (they hear revoke), READs landing in it stop, and its registrations go.
   // Returns once no READ touches the memory.
-  void forget_version(const ManifestId& version);
+  void forget_version(const ManifestId& version_id);
   RdmaStatus status() const;
 
   // DataTransport
@@ -105,8 +105,8 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
     tcp_->send_piece(peer, header, pieces, std::move(source));
   }
   void cancel_piece(const PeerId& peer, swarm::RequestId request_id) override { tcp_->cancel_piece(peer, request_id); }
-  void cancel_pieces_of(const PeerId& peer, const ManifestId& version) override {
-    tcp_->cancel_pieces_of(peer, version);
+  void cancel_pieces_of(const PeerId& peer, const ManifestId& version_id) override {
+    tcp_->cancel_pieces_of(peer, version_id);
   }
   std::vector<LinkStats> links() const override { return tcp_->links(); }
   void close() override;
@@ -182,7 +182,7 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   void send_session(const PeerId& peer, const rdma::RdmaMessage& message);
   void on_session(const PeerId& peer, const rdma::RdmaMessage& message);
   void on_offer(const PeerId& peer, Neighbour& n, const rdma::RdmaMessage& offer);
-  void on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version);
+  void on_ask_grant(const PeerId& peer, Neighbour& n, const ManifestId& version_id);
   // New queue pairs for `n`, offered to it; the old ones go first (their
   // blocks are lost). False when the device refused (the neighbour then
   // uses TCP).
@@ -207,17 +207,17 @@ class RdmaTransport final : public DataTransport, public TransportEvents {
   // Where `version`'s landing registration stands: ready, being made off
   // the I/O thread (started here if need be), or out of the NICs' reach.
   enum class Landing { kReady, kPending, kUnreachable };
-  Landing landing(const ManifestId& version);
+  Landing landing(const ManifestId& version_id);
   // Registers `regions` off the I/O thread; `done` runs on it afterwards
   // unless `version`'s registration was forgotten meanwhile (a newer job,
   // or forget_version).
   // A landing's job also ranks the NICs for its memory (`nics`).
-  void register_off_thread(const ManifestId& version, bool landing, HeldRegions regions);
-  void on_registered(const ManifestId& version, bool landing, std::uint64_t job,
+  void register_off_thread(const ManifestId& version_id, bool landing, HeldRegions regions);
+  void on_registered(const ManifestId& version_id, bool landing, std::uint64_t job,
                      Result<rdma::RegisteredRegions> registered, std::vector<bool> nics);
   // Where READs into `version` go: the NICs nearest its landing's memory,
   // else those nearest the memory this transport started by.
-  const std::vector<bool>& preferred_for(const ManifestId& version) const;
+  const std::vector<bool>& preferred_for(const ManifestId& version_id) const;
   // Starts the waiting requests the queue pairs' credits allow, then posts
   // what is planned: every queue pair's READs linked into one post.
   void pump(const PeerId& peer, Neighbour& n);

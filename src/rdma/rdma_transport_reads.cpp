@@ -52,16 +52,16 @@ void RdmaTransport::send(const PeerId& peer, const swarm::SwarmMessage& m) {
   pump(peer, n);
 }
 
-RdmaTransport::Landing RdmaTransport::landing(const ManifestId& version) {
-  if (landing_.count(version)) return Landing::kReady;
-  if (unreachable_.count(version)) return Landing::kUnreachable;
-  if (registering_.count({version, true})) return Landing::kPending;
-  auto regions = memory_.landing_regions(version);
+RdmaTransport::Landing RdmaTransport::landing(const ManifestId& version_id) {
+  if (landing_.count(version_id)) return Landing::kReady;
+  if (unreachable_.count(version_id)) return Landing::kUnreachable;
+  if (registering_.count({version_id, true})) return Landing::kPending;
+  auto regions = memory_.landing_regions(version_id);
   if (!regions) {
-    unreachable_.insert(version);
+    unreachable_.insert(version_id);
     return Landing::kUnreachable;
   }
-  register_off_thread(version, /*landing=*/true, std::move(*regions));
+  register_off_thread(version_id, /*landing=*/true, std::move(*regions));
   return Landing::kPending;
 }
 

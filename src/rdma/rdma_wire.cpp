@@ -17,15 +17,15 @@ RdmaMessage RdmaMessage::offer(std::vector<OfferedNic> nics, std::vector<Offered
 
 RdmaMessage RdmaMessage::ready() { return RdmaMessage{}; }
 
-RdmaMessage RdmaMessage::about(RdmaMessageKind kind, const ManifestId& version) {
+RdmaMessage RdmaMessage::about(RdmaMessageKind kind, const ManifestId& version_id) {
   RdmaMessage m;
   m.kind = kind;
-  m.version = version;
+  m.version_id = version_id;
   return m;
 }
 
-RdmaMessage RdmaMessage::grant(const ManifestId& version, std::vector<GrantRegion> regions) {
-  RdmaMessage m = about(RdmaMessageKind::kGrant, version);
+RdmaMessage RdmaMessage::grant(const ManifestId& version_id, std::vector<GrantRegion> regions) {
+  RdmaMessage m = about(RdmaMessageKind::kGrant, version_id);
   m.regions = std::move(regions);
   return m;
 }
@@ -60,7 +60,7 @@ std::vector<std::uint8_t> encode_rdma_message(const RdmaMessage& m) {
     case RdmaMessageKind::kGrant:
       w.write_array_header(3);
       w.write_uint(static_cast<std::uint64_t>(m.kind));
-      w.write_bin(m.version.bytes);
+      w.write_bin(m.version_id.bytes);
       w.write_array_header(static_cast<std::uint32_t>(m.regions.size()));
       for (const GrantRegion& g : m.regions) {
         w.write_array_header(4);
@@ -76,7 +76,7 @@ std::vector<std::uint8_t> encode_rdma_message(const RdmaMessage& m) {
     case RdmaMessageKind::kRevoke:
       w.write_array_header(2);
       w.write_uint(static_cast<std::uint64_t>(m.kind));
-      w.write_bin(m.version.bytes);
+      w.write_bin(m.version_id.bytes);
       break;
   }
   return out;
@@ -162,12 +162,12 @@ Result<RdmaMessage> decode_rdma_message(std::span<const std::uint8_t> bytes) {
     case RdmaMessageKind::kOffer: read_offer(r, m); break;
     case RdmaMessageKind::kReady: break;
     case RdmaMessageKind::kGrant:
-      r.read_bin_exact("version", m.version.bytes);
+      r.read_bin_exact("version", m.version_id.bytes);
       read_grant(r, m);
       break;
     case RdmaMessageKind::kAskGrant:
     case RdmaMessageKind::kNoGrant:
-    case RdmaMessageKind::kRevoke: r.read_bin_exact("version", m.version.bytes); break;
+    case RdmaMessageKind::kRevoke: r.read_bin_exact("version", m.version_id.bytes); break;
   }
   TENSORHUB_RETURN_IF_ERROR(r.finish());
   return m;

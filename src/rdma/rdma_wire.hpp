@@ -65,13 +65,13 @@ struct RdmaMessage {
   RdmaMessageKind kind = RdmaMessageKind::kReady;
   std::vector<OfferedNic> nics;            // kOffer
   std::vector<OfferedQueuePair> queue_pairs;  // kOffer
-  ManifestId version;                      // kAskGrant, kGrant, kNoGrant, kRevoke
+  ManifestId version_id;                   // kAskGrant, kGrant, kNoGrant, kRevoke
   std::vector<GrantRegion> regions;        // kGrant: by offset, not overlapping
 
   static RdmaMessage offer(std::vector<OfferedNic> nics, std::vector<OfferedQueuePair> queue_pairs);
   static RdmaMessage ready();
-  static RdmaMessage about(RdmaMessageKind kind, const ManifestId& version);
-  static RdmaMessage grant(const ManifestId& version, std::vector<GrantRegion> regions);
+  static RdmaMessage about(RdmaMessageKind kind, const ManifestId& version_id);
+  static RdmaMessage grant(const ManifestId& version_id, std::vector<GrantRegion> regions);
 };
 
 std::vector<std::uint8_t> encode_rdma_message(const RdmaMessage& message);

@@ -65,7 +65,7 @@ class DataTransport {
                           std::shared_ptr<transport::PieceSource> source) = 0;
   // Pieces still queued are not sent: one (by request id), or every one of a version.
   virtual void cancel_piece(const PeerId& peer, swarm::RequestId request_id) = 0;
-  virtual void cancel_pieces_of(const PeerId& peer, const ManifestId& version) = 0;
+  virtual void cancel_pieces_of(const PeerId& peer, const ManifestId& version_id) = 0;
   virtual std::vector<LinkStats> links() const = 0;
   // Closes every connection; no event follows.
   virtual void close() = 0;

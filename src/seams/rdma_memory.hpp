@@ -44,9 +44,9 @@ class RdmaMemory {
   // The memory of `version` as this peer serves it; nothing when it holds
   // no such version, does not serve it, or keeps it where the NICs cannot
   // reach (GPU memory that exports no dma-buf).
-  virtual std::optional<HeldRegions> served_regions(const ManifestId& version) = 0;
+  virtual std::optional<HeldRegions> served_regions(const ManifestId& version_id) = 0;
   // The memory a fetch of `version` lands in; nothing as above.
-  virtual std::optional<HeldRegions> landing_regions(const ManifestId& version) = 0;
+  virtual std::optional<HeldRegions> landing_regions(const ManifestId& version_id) = 0;
   // Where the READs of the piece `header` from `peer` land: as
   // TransportEvents::piece_destination, except that they land straight in
   // the version's memory (landing_regions) even where TCP payloads go

@@ -84,19 +84,19 @@ class SwarmCore final : public PiecePath, private ServePeers {
     kPlain,      // advertise what we hold
     kSuperSeed,  // the publisher: reveal shards a few at a time (REQUIRES: have is complete)
   };
-  void serve(TimePoint now, const ManifestId& version, const ShardLayout& layout, core::Bitfield have,
+  void serve(TimePoint now, const ManifestId& version_id, const ShardLayout& layout, core::Bitfield have,
              ServeMode mode = ServeMode::kPlain);
-  void fetch(TimePoint now, const ManifestId& version, const ShardLayout& layout, core::Bitfield have);
-  void stop(TimePoint now, const ManifestId& version);
-  bool knows(const ManifestId& version) const { return versions_.count(version) != 0; }
-  const core::Bitfield* have(const ManifestId& version) const;
-  std::optional<FetchProgress> progress(const ManifestId& version) const;
+  void fetch(TimePoint now, const ManifestId& version_id, const ShardLayout& layout, core::Bitfield have);
+  void stop(TimePoint now, const ManifestId& version_id);
+  bool knows(const ManifestId& version_id) const { return versions_.count(version_id) != 0; }
+  const core::Bitfield* have(const ManifestId& version_id) const;
+  std::optional<FetchProgress> progress(const ManifestId& version_id) const;
 
   // What gossip says.
   // Writes to the book this core reads (shared ones too).
   void set_location(const PeerId& peer, const Location& location);
   // `complete`: gossip says the peer holds the whole version.
-  void add_holder(TimePoint now, const ManifestId& version, const PeerId& peer, bool complete = false);
+  void add_holder(TimePoint now, const ManifestId& version_id, const PeerId& peer, bool complete = false);
   void peer_gone(TimePoint now, const PeerId& peer);
 
   // Connections.

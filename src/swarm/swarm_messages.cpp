@@ -6,30 +6,30 @@
 
 namespace tensorhub::swarm {
 
-SwarmMessage SwarmMessage::signal(MessageType type, const ManifestId& version) {
+SwarmMessage SwarmMessage::signal(MessageType type, const ManifestId& version_id) {
   SwarmMessage m;
   m.type = type;
-  m.version_id = version;
+  m.version_id = version_id;
   return m;
 }
 
-SwarmMessage SwarmMessage::about_shard(MessageType type, const ManifestId& version, ShardIndex shard) {
-  SwarmMessage m = signal(type, version);
+SwarmMessage SwarmMessage::about_shard(MessageType type, const ManifestId& version_id, ShardIndex shard) {
+  SwarmMessage m = signal(type, version_id);
   m.shard = shard;
   return m;
 }
 
-SwarmMessage SwarmMessage::with_bits(MessageType type, const ManifestId& version, std::uint32_t shard_count,
+SwarmMessage SwarmMessage::with_bits(MessageType type, const ManifestId& version_id, std::uint32_t shard_count,
                                      std::vector<std::uint8_t> bits) {
-  SwarmMessage m = signal(type, version);
+  SwarmMessage m = signal(type, version_id);
   m.shard_count = shard_count;
   m.bytes = std::move(bits);
   return m;
 }
 
-SwarmMessage SwarmMessage::request(const ManifestId& version, RequestId request_id, ShardIndex shard,
+SwarmMessage SwarmMessage::request(const ManifestId& version_id, RequestId request_id, ShardIndex shard,
                                    BlockIndex block, std::uint64_t offset, std::uint32_t length) {
-  SwarmMessage m = signal(MessageType::kRequest, version);
+  SwarmMessage m = signal(MessageType::kRequest, version_id);
   m.request_id = request_id;
   m.shard = shard;
   m.block = block;
@@ -38,26 +38,26 @@ SwarmMessage SwarmMessage::request(const ManifestId& version, RequestId request_
   return m;
 }
 
-SwarmMessage SwarmMessage::about_request(MessageType type, const ManifestId& version, RequestId request_id) {
-  SwarmMessage m = signal(type, version);
+SwarmMessage SwarmMessage::about_request(MessageType type, const ManifestId& version_id, RequestId request_id) {
+  SwarmMessage m = signal(type, version_id);
   m.request_id = request_id;
   return m;
 }
 
-SwarmMessage SwarmMessage::piece(const ManifestId& version, RequestId request_id, std::uint32_t length) {
-  SwarmMessage m = about_request(MessageType::kPiece, version, request_id);
+SwarmMessage SwarmMessage::piece(const ManifestId& version_id, RequestId request_id, std::uint32_t length) {
+  SwarmMessage m = about_request(MessageType::kPiece, version_id, request_id);
   m.length = length;
   return m;
 }
 
-SwarmMessage SwarmMessage::refuse(const ManifestId& version, RequestId request_id, std::vector<std::uint8_t> reason) {
-  SwarmMessage m = about_request(MessageType::kRefuse, version, request_id);
+SwarmMessage SwarmMessage::refuse(const ManifestId& version_id, RequestId request_id, std::vector<std::uint8_t> reason) {
+  SwarmMessage m = about_request(MessageType::kRefuse, version_id, request_id);
   m.bytes = std::move(reason);
   return m;
 }
 
-SwarmMessage SwarmMessage::with_bytes(MessageType type, const ManifestId& version, std::vector<std::uint8_t> bytes) {
-  SwarmMessage m = signal(type, version);
+SwarmMessage SwarmMessage::with_bytes(MessageType type, const ManifestId& version_id, std::vector<std::uint8_t> bytes) {
+  SwarmMessage m = signal(type, version_id);
   m.bytes = std::move(bytes);
   return m;
 }

@@ -63,20 +63,20 @@ struct SwarmMessage {
   // One constructor per shape; each sets the fields its type carries.
   // A type that carries nothing but the version: not-interested, choke,
   // unchoke, get-manifest, no-manifest, super-seed, unknown-version.
-  static SwarmMessage signal(MessageType type, const ManifestId& version);
+  static SwarmMessage signal(MessageType type, const ManifestId& version_id);
   // have, fetching, not-fetching.
-  static SwarmMessage about_shard(MessageType type, const ManifestId& version, ShardIndex shard);
+  static SwarmMessage about_shard(MessageType type, const ManifestId& version_id, ShardIndex shard);
   // bitfield, interested: `bits` in wire form, `shard_count` of them.
-  static SwarmMessage with_bits(MessageType type, const ManifestId& version, std::uint32_t shard_count,
+  static SwarmMessage with_bits(MessageType type, const ManifestId& version_id, std::uint32_t shard_count,
                                 std::vector<std::uint8_t> bits);
-  static SwarmMessage request(const ManifestId& version, RequestId request_id, ShardIndex shard, BlockIndex block,
+  static SwarmMessage request(const ManifestId& version_id, RequestId request_id, ShardIndex shard, BlockIndex block,
                               std::uint64_t offset, std::uint32_t length);
   // cancel, deferred.
-  static SwarmMessage about_request(MessageType type, const ManifestId& version, RequestId request_id);
-  static SwarmMessage piece(const ManifestId& version, RequestId request_id, std::uint32_t length);
-  static SwarmMessage refuse(const ManifestId& version, RequestId request_id, std::vector<std::uint8_t> reason);
+  static SwarmMessage about_request(MessageType type, const ManifestId& version_id, RequestId request_id);
+  static SwarmMessage piece(const ManifestId& version_id, RequestId request_id, std::uint32_t length);
+  static SwarmMessage refuse(const ManifestId& version_id, RequestId request_id, std::vector<std::uint8_t> reason);
   // manifest (its encoding), peers (their ids), challenge, proof, transport.
-  static SwarmMessage with_bytes(MessageType type, const ManifestId& version, std::vector<std::uint8_t> bytes);
+  static SwarmMessage with_bytes(MessageType type, const ManifestId& version_id, std::vector<std::uint8_t> bytes);
 };
 
 inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;

@@ -210,7 +210,7 @@ void DataConnection::send_piece(const SwarmMessage& header, std::span<const std:
   encode_swarm_message(header, out.message);
   out.piece = piece;
   out.cancel_id = piece ? header.request_id : swarm::RequestId{};
-  out.version = header.version_id;
+  out.version_id = header.version_id;
   out.payload.assign(pieces.begin(), pieces.end());
   out.payload_bytes = payload_bytes;
   out.source = std::move(source);
@@ -265,8 +265,8 @@ bool DataConnection::cancel_piece(swarm::RequestId request_id) {
   return drop_queued([&](const Outgoing& o) { return o.cancel_id == request_id; }, 1) == 1;
 }
 
-std::size_t DataConnection::cancel_pieces_of(const ManifestId& version) {
-  return drop_queued([&](const Outgoing& o) { return o.version == version; }, SIZE_MAX);
+std::size_t DataConnection::cancel_pieces_of(const ManifestId& version_id) {
+  return drop_queued([&](const Outgoing& o) { return o.version_id == version_id; }, SIZE_MAX);
 }
 
 void DataConnection::write_next() {

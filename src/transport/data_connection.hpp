@@ -120,7 +120,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
   bool cancel_piece(swarm::RequestId request_id);
   // Drops every piece of `version` not yet being written (the requester was
   // choked); their sources hear sent = false. Returns how many.
-  std::size_t cancel_pieces_of(const ManifestId& version);
+  std::size_t cancel_pieces_of(const ManifestId& version_id);
 
   bool established() const { return established_; }
   bool closed() const { return closed_; }
@@ -143,7 +143,7 @@ class DataConnection : public std::enable_shared_from_this<DataConnection> {
     std::vector<std::uint8_t> message;  // encoded, sealed when its turn comes
     bool piece = false;                 // a piece (its payload follows), not a control message
     swarm::RequestId cancel_id;         // a piece's request id (0: not cancellable)
-    ManifestId version;                 // a piece's version
+    ManifestId version_id;              // a piece's version
     std::vector<std::span<const std::byte>> payload;  // capacity kept in spare_
     std::size_t payload_bytes = 0;
     std::shared_ptr<PieceSource> source;  // a piece's; null for a control message

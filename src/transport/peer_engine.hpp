@@ -140,8 +140,8 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   DataTransport& transport_for(const PeerId& peer);
   RdmaStatus rdma_status() const;
   // RdmaMemory: versions in host memory, for READs.
-  std::optional<HeldRegions> served_regions(const ManifestId& version) override;
-  std::optional<HeldRegions> landing_regions(const ManifestId& version) override;
+  std::optional<HeldRegions> served_regions(const ManifestId& version_id) override;
+  std::optional<HeldRegions> landing_regions(const ManifestId& version_id) override;
   void read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
                         std::vector<std::span<std::byte>>& out) override;
   void run_off_thread(std::function<void()> job) override { pool_.submit(std::move(job)); }

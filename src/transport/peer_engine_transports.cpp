@@ -57,8 +57,8 @@ std::optional<HeldRegions> PeerEngine::nic_regions(const std::shared_ptr<LocalVe
   return out;
 }
 
-std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version) {
-  auto v = core_->find(version);
+std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version_id) {
+  auto v = core_->find(version_id);
   if (!v || !v->served() || v->memory.empty()) return std::nullopt;
   // Registered for remote reads only: nothing writes through these.
   std::vector<std::span<std::byte>> regions;
@@ -66,8 +66,8 @@ std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version)
   return nic_regions(v, std::move(regions));
 }
 
-std::optional<HeldRegions> PeerEngine::landing_regions(const ManifestId& version) {
-  auto v = core_->find(version);
+std::optional<HeldRegions> PeerEngine::landing_regions(const ManifestId& version_id) {
+  auto v = core_->find(version_id);
   if (!v || v->destination.empty()) return std::nullopt;
   if (v->state != VersionState::kFetching) return std::nullopt;
   return nic_regions(v, v->destination.regions());

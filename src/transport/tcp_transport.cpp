@@ -169,10 +169,10 @@ void TcpTransport::cancel_piece(const PeerId& peer, swarm::RequestId request_id)
   }
 }
 
-void TcpTransport::cancel_pieces_of(const PeerId& peer, const ManifestId& version) {
+void TcpTransport::cancel_pieces_of(const PeerId& peer, const ManifestId& version_id) {
   if (const auto* link = links_.link(peer)) {
     for (const auto& lane : link->lanes) {
-      if (lane) lane->cancel_pieces_of(version);
+      if (lane) lane->cancel_pieces_of(version_id);
     }
   }
 }

@@ -70,7 +70,7 @@ class TcpTransport final : public DataTransport, private transport::DataConnecti
   void send_piece(const PeerId& peer, const swarm::SwarmMessage& header, std::span<const std::span<const std::byte>> pieces,
                   std::shared_ptr<transport::PieceSource> source) override;
   void cancel_piece(const PeerId& peer, swarm::RequestId request_id) override;
-  void cancel_pieces_of(const PeerId& peer, const ManifestId& version) override;
+  void cancel_pieces_of(const PeerId& peer, const ManifestId& version_id) override;
   std::vector<LinkStats> links() const override;
   void close() override;
 

@@ -49,7 +49,7 @@ struct Above final : TransportEvents {
 // One version's memory: served from `image`, fetched into `landing`, by
 // address, or through dma-bufs where the test sets them.
 struct Memory final : RdmaMemory {
-  ManifestId version;
+  ManifestId version_id;
   std::vector<std::byte> image, landing;
   // Where set: the bytes served, and where READs land, instead of `image`
   // and `landing` (memory of the fake GPU), and their dma-bufs.
@@ -68,12 +68,12 @@ struct Memory final : RdmaMemory {
   std::optional<HeldRegions> served_regions(const ManifestId& v) override {
     ++served_asks;
     if (image_buf.valid()) return HeldRegions{{device_image}, nullptr, handing(image_buf), {}};
-    if (v != version || image.empty()) return std::nullopt;
+    if (v != version_id || image.empty()) return std::nullopt;
     return HeldRegions{{image}, nullptr, {}, {}};
   }
   std::optional<HeldRegions> landing_regions(const ManifestId& v) override {
     if (landing_buf.valid()) return HeldRegions{{device_landing}, nullptr, handing(landing_buf), landing_pci};
-    if (v != version || landing.empty()) return std::nullopt;
+    if (v != version_id || landing.empty()) return std::nullopt;
     return HeldRegions{{landing}, nullptr, {}, landing_pci};
   }
   void read_destination(const PeerId& peer, const swarm::SwarmMessage& header,
@@ -124,8 +124,8 @@ struct Pair {
     softverbs_configure(nics);
     softverbs_set_read_delay_us(0);
     softverbs_fail_next_reads(0, 0);
-    a_mem.version.bytes[0] = 7;
-    b_mem.version = a_mem.version;
+    a_mem.version_id.bytes[0] = 7;
+    b_mem.version_id = a_mem.version_id;
     b_mem.image.resize(64 * 4096);
     for (std::size_t i = 0; i < b_mem.image.size(); ++i) b_mem.image[i] = static_cast<std::byte>(i * 7 + 3);
     a_mem.landing.resize(b_mem.image.size());
@@ -161,7 +161,7 @@ struct Pair {
   }
   std::string a_state() const { return a->status().neighbours.at(0).state; }
   void request(std::uint32_t block) {
-    a->send(b_id, swarm::SwarmMessage::request(a_mem.version, swarm::RequestId{block}, ShardIndex{0}, BlockIndex{block}, block * 4096ull, 4096));
+    a->send(b_id, swarm::SwarmMessage::request(a_mem.version_id, swarm::RequestId{block}, ShardIndex{0}, BlockIndex{block}, block * 4096ull, 4096));
   }
 };
 

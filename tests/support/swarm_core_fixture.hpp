@@ -25,15 +25,15 @@ inline ManifestId version_tagged(std::uint8_t tag) {
 }
 
 // kInterested from a requester that holds nothing yet.
-inline swarm::SwarmMessage interested_in(const ManifestId& version, const swarm::ShardLayout& layout) {
-  swarm::SwarmMessage m{swarm::MessageType::kInterested, version, {}, {}, {}, 0, 0, layout.shard_count(), {}};
+inline swarm::SwarmMessage interested_in(const ManifestId& version_id, const swarm::ShardLayout& layout) {
+  swarm::SwarmMessage m{swarm::MessageType::kInterested, version_id, {}, {}, {}, 0, 0, layout.shard_count(), {}};
   m.bytes = core::Bitfield(layout.shard_count()).to_bytes();
   return m;
 }
 
 // kBitfield: the holder shows `bits` of `version`.
-inline swarm::SwarmMessage bitfield_of(const ManifestId& version, const core::Bitfield& bits) {
-  return swarm::SwarmMessage::with_bits(swarm::MessageType::kBitfield, version, static_cast<std::uint32_t>(bits.size()), bits.to_bytes());
+inline swarm::SwarmMessage bitfield_of(const ManifestId& version_id, const core::Bitfield& bits) {
+  return swarm::SwarmMessage::with_bits(swarm::MessageType::kBitfield, version_id, static_cast<std::uint32_t>(bits.size()), bits.to_bytes());
 }
 
 // What a core asked the driver to send and to open, in order.

@@ -33,16 +33,16 @@ class Trio {
     config.fetch.block_size = kBlock;
     config.fetch.request_timeout = 100ms;
     config.fetch.min_landing_bytes_per_second = min_landing_bytes_per_second;
-    version.bytes[0] = 0x42;
+    version_id.bytes[0] = 0x42;
     const Location here{"dc1", "r1", "h0"};
     fetcher = std::make_unique<SwarmCore>(config, here, f, 1);
     holder_a = std::make_unique<SwarmCore>(config, Location{"dc1", "r1", "h1"}, a, 2);
     holder_b = std::make_unique<SwarmCore>(config, Location{"dc1", "r1", "h2"}, b, 3);
-    holder_a->serve(now, version, layout, core::Bitfield(1, true));
-    holder_b->serve(now, version, layout, core::Bitfield(1, true));
-    fetcher->fetch(now, version, layout, core::Bitfield(1, false));
-    fetcher->add_holder(now, version, a, true);
-    fetcher->add_holder(now, version, b, true);
+    holder_a->serve(now, version_id, layout, core::Bitfield(1, true));
+    holder_b->serve(now, version_id, layout, core::Bitfield(1, true));
+    fetcher->fetch(now, version_id, layout, core::Bitfield(1, false));
+    fetcher->add_holder(now, version_id, a, true);
+    fetcher->add_holder(now, version_id, b, true);
     fetcher->handle_timeout(now);  // it connects to the candidates named so far
     pump();
   }
@@ -106,7 +106,7 @@ class Trio {
     fetcher->on_piece(now, piece.from, piece.header, true);
     pump();
     CHECK(verifies.size() == 1);
-    auto progress = fetcher->progress(version);
+    auto progress = fetcher->progress(version_id);
     REQUIRE(progress.has_value());
     CHECK(progress->bytes_received == kBlock);
   }
@@ -120,7 +120,7 @@ class Trio {
   static constexpr std::uint32_t kBlock = 64u << 10;
   SwarmConfig config;
   ShardLayout layout{kBlock, kBlock, kBlock};
-  ManifestId version;
+  ManifestId version_id;
   PeerId f = peer_id(0), a = peer_id(1), b = peer_id(2);
   TimePoint now{std::chrono::seconds(1)};
   std::unique_ptr<SwarmCore> fetcher, holder_a, holder_b;
@@ -150,14 +150,14 @@ TEST_CASE("piece landing: a payload that lands slowly keeps its request, nobody 
 
   // The payload completes; the shard goes to verification once.
   t.finish_landing(first);
-  CHECK(t.fetcher->progress(t.version)->duplicate_bytes == 0);
+  CHECK(t.fetcher->progress(t.version_id)->duplicate_bytes == 0);
   REQUIRE(t.fetch_serial != 0);
   // A result for another fetch of the version (one that ended, its hash
   // still running) verifies nothing.
-  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, t.fetch_serial + 1, true);
+  t.fetcher->on_verified(t.now, t.version_id, ShardIndex{0}, t.fetch_serial + 1, true);
   t.pump();
   CHECK_FALSE(t.finished);
-  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, t.fetch_serial, true);
+  t.fetcher->on_verified(t.now, t.version_id, ShardIndex{0}, t.fetch_serial, true);
   t.pump();
   CHECK(t.finished);
 }
@@ -167,7 +167,7 @@ TEST_CASE("piece landing: an answer counts only under its own version, request i
   REQUIRE(t.served.size() == 1);
   const Served asked = t.served[0];
   const PeerId other = asked.from == t.a ? t.b : t.a;
-  ManifestId elsewhere = t.version;
+  ManifestId elsewhere = t.version_id;
   elsewhere.bytes[1] = 0x17;
   const RequestId id = asked.header.request_id;
   // A piece under another version, an id never issued, or from a peer that
@@ -175,21 +175,21 @@ TEST_CASE("piece landing: an answer counts only under its own version, request i
   // stands.
   const std::pair<PeerId, SwarmMessage> forged[] = {
       {asked.from, SwarmMessage::piece(elsewhere, id, Trio::kBlock)},
-      {asked.from, SwarmMessage::piece(t.version, RequestId{id.value + 1000}, Trio::kBlock)},
-      {other, SwarmMessage::piece(t.version, id, Trio::kBlock)},
+      {asked.from, SwarmMessage::piece(t.version_id, RequestId{id.value + 1000}, Trio::kBlock)},
+      {other, SwarmMessage::piece(t.version_id, id, Trio::kBlock)},
   };
   for (const auto& [from, header] : forged) t.turn_away(from, header);
   CHECK(t.fetcher->discarded_piece_bytes() == 3ull * Trio::kBlock);
   // Nor does a refusal from a peer that was not asked, or under another
   // version.
   const std::vector<std::uint8_t> why = {'n', 'o'};
-  t.fetcher->on_message(t.now, other, SwarmMessage::refuse(t.version, id, why));
+  t.fetcher->on_message(t.now, other, SwarmMessage::refuse(t.version_id, id, why));
   t.fetcher->on_message(t.now, asked.from, SwarmMessage::refuse(elsewhere, id, why));
   t.pump();
   CHECK(t.served.size() == 1);  // nobody was asked again
   const Served first = t.begin_first();
   // Once the payload lands, its own holder's refusal changes nothing either.
-  t.fetcher->on_message(t.now, first.from, SwarmMessage::refuse(t.version, id, why));
+  t.fetcher->on_message(t.now, first.from, SwarmMessage::refuse(t.version_id, id, why));
   t.pump();
   t.finish_landing(first);
 }
@@ -198,7 +198,7 @@ TEST_CASE("piece landing: a piece of the wrong length for its request lands noth
   Trio t;
   REQUIRE(t.served.size() == 1);
   const Served asked = t.served[0];
-  const SwarmMessage wrong = SwarmMessage::piece(t.version, asked.header.request_id, Trio::kBlock - 1);
+  const SwarmMessage wrong = SwarmMessage::piece(t.version_id, asked.header.request_id, Trio::kBlock - 1);
   t.turn_away(asked.from, wrong);
   // Answered, badly: the block is asked for again, and that copy lands.
   REQUIRE(t.served.size() == 2);
@@ -219,8 +219,8 @@ TEST_CASE("piece landing: an endgame copy is turned away while another lands") {
   CHECK(t.verifies.empty());
   CHECK(t.served.size() == 2);  // and it is not asked again while the first lands
   t.finish_landing(first);
-  CHECK(t.fetcher->progress(t.version)->duplicate_bytes == Trio::kBlock);  // the copy turned away
-  t.fetcher->on_verified(t.now, t.version, ShardIndex{0}, t.fetch_serial, true);
+  CHECK(t.fetcher->progress(t.version_id)->duplicate_bytes == Trio::kBlock);  // the copy turned away
+  t.fetcher->on_verified(t.now, t.version_id, ShardIndex{0}, t.fetch_serial, true);
   t.pump();
   CHECK(t.finished);
 }
@@ -231,7 +231,7 @@ TEST_CASE("piece landing: a choke that arrives while a payload lands (another la
   // The choke forgets the requests the holder will not answer, but this
   // payload is arriving: forgotten, its block would stay "landing" for good
   // and every other copy of it would be turned away.
-  t.fetcher->on_message(t.now, first.from, SwarmMessage::signal(MessageType::kChoke, t.version));
+  t.fetcher->on_message(t.now, first.from, SwarmMessage::signal(MessageType::kChoke, t.version_id));
   t.pump();
   t.finish_landing(first);
 }
@@ -355,7 +355,7 @@ TEST_CASE("piece landing: a payload that drips below the minimum rate is given u
 TEST_CASE("piece landing: stopping a fetch closes the connections still landing its payloads") {
   Trio t;
   const Served first = t.begin_first();
-  t.fetcher->stop(t.now, t.version);
+  t.fetcher->stop(t.now, t.version_id);
   t.pump();
   // The application may reuse the destination once told the fetch is over:
   // the write into it has to stop first.

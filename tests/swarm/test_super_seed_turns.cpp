@@ -25,15 +25,15 @@ class Publisher {
     config.slot_rotation = 1s;
     config.fetch.block_size = kBlock;
     config.fetch.pipeline_blocks = 1;  // two shards revealed ahead (the core's minimum) of 16
-    version.bytes[0] = 0x5e;
+    version_id.bytes[0] = 0x5e;
     core = std::make_unique<SwarmCore>(config, Location{"dc1", "r1", "h0"}, peer_id(0), seed);
     for (std::uint64_t n = 1; n <= 3; ++n) core->set_location(peer_id(n), Location{"dc1", "r1", "h" + std::to_string(n)});
-    core->serve(now, version, layout, core::Bitfield(layout.shard_count(), true), SwarmCore::ServeMode::kSuperSeed);
+    core->serve(now, version_id, layout, core::Bitfield(layout.shard_count(), true), SwarmCore::ServeMode::kSuperSeed);
   }
 
   void say(const PeerId& from, MessageType type, ShardIndex shard = {}, RequestId request_id = {},
            const core::Bitfield* holds = nullptr) {
-    SwarmMessage m{type, version, request_id, shard, {}, 0, 0, 0, {}};
+    SwarmMessage m{type, version_id, request_id, shard, {}, 0, 0, 0, {}};
     if (type == MessageType::kInterested) {
       m.shard_count = layout.shard_count();
       m.bytes = holds ? holds->to_bytes() : core::Bitfield(layout.shard_count()).to_bytes();
@@ -71,7 +71,7 @@ class Publisher {
   static constexpr std::uint32_t kBlock = 64u << 10;
   SwarmConfig config;
   ShardLayout layout{16 * kBlock, kBlock, kBlock};  // 16 shards of one block
-  ManifestId version;
+  ManifestId version_id;
   TimePoint now{std::chrono::seconds(1)};
   std::unique_ptr<SwarmCore> core;
   std::vector<SendMessage> sent;

@@ -96,14 +96,14 @@ struct MegabytePieces : Pair {
     REQUIRE(server_events.established);
     core::fill_pseudo_random(source, seed);
     client_events.destination = &destination;
-    version.bytes.fill(key_fill);
+    version_id.bytes.fill(key_fill);
   }
   SwarmMessage piece(std::uint32_t id, const ManifestId& of) const {
     return SwarmMessage::piece(of, swarm::RequestId{id}, 1u << 20);
   }
-  SwarmMessage piece(std::uint32_t id) const { return piece(id, version); }
+  SwarmMessage piece(std::uint32_t id) const { return piece(id, version_id); }
   std::vector<std::byte> source, destination;
-  ManifestId version;
+  ManifestId version_id;
 };
 
 // A piece source that reports what became of its piece.
@@ -128,9 +128,9 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   CHECK(p.client_events.remote == p.server_id.public_key());
   CHECK(p.server_events.remote == p.client_id.public_key());
 
-  ManifestId version;
-  version.bytes.fill(9);
-  p.client->send(SwarmMessage::request(version, swarm::RequestId{1}, ShardIndex{2}, BlockIndex{3}, 4096, 65536));
+  ManifestId version_id;
+  version_id.bytes.fill(9);
+  p.client->send(SwarmMessage::request(version_id, swarm::RequestId{1}, ShardIndex{2}, BlockIndex{3}, 4096, 65536));
   p.run_until([&] { return !p.server_events.messages.empty(); });
   REQUIRE(p.server_events.messages.size() == 1);
   CHECK(p.server_events.messages[0].type == MessageType::kRequest);
@@ -141,7 +141,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
   core::fill_pseudo_random(source, 77);
   p.client_events.destination = &destination;
   bool sent = false;
-  p.server->send_piece(SwarmMessage::piece(version, swarm::RequestId{1}, 65536), source,
+  p.server->send_piece(SwarmMessage::piece(version_id, swarm::RequestId{1}, 65536), source,
                        reporting([&](bool ok) { sent = ok; }));
   p.run_until([&] { return p.client_events.pieces_stored == 1; });
   CHECK(sent);
@@ -157,7 +157,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
                                                std::span<const std::byte>(more).subspan(41000)};
   p.client_events.destination = &landed;
   p.client_events.cuts = {1, 4096, 50000};
-  p.server->send_piece(SwarmMessage::piece(version, swarm::RequestId{3}, 65536), std::span<const std::span<const std::byte>>(pieces),
+  p.server->send_piece(SwarmMessage::piece(version_id, swarm::RequestId{3}, 65536), std::span<const std::span<const std::byte>>(pieces),
                        nullptr);
   p.run_until([&] { return p.client_events.pieces_stored == 2; });
   CHECK(p.client_events.pieces_stored == 2);
@@ -166,9 +166,9 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
   // Without a destination the payload is read and discarded; the stream stays in step.
   p.client_events.destination = nullptr;
-  p.server->send_piece(SwarmMessage::piece(version, swarm::RequestId{2}, 1000),
+  p.server->send_piece(SwarmMessage::piece(version_id, swarm::RequestId{2}, 1000),
                        std::span(source).first(1000), nullptr);
-  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{5}));
+  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version_id, ShardIndex{5}));
   p.run_until([&] { return !p.client_events.messages.empty(); });
   CHECK(p.client_events.pieces_discarded == 1);
   REQUIRE(p.client_events.messages.size() == 1);
@@ -181,7 +181,7 @@ TEST_CASE("data connection: handshake, messages, and a zero-copy piece") {
 
 TEST_CASE("data connection: a cancelled piece still queued is never sent, the stream stays in step") {
   MegabytePieces p(6, 78);
-  const ManifestId version = p.version;
+  const ManifestId version_id = p.version_id;
   std::vector<int> outcome(3, -1);
   for (std::uint32_t id = 1; id <= 3; ++id) {
     p.server->send_piece(p.piece(id), p.source, reporting([&, id](bool sent) { outcome[id - 1] = sent ? 1 : 0; }));
@@ -190,7 +190,7 @@ TEST_CASE("data connection: a cancelled piece still queued is never sent, the st
   CHECK(p.server->cancel_piece(swarm::RequestId{2}));
   CHECK_FALSE(p.server->cancel_piece(swarm::RequestId{2}));
   CHECK(outcome[1] == 0);
-  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{9}));
+  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version_id, ShardIndex{9}));
   p.run_until([&] { return p.client_events.arrivals.size() == 3; });
   // 1 was on the wire, the HAVE passed 3; every frame decrypted in order.
   CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "piece 3"});
@@ -249,7 +249,7 @@ TEST_CASE("data connection: garbage instead of a handshake is refused, silence t
 
 TEST_CASE("data connection: a choked requester's queued pieces of that version are dropped, others go") {
   MegabytePieces p(7, 79);
-  const ManifestId choked = p.version;
+  const ManifestId choked = p.version_id;
   ManifestId other;
   other.bytes.fill(5);
   std::vector<int> outcome(4, -1);
@@ -269,12 +269,12 @@ TEST_CASE("data connection: a choked requester's queued pieces of that version a
 
 TEST_CASE("data connection: control messages pass queued pieces, each kind in the order sent") {
   MegabytePieces p(8, 80);
-  const ManifestId version = p.version;
+  const ManifestId version_id = p.version_id;
   // A request pipeline's worth of pieces, then a HAVE and a request: the
   // two control messages must not wait behind megabytes of payload.
   for (std::uint32_t id = 1; id <= 4; ++id) p.server->send_piece(p.piece(id), p.source, nullptr);
-  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{7}));
-  p.server->send(SwarmMessage::request(version, swarm::RequestId{11}, ShardIndex{1}, BlockIndex{0}, 0, 4096));
+  p.server->send(SwarmMessage::about_shard(MessageType::kHave, version_id, ShardIndex{7}));
+  p.server->send(SwarmMessage::request(version_id, swarm::RequestId{11}, ShardIndex{1}, BlockIndex{0}, 0, 4096));
   p.server->send_piece(p.piece(5), p.source, nullptr);
   p.run_until([&] { return p.client_events.arrivals.size() == 7; });
   CHECK(p.client_events.arrivals == std::vector<std::string>{"piece 1", "message 2", "message 7", "piece 2", "piece 3",
@@ -293,8 +293,8 @@ TEST_CASE("data connection: an idle connection sends keepalives, which the reade
   CHECK(p.server->keepalives_received() >= 3);
   CHECK(p.client->keepalives_received() <= p.server->keepalives_sent());
   CHECK(p.server_events.arrivals.empty());  // no message was made up
-  ManifestId version;
-  p.client->send(SwarmMessage::about_shard(MessageType::kHave, version, ShardIndex{5}));
+  ManifestId version_id;
+  p.client->send(SwarmMessage::about_shard(MessageType::kHave, version_id, ShardIndex{5}));
   p.run_until([&] { return !p.server_events.messages.empty(); });
   REQUIRE(p.server_events.messages.size() == 1);  // the frame counters still agree
   CHECK(p.server_events.messages[0].shard == ShardIndex{5});
