@@ -11,9 +11,9 @@ namespace tensorhub::cli {
 
 namespace fs = std::filesystem;
 
-HeldVersions::HeldVersions(Peer& peer, std::string directory, GpuHoldMemoryFactory gpu_memory,
+HeldVersions::HeldVersions(Peer& peer, std::string directory, Retire retire, GpuHoldMemoryFactory gpu_memory,
                            std::size_t gpu_buffers)
-    : peer_(peer), directory_(std::move(directory)), gpu_memory_(std::move(gpu_memory)),
+    : peer_(peer), directory_(std::move(directory)), retire_(std::move(retire)), gpu_memory_(std::move(gpu_memory)),
       gpu_buffers_(std::max<std::size_t>(gpu_buffers, 1)) {
   // Files a killed daemon of this identity left behind: nobody holds them.
   std::error_code ec;
@@ -24,7 +24,7 @@ HeldVersions::HeldVersions(Peer& peer, std::string directory, GpuHoldMemoryFacto
 }
 
 HeldVersions::~HeldVersions() {
-  while (!held_.empty()) remove(held_.begin()->first);
+  held_.clear();  // each handle is released at once, then its memory goes
   std::error_code ec;
   fs::remove(directory_, ec);  // when empty
 }
@@ -45,6 +45,14 @@ std::vector<std::string> HeldVersions::held_on(const std::string& gpu) const {
 
 bool HeldVersions::hold(const VersionInfo& info, const std::string& gpu, Reply reply) {
   const Key key{info.model, info.version, gpu};
+  if (auto gone = retiring_.find(key); gone != retiring_.end()) {
+    if (!reply(line(Json{{"event", "waiting"}, {"reason", "the version's last hold is being let go"}}), false)) return false;
+    gone->second.push_back([this, info, gpu, reply] {
+      // The caller may have left meanwhile (its unhold found nothing).
+      if (reply(line(Json{{"event", "resumed"}}), false)) hold(info, gpu, reply);
+    });
+    return true;
+  }
   if (auto it = held_.find(key); it != held_.end()) {
     Held& held = it->second;
     ++held.holds;
@@ -90,7 +98,7 @@ bool HeldVersions::fetching() const {
 }
 
 void HeldVersions::poll() {
-  std::vector<Key> failed;
+  std::vector<std::pair<Key, Status>> failed;
   for (auto& [key, held] : held_) {
     if (held.verified) continue;
     Status s = held.handle->wait(std::chrono::milliseconds(0));
@@ -104,19 +112,10 @@ void HeldVersions::poll() {
       held.verified = true;
       answer(held, s);
     } else {
-      fail(held, s);
-      failed.push_back(key);
+      failed.emplace_back(key, s);
     }
   }
-  for (const Key& key : failed) remove(key);
-}
-
-void HeldVersions::fail(Held& held, const Status& why) {
-  // The memory goes before the holders hear: none of them finds a partial
-  // file, and a retry makes its own.
-  held.handle.reset();
-  held.memory.reset();
-  answer(held, why);
+  for (const auto& [key, why] : failed) remove(key, why);
 }
 
 void HeldVersions::answer(Held& held, const Status& result) {
@@ -136,17 +135,38 @@ Result<std::size_t> HeldVersions::unhold(const std::string& model, std::uint64_t
   }
   const std::size_t left = --it->second.holds;
   if (left == 0) {
-    if (!it->second.verified) fail(it->second, Status::cancelled("every hold was let go before the fetch ended"));
-    remove(it->first);
+    const Key key = it->first;
+    if (it->second.verified) {
+      remove(key);
+    } else {
+      remove(key, Status::cancelled("every hold was let go before the fetch ended"));
+    }
   }
   return left;
 }
 
-void HeldVersions::remove(const Key& key) {
+void HeldVersions::remove(const Key& key, std::optional<Status> why) {
   auto it = held_.find(key);
   if (it == held_.end()) return;
-  it->second.handle.reset();  // released at once: nothing reads the memory after this
-  held_.erase(it);            // the memory goes: a file is removed, GPU memory freed
+  // Released at once (nothing reads the memory after), then the memory
+  // goes (a file is removed, GPU memory freed): the handle is declared
+  // after the memory, so it is destroyed first.
+  auto gone = std::make_shared<Held>(std::move(it->second));
+  held_.erase(it);
+  std::vector<Reply> waiting = std::move(gone->waiting);
+  gone->waiting.clear();
+  retiring_[key];
+  retire_(std::move(gone), [this, key, waiting, why] {
+    // The memory went before the holders hear: none of them finds a
+    // partial file, and a retry makes its own.
+    if (why) {
+      const std::string last = line(error_line(*why));
+      for (const Reply& reply : waiting) reply(last, /*last=*/true);
+    }
+    auto resumed = retiring_.extract(key);
+    if (resumed.empty()) return;
+    for (auto& again : resumed.mapped()) again();
+  });
 }
 
 }  // namespace tensorhub::cli

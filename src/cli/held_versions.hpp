@@ -13,6 +13,11 @@
 // (two: the engine's current weights and the next), and a hold that would
 // need another is refused until one is let go, so no buffer is ever
 // overwritten while an engine may read it.
+// Letting go of a version waits for the pieces being sent from it (up to
+// the engine's grace), so it never runs on the daemon's loop: the handle
+// and the memory go through `retire` (the daemon's work pool), and a hold
+// on that version that comes meanwhile waits until they are gone (its file
+// is made at the same path).
 // A daemon that is killed leaves its files; the next start of a daemon
 // with its identity removes them.
 //
@@ -20,7 +25,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -36,14 +43,17 @@ namespace tensorhub::cli {
 class HeldVersions {
  public:
   using Reply = transport::ControlServer::Reply;
+  // Destroys `held` off the caller's thread, then runs `after` on it.
+  using Retire = std::function<void(std::shared_ptr<void> held, std::function<void()> after)>;
 
   // `directory`: where the held files go (created on the first hold; what
   // a killed daemon left there is removed now). It belongs to this daemon.
   // `gpu_memory` makes the memory of holds on a GPU (cuda_hold_memory, or
   // a test's); `gpu_buffers` (at least 1) caps the versions held per GPU.
-  HeldVersions(Peer& peer, std::string directory, GpuHoldMemoryFactory gpu_memory = cuda_hold_memory,
+  // `retire` lets go of a version's fetch and memory (see above).
+  HeldVersions(Peer& peer, std::string directory, Retire retire, GpuHoldMemoryFactory gpu_memory = cuda_hold_memory,
                std::size_t gpu_buffers = 2);
-  ~HeldVersions();  // releases every hold and removes its file
+  ~HeldVersions();  // releases every hold and removes its file, on this thread
   HeldVersions(const HeldVersions&) = delete;
   HeldVersions& operator=(const HeldVersions&) = delete;
 
@@ -57,11 +67,13 @@ class HeldVersions {
   // hold is then gone: unhold finds nothing). Returns false when it
   // answered at once with an error (no hold was added): the memory could
   // not be made, or `gpu` holds `gpu_buffers` other versions already.
+  // A hold on a version still being let go starts once it is gone (with an
+  // event line "waiting" meanwhile), unless the caller left by then.
   bool hold(const VersionInfo& info, const std::string& gpu, Reply reply);
 
   // Lets go of one hold. Errors: kNotFound (no hold on that version there:
   // its fetch failed). Returns the holds left; at 0 the version is released
-  // and its memory freed.
+  // and its memory freed, off this thread (`retire`).
   Result<std::size_t> unhold(const std::string& model, std::uint64_t version, const std::string& gpu);
 
   // Sends progress to the holds being fetched and answers those that ended.
@@ -87,19 +99,21 @@ class HeldVersions {
   using Key = std::tuple<std::string, std::uint64_t, std::string>;
 
   void answer(Held& held, const Status& result);
-  // Lets go of `held`'s fetch and memory, then answers its holders with `why`.
-  // REQUIRES: `why` is an error.
-  void fail(Held& held, const Status& why);
-  void remove(const Key& key);
+  // Takes the hold on `key` out, and lets go of its fetch and memory
+  // (`retire`); then, with `why` (an error), answers its holders.
+  void remove(const Key& key, std::optional<Status> why = std::nullopt);
 
   // The versions held on `gpu`, as "v<N>" words for an error.
   std::vector<std::string> held_on(const std::string& gpu) const;
 
   Peer& peer_;
   std::string directory_;
+  Retire retire_;
   GpuHoldMemoryFactory gpu_memory_;
   std::size_t gpu_buffers_;
   std::map<Key, Held> held_;
+  // Versions being let go, and the holds waiting for them to be gone.
+  std::map<Key, std::vector<std::function<void()>>> retiring_;
 };
 
 }  // namespace tensorhub::cli

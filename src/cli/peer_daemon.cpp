@@ -127,7 +127,9 @@ class Daemon {
       path = *default_path;
     }
     // Before the control socket opens: what a killed life left is gone by then.
-    held_ = std::make_unique<HeldVersions>(*peer_, own, cuda_hold_memory, options_.gpu_buffers);
+    held_ = std::make_unique<HeldVersions>(
+        *peer_, own, [this](std::shared_ptr<void> held, std::function<void()> after) { retire(std::move(held), std::move(after)); },
+        cuda_hold_memory, options_.gpu_buffers);
     auto control = transport::ControlServer::start(
         io_, path,
         [this](const Result<std::string>& request, transport::ControlServer::Reply reply,

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -90,6 +92,47 @@ struct Answer {
   bool done() const { return !lines.empty() && lines.back().value("done", false); }
 };
 
+// A trainer that published v1 of "policy" (1 MiB), and a daemon that knows it.
+struct OneVersion {
+  std::unique_ptr<Peer> trainer, daemon;
+  std::vector<std::byte> image;  // served in place: outlives `published`
+  std::optional<PublishHandle> published;
+  std::optional<VersionInfo> info;
+
+  OneVersion(std::uint64_t key, std::uint64_t seed) {
+    const PublicKey publisher_key = GossipNetwork::identity_for(key).public_key();
+    trainer = start(key, publisher_key, {});
+    daemon = start(key + 1, publisher_key, {trainer->gossip_address()});
+    image = small_model(seed, 1u << 20);
+    auto handle = trainer->publish("policy", image, tensors_of(image));
+    REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
+    published.emplace(std::move(*handle));
+    REQUIRE(daemon->wait_for_head("policy", 0, 10s).is_ok());
+    auto known = daemon->version_info("policy", 1);
+    REQUIRE(known.is_ok());
+    info = *known;
+  }
+};
+
+// Lets go of a version at once, on the caller's thread.
+void retire_now(std::shared_ptr<void> held, std::function<void()> after) {
+  held.reset();
+  if (after) after();
+}
+
+// Keeps what is let go until run() (a work pool that has not got to it yet).
+struct RetireLater {
+  std::vector<std::pair<std::shared_ptr<void>, std::function<void()>>> queued;
+  cli::HeldVersions::Retire retire() {
+    return [this](std::shared_ptr<void> held, std::function<void()> after) { queued.emplace_back(held, after); };
+  }
+  void run() {
+    auto jobs = std::move(queued);
+    queued.clear();
+    for (auto& [held, after] : jobs) retire_now(std::move(held), std::move(after));
+  }
+};
+
 void poll_until_done(cli::HeldVersions& held, const std::vector<Answer*>& answers) {
   for (int i = 0; i < 400; ++i) {
     bool all = true;
@@ -126,7 +169,7 @@ TEST_CASE("a daemon holds versions on GPUs: one fetch for every holder, two vers
 
   FakeGpus gpus;
   const std::string folder = (std::filesystem::temp_directory_path() / "tensorhub-held-versions-test").string();
-  cli::HeldVersions held(*daemon, folder,
+  cli::HeldVersions held(*daemon, folder, retire_now,
                          [&gpus](const std::string& gpu, const VersionInfo& i) -> Result<std::unique_ptr<cli::HoldMemory>> {
                            if (gpu == kGpuB && i.version == 3) return Status::unavailable("out of memory on " + gpu);
                            return std::unique_ptr<cli::HoldMemory>(new FakeGpuMemory(gpus, gpu, i.bytes));
@@ -201,20 +244,14 @@ TEST_CASE("a daemon holds versions on GPUs: one fetch for every holder, two vers
 }
 
 TEST_CASE("a hold whose fetch fails lets go of its memory before its holders hear") {
-  const PublicKey publisher_key = GossipNetwork::identity_for(811).public_key();
-  auto trainer = start(811, publisher_key, {});
-  auto daemon = start(812, publisher_key, {trainer->gossip_address()});
-  const auto image = small_model(11, 1u << 20);
-  auto handle = trainer->publish("policy", image, tensors_of(image));
-  REQUIRE_MESSAGE(handle.is_ok(), handle.status().to_string());
-  REQUIRE(daemon->wait_for_head("policy", 0, 10s).is_ok());
-  auto info = daemon->version_info("policy", 1);
-  REQUIRE(info.is_ok());
+  OneVersion one(811, 11);
+  Peer* daemon = one.daemon.get();
+  const std::optional<VersionInfo>& info = one.info;
 
   FakeGpus gpus;
   gpus.fail_commit = true;
   const std::string folder = (std::filesystem::temp_directory_path() / "tensorhub-held-versions-fail").string();
-  cli::HeldVersions held(*daemon, folder,
+  cli::HeldVersions held(*daemon, folder, retire_now,
                          [&gpus](const std::string& gpu, const VersionInfo& i) -> Result<std::unique_ptr<cli::HoldMemory>> {
                            return std::unique_ptr<cli::HoldMemory>(new FakeGpuMemory(gpus, gpu, i.bytes));
                          },
@@ -238,4 +275,51 @@ TEST_CASE("a hold whose fetch fails lets go of its memory before its holders hea
   for (const std::string& e : errors) CHECK(e.find("cannot keep the bytes") != std::string::npos);
   CHECK(live_when_answered == std::vector<int>{0, 0});  // gone before either heard
   CHECK(held.unhold("policy", 1, kGpuA).status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("a version's last hold is let go off the caller's thread, and a new hold on it waits until it is gone") {
+  OneVersion one(821, 21);
+  Peer* daemon = one.daemon.get();
+  const std::optional<VersionInfo>& info = one.info;
+
+  FakeGpus gpus;
+  RetireLater pool;
+  const std::string folder = (std::filesystem::temp_directory_path() / "tensorhub-held-versions-retire").string();
+  cli::HeldVersions held(*daemon, folder, pool.retire(),
+                         [&gpus](const std::string& gpu, const VersionInfo& i) -> Result<std::unique_ptr<cli::HoldMemory>> {
+                           return std::unique_ptr<cli::HoldMemory>(new FakeGpuMemory(gpus, gpu, i.bytes));
+                         },
+                         /*gpu_buffers=*/2);
+  Answer first;
+  REQUIRE(held.hold(*info, kGpuA, first.reply()));
+  poll_until_done(held, {&first});
+  REQUIRE(first.lines.back()["ok"] == true);
+  // The last unhold returns before the memory goes: the pool lets go of it.
+  auto left = held.unhold("policy", 1, kGpuA);
+  REQUIRE(left.is_ok());
+  CHECK(*left == 0);
+  CHECK(gpus.live == 1);
+  REQUIRE(pool.queued.size() == 1);
+  // A hold meanwhile waits (its memory would be made beside the old).
+  Answer again, left_early;
+  REQUIRE(held.hold(*info, kGpuA, again.reply()));
+  CHECK(again.lines.back()["event"] == "waiting");
+  bool gone = false;
+  REQUIRE(held.hold(*info, kGpuA, [&](const std::string& text, bool last) {
+    left_early.lines.push_back(nlohmann::json::parse(text));
+    left_early.closed = left_early.closed || last;
+    return !gone;  // false once its client has left
+  }));
+  gone = true;
+  CHECK(gpus.made == 1);
+  pool.run();
+  CHECK(gpus.live == 1);  // the old memory went, and the waiting hold made its own
+  CHECK(gpus.made == 2);
+  poll_until_done(held, {&again});
+  CHECK(again.lines.back()["ok"] == true);
+  CHECK(again.lines.back()["holds"] == 1);  // the hold whose client left was not taken
+  CHECK(left_early.lines.back()["event"] == "resumed");
+  REQUIRE(held.unhold("policy", 1, kGpuA).is_ok());
+  pool.run();
+  CHECK(gpus.live == 0);
 }
