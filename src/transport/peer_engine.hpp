@@ -25,6 +25,7 @@
 #include "transport/data_connection.hpp"
 #include "transport/gossip_runtime.hpp"
 #include "transport/member_hosts.hpp"
+#include "transport/staged_payloads.hpp"
 #include "transport/version_watches.hpp"
 
 namespace tensorhub::peer {
@@ -185,9 +186,6 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
                      std::vector<std::span<std::byte>>& out);
   // Ends a staged payload's receipt; false when `header` names none.
   bool end_staged_payload(const PeerId& peer, const swarm::SwarmMessage& header, bool stored);
-  void drop_staged_payloads(const PeerId& peer);
-  // Keeps a payload's host buffer for the next payload, up to kSpareBounces.
-  void keep_bounce(std::vector<std::byte> bounce);
   void arm_landing_poll();
   void poll_landings();
   // Waits for every landing in flight and forgets them (the engine closes).
@@ -240,16 +238,6 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   bool joined_ = false;  // some other peer was heard of since start
   std::unique_ptr<asio::steady_timer> join_check_;  // logs a peer that joined nobody
   std::list<asio::steady_timer> release_timers_;     // the releases' graces (release_memory)
-  // Payloads being received for versions the host cannot write, by
-  // (neighbour, request id), and the landings whose copies are in flight.
-  struct StagedPayload {
-    std::shared_ptr<LocalVersion> version;
-    std::uint64_t offset = 0;
-    std::uint32_t length = 0;
-    PayloadStage* stage = nullptr;  // null: `bounce` holds the payload
-    std::span<std::byte> buffer;
-    std::vector<std::byte> bounce;
-  };
   // A copy through a stage in flight: a payload landing (the destination
   // is in use until it ends), or a served piece being filled (`serving`:
   // sent from `buffer` once filled; the piece holds the lease's use).
@@ -263,17 +251,14 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
     std::uint64_t offset = 0;
     std::uint32_t length = 0;
   };
-  std::map<std::pair<PeerId, swarm::RequestId>, StagedPayload> receiving_;
-  // Host buffers of payloads that have landed, reused (still in cache) by
-  // the next ones: at most kSpareBounces.
-  static constexpr std::size_t kSpareBounces = 16;
-  std::vector<std::vector<std::byte>> spare_bounces_;
+  // Payloads being received for versions the host cannot write into in
+  // place, and (landings_) the copies into them in flight, by tag.
+  StagedPayloads staged_;
   std::map<std::uint64_t, Landing> landings_;
   std::uint64_t next_landing_tag_ = 1;
   asio::steady_timer landing_poll_;
   bool landing_poll_armed_ = false;
   std::uint64_t landings_staged_ = 0;        // through a stage's buffer
-  std::uint64_t landings_through_host_ = 0;  // through a host buffer (no stage, or no stage buffer free)
   std::uint64_t pieces_served_staged_ = 0;   // served from a stage's buffer (no mirror)
   std::unique_ptr<asio::local::stream_protocol::acceptor> mates_;  // null: no mate channel
   std::uint64_t mate_shards_copied_ = 0;  // shards verified here after a copy from a host mate

@@ -41,36 +41,13 @@ struct StagedPiece final : LeasedPiece {
 
 void PeerEngine::stage_payload(const PeerId& peer, const swarm::SwarmMessage& header, const PieceLanding& landing,
                                std::vector<std::span<std::byte>>& out) {
-  StagedPayload& p = receiving_[{peer, header.request_id}];
-  // A payload of that request began before: its buffer goes back.
-  if (p.stage != nullptr) p.stage->give_back(p.buffer);
-  keep_bounce(std::move(p.bounce));
-  p = StagedPayload{};
-  p.version = landing.version;
-  p.offset = landing.offset;
-  p.length = landing.length;
-  p.stage = landing.version->domain->payload_stage();
-  if (p.stage != nullptr) p.buffer = p.stage->take(landing.length);
-  if (p.buffer.empty()) {
-    // No stage, or every buffer busy: a host buffer, written through the
-    // domain when the payload is in.
-    p.stage = nullptr;
-    if (!spare_bounces_.empty()) {
-      p.bounce = std::move(spare_bounces_.back());
-      spare_bounces_.pop_back();
-    }
-    p.bounce.resize(landing.length);
-    p.buffer = p.bounce;
-    ++landings_through_host_;
-  }
-  out.push_back(p.buffer.first(landing.length));
+  out.push_back(staged_.begin(peer, header.request_id, landing.version, landing.offset, landing.length));
 }
 
 bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) {
-  auto it = receiving_.find({peer, header.request_id});
-  if (it == receiving_.end()) return false;
-  StagedPayload p = std::move(it->second);
-  receiving_.erase(it);
+  auto ended = staged_.end(peer, header.request_id);
+  if (!ended) return false;
+  StagedPayloads::Payload& p = *ended;
   if (stored && p.stage != nullptr) {
     const std::uint64_t tag = next_landing_tag_++;
     std::shared_ptr<Lease> lease = lease_of(p.version);
@@ -89,7 +66,7 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
   } else if (p.stage != nullptr) {
     p.stage->give_back(p.buffer);
     core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, peer, header, false); });
-  } else if (Status written = stored ? p.version->domain->write(p.version->destination, p.offset, p.bounce)
+  } else if (Status written = stored ? p.version->domain->write(p.version->destination, p.offset, p.host)
                                        : Status::ok();
              !written.is_ok()) {
     // The destination refuses bytes (a full file system, the file removed):
@@ -99,22 +76,9 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
   } else {
     core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, peer, header, stored); });
   }
-  keep_bounce(std::move(p.bounce));
+  staged_.give_back_host(std::move(p.host));
   pump();
   return true;
-}
-
-void PeerEngine::keep_bounce(std::vector<std::byte> bounce) {
-  if (bounce.empty() || spare_bounces_.size() >= kSpareBounces) return;
-  spare_bounces_.push_back(std::move(bounce));
-}
-
-void PeerEngine::drop_staged_payloads(const PeerId& peer) {
-  for (auto it = receiving_.lower_bound({peer, swarm::RequestId{}}); it != receiving_.end() && it->first.first == peer;) {
-    if (it->second.stage != nullptr) it->second.stage->give_back(it->second.buffer);
-    keep_bounce(std::move(it->second.bounce));
-    it = receiving_.erase(it);
-  }
 }
 
 void PeerEngine::arm_landing_poll() {
@@ -173,10 +137,7 @@ void PeerEngine::drain_landings() {
     }
   }
   landings_.clear();
-  for (auto& [key, p] : receiving_) {
-    if (p.stage != nullptr) p.stage->give_back(p.buffer);
-  }
-  receiving_.clear();
+  staged_.clear();
 }
 
 bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared_ptr<LocalVersion>& version,

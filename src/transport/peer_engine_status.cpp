@@ -83,7 +83,7 @@ std::string PeerEngine::status_json() const {
                    : internal_.probe_gpus ? std::string("probing")
                                           : std::string("not probed (a library peer loads CUDA only to fetch into a GPU)");
   j["landings"] = {{"staged", landings_staged_},
-                   {"through_host_buffer", landings_through_host_},
+                   {"through_host_buffer", staged_.through_host()},
                    {"served_staged", pieces_served_staged_},
                    {"in_flight", landings_.size()}};
   // Which neighbours move payloads by RDMA READ (docs/rdma.md).

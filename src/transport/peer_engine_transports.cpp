@@ -94,7 +94,7 @@ void PeerEngine::on_connect_failed(const PeerId& peer) {
 
 void PeerEngine::on_disconnected(const PeerId& peer) {
   if (closed_) return;
-  drop_staged_payloads(peer);
+  staged_.drop_from(peer);
   core_->on_disconnected(now(), peer);
   pump();
 }
