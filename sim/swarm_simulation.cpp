@@ -275,7 +275,7 @@ void SwarmSimulation::on_head(std::uint32_t peer, const VersionInfo& head) {
   auto number = version_numbers_.find(head.id);
   if (p.trainer || number == version_numbers_.end() || number->second <= p.newest) return;
   p.newest = number->second;
-  auto m = p.core->resolve(head.model, head.version);
+  auto m = p.core->resolve(head.model, number_of(head));
   if (!m) return;
   (void)p.core->fetch(now(), *m, {});
 }

@@ -17,11 +17,11 @@ bool HeadTracker::trusts(const PublicKey& publisher) const {
 }
 
 std::optional<ManifestRequest> HeadTracker::on_head_named(TimePoint now, const PeerId& peer, const std::string& model,
-                                                          std::uint64_t version, const ManifestId& id) {
+                                                          VersionNumber version, const ManifestId& id) {
   if (by_id_.count(id) || equivocated(model, version) || discredited(now, peer)) return std::nullopt;
   // Older than the head: not wanted, unless we believe another manifest of
   // that very version (this one would prove equivocation).
-  if (auto h = head(model); h && h->version >= version && !find(model, version)) return std::nullopt;
+  if (auto h = head(model); h && number_of(*h) >= version && !find(model, version)) return std::nullopt;
   auto it = wanted_.find(id);
   const bool names_it = it != wanted_.end() &&
                         std::find(it->second.namers.begin(), it->second.namers.end(), peer) != it->second.namers.end();
@@ -191,10 +191,10 @@ bool HeadTracker::wait_for_parent(const std::shared_ptr<const Manifest>& m, std:
   auto model = models_.find(m->model());
   if (model == models_.end()) return false;
   // The newest version we believe below it: the chain should reach it.
-  auto below = model->second.by_version.lower_bound(m->version());
+  auto below = model->second.by_version.lower_bound(number_of(*m));
   if (below == model->second.by_version.begin()) return false;
   --below;
-  if (m->version() - below->first > kMaxChainBack) return false;
+  if (m->version() - below->first.value > kMaxChainBack) return false;
   auto& children = waiting_[m->parent()];
   for (const Waiting& w : children) {
     if (w.manifest->id() == m->id()) return true;
@@ -203,7 +203,7 @@ bool HeadTracker::wait_for_parent(const std::shared_ptr<const Manifest>& m, std:
   ++waiting_count_;
   auto it = wanted_.find(m->parent());
   if (it == wanted_.end()) {
-    it = wanted_.emplace(m->parent(), Wanted{m->model(), m->version() - 1, {}, kNotAsked, kTimeNever, true}).first;
+    it = wanted_.emplace(m->parent(), Wanted{m->model(), previous(number_of(*m)), {}, kNotAsked, kTimeNever, true}).first;
   }
   for (const PeerId& p : namers) {
     if (it->second.namers.size() >= kMaxNamers) break;
@@ -253,21 +253,21 @@ Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m, bool skip_ch
       waiting_.erase(w);
     }
   };
-  if (equivocated(name, m->version())) {
+  if (equivocated(name, number_of(*m))) {
     drop_children();
     return Status::verify_failed("equivocation: " + what + " was signed twice already; no manifest of it is believed");
   }
   Model& model = models_[name];
-  auto same = model.by_version.find(m->version());
+  auto same = model.by_version.find(number_of(*m));
   if (same != model.by_version.end()) {
     // Two validly signed manifests of one version: keep both as proof,
     // believe neither.
     if (equivocations_.size() < kMaxEquivocations) {
-      equivocations_.push_back(Equivocation{name, m->version(), same->second, m});
+      equivocations_.push_back(Equivocation{name, number_of(*m), same->second, m});
     }
     by_id_.erase(same->second->id());
     model.by_version.erase(same);
-    equivocated_.insert({name, m->version()});
+    equivocated_.insert({name, number_of(*m)});
     drop_children();
     refresh_head(model, name);
     return Status::verify_failed("equivocation: two manifests of " + what + " signed by " +
@@ -285,7 +285,7 @@ Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m, bool skip_ch
       }
     }
   }
-  model.by_version.emplace(m->version(), m);
+  model.by_version.emplace(number_of(*m), m);
   by_id_.emplace(m->id(), m);
   wanted_.erase(m->id());
   const bool newer = !model.head || m->version() > model.head->version;
@@ -293,7 +293,7 @@ Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m, bool skip_ch
     model.head = VersionInfo{name, m->version(), m->id(), m->total_size()};
     // Wanted manifests no newer than the head are wanted no more.
     std::erase_if(wanted_, [&](const auto& entry) {
-      return entry.second.model == name && entry.second.version <= m->version() && !waiting_.count(entry.first);
+      return entry.second.model == name && entry.second.version <= number_of(*m) && !waiting_.count(entry.first);
     });
   }
   prune(model);
@@ -308,7 +308,7 @@ void HeadTracker::refresh_head(Model& model, const std::string& name) {
     return;
   }
   const auto& [version, m] = *model.by_version.rbegin();
-  model.head = VersionInfo{name, version, m->id(), m->total_size()};
+  model.head = VersionInfo{name, version.value, m->id(), m->total_size()};
 }
 
 void HeadTracker::prune(Model& model) {
@@ -337,7 +337,7 @@ std::shared_ptr<const Manifest> HeadTracker::manifest(const ManifestId& id) cons
   return it == by_id_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const Manifest> HeadTracker::find(const std::string& model, std::uint64_t version) const {
+std::shared_ptr<const Manifest> HeadTracker::find(const std::string& model, VersionNumber version) const {
   auto it = models_.find(model);
   if (it == models_.end()) return nullptr;
   auto v = it->second.by_version.find(version);
@@ -348,15 +348,15 @@ HeadTracker::NextVersion HeadTracker::next_version(const std::string& model) con
   NextVersion next;
   auto h = head(model);
   if (h) {
-    next.version = h->version + 1;
+    next.version = tensorhub::next(number_of(*h));
     next.parent = h->id;
   }
   // Never reuse a number that was equivocated on.
-  while (equivocated(model, next.version)) ++next.version;
+  while (equivocated(model, next.version)) next.version = tensorhub::next(next.version);
   return next;
 }
 
-bool HeadTracker::equivocated(const std::string& model, std::uint64_t version) const {
+bool HeadTracker::equivocated(const std::string& model, VersionNumber version) const {
   return equivocated_.count({model, version}) != 0;
 }
 

@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "core/version_number.hpp"
 #include "core/time.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/manifest.hpp"
@@ -56,13 +57,13 @@ struct ManifestRequest {
   PeerId peer;
   ManifestId id;
   std::string model;
-  std::uint64_t version = 0;
+  VersionNumber version;
 };
 
 // Two manifests signed for one (model, version).
 struct Equivocation {
   std::string model;
-  std::uint64_t version = 0;
+  VersionNumber version;
   std::shared_ptr<const Manifest> first, second;
 };
 
@@ -85,7 +86,7 @@ class HeadTracker {
   // Returns the request to send now, if the manifest is wanted and not
   // already asked within `retry`.
   std::optional<ManifestRequest> on_head_named(TimePoint now, const PeerId& peer, const std::string& model,
-                                               std::uint64_t version, const ManifestId& id);
+                                               VersionNumber version, const ManifestId& id);
   // `peer` is gone: it names nothing any more.
   void forget_peer(const PeerId& peer);
   // `peer` answered that it does not have `id`: the next namer is asked at
@@ -122,26 +123,26 @@ class HeadTracker {
   std::vector<VersionInfo> heads() const;
   // A verified manifest, by id or by (model, version).
   std::shared_ptr<const Manifest> manifest(const ManifestId& id) const;
-  std::shared_ptr<const Manifest> find(const std::string& model, std::uint64_t version) const;
+  std::shared_ptr<const Manifest> find(const std::string& model, VersionNumber version) const;
   // The version number and parent of `model`'s next publication.
   struct NextVersion {
-    std::uint64_t version = 1;
+    VersionNumber version{1};
     ManifestId parent;
   };
   NextVersion next_version(const std::string& model) const;
-  bool equivocated(const std::string& model, std::uint64_t version) const;
+  bool equivocated(const std::string& model, VersionNumber version) const;
   const std::vector<Equivocation>& equivocations() const { return equivocations_; }
   std::size_t wanted() const { return wanted_.size(); }
   bool trusts(const PublicKey& publisher) const;
 
  private:
   struct Model {
-    std::map<std::uint64_t, std::shared_ptr<const Manifest>> by_version;  // verified, not equivocated
+    std::map<VersionNumber, std::shared_ptr<const Manifest>> by_version;  // verified, not equivocated
     std::optional<VersionInfo> head;
   };
   struct Wanted {
     std::string model;
-    std::uint64_t version = 0;
+    VersionNumber version;
     std::vector<PeerId> namers;  // peers whose records name it, in the order heard
     std::size_t last_asked = kNotAsked;  // index in namers; the next one is asked next
     TimePoint asked_at = kTimeNever;  // kTimeNever: no answer awaited
@@ -176,7 +177,7 @@ class HeadTracker {
   std::map<ManifestId, std::shared_ptr<const Manifest>> by_id_;  // every manifest in models_
   std::map<ManifestId, Wanted> wanted_;
   std::map<PeerId, Discredit> discredited_;
-  std::set<std::pair<std::string, std::uint64_t>> equivocated_;  // (model, version) signed twice
+  std::set<std::pair<std::string, VersionNumber>> equivocated_;  // (model, version) signed twice
   std::vector<Equivocation> equivocations_;  // the proof, kept for the first few
   struct Waiting {
     std::shared_ptr<const Manifest> manifest;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/anonymous_memory.hpp"
+#include "core/version_number.hpp"
 #include "core/regions.hpp"
 #include "seams/destination_owner.hpp"
 #include "seams/memory_domain.hpp"
@@ -46,7 +47,7 @@ struct HostMate {
 
 struct LocalVersion {
   std::string model;
-  std::uint64_t number = 0;
+  VersionNumber number;
   ManifestId id;
   std::shared_ptr<const Manifest> manifest;
   VersionRole role = VersionRole::kFetched;

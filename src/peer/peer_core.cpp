@@ -75,13 +75,13 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
     if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
   }
   for (const gossip::HeadEntry& head : r.heads) {
-    if (heads_.equivocated(head.model, head.version)) {
+    if (heads_.equivocated(head.model, VersionNumber{head.version})) {
       for (const Equivocation& e : heads_.equivocations()) {
-        if (e.model == head.model && e.version == head.version) send_proof(e, r.id);
+        if (e.model == head.model && e.version == VersionNumber{head.version}) send_proof(e, r.id);
       }
       continue;
     }
-    send_manifest_request(heads_.on_head_named(now, r.id, head.model, head.version, head.manifest_id));
+    send_manifest_request(heads_.on_head_named(now, r.id, head.model, VersionNumber{head.version}, head.manifest_id));
   }
   drain_swarm(now);
 }
@@ -250,7 +250,7 @@ void PeerCore::spread_proofs_found(std::size_t known_before) {
       if (sent >= kProofFanout) break;
       if (member.liveness != gossip::Liveness::kAlive && member.liveness != gossip::Liveness::kSuspect) continue;
       for (const gossip::HeadEntry& head : member.record->record.heads) {
-        if (head.model == e.model && head.version == e.version) {
+        if (head.model == e.model && VersionNumber{head.version} == e.version) {
           send_proof(e, member.record->record.id);
           ++sent;
         }
@@ -285,30 +285,31 @@ Status PeerCore::learn_manifest(TimePoint now, std::shared_ptr<const Manifest> m
   return accepted ? Status::ok() : accepted.status();
 }
 
-Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& model, std::uint64_t version) const {
+Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& model, VersionNumber version) const {
   const auto head = heads_.head(model);
-  if (version == 0) TENSORHUB_RETURN_IF_ERROR(equivocation_above(model, head ? head->version : 0));
-  if (version != 0 && heads_.equivocated(model, version)) {
-    return Status::verify_failed("equivocation: " + model + " v" + std::to_string(version) +
+  const bool latest = version == VersionNumber{kLatestVersion};
+  if (latest) TENSORHUB_RETURN_IF_ERROR(equivocation_above(model, head ? number_of(*head) : VersionNumber{}));
+  if (!latest && heads_.equivocated(model, version)) {
+    return Status::verify_failed("equivocation: " + model + " v" + std::to_string(version.value) +
                                  " was signed twice with different contents; neither is believed");
   }
-  if (version == 0) {
+  if (latest) {
     if (!head) return Status::unavailable("no version of model '" + model + "' is known yet");
     return heads_.manifest(head->id);
   }
   if (auto m = heads_.find(model, version)) return m;
-  return Status::not_found("version " + std::to_string(version) + " of model '" + model + "' is not known" +
+  return Status::not_found("version " + std::to_string(version.value) + " of model '" + model + "' is not known" +
                            (head ? " (the newest known is v" + std::to_string(head->version) + ")"
                                  : std::string(" (no version is known yet)")));
 }
 
-Status PeerCore::equivocation_above(const std::string& model, std::uint64_t after) const {
+Status PeerCore::equivocation_above(const std::string& model, VersionNumber after) const {
   const Equivocation* newest = nullptr;
   for (const Equivocation& e : heads_.equivocations()) {
     if (e.model == model && e.version > after && (!newest || e.version > newest->version)) newest = &e;
   }
   if (!newest) return Status::ok();
-  return Status::verify_failed("equivocation: " + model + " v" + std::to_string(newest->version) +
+  return Status::verify_failed("equivocation: " + model + " v" + std::to_string(newest->version.value) +
                                " was signed twice with different contents by " +
                                newest->first->publisher().short_hex() +
                                "; neither is believed (tensorhub status --json shows the pair)");
@@ -372,7 +373,7 @@ std::optional<PieceLanding> PeerCore::landing_for(const std::optional<swarm::Pie
 void PeerCore::shard_failed(const swarm::ShardFailed& failed) {
   auto v = find(failed.version_id);
   if (!v) return;
-  report(Report::kWarn, v->model + " v" + std::to_string(v->number) + ": shard " + std::to_string(failed.shard.value) +
+  report(Report::kWarn, v->model + " v" + std::to_string(v->number.value) + ": shard " + std::to_string(failed.shard.value) +
                             " failed verification; fetching it again");
   ++v->bad_shards;
   state_changed();

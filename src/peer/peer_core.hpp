@@ -168,7 +168,7 @@ class PeerCore {
   // A head of `model` that gossip announces above the one verified here
   // (its manifest not fetched or not checked yet): a publication must wait
   // for it, or it would reuse its number.
-  std::optional<std::uint64_t> unverified_head(const std::string& model) const;
+  std::optional<VersionNumber> unverified_head(const std::string& model) const;
   bool trusts(const PublicKey& publisher) const { return heads_.trusts(publisher); }
   // Serves `memory` as the version `manifest` describes and announces it as
   // the head. `have`: the shards held (empty: all of them; a part is served
@@ -188,10 +188,10 @@ class PeerCore {
   // Errors: kUnavailable (no version known yet), kNotFound (not that one),
   // kVerifyFailed (that version was signed twice, or for the head, one
   // above the head was: equivocation).
-  Result<std::shared_ptr<const Manifest>> resolve(const std::string& model, std::uint64_t version) const;
+  Result<std::shared_ptr<const Manifest>> resolve(const std::string& model, VersionNumber version) const;
   // kVerifyFailed, naming it, when a version of `model` above `after` was
   // signed twice (equivocation); OK otherwise.
-  Status equivocation_above(const std::string& model, std::uint64_t after) const;
+  Status equivocation_above(const std::string& model, VersionNumber after) const;
   // Fetches `manifest`'s version into `destination` (its total size; empty
   // only where there are no bytes, in the simulator). A version held here
   // already is copied from the local copy (CopyShards) once that one is
@@ -325,7 +325,7 @@ class PeerCore {
   gossip::GossipCore* gossip_;
   PossessionProofs proofs_;
   // Equivocation proofs sent: (peer, model, version). Bounded.
-  std::set<std::tuple<PeerId, std::string, std::uint64_t>> proofs_sent_;
+  std::set<std::tuple<PeerId, std::string, VersionNumber>> proofs_sent_;
   static constexpr std::size_t kMaxProofsSent = 65536;
   static constexpr std::size_t kProofFanout = 16;
   core::SplitMix64 rng_;  // challenges' nonces and ranges

@@ -42,9 +42,9 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
                                     " shards");
   }
   const HeadTracker::NextVersion next = heads_.next_version(m.model());
-  if (m.version() != next.version || m.parent() != next.parent) {
+  if (number_of(m) != next.version || m.parent() != next.parent) {
     return Status::already_exists(what + " cannot be published: the next version of " + m.model() + " is v" +
-                                  std::to_string(next.version) + " (another publication or a newer head arrived " +
+                                  std::to_string(next.version.value) + " (another publication or a newer head arrived " +
                                   "meanwhile)");
   }
   if (gossip_) {
@@ -59,7 +59,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
   if (whole) have = core::Bitfield(m.shard_count(), true);
   auto v = std::make_shared<LocalVersion>();
   v->model = m.model();
-  v->number = m.version();
+  v->number = number_of(m);
   v->id = m.id();
   v->manifest = manifest;
   v->role = VersionRole::kPublished;
@@ -101,7 +101,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   }
   auto v = std::make_shared<LocalVersion>();
   v->model = m.model();
-  v->number = m.version();
+  v->number = number_of(m);
   v->id = m.id();
   v->manifest = manifest;
   v->destination = std::move(destination);
@@ -199,7 +199,7 @@ void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v
 void PeerCore::on_local_write_failed(TimePoint now, const std::shared_ptr<LocalVersion>& version, const Status& why) {
   if (find(version->id) != version && copies_.count(version) == 0) return;  // released meanwhile
   copying_.erase(version.get());
-  finish(now, version, why.with_context("cannot store " + version->model + " v" + std::to_string(version->number)));
+  finish(now, version, why.with_context("cannot store " + version->model + " v" + std::to_string(version->number.value)));
   drain_swarm(now);  // what stopping the fetch told its sources goes out now
 }
 
@@ -214,7 +214,7 @@ void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersio
     if (mate_failure.empty()) ++pending->second.failed;
   }
   if (!mate_failure.empty() && !failed.empty()) {
-    report(Report::kInfo, to->model + " v" + std::to_string(to->number) + ": " + std::to_string(failed.size()) +
+    report(Report::kInfo, to->model + " v" + std::to_string(to->number.value) + ": " + std::to_string(failed.size()) +
                               " shard(s) not copied from a host mate (" + mate_failure + "); fetching them");
   }
   if (--pending->second.jobs > 0) return;
@@ -223,14 +223,14 @@ void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersio
   copying_.erase(pending);
   if (to->state != VersionState::kFetching) return;  // released meanwhile
   if (bad > 0) {
-    report(Report::kError, to->model + " v" + std::to_string(to->number) + ": " + std::to_string(bad) +
+    report(Report::kError, to->model + " v" + std::to_string(to->number.value) + ": " + std::to_string(bad) +
                                " shard(s) copied from a local version no longer match the manifest (memory changed "
                                "under the peer?)" + (to->role == VersionRole::kCopy ? "" : "; fetching them instead"));
   }
   if (to->role == VersionRole::kCopy) {
     if (bad > 0) {
       finish(now, to, Status::verify_failed(std::to_string(bad) + " shard(s) of the local copy of " + to->model + " v" +
-                                            std::to_string(to->number) + " no longer match its manifest"));
+                                            std::to_string(to->number.value) + " no longer match its manifest"));
       return;
     }
     to->progress.bytes_verified = to->progress.bytes_total;
@@ -248,7 +248,7 @@ void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersio
   for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
     if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
   }
-  report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number) + ": " +
+  report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number.value) + ": " +
                             std::to_string(have.count()) + " of " + std::to_string(m.shard_count()) +
                             (v->host_mate ? " shards here already (unchanged locally or copied from a host mate)"
                                           : " shards unchanged locally"));
@@ -281,7 +281,7 @@ std::uint16_t PeerCore::permille(const LocalVersion& v) const {
 void PeerCore::announce_holding(const LocalVersion& v) {
   if (!gossip_ || !v.served()) return;
   if (!config_.swarm.serve_fetched && v.role != VersionRole::kPublished) return;  // a leech announces nothing
-  gossip_->set_holding(gossip::HoldingEntry{v.model, v.number, v.id, permille(v)},
+  gossip_->set_holding(gossip::HoldingEntry{v.model, v.number.value, v.id, permille(v)},
                        /*origin=*/v.role == VersionRole::kPublished);
   note_left_out();
   gossip_changed();
@@ -289,7 +289,7 @@ void PeerCore::announce_holding(const LocalVersion& v) {
 
 void PeerCore::withdraw_holding(const LocalVersion& v) {
   if (!gossip_ || !v.served()) return;
-  gossip_->remove_holding(v.model, v.number);
+  gossip_->remove_holding(v.model, v.number.value);
   note_left_out();
   gossip_changed();
 }
@@ -301,7 +301,7 @@ void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, con
   v->progress.done = true;
   if (status.is_ok()) v->completed = now;
   actions_.push(FetchDone{v, status});
-  const std::string what = v->model + " v" + std::to_string(v->number);
+  const std::string what = v->model + " v" + std::to_string(v->number.value);
   if (v->role == VersionRole::kCopy) {
     state_changed();
     return;
@@ -344,7 +344,7 @@ void PeerCore::release(TimePoint now, const std::shared_ptr<LocalVersion>& v, Re
   if (mode == ReleaseMode::kHonourRetention) {
     if (deferred_.deferred(v->id) || deferred_.must_defer(release_facts(*v))) {
       if (!deferred_.deferred(v->id)) {
-        report(Report::kInfo, "deferring the release of " + v->model + " v" + std::to_string(v->number) +
+        report(Report::kInfo, "deferring the release of " + v->model + " v" + std::to_string(v->number.value) +
                                   ": it is the head and " + std::to_string(replicas(v->id)) + " other peer(s) hold it");
       }
       deferred_.defer(v->id, now);
@@ -366,7 +366,7 @@ void PeerCore::release_due(TimePoint now, bool all) {
        })) {
     auto v = find(id);
     if (!v) continue;
-    report(Report::kInfo, "releasing " + v->model + " v" + std::to_string(v->number) + " after its deferral");
+    report(Report::kInfo, "releasing " + v->model + " v" + std::to_string(v->number.value) + " after its deferral");
     release_now(now, v);
   }
 }
@@ -393,13 +393,13 @@ void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v
   state_changed();
 }
 
-std::optional<std::uint64_t> PeerCore::unverified_head(const std::string& model) const {
+std::optional<VersionNumber> PeerCore::unverified_head(const std::string& model) const {
   if (gossip_ == nullptr) return std::nullopt;
   const auto announced = gossip_->known_heads().head(model);
   if (!announced) return std::nullopt;
   const auto verified = heads_.head(model);
   if (verified && verified->version >= announced->version) return std::nullopt;
-  return announced->version;
+  return VersionNumber{announced->version};
 }
 
 }  // namespace tensorhub::peer

@@ -94,7 +94,7 @@ Result<PublishHandle> peer::publish_from(Peer& peer, const std::string& model, s
     if (!next) return next.status();
     ManifestBuildOptions o;
     o.model = model;
-    o.version = next->version;
+    o.version = next->version.value;
     o.parent = next->parent;
     o.created_unix_ms = transport::wall_clock_ms();
     o.shard_size = impl->shard_size;

@@ -266,7 +266,7 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
                                " (" + joined.message() + ")");
   }
   if (auto announced = core_->unverified_head(model)) {
-    return Status::unavailable("gossip names " + model + " v" + std::to_string(*announced) +
+    return Status::unavailable("gossip names " + model + " v" + std::to_string(announced->value) +
                                ", whose manifest this peer has not verified yet; a publication must follow it");
   }
   return core_->next_version(model);
@@ -292,7 +292,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model, std::uint64_t number,
                                                         core::MutableRegions destination, const MemoryDomain& domain,
                                                         std::shared_ptr<DestinationOwner> backing) {
-  auto manifest = core_->resolve(model, number);
+  auto manifest = core_->resolve(model, VersionNumber{number});
   if (!manifest) return with_join_status(manifest.status());
   const Manifest& m = **manifest;
   core::AnonymousMemory owned;
@@ -340,7 +340,7 @@ std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {
 }
 
 Result<std::shared_ptr<const Manifest>> PeerEngine::manifest(const std::string& model, std::uint64_t version) const {
-  auto m = core_->resolve(model, version);
+  auto m = core_->resolve(model, VersionNumber{version});
   if (!m) return with_join_status(m.status());
   return m;
 }

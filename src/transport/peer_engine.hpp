@@ -89,7 +89,7 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   std::optional<VersionInfo> latest(const std::string& model) const { return core_->latest(model); }
   // Errors: as PeerCore::equivocation_above.
   Status equivocation_above(const std::string& model, std::uint64_t after) const {
-    return core_->equivocation_above(model, after);
+    return core_->equivocation_above(model, VersionNumber{after});
   }
   // Errors: as PeerCore::resolve.
   Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;

@@ -25,7 +25,7 @@ std::string PeerEngine::status_json() const {
                                      ? 0.0
                                      : to_seconds(v->completed - v->started);
     versions.push_back({{"model", v->model},
-                        {"version", v->number},
+                        {"version", v->number.value},
                         {"id", id.hex()},
                         {"state", std::string(version_state_name(v->state))},
                         {"published", v->role == VersionRole::kPublished},
@@ -54,7 +54,7 @@ std::string PeerEngine::status_json() const {
   nlohmann::ordered_json equivocations = nlohmann::ordered_json::array();
   for (const Equivocation& e : core_->heads().equivocations()) {
     equivocations.push_back({{"model", e.model},
-                             {"version", e.version},
+                             {"version", e.version.value},
                              {"first", e.first->id().hex()},
                              {"second", e.second->id().hex()},
                              {"publisher", e.second->publisher().hex()}});

@@ -21,7 +21,7 @@ std::shared_ptr<State> state_for(Impl* impl, PeerAccess::Created version) {
   auto state = std::make_shared<State>();
   state->gate = impl->gate;
   const peer::LocalVersion& v = *version.version;
-  state->info = VersionInfo{v.model, v.number, v.id, v.manifest->total_size()};
+  state->info = VersionInfo{v.model, v.number.value, v.id, v.manifest->total_size()};
   state->version = std::move(version.version);
   state->watch = std::move(version.watch);
   return state;

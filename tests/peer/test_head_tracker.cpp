@@ -74,7 +74,7 @@ TEST_CASE("head tracker: a manifest that does not extend its known parent is ref
   CHECK_FALSE(heads.head("other").has_value());
   auto v2 = manifest_of(3, trainer, 2, v1->id());
   CHECK(*heads.accept(v2));
-  CHECK(heads.next_version("policy").version == 3);
+  CHECK(heads.next_version("policy").version == VersionNumber{3});
   CHECK(heads.next_version("policy").parent == v2->id());
 }
 
@@ -92,28 +92,28 @@ TEST_CASE("head tracker: equivocation keeps both manifests as proof and believes
   CHECK(second.status().message().find("equivocation") != std::string::npos);
   // Neither is the head; the head falls back to v1, and v2 is never reused.
   CHECK(heads.head("policy")->id == v1->id());
-  CHECK(heads.equivocated("policy", 2));
+  CHECK(heads.equivocated("policy", VersionNumber{2}));
   REQUIRE(heads.equivocations().size() == 1);
   CHECK(heads.equivocations()[0].first->id() == v2a->id());
   CHECK(heads.equivocations()[0].second->id() == v2b->id());
-  CHECK(heads.find("policy", 2) == nullptr);
-  CHECK(heads.next_version("policy").version == 3);
+  CHECK(heads.find("policy", VersionNumber{2}) == nullptr);
+  CHECK(heads.next_version("policy").version == VersionNumber{3});
   // Either manifest offered again is refused.
   CHECK_FALSE(heads.accept(v2a).is_ok());
   // And nobody is asked for a manifest of v2 any more.
-  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", 2, v2a->id()).has_value());
+  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", VersionNumber{2}, v2a->id()).has_value());
 }
 
 TEST_CASE("head tracker: a named head is asked once, then of the next namer when the answer is overdue") {
   const Identity trainer = test_identity(1);
   HeadTracker heads({trainer.public_key()}, kRetry);
   auto v1 = manifest_of(1, trainer, 1);
-  auto first = heads.on_head_named(at(0s), peer_id(1), "policy", 1, v1->id());
+  auto first = heads.on_head_named(at(0s), peer_id(1), "policy", VersionNumber{1}, v1->id());
   REQUIRE(first.has_value());
   CHECK(first->peer == peer_id(1));
   // Others name it within the retry: not asked again.
-  CHECK_FALSE(heads.on_head_named(at(100ms), peer_id(2), "policy", 1, v1->id()).has_value());
-  CHECK_FALSE(heads.on_head_named(at(200ms), peer_id(3), "policy", 1, v1->id()).has_value());
+  CHECK_FALSE(heads.on_head_named(at(100ms), peer_id(2), "policy", VersionNumber{1}, v1->id()).has_value());
+  CHECK_FALSE(heads.on_head_named(at(200ms), peer_id(3), "policy", VersionNumber{1}, v1->id()).has_value());
   CHECK(heads.next_timeout() == at(2s));
   CHECK(heads.handle_timeout(at(1s)).empty());
   // Overdue: the next namer, without waiting for another record.
@@ -141,13 +141,13 @@ TEST_CASE("head tracker: heads no newer than ours are not asked for, and a lie a
   auto v1 = manifest_of(1, trainer, 1);
   auto v2 = manifest_of(2, trainer, 2, v1->id());
   REQUIRE(heads.accept(v2).is_ok());
-  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", 1, v1->id()).has_value());
-  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", 2, v2->id()).has_value());
+  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", VersionNumber{1}, v1->id()).has_value());
+  CHECK_FALSE(heads.on_head_named(at(0s), peer_id(1), "policy", VersionNumber{2}, v2->id()).has_value());
   ManifestId fake;
   fake.bytes[0] = 7;
-  REQUIRE(heads.on_head_named(at(0s), peer_id(1), "policy", 3, fake).has_value());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(1), "policy", VersionNumber{3}, fake).has_value());
   // Another peer names the same id as another version: not believed, not asked.
-  CHECK_FALSE(heads.on_head_named(at(5s), peer_id(2), "policy", 9, fake).has_value());
+  CHECK_FALSE(heads.on_head_named(at(5s), peer_id(2), "policy", VersionNumber{9}, fake).has_value());
   auto retried = heads.handle_timeout(at(5s));
   REQUIRE(retried.size() == 1);
   CHECK(retried[0].peer == peer_id(1));
@@ -159,11 +159,11 @@ TEST_CASE("head tracker: wanted manifests and kept versions are bounded") {
   // Members naming endless fake heads fill at most kMaxWanted entries
   // (one member at most kMaxNamedPerPeer); newer ones win.
   for (std::uint64_t v = 1; v <= 3 * HeadTracker::kMaxWanted; ++v) {
-    (void)heads.on_head_named(at(0s), peer_id(1), "policy", v, fake_id(v));
+    (void)heads.on_head_named(at(0s), peer_id(1), "policy", VersionNumber{v}, fake_id(v));
   }
   CHECK(heads.wanted() == HeadTracker::kMaxNamedPerPeer);
   for (std::uint64_t v = 1; v <= 3 * HeadTracker::kMaxWanted; ++v) {
-    (void)heads.on_head_named(at(0s), peer_id(2 + v % 8), "policy", 1000 + v, fake_id(1000 + v));
+    (void)heads.on_head_named(at(0s), peer_id(2 + v % 8), "policy", VersionNumber{1000 + v}, fake_id(1000 + v));
   }
   CHECK(heads.wanted() == HeadTracker::kMaxWanted);
   // Verified versions beyond kKeptVersions are forgotten, oldest first.
@@ -176,9 +176,9 @@ TEST_CASE("head tracker: wanted manifests and kept versions are bounded") {
     parent = m->id();
   }
   CHECK(heads.manifest(first->id()) == nullptr);
-  CHECK(heads.find("policy", HeadTracker::kKeptVersions + 4) != nullptr);
-  CHECK(heads.find("policy", 4) == nullptr);
-  CHECK(heads.find("policy", 5) != nullptr);
+  CHECK(heads.find("policy", VersionNumber{HeadTracker::kKeptVersions + 4}) != nullptr);
+  CHECK(heads.find("policy", VersionNumber{4}) == nullptr);
+  CHECK(heads.find("policy", VersionNumber{5}) != nullptr);
 }
 
 TEST_CASE("head tracker: a head whose parent is unknown waits while its chain is fetched back, then extends it") {
@@ -186,7 +186,7 @@ TEST_CASE("head tracker: a head whose parent is unknown waits while its chain is
   HeadTracker heads({trainer.public_key()}, kRetry);
   const auto [v1, v2, v3] = chain_of_three(trainer);
   REQUIRE(heads.accept(v1).is_ok());
-  REQUIRE(heads.on_head_named(at(0s), peer_id(4), "policy", 3, v3->id()).has_value());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(4), "policy", VersionNumber{3}, v3->id()).has_value());
   // v3 arrives; v2 is unknown: v3 waits, and v2 is asked of v3's namer.
   auto waited = heads.accept(v3);
   REQUIRE(waited.is_ok());
@@ -218,11 +218,11 @@ TEST_CASE("head tracker: a chain fetched back that forks from ours shows the ver
   auto v3 = manifest_of(3, trainer, 3, v2_fork->id());
   REQUIRE(heads.accept(v1).is_ok());
   REQUIRE(heads.accept(v2).is_ok());
-  REQUIRE(heads.on_head_named(at(0s), peer_id(5), "policy", 3, v3->id()).has_value());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(5), "policy", VersionNumber{3}, v3->id()).has_value());
   CHECK_FALSE(*heads.accept(v3));
   REQUIRE(heads.parent_requests(at(100ms)).size() == 1);
   CHECK(heads.accept(v2_fork).status().code() == StatusCode::kVerifyFailed);
-  CHECK(heads.equivocated("policy", 2));
+  CHECK(heads.equivocated("policy", VersionNumber{2}));
   CHECK(heads.waiting() == 0);
   // Long after, v3 is still not believed.
   heads.handle_timeout(at(60s));
@@ -235,7 +235,7 @@ TEST_CASE("head tracker: a head whose parent never comes is believed after the w
   HeadTracker heads({trainer.public_key()}, kRetry);
   const auto [v1, v2, v3] = chain_of_three(trainer);
   REQUIRE(heads.accept(v1).is_ok());
-  REQUIRE(heads.on_head_named(at(0s), peer_id(6), "policy", 3, v3->id()).has_value());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(6), "policy", VersionNumber{3}, v3->id()).has_value());
   CHECK_FALSE(*heads.accept(v3));
   REQUIRE(heads.parent_requests(at(1s)).size() == 1);
   CHECK(heads.next_timeout() <= at(1s) + HeadTracker::kChainWait);
@@ -246,7 +246,7 @@ TEST_CASE("head tracker: a head whose parent never comes is believed after the w
   CHECK(heads.waiting() == 0);
   // A head far ahead (more than kMaxChainBack versions) is not fetched back.
   auto far = manifest_of(9, trainer, 3 + HeadTracker::kMaxChainBack + 1, v2->id());
-  REQUIRE(heads.on_head_named(at(20s), peer_id(6), "policy", far->version(), far->id()).has_value());
+  REQUIRE(heads.on_head_named(at(20s), peer_id(6), "policy", VersionNumber{far->version()}, far->id()).has_value());
   CHECK(*heads.accept(far));
 }
 
@@ -255,10 +255,10 @@ TEST_CASE("head tracker: one member's fake heads at the highest versions never c
   HeadTracker heads({trainer.public_key()}, kRetry);
   // A hostile member names fake heads far above any real version, and never answers.
   for (std::uint64_t i = 0; i < 4 * HeadTracker::kMaxWanted; ++i) {
-    (void)heads.on_head_named(at(0s), peer_id(9), "policy", UINT64_MAX - i, fake_id(i));
+    (void)heads.on_head_named(at(0s), peer_id(9), "policy", VersionNumber{UINT64_MAX - i}, fake_id(i));
   }
   auto v1 = manifest_of(1, trainer, 1);
-  auto asked = heads.on_head_named(at(1s), peer_id(1), "policy", 1, v1->id());
+  auto asked = heads.on_head_named(at(1s), peer_id(1), "policy", VersionNumber{1}, v1->id());
   REQUIRE(asked.has_value());
   CHECK(asked->peer == peer_id(1));
   REQUIRE(heads.accept(v1).is_ok());
@@ -268,10 +268,10 @@ TEST_CASE("head tracker: one member's fake heads at the highest versions never c
 TEST_CASE("head tracker: a namer that answers its own head with nothing or garbage names nothing for a while") {
   const Identity trainer = test_identity(1);
   HeadTracker heads({trainer.public_key()}, kRetry);
-  for (std::uint64_t i = 0; i < 8; ++i) (void)heads.on_head_named(at(0s), peer_id(9), "policy", 100 + i, fake_id(i));
+  for (std::uint64_t i = 0; i < 8; ++i) (void)heads.on_head_named(at(0s), peer_id(9), "policy", VersionNumber{100 + i}, fake_id(i));
   auto v1 = manifest_of(1, trainer, 1);
-  REQUIRE(heads.on_head_named(at(0s), peer_id(9), "policy", 1, v1->id()).has_value());
-  (void)heads.on_head_named(at(0s), peer_id(2), "policy", 1, v1->id());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(9), "policy", VersionNumber{1}, v1->id()).has_value());
+  (void)heads.on_head_named(at(0s), peer_id(2), "policy", VersionNumber{1}, v1->id());
   CHECK(heads.wanted() == 9);
   // It says it has not got the head its own record names: a lie. What only
   // it named is dropped; the real head is asked of the other namer at once.
@@ -281,18 +281,18 @@ TEST_CASE("head tracker: a namer that answers its own head with nothing or garba
   CHECK(heads.wanted() == 1);
   CHECK(heads.discredited(at(1s), peer_id(9)));
   // Meanwhile its names are ignored, for a minute, then twice as long after the next lie.
-  CHECK_FALSE(heads.on_head_named(at(30s), peer_id(9), "policy", 200, fake_id(200)).has_value());
+  CHECK_FALSE(heads.on_head_named(at(30s), peer_id(9), "policy", VersionNumber{200}, fake_id(200)).has_value());
   CHECK(heads.wanted() == 1);
   CHECK_FALSE(heads.discredited(at(61s), peer_id(9)));
-  REQUIRE(heads.on_head_named(at(61s), peer_id(9), "policy", 201, fake_id(201)).has_value());
+  REQUIRE(heads.on_head_named(at(61s), peer_id(9), "policy", VersionNumber{201}, fake_id(201)).has_value());
   CHECK_FALSE(heads.on_bad_manifest(at(62s), peer_id(9), fake_id(201)).has_value());  // garbage: a lie too
   CHECK(heads.discredited(at(62s) + 119s, peer_id(9)));
   CHECK_FALSE(heads.discredited(at(62s) + 120s, peer_id(9)));
   // A manifest signed by a key we do not trust is no lie (peers may trust
   // other keys): that namer is only passed over for that id.
   auto v2 = manifest_of(2, trainer, 2, v1->id());
-  REQUIRE(heads.on_head_named(at(200s), peer_id(3), "policy", 2, v2->id()).has_value());
-  (void)heads.on_head_named(at(200s), peer_id(4), "policy", 2, v2->id());
+  REQUIRE(heads.on_head_named(at(200s), peer_id(3), "policy", VersionNumber{2}, v2->id()).has_value());
+  (void)heads.on_head_named(at(200s), peer_id(4), "policy", VersionNumber{2}, v2->id());
   auto other = heads.on_foreign_manifest(at(201s), peer_id(3), v2->id());
   REQUIRE(other.has_value());
   CHECK(other->peer == peer_id(4));
@@ -304,8 +304,8 @@ TEST_CASE("head tracker: a namer without the parent of its head is passed over, 
   HeadTracker heads({trainer.public_key()}, kRetry);
   const auto [v1, v2, v3] = chain_of_three(trainer);
   REQUIRE(heads.accept(v1).is_ok());
-  REQUIRE(heads.on_head_named(at(0s), peer_id(2), "policy", 3, v3->id()).has_value());
-  (void)heads.on_head_named(at(0s), peer_id(3), "policy", 3, v3->id());
+  REQUIRE(heads.on_head_named(at(0s), peer_id(2), "policy", VersionNumber{3}, v3->id()).has_value());
+  (void)heads.on_head_named(at(0s), peer_id(3), "policy", VersionNumber{3}, v3->id());
   REQUIRE_FALSE(heads.accept(v3).value());  // waits for v2
   auto parents = heads.parent_requests(at(1s));
   REQUIRE(parents.size() == 1);

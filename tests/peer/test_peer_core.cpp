@@ -163,9 +163,9 @@ TEST_CASE("peer core: two manifests signed for one version are kept as proof and
   auto pb = net.publish(1, "policy", b, tensors_of(b));
   REQUIRE(pa.is_ok());
   REQUIRE(pb.is_ok());
-  REQUIRE(net.run_until([&] { return net.core(2).heads().equivocated("policy", 1); }, 20s));
+  REQUIRE(net.run_until([&] { return net.core(2).heads().equivocated("policy", VersionNumber{1}); }, 20s));
   for (std::size_t p : {0, 1}) {
-    REQUIRE(net.run_until([&] { return net.core(p).heads().equivocated("policy", 1); }, 20s));
+    REQUIRE(net.run_until([&] { return net.core(p).heads().equivocated("policy", VersionNumber{1}); }, 20s));
   }
   for (std::size_t p = 0; p < 3; ++p) {
     CHECK_FALSE(net.core(p).latest("policy").has_value());
@@ -174,19 +174,19 @@ TEST_CASE("peer core: two manifests signed for one version are kept as proof and
     CHECK(e.first->id() != e.second->id());
     // The user is told why, by a fetch of that number or of the head.
     for (std::uint64_t asked : {std::uint64_t{1}, std::uint64_t{0}}) {
-      const Status s = net.core(p).resolve("policy", asked).status();
+      const Status s = net.core(p).resolve("policy", VersionNumber{asked}).status();
       CHECK(s.code() == StatusCode::kVerifyFailed);
       CHECK(s.message().find("signed twice") != std::string::npos);
     }
-    CHECK(net.core(p).equivocation_above("policy", 0).code() == StatusCode::kVerifyFailed);
-    CHECK(net.core(p).equivocation_above("policy", 1).is_ok());
+    CHECK(net.core(p).equivocation_above("policy", VersionNumber{0}).code() == StatusCode::kVerifyFailed);
+    CHECK(net.core(p).equivocation_above("policy", VersionNumber{1}).is_ok());
   }
   // Peer 2 heard both from others: it reported the proof at error level.
   const auto& errors = net.errors(2);
   CHECK(std::any_of(errors.begin(), errors.end(),
                     [](const std::string& r) { return r.find("equivocation") != std::string::npos; }));
   // The next publication skips the poisoned number.
-  CHECK(net.core(0).next_version("policy").version == 2);
+  CHECK(net.core(0).next_version("policy").version == VersionNumber{2});
 }
 
 TEST_CASE("peer core: the last holder of the head defers its release until another holds it, or until the bound") {
@@ -655,10 +655,10 @@ TEST_CASE("peer core: a peer that finds a version signed twice sends the proof t
   REQUIRE(manifest_b.is_ok());
   CHECK(net.core(3).learn_manifest(net.now(), std::make_shared<const Manifest>(std::move(*manifest_b))).code() ==
         StatusCode::kVerifyFailed);
-  CHECK(net.core(3).heads().equivocated("policy", 1));
+  CHECK(net.core(3).heads().equivocated("policy", VersionNumber{1}));
   for (std::size_t p = 0; p < 4; ++p) {
     CAPTURE(p);
-    REQUIRE(net.run_until([&] { return net.core(p).heads().equivocated("policy", 1); }, 10s));
+    REQUIRE(net.run_until([&] { return net.core(p).heads().equivocated("policy", VersionNumber{1}); }, 10s));
     CHECK_FALSE(net.core(p).latest("policy").has_value());
   }
 }

@@ -59,7 +59,7 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish(std::size_t p, 
   const auto next = c.next_version(model);
   ManifestBuildOptions o;
   o.model = model;
-  o.version = next.version;
+  o.version = next.version.value;
   o.parent = next.parent;
   o.shard_size = 64u << 10;
   o.threads = 1;
@@ -81,7 +81,7 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, co
                                                                std::span<const MutableRegion> regions,
                                                                const peer::MemoryDomain& domain) {
   peer::PeerCore& c = *peers_[p].core;
-  auto m = c.resolve(model, version);
+  auto m = c.resolve(model, VersionNumber{version});
   if (!m) return m.status();
   core::MutableRegions destination(regions);
   if (regions.empty()) {
