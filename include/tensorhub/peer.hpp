@@ -58,6 +58,13 @@ struct PeerOptions {
   std::string data_listen;                // data plane, TCP, IP:port; default: the gossip port + 1
   std::string advertise;                  // IP:port others reach the gossip port at
   std::vector<std::string> seeds;         // host:port of peers to join through (names looked up at start)
+  // start() gives up looking up the seeds' names after this: a seed still
+  // being looked up is passed over (kTimeout when it was the last one).
+  std::chrono::milliseconds start_timeout{10'000};
+  // How long publish() waits to learn the head it must follow (a peer
+  // started with seeds that has heard from no peer, or whose announced
+  // head is not verified yet): then kUnavailable.
+  std::chrono::milliseconds publish_head_wait{10'000};
   std::string dc, rack, host;             // topology labels: printable ASCII, at most 64 bytes each
   std::vector<PublicKey> trusted_publishers;  // manifests signed by others are refused
   // Admission control: when not empty, only these identities are members.
@@ -203,9 +210,11 @@ class FetchHandle {
 
 class Peer {
  public:
-  // Starts the I/O thread, binds the ports and joins through the seeds.
+  // Starts the I/O thread, binds the ports and joins through the seeds,
+  // looking up their names within PeerOptions::start_timeout.
   // Errors: kInvalidArgument (a bad address, label or option),
-  // kUnavailable (a port cannot be bound, or no seed's name resolves).
+  // kUnavailable (a port cannot be bound, or no seed's name resolves),
+  // kTimeout (no seed's name resolved, the last one in time).
   static Result<std::unique_ptr<Peer>> start(PeerOptions options, Identity identity, SwarmKey swarm_key);
   ~Peer();  // leaves gracefully (up to 4 s), then stops
 
@@ -216,14 +225,15 @@ class Peer {
   // Publishes `image` (a flat byte image described by `tensors`, e.g. a
   // mapped safetensors file) as the next version of `model`, signed with this
   // peer's key. The version number is the model's current head + 1: a peer
-  // started with seeds first waits (up to 10 s) until it has heard from the
-  // swarm and verified any head that gossip announces, so a restarted
-  // trainer never reuses a number. The image is hashed on the calling
+  // started with seeds first waits (up to PeerOptions::publish_head_wait,
+  // 10 s unless told) until it has heard from the swarm and verified any
+  // head that gossip announces, so a restarted trainer never reuses a
+  // number. The image is hashed on the calling
   // thread and the peer's pool, never on the I/O thread. A publish that
   // fails serves nothing.
   // Errors: kPermissionDenied (this peer's key is not a trusted publisher),
   // kInvalidArgument (bad model name, tensor table or shard size),
-  // kUnavailable (the head could not be learnt within 10 s: no seed
+  // kUnavailable (the head could not be learnt within publish_head_wait: no seed
   // answered, or the announced head's manifest was not obtained),
   // kAlreadyExists (other publications of the model kept taking the next
   // number), kVerifyFailed (the manifest breaks the model's chain).

@@ -20,7 +20,7 @@ from . import _native
 from ._errors import ArgumentTypeError, Error, check_version
 from ._errors import native_timeout as _native_timeout
 from ._handles import Fetched, FetchedFile, Published
-from ._options import _bad_option, _bool_option, _int_option, _str_option, _strs_option
+from ._options import _bad_option, _bool_option, _int_option, _seconds_option, _str_option, _strs_option
 from ._results import FetchProgress, VersionInfo
 from ._tensors import TO_NUMPY as _TO_NUMPY
 from ._tensors import address as _address
@@ -68,7 +68,8 @@ class Peer:
               mirror_gpu_versions: bool = True, max_neighbours: Optional[int] = None,
               upload_slots: Optional[int] = None, data_lanes: Optional[int] = None,
               shard_hash: Optional[str] = None, require_secure_hash: bool = False,
-              max_release_deferral: Optional[float] = None, super_seed: bool = True) -> "Peer":
+              max_release_deferral: Optional[float] = None, super_seed: bool = True,
+              start_timeout: float = 10.0, publish_head_wait: float = 10.0) -> "Peer":
         """Every option of the C++ ``PeerOptions`` (include/tensorhub/peer.hpp),
         by the same name; ``None`` keeps its default. ``rdma``: move block
         payloads by RDMA READ where this machine has an RDMA device with an
@@ -77,12 +78,15 @@ class Peer:
         GPU memory over TCP from a host copy rather than a copy per piece;
         ``shard_hash``: ``"xxh3-128"`` or ``"blake2b-256"`` (secure mode) for
         what this peer publishes; ``max_release_deferral``: seconds
-        (docs/python.md). Blocks (without the GIL) while it binds its ports
-        and looks up the seeds' names; it takes no timeout (the C++
-        ``Peer::start`` has none). Raises Error: ``invalid_argument`` naming
-        an option of the wrong type or out of range (a bad address or label,
-        a swarm key that is not 32 bytes, none given); ``unavailable`` (a
-        port cannot be bound, or no seed's name resolves); for ``key_file``
+        (docs/python.md); ``start_timeout``: seconds this call may spend
+        looking up the seeds' names; ``publish_head_wait``: seconds a
+        ``publish`` waits to learn the head it follows. Blocks (without the
+        GIL) while it binds its ports and looks up the seeds' names, at most
+        ``start_timeout``. Raises Error: ``invalid_argument`` naming an
+        option of the wrong type or out of range (a bad address or label, a
+        swarm key that is not 32 bytes, none given); ``unavailable`` (a port
+        cannot be bound, or no seed's name resolves); ``timeout`` (no seed's
+        name resolved, the last one within ``start_timeout``); for ``key_file``
         and ``swarm_key_file``, ``not_found``, ``permission_denied`` (a file
         others may read), ``io_error`` or ``corrupt``."""
         options = {
@@ -107,10 +111,9 @@ class Peer:
                             "invalid_argument")
             options["shard_hash"] = shard_hash
         if max_release_deferral is not None:
-            if isinstance(max_release_deferral, bool) or not isinstance(max_release_deferral, (int, float)) \
-                    or not 0 <= max_release_deferral <= 1e9:
-                raise _bad_option("max_release_deferral", "0 or more seconds", max_release_deferral)
-            options["max_release_deferral_ms"] = int(max_release_deferral * 1000)
+            options["max_release_deferral_ms"] = _seconds_option("max_release_deferral", max_release_deferral, 0)
+        options["start_timeout_ms"] = _seconds_option("start_timeout", start_timeout, 0.001)
+        options["publish_head_wait_ms"] = _seconds_option("publish_head_wait", publish_head_wait, 0.001)
         for name, value in (("key_file", key_file), ("swarm_key_file", swarm_key_file)):
             _str_option(name, value, True)
         if swarm_key is not None and not isinstance(swarm_key, (bytes, bytearray)):
@@ -150,12 +153,12 @@ class Peer:
         (built here, a few KiB) and then the tensors, where they lie.
 
         Blocks (without the GIL) while the image is hashed and, for a peer
-        started with seeds, up to 10 s to learn the head it follows; it
-        takes no timeout (the C++ ``Peer::publish`` has none). Raises Error:
+        started with seeds, up to ``publish_head_wait`` (``Peer.start``, 10 s
+        unless told) to learn the head it follows. Raises Error:
         ``invalid_argument`` (a bad model name, a dtype with no safetensors
         name, a tensor name used twice, a bad ``dtype`` or shard size);
         ``permission_denied`` (this peer's key is not a trusted publisher);
-        ``unavailable`` (the head could not be learnt within 10 s, or a GPU
+        ``unavailable`` (the head could not be learnt in time, or a GPU
         cannot be used); ``already_exists`` (other publications of the model
         kept taking the next number); ``verify_failed`` (the manifest breaks
         the model's chain); ``resource_exhausted`` (this peer's gossip record
@@ -211,7 +214,7 @@ class Peer:
         gets a new header too). The files must not change until the handle
         is released: a changed one fails verification at the fetchers.
         Tensor names must be unique across a directory's files. Blocks as
-        ``publish`` does, with no timeout. Raises Error: ``invalid_argument``
+        ``publish`` does. Raises Error: ``invalid_argument``
         (no such file or directory, one that is not safetensors, a name used
         twice across files), and those of ``publish``."""
         from . import safetensors

@@ -146,9 +146,12 @@ PeerOptions options_from(const py::dict& o) {
     p.shard_hash = o["shard_hash"].cast<std::string>() == "blake2b-256" ? ShardHashAlgorithm::kBlake2b_256
                                                                          : ShardHashAlgorithm::kXxh3_128;
   }
-  if (o.contains("max_release_deferral_ms") && !o["max_release_deferral_ms"].is_none()) {
-    p.max_release_deferral = std::chrono::milliseconds(o["max_release_deferral_ms"].cast<std::int64_t>());
-  }
+  auto get_ms = [&](const char* key, std::chrono::milliseconds& out) {
+    if (o.contains(key) && !o[key].is_none()) out = std::chrono::milliseconds(o[key].cast<std::int64_t>());
+  };
+  get_ms("max_release_deferral_ms", p.max_release_deferral);
+  get_ms("start_timeout_ms", p.start_timeout);
+  get_ms("publish_head_wait_ms", p.publish_head_wait);
   return p;
 }
 

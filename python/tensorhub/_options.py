@@ -47,3 +47,10 @@ def _bool_option(name, value):
     if not isinstance(value, bool):
         raise _bad_option(name, "True or False", value)
     return value
+
+
+def _seconds_option(name, value, least):
+    """``value`` seconds (``least`` or more, at most 1e9) as whole milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not least <= value <= 1e9:
+        raise _bad_option(name, f"{least} or more seconds", value)
+    return int(value * 1000)

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <future>
+#include <memory>
+#include <thread>
 
 #include "core/entropy.hpp"
 #include "core/host_port.hpp"
@@ -201,7 +204,7 @@ Result<std::unique_ptr<GossipRuntime>> GossipRuntime::start(asio::io_context& io
     own.topology = local.topology;
     TENSORHUB_RETURN_IF_ERROR(gossip::validate_record(own).with_context("this peer's record"));
   }
-  auto seeds = resolve_seeds(rt->options_.seeds, address.is_v6());
+  auto seeds = resolve_seeds(rt->options_.seeds, address.is_v6(), rt->options_.seed_lookup_timeout);
   if (!seeds) return seeds.status();
   rt->options_.seeds = std::move(*seeds);
   // The incarnation only needs to beat a past life's in the usual case (a
@@ -245,7 +248,21 @@ Result<asio::ip::udp::endpoint> GossipRuntime::resolve_udp(const std::string& ad
   return asio::ip::udp::endpoint(ip, hp->port);
 }
 
-Result<std::vector<std::string>> GossipRuntime::resolve_seeds(const std::vector<std::string>& seeds, bool ipv6) {
+Result<std::string> system_seed_lookup(const std::string& host, std::uint16_t port, bool ipv6) {
+  asio::io_context io;
+  asio::ip::udp::resolver resolver(io);
+  std::error_code ec;
+  const auto results = resolver.resolve(ipv6 ? asio::ip::udp::v6() : asio::ip::udp::v4(), host, std::to_string(port), ec);
+  if (ec || results.empty()) {
+    return Status::unavailable("cannot resolve " + core::quoted(host) + (ec ? ": " + ec.message() : std::string()));
+  }
+  const auto endpoint = results.begin()->endpoint();
+  return core::HostPort{endpoint.address().to_string(), endpoint.port()}.to_string();
+}
+
+Result<std::vector<std::string>> resolve_seeds(const std::vector<std::string>& seeds, bool ipv6,
+                                               std::chrono::milliseconds within, const SeedLookup& lookup) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
   std::vector<std::string> out;
   Status last = Status::ok();
   for (const std::string& seed : seeds) {
@@ -255,19 +272,26 @@ Result<std::vector<std::string>> GossipRuntime::resolve_seeds(const std::vector<
       out.push_back(seed);
       continue;
     }
-    asio::io_context io;
-    asio::ip::udp::resolver resolver(io);
-    std::error_code ec;
-    const auto results =
-        resolver.resolve(ipv6 ? asio::ip::udp::v6() : asio::ip::udp::v4(), hp->host, std::to_string(hp->port), ec);
-    if (ec || results.empty()) {
-      last = Status::unavailable("seed " + core::quoted(seed) + ": cannot resolve " + core::quoted(hp->host) +
-                                 (ec ? ": " + ec.message() : std::string()));
+    // getaddrinfo cannot be cancelled: a lookup past the deadline is left
+    // to finish on its own thread, and only its promise hears of it.
+    auto answer = std::make_shared<std::promise<Result<std::string>>>();
+    auto future = answer->get_future();
+    std::thread([answer, lookup, host = hp->host, port = hp->port, ipv6] {
+      answer->set_value(lookup(host, port, ipv6));
+    }).detach();
+    if (future.wait_until(deadline) != std::future_status::ready) {
+      last = Status::timeout("seed " + core::quoted(seed) + ": looking up " + core::quoted(hp->host) +
+                             " took longer than the start allows (" + std::to_string(within.count()) + " ms)");
       TH_LOG_WARN(kLog, last.message());
       continue;
     }
-    const auto endpoint = results.begin()->endpoint();
-    out.push_back(core::HostPort{endpoint.address().to_string(), endpoint.port()}.to_string());
+    auto resolved = future.get();
+    if (!resolved) {
+      last = resolved.status().with_context("seed " + core::quoted(seed));
+      TH_LOG_WARN(kLog, last.message());
+      continue;
+    }
+    out.push_back(std::move(*resolved));
   }
   if (out.empty() && !last.is_ok()) return last;
   return out;

@@ -9,6 +9,7 @@
 
 #include <asio.hpp>
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,12 +31,29 @@ struct GossipRuntimeOptions {
   std::string data_addr;        // the data plane's host:port, if any
   gossip::Topology topology;
   std::vector<std::string> seeds;
+  // How long looking up the seeds' names may take, all of them together.
+  std::chrono::milliseconds seed_lookup_timeout{10'000};
   std::size_t max_inbound_streams = 64;
   // From one source address: no single host can take every stream slot.
   std::size_t max_inbound_streams_per_address = 8;
   // The admission list in force from the start (GossipCore::set_admitted).
   std::shared_ptr<const gossip::GossipCore::AdmissionList> admitted;
 };
+
+// Looks up `host` (a name) for `port`: "IP:port" of the family asked for.
+// Errors: kUnavailable (the name does not resolve).
+using SeedLookup = std::function<Result<std::string>(const std::string& host, std::uint16_t port, bool ipv6)>;
+Result<std::string> system_seed_lookup(const std::string& host, std::uint16_t port, bool ipv6);
+// The seeds as IP:port of the listening address's family: IP literals as
+// they are, names looked up with `lookup`, once, before the peer runs, all
+// within `within` (each on a thread of its own, so a lookup that hangs is
+// left behind). A seed that does not resolve in time is skipped with a
+// warning. Errors: kInvalidArgument (a seed that is not host:port),
+// kUnavailable when no seed resolves, kTimeout when the last one to fail
+// ran out of time.
+Result<std::vector<std::string>> resolve_seeds(const std::vector<std::string>& seeds, bool ipv6,
+                                               std::chrono::milliseconds within,
+                                               const SeedLookup& lookup = system_seed_lookup);
 
 // Now on the runtime's clock, as the cores take it.
 TimePoint steady_now();
@@ -73,10 +91,6 @@ class GossipRuntime {
   // kInvalidArgument for anything but IP:port: a name is never looked up
   // on this thread.
   static Result<asio::ip::udp::endpoint> resolve_udp(const std::string& address);
-  // The seeds as IP:port of the listening address's family: names are
-  // looked up here, once, before the peer runs. A seed that does not
-  // resolve is skipped with a warning; kUnavailable when none resolves.
-  static Result<std::vector<std::string>> resolve_seeds(const std::vector<std::string>& seeds, bool ipv6);
 
   asio::io_context& io_;
   GossipRuntimeOptions options_;

@@ -10,8 +10,6 @@ namespace {
 
 // Publications that lost the race for a version number are built again this often.
 constexpr int kPublishAttempts = 3;
-// How long a publication waits to learn the head it must follow.
-constexpr auto kHeadWait = std::chrono::seconds(10);
 
 }  // namespace
 
@@ -28,6 +26,7 @@ Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions in
   impl->identity.emplace(identity.clone());
   impl->shard_size = options.shard_size;
   impl->shard_hash = options.shard_hash;
+  impl->publish_head_wait = options.publish_head_wait;
   impl->block_size = options.block_size;
   impl->engine = std::make_unique<PeerEngine>(impl->io, std::move(options), internal, std::move(identity),
                                               std::move(swarm_key),
@@ -86,7 +85,7 @@ Result<PublishHandle> Peer::publish(const std::string& model, std::span<const Co
 Result<PublishHandle> peer::publish_from(Peer& peer, const std::string& model, std::span<const ConstRegion> regions,
                                          std::vector<TensorEntry> tensors, const MemoryDomain& domain) {
   Impl* impl = &PeerAccess::impl(peer);
-  const auto head_deadline = std::chrono::steady_clock::now() + kHeadWait;
+  const auto head_deadline = std::chrono::steady_clock::now() + impl->publish_head_wait;
   for (int attempt = 1;;) {
     const std::uint64_t seen = impl->current_generation();
     auto next = impl->call([&] { return impl->engine->next_version(model); });

@@ -100,6 +100,9 @@ Status validate_limits(const PeerOptions& o) {
   if (o.max_release_deferral.count() < 0) {
     return Status::invalid_argument("the release deferral must not be negative");
   }
+  if (o.start_timeout.count() <= 0 || o.publish_head_wait.count() <= 0) {
+    return Status::invalid_argument("the start timeout and the publication's head wait must be positive");
+  }
   for (const std::string& seed : o.seeds) {
     if (seed.empty()) return Status::invalid_argument("a seed is empty (give host:port)");
   }
@@ -155,6 +158,7 @@ Status PeerEngine::start() {
   g.listen = *listen;
   g.advertise = options_.advertise;
   g.seeds = options_.seeds;
+  g.seed_lookup_timeout = options_.start_timeout;
   g.topology = location;
   std::string advertised_host = data_bound.host;
   if (!options_.advertise.empty()) {

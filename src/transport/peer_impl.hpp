@@ -58,6 +58,7 @@ struct Peer::Impl {
   std::optional<Identity> identity;  // a copy for signing publications on the caller's thread
   std::uint64_t shard_size = kAutoShardSize;
   ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
+  std::chrono::milliseconds publish_head_wait{10'000};  // PeerOptions::publish_head_wait
   std::uint32_t block_size = 1u << 20;  // a GPU's staging slots hold one block each
 
   // Waiters wake when `generation` moves (the engine changed something).

@@ -450,11 +450,17 @@ TEST_CASE("peer: a restarted publisher learns the head from the swarm before it 
   o.data_listen = "127.0.0.1:0";
   auto foreign = Peer::start(o, GossipNetwork::identity_for(662), SwarmKey::from_bytes(other));
   REQUIRE(foreign.is_ok());
-  auto lonely = start_peer(663, GossipNetwork::identity_for(663).public_key(), {(*foreign)->gossip_address()});
+  // It waits publish_head_wait for the head, not longer.
+  auto lonely = start_peer(663, GossipNetwork::identity_for(663).public_key(), {(*foreign)->gossip_address()},
+                           [](PeerOptions& lo) { lo.publish_head_wait = 500ms; });
+  const auto began = std::chrono::steady_clock::now();
   auto refused = lonely->publish("policy", image, tensors);
+  const auto took = std::chrono::steady_clock::now() - began;
   REQUIRE_FALSE(refused.is_ok());
   CHECK(refused.status().code() == StatusCode::kUnavailable);
   CHECK(refused.status().message().find("no seed answered") != std::string::npos);
+  CHECK(took >= 450ms);
+  CHECK(took < 5s);
 }
 
 TEST_CASE("peer: wait_for_head reports a version signed twice instead of waiting for it") {

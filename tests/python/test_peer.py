@@ -108,7 +108,9 @@ def test_bad_options_are_refused_at_start_with_a_reason():
     # Every C++ option is reachable; each out of range is the peer's refusal.
     for options, reason in (({"data_lanes": 0}, "data lanes"), ({"max_neighbours": 0}, "max neighbours"),
                             ({"upload_slots": 0}, "upload slots"), ({"shard_hash": "md5"}, "shard_hash"),
-                            ({"max_release_deferral": -1}, "max_release_deferral")):
+                            ({"max_release_deferral": -1}, "max_release_deferral"),
+                            ({"start_timeout": 0}, "start_timeout"), ({"publish_head_wait": -1}, "publish_head_wait"),
+                            ({"publish_head_wait": "10s"}, "publish_head_wait")):
         with pytest.raises(th.Error) as e:
             th.Peer.start(swarm_key=SWARM, **options)
         assert e.value.code == "invalid_argument" and reason in str(e.value), (options, e.value)
@@ -376,3 +378,22 @@ def test_iter_tensors_yields_every_tensor_in_order_once_verified_in_batches(pair
         assert [name for batch in only for name, _ in batch] == ["layers.0.step"]
         with pytest.raises(th.Error):
             next(iter(worker.fetch("policy").iter_tensors(kind="jax")))
+
+
+def test_a_publisher_whose_seed_never_answers_gives_up_after_publish_head_wait():
+    # The seed is a peer of another swarm: it never answers this one.
+    other = th.Peer.start(swarm_key=bytes([0x55]) * 32, listen="127.0.0.1:0")
+    try:
+        lonely = th.Peer.start(swarm_key=SWARM, listen="127.0.0.1:0", seeds=[other.gossip_address],
+                               publish_head_wait=0.5, start_timeout=2.0)
+        try:
+            began = time.monotonic()
+            with pytest.raises(th.Error) as e:
+                lonely.publish("policy", {"x": np.ones(1024, np.float32)})
+            took = time.monotonic() - began
+            assert e.value.code == "unavailable" and "no seed answered" in str(e.value), e.value
+            assert 0.45 <= took < 5, took
+        finally:
+            lonely.close()
+    finally:
+        other.close()
