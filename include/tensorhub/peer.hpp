@@ -60,6 +60,7 @@ struct PeerOptions {
   std::vector<std::string> seeds;         // host:port of peers to join through (names looked up at start)
   // start() gives up looking up the seeds' names after this: a seed still
   // being looked up is passed over (kTimeout when it was the last one).
+  // This and publish_head_wait: more than 0, at most a day.
   std::chrono::milliseconds start_timeout{10'000};
   // How long publish() waits to learn the head it must follow (a peer
   // started with seeds that has heard from no peer, or whose announced

@@ -111,9 +111,9 @@ class Peer:
                             "invalid_argument")
             options["shard_hash"] = shard_hash
         if max_release_deferral is not None:
-            options["max_release_deferral_ms"] = _seconds_option("max_release_deferral", max_release_deferral, 0)
-        options["start_timeout_ms"] = _seconds_option("start_timeout", start_timeout, 0.001)
-        options["publish_head_wait_ms"] = _seconds_option("publish_head_wait", publish_head_wait, 0.001)
+            options["max_release_deferral_ms"] = _seconds_option("max_release_deferral", max_release_deferral, 0, 1e9)
+        options["start_timeout_ms"] = _seconds_option("start_timeout", start_timeout, 0.001, 86400)
+        options["publish_head_wait_ms"] = _seconds_option("publish_head_wait", publish_head_wait, 0.001, 86400)
         for name, value in (("key_file", key_file), ("swarm_key_file", swarm_key_file)):
             _str_option(name, value, True)
         if swarm_key is not None and not isinstance(swarm_key, (bytes, bytearray)):

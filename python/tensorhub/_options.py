@@ -49,8 +49,8 @@ def _bool_option(name, value):
     return value
 
 
-def _seconds_option(name, value, least):
-    """``value`` seconds (``least`` or more, at most 1e9) as whole milliseconds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not least <= value <= 1e9:
-        raise _bad_option(name, f"{least} or more seconds", value)
+def _seconds_option(name, value, least, most):
+    """``value`` seconds, ``least`` to ``most``, as whole milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not least <= value <= most:
+        raise _bad_option(name, f"{least} to {most} seconds", value)
     return int(value * 1000)

@@ -1,6 +1,7 @@
 #include "cli/held_versions.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <filesystem>
 #include <system_error>
 
@@ -37,22 +38,30 @@ std::string HeldVersions::path_of(const std::string& model, std::uint64_t versio
 
 std::vector<std::string> HeldVersions::held_on(const std::string& gpu) const {
   std::vector<std::string> out;
+  auto name = [](const Key& key) { return std::get<0>(key) + " v" + std::to_string(std::get<1>(key)); };
   for (const auto& [key, held] : held_) {
-    if (std::get<2>(key) == gpu) out.push_back(std::get<0>(key) + " v" + std::to_string(std::get<1>(key)));
+    if (std::get<2>(key) == gpu) out.push_back(name(key));
+  }
+  // Memory being let go is still there.
+  for (const auto& [key, waiting] : retiring_) {
+    if (std::get<2>(key) == gpu) out.push_back(name(key) + " (being let go)");
   }
   return out;
 }
 
+bool HeldVersions::retiring(const VersionInfo& info, const std::string& gpu) const {
+  return retiring_.count({info.model, info.version, gpu}) != 0;
+}
+
+void HeldVersions::after_retired(const VersionInfo& info, const std::string& gpu, std::function<void()> then) {
+  auto it = retiring_.find({info.model, info.version, gpu});
+  if (it == retiring_.end()) return then();
+  it->second.push_back(std::move(then));
+}
+
 bool HeldVersions::hold(const VersionInfo& info, const std::string& gpu, Reply reply) {
   const Key key{info.model, info.version, gpu};
-  if (auto gone = retiring_.find(key); gone != retiring_.end()) {
-    if (!reply(line(Json{{"event", "waiting"}, {"reason", "the version's last hold is being let go"}}), false)) return false;
-    gone->second.push_back([this, info, gpu, reply] {
-      // The caller may have left meanwhile (its unhold found nothing).
-      if (reply(line(Json{{"event", "resumed"}}), false)) hold(info, gpu, reply);
-    });
-    return true;
-  }
+  assert(!retiring_.count(key));
   if (auto it = held_.find(key); it != held_.end()) {
     Held& held = it->second;
     ++held.holds;

@@ -15,9 +15,10 @@
 // overwritten while an engine may read it.
 // Letting go of a version waits for the pieces being sent from it (up to
 // the engine's grace), so it never runs on the daemon's loop: the handle
-// and the memory go through `retire` (the daemon's work pool), and a hold
-// on that version that comes meanwhile waits until they are gone (its file
-// is made at the same path).
+// and the memory go through `retire` (the daemon's work pool). Until they
+// are gone the version is retiring: a new hold on it must wait (its file
+// would be made at the same path; the daemon waits with after_retired),
+// and its GPU memory still counts against `gpu_buffers`.
 // A daemon that is killed leaves its files; the next start of a daemon
 // with its identity removes them.
 //
@@ -53,7 +54,7 @@ class HeldVersions {
   // `retire` lets go of a version's fetch and memory (see above).
   HeldVersions(Peer& peer, std::string directory, Retire retire, GpuHoldMemoryFactory gpu_memory = cuda_hold_memory,
                std::size_t gpu_buffers = 2);
-  ~HeldVersions();  // releases every hold and removes its file, on this thread
+  ~HeldVersions();  // releases every hold and removes its file, on this thread (not those retiring)
   HeldVersions(const HeldVersions&) = delete;
   HeldVersions& operator=(const HeldVersions&) = delete;
 
@@ -67,9 +68,12 @@ class HeldVersions {
   // hold is then gone: unhold finds nothing). Returns false when it
   // answered at once with an error (no hold was added): the memory could
   // not be made, or `gpu` holds `gpu_buffers` other versions already.
-  // A hold on a version still being let go starts once it is gone (with an
-  // event line "waiting" meanwhile), unless the caller left by then.
+  // REQUIRES: !retiring(info, gpu).
   bool hold(const VersionInfo& info, const std::string& gpu, Reply reply);
+  // Whether that version's last copy there is still being let go.
+  bool retiring(const VersionInfo& info, const std::string& gpu) const;
+  // Runs `then` on the caller's thread once it is gone (at once when it is).
+  void after_retired(const VersionInfo& info, const std::string& gpu, std::function<void()> then);
 
   // Lets go of one hold. Errors: kNotFound (no hold on that version there:
   // its fetch failed). Returns the holds left; at 0 the version is released
@@ -112,7 +116,7 @@ class HeldVersions {
   GpuHoldMemoryFactory gpu_memory_;
   std::size_t gpu_buffers_;
   std::map<Key, Held> held_;
-  // Versions being let go, and the holds waiting for them to be gone.
+  // Versions being let go, and what waits for them to be gone.
   std::map<Key, std::vector<std::function<void()>>> retiring_;
 };
 

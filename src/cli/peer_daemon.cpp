@@ -495,21 +495,44 @@ class Daemon {
             const transport::ControlServer::Reply& reply, const transport::ControlServer::WhenClosed& when_closed) {
     auto known = peer_->version_info(model, version);
     if (!known) return fail(reply, known.status());
-    const bool polling = held_->fetching();
-    if (!held_->hold(*known, gpu, reply)) return;  // answered with its error
-    when_closed([this, reply, model, gpu, number = known->version] {
-      if (!held_) return;  // the daemon is stopping
+    // The connection may close before the hold starts (it waits for the
+    // last copy of the version to go) or after: only a hold that started
+    // is let go.
+    struct Lease {
+      bool started = false;
+      bool closed = false;
+    };
+    auto lease = std::make_shared<Lease>();
+    when_closed([this, reply, lease, model, gpu, number = known->version] {
+      lease->closed = true;
+      if (!lease->started || !held_) return;  // never held, or the daemon is stopping
       auto left = held_->unhold(model, number, gpu);
       reply(line(left ? Json{{"done", true}, {"ok", true}, {"released", true}, {"holds", *left}}
                       : error_line(left.status())),
             true);
     });
-    if (!polling && held_->fetching()) later(std::chrono::milliseconds(50), [this] { poll_holds(); });
+    auto start = [this, reply, lease, info = *known, gpu] {
+      if (lease->closed || !held_) return;
+      lease->started = held_->hold(info, gpu, reply);  // false: answered with its error
+      poll_holds_while_fetching();
+    };
+    if (held_->retiring(*known, gpu)) {
+      reply(line(Json{{"event", "waiting"}, {"reason", "the version's last copy here is being let go"}}), false);
+    }
+    held_->after_retired(*known, gpu, start);
+  }
+
+  // Sends progress to the holds being fetched every 50 ms while any is.
+  void poll_holds_while_fetching() {
+    if (polling_holds_ || !held_->fetching()) return;
+    polling_holds_ = true;
+    later(std::chrono::milliseconds(50), [this] { poll_holds(); });
   }
 
   void poll_holds() {
+    polling_holds_ = false;
     held_->poll();
-    if (held_->fetching()) later(std::chrono::milliseconds(50), [this] { poll_holds(); });
+    poll_holds_while_fetching();
   }
 
   void release(const std::string& model, std::uint64_t version, bool now, const transport::ControlServer::Reply& reply) {
@@ -662,6 +685,7 @@ class Daemon {
   std::set<std::shared_ptr<FetchWatch>> watches_;  // fetch requests being answered
   OutputJournal outputs_;
   std::unique_ptr<HeldVersions> held_;
+  bool polling_holds_ = false;  // poll_holds is due
   // The steps that take long (hashing a publication, a digest, releases
   // that wait for pieces in flight), so the control loop never waits on them.
   std::unique_ptr<core::WorkPool> work_ = std::make_unique<core::WorkPool>(2);

@@ -68,7 +68,7 @@ class Neighbourhood {
   // Gossip says it left: neither a candidate nor a lost holder any more.
   void forget(const PeerId& peer);
   const CandidateList& candidates() const { return candidates_; }
-  // The nearest candidate (complete ones first with `complete_only`),
+  // The nearest candidate (only complete ones with `complete_only`),
   // drawn among equals when `drawn`, else the first in id order.
   std::optional<PeerId> nearest_candidate(bool complete_only, bool drawn);
   // A candidate drawn at random. REQUIRES: !candidates().empty().

@@ -5,6 +5,7 @@
 #include <deque>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "core/entropy.hpp"
@@ -263,31 +264,39 @@ Result<std::string> system_seed_lookup(const std::string& host, std::uint16_t po
 Result<std::vector<std::string>> resolve_seeds(const std::vector<std::string>& seeds, bool ipv6,
                                                std::chrono::milliseconds within, const SeedLookup& lookup) {
   const auto deadline = std::chrono::steady_clock::now() + within;
-  std::vector<std::string> out;
-  Status last = Status::ok();
+  // Every name is looked up at once, each on a thread of its own:
+  // getaddrinfo cannot be cancelled, so a lookup past the deadline is left
+  // to finish there, and only its promise hears of it.
+  std::vector<std::optional<std::future<Result<std::string>>>> answers;
   for (const std::string& seed : seeds) {
     auto hp = core::parse_host_port(seed);
     if (!hp) return hp.status().with_context("seed");
     if (core::is_ip_literal(hp->host)) {
-      out.push_back(seed);
+      answers.emplace_back();
       continue;
     }
-    // getaddrinfo cannot be cancelled: a lookup past the deadline is left
-    // to finish on its own thread, and only its promise hears of it.
     auto answer = std::make_shared<std::promise<Result<std::string>>>();
-    auto future = answer->get_future();
+    answers.emplace_back(answer->get_future());
     std::thread([answer, lookup, host = hp->host, port = hp->port, ipv6] {
       answer->set_value(lookup(host, port, ipv6));
     }).detach();
-    if (future.wait_until(deadline) != std::future_status::ready) {
-      last = Status::timeout("seed " + core::quoted(seed) + ": looking up " + core::quoted(hp->host) +
-                             " took longer than the start allows (" + std::to_string(within.count()) + " ms)");
+  }
+  std::vector<std::string> out;
+  Status last = Status::ok();
+  for (std::size_t i = 0; i < seeds.size(); ++i) {
+    if (!answers[i]) {
+      out.push_back(seeds[i]);
+      continue;
+    }
+    if (answers[i]->wait_until(deadline) != std::future_status::ready) {
+      last = Status::timeout("seed " + core::quoted(seeds[i]) + ": its name's lookup took longer than the start allows (" +
+                             std::to_string(within.count()) + " ms)");
       TH_LOG_WARN(kLog, last.message());
       continue;
     }
-    auto resolved = future.get();
+    auto resolved = answers[i]->get();
     if (!resolved) {
-      last = resolved.status().with_context("seed " + core::quoted(seed));
+      last = resolved.status().with_context("seed " + core::quoted(seeds[i]));
       TH_LOG_WARN(kLog, last.message());
       continue;
     }

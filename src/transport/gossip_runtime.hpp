@@ -46,8 +46,8 @@ using SeedLookup = std::function<Result<std::string>(const std::string& host, st
 Result<std::string> system_seed_lookup(const std::string& host, std::uint16_t port, bool ipv6);
 // The seeds as IP:port of the listening address's family: IP literals as
 // they are, names looked up with `lookup`, once, before the peer runs, all
-// within `within` (each on a thread of its own, so a lookup that hangs is
-// left behind). A seed that does not resolve in time is skipped with a
+// at once and within `within` (each on a thread of its own, so a lookup
+// that hangs is left behind). A seed that does not resolve in time is skipped with a
 // warning. Errors: kInvalidArgument (a seed that is not host:port),
 // kUnavailable when no seed resolves, kTimeout when the last one to fail
 // ran out of time.

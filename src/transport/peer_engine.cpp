@@ -100,8 +100,11 @@ Status validate_limits(const PeerOptions& o) {
   if (o.max_release_deferral.count() < 0) {
     return Status::invalid_argument("the release deferral must not be negative");
   }
-  if (o.start_timeout.count() <= 0 || o.publish_head_wait.count() <= 0) {
-    return Status::invalid_argument("the start timeout and the publication's head wait must be positive");
+  constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(24);
+  if (o.start_timeout.count() <= 0 || o.publish_head_wait.count() <= 0 || o.start_timeout > kMaxWait ||
+      o.publish_head_wait > kMaxWait) {
+    return Status::invalid_argument("the start timeout and the publication's head wait must be more than 0 and at "
+                                    "most a day");
   }
   for (const std::string& seed : o.seeds) {
     if (seed.empty()) return Status::invalid_argument("a seed is empty (give host:port)");

@@ -277,11 +277,10 @@ TEST_CASE("a hold whose fetch fails lets go of its memory before its holders hea
   CHECK(held.unhold("policy", 1, kGpuA).status().code() == StatusCode::kNotFound);
 }
 
-TEST_CASE("a version's last hold is let go off the caller's thread, and a new hold on it waits until it is gone") {
+TEST_CASE("a version's last hold is let go off the caller's thread, and stays counted until it is gone") {
   OneVersion one(821, 21);
   Peer* daemon = one.daemon.get();
   const std::optional<VersionInfo>& info = one.info;
-
   FakeGpus gpus;
   RetireLater pool;
   const std::string folder = (std::filesystem::temp_directory_path() / "tensorhub-held-versions-retire").string();
@@ -289,7 +288,7 @@ TEST_CASE("a version's last hold is let go off the caller's thread, and a new ho
                          [&gpus](const std::string& gpu, const VersionInfo& i) -> Result<std::unique_ptr<cli::HoldMemory>> {
                            return std::unique_ptr<cli::HoldMemory>(new FakeGpuMemory(gpus, gpu, i.bytes));
                          },
-                         /*gpu_buffers=*/2);
+                         /*gpu_buffers=*/1);
   Answer first;
   REQUIRE(held.hold(*info, kGpuA, first.reply()));
   poll_until_done(held, {&first});
@@ -300,25 +299,31 @@ TEST_CASE("a version's last hold is let go off the caller's thread, and a new ho
   CHECK(*left == 0);
   CHECK(gpus.live == 1);
   REQUIRE(pool.queued.size() == 1);
-  // A hold meanwhile waits (its memory would be made beside the old).
-  Answer again, left_early;
-  REQUIRE(held.hold(*info, kGpuA, again.reply()));
-  CHECK(again.lines.back()["event"] == "waiting");
-  bool gone = false;
-  REQUIRE(held.hold(*info, kGpuA, [&](const std::string& text, bool last) {
-    left_early.lines.push_back(nlohmann::json::parse(text));
-    left_early.closed = left_early.closed || last;
-    return !gone;  // false once its client has left
-  }));
-  gone = true;
-  CHECK(gpus.made == 1);
+  CHECK(held.retiring(*info, kGpuA));
+  CHECK_FALSE(held.retiring(*info, ""));
+  // Until it is gone it fills the GPU's one buffer: another hold there is
+  // refused, naming it.
+  Answer refused;
+  auto v_other = *info;
+  v_other.version = 7;
+  CHECK_FALSE(held.hold(v_other, kGpuA, refused.reply()));
+  CHECK(refused.lines.back()["error"].get<std::string>().find("policy v1 (being let go)") != std::string::npos);
+  // What waits for it runs once it is gone, in order, and a hold may start then.
+  std::vector<int> ran;
+  held.after_retired(*info, kGpuA, [&] { ran.push_back(1); });
+  held.after_retired(*info, kGpuA, [&] { ran.push_back(2); });
+  CHECK(ran.empty());
   pool.run();
-  CHECK(gpus.live == 1);  // the old memory went, and the waiting hold made its own
-  CHECK(gpus.made == 2);
+  CHECK(ran == std::vector<int>{1, 2});
+  CHECK(gpus.live == 0);
+  CHECK_FALSE(held.retiring(*info, kGpuA));
+  held.after_retired(*info, kGpuA, [&] { ran.push_back(3); });  // nothing retiring: at once
+  CHECK(ran == std::vector<int>{1, 2, 3});
+  Answer again;
+  REQUIRE(held.hold(*info, kGpuA, again.reply()));
   poll_until_done(held, {&again});
   CHECK(again.lines.back()["ok"] == true);
-  CHECK(again.lines.back()["holds"] == 1);  // the hold whose client left was not taken
-  CHECK(left_early.lines.back()["event"] == "resumed");
+  CHECK(gpus.made == 2);
   REQUIRE(held.unhold("policy", 1, kGpuA).is_ok());
   pool.run();
   CHECK(gpus.live == 0);

@@ -48,3 +48,15 @@ TEST_CASE("seed lookup: a lookup that hangs is left behind at the start's deadli
   CHECK(none.status().code() == StatusCode::kTimeout);
   CHECK(none.status().message().find("slow:7001") != std::string::npos);
 }
+
+TEST_CASE("seed lookup: names are looked up at once, so one that hangs does not take the others' time") {
+  transport::SeedLookup lookup = [](const std::string& host, std::uint16_t port, bool) -> Result<std::string> {
+    std::this_thread::sleep_for(host == "slow" ? 3000ms : 50ms);
+    return "10.0.0.1:" + std::to_string(port);
+  };
+  const auto began = std::chrono::steady_clock::now();
+  auto seeds = transport::resolve_seeds({"slow:7001", "fast:7002"}, false, 300ms, lookup);
+  REQUIRE(seeds.is_ok());
+  CHECK(*seeds == std::vector<std::string>{"10.0.0.1:7002"});
+  CHECK(std::chrono::steady_clock::now() - began < 2000ms);
+}
