@@ -503,13 +503,15 @@ class Daemon {
       bool closed = false;
     };
     auto lease = std::make_shared<Lease>();
-    when_closed([this, reply, lease, model, gpu, number = known->version] {
+    when_closed([this, reply, lease, info = *known, gpu] {
       lease->closed = true;
       if (!lease->started || !held_) return;  // never held, or the daemon is stopping
-      auto left = held_->unhold(model, number, gpu);
-      reply(line(left ? Json{{"done", true}, {"ok", true}, {"released", true}, {"holds", *left}}
-                      : error_line(left.status())),
-            true);
+      auto left = held_->unhold(info.model, info.version, gpu);
+      const std::string answer = line(left ? Json{{"done", true}, {"ok", true}, {"released", true}, {"holds", *left}}
+                                           : error_line(left.status()));
+      // The last hold's answer waits until the memory is gone (the file removed).
+      if (left && *left == 0) return held_->after_retired(info, gpu, [reply, answer] { reply(answer, true); });
+      reply(answer, true);
     });
     auto start = [this, reply, lease, info = *known, gpu] {
       if (lease->closed || !held_) return;
