@@ -1,5 +1,5 @@
 #include "transport/peer_engine.hpp"
-#include "transport/peer_engine_lease.hpp"
+#include "transport/version_lease.hpp"
 
 #include <chrono>
 #include <cstring>
@@ -64,7 +64,7 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, InternalOption
       swarm_key_(std::move(swarm_key)),
       run_callback_(std::move(run_callback)),
       timer_(io),
-      landing_poll_(io) {
+      copies_(io, [this](std::vector<StageCopies::Ended> ended) { on_copies_ended(std::move(ended)); }) {
   if (options_.trusted_publishers.empty()) options_.trusted_publishers.push_back(identity_.public_key());
 }
 
@@ -243,8 +243,8 @@ void PeerEngine::close() {
   }
   closed_ = true;
   timer_.cancel();
-  landing_poll_.cancel();
-  drain_landings();
+  copies_.drain();
+  staged_.clear();
   if (tcp_) tcp_->close();
 #if TENSORHUB_HAVE_RDMA
   if (rdma_) rdma_->close();
@@ -474,10 +474,10 @@ void PeerEngine::arm_timer() {
   });
 }
 
-std::shared_ptr<PeerEngine::Lease> PeerEngine::lease_of(const std::shared_ptr<LocalVersion>& v) {
+std::shared_ptr<VersionLease> PeerEngine::lease_of(const std::shared_ptr<LocalVersion>& v) {
   auto& lease = leases_[v.get()];
   if (!lease) {
-    lease = std::make_shared<Lease>();
+    lease = std::make_shared<VersionLease>();
     lease->version = v;
     lease->watch = watches_.of(*v);
   }
@@ -510,7 +510,7 @@ void PeerEngine::release_memory(ReleaseMemory release) {
   // (30 s or more): past the grace, the connections still being written
   // from it are closed, which ends their pieces.
   auto timer = release_timers_.emplace(release_timers_.end(), io_, kReleaseGrace);
-  timer->async_wait([this, timer, lease = std::weak_ptr<Lease>(it->second)](std::error_code ec) {
+  timer->async_wait([this, timer, lease = std::weak_ptr<VersionLease>(it->second)](std::error_code ec) {
     if (ec) return;  // the engine is going: nothing here is touched
     release_timers_.erase(timer);
     auto held = lease.lock();
@@ -537,7 +537,7 @@ void PeerEngine::serve_piece(const swarm::ServePiece& s) {
   DataTransport& to = transport_for(s.peer);
   serve_pieces_.clear();
   v->memory.pieces(s.offset, s.length, serve_pieces_);  // one per region the block spans
-  std::shared_ptr<Lease> source = lease_of(v);
+  std::shared_ptr<VersionLease> source = lease_of(v);
   // Refused: a block this requester asked for and has not been sent yet, or
   // more than its share queued. Either only takes upload from the others.
   auto& queued = source->sending_to[s.peer];

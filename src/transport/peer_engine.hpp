@@ -25,12 +25,11 @@
 #include "transport/data_connection.hpp"
 #include "transport/gossip_runtime.hpp"
 #include "transport/member_hosts.hpp"
+#include "transport/stage_copies.hpp"
 #include "transport/staged_payloads.hpp"
+#include "transport/version_lease.hpp"
 #include "transport/version_watches.hpp"
 
-namespace tensorhub::peer {
-
-}  // namespace tensorhub::peer
 namespace tensorhub::rdma {
 class RdmaTransport;
 }  // namespace tensorhub::rdma
@@ -126,11 +125,7 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void on_piece(const PeerId& peer, const swarm::SwarmMessage& header, bool stored) override;
   void on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) override;
 
- public:
-  struct Lease;  // public for the piece sources of peer_engine.cpp
-
  private:
-
   void pump();
   // After close(): gives memory back, tells waiters and logs; drops the rest.
   void pump_closed();
@@ -163,33 +158,31 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // Serves a piece from a copy of its bytes, made on the pool: from memory
   // the host cannot read, or corrupted on purpose (InternalOptions).
   void serve_copied_piece(const swarm::ServePiece& serve, std::shared_ptr<LocalVersion> version,
-                          std::shared_ptr<Lease> source);
-  struct Landing;
+                          std::shared_ptr<VersionLease> source);
   // Serves a piece of a version the host cannot read by filling a buffer of
   // its domain's stage and sending from it; false when there is no stage or
   // no free buffer.
   bool serve_through_stage(const swarm::ServePiece& serve, const std::shared_ptr<LocalVersion>& version,
-                           const std::shared_ptr<Lease>& source);
+                           const std::shared_ptr<VersionLease>& source);
   // A filled piece's buffer is sent (or, when the fill failed, given back).
-  void send_filled(Landing l, bool filled);
+  void send_filled(StageCopies::Copy fill, bool filled);
   // Serves a piece of a version the host cannot read from its host mirror
   // (PeerOptions::mirror_gpu_versions); false when there is none yet (one is
   // started once the version is complete).
   bool serve_from_mirror(const swarm::ServePiece& serve, const std::shared_ptr<LocalVersion>& version,
-                         const std::shared_ptr<Lease>& source);
+                         const std::shared_ptr<VersionLease>& source);
   // Starts filling `version`'s host mirror on the pool, unless it has been
   // started. REQUIRES: the version is complete.
-  void start_mirror(const std::shared_ptr<LocalVersion>& version, const std::shared_ptr<Lease>& source);
+  void start_mirror(const std::shared_ptr<LocalVersion>& version, const std::shared_ptr<VersionLease>& source);
   // Payloads for versions the host cannot write (peer_engine_staging.cpp):
   // received into a stage's buffer or a host buffer, then landed.
   void stage_payload(const PeerId& peer, const swarm::SwarmMessage& header, const PieceLanding& landing,
                      std::vector<std::span<std::byte>>& out);
   // Ends a staged payload's receipt; false when `header` names none.
   bool end_staged_payload(const PeerId& peer, const swarm::SwarmMessage& header, bool stored);
-  void arm_landing_poll();
-  void poll_landings();
-  // Waits for every landing in flight and forgets them (the engine closes).
-  void drain_landings();
+  // Copies through a stage that ended: landed payloads count as stored
+  // pieces, filled pieces are sent.
+  void on_copies_ended(std::vector<StageCopies::Ended> ended);
   // The requester's fetch of the version ended: its allowance starts again.
   void requester_done(const PeerId& peer, const ManifestId& version_id);
   void hash_shard(const HashShard& job);
@@ -203,7 +196,7 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void accept_mate();
   void serve_mate(std::shared_ptr<asio::local::stream_protocol::socket> socket);
   void copy_from_mate(CopyFromMate job);
-  std::shared_ptr<Lease> lease_of(const std::shared_ptr<LocalVersion>& version);
+  std::shared_ptr<VersionLease> lease_of(const std::shared_ptr<LocalVersion>& version);
   void head_changed(const VersionInfo& head);
   // `s`, with why it may have failed when this peer never joined.
   Status with_join_status(Status s) const;
@@ -228,7 +221,7 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   MemberHosts member_hosts_;  // the acceptor prefers handshakes from them under a flood
   asio::steady_timer timer_;
   TimePoint timer_at_ = kTimeNever;
-  std::map<const LocalVersion*, std::shared_ptr<Lease>> leases_;
+  std::map<const LocalVersion*, std::shared_ptr<VersionLease>> leases_;
   // What other threads see of each version held, and who waits for its memory.
   VersionWatches watches_;
   std::vector<std::span<const std::byte>> serve_pieces_;  // reused by serve_piece
@@ -238,28 +231,10 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   bool joined_ = false;  // some other peer was heard of since start
   std::unique_ptr<asio::steady_timer> join_check_;  // logs a peer that joined nobody
   std::list<asio::steady_timer> release_timers_;     // the releases' graces (release_memory)
-  // A copy through a stage in flight: a payload landing (the destination
-  // is in use until it ends), or a served piece being filled (`serving`:
-  // sent from `buffer` once filled; the piece holds the lease's use).
-  struct Landing {
-    PeerId peer;
-    swarm::SwarmMessage header;
-    PayloadStage* stage = nullptr;
-    std::shared_ptr<Lease> lease;
-    bool serving = false;
-    std::span<std::byte> buffer;
-    std::uint64_t offset = 0;
-    std::uint32_t length = 0;
-  };
   // Payloads being received for versions the host cannot write into in
-  // place, and (landings_) the copies into them in flight, by tag.
+  // place, and the copies through a stage in flight (landings and fills).
   StagedPayloads staged_;
-  std::map<std::uint64_t, Landing> landings_;
-  std::uint64_t next_landing_tag_ = 1;
-  asio::steady_timer landing_poll_;
-  bool landing_poll_armed_ = false;
-  std::uint64_t landings_staged_ = 0;        // through a stage's buffer
-  std::uint64_t pieces_served_staged_ = 0;   // served from a stage's buffer (no mirror)
+  StageCopies copies_;
   std::unique_ptr<asio::local::stream_protocol::acceptor> mates_;  // null: no mate channel
   std::uint64_t mate_shards_copied_ = 0;  // shards verified here after a copy from a host mate
   std::uint64_t mate_bytes_copied_ = 0;

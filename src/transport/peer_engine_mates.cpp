@@ -7,7 +7,7 @@
 #include "core/log.hpp"
 #include "transport/mate_channel.hpp"
 #include "transport/peer_engine.hpp"
-#include "transport/peer_engine_lease.hpp"
+#include "transport/version_lease.hpp"
 
 namespace tensorhub::peer {
 namespace {
@@ -65,7 +65,7 @@ void PeerEngine::serve_mate(std::shared_ptr<asio::local::stream_protocol::socket
         if (Status s = v->domain->share(v->memory, ranges); !s) return refuse(s.message());
         // The memory stays until the mate closes the channel (its copy is
         // done), or the lease's time is up.
-        std::shared_ptr<Lease> lease = lease_of(v);
+        std::shared_ptr<VersionLease> lease = lease_of(v);
         ++lease->uses;
         ++mate_sessions_served_;
         auto ended = std::make_shared<bool>(false);
@@ -96,7 +96,7 @@ void PeerEngine::serve_mate(std::shared_ptr<asio::local::stream_protocol::socket
 }
 
 void PeerEngine::copy_from_mate(CopyFromMate job) {
-  std::shared_ptr<Lease> to = lease_of(job.to);
+  std::shared_ptr<VersionLease> to = lease_of(job.to);
   ++to->uses;
   pool_.submit([this, job = std::move(job), to] {
     const Manifest& m = *job.to->manifest;

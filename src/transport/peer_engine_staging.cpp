@@ -12,15 +12,12 @@
 
 #include "core/log.hpp"
 #include "transport/peer_engine.hpp"
-#include "transport/peer_engine_lease.hpp"
+#include "transport/version_lease.hpp"
 
 namespace tensorhub::peer {
 namespace {
 
 constexpr const char* kLog = "peer";
-// How often landings in flight are polled: far below a piece's time on the
-// wire, and only while some are in flight.
-constexpr auto kLandingPoll = std::chrono::microseconds(100);
 
 // A piece served from bytes copied out of the version's memory.
 struct CopiedPiece final : LeasedPiece {
@@ -49,16 +46,12 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
   if (!ended) return false;
   StagedPayloads::Payload& p = *ended;
   if (stored && p.stage != nullptr) {
-    const std::uint64_t tag = next_landing_tag_++;
-    std::shared_ptr<Lease> lease = lease_of(p.version);
+    std::shared_ptr<VersionLease> lease = lease_of(p.version);
     ++lease->uses;  // the copy writes the version's memory
-    Status landed = p.stage->land(p.buffer, p.version->destination, p.offset, p.length, tag);
-    if (landed.is_ok()) {
-      landings_[tag] = Landing{peer, header, p.stage, std::move(lease), false, {}, p.offset, p.length};
-      ++landings_staged_;
-      arm_landing_poll();
-      return true;
-    }
+    Status landed = copies_.begin(
+        StageCopies::Copy{peer, header, p.stage, lease, false, {}, p.offset, p.length},
+        [&](std::uint64_t tag) { return p.stage->land(p.buffer, p.version->destination, p.offset, p.length, tag); });
+    if (landed.is_ok()) return true;
     lease->end_use();
     TH_LOG_WARN(kLog, "a payload for " << p.version->model << " v" << p.version->number
                                        << " could not land: " << landed.to_string());
@@ -81,67 +74,29 @@ bool PeerEngine::end_staged_payload(const PeerId& peer, const swarm::SwarmMessag
   return true;
 }
 
-void PeerEngine::arm_landing_poll() {
-  if (landing_poll_armed_ || landings_.empty()) return;
-  landing_poll_armed_ = true;
-  landing_poll_.expires_after(kLandingPoll);
-  landing_poll_.async_wait([this](std::error_code ec) {
-    if (ec) return;
-    landing_poll_armed_ = false;
-    if (closed_) return;
-    poll_landings();
-    arm_landing_poll();
-  });
-}
-
-void PeerEngine::poll_landings() {
-  std::set<PayloadStage*> stages;
-  for (const auto& [tag, l] : landings_) stages.insert(l.stage);
-  std::vector<PayloadStage::Landed> done;
-  for (PayloadStage* stage : stages) stage->poll(done);
-  for (const PayloadStage::Landed& d : done) {
-    auto it = landings_.find(d.tag);
-    if (it == landings_.end()) continue;
-    Landing l = std::move(it->second);
-    landings_.erase(it);
-    if (l.serving) {
-      send_filled(std::move(l), d.ok);
+void PeerEngine::on_copies_ended(std::vector<StageCopies::Ended> ended) {
+  for (StageCopies::Ended& e : ended) {
+    StageCopies::Copy& c = e.copy;
+    if (c.serving) {
+      send_filled(std::move(c), e.ok);
       continue;
     }
-    l.lease->end_use();
-    if (d.ok) {
-      core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, l.peer, l.header, true); });
+    c.lease->end_use();
+    if (e.ok) {
+      core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece(at, c.peer, c.header, true); });
       continue;
     }
     // The holder sent it whole: the failure is this side's, and the block
     // is asked for again without blame.
-    TH_LOG_WARN(kLog, "a payload's copy into " << l.lease->version->model << " v" << l.lease->version->number
+    TH_LOG_WARN(kLog, "a payload's copy into " << c.lease->version->model << " v" << c.lease->version->number
                                                << " failed; the block is fetched again");
-    core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_not_kept(at, l.peer, l.header); });
+    core_->pieces(now(), [&](swarm::PiecePath& path, TimePoint at) { path.on_piece_not_kept(at, c.peer, c.header); });
   }
-  if (!done.empty()) pump();
-}
-
-void PeerEngine::drain_landings() {
-  std::set<PayloadStage*> stages;
-  for (const auto& [tag, l] : landings_) stages.insert(l.stage);
-  for (PayloadStage* stage : stages) stage->drain();
-  std::vector<PayloadStage::Landed> done;
-  for (PayloadStage* stage : stages) stage->poll(done);
-  for (auto& [tag, l] : landings_) {
-    if (l.serving) {
-      l.stage->give_back(l.buffer);
-      l.lease->piece_done(l.peer, l.offset, l.length, false);
-    } else {
-      l.lease->end_use();
-    }
-  }
-  landings_.clear();
-  staged_.clear();
+  pump();
 }
 
 bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared_ptr<LocalVersion>& version,
-                                   const std::shared_ptr<Lease>& source) {
+                                   const std::shared_ptr<VersionLease>& source) {
   if (!options_.mirror_gpu_versions) return false;
   if (source->mirror) {
     auto piece = std::make_shared<LeasedPiece>();
@@ -156,7 +111,7 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
   return false;
 }
 
-void PeerEngine::start_mirror(const std::shared_ptr<LocalVersion>& version, const std::shared_ptr<Lease>& source) {
+void PeerEngine::start_mirror(const std::shared_ptr<LocalVersion>& version, const std::shared_ptr<VersionLease>& source) {
   if (source->mirror_started) return;
   // Filled once, on the pool, while pieces go out staged or as copies; the
   // lease keeps the version's memory meanwhile.
@@ -181,22 +136,21 @@ void PeerEngine::start_mirror(const std::shared_ptr<LocalVersion>& version, cons
 }
 
 bool PeerEngine::serve_through_stage(const swarm::ServePiece& s, const std::shared_ptr<LocalVersion>& version,
-                                     const std::shared_ptr<Lease>& source) {
+                                     const std::shared_ptr<VersionLease>& source) {
   PayloadStage* stage = version->domain->payload_stage();
   if (stage == nullptr) return false;
   const std::span<std::byte> buffer = stage->take(s.length);
   if (buffer.empty()) return false;
-  const std::uint64_t tag = next_landing_tag_++;
-  if (!stage->fill(buffer, version->memory, s.offset, s.length, tag).is_ok()) {
+  Status filling = copies_.begin(StageCopies::Copy{s.peer, s.header, stage, source, true, buffer, s.offset, s.length},
+                                 [&](std::uint64_t tag) { return stage->fill(buffer, version->memory, s.offset, s.length, tag); });
+  if (!filling.is_ok()) {
     stage->give_back(buffer);
     return false;
   }
-  landings_[tag] = Landing{s.peer, s.header, stage, source, true, buffer, s.offset, s.length};
-  arm_landing_poll();
   return true;
 }
 
-void PeerEngine::send_filled(Landing l, bool filled) {
+void PeerEngine::send_filled(StageCopies::Copy l, bool filled) {
   if (!filled) {
     l.stage->give_back(l.buffer);
     l.lease->piece_done(l.peer, l.offset, l.length, false);
@@ -208,13 +162,12 @@ void PeerEngine::send_filled(Landing l, bool filled) {
   piece->offset = l.offset;
   piece->stage = l.stage;
   piece->buffer = l.buffer;
-  ++pieces_served_staged_;
   const std::span<const std::byte> whole[] = {l.buffer.first(l.length)};
   transport_for(l.peer).send_piece(l.peer, l.header, whole, std::move(piece));
 }
 
 void PeerEngine::serve_copied_piece(const swarm::ServePiece& s, std::shared_ptr<LocalVersion> version,
-                                    std::shared_ptr<Lease> source) {
+                                    std::shared_ptr<VersionLease> source) {
   auto piece = std::make_shared<CopiedPiece>();
   piece->lease = std::move(source);
   piece->peer = s.peer;

@@ -82,10 +82,10 @@ std::string PeerEngine::status_json() const {
   j["gpus_note"] = gpus_                  ? gpus_->note
                    : internal_.probe_gpus ? std::string("probing")
                                           : std::string("not probed (a library peer loads CUDA only to fetch into a GPU)");
-  j["landings"] = {{"staged", landings_staged_},
+  j["landings"] = {{"staged", copies_.landings_begun()},
                    {"through_host_buffer", staged_.through_host()},
-                   {"served_staged", pieces_served_staged_},
-                   {"in_flight", landings_.size()}};
+                   {"served_staged", copies_.fills_served()},
+                   {"in_flight", copies_.in_flight()}};
   // Which neighbours move payloads by RDMA READ (docs/rdma.md).
   const RdmaStatus rdma = rdma_status();
   nlohmann::ordered_json rdma_neighbours = nlohmann::ordered_json::array();

@@ -2,7 +2,7 @@
 // neighbour, the regions a transport registers with its NICs, and the
 // transports' events (connections, messages, payloads) handed to the core.
 #include "transport/peer_engine.hpp"
-#include "transport/peer_engine_lease.hpp"
+#include "transport/version_lease.hpp"
 
 #if TENSORHUB_HAVE_RDMA
 #include "rdma/rdma_transport.hpp"
@@ -25,7 +25,7 @@ RdmaStatus PeerEngine::rdma_status() const {
 }
 
 std::shared_ptr<void> PeerEngine::keep_version(const std::shared_ptr<LocalVersion>& v) {
-  std::shared_ptr<Lease> lease = lease_of(v);
+  std::shared_ptr<VersionLease> lease = lease_of(v);
   ++lease->uses;
   // The use ends on the I/O thread, wherever the last holder drops it (and
   // not at all once the engine is gone: nothing waits on the lease then).

@@ -7,12 +7,12 @@
 #include <mutex>
 
 #include "transport/peer_engine.hpp"
-#include "transport/peer_engine_lease.hpp"
+#include "transport/version_lease.hpp"
 
 namespace tensorhub::peer {
 
 void PeerEngine::hash_shard(const HashShard& job) {
-  std::shared_ptr<Lease> lease = lease_of(job.version);
+  std::shared_ptr<VersionLease> lease = lease_of(job.version);
   ++lease->uses;
   pool_.submit([this, lease, version = job.version, shard = job.shard, serial = job.fetch_serial] {
     const bool good = version->domain->verify_shard(*version->manifest, shard, version->destination.as_const());
@@ -30,8 +30,8 @@ void PeerEngine::hash_shard(const HashShard& job) {
 void PeerEngine::copy_shards(CopyShards job) {
   // Split over the pool's threads; the last part to finish reports.
   const std::size_t parts = std::max<std::size_t>(1, std::min(pool_.threads(), job.shards.size()));
-  std::shared_ptr<Lease> from = lease_of(job.from);
-  std::shared_ptr<Lease> to = lease_of(job.to);
+  std::shared_ptr<VersionLease> from = lease_of(job.from);
+  std::shared_ptr<VersionLease> to = lease_of(job.to);
   ++from->uses;
   ++to->uses;
   struct Job {

@@ -1,4 +1,5 @@
-// PeerEngine::Lease, shared by the engine's source files.
+// A version's memory in use: pieces being sent from it, jobs reading or
+// writing it. The engine holds one lease per version it serves or fills.
 #pragma once
 
 #include <functional>
@@ -9,14 +10,15 @@
 #include <vector>
 
 #include "peer/local_version.hpp"
-#include "transport/peer_engine.hpp"
 #include "seams/piece_source.hpp"
+#include "tensorhub/ids.hpp"
+#include "transport/version_watch.hpp"
 
 namespace tensorhub::peer {
 
 // Keeps a version's memory in use while pieces are sent from it and while
 // jobs read or write it; `on_idle` runs once none are left (the release).
-struct PeerEngine::Lease {
+struct VersionLease {
   std::shared_ptr<LocalVersion> version;
   std::shared_ptr<VersionWatch> watch;  // counts the bytes served
   int uses = 0;
@@ -50,7 +52,7 @@ struct PeerEngine::Lease {
 
 // One piece sent to `peer` from a lease's memory.
 struct LeasedPiece : transport::PieceSource {
-  std::shared_ptr<PeerEngine::Lease> lease;
+  std::shared_ptr<VersionLease> lease;
   PeerId peer;
   std::uint64_t offset = 0;
   void on_piece_sent(std::uint32_t length, bool sent) override { lease->piece_done(peer, offset, length, sent); }
