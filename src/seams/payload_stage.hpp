@@ -53,7 +53,7 @@ class PayloadStage {
                       std::uint64_t length, std::uint64_t tag) = 0;
   // Appends the landings and fills that ended since the last call. Never blocks.
   virtual void poll(std::vector<Landed>& out) = 0;
-  // Blocks until every landing asked for has ended (poll() then reports them).
+  // Blocks until every landing and fill asked for has ended (poll() then reports them).
   virtual void drain() = 0;
   virtual std::size_t in_flight() const = 0;
 };

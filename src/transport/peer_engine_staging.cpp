@@ -150,20 +150,20 @@ bool PeerEngine::serve_through_stage(const swarm::ServePiece& s, const std::shar
   return true;
 }
 
-void PeerEngine::send_filled(StageCopies::Copy l, bool filled) {
+void PeerEngine::send_filled(StageCopies::Copy fill, bool filled) {
   if (!filled) {
-    l.stage->give_back(l.buffer);
-    l.lease->piece_done(l.peer, l.offset, l.length, false);
+    fill.stage->give_back(fill.buffer);
+    fill.lease->piece_done(fill.peer, fill.offset, fill.length, false);
     return;
   }
   auto piece = std::make_shared<StagedPiece>();
-  piece->lease = std::move(l.lease);
-  piece->peer = l.peer;
-  piece->offset = l.offset;
-  piece->stage = l.stage;
-  piece->buffer = l.buffer;
-  const std::span<const std::byte> whole[] = {l.buffer.first(l.length)};
-  transport_for(l.peer).send_piece(l.peer, l.header, whole, std::move(piece));
+  piece->lease = std::move(fill.lease);
+  piece->peer = fill.peer;
+  piece->offset = fill.offset;
+  piece->stage = fill.stage;
+  piece->buffer = fill.buffer;
+  const std::span<const std::byte> whole[] = {fill.buffer.first(fill.length)};
+  transport_for(fill.peer).send_piece(fill.peer, fill.header, whole, std::move(piece));
 }
 
 void PeerEngine::serve_copied_piece(const swarm::ServePiece& s, std::shared_ptr<LocalVersion> version,

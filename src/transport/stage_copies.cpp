@@ -1,6 +1,7 @@
 #include "transport/stage_copies.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 namespace tensorhub::peer {
 namespace {

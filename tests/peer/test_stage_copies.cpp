@@ -76,39 +76,50 @@ TEST_CASE("stage copies: each copy ends once, with its result, and the counts fo
   });
   ScriptedStage stage;
   auto lease = std::make_shared<VersionLease>();
-  std::uint64_t landing_tag = 0;
-  REQUIRE(copies.begin(copy_of(stage, lease, false, 0), [&](std::uint64_t tag) {
-    landing_tag = tag;
-    return stage.land({}, core::MutableRegions{}, 0, 4096, tag);
-  }).is_ok());
-  REQUIRE(copies.begin(copy_of(stage, lease, true, 4096), [&](std::uint64_t tag) {
-    return stage.fill({}, core::ConstRegions{}, 4096, 4096, tag);
-  }).is_ok());
-  CHECK(copies.in_flight() == 2);
+  auto land_at = [&](std::uint64_t offset) {
+    return copies.begin(copy_of(stage, lease, false, offset), [&](std::uint64_t tag) {
+      return stage.land({}, core::MutableRegions{}, offset, 4096, tag);
+    });
+  };
+  auto fill_at = [&](std::uint64_t offset) {
+    return copies.begin(copy_of(stage, lease, true, offset), [&](std::uint64_t tag) {
+      return stage.fill({}, core::ConstRegions{}, offset, 4096, tag);
+    });
+  };
+  REQUIRE(land_at(0).is_ok());
+  REQUIRE(fill_at(4096).is_ok());
+  REQUIRE(fill_at(8192).is_ok());
+  CHECK(copies.in_flight() == 3);
   CHECK(copies.landings_begun() == 1);
-  REQUIRE(stage.asked.size() == 2);
+  REQUIRE(stage.asked.size() == 3);
   CHECK(stage.asked[0] != stage.asked[1]);
 
-  // A refused copy is not kept.
+  // A refused copy is not kept, nor counted.
   stage.refuse = true;
-  auto refused = copy_of(stage, lease, false, 8192);
-  CHECK_FALSE(copies.begin(refused, [&](std::uint64_t tag) {
-    return stage.land({}, core::MutableRegions{}, 8192, 4096, tag);
-  }).is_ok());
+  CHECK_FALSE(land_at(12288).is_ok());
   --lease->uses;  // the caller's to end, as the engine does
-  CHECK(copies.in_flight() == 2);
+  CHECK(copies.in_flight() == 3);
+  CHECK(copies.landings_begun() == 1);
 
-  stage.finish(landing_tag, false);
+  // The landing fails and one fill succeeds at one poll; the poll goes on
+  // for the copy still in flight.
+  stage.finish(stage.asked[0], false);
   stage.finish(stage.asked[1], true);
   stage.finish(999, true);  // a tag it never began: ignored
   run_until(io, [&] { return ended.size() == 2; });
   REQUIRE(ended.size() == 2);
-  CHECK(copies.in_flight() == 0);
-  CHECK(copies.fills_served() == 1);
+  CHECK(copies.in_flight() == 1);
   for (const auto& e : ended) {
     CHECK(e.ok == e.copy.serving);
     CHECK(e.copy.offset == (e.copy.serving ? 4096u : 0u));
   }
+  stage.finish(stage.asked[2], false);  // a fill that fails is not served
+  run_until(io, [&] { return ended.size() == 3; });
+  REQUIRE(ended.size() == 3);
+  CHECK_FALSE(ended[2].ok);
+  CHECK(ended[2].copy.offset == 8192);
+  CHECK(copies.in_flight() == 0);
+  CHECK(copies.fills_served() == 1);
 }
 
 TEST_CASE("stage copies: draining waits for the stages and ends every copy without its result") {
@@ -127,6 +138,8 @@ TEST_CASE("stage copies: draining waits for the stages and ends every copy witho
   }).is_ok());
   lease->sending_to[PeerId{}].insert(4096);
   CHECK(lease->uses == 2);
+  io.run_for(std::chrono::milliseconds(2));  // the poll timer is armed and nothing has ended
+  CHECK(batches == 0);
   copies.drain();
   CHECK(stage.drained == 1);
   CHECK(stage.given_back == 1);  // the fill's buffer
@@ -134,8 +147,12 @@ TEST_CASE("stage copies: draining waits for the stages and ends every copy witho
   CHECK(idle);
   CHECK(lease->sending_to.empty());
   CHECK(copies.in_flight() == 0);
-  // Nothing is polled after a drain, even a copy that ended meanwhile.
-  stage.finish(1, true);
+  // Nothing is polled after a drain: a copy begun and ended afterwards is never reported.
+  auto late = std::make_shared<VersionLease>();
+  REQUIRE(copies.begin(copy_of(stage, late, false, 0), [&](std::uint64_t tag) {
+    return stage.land({}, core::MutableRegions{}, 0, 4096, tag);
+  }).is_ok());
+  stage.finish(stage.asked.back(), true);
   io.run_for(std::chrono::milliseconds(5));
   CHECK(batches == 0);
 }
