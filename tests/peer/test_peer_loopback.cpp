@@ -991,7 +991,12 @@ TEST_CASE("peer: a fetch into a file writes it through host buffers, puts it in 
     CHECK_FALSE(std::filesystem::exists(dropped));
   }
 
-  // Releasing the worker's handle keeps its file; fetches that cannot start say why.
+  // Releasing the worker's handle keeps its file; fetches that cannot start
+  // say why. (`later` holds a copy, so the release of the head need not
+  // wait for one: max_release_deferral.)
+  auto held_later = later->fetch("policy", 1);
+  REQUIRE(held_later.is_ok());
+  REQUIRE(held_later->wait(20s).is_ok());
   fetched->release();
   CHECK(contents(path) == image);
   CHECK_MESSAGE(fetched->wait(0ms).is_ok(), fetched->wait(0ms).to_string());  // it was put in place before
