@@ -1,4 +1,5 @@
 #include "transport/peer_engine.hpp"
+#include "transport/mate_channel.hpp"
 #include "transport/version_lease.hpp"
 
 #include <chrono>
@@ -64,7 +65,8 @@ PeerEngine::PeerEngine(asio::io_context& io, PeerOptions options, InternalOption
       swarm_key_(std::move(swarm_key)),
       run_callback_(std::move(run_callback)),
       timer_(io),
-      copies_(io, [this](std::vector<StageCopies::Ended> ended) { on_copies_ended(std::move(ended)); }) {
+      copies_(io, [this](std::vector<StageCopies::Ended> ended) { on_copies_ended(std::move(ended)); }),
+      mates_(io, [this](const ManifestId& version_id) { return lend_to_mate(version_id); }) {
   if (options_.trusted_publishers.empty()) options_.trusted_publishers.push_back(identity_.public_key());
 }
 
@@ -168,7 +170,10 @@ Status PeerEngine::start() {
     if (auto a = core::parse_host_port(options_.advertise)) advertised_host = a->host;
   }
   g.data_addr = core::HostPort{advertised_host, data_bound.port}.to_string();
-  listen_for_mates(g.data_addr);
+  if (Status listening = mates_.listen(mate_socket_name(id(), g.data_addr)); !listening) {
+    TH_LOG_WARN(kLog, "no channel to host mates: " << listening.message()
+                                                   << " (versions are fetched over the network only)");
+  }
   g.admitted = admitted_;
   auto runtime = transport::GossipRuntime::start(io_, std::move(g), identity_.clone(), swarm_key_);
   if (!runtime) return runtime.status();
@@ -250,10 +255,7 @@ void PeerEngine::close() {
   if (rdma_) rdma_->close();
 #endif
   if (gossip_) gossip_->close();
-  if (mates_) {
-    std::error_code ignored;
-    mates_->close(ignored);
-  }
+  mates_.close();
 }
 
 // --------------------------------------------------------------------------
@@ -315,7 +317,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
   // Memory that host mates share (GPU memory) is copied from one that
   // holds the version, when there is one, before the swarm is asked.
   std::optional<HostMate> mate;
-  if (!domain.host_accessible() && mates_) mate = core_->host_mate_holding(m.id());
+  if (!domain.host_accessible() && mates_.listening()) mate = core_->host_mate_holding(m.id());
   auto v = core_->fetch(now(), *manifest, std::move(destination), domain, std::move(mate));
   if (v) {
     (*v)->owned = std::move(owned);

@@ -24,6 +24,7 @@
 #include "tensorhub/peer.hpp"
 #include "transport/data_connection.hpp"
 #include "transport/gossip_runtime.hpp"
+#include "transport/mate_server.hpp"
 #include "transport/member_hosts.hpp"
 #include "transport/stage_copies.hpp"
 #include "transport/staged_payloads.hpp"
@@ -188,13 +189,13 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void hash_shard(const HashShard& job);
   void copy_shards(CopyShards job);
   void release_memory(ReleaseMemory release);
-  // The local channel to host mates (mate_channel.hpp,
-  // peer_engine_mates.cpp): this peer's listener, a session sharing a
-  // version's memory with a mate, and the copy of shards from a mate.
-  // `data_addr`: this peer's as its record gives it, which names the channel.
-  void listen_for_mates(const std::string& data_addr);
-  void accept_mate();
-  void serve_mate(std::shared_ptr<asio::local::stream_protocol::socket> socket);
+  // The local channel to host mates (mate_channel.hpp, mate_server.hpp,
+  // peer_engine_mates.cpp): a complete version's memory, lent to a mate
+  // that asks (a use of its lease until the mate is done), and the copy of
+  // shards from a mate.
+  // Errors: kNotFound (not held here), kUnavailable (held only in part),
+  // and the domain's share() errors.
+  Result<MateServer::Loan> lend_to_mate(const ManifestId& version_id);
   void copy_from_mate(CopyFromMate job);
   std::shared_ptr<VersionLease> lease_of(const std::shared_ptr<LocalVersion>& version);
   void head_changed(const VersionInfo& head);
@@ -235,10 +236,9 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // place, and the copies through a stage in flight (landings and fills).
   StagedPayloads staged_;
   StageCopies copies_;
-  std::unique_ptr<asio::local::stream_protocol::acceptor> mates_;  // null: no mate channel
+  MateServer mates_;                      // not listening: no mate channel
   std::uint64_t mate_shards_copied_ = 0;  // shards verified here after a copy from a host mate
   std::uint64_t mate_bytes_copied_ = 0;
-  std::uint64_t mate_sessions_served_ = 0;  // versions shared with host mates
   std::optional<CudaDevices> gpus_;  // probed once at start; empty until the probe ends
   // Alive as long as the engine: what keep_version hands out posts to the
   // I/O thread only while it is.

@@ -108,10 +108,10 @@ std::string PeerEngine::status_json() const {
                {"bytes_read", rdma.bytes_read},
                {"failed_reads", rdma.failed_reads},
                {"neighbours", std::move(rdma_neighbours)}};
-  j["host_mates"] = {{"channel", mates_ != nullptr},
+  j["host_mates"] = {{"channel", mates_.listening()},
                      {"shards_copied", mate_shards_copied_},
                      {"bytes_copied", mate_bytes_copied_},
-                     {"versions_shared", mate_sessions_served_}};
+                     {"versions_shared", mates_.versions_lent()}};
   // Records are validated when decoded; should a string still hold invalid
   // UTF-8, it is replaced rather than thrown.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

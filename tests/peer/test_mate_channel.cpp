@@ -2,9 +2,16 @@
 // accepts from a process that claims to be a host mate.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "transport/mate_channel.hpp"
+#include "transport/mate_server.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::peer;
@@ -98,4 +105,46 @@ TEST_CASE("mate channel: mutated answers never crash the decoder, and what it ac
     }
   }
   MESSAGE("mutated answers accepted (still well-formed): " << accepted << " of 20000");
+}
+
+TEST_CASE("mate server: lends what the engine lends, refuses with its reason, and the loan ends when the mate closes") {
+  asio::io_context io;
+  PeerId holder;
+  holder.bytes[0] = 0x47;
+  holder.bytes[31] = static_cast<std::uint8_t>(::getpid());
+  ManifestId lent_id, refused_id;
+  lent_id.bytes[0] = 1;
+  refused_id.bytes[0] = 2;
+  std::atomic<int> loans = 0, given_back = 0;  // counted on the server's thread
+  MateServer server(io, [&](const ManifestId& id) -> Result<MateServer::Loan> {
+    if (id != lent_id) return Status::not_found("this peer does not hold that version");
+    ++loans;
+    return MateServer::Loan{two_ranges(), [&] { ++given_back; }};
+  });
+  const std::string data_addr = "127.0.0.1:" + std::to_string(40000 + ::getpid() % 20000);
+  REQUIRE(server.listen(mate_socket_name(holder, data_addr)).is_ok());
+  CHECK(server.listening());
+  auto guard = asio::make_work_guard(io);
+  std::thread loop([&] { io.run(); });
+
+  std::vector<SharedRange> ranges;
+  int connection = -1;
+  REQUIRE(ask_mate(holder, data_addr, lent_id, 1024, 5000, ranges, connection).is_ok());
+  REQUIRE(ranges.size() == 2);
+  CHECK(ranges[0].offset == 12345);
+  int refused_connection = -1;
+  const Status refused = ask_mate(holder, data_addr, refused_id, 1024, 5000, ranges, refused_connection);
+  CHECK(refused.code() == StatusCode::kUnavailable);
+  CHECK(refused.message().find("does not hold that version") != std::string::npos);
+  for (int i = 0; i < 200 && given_back == 0; ++i) {
+    if (i == 0) ::close(connection);  // the copy is done: the loan ends
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server.close();
+  guard.reset();
+  io.stop();
+  loop.join();
+  CHECK(loans == 1);
+  CHECK(given_back == 1);
+  CHECK(server.versions_lent() == 1);
 }
