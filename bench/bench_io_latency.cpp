@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/byte_size.hpp"
+#include "bench_arguments.hpp"
 #include "core/random_fill.hpp"
 #include "tensorhub/peer.hpp"
 #if __has_include("transport/peer_internal.hpp")
@@ -126,13 +126,8 @@ int main(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--size" && i + 1 < argc) {
-      auto parsed = core::parse_byte_size(argv[++i]);
-      if (!parsed) {
-        std::fprintf(stderr, "--size: %s\n", parsed.status().to_string().c_str());
-        return 2;
-      }
-      size = *parsed;
+    if (a == "--size") {
+      size = bench::size_argument(i, argc, argv);
     } else if (a == "--json") {
       json = true;
     } else {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/byte_size.hpp"
+#include "bench_arguments.hpp"
 #include "core/hash.hpp"
 #include "core/parallel_for.hpp"
 #include "core/random_fill.hpp"
@@ -46,14 +46,8 @@ int main(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    auto next_size = [&](std::uint64_t& out) {
-      if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", arg.c_str()); std::exit(2); }
-      auto parsed = core::parse_byte_size(argv[++i]);
-      if (!parsed) { std::fprintf(stderr, "%s: %s\n", arg.c_str(), parsed.status().message().c_str()); std::exit(2); }
-      out = *parsed;
-    };
-    if (arg == "--size") next_size(size);
-    else if (arg == "--shard-size") next_size(shard_size);
+    if (arg == "--size") size = bench::size_argument(i, argc, argv);
+    else if (arg == "--shard-size") shard_size = bench::size_argument(i, argc, argv);
     else if (arg == "--repeat" && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
     else if (arg == "--json") json = true;
     else { std::fprintf(stderr, "usage: %s [--size BYTES] [--shard-size BYTES] [--repeat N] [--json]\n", argv[0]); return 2; }
