@@ -21,6 +21,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -83,6 +84,16 @@ inline constexpr std::size_t kMaxManifestBytes = std::size_t{256} << 20;  // 256
 // Errors: kInvalidArgument (the rule the name breaks).
 Status validate_model_name(std::string_view name);
 
+// A version published in parts (one per trainer rank): this manifest
+// describes part `index` of `count`, its tensors or slices of them
+// (TensorEntry::is_slice). Only a part's manifest holds slices.
+struct PartOf {
+  std::uint32_t index = 0;
+  std::uint32_t count = 0;
+  friend bool operator==(const PartOf&, const PartOf&) = default;
+};
+inline constexpr std::uint32_t kMaxParts = 65536;
+
 // What the publisher signs (through its id).
 struct ManifestBody {
   std::string model;
@@ -95,6 +106,7 @@ struct ManifestBody {
   std::uint64_t total_size = 0;
   std::vector<TensorEntry> tensors;  // sorted by byte_offset, non-overlapping
   std::vector<ShardEntry> shards;    // shard i covers [i*shard_size, min(total, (i+1)*shard_size))
+  std::optional<PartOf> part;        // set: one part of a version published in parts
 
   friend bool operator==(const ManifestBody&, const ManifestBody&) = default;
 };
@@ -116,6 +128,8 @@ class Manifest {
   // REQUIRES: index.value < shard_count()
   const ShardEntry& shard(ShardIndex index) const { return body_.shards.at(index.value); }
   std::span<const TensorEntry> tensors() const { return body_.tensors; }
+  // Set when this manifest is one part of a version published in parts.
+  const std::optional<PartOf>& part() const { return body_.part; }
 
   // The complete signed encoding: what a .manifest file holds, byte for byte.
   std::span<const std::uint8_t> encoded() const { return encoded_; }
@@ -143,6 +157,7 @@ struct ManifestBuildOptions {
   std::uint64_t shard_size = kAutoShardSize;  // or a power of two in [64 KiB, 1 GiB]
   ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
   unsigned threads = 0;  // threads that hash shards; 0 means one per core
+  std::optional<PartOf> part;  // set: the manifest of one part (its tensors may be slices)
 };
 
 // The shard size a build chooses when it is given none: the largest power
@@ -161,7 +176,9 @@ std::uint64_t auto_shard_size(std::uint64_t image_size);
 // Errors: kInvalidArgument (a bad model name, a nonzero parent for version 0, a
 // shard size that is not a power of two in [64 KiB, 1 GiB], an empty or
 // oversized image, more than kMaxShards shards or kMaxTensors tensors, a
-// table validate_tensor_table refuses), kIoError (the image could not be
+// table validate_tensor_table refuses, a part whose index is not below its
+// count or whose count is 0 or above kMaxParts, a slice of a tensor outside
+// a part's manifest), kIoError (the image could not be
 // read: a mapped file truncated while it is hashed).
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);

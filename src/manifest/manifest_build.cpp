@@ -30,6 +30,7 @@ Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::ui
   ManifestBody body;
   body.model = options.model;
   body.version = options.version;
+  body.part = options.part;
   body.parent = options.parent;
   body.created_unix_ms = options.created_unix_ms;
   body.publisher = publisher;

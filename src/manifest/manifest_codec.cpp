@@ -8,6 +8,7 @@
 #include "core/hash.hpp"
 #include "core/msgpack_reader.hpp"
 #include "core/msgpack_writer.hpp"
+#include "core/quoted.hpp"
 
 namespace tensorhub {
 namespace manifest_detail {
@@ -16,13 +17,19 @@ std::vector<std::uint8_t> encode_body(const ManifestBody& body) {
   std::vector<std::uint8_t> out;
   out.reserve(256 + body.tensors.size() * 64 + body.shards.size() * (24 + shard_hash_size(body.shard_hash)));
   core::MsgpackWriter w(out);
-  w.write_map_header(11);
+  w.write_map_header(body.part ? 12 : 11);
   w.write_str("format");
   w.write_uint(kFormatVersion);
   w.write_str("model");
   w.write_str(body.model);
   w.write_str("version");
   w.write_uint(body.version);
+  if (body.part) {
+    w.write_str("part");
+    w.write_array_header(2);
+    w.write_uint(body.part->index);
+    w.write_uint(body.part->count);
+  }
   w.write_str("parent");
   w.write_bin(body.parent.bytes);
   w.write_str("created_ms");
@@ -38,13 +45,20 @@ std::vector<std::uint8_t> encode_body(const ManifestBody& body) {
   w.write_str("tensors");
   w.write_array_header(static_cast<std::uint32_t>(body.tensors.size()));
   for (const TensorEntry& t : body.tensors) {
-    w.write_array_header(5);
+    w.write_array_header(t.is_slice() ? 7 : 5);
     w.write_str(t.name);
     w.write_str(dtype_name(t.dtype));
-    w.write_array_header(static_cast<std::uint32_t>(t.shape.size()));
-    for (std::uint64_t dim : t.shape) w.write_uint(dim);
+    auto write_dims = [&](const std::vector<std::uint64_t>& dims) {
+      w.write_array_header(static_cast<std::uint32_t>(dims.size()));
+      for (std::uint64_t dim : dims) w.write_uint(dim);
+    };
+    write_dims(t.shape);
     w.write_uint(t.byte_offset);
     w.write_uint(t.byte_length);
+    if (t.is_slice()) {
+      write_dims(t.global_shape);
+      write_dims(t.slice_begin);
+    }
   }
   w.write_str("shards");
   w.write_array_header(static_cast<std::uint32_t>(body.shards.size()));
@@ -78,6 +92,11 @@ Status validate_body(const ManifestBody& body) {
   if (!std::has_single_bit(body.shard_size) || body.shard_size < kMinShardSize || body.shard_size > kMaxShardSize) {
     return Status::invalid_argument("shard size " + std::to_string(body.shard_size) +
                                     " is not a power of two from 64 KiB to 1 GiB");
+  }
+  if (body.part && (body.part->count == 0 || body.part->count > kMaxParts || body.part->index >= body.part->count)) {
+    return Status::invalid_argument("part " + std::to_string(body.part->index) + " of " +
+                                    std::to_string(body.part->count) + ": parts are numbered from 0 below a count of 1 to " +
+                                    std::to_string(kMaxParts));
   }
   if (body.total_size == 0) return Status::invalid_argument("the image is empty");
   if (body.total_size > kMaxImageSize) {
@@ -123,6 +142,14 @@ Status validate_body(const ManifestBody& body) {
       return Status::invalid_argument("tensor " + std::to_string(i) + " is out of order (tensors are sorted by offset)");
     }
   }
+  if (!body.part) {
+    for (const TensorEntry& t : body.tensors) {
+      if (t.is_slice()) {
+        return Status::invalid_argument("tensor " + core::quoted(t.name) +
+                                        " is a slice, but only a part's manifest holds slices of tensors");
+      }
+    }
+  }
   return validate_tensor_table(body.tensors, body.total_size);
 }
 
@@ -142,8 +169,23 @@ bool read_digest(core::MsgpackReader& r, ShardHashAlgorithm algorithm, ShardDige
   return true;
 }
 
+bool read_dims(core::MsgpackReader& r, std::string_view field, std::vector<std::uint64_t>& dims) {
+  std::uint32_t rank = 0;
+  if (!r.read_array_header(field, rank, kMaxTensorRank)) return false;
+  dims.resize(rank);
+  for (auto& dim : dims) {
+    if (!r.read_uint(field, dim)) return false;
+  }
+  return true;
+}
+
 bool read_tensor(core::MsgpackReader& r, TensorEntry& t) {
-  if (!r.expect_array("tensor entry", 5)) return false;
+  const std::size_t entry_at = r.offset();
+  std::uint32_t fields = 0;
+  if (!r.read_array_header("tensor entry", fields, 7)) return false;
+  if (fields != 5 && fields != 7) {
+    return r.fail_at(entry_at, "tensor entry", "expected 5 fields, or 7 for a slice, found " + std::to_string(fields));
+  }
   std::string_view name;
   if (!r.read_str("tensor name", name, kMaxTensorNameBytes)) return false;
   t.name.assign(name);
@@ -153,13 +195,16 @@ bool read_tensor(core::MsgpackReader& r, TensorEntry& t) {
   auto parsed = dtype_from_name(dtype);
   if (!parsed) return r.fail_at(dtype_at, "tensor dtype", "unknown dtype '" + std::string(dtype) + "'");
   t.dtype = *parsed;
-  std::uint32_t rank = 0;
-  if (!r.read_array_header("tensor shape", rank, kMaxTensorRank)) return false;
-  t.shape.resize(rank);
-  for (auto& dim : t.shape) {
-    if (!r.read_uint("tensor shape", dim)) return false;
+  if (!read_dims(r, "tensor shape", t.shape)) return false;
+  if (!r.read_uint("tensor offset", t.byte_offset) || !r.read_uint("tensor length", t.byte_length)) return false;
+  if (fields == 5) return true;
+  const std::size_t slice_at = r.offset();
+  if (!read_dims(r, "tensor global shape", t.global_shape) || !read_dims(r, "tensor slice start", t.slice_begin)) {
+    return false;
   }
-  return r.read_uint("tensor offset", t.byte_offset) && r.read_uint("tensor length", t.byte_length);
+  // A slice is written with both; one written for a whole tensor is not canonical.
+  if (!t.is_slice()) return r.fail_at(slice_at, "tensor global shape", "a slice with no dimensions");
+  return true;
 }
 
 }  // namespace
@@ -190,7 +235,11 @@ Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded) {
   ManifestBody body;
   r.expect_array("manifest", 2);
   const std::size_t body_start = r.offset();
-  r.expect_map("manifest body", 11);
+  const std::size_t map_at = r.offset();
+  std::uint32_t keys = 0;
+  if (r.read_map_header("manifest body", keys, 12) && keys != 11 && keys != 12) {
+    r.fail_at(map_at, "manifest body", "expected 11 keys, or 12 for a part's manifest, found " + std::to_string(keys));
+  }
 
   std::uint64_t format = 0;
   if (r.expect_key("format") && r.read_uint("format", format) && format != kFormatVersion) {
@@ -200,6 +249,12 @@ Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded) {
   std::string_view model;
   if (r.expect_key("model") && r.read_str("model", model, kMaxModelNameBytes)) body.model.assign(model);
   r.expect_key("version") && r.read_uint("version", body.version);
+  if (keys == 12 && r.expect_key("part") && r.expect_array("part", 2)) {
+    std::uint64_t index = 0, count = 0;
+    if (r.read_uint("part index", index, kMaxParts) && r.read_uint("part count", count, kMaxParts)) {
+      body.part = PartOf{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(count)};
+    }
+  }
   r.expect_key("parent") && r.read_bin_exact("parent", body.parent.bytes);
   r.expect_key("created_ms") && r.read_uint("created_ms", body.created_unix_ms);
   r.expect_key("publisher") && r.read_bin_exact("publisher", body.publisher.bytes);

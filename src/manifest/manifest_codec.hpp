@@ -5,6 +5,7 @@
 //     "format"     1
 //     "model"      str
 //     "version"    uint
+//     "part"       [index uint, count uint]: only in a part's manifest
 //     "parent"     bin(32), all zero for a first version
 //     "created_ms" uint, Unix milliseconds
 //     "publisher"  bin(32), Ed25519 public key
@@ -12,11 +13,14 @@
 //     "shard_size" uint, a power of two in [64 KiB, 1 GiB]
 //     "total_size" uint
 //     "tensors"    array of [name str, dtype str, shape [uint...], offset uint, length uint],
-//                  sorted by (offset, length)
+//                  sorted by (offset, length); a slice of a larger tensor (in a
+//                  part's manifest) adds [global shape [uint...], slice start [uint...]]
 //     "shards"     array of [offset uint, length uint, digest bin]
 //   signature: bin(64), Ed25519 over kSigningDomain || id
 // The id is BLAKE2b-256 of the body's bytes. Every value takes its shortest
-// msgpack form, so one body has exactly one encoding.
+// msgpack form, and "part" and a tensor's slice appear exactly when they are
+// set, so one body has exactly one encoding (a whole version's manifest is
+// encoded as before parts existed).
 #pragma once
 
 #include <array>

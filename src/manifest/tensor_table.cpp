@@ -25,6 +25,44 @@ std::optional<std::uint64_t> tensor_byte_length(DType dtype, std::span<const std
   return total;
 }
 
+TensorSlice TensorEntry::slice() const {
+  if (!is_slice()) return TensorSlice::whole(shape);
+  TensorSlice s;
+  s.ranges.reserve(shape.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) s.ranges.push_back(IndexRange{slice_begin[d], slice_begin[d] + shape[d]});
+  return s;
+}
+
+namespace {
+
+// The rules of a slice's global_shape and slice_begin (validate_tensor_table).
+Status validate_slice_of(const TensorEntry& t) {
+  if (!t.is_slice()) return Status::ok();
+  const std::string named = "tensor " + quoted(t.name);
+  if (t.global_shape.size() != t.shape.size() || t.slice_begin.size() != t.shape.size()) {
+    return Status::invalid_argument(named + " is a slice of rank " + std::to_string(t.shape.size()) +
+                                    " with a global shape of rank " + std::to_string(t.global_shape.size()) +
+                                    " and a start of rank " + std::to_string(t.slice_begin.size()));
+  }
+  if (!tensor_byte_length(t.dtype, t.global_shape)) {
+    return Status::invalid_argument(named + " has a global shape whose size overflows");
+  }
+  bool whole = true;
+  for (std::size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.shape[d] == 0 || t.slice_begin[d] > t.global_shape[d] ||
+        t.shape[d] > t.global_shape[d] - t.slice_begin[d]) {
+      return Status::invalid_argument(named + ": its slice along dimension " + std::to_string(d) + ", " +
+                                      std::to_string(t.slice_begin[d]) + " + " + std::to_string(t.shape[d]) +
+                                      ", is empty or outside the global extent " + std::to_string(t.global_shape[d]));
+    }
+    whole = whole && t.slice_begin[d] == 0 && t.shape[d] == t.global_shape[d];
+  }
+  if (whole) return Status::invalid_argument(named + " is all of its global tensor: write it without a slice");
+  return Status::ok();
+}
+
+}  // namespace
+
 Status validate_tensor_table(std::span<const TensorEntry> tensors, std::uint64_t image_size) {
   std::unordered_set<std::string_view> names;
   names.reserve(tensors.size());
@@ -47,6 +85,7 @@ Status validate_tensor_table(std::span<const TensorEntry> tensors, std::uint64_t
                                       " with this shape needs " + std::to_string(*expected) + " bytes, but it has " +
                                       std::to_string(t.byte_length));
     }
+    TENSORHUB_RETURN_IF_ERROR(validate_slice_of(t));
     if (t.byte_offset > image_size || t.byte_length > image_size - t.byte_offset) {
       return Status::invalid_argument("tensor " + quoted(t.name) + " at bytes [" + std::to_string(t.byte_offset) +
                                       ", +" + std::to_string(t.byte_length) + ") lies outside the image of " +

@@ -10,14 +10,13 @@
 using namespace tensorhub;
 using namespace tensorhub::testing;
 
-TEST_CASE("mutation: manifest decoder") {
-  const std::uint64_t seed = mutation_seed(0x5eed0001);
-  INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
-  const auto image = small_model(1, 512u << 10);
-  const Identity key = test_identity();
-  const Manifest original = build_small(image, key);
+namespace {
+
+// Mutants of `original`'s encoding: each is refused with a one-line reason,
+// or accepted only when canonical, valid and (changed) unsigned.
+void mutate_manifest(const Manifest& original, const PublicKey& trusted_key, std::uint64_t seed) {
   const std::vector<std::uint8_t> valid(original.encoded().begin(), original.encoded().end());
-  const PublicKey trusted[] = {key.public_key()};
+  const PublicKey trusted[] = {trusted_key};
   core::SplitMix64 rng(seed);
   constexpr int kMutants = 6000;
   int accepted = 0;
@@ -39,6 +38,31 @@ TEST_CASE("mutation: manifest decoder") {
     if (mutant != valid) CHECK_FALSE(verify_manifest_signature(*decoded, trusted).is_ok());
   }
   MESSAGE(kMutants << " manifest mutants, " << accepted << " well-formed (none signed)");
+}
+
+}  // namespace
+
+TEST_CASE("mutation: manifest decoder") {
+  const std::uint64_t seed = mutation_seed(0x5eed0001);
+  INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
+  const auto image = small_model(1, 512u << 10);
+  const Identity key = test_identity();
+  mutate_manifest(build_small(image, key), key.public_key(), seed);
+}
+
+TEST_CASE("mutation: a part's manifest, with slices of tensors") {
+  const std::uint64_t seed = mutation_seed(0x5eed0003);
+  INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
+  std::vector<std::byte> image(224, std::byte{7});
+  std::vector<TensorEntry> tensors{TensorEntry{"w", DType::kF32, {2, 16}, 0, 128, {8, 16}, {2, 0}},
+                                   TensorEntry{"b", DType::kF32, {16}, 128, 64},
+                                   TensorEntry{"p", DType::kBF16, {4, 4}, 192, 32, {4, 16}, {0, 4}}};
+  ManifestBuildOptions options = small_options();
+  options.part = PartOf{1, 4};
+  const Identity key = test_identity();
+  auto part = build_manifest(options, image, tensors, key);
+  REQUIRE(part.is_ok());
+  mutate_manifest(*part, key.public_key(), seed);
 }
 
 TEST_CASE("mutation: safetensors parser") {
