@@ -47,14 +47,20 @@ Json manifest_json(const Manifest& m, bool with_tables) {
   j["shard_count"] = m.shard_count();
   j["tensor_count"] = m.tensors().size();
   j["signature"] = m.signature().hex();
+  if (m.part()) j["part"] = {{"index", m.part()->index}, {"count", m.part()->count}};
   if (with_tables) {
     Json tensors = Json::array();
     for (const TensorEntry& t : m.tensors()) {
-      tensors.push_back({{"name", t.name},
-                         {"dtype", std::string(dtype_name(t.dtype))},
-                         {"shape", t.shape},
-                         {"offset", t.byte_offset},
-                         {"length", t.byte_length}});
+      Json entry = {{"name", t.name},
+                    {"dtype", std::string(dtype_name(t.dtype))},
+                    {"shape", t.shape},
+                    {"offset", t.byte_offset},
+                    {"length", t.byte_length}};
+      if (t.is_slice()) {
+        entry["global_shape"] = t.global_shape;
+        entry["slice_begin"] = t.slice_begin;
+      }
+      tensors.push_back(std::move(entry));
     }
     j["tensors"] = std::move(tensors);
     Json shards = Json::array();
@@ -187,6 +193,7 @@ int run_show(const ShowArgs& a) {
   std::printf("version    %llu\n", static_cast<unsigned long long>(m.version()));
   std::printf("id         %s\n", m.id().hex().c_str());
   std::printf("parent     %s\n", m.parent().is_zero() ? "(none: first version)" : m.parent().hex().c_str());
+  if (m.part()) std::printf("part       %u of %u\n", m.part()->index, m.part()->count);
   std::printf("publisher  %s\n", m.publisher().hex().c_str());
   std::printf("created    %s\n", iso_time(m.body().created_unix_ms).c_str());
   std::printf("size       %s (%llu bytes)\n", core::format_byte_size(m.total_size()).c_str(),
@@ -196,9 +203,10 @@ int run_show(const ShowArgs& a) {
   std::printf("tensors    %zu\n", m.tensors().size());
   if (a.tensors) {
     for (const TensorEntry& t : m.tensors()) {
-      std::printf("  %-48s %-8s %-20s @%llu +%llu\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(),
+      std::printf("  %-48s %-8s %-20s @%llu +%llu%s\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(),
                   shape_text(t.shape).c_str(), static_cast<unsigned long long>(t.byte_offset),
-                  static_cast<unsigned long long>(t.byte_length));
+                  static_cast<unsigned long long>(t.byte_length),
+                  t.is_slice() ? (" " + t.slice().to_string() + " of " + shape_text(t.global_shape)).c_str() : "");
     }
   }
   if (a.shards) {

@@ -6,6 +6,8 @@
 #include <set>
 #include <string>
 
+#include "core/quoted.hpp"
+
 namespace tensorhub::manifest {
 namespace {
 
@@ -104,7 +106,7 @@ void byte_runs(const TensorSlice& slice, std::span<const std::uint64_t> shape, s
 
 Status check_exact_cover(std::string_view tensor, std::span<const std::uint64_t> shape,
                          std::span<const PartSlice> parts) {
-  const std::string named = "tensor \"" + std::string(tensor) + "\": ";
+  const std::string named = "tensor " + core::quoted(tensor) + ": ";
   const std::uint64_t total =
       std::accumulate(shape.begin(), shape.end(), std::uint64_t{1}, std::multiplies<std::uint64_t>());
   std::uint64_t covered = 0;

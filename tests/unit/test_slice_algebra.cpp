@@ -164,14 +164,14 @@ TEST_CASE("slices: exact cover accepts the usual splits and names overlaps and g
   Status overlap = check_exact_cover("model.layers.0.mlp.up_proj.weight", shape, rows);
   CHECK(overlap.code() == StatusCode::kInvalidArgument);
   CHECK(overlap.message() ==
-        "tensor \"model.layers.0.mlp.up_proj.weight\": parts 0 and 1 both cover [1:2, 0:6]");
+        "tensor 'model.layers.0.mlp.up_proj.weight': parts 0 and 1 both cover [1:2, 0:6]");
   std::vector<PartSlice> gap{columns[0]};
   Status missing = check_exact_cover("w", shape, gap);
-  CHECK(missing.message() == "tensor \"w\": 24 of 48 elements are in no part");
+  CHECK(missing.message() == "tensor 'w': 24 of 48 elements are in no part");
   CHECK_FALSE(check_exact_cover("s", Shape{}, std::vector<PartSlice>{}).is_ok());
   CHECK(check_exact_cover("s", Shape{}, std::vector<PartSlice>{{5, TensorSlice{}}}).is_ok());
   CHECK(check_exact_cover("s", Shape{}, std::vector<PartSlice>{{5, TensorSlice{}}, {6, TensorSlice{}}})
-            .message() == "tensor \"s\": parts 5 and 6 both hold it");
+            .message() == "tensor 's': parts 5 and 6 both hold it");
 }
 
 namespace {
