@@ -77,11 +77,21 @@ ManifestId compute_manifest_id(std::span<const std::uint8_t> body_bytes) {
   return id;
 }
 
-std::array<std::uint8_t, kSigningDomain.size() + ManifestId::kSize> signing_message(const ManifestId& id) {
-  std::array<std::uint8_t, kSigningDomain.size() + ManifestId::kSize> message{};
-  std::memcpy(message.data(), kSigningDomain.data(), kSigningDomain.size());
-  std::memcpy(message.data() + kSigningDomain.size(), id.bytes.data(), id.bytes.size());
+std::vector<std::uint8_t> signing_message(std::string_view domain, const ManifestId& id) {
+  std::vector<std::uint8_t> message(domain.size() + id.bytes.size());
+  std::memcpy(message.data(), domain.data(), domain.size());
+  std::memcpy(message.data() + domain.size(), id.bytes.data(), id.bytes.size());
   return message;
+}
+
+std::vector<std::uint8_t> signed_encoding(std::span<const std::uint8_t> body_bytes, const Signature& signature) {
+  std::vector<std::uint8_t> out;
+  out.reserve(body_bytes.size() + 3 + Signature::kSize);
+  core::MsgpackWriter w(out);
+  w.write_array_header(2);
+  out.insert(out.end(), body_bytes.begin(), body_bytes.end());
+  w.write_bin(signature.bytes);
+  return out;
 }
 
 Status validate_body(const ManifestBody& body) {
@@ -217,11 +227,7 @@ Manifest ManifestAccess::assemble(ManifestBody body, std::span<const std::uint8_
   m.body_ = std::move(body);
   m.id_ = manifest_detail::compute_manifest_id(body_bytes);
   m.signature_ = signature;
-  m.encoded_.reserve(body_bytes.size() + 3 + Signature::kSize);
-  core::MsgpackWriter w(m.encoded_);
-  w.write_array_header(2);
-  m.encoded_.insert(m.encoded_.end(), body_bytes.begin(), body_bytes.end());
-  w.write_bin(signature.bytes);
+  m.encoded_ = manifest_detail::signed_encoding(body_bytes, signature);
   return m;
 }
 

@@ -38,9 +38,16 @@ inline constexpr std::uint64_t kFormatVersion = 1;
 inline constexpr std::string_view kSigningDomain{"tensorhub manifest v1\0", 22};
 
 std::vector<std::uint8_t> encode_body(const ManifestBody& body);
+// A signed record's id (a manifest's, a seal's): BLAKE2b-256 of its body's bytes.
 ManifestId compute_manifest_id(std::span<const std::uint8_t> body_bytes);
+// The bytes a publisher signs for a record's id: `domain` (its NUL
+// included), then the id. Each kind of record has its own domain.
+std::vector<std::uint8_t> signing_message(std::string_view domain, const ManifestId& id);
 // The bytes the publisher signs for a manifest id.
-std::array<std::uint8_t, kSigningDomain.size() + ManifestId::kSize> signing_message(const ManifestId& id);
+inline std::vector<std::uint8_t> signing_message(const ManifestId& id) { return signing_message(kSigningDomain, id); }
+// A signed record's encoding: a msgpack array of [body, signature], the
+// body's bytes as they are.
+std::vector<std::uint8_t> signed_encoding(std::span<const std::uint8_t> body_bytes, const Signature& signature);
 // Every semantic rule of a body: names, limits, tiling, digests, tensors.
 Status validate_body(const ManifestBody& body);
 

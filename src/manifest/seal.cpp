@@ -1,15 +1,13 @@
 #include "tensorhub/seal.hpp"
 
 #include <algorithm>
-#include <array>
-#include <cstring>
 #include <map>
 #include <string_view>
 
-#include "core/hash.hpp"
 #include "core/msgpack_reader.hpp"
 #include "core/msgpack_writer.hpp"
 #include "core/quoted.hpp"
+#include "manifest/manifest_codec.hpp"
 #include "manifest/slice_algebra.hpp"
 
 namespace tensorhub {
@@ -43,17 +41,8 @@ std::vector<std::uint8_t> encode_seal_body(const SealBody& b) {
   return out;
 }
 
-std::array<std::uint8_t, kSealSigningDomain.size() + ManifestId::kSize> seal_signing_message(const ManifestId& id) {
-  std::array<std::uint8_t, kSealSigningDomain.size() + ManifestId::kSize> message{};
-  std::memcpy(message.data(), kSealSigningDomain.data(), kSealSigningDomain.size());
-  std::memcpy(message.data() + kSealSigningDomain.size(), id.bytes.data(), id.bytes.size());
-  return message;
-}
-
-ManifestId seal_id(std::span<const std::uint8_t> body_bytes) {
-  ManifestId id;
-  id.bytes = core::blake2b_256(std::as_bytes(body_bytes));
-  return id;
+std::vector<std::uint8_t> seal_signing_message(const ManifestId& id) {
+  return manifest_detail::signing_message(kSealSigningDomain, id);
 }
 
 Status validate_seal_body(const SealBody& b) {
@@ -80,13 +69,9 @@ struct SealAccess {
   static Seal assemble(SealBody body, std::span<const std::uint8_t> body_bytes, const Signature& signature) {
     Seal s;
     s.body_ = std::move(body);
-    s.id_ = seal_id(body_bytes);
+    s.id_ = manifest_detail::compute_manifest_id(body_bytes);
     s.signature_ = signature;
-    s.encoded_.reserve(body_bytes.size() + 3 + Signature::kSize);
-    core::MsgpackWriter w(s.encoded_);
-    w.write_array_header(2);
-    s.encoded_.insert(s.encoded_.end(), body_bytes.begin(), body_bytes.end());
-    w.write_bin(signature.bytes);
+    s.encoded_ = manifest_detail::signed_encoding(body_bytes, signature);
     return s;
   }
 };
@@ -98,7 +83,7 @@ Result<Seal> make_seal(SealBody body, const Identity& publisher) {
   }
   TENSORHUB_RETURN_IF_ERROR(validate_seal_body(body));
   const std::vector<std::uint8_t> body_bytes = encode_seal_body(body);
-  const Signature signature = publisher.sign(seal_signing_message(seal_id(body_bytes)));
+  const Signature signature = publisher.sign(seal_signing_message(manifest_detail::compute_manifest_id(body_bytes)));
   return SealAccess::assemble(std::move(body), body_bytes, signature);
 }
 
