@@ -1,6 +1,7 @@
 #include "tensorhub/seal.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 #include <string_view>
 
@@ -121,7 +122,11 @@ Result<Seal> decode_seal(std::span<const std::uint8_t> encoded) {
   TENSORHUB_RETURN_IF_ERROR(r.finish());
   Status valid = validate_seal_body(body);
   if (!valid.is_ok()) return Status::corrupt("invalid seal: " + valid.message());
-  return SealAccess::assemble(std::move(body), encoded.subspan(body_start, body_end - body_start), signature);
+  const auto body_bytes = encoded.subspan(body_start, body_end - body_start);
+#if TENSORHUB_DEBUG_INVARIANTS
+  assert(encode_seal_body(body) == std::vector<std::uint8_t>(body_bytes.begin(), body_bytes.end()));
+#endif
+  return SealAccess::assemble(std::move(body), body_bytes, signature);
 }
 
 Status verify_seal_signature(const Seal& seal, std::span<const PublicKey> trusted) {

@@ -13,6 +13,14 @@ namespace {
 
 bool covers_whole(const IndexRange& r, std::uint64_t extent) { return r.begin == 0 && r.end == extent; }
 
+// Whether `a` and `b` share an element (intersect's test, without building it).
+bool overlap(const TensorSlice& a, const TensorSlice& b) {
+  for (std::size_t d = 0; d < a.ranges.size(); ++d) {
+    if (std::max(a.ranges[d].begin, b.ranges[d].begin) >= std::min(a.ranges[d].end, b.ranges[d].end)) return false;
+  }
+  return true;
+}
+
 // The first dimension of the longest suffix of dimensions the slice covers
 // whole, moved one to the left of it: the dimension whose range each run
 // spans. 0 for a scalar.
@@ -85,10 +93,11 @@ void byte_runs(const TensorSlice& slice, std::span<const std::uint64_t> shape, s
   // An odometer over the dimensions before k.
   std::vector<std::uint64_t> index(k);
   for (std::size_t d = 0; d < k; ++d) index[d] = slice.ranges[d].begin;
+  const std::size_t first = out.size();
   while (true) {
     std::uint64_t offset = run_start;
     for (std::size_t d = 0; d < k; ++d) offset += index[d] * stride[d];
-    if (!out.empty() && out.back().offset + out.back().length == offset) {
+    if (out.size() > first && out.back().offset + out.back().length == offset) {
       out.back().length += run_length;
     } else {
       out.push_back(ByteRun{offset, run_length});
@@ -115,12 +124,17 @@ Status check_exact_cover(std::string_view tensor, std::span<const std::uint64_t>
     covered = covered > std::numeric_limits<std::uint64_t>::max() - n ? std::numeric_limits<std::uint64_t>::max()
                                                                        : covered + n;
   }
-  if (shape.empty()) {  // a scalar: exactly one part holds it
+  if (shape.empty() || total == 0) {  // a scalar, or no elements: exactly one part holds it
     if (parts.size() > 1) {
-      return Status::invalid_argument(named + "parts " + std::to_string(parts[0].part) + " and " +
-                                      std::to_string(parts[1].part) + " both hold it");
+      const auto [first, second] = std::minmax(parts[0].part, parts[1].part);
+      return Status::invalid_argument(named + "parts " + std::to_string(first) + " and " + std::to_string(second) +
+                                      " both hold it");
     }
-  } else if (parts.size() > 1) {
+    if (parts.empty()) return Status::invalid_argument(named + "no part holds it");
+    return Status::ok();
+  }
+  if (parts.size() > 1) {
+    std::uint64_t budget = kMaxCoverComparisons * parts.size();
     const std::size_t d = sweep_dimension(parts, shape.size());
     std::vector<std::size_t> order(parts.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
@@ -132,10 +146,15 @@ Status check_exact_cover(std::string_view tensor, std::span<const std::uint64_t>
       for (std::size_t j = i + 1; j < order.size(); ++j) {
         const PartSlice& b = parts[order[j]];
         if (b.slice.ranges[d].begin >= a.slice.ranges[d].end) break;  // sorted: none later overlaps `a`
-        if (const auto both = intersect(a.slice, b.slice)) {
+        if (budget-- == 0) {
+          return Status::invalid_argument(named + "its " + std::to_string(parts.size()) +
+                                          " slices are too fragmented to check (more than " +
+                                          std::to_string(kMaxCoverComparisons) + " comparisons a part)");
+        }
+        if (overlap(a.slice, b.slice)) {
           const auto [first, second] = std::minmax(a.part, b.part);
           return Status::invalid_argument(named + "parts " + std::to_string(first) + " and " + std::to_string(second) +
-                                          " both cover " + both->to_string());
+                                          " both cover " + intersect(a.slice, b.slice)->to_string());
         }
       }
     }

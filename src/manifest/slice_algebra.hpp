@@ -39,10 +39,13 @@ std::uint64_t run_count(const TensorSlice& slice, std::span<const std::uint64_t>
 
 // Appends the byte runs of `slice` in a row-major tensor of `shape` whose
 // elements are `element_size` bytes, in increasing order, adjacent ones
-// merged. REQUIRES: validate_slice(slice, shape) is OK and the caller
-// accepts run_count(slice, shape) runs.
+// merged (never with a run already in `out`). REQUIRES:
+// validate_slice(slice, shape) is OK, the tensor's bytes fit in 64 bits
+// (tensor_byte_length), and the caller accepts run_count(slice, shape) runs.
 void byte_runs(const TensorSlice& slice, std::span<const std::uint64_t> shape, std::uint32_t element_size,
                std::vector<ByteRun>& out);
+
+inline constexpr std::uint64_t kMaxCoverComparisons = 64;
 
 // One part's slice of a tensor.
 struct PartSlice {
@@ -51,9 +54,14 @@ struct PartSlice {
 };
 
 // OK when the slices cover every element of a tensor of `shape` exactly
-// once. REQUIRES: each slice passed validate_slice against `shape`.
+// once; a tensor of no elements (a scalar's one, or a zero extent) is held
+// by exactly one part. The check compares at most kMaxCoverComparisons
+// pairs per part, which the usual splits (rows, columns, blocks, experts)
+// stay far below. REQUIRES: each slice is inside `shape` (TensorEntry's
+// rules), and its rank is shape's.
 // Errors: kInvalidArgument naming `tensor` and either the two parts that
-// overlap (with where) or how many elements no part covers.
+// overlap (with where), how many elements no part covers, or that its
+// slices are too fragmented to check within the bound.
 Status check_exact_cover(std::string_view tensor, std::span<const std::uint64_t> shape,
                          std::span<const PartSlice> parts);
 

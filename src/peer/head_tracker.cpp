@@ -243,6 +243,13 @@ bool HeadTracker::release_children(const ManifestId& parent, bool skip_chain) {
 
 Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m, bool skip_chain) {
   if (by_id_.count(m->id())) return false;
+  if (m->part()) {
+    // Versions in parts become heads through their seals, which peers do
+    // not gossip yet: a part alone is never a version.
+    return Status::invalid_argument(m->model() + " v" + std::to_string(m->version()) + ": manifest " +
+                                    m->id().short_hex() + " is one part of a version published in parts, " +
+                                    "which this peer does not take yet");
+  }
   TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*m, trusted_));
   const std::string& name = m->model();
   const std::string what = name + " v" + std::to_string(m->version());

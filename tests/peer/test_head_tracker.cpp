@@ -61,6 +61,24 @@ TEST_CASE("head tracker: a trusted manifest becomes the head, an untrusted one n
   CHECK_FALSE(*heads.accept(good));
 }
 
+TEST_CASE("head tracker: one part of a version published in parts is never a head on its own") {
+  const Identity trainer = test_identity(1);
+  HeadTracker heads({trainer.public_key()}, kRetry);
+  const auto image = small_model(5, 256u << 10);
+  ManifestBuildOptions options = small_options(1);
+  options.part = PartOf{0, 2};
+  auto part = std::make_shared<const Manifest>(build_small(image, trainer, options));
+  REQUIRE(part->part().has_value());
+  auto refused = heads.accept(part);
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK(refused.status().message().find("one part of a version published in parts") != std::string::npos);
+  CHECK_FALSE(heads.head("policy").has_value());
+  CHECK(heads.manifest(part->id()) == nullptr);
+  // A whole manifest of the same number is still believed: the part proved nothing.
+  REQUIRE(heads.accept(manifest_of(1, trainer, 1)).is_ok());
+  CHECK(heads.head("policy")->version == 1);
+}
+
 TEST_CASE("head tracker: a manifest that does not extend its known parent is refused") {
   const Identity trainer = test_identity(1);
   HeadTracker heads({trainer.public_key()}, kRetry);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/random_fill.hpp"
+#include "manifest/manifest_codec.hpp"
 #include "support/model_fixture.hpp"
 #include "support/mutator.hpp"
 #include "tensorhub/seal.hpp"
@@ -158,4 +159,71 @@ TEST_CASE("seal: every truncation and 4,000 mutants are refused with a reason, o
     if (mutant != valid) CHECK_FALSE(verify_seal_signature(*decoded, trusted).is_ok());
   }
   MESSAGE("4000 seal mutants, " << accepted << " well-formed (none signed)");
+}
+
+TEST_CASE("seal: a signature made for a manifest id never passes for a seal, nor the other way") {
+  const Identity key = test_identity();
+  const PublicKey trusted[] = {key.public_key()};
+  const auto parts = fsdp_parts();
+  auto seal = make_seal(seal_body_of(parts), key);
+  REQUIRE(seal.is_ok());
+  // The seal's bytes with the key's manifest-domain signature over the seal's id.
+  std::vector<std::uint8_t> forged(seal->encoded().begin(), seal->encoded().end());
+  const Signature as_manifest = key.sign(manifest_detail::signing_message(seal->id()));
+  std::copy(as_manifest.bytes.begin(), as_manifest.bytes.end(), forged.end() - Signature::kSize);
+  auto decoded = decode_seal(forged);
+  REQUIRE(decoded.is_ok());
+  CHECK(verify_seal_signature(*decoded, trusted).code() == StatusCode::kVerifyFailed);
+  // And a part's manifest signed under the seal's domain is no manifest signature.
+  std::vector<std::uint8_t> part(parts[0].encoded().begin(), parts[0].encoded().end());
+  const Signature as_seal = key.sign(manifest_detail::signing_message(std::string_view("tensorhub seal v1\0", 18),
+                                                                      parts[0].id()));
+  std::copy(as_seal.bytes.begin(), as_seal.bytes.end(), part.end() - Signature::kSize);
+  auto manifest = decode_manifest(part);
+  REQUIRE(manifest.is_ok());
+  CHECK(verify_manifest_signature(*manifest, trusted).code() == StatusCode::kVerifyFailed);
+}
+
+TEST_CASE("seal: parts that are not parts of this version, or leave elements out, are refused") {
+  auto parts = fsdp_parts();
+  auto seal = make_seal(seal_body_of(parts), test_identity());
+  REQUIRE(seal.is_ok());
+  auto given = pointers(parts);
+  given[2] = nullptr;
+  CHECK(check_sealed_parts(*seal, given).message().find("part 2 is not manifest") != std::string::npos);
+
+  // A whole version's manifest named as a part.
+  std::vector<std::byte> image(64);
+  auto whole = build_manifest(small_options(), image, {TensorEntry{"b", DType::kF32, {16}, 0, 64}}, test_identity());
+  REQUIRE(whole.is_ok());
+  parts = fsdp_parts();
+  parts[0] = std::move(*whole);
+  CHECK(sealed_error(parts).find("part 0's manifest says it is a whole version") != std::string::npos);
+
+  // Part 3 missing its rows: 32 elements of "w" are nobody's.
+  parts = fsdp_parts();
+  {
+    std::vector<std::byte> bias(64);
+    ManifestBuildOptions o = small_options();
+    o.part = PartOf{3, 4};
+    auto no_rows = build_manifest(o, bias, {TensorEntry{"c", DType::kF32, {16}, 0, 64}}, test_identity());
+    REQUIRE(no_rows.is_ok());
+    parts[3] = std::move(*no_rows);
+  }
+  CHECK(sealed_error(parts) == "tensor 'w': 32 of 128 elements are in no part");
+
+  // A tensor of no elements in two parts is held twice.
+  parts = fsdp_parts();
+  for (std::uint32_t i : {1u, 2u}) {
+    std::vector<std::byte> rows(128);
+    ManifestBuildOptions o = small_options();
+    o.part = PartOf{i, 4};
+    auto m = build_manifest(o, rows,
+                            {TensorEntry{"w", DType::kF32, {2, 16}, 0, 128, {8, 16}, {2 * i, 0}},
+                             TensorEntry{"empty", DType::kF32, {0, 5}, 128, 0}},
+                            test_identity());
+    REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+    parts[i] = std::move(*m);
+  }
+  CHECK(sealed_error(parts) == "tensor 'empty': parts 1 and 2 both hold it");
 }
