@@ -1,17 +1,21 @@
 // The seal: the small signed record that makes a version published in parts
 // a version. It names every part's manifest in part order and chains to the
-// parent version; its id (BLAKE2b-256 of its canonical encoding) is the
-// version's id. Any part's publisher may seal once it knows every part's
-// id; a version in parts is visible only once sealed.
+// parent version; its id (BLAKE2b-256 of the canonical encoding of its
+// body) is the version's id. The body holds only what the seal joins, not
+// who signed it: any part's publisher may seal once it knows every part's
+// id, and the seals two publishers make of the same parts are one version
+// with one id. Two seals of one (model, version) with different ids are
+// equivocation. A version in parts is visible only once sealed.
 //
-// Encoding: a msgpack array [body, signature]; body: a map with exactly the
-// keys "seal" (the format, 1), "model" str, "version" uint, "parent"
-// bin(32), "created_ms" uint, "publisher" bin(32), "parts" array of
-// bin(32), in that order, each value in its shortest form. The publisher
-// signs "tensorhub seal v1\0" || id, so no manifest signature passes for a
+// Encoding: a msgpack array [body, publisher bin(32), signature bin(64)];
+// body: a map with exactly the keys "seal" (the format, 1), "model" str,
+// "version" uint, "parent" bin(32), "parts" array of bin(32), in that
+// order, each value in its shortest form. The publisher signs
+// "tensorhub seal v1\0" || id, so no manifest signature passes for a
 // seal's, nor the other way.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -24,13 +28,14 @@
 
 namespace tensorhub {
 
-// What a seal's publisher signs (through its id).
+// The largest seal encoding a decoder takes: kMaxParts parts, with room.
+inline constexpr std::size_t kMaxSealBytes = std::size_t{4} << 20;
+
+// What a seal joins: the version's identity (its id is this body's hash).
 struct SealBody {
   std::string model;
   std::uint64_t version = 0;
   ManifestId parent;  // the parent version's id; all zero for a first version
-  std::uint64_t created_unix_ms = 0;
-  PublicKey publisher;
   std::vector<ManifestId> parts;  // part i's manifest id, for i from 0
 
   friend bool operator==(const SealBody&, const SealBody&) = default;
@@ -42,6 +47,7 @@ class Seal {
  public:
   const SealBody& body() const { return body_; }
   const ManifestId& id() const { return id_; }
+  const PublicKey& publisher() const { return publisher_; }
   const Signature& signature() const { return signature_; }
   // The complete signed encoding.
   std::span<const std::uint8_t> encoded() const { return encoded_; }
@@ -50,13 +56,14 @@ class Seal {
   friend struct SealAccess;
   SealBody body_;
   ManifestId id_;
+  PublicKey publisher_;
   Signature signature_;
   std::vector<std::uint8_t> encoded_;
 };
 
-// Signs `body`. Errors: kInvalidArgument (a bad model name, a nonzero parent
-// for version 0, no parts or more than kMaxParts, a part named twice, or
-// another publisher than the signer).
+// Signs `body` as `publisher`. Errors: kInvalidArgument (a bad model name,
+// a nonzero parent for version 0, no parts or more than kMaxParts, or a
+// part named twice).
 Result<Seal> make_seal(SealBody body, const Identity& publisher);
 
 // Strictly decodes a seal: exact structure, canonical encodings only, no

@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "core/parallel_for.hpp"
+#include "manifest/chain_link.hpp"
 #include "manifest/manifest_codec.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -20,17 +21,22 @@ Status verify_manifest_signature(const Manifest& manifest, std::span<const Publi
 }
 
 Status verify_manifest_chain(const Manifest& parent, const Manifest& child) {
-  if (child.model() != parent.model()) {
-    return Status::verify_failed("chain: model '" + child.model() + "' does not extend model '" + parent.model() + "'");
+  return manifest::verify_chain_link({parent.model(), parent.version(), parent.id(), parent.parent()},
+                                     {child.model(), child.version(), child.id(), child.parent()});
+}
+
+Status manifest::verify_chain_link(const ChainLink& parent, const ChainLink& child) {
+  if (child.model != parent.model) {
+    return Status::verify_failed("chain: model '" + child.model + "' does not extend model '" + parent.model + "'");
   }
-  if (child.parent() != parent.id()) {
-    return Status::verify_failed("chain: version " + std::to_string(child.version()) + " names parent " +
-                                 child.parent().short_hex() + ", not " + parent.id().short_hex() + " (version " +
-                                 std::to_string(parent.version()) + ")");
+  if (child.parent != parent.id) {
+    return Status::verify_failed("chain: version " + std::to_string(child.version) + " names parent " +
+                                 child.parent.short_hex() + ", not " + parent.id.short_hex() + " (version " +
+                                 std::to_string(parent.version) + ")");
   }
-  if (child.version() <= parent.version()) {
-    return Status::verify_failed("chain: version " + std::to_string(child.version()) +
-                                 " does not exceed its parent's version " + std::to_string(parent.version()));
+  if (child.version <= parent.version) {
+    return Status::verify_failed("chain: version " + std::to_string(child.version) +
+                                 " does not exceed its parent's version " + std::to_string(parent.version));
   }
   return Status::ok();
 }

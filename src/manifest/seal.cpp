@@ -16,14 +16,12 @@ namespace {
 
 constexpr std::uint64_t kSealFormat = 1;
 constexpr std::string_view kSealSigningDomain{"tensorhub seal v1\0", 18};
-// The largest encoding kMaxParts parts take, with room for the rest.
-constexpr std::size_t kMaxSealBytes = std::size_t{4} << 20;
 
 std::vector<std::uint8_t> encode_seal_body(const SealBody& b) {
   std::vector<std::uint8_t> out;
   out.reserve(160 + b.parts.size() * 34);
   core::MsgpackWriter w(out);
-  w.write_map_header(7);
+  w.write_map_header(5);
   w.write_str("seal");
   w.write_uint(kSealFormat);
   w.write_str("model");
@@ -32,10 +30,6 @@ std::vector<std::uint8_t> encode_seal_body(const SealBody& b) {
   w.write_uint(b.version);
   w.write_str("parent");
   w.write_bin(b.parent.bytes);
-  w.write_str("created_ms");
-  w.write_uint(b.created_unix_ms);
-  w.write_str("publisher");
-  w.write_bin(b.publisher.bytes);
   w.write_str("parts");
   w.write_array_header(static_cast<std::uint32_t>(b.parts.size()));
   for (const ManifestId& part : b.parts) w.write_bin(part.bytes);
@@ -67,25 +61,28 @@ Status validate_seal_body(const SealBody& b) {
 
 struct SealAccess {
   // REQUIRES: body_bytes == encode_seal_body(body), and body passed validate_seal_body.
-  static Seal assemble(SealBody body, std::span<const std::uint8_t> body_bytes, const Signature& signature) {
+  static Seal assemble(SealBody body, std::span<const std::uint8_t> body_bytes, const PublicKey& publisher,
+                       const Signature& signature) {
     Seal s;
     s.body_ = std::move(body);
     s.id_ = manifest_detail::compute_manifest_id(body_bytes);
+    s.publisher_ = publisher;
     s.signature_ = signature;
-    s.encoded_ = manifest_detail::signed_encoding(body_bytes, signature);
+    s.encoded_.reserve(body_bytes.size() + 104);
+    core::MsgpackWriter w(s.encoded_);
+    w.write_array_header(3);
+    s.encoded_.insert(s.encoded_.end(), body_bytes.begin(), body_bytes.end());
+    w.write_bin(publisher.bytes);
+    w.write_bin(signature.bytes);
     return s;
   }
 };
 
 Result<Seal> make_seal(SealBody body, const Identity& publisher) {
-  if (body.publisher != publisher.public_key()) {
-    return Status::invalid_argument("the seal names publisher " + body.publisher.short_hex() + ", not the signer " +
-                                    publisher.public_key().short_hex());
-  }
   TENSORHUB_RETURN_IF_ERROR(validate_seal_body(body));
   const std::vector<std::uint8_t> body_bytes = encode_seal_body(body);
   const Signature signature = publisher.sign(seal_signing_message(manifest_detail::compute_manifest_id(body_bytes)));
-  return SealAccess::assemble(std::move(body), body_bytes, signature);
+  return SealAccess::assemble(std::move(body), body_bytes, publisher.public_key(), signature);
 }
 
 Result<Seal> decode_seal(std::span<const std::uint8_t> encoded) {
@@ -95,9 +92,9 @@ Result<Seal> decode_seal(std::span<const std::uint8_t> encoded) {
   }
   core::MsgpackReader r(encoded);
   SealBody body;
-  r.expect_array("seal", 2);
+  r.expect_array("seal", 3);
   const std::size_t body_start = r.offset();
-  r.expect_map("seal body", 7);
+  r.expect_map("seal body", 5);
   std::uint64_t format = 0;
   if (r.expect_key("seal") && r.read_uint("seal", format) && format != kSealFormat) {
     r.fail("seal", "unsupported seal format " + std::to_string(format) + " (this build reads format " +
@@ -107,8 +104,6 @@ Result<Seal> decode_seal(std::span<const std::uint8_t> encoded) {
   if (r.expect_key("model") && r.read_str("model", model, kMaxModelNameBytes)) body.model.assign(model);
   r.expect_key("version") && r.read_uint("version", body.version);
   r.expect_key("parent") && r.read_bin_exact("parent", body.parent.bytes);
-  r.expect_key("created_ms") && r.read_uint("created_ms", body.created_unix_ms);
-  r.expect_key("publisher") && r.read_bin_exact("publisher", body.publisher.bytes);
   std::uint32_t parts = 0;
   if (r.expect_key("parts") && r.read_array_header("parts", parts, kMaxParts, /*min_element_bytes=*/34)) {
     body.parts.resize(parts);
@@ -117,6 +112,8 @@ Result<Seal> decode_seal(std::span<const std::uint8_t> encoded) {
     }
   }
   const std::size_t body_end = r.offset();
+  PublicKey publisher;
+  r.read_bin_exact("publisher", publisher.bytes);
   Signature signature;
   r.read_bin_exact("signature", signature.bytes);
   TENSORHUB_RETURN_IF_ERROR(r.finish());
@@ -126,11 +123,11 @@ Result<Seal> decode_seal(std::span<const std::uint8_t> encoded) {
 #if TENSORHUB_DEBUG_INVARIANTS
   assert(encode_seal_body(body) == std::vector<std::uint8_t>(body_bytes.begin(), body_bytes.end()));
 #endif
-  return SealAccess::assemble(std::move(body), body_bytes, signature);
+  return SealAccess::assemble(std::move(body), body_bytes, publisher, signature);
 }
 
 Status verify_seal_signature(const Seal& seal, std::span<const PublicKey> trusted) {
-  const PublicKey& publisher = seal.body().publisher;
+  const PublicKey& publisher = seal.publisher();
   if (std::find(trusted.begin(), trusted.end(), publisher) == trusted.end()) {
     return Status::verify_failed("seal: publisher " + publisher.hex() + " is not a trusted key");
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "manifest/chain_link.hpp"
+
 namespace tensorhub::peer {
 namespace {
 
@@ -184,26 +186,53 @@ TimePoint HeadTracker::next_timeout() const {
   return earliest;
 }
 
-Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m) { return accept(std::move(m), false); }
+Status verify_chain(const KnownVersion& parent, const KnownVersion& child) {
+  return manifest::verify_chain_link({parent.model(), parent.version(), parent.id(), parent.parent()},
+                                     {child.model(), child.version(), child.id(), child.parent()});
+}
 
-bool HeadTracker::wait_for_parent(const std::shared_ptr<const Manifest>& m, std::vector<PeerId> namers) {
+Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m) {
+  if (by_id_.count(m->id())) return false;
+  if (m->part()) {
+    // A version in parts becomes a version through its seal
+    // (accept(SealedVersion)): a part alone is never one.
+    return Status::invalid_argument(m->model() + " v" + std::to_string(m->version()) + ": manifest " +
+                                    m->id().short_hex() + " is one part of a version published in parts; " +
+                                    "only its seal makes it a version");
+  }
+  TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*m, trusted_));
+  return accept(KnownVersion(std::move(m)), false);
+}
+
+Result<bool> HeadTracker::accept(std::shared_ptr<const manifest::SealedVersion> sealed) {
+  if (by_id_.count(sealed->id())) return false;
+  TENSORHUB_RETURN_IF_ERROR(verify_seal_signature(sealed->seal(), trusted_));
+  for (const auto& part : sealed->parts()) {
+    TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*part, trusted_).with_context(
+        "part " + std::to_string(part->part()->index) + " of " + sealed->model() + " v" +
+        std::to_string(sealed->version())));
+  }
+  return accept(KnownVersion(std::move(sealed)), false);
+}
+
+bool HeadTracker::wait_for_parent(const KnownVersion& m, std::vector<PeerId> namers) {
   if (namers.empty() || waiting_count_ >= kMaxWaiting) return false;
-  auto model = models_.find(m->model());
+  auto model = models_.find(m.model());
   if (model == models_.end()) return false;
   // The newest version we believe below it: the chain should reach it.
-  auto below = model->second.by_version.lower_bound(number_of(*m));
+  auto below = model->second.by_version.lower_bound(m.number());
   if (below == model->second.by_version.begin()) return false;
   --below;
-  if (m->version() - below->first.value > kMaxChainBack) return false;
-  auto& children = waiting_[m->parent()];
+  if (m.version() - below->first.value > kMaxChainBack) return false;
+  auto& children = waiting_[m.parent()];
   for (const Waiting& w : children) {
-    if (w.manifest->id() == m->id()) return true;
+    if (w.version.id() == m.id()) return true;
   }
   children.push_back(Waiting{m, kTimeNever});
   ++waiting_count_;
-  auto it = wanted_.find(m->parent());
+  auto it = wanted_.find(m.parent());
   if (it == wanted_.end()) {
-    it = wanted_.emplace(m->parent(), Wanted{m->model(), previous(number_of(*m)), {}, kNotAsked, kTimeNever, true}).first;
+    it = wanted_.emplace(m.parent(), Wanted{m.model(), previous(m.number()), {}, kNotAsked, kTimeNever, true}).first;
   }
   for (const PeerId& p : namers) {
     if (it->second.namers.size() >= kMaxNamers) break;
@@ -235,92 +264,86 @@ bool HeadTracker::release_children(const ManifestId& parent, bool skip_chain) {
   waiting_count_ -= children.size();
   bool changed = false;
   for (Waiting& w : children) {
-    auto accepted = accept(std::move(w.manifest), skip_chain);
+    auto accepted = accept(std::move(w.version), skip_chain);
     changed = changed || (accepted.is_ok() && *accepted);
   }
   return changed;
 }
 
-Result<bool> HeadTracker::accept(std::shared_ptr<const Manifest> m, bool skip_chain) {
-  if (by_id_.count(m->id())) return false;
-  if (m->part()) {
-    // Versions in parts become heads through their seals, which peers do
-    // not gossip yet: a part alone is never a version.
-    return Status::invalid_argument(m->model() + " v" + std::to_string(m->version()) + ": manifest " +
-                                    m->id().short_hex() + " is one part of a version published in parts, " +
-                                    "which this peer does not take yet");
-  }
-  TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*m, trusted_));
-  const std::string& name = m->model();
-  const std::string what = name + " v" + std::to_string(m->version());
+Result<bool> HeadTracker::accept(KnownVersion m, bool skip_chain) {
+  if (by_id_.count(m.id())) return false;
+  const std::string& name = m.model();
+  const std::string what = name + " v" + std::to_string(m.version());
   // Manifests that waited for one signed twice are never believed.
   auto drop_children = [&] {
-    if (auto w = waiting_.find(m->id()); w != waiting_.end()) {
+    if (auto w = waiting_.find(m.id()); w != waiting_.end()) {
       waiting_count_ -= w->second.size();
       waiting_.erase(w);
     }
   };
-  if (equivocated(name, number_of(*m))) {
+  if (equivocated(name, m.number())) {
     drop_children();
     return Status::verify_failed("equivocation: " + what + " was signed twice already; no manifest of it is believed");
   }
   Model& model = models_[name];
-  auto same = model.by_version.find(number_of(*m));
+  auto same = model.by_version.find(m.number());
   if (same != model.by_version.end()) {
-    // Two validly signed manifests of one version: keep both as proof,
+    // Two validly signed versions of one number: keep both as proof,
     // believe neither.
     if (equivocations_.size() < kMaxEquivocations) {
-      equivocations_.push_back(Equivocation{name, number_of(*m), same->second, m});
+      equivocations_.push_back(Equivocation{name, m.number(), same->second, m});
     }
-    by_id_.erase(same->second->id());
+    by_id_.erase(same->second.id());
     model.by_version.erase(same);
-    equivocated_.insert({name, number_of(*m)});
+    equivocated_.insert({name, m.number()});
     drop_children();
-    refresh_head(model, name);
-    return Status::verify_failed("equivocation: two manifests of " + what + " signed by " +
-                                 m->publisher().short_hex());
+    refresh_head(model);
+    return Status::verify_failed("equivocation: two " + std::string(m.in_parts() ? "seals" : "manifests") + " of " +
+                                 what + " signed by " + m.publisher().short_hex());
   }
-  if (!m->parent().is_zero()) {
-    auto parent = by_id_.find(m->parent());
+  if (!m.parent().is_zero()) {
+    auto parent = by_id_.find(m.parent());
     if (parent != by_id_.end()) {
-      TENSORHUB_RETURN_IF_ERROR(verify_manifest_chain(*parent->second, *m));
+      TENSORHUB_RETURN_IF_ERROR(verify_chain(parent->second, m));
     } else if (!skip_chain) {
-      auto named = wanted_.find(m->id());
+      auto named = wanted_.find(m.id());
       if (wait_for_parent(m, named == wanted_.end() ? std::vector<PeerId>{} : named->second.namers)) {
-        wanted_.erase(m->id());
+        wanted_.erase(m.id());
         return false;
       }
     }
   }
-  model.by_version.emplace(number_of(*m), m);
-  by_id_.emplace(m->id(), m);
-  wanted_.erase(m->id());
-  const bool newer = !model.head || m->version() > model.head->version;
+  const ManifestId id = m.id();
+  const VersionNumber number = m.number();
+  const VersionInfo info = m.info();
+  model.by_version.emplace(number, m);
+  by_id_.emplace(id, std::move(m));
+  wanted_.erase(id);
+  const bool newer = !model.head || info.version > model.head->version;
   if (newer) {
-    model.head = VersionInfo{name, m->version(), m->id(), m->total_size()};
+    model.head = info;
     // Wanted manifests no newer than the head are wanted no more.
     std::erase_if(wanted_, [&](const auto& entry) {
-      return entry.second.model == name && entry.second.version <= number_of(*m) && !waiting_.count(entry.first);
+      return entry.second.model == name && entry.second.version <= number && !waiting_.count(entry.first);
     });
   }
   prune(model);
   // Manifests that waited for this one extend the chain now (or break it).
-  const bool child_changed = release_children(m->id(), skip_chain);
+  const bool child_changed = release_children(id, skip_chain);
   return newer || child_changed;
 }
 
-void HeadTracker::refresh_head(Model& model, const std::string& name) {
+void HeadTracker::refresh_head(Model& model) {
   if (model.by_version.empty()) {
     model.head.reset();
     return;
   }
-  const auto& [version, m] = *model.by_version.rbegin();
-  model.head = VersionInfo{name, version.value, m->id(), m->total_size()};
+  model.head = model.by_version.rbegin()->second.info();
 }
 
 void HeadTracker::prune(Model& model) {
   while (model.by_version.size() > kKeptVersions) {
-    by_id_.erase(model.by_version.begin()->second->id());
+    by_id_.erase(model.by_version.begin()->second.id());
     model.by_version.erase(model.by_version.begin());
   }
 }
@@ -339,16 +362,26 @@ std::optional<VersionInfo> HeadTracker::head(const std::string& model) const {
   return it->second.head;
 }
 
-std::shared_ptr<const Manifest> HeadTracker::manifest(const ManifestId& id) const {
+const KnownVersion* HeadTracker::known(const ManifestId& id) const {
   auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : it->second;
+  return it == by_id_.end() ? nullptr : &it->second;
 }
 
-std::shared_ptr<const Manifest> HeadTracker::find(const std::string& model, VersionNumber version) const {
+const KnownVersion* HeadTracker::known(const std::string& model, VersionNumber version) const {
   auto it = models_.find(model);
   if (it == models_.end()) return nullptr;
   auto v = it->second.by_version.find(version);
-  return v == it->second.by_version.end() ? nullptr : v->second;
+  return v == it->second.by_version.end() ? nullptr : &v->second;
+}
+
+std::shared_ptr<const Manifest> HeadTracker::manifest(const ManifestId& id) const {
+  const KnownVersion* k = known(id);
+  return k ? k->manifest() : nullptr;
+}
+
+std::shared_ptr<const Manifest> HeadTracker::find(const std::string& model, VersionNumber version) const {
+  const KnownVersion* k = known(model, version);
+  return k ? k->manifest() : nullptr;
 }
 
 HeadTracker::NextVersion HeadTracker::next_version(const std::string& model) const {
@@ -361,6 +394,22 @@ HeadTracker::NextVersion HeadTracker::next_version(const std::string& model) con
   // Never reuse a number that was equivocated on.
   while (equivocated(model, next.version)) next.version = tensorhub::next(next.version);
   return next;
+}
+
+void HeadTracker::record_equivocation(Equivocation e) {
+  if (equivocated(e.model, e.version)) return;
+  Model& model = models_[e.model];
+  if (auto same = model.by_version.find(e.version); same != model.by_version.end()) {
+    if (auto w = waiting_.find(same->second.id()); w != waiting_.end()) {
+      waiting_count_ -= w->second.size();
+      waiting_.erase(w);
+    }
+    by_id_.erase(same->second.id());
+    model.by_version.erase(same);
+  }
+  equivocated_.insert({e.model, e.version});
+  refresh_head(model);
+  if (equivocations_.size() < kMaxEquivocations) equivocations_.push_back(std::move(e));
 }
 
 bool HeadTracker::equivocated(const std::string& model, VersionNumber version) const {

@@ -4,10 +4,14 @@
 // a manifest is an action the caller carries out.
 //
 // Rules:
+//  - A version is a whole version's manifest or a version in parts' seal
+//    joined with its parts (KnownVersion); the rules below hold for both,
+//    and "manifest" names either record.
 //  - A manifest is believed only when a trusted publisher signed it and, if
-//    its parent is known, it extends that parent (verify_manifest_chain).
+//    its parent is known, it extends that parent (verify_chain).
 //  - Two validly signed manifests for one (model, version) with different
-//    ids are equivocation. The pair is kept as proof, neither is ever head,
+//    ids are equivocation (a seal and a whole manifest for one number
+//    too). The pair is kept as proof, neither is ever head,
 //    and any later manifest for that (model, version) is refused.
 //  - A head that gossip names and that is newer than ours is wanted: its
 //    manifest is asked of a peer whose record names it. So is one named for
@@ -45,6 +49,7 @@
 
 #include "core/version_number.hpp"
 #include "core/time.hpp"
+#include "peer/known_version.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/version_info.hpp"
@@ -60,11 +65,11 @@ struct ManifestRequest {
   VersionNumber version;
 };
 
-// Two manifests signed for one (model, version).
+// Two versions signed for one (model, version).
 struct Equivocation {
   std::string model;
   VersionNumber version;
-  std::shared_ptr<const Manifest> first, second;
+  KnownVersion first, second;
 };
 
 class HeadTracker {
@@ -106,8 +111,13 @@ class HeadTracker {
   // Returns whether the head of its model changed (to it, or to a child
   // that waited for it). A manifest that waits for its parent returns false;
   // parent_requests() then says whom to ask.
-  // Errors: kVerifyFailed (untrusted signer, broken chain, equivocation).
+  // Errors: kVerifyFailed (untrusted signer, broken chain, equivocation),
+  // kInvalidArgument (one part of a version in parts: never a version alone).
   Result<bool> accept(std::shared_ptr<const Manifest> manifest);
+  // The same for a version in parts, once its seal and every part are
+  // joined (SealedVersion::join checked them together). Errors: as above;
+  // kVerifyFailed also for a seal or part no trusted publisher signed.
+  Result<bool> accept(std::shared_ptr<const manifest::SealedVersion> sealed);
   // The parents wanted for waiting manifests and not asked yet.
   std::vector<ManifestRequest> parent_requests(TimePoint now);
   std::size_t waiting() const { return waiting_count_; }
@@ -121,7 +131,11 @@ class HeadTracker {
   std::optional<VersionInfo> head(const std::string& model) const;
   // The head of every model with one, by model name.
   std::vector<VersionInfo> heads() const;
-  // A verified manifest, by id or by (model, version).
+  // A verified version, by id or by (model, version); null when unknown.
+  const KnownVersion* known(const ManifestId& id) const;
+  const KnownVersion* known(const std::string& model, VersionNumber version) const;
+  // A verified whole version's manifest, by id or by (model, version); null
+  // when unknown or a version in parts.
   std::shared_ptr<const Manifest> manifest(const ManifestId& id) const;
   std::shared_ptr<const Manifest> find(const std::string& model, VersionNumber version) const;
   // The version number and parent of `model`'s next publication.
@@ -131,13 +145,17 @@ class HeadTracker {
   };
   NextVersion next_version(const std::string& model) const;
   bool equivocated(const std::string& model, VersionNumber version) const;
+  // Two manifests signed for one part's slot of a version in parts (the
+  // part book found them): that version is equivocated as if two seals of
+  // it were, and a seal of it believed already is believed no more.
+  void record_equivocation(Equivocation e);
   const std::vector<Equivocation>& equivocations() const { return equivocations_; }
   std::size_t wanted() const { return wanted_.size(); }
   bool trusts(const PublicKey& publisher) const;
 
  private:
   struct Model {
-    std::map<VersionNumber, std::shared_ptr<const Manifest>> by_version;  // verified, not equivocated
+    std::map<VersionNumber, KnownVersion> by_version;  // verified, not equivocated
     std::optional<VersionInfo> head;
   };
   struct Wanted {
@@ -163,24 +181,24 @@ class HeadTracker {
   // `peer` cannot give `id`: the next namer is asked.
   std::optional<ManifestRequest> pass_over(TimePoint now, const PeerId& peer, const ManifestId& id);
   std::size_t named_by(const PeerId& peer) const;
-  void refresh_head(Model& model, const std::string& name);
+  void refresh_head(Model& model);
   void prune(Model& model);
   // `m` waits for its parent when that is worth asking for (see above).
-  bool wait_for_parent(const std::shared_ptr<const Manifest>& m, std::vector<PeerId> namers);
+  bool wait_for_parent(const KnownVersion& m, std::vector<PeerId> namers);
   // Accepts the manifests that waited for `parent`; whether a head changed.
   bool release_children(const ManifestId& parent, bool skip_chain);
-  Result<bool> accept(std::shared_ptr<const Manifest> manifest, bool skip_chain);
+  Result<bool> accept(KnownVersion version, bool skip_chain);
 
   std::vector<PublicKey> trusted_;
   Duration retry_;
   std::map<std::string, Model> models_;
-  std::map<ManifestId, std::shared_ptr<const Manifest>> by_id_;  // every manifest in models_
+  std::map<ManifestId, KnownVersion> by_id_;  // every version in models_
   std::map<ManifestId, Wanted> wanted_;
   std::map<PeerId, Discredit> discredited_;
   std::set<std::pair<std::string, VersionNumber>> equivocated_;  // (model, version) signed twice
   std::vector<Equivocation> equivocations_;  // the proof, kept for the first few
   struct Waiting {
-    std::shared_ptr<const Manifest> manifest;
+    KnownVersion version;
     TimePoint since = kTimeNever;  // set when its parent is first asked for
   };
   std::map<ManifestId, std::vector<Waiting>> waiting_;  // by the parent they wait for

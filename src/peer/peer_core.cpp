@@ -42,6 +42,7 @@ PeerCore::PeerCore(PeerCoreConfig config, PeerId self, std::uint64_t seed, gossi
       decoder_(decoder ? std::move(decoder) : default_manifest_decoder()),
       swarm_(config_.swarm, config_.location, self, seed, std::move(locations)),
       heads_(config_.trusted_publishers, config_.manifest_retry),
+      parts_(config_.trusted_publishers, config_.manifest_retry),
       deferred_(config_.retention) {}
 
 PeerCore::~PeerCore() = default;
@@ -73,6 +74,8 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
   for (const gossip::HoldingEntry& h : r.holdings) {
     // Holding or fetching: a neighbour either way.
     if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
+    // A part of a version this peer publishes a part of: wanted, to seal.
+    send_manifest_request(parts_.on_named(now, r.id, h.model, VersionNumber{h.version}, h.manifest_id));
   }
   for (const gossip::HeadEntry& head : r.heads) {
     if (heads_.equivocated(head.model, VersionNumber{head.version})) {
@@ -94,6 +97,7 @@ void PeerCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& pee
 void PeerCore::peer_gone(TimePoint now, const PeerId& peer) {
   swarm_.peer_gone(now, peer);
   heads_.forget_peer(peer);
+  parts_.forget_peer(peer);
   drain_swarm(now);
 }
 
@@ -195,7 +199,13 @@ void PeerCore::send_manifest_request(const std::optional<ManifestRequest>& reque
 }
 
 void PeerCore::answer_get_manifest(const PeerId& peer, const ManifestId& id) {
+  if (const KnownVersion* k = heads_.known(id); k && k->in_parts()) {
+    const auto seal = k->encoded();
+    actions_.push(swarm::SendMessage{peer, swarm::SwarmMessage::with_bytes(swarm::MessageType::kSeal, id, {seal.begin(), seal.end()})});
+    return;
+  }
   std::shared_ptr<const Manifest> m = heads_.manifest(id);
+  if (!m) m = parts_.manifest(id);
   if (!m) {
     if (auto v = find(id)) m = v->manifest;
   }
@@ -221,6 +231,7 @@ void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::Swarm
     send_manifest_request(heads_.on_foreign_manifest(now, from, message.version_id));
     return;
   }
+  if ((*decoded)->part()) return on_part_manifest(now, from, std::move(*decoded));
   const std::size_t equivocations = heads_.equivocations().size();
   auto accepted = accept_manifest(now, std::move(*decoded));
   if (!accepted) {
@@ -234,9 +245,10 @@ void PeerCore::on_manifest(TimePoint now, const PeerId& from, const swarm::Swarm
 
 void PeerCore::send_proof(const Equivocation& e, const PeerId& to) {
   if (to == self_ || proofs_sent_.size() >= kMaxProofsSent || !proofs_sent_.emplace(to, e.model, e.version).second) return;
-  for (const auto& m : {e.first, e.second}) {
-    actions_.push(swarm::SendMessage{
-        to, swarm::SwarmMessage::with_bytes(swarm::MessageType::kManifest, m->id(), {m->encoded().begin(), m->encoded().end()})});
+  for (const KnownVersion* k : {&e.first, &e.second}) {
+    const auto bytes = k->encoded();
+    const auto type = k->in_parts() ? swarm::MessageType::kSeal : swarm::MessageType::kManifest;
+    actions_.push(swarm::SendMessage{to, swarm::SwarmMessage::with_bytes(type, k->id(), {bytes.begin(), bytes.end()})});
   }
 }
 
@@ -260,12 +272,28 @@ void PeerCore::spread_proofs_found(std::size_t known_before) {
 }
 
 Result<bool> PeerCore::accept_manifest(TimePoint now, std::shared_ptr<const Manifest> m) {
-  const std::optional<VersionInfo> before = heads_.head(m->model());
+  const std::string model = m->model();
+  const std::optional<VersionInfo> before = heads_.head(model);
   const std::size_t proofs_before = heads_.equivocations().size();
-  auto accepted = heads_.accept(m);
+  auto accepted = heads_.accept(std::move(m));
+  after_accept(now, model, before, proofs_before);
+  return accepted;
+}
+
+Result<bool> PeerCore::accept_sealed(TimePoint now, std::shared_ptr<const manifest::SealedVersion> sealed) {
+  const std::string model = sealed->model();
+  const std::optional<VersionInfo> before = heads_.head(model);
+  const std::size_t proofs_before = heads_.equivocations().size();
+  auto accepted = heads_.accept(std::move(sealed));
+  after_accept(now, model, before, proofs_before);
+  return accepted;
+}
+
+void PeerCore::after_accept(TimePoint now, const std::string& model, const std::optional<VersionInfo>& before,
+                            std::size_t proofs_before) {
   spread_proofs_found(proofs_before);
   for (auto& request : heads_.parent_requests(now)) send_manifest_request(std::move(request));
-  const std::optional<VersionInfo> after = heads_.head(m->model());
+  const std::optional<VersionInfo> after = heads_.head(model);
   if (after && (!before || before->id != after->id)) {
     if (gossip_) {
       gossip_->set_head(gossip::HeadEntry{after->model, after->version, after->id});
@@ -275,9 +303,123 @@ Result<bool> PeerCore::accept_manifest(TimePoint now, std::shared_ptr<const Mani
     actions_.push(HeadChanged{*after});
     // The previous head may have been waiting for this one to let go.
     release_due(now, /*all=*/false);
+    // Parts of versions two below the head are history (a sealed version
+    // keeps its own).
+    if (after->version > 2) parts_.forget_through(model, VersionNumber{after->version - 2});
   }
   state_changed();
-  return accepted;
+}
+
+// --------------------------------------------------------------------------
+// Versions in parts
+
+void PeerCore::on_seal(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message) {
+  auto seal = decode_seal(message.bytes);
+  if (!seal || seal->id() != message.version_id) {
+    report(Report::kWarn, "peer " + from.short_hex() + " sent a bad seal: " +
+                              (seal ? std::string("wrong id") : seal.status().to_string()));
+    send_manifest_request(heads_.on_bad_manifest(now, from, message.version_id));
+    return;
+  }
+  if (Status trusted = verify_seal_signature(*seal, config_.trusted_publishers); !trusted.is_ok()) {
+    report(Report::kWarn, "refused seal " + message.version_id.short_hex() + " from " + from.short_hex() + ": " +
+                              trusted.to_string());
+    send_manifest_request(heads_.on_foreign_manifest(now, from, message.version_id));
+    return;
+  }
+  if (heads_.known(seal->id())) return;
+  for (auto& request : parts_.on_seal(now, from, std::move(*seal))) send_manifest_request(std::move(request));
+  drain_parts(now);
+}
+
+void PeerCore::on_part_manifest(TimePoint now, const PeerId& from, std::shared_ptr<const Manifest> part) {
+  const std::string what = "part " + std::to_string(part->part()->index) + " of " + part->model() + " v" +
+                           std::to_string(part->version());
+  auto added = parts_.on_part(part);
+  if (!added) {
+    report(Report::kWarn, "refused " + what + " (" + part->id().short_hex() + ") from " + from.short_hex() + ": " +
+                              added.status().to_string());
+    return;
+  }
+  if (*added) {
+    const PartConflict& c = **added;
+    const std::string signers = c.first->publisher() == c.second->publisher()
+                                    ? c.first->publisher().short_hex()
+                                    : c.first->publisher().short_hex() + " and " + c.second->publisher().short_hex();
+    report(Report::kError, "equivocation: two manifests of " + what + " (" + c.first->id().short_hex() + " and " +
+                               c.second->id().short_hex() + "), signed by " + signers +
+                               "; the version is never sealed or believed here");
+    const std::optional<VersionInfo> before = heads_.head(part->model());
+    const std::size_t proofs_before = heads_.equivocations().size();
+    heads_.record_equivocation(
+        Equivocation{part->model(), VersionNumber{part->version()}, KnownVersion(c.first), KnownVersion(c.second)});
+    // Peers that believe a seal of it hear of the pair (spread_proofs_found).
+    after_accept(now, part->model(), before, proofs_before);
+    return;
+  }
+  drain_parts(now);
+}
+
+void PeerCore::drain_parts(TimePoint now) {
+  for (SealBody& body : parts_.take_ready()) seal(now, std::move(body));
+  for (JoinedSeal& joined : parts_.take_joined()) {
+    if (!joined.version) {
+      report(Report::kError, "refused seal " + joined.seal.short_hex() + ": " + joined.version.status().to_string());
+      continue;
+    }
+    const std::string what = (*joined.version)->model() + " v" + std::to_string((*joined.version)->version());
+    auto accepted = accept_sealed(now, std::move(*joined.version));
+    if (!accepted) report(Report::kWarn, "refused seal " + joined.seal.short_hex() + " of " + what + ": " +
+                                             accepted.status().to_string());
+  }
+  state_changed();
+}
+
+void PeerCore::seal(TimePoint now, SealBody body) {
+  if (!sealer_) return;
+  const std::string what = body.model + " v" + std::to_string(body.version);
+  const VersionNumber number{body.version};
+  const std::string model = body.model;
+  auto made = make_seal(std::move(body), *sealer_);
+  Result<std::shared_ptr<const manifest::SealedVersion>> joined =
+      made ? manifest::SealedVersion::join(std::move(*made), parts_.parts(model, number)) : made.status();
+  if (!joined) {
+    report(Report::kError, "cannot seal " + what + ": " + joined.status().to_string());
+    parts_.seal_failed(model, number, Status::verify_failed("cannot seal " + what + ": " + joined.status().message()));
+    return;
+  }
+  const ManifestId id = (*joined)->id();
+  auto accepted = accept_sealed(now, std::move(*joined));
+  if (!accepted) {
+    report(Report::kError, "cannot seal " + what + ": " + accepted.status().to_string());
+    parts_.seal_failed(model, number, accepted.status().with_context("cannot seal " + what));
+    return;
+  }
+  report(Report::kInfo, "sealed " + what + " (" + id.short_hex() + ") from " +
+                            std::to_string(parts_.part_count(model, number)) + " parts");
+}
+
+Status PeerCore::part_sealed(const LocalVersion& part) const {
+  const Manifest& m = *part.manifest;
+  const std::string what = m.model() + " v" + std::to_string(m.version());
+  if (const KnownVersion* k = heads_.known(m.model(), part.number)) {
+    if (k->in_parts()) {
+      const auto& ids = k->sealed()->seal().body().parts;
+      if (std::find(ids.begin(), ids.end(), m.id()) != ids.end()) return Status::ok();
+    }
+    return Status::already_exists(what + " is another version (" + k->id().short_hex() + "), without this part");
+  }
+  if (heads_.equivocated(m.model(), part.number)) {
+    return Status::verify_failed("equivocation: " + what + " was signed twice (a part or its seal); it is never sealed");
+  }
+  TENSORHUB_RETURN_IF_ERROR(parts_.seal_failure(m.model(), part.number));
+  std::string missing;
+  for (std::uint32_t i : parts_.missing(m.model(), part.number)) {
+    missing += (missing.empty() ? "part " : ", part ") + std::to_string(i);
+  }
+  if (missing.empty()) return Status::unavailable(what + " has every part here and waits for its seal");
+  return Status::unavailable(what + " waits for " + missing + " of " + std::to_string(m.part()->count) +
+                             " (no record names them yet)");
 }
 
 Status PeerCore::learn_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest) {
@@ -295,9 +437,14 @@ Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& mod
   }
   if (latest) {
     if (!head) return Status::unavailable("no version of model '" + model + "' is known yet");
-    return heads_.manifest(head->id);
+    version = number_of(*head);
   }
-  if (auto m = heads_.find(model, version)) return m;
+  if (const KnownVersion* k = heads_.known(model, version)) {
+    if (!k->in_parts()) return k->manifest();
+    return Status::unavailable(model + " v" + std::to_string(version.value) + " was published in " +
+                                 std::to_string(k->sealed()->parts().size()) +
+                                 " parts; fetching a version in parts is not built yet (issue 48)");
+  }
   return Status::not_found("version " + std::to_string(version.value) + " of model '" + model + "' is not known" +
                            (head ? " (the newest known is v" + std::to_string(head->version) + ")"
                                  : std::string(" (no version is known yet)")));
@@ -311,7 +458,7 @@ Status PeerCore::equivocation_above(const std::string& model, VersionNumber afte
   if (!newest) return Status::ok();
   return Status::verify_failed("equivocation: " + model + " v" + std::to_string(newest->version.value) +
                                " was signed twice with different contents by " +
-                               newest->first->publisher().short_hex() +
+                               newest->first.publisher().short_hex() +
                                "; neither is believed (tensorhub status --json shows the pair)");
 }
 
@@ -337,7 +484,9 @@ void PeerCore::on_message(TimePoint now, const PeerId& peer, const swarm::SwarmM
   switch (message.type) {
     case swarm::MessageType::kGetManifest: return answer_get_manifest(peer, message.version_id);
     case swarm::MessageType::kManifest: return on_manifest(now, peer, message);
+    case swarm::MessageType::kSeal: return on_seal(now, peer, message);
     case swarm::MessageType::kNoManifest:
+      send_manifest_request(parts_.on_no_manifest(now, peer, message.version_id));
       return send_manifest_request(heads_.on_no_manifest(now, peer, message.version_id));
     case swarm::MessageType::kChallenge: return answer_challenge(now, peer, message);
     case swarm::MessageType::kProof:
@@ -421,12 +570,13 @@ void PeerCore::drain_swarm(TimePoint now) {
 void PeerCore::handle_timeout(TimePoint now) {
   if (now >= swarm_.next_timeout()) swarm_.handle_timeout(now);
   for (auto& request : heads_.handle_timeout(now)) send_manifest_request(std::move(request));
+  for (auto& request : parts_.handle_timeout(now)) send_manifest_request(std::move(request));
   release_due(now, /*all=*/false);
   drain_swarm(now);
 }
 
 TimePoint PeerCore::next_timeout() const {
-  return std::min({swarm_.next_timeout(), heads_.next_timeout(), deferred_.next_deadline()});
+  return std::min({swarm_.next_timeout(), heads_.next_timeout(), parts_.next_timeout(), deferred_.next_deadline()});
 }
 
 std::optional<PeerAction> PeerCore::poll() {

@@ -36,6 +36,7 @@
 #include "gossip/gossip_core.hpp"
 #include "peer/head_tracker.hpp"
 #include "peer/local_version.hpp"
+#include "peer/part_book.hpp"
 #include "peer/possession_proofs.hpp"
 #include "swarm/retention.hpp"
 #include "swarm/swarm_core.hpp"
@@ -155,6 +156,9 @@ class PeerCore {
   PeerCore& operator=(const PeerCore&) = delete;
 
   const PeerId& id() const { return self_; }
+  // Seals of versions in parts that this peer publishes a part of are
+  // signed with `identity` (this peer's). Without it, this peer never seals.
+  void sign_seals_with(Identity identity) { sealer_.emplace(std::move(identity)); }
 
   // --- Gossip ---
   void on_member_event(TimePoint now, const gossip::MemberEvent& event);
@@ -181,6 +185,27 @@ class PeerCore {
   Result<std::shared_ptr<LocalVersion>> publish(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                 core::ConstRegions memory, core::Bitfield have = {},
                                                 const MemoryDomain& domain = host_memory());
+  // Serves `memory` as one part of a version published in parts: the part
+  // manifest `manifest` describes (its number is the version the trainer
+  // gives, its parent the model's head here). Gossip names this peer a
+  // complete holder of the part; once every part's manifest has come
+  // (asked of the peers whose records hold them), this peer seals the
+  // version (sign_seals_with) and it becomes the head. Errors:
+  // kInvalidArgument (not a part's manifest, memory of another size, a
+  // count or parent other than the version's other parts'),
+  // kAlreadyExists (that version is known already, or another manifest is
+  // that part), kVerifyFailed (untrusted).
+  Result<std::shared_ptr<LocalVersion>> publish_part(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                     core::ConstRegions memory,
+                                                     const MemoryDomain& domain = host_memory());
+  // Where a part published here stands: OK once a seal believed here
+  // names it; kUnavailable while parts are missing (naming them, as
+  // "part 2" for each); kVerifyFailed when its version cannot be sealed
+  // (the parts do not fit together, or a slot was signed twice: the
+  // reason); kAlreadyExists when another version took its number.
+  Status part_sealed(const LocalVersion& part) const;
+  // The parts of versions in parts known here.
+  const PartBook& parts() const { return parts_; }
   // A manifest learnt outside gossip (the simulator's ideal membership):
   // checked and believed like one a peer sent. Errors: as HeadTracker::accept.
   Status learn_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
@@ -276,6 +301,22 @@ class PeerCore {
   void send_manifest_request(const std::optional<ManifestRequest>& request);
   void on_manifest(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message);
   Result<bool> accept_manifest(TimePoint now, std::shared_ptr<const Manifest> manifest);
+  Result<bool> accept_sealed(TimePoint now, std::shared_ptr<const manifest::SealedVersion> sealed);
+  // After the head tracker took a version of `model`: a new head is
+  // announced, proofs of equivocation found are spread, parents asked for.
+  void after_accept(TimePoint now, const std::string& model, const std::optional<VersionInfo>& before,
+                    std::size_t proofs_before);
+  void on_seal(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message);
+  void on_part_manifest(TimePoint now, const PeerId& from, std::shared_ptr<const Manifest> part);
+  // Joins the seals whose parts are all here, and seals the versions this
+  // peer publishes a part of whose parts are all here.
+  void drain_parts(TimePoint now);
+  void seal(TimePoint now, SealBody body);
+  // Serves `manifest`'s version from `memory` (published here, believed
+  // already): `have` the shards held (empty: all).
+  std::shared_ptr<LocalVersion> serve_published(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                core::ConstRegions memory, core::Bitfield have,
+                                                const MemoryDomain& domain, bool super_seed);
   void answer_get_manifest(const PeerId& peer, const ManifestId& id);
   // Sends both manifests of `e` to `to`, once per peer and equivocation: a
   // peer that believes one of them learns it was signed twice. Done for
@@ -333,6 +374,8 @@ class PeerCore {
   std::shared_ptr<ManifestDecoder> decoder_;
   swarm::SwarmCore swarm_;
   HeadTracker heads_;
+  PartBook parts_;
+  std::optional<Identity> sealer_;
   std::map<ManifestId, std::shared_ptr<LocalVersion>> versions_;  // served: published or fetched
   // Private copies (VersionRole::kCopy) not yet released, each with the
   // version it copies until it is copied.

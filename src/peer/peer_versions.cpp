@@ -56,7 +56,48 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
   auto accepted = accept_manifest(now, manifest);
   if (!accepted) return accepted.status();
   const bool whole = have.size() == 0;
-  if (whole) have = core::Bitfield(m.shard_count(), true);
+  return serve_published(now, std::move(manifest), std::move(memory), std::move(have), domain,
+                         whole && config_.super_seed);
+}
+
+Result<std::shared_ptr<LocalVersion>> PeerCore::publish_part(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                             core::ConstRegions memory, const MemoryDomain& domain) {
+  const Manifest& m = *manifest;
+  const std::string what = m.model() + " v" + std::to_string(m.version());
+  if (!m.part()) return Status::invalid_argument("manifest " + m.id().short_hex() + " of " + what + " is no part's");
+  if (!memory.empty() && memory.size() != m.total_size()) {
+    return Status::invalid_argument("the memory holds " + std::to_string(memory.size()) + " bytes; part " +
+                                    std::to_string(m.part()->index) + " of " + what + " has " +
+                                    std::to_string(m.total_size()));
+  }
+  if (const KnownVersion* k = heads_.known(m.model(), number_of(m))) {
+    return Status::already_exists(what + " is known already (" + k->id().short_hex() + "): a part cannot join it");
+  }
+  if (heads_.equivocated(m.model(), number_of(m))) {
+    return Status::already_exists(what + " was signed twice already; publish a later version");
+  }
+  TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(m, config_.trusted_publishers));
+  TENSORHUB_RETURN_IF_ERROR(parts_.add_own(manifest));
+  auto v = serve_published(now, manifest, std::move(memory), {}, domain, /*super_seed=*/false);
+  // The other parts named in records already are asked for now.
+  if (gossip_) {
+    for (const auto& member : gossip_->members()) {
+      if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
+      for (const gossip::HoldingEntry& h : member.record->record.holdings) {
+        send_manifest_request(parts_.on_named(now, member.record->record.id, h.model, VersionNumber{h.version},
+                                              h.manifest_id));
+      }
+    }
+  }
+  drain_parts(now);
+  return v;
+}
+
+std::shared_ptr<LocalVersion> PeerCore::serve_published(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                        core::ConstRegions memory, core::Bitfield have,
+                                                        const MemoryDomain& domain, bool super_seed) {
+  const Manifest& m = *manifest;
+  if (have.size() == 0) have = core::Bitfield(m.shard_count(), true);
   auto v = std::make_shared<LocalVersion>();
   v->model = m.model();
   v->number = number_of(m);
@@ -75,12 +116,14 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
   v->state = VersionState::kComplete;
   v->completed = now;
   versions_[v->id] = v;
-  const bool super_seed = whole && config_.super_seed;
   swarm_.serve(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have),
                super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed : swarm::SwarmCore::ServeMode::kPlain);
   announce_holding(*v);
-  report(Report::kInfo, "published " + what + " (" + v->id.short_hex() + "), " + std::to_string(m.shard_count()) +
-                            " shards");
+  report(Report::kInfo, "published " + m.model() + " v" + std::to_string(m.version()) +
+                            (m.part() ? " part " + std::to_string(m.part()->index) + " of " +
+                                            std::to_string(m.part()->count)
+                                      : std::string()) +
+                            " (" + v->id.short_hex() + "), " + std::to_string(m.shard_count()) + " shards");
   drain_swarm(now);
   state_changed();
   return v;

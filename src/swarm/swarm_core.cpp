@@ -359,6 +359,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kPiece:         // handled through begin_piece/on_piece
     case MessageType::kGetManifest:   // manifests and proofs are the peer core's business
     case MessageType::kManifest:
+    case MessageType::kSeal:
     case MessageType::kNoManifest:
     case MessageType::kChallenge:
     case MessageType::kProof:
@@ -435,6 +436,7 @@ bool SwarmCore::fetch_message(TimePoint now, const PeerId& peer, const SwarmMess
     case MessageType::kPiece:
     case MessageType::kGetManifest:
     case MessageType::kManifest:
+    case MessageType::kSeal:
     case MessageType::kNoManifest:
     case MessageType::kChallenge:
     case MessageType::kProof:

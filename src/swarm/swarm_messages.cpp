@@ -3,6 +3,7 @@
 #include "core/msgpack_reader.hpp"
 #include "core/msgpack_writer.hpp"
 #include "tensorhub/manifest.hpp"
+#include "tensorhub/seal.hpp"
 
 namespace tensorhub::swarm {
 
@@ -84,6 +85,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kChallenge: return "challenge";
     case MessageType::kProof: return "proof";
     case MessageType::kTransport: return "transport";
+    case MessageType::kSeal: return "seal";
     case MessageType::kFetching: return "fetching";
     case MessageType::kNotFetching: return "not-fetching";
   }
@@ -117,6 +119,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
     case MessageType::kChallenge:
     case MessageType::kProof:
     case MessageType::kTransport:
+    case MessageType::kSeal:
       open(3);
       w.write_bin(m.bytes);
       break;
@@ -202,6 +205,10 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
     case MessageType::kTransport:
       expect_fields(3);
       if (r.read_bin("transport message", blob, kMaxTransportBytes)) m.bytes.assign(blob.begin(), blob.end());
+      break;
+    case MessageType::kSeal:
+      expect_fields(3);
+      if (r.read_bin("seal", blob, kMaxSealBytes)) m.bytes.assign(blob.begin(), blob.end());
       break;
     case MessageType::kHave:
     case MessageType::kFetching:

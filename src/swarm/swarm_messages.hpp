@@ -44,8 +44,9 @@ enum class MessageType : std::uint8_t {
   kChallenge = 20,     // bytes: a proof-of-possession challenge (peer/possession_proofs.hpp)
   kProof = 21,         // bytes: the answer, a BLAKE2b-256 digest
   kTransport = 22,     // bytes: a data transport's own message (rdma/rdma_wire.hpp); the swarm never sees it
+  kSeal = 23,          // seal bytes: answers kGetManifest for a version published in parts
 };
-inline constexpr std::uint8_t kLastMessageType = 22;
+inline constexpr std::uint8_t kLastMessageType = 23;
 
 std::string_view message_type_name(MessageType type);
 

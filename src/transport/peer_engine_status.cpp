@@ -55,9 +55,9 @@ std::string PeerEngine::status_json() const {
   for (const Equivocation& e : core_->heads().equivocations()) {
     equivocations.push_back({{"model", e.model},
                              {"version", e.version.value},
-                             {"first", e.first->id().hex()},
-                             {"second", e.second->id().hex()},
-                             {"publisher", e.second->publisher().hex()}});
+                             {"first", e.first.id().hex()},
+                             {"second", e.second.id().hex()},
+                             {"publisher", e.second.publisher().hex()}});
   }
   j["equivocations"] = std::move(equivocations);
   nlohmann::ordered_json links = nlohmann::ordered_json::array();

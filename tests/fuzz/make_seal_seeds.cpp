@@ -34,7 +34,6 @@ int main(int argc, char** argv) {
   SealBody seal;
   seal.model = "policy";
   seal.version = 1;
-  seal.publisher = key.public_key();
   for (std::uint32_t part = 0; part < 2; ++part) {
     std::vector<TensorEntry> tensors{TensorEntry{"w", DType::kBF16, {4, 8}, 0, 64, {8, 8}, {4 * part, 0}}};
     std::vector<std::byte> image(64, std::byte{static_cast<unsigned char>(part)});

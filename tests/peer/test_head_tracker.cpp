@@ -112,8 +112,8 @@ TEST_CASE("head tracker: equivocation keeps both manifests as proof and believes
   CHECK(heads.head("policy")->id == v1->id());
   CHECK(heads.equivocated("policy", VersionNumber{2}));
   REQUIRE(heads.equivocations().size() == 1);
-  CHECK(heads.equivocations()[0].first->id() == v2a->id());
-  CHECK(heads.equivocations()[0].second->id() == v2b->id());
+  CHECK(heads.equivocations()[0].first.id() == v2a->id());
+  CHECK(heads.equivocations()[0].second.id() == v2b->id());
   CHECK(heads.find("policy", VersionNumber{2}) == nullptr);
   CHECK(heads.next_version("policy").version == VersionNumber{3});
   // Either manifest offered again is refused.

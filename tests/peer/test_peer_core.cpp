@@ -171,7 +171,7 @@ TEST_CASE("peer core: two manifests signed for one version are kept as proof and
     CHECK_FALSE(net.core(p).latest("policy").has_value());
     REQUIRE(net.core(p).heads().equivocations().size() == 1);
     const Equivocation& e = net.core(p).heads().equivocations()[0];
-    CHECK(e.first->id() != e.second->id());
+    CHECK(e.first.id() != e.second.id());
     // The user is told why, by a fetch of that number or of the head.
     for (std::uint64_t asked : {std::uint64_t{1}, std::uint64_t{0}}) {
       const Status s = net.core(p).resolve("policy", VersionNumber{asked}).status();

@@ -30,6 +30,7 @@ std::size_t PeerNetwork::add_peer(Location where, const std::vector<std::size_t>
   peers_.emplace_back();
   links_.add_peer(1e9);
   peers_[index].core = std::make_unique<peer::PeerCore>(std::move(c), gossip_.id(index), 1000 + index, &gossip_.core(index));
+  peers_[index].core->sign_seals_with(identity(index));
   if (index > 0) gossip_.join(index, seeds.empty() ? std::vector<std::size_t>{0} : seeds);
   drain(index);
   return index;
@@ -66,6 +67,26 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish(std::size_t p, 
   auto m = build_manifest(o, regions, std::move(tensors), identity(p));
   if (!m) return m.status();
   auto v = c.publish(now(), std::make_shared<const Manifest>(std::move(*m)), core::ConstRegions(regions));
+  drain(p);
+  return v;
+}
+
+Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish_part(std::size_t p, const std::string& model,
+                                                                      std::uint64_t version, PartOf part,
+                                                                      std::span<const std::byte> image,
+                                                                      std::vector<TensorEntry> tensors) {
+  peer::PeerCore& c = *peers_[p].core;
+  ManifestBuildOptions o;
+  o.model = model;
+  o.version = version;
+  o.parent = c.next_version(model).parent;
+  o.shard_size = 64u << 10;
+  o.threads = 1;
+  o.part = part;
+  auto m = build_manifest(o, image, std::move(tensors), identity(p));
+  if (!m) return m.status();
+  const ConstRegion one[] = {image};
+  auto v = c.publish_part(now(), std::make_shared<const Manifest>(std::move(*m)), core::ConstRegions(std::span<const ConstRegion>(one)));
   drain(p);
   return v;
 }
