@@ -142,7 +142,7 @@ void GossipCore::choose_announced() {
 Status GossipCore::can_announce_origin(const HeadEntry& head) const {
   Announcements with = wanted_;
   with.heads[head.model] = head;
-  with.holdings[{head.model, head.version}] =
+  with.holdings[{head.model, head.version, head.manifest_id}] =
       LocalHolding{HoldingEntry{head.model, head.version, head.manifest_id, 1000}, /*origin=*/true};
   return check_required(self_, with);
 }
@@ -166,19 +166,19 @@ void GossipCore::set_head(const HeadEntry& head) {
 
 void GossipCore::set_holding(const HoldingEntry& holding, bool origin) {
   const LocalHolding local{holding, origin};
-  auto it = wanted_.holdings.find({holding.model, holding.version});
+  auto it = wanted_.holdings.find({holding.model, holding.version, holding.manifest_id});
   if (it != wanted_.holdings.end()) {
     if (it->second.entry == holding && it->second.origin == origin) return;
     it->second = local;
   } else {
     if (wanted_.holdings.size() >= kMaxWantedEntries) return;
-    wanted_.holdings.emplace(std::make_pair(holding.model, holding.version), local);
+    wanted_.holdings.emplace(std::make_tuple(holding.model, holding.version, holding.manifest_id), local);
   }
   choose_announced();
 }
 
-void GossipCore::remove_holding(const std::string& model, std::uint64_t version) {
-  if (wanted_.holdings.erase({model, version}) == 0) return;
+void GossipCore::remove_holding(const std::string& model, std::uint64_t version, const ManifestId& id) {
+  if (wanted_.holdings.erase({model, version, id}) == 0) return;
   choose_announced();
 }
 

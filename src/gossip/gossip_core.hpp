@@ -234,7 +234,7 @@ class GossipCore {
   void set_head(const HeadEntry& head);
   // `origin`: this peer published the version.
   void set_holding(const HoldingEntry& holding, bool origin = false);
-  void remove_holding(const std::string& model, std::uint64_t version);
+  void remove_holding(const std::string& model, std::uint64_t version, const ManifestId& id);
   // OK when the record can announce `head` as a version this peer publishes
   // (the head and its holding) besides the heads it publishes already;
   // kResourceExhausted naming the limit otherwise. A publication asks first.

@@ -150,8 +150,8 @@ Status validate_record(const PeerRecord& r) {
   for (std::size_t i = 1; i < r.holdings.size(); ++i) {
     const auto& a = r.holdings[i - 1];
     const auto& b = r.holdings[i];
-    if (!(std::tie(a.model, a.version) < std::tie(b.model, b.version))) {
-      return Status::invalid_argument("record holdings are not sorted by (model, version), or repeat one");
+    if (!(std::tie(a.model, a.version, a.manifest_id) < std::tie(b.model, b.version, b.manifest_id))) {
+      return Status::invalid_argument("record holdings are not sorted by (model, version, id), or repeat one");
     }
   }
   for (const auto& h : r.holdings) {

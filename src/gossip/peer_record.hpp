@@ -52,7 +52,7 @@ struct PeerRecord {
   Topology topology;
   bool leaving = false;     // a graceful leave: final for this incarnation
   std::vector<HeadEntry> heads;        // sorted by model, unique models
-  std::vector<HoldingEntry> holdings;  // sorted by (model, version), unique
+  std::vector<HoldingEntry> holdings;  // sorted by (model, version, id), unique (a version in parts: one per part)
   friend bool operator==(const PeerRecord&, const PeerRecord&) = default;
 };
 

@@ -10,7 +10,7 @@ namespace {
 // msgpack's array header: fixarray up to 15 entries, array16 from 16.
 std::size_t list_header_bytes(std::size_t count) { return count <= 15 ? 1 : 3; }
 
-using HoldingKey = std::pair<std::string, std::uint64_t>;
+using HoldingKey = std::tuple<std::string, std::uint64_t, ManifestId>;
 
 // Fills a record's entry lists one entry at a time, each only if the record
 // still fits its limits with it.
@@ -28,7 +28,7 @@ class Filler {
     return true;
   }
   bool add(const HoldingEntry& holding) {
-    const HoldingKey key{holding.model, holding.version};
+    const HoldingKey key{holding.model, holding.version, holding.manifest_id};
     if (holdings_.count(key) != 0) return true;
     const std::size_t grown = bytes_ + encoded_entry_bytes(holding) + list_header_bytes(holdings_.size() + 1) -
                               list_header_bytes(holdings_.size());
@@ -71,7 +71,7 @@ bool add_required(Filler& filler, const Announcements& wanted) {
   for (const auto& [model, head] : wanted.heads) {
     if (!wanted.is_origin_of_head(head)) continue;
     all &= filler.add(head);
-    all &= filler.add(wanted.holdings.at(HoldingKey{head.model, head.version}).entry);
+    all &= filler.add(wanted.holdings.at(HoldingKey{head.model, head.version, head.manifest_id}).entry);
   }
   return all;
 }
@@ -79,8 +79,8 @@ bool add_required(Filler& filler, const Announcements& wanted) {
 }  // namespace
 
 bool Announcements::is_origin_of_head(const HeadEntry& head) const {
-  auto it = holdings.find(HoldingKey{head.model, head.version});
-  return it != holdings.end() && it->second.origin && it->second.entry.manifest_id == head.manifest_id;
+  auto it = holdings.find(HoldingKey{head.model, head.version, head.manifest_id});
+  return it != holdings.end() && it->second.origin;
 }
 
 ChosenEntries choose_entries(const PeerRecord& fixed, const Announcements& wanted) {
@@ -131,7 +131,7 @@ Status check_required(const PeerRecord& fixed, const Announcements& wanted) {
   for (const auto& [model, head] : wanted.heads) {
     if (!wanted.is_origin_of_head(head)) continue;
     needed.heads.push_back(head);
-    needed.holdings.push_back(wanted.holdings.at(HoldingKey{head.model, head.version}).entry);
+    needed.holdings.push_back(wanted.holdings.at(HoldingKey{head.model, head.version, head.manifest_id}).entry);
   }
   std::sort(needed.holdings.begin(), needed.holdings.end(), [](const HoldingEntry& a, const HoldingEntry& b) {
     return std::tie(a.model, a.version) < std::tie(b.model, b.version);

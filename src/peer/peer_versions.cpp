@@ -332,7 +332,7 @@ void PeerCore::announce_holding(const LocalVersion& v) {
 
 void PeerCore::withdraw_holding(const LocalVersion& v) {
   if (!gossip_ || !v.served()) return;
-  gossip_->remove_holding(v.model, v.number.value);
+  gossip_->remove_holding(v.model, v.number.value, v.id);
   note_left_out();
   gossip_changed();
 }

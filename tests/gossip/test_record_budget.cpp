@@ -38,7 +38,7 @@ std::string long_model(int n) { return "model-0" + std::to_string(n) + "-abcdefg
 // `model` v`version` published here and the head.
 void publish(Announcements& a, const std::string& model, std::uint64_t version, std::uint8_t id) {
   a.heads[model] = HeadEntry{model, version, id_of(id)};
-  a.holdings[{model, version}] = LocalHolding{HoldingEntry{model, version, id_of(id), 1000}, true};
+  a.holdings[{model, version, id_of(id)}] = LocalHolding{HoldingEntry{model, version, id_of(id), 1000}, true};
 }
 
 PeerRecord with_entries(PeerRecord r, const ChosenEntries& chosen) {
@@ -52,9 +52,9 @@ PeerRecord with_entries(PeerRecord r, const ChosenEntries& chosen) {
 TEST_CASE("record budget: everything goes in while it fits, and the size is the signed record's") {
   Announcements a;
   publish(a, "policy", 3, 3);
-  a.holdings[{"policy", 2}] = LocalHolding{HoldingEntry{"policy", 2, id_of(2), 1000}, true};
+  a.holdings[{"policy", 2, id_of(2)}] = LocalHolding{HoldingEntry{"policy", 2, id_of(2), 1000}, true};
   a.heads["reward"] = HeadEntry{"reward", 7, id_of(7)};
-  a.holdings[{"reward", 7}] = LocalHolding{HoldingEntry{"reward", 7, id_of(7), 420}, false};
+  a.holdings[{"reward", 7, id_of(7)}] = LocalHolding{HoldingEntry{"reward", 7, id_of(7), 420}, false};
   const ChosenEntries chosen = choose_entries(fixed_fields(), a);
   CHECK(chosen.heads.size() == 2);
   CHECK(chosen.holdings.size() == 3);
@@ -129,9 +129,9 @@ TEST_CASE("record budget: the order of claim: complete, then their heads, then p
     a.heads[m] = HeadEntry{m, 5, id_of(static_cast<std::uint8_t>(n))};
   }
   a.heads["zz-held"] = HeadEntry{"zz-held", 9, id_of(200)};
-  a.holdings[{"zz-held", 9}] = LocalHolding{HoldingEntry{"zz-held", 9, id_of(200), 1000}, false};
+  a.holdings[{"zz-held", 9, id_of(200)}] = LocalHolding{HoldingEntry{"zz-held", 9, id_of(200), 1000}, false};
   a.heads["zz-fetching"] = HeadEntry{"zz-fetching", 4, id_of(201)};
-  a.holdings[{"zz-fetching", 4}] = LocalHolding{HoldingEntry{"zz-fetching", 4, id_of(201), 300}, false};
+  a.holdings[{"zz-fetching", 4, id_of(201)}] = LocalHolding{HoldingEntry{"zz-fetching", 4, id_of(201), 300}, false};
   const ChosenEntries chosen = choose_entries(fixed_fields(), a);
   CHECK(chosen.holdings.size() == 2);
   CHECK(chosen.holdings_left_out == 0);
@@ -180,15 +180,15 @@ TEST_CASE("record budget: a full record is announced as far as it fits, and the 
   CHECK(publisher.stats().record_bytes <= kMaxRecordBytes);
   CHECK(publisher.stats().record_heads_left_out + publisher.stats().record_holdings_left_out > 0);
   for (int n = accepted + 1; n <= 8; ++n) {  // released: only their heads stay, as heads it knows
-    publisher.remove_holding(long_model(n), 0);
-    publisher.remove_holding(long_model(n), 1);
+    publisher.remove_holding(long_model(n), 0, id_of(static_cast<std::uint8_t>(n + 100)));
+    publisher.remove_holding(long_model(n), 1, id_of(static_cast<std::uint8_t>(n)));
   }
   // The next version of a model it publishes always fits, and reaches the others.
   const HeadEntry news{long_model(1), 2, id_of(77)};
   REQUIRE(publisher.can_announce_origin(news).is_ok());
   publisher.set_head(news);
   publisher.set_holding(HoldingEntry{news.model, 2, news.manifest_id, 1000}, /*origin=*/true);
-  publisher.remove_holding(news.model, 1);
+  publisher.remove_holding(news.model, 1, id_of(1));
   net.pump(1);
   REQUIRE(net.run_until([&] {
     auto head = net.core(2).known_heads().head(news.model);
