@@ -93,4 +93,27 @@ std::vector<LandingRun> SealedVersion::landing_runs(std::uint32_t part) const {
   return out;
 }
 
+std::uint64_t SealedVersion::gap_bytes(std::span<const LandingRun> runs) {
+  std::uint64_t n = 0;
+  for (const LandingRun& r : runs) {
+    if (r.whole_offset == kNoWholeOffset) n += r.length;
+  }
+  return n;
+}
+
+core::MutableRegions landing_regions(std::span<const LandingRun> runs, const core::MutableRegions& whole,
+                                     std::span<std::byte> gaps) {
+  core::MutableRegions out;
+  std::size_t gap_at = 0;
+  for (const LandingRun& r : runs) {
+    if (r.whole_offset == kNoWholeOffset) {
+      out.add(gaps.subspan(gap_at, static_cast<std::size_t>(r.length)));
+      gap_at += static_cast<std::size_t>(r.length);
+    } else {
+      whole.for_each(r.whole_offset, r.length, [&](std::span<std::byte> piece) { out.add(piece); });
+    }
+  }
+  return out;
+}
+
 }  // namespace tensorhub::manifest

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/regions.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/seal.hpp"
 #include "tensorhub/status.hpp"
@@ -66,6 +67,8 @@ class SealedVersion {
   // part_offset that tile [0, the part's total size) exactly.
   // REQUIRES: part < parts().size()
   std::vector<LandingRun> landing_runs(std::uint32_t part) const;
+  // The bytes of `runs` that belong to no tensor (kNoWholeOffset).
+  static std::uint64_t gap_bytes(std::span<const LandingRun> runs);
 
  private:
   SealedVersion() = default;
@@ -74,5 +77,13 @@ class SealedVersion {
   std::vector<TensorEntry> tensors_;
   std::uint64_t total_size_ = 0;
 };
+
+// Part `runs`' destination as regions laid end to end: each run's piece of
+// `whole` (the whole image's destination), and gaps in `gaps`, in order. A
+// fetch of the part into them writes every tensor byte at its place in the
+// whole image. REQUIRES: `whole` holds the whole image, and `gaps` holds
+// gap_bytes(runs) bytes.
+core::MutableRegions landing_regions(std::span<const LandingRun> runs, const core::MutableRegions& whole,
+                                     std::span<std::byte> gaps);
 
 }  // namespace tensorhub::manifest

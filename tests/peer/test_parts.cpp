@@ -155,3 +155,91 @@ TEST_CASE("parts: two manifests for one part are equivocation: the version is ne
   // A part of that number is refused from now on.
   CHECK(publish(net, 0, 1, 0, 2, fsdp_part(0, 2, 3)).status().code() == StatusCode::kAlreadyExists);
 }
+
+namespace {
+
+// A model of three tensors, split over `world` ranks as trainers split
+// them: "w" [4096, 64] F32 by rows (FSDP), "c" [128, 64] BF16 by columns
+// (a tensor-parallel column block: one run per row), and "b" [64] F32
+// whole on rank 0. Each part's image starts with a 100-byte gap (as a
+// safetensors header), which belongs to no tensor.
+struct SplitModel {
+  std::vector<std::byte> w, c, b;  // the trainer's full tensors
+  std::vector<Part> parts;
+  // The whole model as a fetch lays it out: w, c, b end to end.
+  std::vector<std::byte> whole() const {
+    std::vector<std::byte> out(w);
+    out.insert(out.end(), c.begin(), c.end());
+    out.insert(out.end(), b.begin(), b.end());
+    return out;
+  }
+};
+
+SplitModel split_model(std::uint32_t world, std::uint64_t seed) {
+  constexpr std::uint64_t kGap = 100, kCRows = 128, kCCols = 64;
+  SplitModel m;
+  m.w.resize(kRows * kCols * 4);
+  m.c.resize(kCRows * kCCols * 2);
+  m.b.resize(kCols * 4);
+  core::fill_pseudo_random(m.w, seed);
+  core::fill_pseudo_random(m.c, seed + 1);
+  core::fill_pseudo_random(m.b, seed + 2);
+  const std::uint64_t rows = kRows / world, cols = kCCols / world;
+  for (std::uint32_t r = 0; r < world; ++r) {
+    Part p;
+    p.image.assign(kGap, std::byte{0x5a});
+    const auto w_rows = std::span(m.w).subspan(r * rows * kCols * 4, rows * kCols * 4);
+    p.tensors.push_back(TensorEntry{"w", DType::kF32, {rows, kCols}, p.image.size(), w_rows.size(), {kRows, kCols},
+                                    {r * rows, 0}});
+    p.image.insert(p.image.end(), w_rows.begin(), w_rows.end());
+    const std::uint64_t c_at = p.image.size();
+    for (std::uint64_t row = 0; row < kCRows; ++row) {
+      const auto piece = std::span(m.c).subspan((row * kCCols + r * cols) * 2, cols * 2);
+      p.image.insert(p.image.end(), piece.begin(), piece.end());
+    }
+    p.tensors.push_back(TensorEntry{"c", DType::kBF16, {kCRows, cols}, c_at, kCRows * cols * 2, {kCRows, kCCols},
+                                    {0, r * cols}});
+    if (r == 0) {
+      p.tensors.push_back(TensorEntry{"b", DType::kF32, {kCols}, p.image.size(), m.b.size()});
+      p.image.insert(p.image.end(), m.b.begin(), m.b.end());
+    }
+    m.parts.push_back(std::move(p));
+  }
+  return m;
+}
+
+bool every_complete(const std::vector<std::shared_ptr<LocalVersion>>& parts) {
+  return std::all_of(parts.begin(), parts.end(), complete);
+}
+
+}  // namespace
+
+TEST_CASE("parts: a watcher fetches the whole model, each part landing at its places, bit-identical to the trainer's") {
+  PeerNetwork net(45);
+  add_peers(net, 5);  // ranks on peers 0-1; peers 2-4 fetch
+  const SplitModel model = split_model(2, 9);
+  for (std::uint32_t r = 0; r < 2; ++r) REQUIRE(publish(net, r, 1, r, 2, model.parts[r]).is_ok());
+  REQUIRE(net.run_until([&] { return knows_head_in_parts(net, 2, 1) && knows_head_in_parts(net, 3, 1) &&
+                                     knows_head_in_parts(net, 4, 1); }, 20s));
+  std::vector<PeerNetwork::PartsFetch> fetches;
+  for (std::size_t p = 2; p < 5; ++p) {
+    auto f = net.fetch_parts(p, "policy", 1);
+    REQUIRE_MESSAGE(f.is_ok(), f.status().to_string());
+    REQUIRE(f->parts.size() == 2);
+    fetches.push_back(std::move(*f));
+  }
+  REQUIRE(net.run_until([&] {
+    return std::all_of(fetches.begin(), fetches.end(), [](const auto& f) { return every_complete(f.parts); });
+  }, 30s));
+  const std::vector<std::byte> expected = model.whole();
+  for (const auto& f : fetches) {
+    CHECK(f.whole.size() == expected.size());
+    CHECK(std::equal(f.whole.begin(), f.whole.end(), expected.begin(), expected.end()));
+  }
+  // The fetchers served each other: the ranks sent less than three copies.
+  const std::uint64_t part_bytes = model.parts[0].image.size() + model.parts[1].image.size();
+  CHECK(net.bytes_served(0) + net.bytes_served(1) < 3 * part_bytes);
+  CHECK(net.bytes_served(2) + net.bytes_served(3) + net.bytes_served(4) > 0);
+  // A rank's part has replicas of its own: its memory can go back.
+  CHECK(net.run_until([&] { return net.core(0).replicas(fetches[0].parts[0]->id) == 3; }, 10s));
+}

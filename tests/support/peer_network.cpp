@@ -114,6 +114,27 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::fetch(std::size_t p, co
   return v;
 }
 
+Result<PeerNetwork::PartsFetch> PeerNetwork::fetch_parts(std::size_t p, const std::string& model,
+                                                         std::uint64_t version) {
+  peer::PeerCore& c = *peers_[p].core;
+  const peer::KnownVersion* k = c.heads().known(model, VersionNumber{version});
+  if (k == nullptr || !k->in_parts()) return Status::not_found(model + " v" + std::to_string(version) + " in parts");
+  const auto sealed = k->sealed();
+  PartsFetch out;
+  peers_[p].owned.emplace_back(sealed->total_size());
+  out.whole = std::span<std::byte>(peers_[p].owned.back());
+  const core::MutableRegions whole(out.whole);
+  for (std::uint32_t i = 0; i < sealed->parts().size(); ++i) {
+    const auto runs = sealed->landing_runs(i);
+    peers_[p].owned.emplace_back(manifest::SealedVersion::gap_bytes(runs));
+    auto v = c.fetch(now(), sealed->parts()[i], manifest::landing_regions(runs, whole, peers_[p].owned.back()));
+    drain(p);
+    if (!v) return v.status();
+    out.parts.push_back(std::move(*v));
+  }
+  return out;
+}
+
 void PeerNetwork::release(std::size_t p, const std::shared_ptr<peer::LocalVersion>& v, peer::ReleaseMode mode,
                           std::function<void()> done) {
   if (done) peers_[p].release_waiters[v.get()].push_back(std::move(done));

@@ -62,6 +62,13 @@ class PeerNetwork {
   Result<std::shared_ptr<peer::LocalVersion>> fetch(std::size_t peer, const std::string& model, std::uint64_t version,
                                                     std::span<const MutableRegion> regions,
                                                     const peer::MemoryDomain& domain = peer::host_memory());
+  // A version in parts fetched whole: `whole` (memory this network owns)
+  // receives the whole model, each part landing at its places.
+  struct PartsFetch {
+    std::span<std::byte> whole;
+    std::vector<std::shared_ptr<peer::LocalVersion>> parts;
+  };
+  Result<PartsFetch> fetch_parts(std::size_t peer, const std::string& model, std::uint64_t version);
   void release(std::size_t peer, const std::shared_ptr<peer::LocalVersion>& v,
                peer::ReleaseMode mode = peer::ReleaseMode::kNow, std::function<void()> done = {});
 

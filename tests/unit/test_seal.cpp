@@ -6,6 +6,7 @@
 
 #include "core/random_fill.hpp"
 #include "manifest/manifest_codec.hpp"
+#include "manifest/sealed_version.hpp"
 #include "support/model_fixture.hpp"
 #include "support/mutator.hpp"
 #include "tensorhub/seal.hpp"
@@ -247,4 +248,52 @@ TEST_CASE("seal: parts that are not parts of this version, or leave elements out
     parts[i] = std::move(*m);
   }
   CHECK(sealed_error(parts) == "tensor 'empty': parts 1 and 2 both hold it");
+}
+
+TEST_CASE("sealed version: the whole model's table, and where each part's bytes land in it") {
+  const auto parts = fsdp_parts();
+  auto seal = make_seal(seal_body_of(parts), test_identity());
+  REQUIRE(seal.is_ok());
+  std::vector<std::shared_ptr<const Manifest>> shared;
+  for (const Manifest& m : parts) shared.push_back(std::make_shared<const Manifest>(m));
+  auto joined = manifest::SealedVersion::join(*seal, shared);
+  REQUIRE_MESSAGE(joined.is_ok(), joined.status().to_string());
+  const auto& v = **joined;
+  CHECK(v.id() == seal->id());
+  // "w" [8, 16] F32 (512 bytes) whole, then "b" (64 bytes): part 0 names both first.
+  REQUIRE(v.tensors().size() == 2);
+  CHECK(v.tensors()[0] == TensorEntry{"w", DType::kF32, {8, 16}, 0, 512});
+  CHECK(v.tensors()[1] == TensorEntry{"b", DType::kF32, {16}, 512, 64});
+  CHECK(v.total_size() == 576);
+  // Part 0: its rows at the start, then its bias after the whole weight.
+  CHECK(v.landing_runs(0) == std::vector<manifest::LandingRun>{{0, 0, 128}, {128, 512, 64}});
+  CHECK(v.landing_runs(3) == std::vector<manifest::LandingRun>{{0, 384, 128}});
+  CHECK(manifest::SealedVersion::gap_bytes(v.landing_runs(0)) == 0);
+
+  // A column block of a [4, 6] U8 tensor is one run a row; a gap before it
+  // lands in the gap memory.
+  std::vector<Manifest> columns;
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    std::vector<TensorEntry> tensors{TensorEntry{"m", DType::kU8, {4, 3}, 10, 12, {4, 6}, {0, 3 * i}}};
+    std::vector<std::byte> image(22);
+    ManifestBuildOptions o = small_options(1);
+    o.part = PartOf{i, 2};
+    auto m = build_manifest(o, image, tensors, test_identity());
+    REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+    columns.push_back(std::move(*m));
+  }
+  SealBody body = seal_body_of(columns);
+  auto column_seal = make_seal(body, test_identity());
+  REQUIRE(column_seal.is_ok());
+  auto column_version = manifest::SealedVersion::join(
+      *column_seal, {std::make_shared<const Manifest>(columns[0]), std::make_shared<const Manifest>(columns[1])});
+  REQUIRE_MESSAGE(column_version.is_ok(), column_version.status().to_string());
+  const auto runs = (*column_version)->landing_runs(1);
+  CHECK(runs == std::vector<manifest::LandingRun>{{0, manifest::kNoWholeOffset, 10}, {10, 3, 3}, {13, 9, 3},
+                                                  {16, 15, 3}, {19, 21, 3}});
+  std::vector<std::byte> whole(24), gaps(10);
+  const auto regions = manifest::landing_regions(runs, core::MutableRegions(std::span(whole)), gaps);
+  CHECK(regions.size() == 22);
+  CHECK(regions.count() == 5);
+  CHECK(regions.regions()[2].data() == whole.data() + 9);
 }
