@@ -144,6 +144,14 @@ class PublishHandle {
   // at least every second to challenge again.
   // Errors: kTimeout (with how many hold it).
   Status wait_replicated(std::size_t replicas, std::chrono::milliseconds timeout);
+  // For a part (Peer::publish_part): waits until a seal this peer believes
+  // makes its version, and so this part, visible. OK at once for a whole
+  // version. Errors: kTimeout (naming the parts that have not come, as
+  // "part 2, part 3 of 4"), kVerifyFailed (the version cannot be sealed:
+  // the parts overlap or leave a gap, naming the tensor, or a part was
+  // signed twice), kAlreadyExists (another version took the number),
+  // kCancelled (the peer stopped).
+  Status wait_sealed(std::chrono::milliseconds timeout);
   // Stops serving; waits for reads in flight (and for retention, see the top
   // of this file); then the memory is the caller's. Blocks. Releasing twice
   // is harmless.
@@ -253,6 +261,32 @@ class Peer {
   // fetch() into one.
   Result<PublishHandle> publish(const std::string& model, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors, const MemoryOptions& options);
+
+  // Publishes part `part_index` of `part_count` of `model` v`version`: a
+  // version published in parts, one part per trainer rank, each from the
+  // memory where it lies (regions laid end to end, as publish()). `tensors`
+  // describe the part's image: whole tensors, or slices of larger ones
+  // (TensorEntry::global_shape and slice_begin). Every rank gives the same
+  // `version` (handed down by the trainer, never resolved here) and count;
+  // the parts name the model's head as their parent (a rank that knows
+  // v`version` - 1 is on its way waits up to publish_head_wait for it).
+  // The part is served at once; the version becomes visible (latest,
+  // wait_for_head, fetch) once sealed: every rank whose peer has every
+  // part's id (from gossip) seals it, with nothing central waiting. The
+  // handle's info() is the part's (its manifest id), wait_replicated counts
+  // replicas of this part, and wait_sealed waits for the seal.
+  // Errors: kInvalidArgument (a bad model name, tensor table, part index
+  // or count, or an empty region), kPermissionDenied (this peer's key is
+  // not a trusted publisher), kUnavailable (the head could not be learnt),
+  // kAlreadyExists (v`version` is known already, or another manifest is
+  // that part here).
+  Result<PublishHandle> publish_part(const std::string& model, std::uint64_t version, std::uint32_t part_index,
+                                     std::uint32_t part_count, std::span<const ConstRegion> regions,
+                                     std::vector<TensorEntry> tensors);
+  // The same from memory where `options` says it lies (publish()'s rules).
+  Result<PublishHandle> publish_part(const std::string& model, std::uint64_t version, std::uint32_t part_index,
+                                     std::uint32_t part_count, std::span<const ConstRegion> regions,
+                                     std::vector<TensorEntry> tensors, const MemoryOptions& options);
 
   // The newest verified head of a model, if any is known.
   std::optional<VersionInfo> latest(const std::string& model) const;

@@ -110,6 +110,63 @@ Result<PublishHandle> peer::publish_from(Peer& peer, const std::string& model, s
   }
 }
 
+Result<PublishHandle> Peer::publish_part(const std::string& model, std::uint64_t version, std::uint32_t part_index,
+                                         std::uint32_t part_count, std::span<const ConstRegion> regions,
+                                         std::vector<TensorEntry> tensors) {
+  return peer::publish_part_from(*this, model, version, PartOf{part_index, part_count}, regions, std::move(tensors),
+                                 peer::host_memory());
+}
+
+Result<PublishHandle> Peer::publish_part(const std::string& model, std::uint64_t version, std::uint32_t part_index,
+                                         std::uint32_t part_count, std::span<const ConstRegion> regions,
+                                         std::vector<TensorEntry> tensors, const MemoryOptions& options) {
+  if (options.gpu.empty()) return publish_part(model, version, part_index, part_count, regions, std::move(tensors));
+  auto gpu = PeerAccess::gpu(*impl_, options.gpu);
+  if (!gpu) return gpu.status();
+  return peer::publish_part_from(*this, model, version, PartOf{part_index, part_count}, regions, std::move(tensors),
+                                 (*gpu)->domain());
+}
+
+Result<PublishHandle> peer::publish_part_from(Peer& peer, const std::string& model, std::uint64_t version,
+                                              PartOf part, std::span<const ConstRegion> regions,
+                                              std::vector<TensorEntry> tensors, const MemoryDomain& domain) {
+  Impl* impl = &PeerAccess::impl(peer);
+  if (version == kLatestVersion) {
+    return Status::invalid_argument("a part names its version: the number the trainer hands every rank, from 1");
+  }
+  if (part.count == 0 || part.count > kMaxParts || part.index >= part.count) {
+    return Status::invalid_argument("part " + std::to_string(part.index) + " of " + std::to_string(part.count) +
+                                    ": the index must be below the count, which is 1 to " + std::to_string(kMaxParts));
+  }
+  for (const ConstRegion& r : regions) {
+    if (r.empty()) return Status::invalid_argument("a region of the part is empty");
+  }
+  const auto head_deadline = std::chrono::steady_clock::now() + impl->publish_head_wait;
+  while (true) {
+    const std::uint64_t seen = impl->current_generation();
+    auto parent = impl->call([&] { return impl->engine->part_parent(model, version); });
+    if (!parent && parent.status().code() == StatusCode::kUnavailable && impl->wait_change(seen, head_deadline)) continue;
+    if (!parent) return parent.status();
+    // The parts of v chain to v - 1: while it is on its way here, wait.
+    const bool previous_coming = version > 1 && impl->call([&] { return impl->engine->expects(model, version - 1); });
+    if (previous_coming && impl->wait_change(seen, head_deadline)) continue;
+    ManifestBuildOptions o;
+    o.model = model;
+    o.version = version;
+    o.parent = *parent;
+    o.created_unix_ms = transport::wall_clock_ms();
+    o.shard_size = impl->shard_size;
+    o.shard_hash = impl->shard_hash;
+    o.part = part;
+    auto manifest = build_manifest_in(domain, o, regions, tensors, *impl->identity);
+    if (!manifest) return manifest.status();
+    auto shared = std::make_shared<const Manifest>(std::move(*manifest));
+    auto v = PeerAccess::created(*impl, [&] { return impl->engine->publish_part(shared, core::ConstRegions(regions), domain); });
+    if (!v) return v.status();
+    return PeerAccess::publish_handle(impl, std::move(*v));
+  }
+}
+
 std::optional<VersionInfo> Peer::latest(const std::string& model) const {
   return impl_->call([&] { return impl_->engine->latest(model); });
 }

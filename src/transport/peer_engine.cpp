@@ -187,6 +187,7 @@ Status PeerEngine::start() {
   config.super_seed = options_.super_seed;
   config.require_secure_hash = options_.require_secure_hash;
   core_ = std::make_unique<PeerCore>(std::move(config), identity_.public_key(), transport::wall_clock_ms(), &gossip_->core());
+  core_->sign_seals_with(identity_.clone());
   tcp_->set_member_address([this](const asio::ip::address& a) { return member_hosts_.contains(a); });
   gossip_->on_event([this](const gossip::MemberEvent& e) {
     if (closed_) return;
@@ -284,7 +285,39 @@ Result<HeadTracker::NextVersion> PeerEngine::next_version(const std::string& mod
 Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const Manifest> manifest,
                                                           core::ConstRegions image, const MemoryDomain& domain) {
   auto v = core_->publish(now(), std::move(manifest), std::move(image), {}, domain);
-  if (v) watches_.add(*v);
+  if (v) published(*v, domain);
+  pump();
+  return v;
+}
+
+Result<ManifestId> PeerEngine::part_parent(const std::string& model, std::uint64_t version) const {
+  auto next = next_version(model);
+  if (!next) return next.status();
+  if (version < next->version.value) {
+    return Status::already_exists(model + " v" + std::to_string(version) + " cannot be published: the next version of " +
+                                  model + " is v" + std::to_string(next->version.value));
+  }
+  return next->parent;
+}
+
+bool PeerEngine::expects(const std::string& model, std::uint64_t version) const {
+  const auto head = core_->latest(model);
+  if (head && head->version >= version) return false;
+  if (core_->parts().part_count(model, VersionNumber{version}) > 0) return true;
+  const auto announced = core_->unverified_head(model);
+  return announced && announced->value >= version;
+}
+
+Result<std::shared_ptr<LocalVersion>> PeerEngine::publish_part(std::shared_ptr<const Manifest> manifest,
+                                                               core::ConstRegions image, const MemoryDomain& domain) {
+  auto v = core_->publish_part(now(), std::move(manifest), std::move(image), domain);
+  if (v) published(*v, domain);
+  pump();
+  return v;
+}
+
+void PeerEngine::published(const std::shared_ptr<LocalVersion>& v, const MemoryDomain& domain) {
+  watches_.add(v);
   // A publisher's host has the memory to spare: its mirror is filled now,
   // before the first request (a fetcher's is made on the first request).
   // With RDMA its neighbours READ the GPU's memory itself: the mirror waits
@@ -293,9 +326,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::publish(std::shared_ptr<const 
 #if TENSORHUB_HAVE_RDMA
   reads_by_rdma = rdma_ != nullptr;
 #endif
-  if (v && !domain.host_accessible() && options_.mirror_gpu_versions && !reads_by_rdma) start_mirror(*v, lease_of(*v));
-  pump();
-  return v;
+  if (!domain.host_accessible() && options_.mirror_gpu_versions && !reads_by_rdma) start_mirror(v, lease_of(v));
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model, std::uint64_t number,

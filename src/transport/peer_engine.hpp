@@ -70,6 +70,19 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // outlives the version.
   Result<std::shared_ptr<LocalVersion>> publish(std::shared_ptr<const Manifest> manifest, core::ConstRegions image,
                                                 const MemoryDomain& domain = host_memory());
+  // The parent the parts of `model` v`version` name: the head's id (zero
+  // before any head). Errors: as next_version; kAlreadyExists (the head
+  // is v`version` or newer).
+  Result<ManifestId> part_parent(const std::string& model, std::uint64_t version) const;
+  // Whether `model` v`version` is on its way here and not believed yet:
+  // a part of it is known, or gossip names it (or a later head).
+  bool expects(const std::string& model, std::uint64_t version) const;
+  // Errors: as PeerCore::publish_part.
+  Result<std::shared_ptr<LocalVersion>> publish_part(std::shared_ptr<const Manifest> manifest,
+                                                     core::ConstRegions image,
+                                                     const MemoryDomain& domain = host_memory());
+  // Errors: as PeerCore::part_sealed.
+  Status part_sealed(const LocalVersion& part) const { return core_->part_sealed(part); }
   // Errors: as PeerCore::resolve and PeerCore::fetch; kIoError when memory
   // for the destination cannot be had.
   // `domain`: where the destination lives (host memory unless told);
@@ -128,6 +141,8 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
 
  private:
   void pump();
+  // A version just published here: its watch, and (GPU memory) its mirror.
+  void published(const std::shared_ptr<LocalVersion>& v, const MemoryDomain& domain);
   // After close(): gives memory back, tells waiters and logs; drops the rest.
   void pump_closed();
   void log_report(const Report& report);

@@ -47,6 +47,11 @@ Result<FetchHandle> fetch_into(Peer& peer, const std::string& model, std::uint64
 Result<PublishHandle> publish_from(Peer& peer, const std::string& model, std::span<const ConstRegion> regions,
                                    std::vector<TensorEntry> tensors, const MemoryDomain& domain);
 
+// Peer::publish_part from memory of `domain`. Errors: as Peer::publish_part.
+Result<PublishHandle> publish_part_from(Peer& peer, const std::string& model, std::uint64_t version, PartOf part,
+                                        std::span<const ConstRegion> regions, std::vector<TensorEntry> tensors,
+                                        const MemoryDomain& domain);
+
 // Queues `fn` on the peer's I/O thread, behind whatever is queued there
 // (benchmarks measure the thread's lag with it: gossip datagrams wait in
 // the same queue).

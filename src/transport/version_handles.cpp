@@ -78,6 +78,25 @@ Status PublishHandle::wait_replicated(std::size_t replicas, std::chrono::millise
   }
 }
 
+Status PublishHandle::wait_sealed(std::chrono::milliseconds timeout) {
+  if (!state_->version->manifest->part()) return Status::ok();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    std::uint64_t seen = 0;
+    Status sealed;
+    const bool asked = state_->with_peer([&](Impl& impl) {
+      seen = impl.current_generation();
+      sealed = impl.call([&] { return impl.engine->part_sealed(*state_->version); });
+    });
+    if (!asked) return Status::cancelled("the peer that published this part has stopped");
+    if (sealed.code() != StatusCode::kUnavailable) return sealed;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::timeout("not sealed after " + std::to_string(timeout.count()) + " ms: " + sealed.message());
+    }
+    state_->with_peer([&](Impl& impl) { impl.wait_change(seen, deadline); });
+  }
+}
+
 void PublishHandle::release() {
   if (state_) state_->release(ReleaseMode::kHonourRetention);
 }

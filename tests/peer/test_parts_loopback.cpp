@@ -1,0 +1,97 @@
+// Versions in parts between Peers in one process over loopback: every
+// trainer rank publishes its part through the public API, the ranks seal,
+// and the version is a head everywhere; a rank that never publishes is named.
+#include <doctest/doctest.h>
+
+#include "core/random_fill.hpp"
+#include "support/gossip_network.hpp"
+#include "support/model_fixture.hpp"
+#include "tensorhub/peer.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint64_t kRows = 3072, kCols = 128;  // "w", F32: 1.5 MiB
+
+std::vector<PublicKey> ranks_keys(std::size_t n) {
+  std::vector<PublicKey> keys;
+  for (std::size_t i = 0; i < n; ++i) keys.push_back(GossipNetwork::identity_for(60 + i).public_key());
+  return keys;
+}
+
+std::unique_ptr<Peer> start(std::uint64_t key, std::vector<std::string> seeds) {
+  PeerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.data_listen = "127.0.0.1:0";
+  o.seeds = std::move(seeds);
+  o.trusted_publishers = ranks_keys(3);
+  o.shard_size = 256u << 10;
+  o.block_size = 64u << 10;
+  o.host = "h" + std::to_string(key);
+  auto peer = Peer::start(o, GossipNetwork::identity_for(key), test_swarm_key(0x48));
+  REQUIRE_MESSAGE(peer.is_ok(), peer.status().to_string());
+  return std::move(*peer);
+}
+
+// Rank `rank` of 3: rows [rank * 1024, +1024) of "w".
+struct RankPart {
+  std::vector<std::byte> image;
+  std::vector<TensorEntry> tensors;
+};
+RankPart rank_part(std::uint32_t rank, std::uint64_t version) {
+  const std::uint64_t rows = kRows / 3;
+  RankPart p;
+  p.image.resize(rows * kCols * 4);
+  core::fill_pseudo_random(p.image, version * 10 + rank);
+  p.tensors.push_back(TensorEntry{"w", DType::kF32, {rows, kCols}, 0, p.image.size(), {kRows, kCols}, {rank * rows, 0}});
+  return p;
+}
+
+Result<PublishHandle> publish(Peer& peer, std::uint64_t version, std::uint32_t rank, const RankPart& part) {
+  const ConstRegion regions[] = {part.image};
+  return peer.publish_part("policy", version, rank, 3, regions, part.tensors);
+}
+
+}  // namespace
+
+TEST_CASE("parts over loopback: three ranks publish through Peer::publish_part, seal, and a watcher sees one head") {
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(start(60, {}));
+  const std::string seed = peers[0]->gossip_address();
+  for (std::uint64_t k : {61, 62, 70}) peers.push_back(start(k, {seed}));
+  Peer& watcher = *peers[3];
+
+  std::vector<RankPart> parts;
+  std::vector<PublishHandle> handles;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    parts.push_back(rank_part(r, 1));
+    auto h = publish(*peers[r], 1, r, parts.back());
+    REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
+    CHECK(h->info().version == 1);
+    handles.push_back(std::move(*h));
+  }
+  for (auto& h : handles) CHECK_MESSAGE(h.wait_sealed(20s).is_ok(), h.wait_sealed(0ms).to_string());
+  auto head = watcher.wait_for_head("policy", 0, 20s);
+  REQUIRE_MESSAGE(head.is_ok(), head.status().to_string());
+  CHECK(head->version == 1);
+  CHECK(head->bytes == kRows * kCols * 4);
+  for (std::size_t r = 0; r < 3; ++r) CHECK(peers[r]->latest("policy")->id == head->id);
+  // A rank's part is its own swarm unit: other ranks fetch nothing of it to seal.
+  CHECK(handles[0].info().id != head->id);
+
+  // v2: rank 2 never publishes; the others' handles name it.
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    auto h = publish(*peers[r], 2, r, rank_part(r, 2));
+    REQUIRE(h.is_ok());
+    const Status s = h->wait_sealed(1500ms);
+    CHECK(s.code() == StatusCode::kTimeout);
+    CHECK_MESSAGE(s.message().find("part 2 of 3") != std::string::npos, s.message());
+    handles.push_back(std::move(*h));
+  }
+  CHECK(watcher.latest("policy")->version == 1);
+  // A part for a number the swarm has passed is refused.
+  CHECK(publish(*peers[2], 1, 2, rank_part(2, 5)).status().code() == StatusCode::kAlreadyExists);
+}
