@@ -177,11 +177,17 @@ class FetchHandle {
   FetchHandle(FetchHandle&&) noexcept;
   FetchHandle& operator=(FetchHandle&&) noexcept;
   const VersionInfo& info() const;
-  // The version's signed manifest: its tensor table and shards.
+  // The version's signed manifest: its tensor table and shards. For a
+  // version published in parts, which has one manifest per part: part 0's
+  // (tensors() describes the whole model).
   const Manifest& manifest() const;
-  // One flag per shard of manifest(): verified, so its bytes in the
-  // destination are final (a consumer may read those while the rest
-  // arrive). Empty once released.
+  // The tensors as they lie in the destination: manifest().tensors() for a
+  // whole version; for a version in parts, every tensor whole at its global
+  // shape, end to end in the order the parts first name them.
+  std::span<const TensorEntry> tensors() const;
+  // One flag per shard of manifest() (for a version in parts, of each
+  // part in turn): verified, so its bytes in the destination are final (a
+  // consumer may read those while the rest arrive). Empty once released.
   std::vector<bool> verified_shards() const;
   FetchProgressInfo progress() const;
   // Waits until more than `shards_verified` shards are verified, the fetch
@@ -214,6 +220,7 @@ class FetchHandle {
   friend struct PeerAccess;
   struct State;
   explicit FetchHandle(std::shared_ptr<State> state);
+  bool finished_complete() const;
   std::shared_ptr<State> state_;
 };
 
@@ -311,7 +318,10 @@ class Peer {
   // Fetches a version (kLatestVersion: the head) into `destination` (empty:
   // the peer allocates). A version this peer holds already (published,
   // fetched or being fetched) is copied from its local copy into the new
-  // handle's memory, once that copy is complete.
+  // handle's memory, once that copy is complete. A version published in
+  // parts is fetched whole (FetchHandle::tensors() lays it out): each part
+  // from the peers that hold it, its bytes landing straight where they
+  // belong in the destination.
   // Errors: kUnavailable (no version of the model is known yet), kNotFound
   // (that version is not known), kInvalidArgument (a destination of another
   // size than the version), kIoError (no memory for the destination).

@@ -428,6 +428,17 @@ Status PeerCore::learn_manifest(TimePoint now, std::shared_ptr<const Manifest> m
 }
 
 Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& model, VersionNumber version) const {
+  auto known = resolve_version(model, version);
+  if (!known) return known.status();
+  if (known->in_parts()) {
+    return Status::invalid_argument(model + " v" + std::to_string(known->version()) + " was published in " +
+                                    std::to_string(known->sealed()->parts().size()) +
+                                    " parts: it has no single manifest (its seal names one per part)");
+  }
+  return known->manifest();
+}
+
+Result<KnownVersion> PeerCore::resolve_version(const std::string& model, VersionNumber version) const {
   const auto head = heads_.head(model);
   const bool latest = version == VersionNumber{kLatestVersion};
   if (latest) TENSORHUB_RETURN_IF_ERROR(equivocation_above(model, head ? number_of(*head) : VersionNumber{}));
@@ -439,12 +450,7 @@ Result<std::shared_ptr<const Manifest>> PeerCore::resolve(const std::string& mod
     if (!head) return Status::unavailable("no version of model '" + model + "' is known yet");
     version = number_of(*head);
   }
-  if (const KnownVersion* k = heads_.known(model, version)) {
-    if (!k->in_parts()) return k->manifest();
-    return Status::unavailable(model + " v" + std::to_string(version.value) + " was published in " +
-                                 std::to_string(k->sealed()->parts().size()) +
-                                 " parts; fetching a version in parts is not built yet (issue 48)");
-  }
+  if (const KnownVersion* k = heads_.known(model, version)) return *k;
   return Status::not_found("version " + std::to_string(version.value) + " of model '" + model + "' is not known" +
                            (head ? " (the newest known is v" + std::to_string(head->version) + ")"
                                  : std::string(" (no version is known yet)")));

@@ -212,8 +212,12 @@ class PeerCore {
   // The verified manifest of `model` v`version` (0: the head).
   // Errors: kUnavailable (no version known yet), kNotFound (not that one),
   // kVerifyFailed (that version was signed twice, or for the head, one
-  // above the head was: equivocation).
+  // above the head was: equivocation), kInvalidArgument (a version in
+  // parts, which has no single manifest).
   Result<std::shared_ptr<const Manifest>> resolve(const std::string& model, VersionNumber version) const;
+  // The same for either kind: a whole version or a version in parts.
+  // Errors: as above, but not kInvalidArgument.
+  Result<KnownVersion> resolve_version(const std::string& model, VersionNumber version) const;
   // kVerifyFailed, naming it, when a version of `model` above `after` was
   // signed twice (equivocation); OK otherwise.
   Status equivocation_above(const std::string& model, VersionNumber after) const;

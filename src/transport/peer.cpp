@@ -226,6 +226,12 @@ Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t 
                                         const FileOptions& options) {
   auto info = version_info(model, version);
   if (!info) return info.status();
+  auto sealed = impl_->call([&] { return impl_->engine->sealed_version(info->model, info->version); });
+  if (sealed && *sealed) {
+    return Status::invalid_argument(info->model + " v" + std::to_string(info->version) +
+                                    " was published in parts: fetching it into a file is not built yet; fetch it "
+                                    "into memory");
+  }
   auto file = core::MappedOutputFile::create(path, info->bytes, options.mode, options.overwrite);
   if (!file) return file.status();
   auto destination = std::make_shared<peer::FileDestination>(std::move(*file));
@@ -244,6 +250,18 @@ Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::
   Impl* impl = &PeerAccess::impl(peer);
   for (const MutableRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("a destination region is empty");
+  }
+  auto sealed = impl->call([&] { return impl->engine->sealed_version(model, version); });
+  if (!sealed) return sealed.status();
+  if (*sealed) {
+    // A version in parts: one fetch per part, into the whole destination.
+    return impl->call([&]() -> Result<FetchHandle> {
+      auto fetched = impl->engine->fetch_parts(*sealed, core::MutableRegions(regions), domain);
+      if (!fetched) return fetched.status();
+      std::vector<PeerAccess::Created> created;
+      for (auto& part : fetched->parts) created.push_back({part, impl->engine->watch_of(part)});
+      return PeerAccess::parts_fetch_handle(impl, *sealed, std::move(created), std::move(fetched->whole));
+    });
   }
   auto v = PeerAccess::created(*impl, [&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
   if (!v) return v.status();

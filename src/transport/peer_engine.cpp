@@ -360,9 +360,78 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch(const std::string& model
 }
 
 Result<VersionInfo> PeerEngine::version_info(const std::string& model, std::uint64_t version) const {
-  auto m = manifest(model, version);
-  if (!m) return m.status();
-  return VersionInfo{(*m)->model(), (*m)->version(), (*m)->id(), (*m)->total_size()};
+  auto known = core_->resolve_version(model, VersionNumber{version});
+  if (!known) return with_join_status(known.status());
+  return known->info();
+}
+
+Result<std::shared_ptr<const manifest::SealedVersion>> PeerEngine::sealed_version(const std::string& model,
+                                                                                   std::uint64_t version) const {
+  auto known = core_->resolve_version(model, VersionNumber{version});
+  if (!known) return with_join_status(known.status());
+  return known->sealed();
+}
+
+namespace {
+
+// The whole destination of a version in parts that the engine allocated,
+// kept by every part's fetch until the last is released.
+class WholeMemory final : public DestinationOwner {
+ public:
+  explicit WholeMemory(core::AnonymousMemory memory) : memory_(std::move(memory)) {}
+  void fetch_failed() override {}
+
+ private:
+  core::AnonymousMemory memory_;
+};
+
+}  // namespace
+
+Result<PeerEngine::PartsFetch> PeerEngine::fetch_parts(std::shared_ptr<const manifest::SealedVersion> sealed,
+                                                       core::MutableRegions destination, const MemoryDomain& domain) {
+  const std::string what = sealed->model() + " v" + std::to_string(sealed->version());
+  std::shared_ptr<DestinationOwner> backing;
+  if (destination.empty()) {
+    if (!domain.host_accessible()) {
+      return Status::invalid_argument("a fetch into " + std::string(domain.name()) + " memory needs its destination");
+    }
+    auto memory = core::AnonymousMemory::allocate(sealed->total_size());
+    if (!memory) return memory.status().with_context("the destination of " + what);
+    destination = core::MutableRegions(memory->bytes());
+    backing = std::make_shared<WholeMemory>(std::move(*memory));
+  } else if (destination.size() != sealed->total_size()) {
+    return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) + " bytes; " + what +
+                                    " has " + std::to_string(sealed->total_size()));
+  }
+  std::vector<std::shared_ptr<LocalVersion>> parts;
+  auto fail = [&](Status why) -> Result<PartsFetch> {
+    for (const auto& v : parts) core_->release(now(), v, ReleaseMode::kNow);
+    pump();
+    return why;
+  };
+  for (std::uint32_t i = 0; i < sealed->parts().size(); ++i) {
+    const auto runs = sealed->landing_runs(i);
+    const std::uint64_t gap_bytes = manifest::SealedVersion::gap_bytes(runs);
+    core::AnonymousMemory gaps;
+    if (gap_bytes > 0) {
+      if (!domain.host_accessible()) {
+        return fail(Status::invalid_argument("part " + std::to_string(i) + " of " + what + " holds " +
+                                             std::to_string(gap_bytes) + " bytes of no tensor, which a fetch into " +
+                                             std::string(domain.name()) + " memory cannot take yet"));
+      }
+      auto memory = core::AnonymousMemory::allocate(gap_bytes);
+      if (!memory) return fail(memory.status().with_context("part " + std::to_string(i) + " of " + what));
+      gaps = std::move(*memory);
+    }
+    auto v = core_->fetch(now(), sealed->parts()[i], manifest::landing_regions(runs, destination, gaps.bytes()), domain);
+    if (!v) return fail(v.status().with_context("part " + std::to_string(i) + " of " + what));
+    (*v)->owned = std::move(gaps);
+    (*v)->backing = backing;
+    watches_.add(*v);
+    parts.push_back(std::move(*v));
+  }
+  pump();
+  return PartsFetch{std::move(parts), std::move(destination)};
 }
 
 std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {

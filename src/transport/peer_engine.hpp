@@ -93,6 +93,23 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
                                               core::MutableRegions destination,
                                               const MemoryDomain& domain = host_memory(),
                                               std::shared_ptr<DestinationOwner> backing = {});
+  // The version in parts `model` v`number` is; null for a whole version.
+  // Errors: as PeerCore::resolve_version.
+  Result<std::shared_ptr<const manifest::SealedVersion>> sealed_version(const std::string& model,
+                                                                        std::uint64_t number) const;
+  // Fetches a version in parts whole into `destination` (empty: allocated
+  // here, in host memory): one fetch per part, in part order, each landing
+  // its bytes where they belong in the whole model (landing_regions); a
+  // part's bytes of no tensor land in host memory its fetch owns. A failure
+  // releases the parts started. Errors: as fetch; kInvalidArgument also for
+  // a destination of another size, or a part with bytes of no tensor
+  // fetched into memory the host cannot write.
+  struct PartsFetch {
+    std::vector<std::shared_ptr<LocalVersion>> parts;
+    core::MutableRegions whole;  // the destination they land in
+  };
+  Result<PartsFetch> fetch_parts(std::shared_ptr<const manifest::SealedVersion> sealed,
+                                 core::MutableRegions destination, const MemoryDomain& domain = host_memory());
   // What other threads see of `version` (published or fetched here):
   // kept until its memory is released.
   std::shared_ptr<const VersionWatch> watch_of(const std::shared_ptr<LocalVersion>& version) const;

@@ -150,6 +150,9 @@ struct PeerAccess {
     });
   }
   static FetchHandle fetch_handle(Impl* impl, Created version);
+  // A version in parts fetched whole into `whole`: one fetch per part.
+  static FetchHandle parts_fetch_handle(Impl* impl, std::shared_ptr<const manifest::SealedVersion> sealed,
+                                        std::vector<Created> parts, core::MutableRegions whole);
   static PublishHandle publish_handle(Impl* impl, Created version);
   // The GPU named `uuid`, opened on first use. Errors: as GpuMemory::open.
   static Result<const cuda::GpuMemory*> gpu(Impl& impl, const std::string& uuid);
@@ -244,6 +247,19 @@ struct FetchHandle::State : handles::HeldVersion {
   // A fetch into a file: renamed into place by the first wait() that finds
   // the version complete.
   std::shared_ptr<peer::FileDestination> file;
+  // A version in parts: the whole model, one fetch per part in part order
+  // (the base's version and watch are part 0's), and the whole destination.
+  std::shared_ptr<const manifest::SealedVersion> sealed;
+  std::vector<std::shared_ptr<handles::HeldVersion>> parts;
+  core::MutableRegions whole;
+
+  bool in_parts() const { return sealed != nullptr; }
+  // Releases every version the handle holds (each part of a version in parts).
+  void release_all(peer::ReleaseMode mode) {
+    if (!in_parts()) return release(mode);
+    for (const auto& p : parts) p->release(mode);
+    phase = kReleased;
+  }
 
   Status commit_file() { return file ? file->commit() : Status::ok(); }
   void discard_file() {

@@ -27,7 +27,50 @@ std::shared_ptr<State> state_for(Impl* impl, PeerAccess::Created version) {
   return state;
 }
 
+// How one fetch ended, as FetchHandle::wait reports it: ok, or why not.
+// `released_here`: the handle's caller released it.
+Status outcome_of(const peer::VersionWatch::Snapshot& v, bool released_here, bool into_file) {
+  if (v.state == peer::VersionState::kComplete) return Status::ok();
+  if (v.state == peer::VersionState::kReleased && v.progress.bytes_verified == v.progress.bytes_total && into_file) {
+    return Status::ok();  // a file put in place before the release
+  }
+  // Released by its caller before it finished: cancelled, whatever the
+  // release itself made the fetch fail with (a file destination removed
+  // under a landing payload fails it with kIoError first).
+  return v.result.is_ok() || released_here ? Status::cancelled("released before it finished") : v.result;
+}
+
+// The parts of a version in parts, as one fetch's progress.
+FetchProgressInfo parts_progress(const std::vector<std::shared_ptr<HeldVersion>>& parts) {
+  FetchProgressInfo sum;
+  sum.done = true;
+  for (const auto& part : parts) {
+    const FetchProgressInfo p = part->watch->snapshot().progress;
+    sum.bytes_total += p.bytes_total;
+    sum.bytes_verified += p.bytes_verified;
+    sum.shards_total += p.shards_total;
+    sum.shards_verified += p.shards_verified;
+    sum.sources += p.sources;
+    sum.bytes_per_second += p.bytes_per_second;
+    sum.done = sum.done && p.done;
+  }
+  return sum;
+}
+
 }  // namespace
+
+FetchHandle PeerAccess::parts_fetch_handle(Impl* impl, std::shared_ptr<const manifest::SealedVersion> sealed,
+                                           std::vector<Created> parts, core::MutableRegions whole) {
+  auto state = std::make_shared<FetchHandle::State>();
+  state->gate = impl->gate;
+  state->info = VersionInfo{sealed->model(), sealed->version(), sealed->id(), sealed->total_size()};
+  state->version = parts.at(0).version;
+  state->watch = parts.at(0).watch;
+  for (Created& part : parts) state->parts.push_back(state_for<HeldVersion>(impl, std::move(part)));
+  state->sealed = std::move(sealed);
+  state->whole = std::move(whole);
+  return FetchHandle(std::move(state));
+}
 
 PublishHandle PeerAccess::publish_handle(Impl* impl, Created version) {
   return PublishHandle(state_for<PublishHandle::State>(impl, std::move(version)));
@@ -109,7 +152,7 @@ FetchHandle::FetchHandle(FetchHandle&&) noexcept = default;
 FetchHandle& FetchHandle::operator=(FetchHandle&& other) noexcept {
   if (this != &other) {
     if (state_) {
-      state_->release(ReleaseMode::kNow);
+      state_->release_all(ReleaseMode::kNow);
       state_->discard_file();
     }
     state_ = std::move(other.state_);
@@ -118,70 +161,134 @@ FetchHandle& FetchHandle::operator=(FetchHandle&& other) noexcept {
 }
 FetchHandle::~FetchHandle() {
   if (!state_) return;
-  state_->release(ReleaseMode::kNow);
+  state_->release_all(ReleaseMode::kNow);
   state_->discard_file();
 }
 const VersionInfo& FetchHandle::info() const { return state_->info; }
 const Manifest& FetchHandle::manifest() const { return *state_->version->manifest; }
+
+std::span<const TensorEntry> FetchHandle::tensors() const {
+  return state_->in_parts() ? state_->sealed->tensors() : state_->version->manifest->tensors();
+}
+
 std::vector<bool> FetchHandle::verified_shards() const {
   State& s = *state_;
   if (s.phase.load() == HeldVersion::kReleased) return {};
   std::vector<bool> out;
-  s.with_peer([&](Impl& impl) { out = impl.call([&] { return impl.engine->verified_shards(*s.version); }); });
+  s.with_peer([&](Impl& impl) {
+    if (!s.in_parts()) {
+      out = impl.call([&] { return impl.engine->verified_shards(*s.version); });
+      return;
+    }
+    for (const auto& part : s.parts) {
+      const auto flags = impl.call([&] { return impl.engine->verified_shards(*part->version); });
+      out.insert(out.end(), flags.begin(), flags.end());
+    }
+  });
   return out;
 }
 
-FetchProgressInfo FetchHandle::progress() const { return state_->watch->snapshot().progress; }
+FetchProgressInfo FetchHandle::progress() const {
+  return state_->in_parts() ? parts_progress(state_->parts) : state_->watch->snapshot().progress;
+}
 
 FetchProgressInfo FetchHandle::wait_progress(std::uint32_t shards_verified, std::chrono::milliseconds timeout) const {
-  return state_->watch->wait_verified_above(shards_verified, timeout).progress;
+  if (!state_->in_parts()) return state_->watch->wait_verified_above(shards_verified, timeout).progress;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    std::uint64_t seen = 0;
+    state_->with_peer([&](Impl& impl) { seen = impl.current_generation(); });
+    const FetchProgressInfo p = parts_progress(state_->parts);
+    if (p.shards_verified > shards_verified || p.done || std::chrono::steady_clock::now() >= deadline) return p;
+    // Every watch refresh moves the peer's generation; the bound covers a
+    // peer that is going.
+    const auto wake = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
+    if (!state_->with_peer([&](Impl& impl) { impl.wait_change(seen, wake); })) std::this_thread::sleep_until(wake);
+  }
 }
 
 Status FetchHandle::wait(std::chrono::milliseconds timeout) {
+  if (state_->in_parts()) {
+    // Each part in turn, within what is left of the timeout.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const bool released_here = state_->phase.load() != HeldVersion::kHeld;
+    for (std::size_t i = 0; i < state_->parts.size(); ++i) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const peer::VersionWatch::Snapshot v = state_->parts[i]->watch->wait_finished(std::max(left, std::chrono::milliseconds(0)));
+      if (!v.finished()) {
+        const FetchProgressInfo p = parts_progress(state_->parts);
+        return Status::timeout(std::to_string(p.shards_verified) + " of " + std::to_string(p.shards_total) +
+                               " shards of " + std::to_string(state_->parts.size()) + " parts verified after " +
+                               std::to_string(timeout.count()) + " ms");
+      }
+      Status part = outcome_of(v, released_here, /*into_file=*/false);
+      if (!part.is_ok()) return part.with_context("part " + std::to_string(i));
+    }
+    return Status::ok();
+  }
   const peer::VersionWatch::Snapshot v = state_->watch->wait_finished(timeout);
   if (!v.finished()) {
     return Status::timeout(std::to_string(v.progress.shards_verified) + " of " + std::to_string(v.progress.shards_total) +
                            " shards verified after " + std::to_string(timeout.count()) + " ms");
   }
   if (v.state == peer::VersionState::kComplete) return state_->commit_file();
-  if (v.state == peer::VersionState::kReleased && v.progress.bytes_verified == v.progress.bytes_total) {
-    // ok for a file put in place before the release
-    return state_->file ? state_->commit_file() : Status::cancelled("released");
-  }
-  // Released by its caller before it finished: cancelled, whatever the
-  // release itself made the fetch fail with (a file destination removed
-  // under a landing payload fails it with kIoError first).
   const bool released_here = state_->phase.load() != HeldVersion::kHeld;
-  const Status failed =
-      v.result.is_ok() || released_here ? Status::cancelled("released before it finished") : v.result;
-  const bool fetch_failed = v.state == peer::VersionState::kFailed;
+  const Status outcome = outcome_of(v, released_here, state_->file != nullptr);
+  if (outcome.is_ok()) return state_->commit_file();
+  if (v.state == peer::VersionState::kReleased && v.progress.bytes_verified == v.progress.bytes_total) {
+    return Status::cancelled("released");
+  }
   // The engine removes a failed fetch's file once it hears (FetchDone); a
   // waiter may wake first: it never returns while the file is still there.
-  if (fetch_failed && state_->file) state_->file->fetch_failed();
-  return failed;
+  if (v.state == peer::VersionState::kFailed && state_->file) state_->file->fetch_failed();
+  return outcome;
+}
+
+namespace {
+
+// Every version of `held` (the handle's own, or each part) complete.
+bool complete(const std::vector<std::shared_ptr<HeldVersion>>& held) {
+  return std::all_of(held.begin(), held.end(), [](const auto& part) {
+    return part->watch->snapshot().state == peer::VersionState::kComplete;
+  });
+}
+
+}  // namespace
+
+bool FetchHandle::finished_complete() const {
+  if (state_->in_parts()) return complete(state_->parts);
+  return state_->watch->snapshot().state == peer::VersionState::kComplete;
 }
 
 std::span<const std::byte> FetchHandle::bytes() const {
-  const auto& v = *state_->version;
-  if (state_->watch->snapshot().state != peer::VersionState::kComplete || v.destination.count() != 1) return {};
-  return v.destination.regions()[0];
+  const core::MutableRegions& d = state_->in_parts() ? state_->whole : state_->version->destination;
+  if (!finished_complete() || d.count() != 1) return {};
+  return d.regions()[0];
 }
 
 std::vector<ConstRegion> FetchHandle::regions() const {
-  const auto& v = *state_->version;
-  if (state_->watch->snapshot().state != peer::VersionState::kComplete) return {};
-  return std::vector<ConstRegion>(v.destination.regions().begin(), v.destination.regions().end());
+  const core::MutableRegions& d = state_->in_parts() ? state_->whole : state_->version->destination;
+  if (!finished_complete()) return {};
+  return std::vector<ConstRegion>(d.regions().begin(), d.regions().end());
 }
 
 void FetchHandle::release() {
   if (!state_) return;
   state_->discard_file();
-  state_->release(ReleaseMode::kHonourRetention);
+  state_->release_all(ReleaseMode::kHonourRetention);
 }
 void FetchHandle::release_async(std::function<void()> done) {
   if (!state_) return;
   state_->discard_file();
-  state_->release_async(std::move(done));
+  if (!state_->in_parts()) return state_->release_async(std::move(done));
+  // `done` runs once every part's memory is back.
+  auto left = std::make_shared<std::atomic<std::size_t>>(state_->parts.size());
+  for (const auto& part : state_->parts) {
+    part->release_async([left, done] {
+      if (left->fetch_sub(1) == 1 && done) done();
+    });
+  }
+  state_->phase = HeldVersion::kReleased;
 }
 
 }  // namespace tensorhub

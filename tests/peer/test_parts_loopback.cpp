@@ -82,6 +82,33 @@ TEST_CASE("parts over loopback: three ranks publish through Peer::publish_part, 
   // A rank's part is its own swarm unit: other ranks fetch nothing of it to seal.
   CHECK(handles[0].info().id != head->id);
 
+  // The watcher fetches the whole model: the trainer's full "w", rows in order.
+  std::vector<std::byte> full;
+  for (const RankPart& p : parts) full.insert(full.end(), p.image.begin(), p.image.end());
+  auto fetched = watcher.fetch("policy", 1);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  REQUIRE_MESSAGE(fetched->wait(20s).is_ok(), fetched->wait(0ms).to_string());
+  CHECK(fetched->info().id == head->id);
+  REQUIRE(fetched->tensors().size() == 1);
+  CHECK(fetched->tensors()[0] == TensorEntry{"w", DType::kF32, {kRows, kCols}, 0, kRows * kCols * 4});
+  CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), full.begin(), full.end()));
+  const FetchProgressInfo progress = fetched->progress();
+  CHECK(progress.done);
+  CHECK(progress.bytes_verified == full.size());
+  CHECK(progress.shards_total == 6);  // 512 KiB a part, 256 KiB shards
+  CHECK(fetched->verified_shards() == std::vector<bool>(6, true));
+  // Into the caller's regions, split where no part splits: each part lands across them.
+  std::vector<std::byte> first(1000 * 1000), second(full.size() - first.size());
+  const MutableRegion into[] = {first, second};
+  auto again = peers[1]->fetch("policy", 1, into);
+  REQUIRE(again.is_ok());
+  REQUIRE(again->wait(20s).is_ok());
+  CHECK(std::equal(first.begin(), first.end(), full.begin()));
+  CHECK(std::equal(second.begin(), second.end(), full.begin() + static_cast<std::ptrdiff_t>(first.size())));
+  CHECK(again->regions().size() == 2);
+  fetched->release();
+  CHECK(fetched->bytes().empty());
+
   // v2: rank 2 never publishes; the others' handles name it.
   for (std::uint32_t r = 0; r < 2; ++r) {
     auto h = publish(*peers[r], 2, r, rank_part(r, 2));
