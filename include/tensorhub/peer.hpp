@@ -302,8 +302,14 @@ class Peer {
   Result<VersionInfo> version_info(const std::string& model, std::uint64_t version) const;
   // The signed manifest of a verified version (kLatestVersion: the head):
   // its tensor table, e.g. to lay out destination regions before a fetch.
-  // Errors: as version_info.
+  // Errors: as version_info; kInvalidArgument for a version published in
+  // parts (one manifest a part: tensors() describes it).
   Result<Manifest> manifest(const std::string& model, std::uint64_t version) const;
+  // The tensors of a verified version (kLatestVersion: the head) as a fetch
+  // of it lays them out (FetchHandle::tensors()): a whole version's
+  // manifest's table; for a version in parts, every tensor whole at its
+  // global shape. Errors: as version_info.
+  Result<std::vector<TensorEntry>> tensors(const std::string& model, std::uint64_t version) const;
   // Calls `callback` (on the callback thread) with the current head, if any,
   // and then for each new verified head.
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);

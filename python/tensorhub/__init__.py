@@ -22,6 +22,7 @@ from ._errors import native_timeout as _native_timeout
 from ._handles import Fetched, FetchedFile, Published
 from ._options import _bad_option, _bool_option, _int_option, _seconds_option, _str_option, _strs_option
 from ._results import FetchProgress, VersionInfo
+from ._slices import Slice
 from ._tensors import TO_NUMPY as _TO_NUMPY
 from ._tensors import address as _address
 from ._tensors import as_publishable as _as_publishable
@@ -32,12 +33,12 @@ from ._views import torch_dtypes
 from .daemon import Daemon, connect
 
 __all__ = ["Error", "Peer", "Published", "Fetched", "FetchedFile", "VersionInfo", "FetchProgress", "Daemon",
-           "connect", "generate_swarm_key"]
+           "Slice", "connect", "generate_swarm_key"]
 
 _native._set_error_type(Error)
 # Defined in private modules (daemon.py needs nothing of this one, and the
 # handles have a module of their own); named and printed as the package's.
-for _public in (Error, VersionInfo, FetchProgress, Published, Fetched, FetchedFile):
+for _public in (Error, VersionInfo, FetchProgress, Published, Fetched, FetchedFile, Slice):
     _public.__module__ = __name__
 del _public
 
@@ -137,7 +138,8 @@ class Peer:
         return self._native.gossip_address
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]], *,
-                dtype=None, metadata: Optional[Mapping[str, str]] = None) -> Published:
+                dtype=None, metadata: Optional[Mapping[str, str]] = None, version: Optional[int] = None,
+                part: Optional[Tuple[int, int]] = None) -> Published:
         """Publishes ``tensors`` (name -> numpy array or torch tensor) as
         the next version of ``model``. Contiguous ones are served where they
         are; others are packed once. When every tensor is a CUDA tensor on
@@ -162,9 +164,23 @@ class Peer:
         cannot be used); ``already_exists`` (other publications of the model
         kept taking the next number); ``verify_failed`` (the manifest breaks
         the model's chain); ``resource_exhausted`` (this peer's gossip record
-        cannot announce it, the limit named)."""
+        cannot announce it, the limit named).
+
+        ``part=(rank, world)`` publishes this trainer rank's part of version
+        ``version`` (required then: the number the trainer hands every rank)
+        of a model published in ``world`` parts. A value of ``tensors`` is
+        then a whole tensor or a ``tensorhub.Slice`` of a larger one; every
+        element of every tensor must be in exactly one rank's part. The
+        part's image is its tensors end to end, served where they lie (no
+        header, so no ``metadata``). The version becomes visible once every
+        part has come and a rank sealed it (``Published.wait_sealed``);
+        ``Published.version`` is ``version``. Raises as above, and
+        ``already_exists`` (``version`` is known already, or this part is
+        published already)."""
         from . import safetensors
 
+        if part is not None or version is not None:
+            return self._publish_part(model, tensors, dtype, metadata, version, part)
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
         if dtype is not None:
             items = [(name, _cast(name, value, dtype)) for name, value in items]
@@ -190,6 +206,41 @@ class Peer:
                 regions.append((address, nbytes))
             offset += nbytes
         return Published(self._native.publish(model, regions, specs, owners, gpu=gpu), dict(metadata or {}), model)
+
+    def _publish_part(self, model, tensors, dtype, metadata, version, part) -> Published:
+        if part is None or version is None:
+            raise Error("invalid argument: a part is published with both version=v and part=(rank, world)")
+        check_version(version, "publish")
+        if version == 0:
+            raise Error("invalid argument: version: a part names its version, from 1")
+        if (not isinstance(part, tuple) or len(part) != 2 or not all(isinstance(p, int) for p in part)
+                or not 0 <= part[0] < part[1]):
+            raise Error(f"invalid argument: part: (rank, world) with 0 <= rank < world, not {part!r}")
+        if metadata:
+            raise Error("invalid argument: metadata: a part has no safetensors header to carry it")
+        items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
+        values = [v.tensor if isinstance(v, Slice) else v for _, v in items]
+        if dtype is not None:
+            values = [_cast(name, value, dtype) for (name, _), value in zip(items, values)]
+        device, gpu = self._one_gpu(values)
+        owners, regions, specs, offset = [], [], [], 0
+        for (name, given), value in zip(items, values):
+            owner, address, nbytes, dtype_name, shape = _as_publishable(name, value, device is not None)
+            global_shape, begin = [], []
+            if isinstance(given, Slice):
+                if list(shape) != given.shape:
+                    raise Error(f"invalid argument: tensor '{name}': its shape {list(shape)} is not its slice's "
+                                f"{given.shape} ({given!r})")
+                global_shape, begin = given.global_shape, given.begin
+            owners.append(owner)
+            specs.append((name, dtype_name, list(shape), offset, nbytes, global_shape, begin))
+            if nbytes:
+                regions.append((address, nbytes))
+            offset += nbytes
+        if device is not None:
+            _torch().cuda.synchronize(device)  # the tensors' pending writes end before they are hashed
+        native = self._native.publish_part(model, version, part[0], part[1], regions, specs, owners, gpu=gpu)
+        return Published(native, {}, model)
 
     @staticmethod
     def _one_gpu(values):

@@ -61,6 +61,17 @@ class Published(Releasable):
         a TypeError) for a ``timeout`` that is not a number of seconds."""
         self._native.wait_replicated(replicas, _native_timeout(timeout, "wait_replicated"))
 
+    def wait_sealed(self, timeout: Optional[float] = None) -> None:
+        """For a part (``Peer.publish(..., part=(rank, world))``): waits
+        (without the GIL) until a seal makes its version, and so this part,
+        visible; returns at once for a whole version. Raises Error:
+        ``timeout`` (naming the ranks' parts that have not come, as ``part
+        2 of 4``), ``verify_failed`` (the parts overlap or leave elements
+        out, the tensor named; or a part was signed twice),
+        ``already_exists`` (another version took the number), ``cancelled``
+        (the peer stopped)."""
+        self._native.wait_sealed(_native_timeout(timeout, "wait_sealed"))
+
     def _release(self) -> None:
         self._native.release()
 
@@ -142,7 +153,9 @@ class Fetched(_Fetch):
         tensors in any order wants this). ``names``: only these. ``device``
         (with ``kind="torch"``): each tensor on that torch device, copied
         there as its batch is yielded (a fetch into that GPU's memory
-        yields its own tensors). ``timeout``: seconds to wait for each next
+        yields its own tensors). For a version published in parts, every
+        tensor is ready once every part is verified (streaming them as each
+        part's shards verify is not built yet). ``timeout``: seconds to wait for each next
         tensor (None: no limit). Nothing unverified is ever yielded. Raises
         (a generator: from the first ``next()`` on) Error: the fetch's own
         error when it fails (``unavailable``, ``cancelled``, ...);
@@ -160,6 +173,9 @@ class Fetched(_Fetch):
         wanted = None if names is None else set(names)
         pending = [t for t in sorted(self._native.tensors, key=lambda t: t[3]) if wanted is None or t[0] in wanted]
         shard = self._native.shard_size
+        # A version in parts: shards are each part's, not the whole image's;
+        # its tensors are ready once every part is verified.
+        in_parts = self._native.in_parts
         deadline = None if timeout is None else time.monotonic() + timeout
         views = None
         while pending:
@@ -172,7 +188,7 @@ class Fetched(_Fetch):
             for t in pending:
                 offset, length = t[3], t[4]
                 first, last = offset // shard, (offset + max(length, 1) - 1) // shard
-                complete = not length or all(flags[first:last + 1])
+                complete = not length or (all(flags) if in_parts else all(flags[first:last + 1]))
                 if complete and (order == "verified" or not waiting):
                     ready.append(t)
                 else:

@@ -34,6 +34,10 @@ namespace {
 using RegionSpec = std::pair<std::uintptr_t, std::uint64_t>;
 // (name, dtype name, shape, byte offset, byte length), as the manifest lists it.
 using TensorSpec = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::uint64_t, std::uint64_t>;
+// A part's tensor: a TensorSpec, then its global shape and slice_begin (both
+// empty for a whole tensor).
+using PartTensorSpec = std::tuple<std::string, std::string, std::vector<std::uint64_t>, std::uint64_t, std::uint64_t,
+                                  std::vector<std::uint64_t>, std::vector<std::uint64_t>>;
 
 // tensorhub.Error, set by the package at import. A handle that is never
 // released: a py::object here would drop its reference after the
@@ -72,9 +76,9 @@ py::dict progress_dict(const FetchProgressInfo& p) {
   return d;
 }
 
-std::vector<TensorSpec> tensor_specs(const Manifest& m) {
+std::vector<TensorSpec> tensor_specs(std::span<const TensorEntry> tensors) {
   std::vector<TensorSpec> out;
-  for (const TensorEntry& t : m.tensors()) {
+  for (const TensorEntry& t : tensors) {
     out.emplace_back(t.name, std::string(dtype_name(t.dtype)), t.shape, t.byte_offset, t.byte_length);
   }
   return out;
@@ -89,6 +93,26 @@ std::vector<TensorEntry> tensor_entries(const std::vector<TensorSpec>& specs) {
     out.push_back(TensorEntry{name, *d, shape, offset, length});
   }
   return out;
+}
+
+std::vector<TensorEntry> part_tensor_entries(const std::vector<PartTensorSpec>& specs) {
+  std::vector<TensorEntry> out;
+  out.reserve(specs.size());
+  for (const auto& [name, dtype, shape, offset, length, global_shape, begin] : specs) {
+    auto d = dtype_from_name(dtype);
+    if (!d) raise(Status::invalid_argument("tensor '" + name + "': unknown dtype '" + dtype + "'"));
+    out.push_back(TensorEntry{name, *d, shape, offset, length, global_shape, begin});
+  }
+  return out;
+}
+
+std::vector<ConstRegion> const_spans(const std::vector<RegionSpec>& regions) {
+  std::vector<ConstRegion> spans;
+  spans.reserve(regions.size());
+  for (const auto& [address, nbytes] : regions) {
+    spans.emplace_back(reinterpret_cast<const std::byte*>(address), static_cast<std::size_t>(nbytes));
+  }
+  return spans;
 }
 
 py::dict version_dict(const VersionInfo& v) {
@@ -238,7 +262,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("version", [](const Published& p) { return p.get().info().version; })
       .def_property_readonly("manifest_id", [](const Published& p) { return p.get().info().id.hex(); })
       .def_property_readonly("nbytes", [](const Published& p) { return p.get().manifest().total_size(); })
-      .def_property_readonly("tensors", [](const Published& p) { return tensor_specs(p.get().manifest()); })
+      .def_property_readonly("tensors", [](const Published& p) { return tensor_specs(p.get().manifest().tensors()); })
       .def_property_readonly("bytes_served", [](const Published& p) { return p.get().bytes_served(); })
       .def("wait_replicated",
            [](Published& p, std::size_t replicas, std::optional<double> timeout) {
@@ -250,12 +274,23 @@ PYBIND11_MODULE(_native, m) {
              check(s);
            },
            py::arg("replicas"), py::arg("timeout") = py::none())
+      .def("wait_sealed",
+           [](Published& p, std::optional<double> timeout) {
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = p.get().wait_sealed(millis(timeout));
+             }
+             check(s);
+           },
+           py::arg("timeout") = py::none())
       .def("release", &Published::release);
 
   py::class_<Fetched, std::unique_ptr<Fetched>>(m, "Fetched")
       .def_property_readonly("info", [](const Fetched& f) { return version_dict(f.get().info()); })
-      .def_property_readonly("tensors", [](const Fetched& f) { return tensor_specs(f.get().manifest()); })
+      .def_property_readonly("tensors", [](const Fetched& f) { return tensor_specs(f.get().tensors()); })
       .def_property_readonly("shard_size", [](const Fetched& f) { return f.get().manifest().body().shard_size; })
+      .def_property_readonly("in_parts", [](const Fetched& f) { return f.get().info().id != f.get().manifest().id(); })
       .def("verified_shards",
            [](const Fetched& f) {
              const FetchHandle& h = f.get();
@@ -365,11 +400,7 @@ PYBIND11_MODULE(_native, m) {
       .def("publish",
            [](Peer& p, const std::string& model, const std::vector<RegionSpec>& regions,
               const std::vector<TensorSpec>& tensors, py::object owner, const std::string& gpu) {
-             std::vector<ConstRegion> spans;
-             spans.reserve(regions.size());
-             for (const auto& [address, nbytes] : regions) {
-               spans.emplace_back(reinterpret_cast<const std::byte*>(address), static_cast<std::size_t>(nbytes));
-             }
+             std::vector<ConstRegion> spans = const_spans(regions);
              std::vector<TensorEntry> entries = tensor_entries(tensors);
              Result<PublishHandle> r = Status::internal("not published");
              {
@@ -381,6 +412,21 @@ PYBIND11_MODULE(_native, m) {
            // A handle keeps its peer alive: released after the peer, it would call into nothing.
            py::arg("model"), py::arg("regions"), py::arg("tensors"), py::arg("owner"), py::arg("gpu") = "",
            py::keep_alive<0, 1>())
+      .def("publish_part",
+           [](Peer& p, const std::string& model, std::uint64_t version, std::uint32_t index, std::uint32_t count,
+              const std::vector<RegionSpec>& regions, const std::vector<PartTensorSpec>& tensors, py::object owner,
+              const std::string& gpu) {
+             std::vector<ConstRegion> spans = const_spans(regions);
+             std::vector<TensorEntry> entries = part_tensor_entries(tensors);
+             Result<PublishHandle> r = Status::internal("not published");
+             {
+               py::gil_scoped_release nogil;
+               r = p.publish_part(model, version, index, count, spans, std::move(entries), MemoryOptions{gpu});
+             }
+             return std::make_unique<Published>(std::move(owner), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("version"), py::arg("index"), py::arg("count"), py::arg("regions"),
+           py::arg("tensors"), py::arg("owner"), py::arg("gpu") = "", py::keep_alive<0, 1>())
       .def("latest",
            [](const Peer& p, const std::string& model) -> py::object {
              std::optional<VersionInfo> v;
@@ -401,10 +447,10 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("version_tensors",
            [](const Peer& p, const std::string& model, std::uint64_t version) {
-             std::optional<Result<Manifest>> r;
+             std::optional<Result<std::vector<TensorEntry>>> r;
              {
                py::gil_scoped_release nogil;
-               r.emplace(p.manifest(model, version));
+               r.emplace(p.tensors(model, version));
              }
              return tensor_specs(value_or_raise(std::move(*r)));
            })

@@ -183,6 +183,17 @@ Result<Manifest> Peer::manifest(const std::string& model, std::uint64_t version)
   });
 }
 
+Result<std::vector<TensorEntry>> Peer::tensors(const std::string& model, std::uint64_t version) const {
+  return impl_->call([&]() -> Result<std::vector<TensorEntry>> {
+    auto sealed = impl_->engine->sealed_version(model, version);
+    if (!sealed) return sealed.status();
+    if (*sealed) return std::vector<TensorEntry>((*sealed)->tensors().begin(), (*sealed)->tensors().end());
+    auto m = impl_->engine->manifest(model, version);
+    if (!m) return m.status();
+    return std::vector<TensorEntry>((*m)->tensors().begin(), (*m)->tensors().end());
+  });
+}
+
 void Peer::subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback) {
   impl_->call([&] { impl_->engine->subscribe(model, std::move(callback)); });
 }

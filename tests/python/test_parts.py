@@ -1,0 +1,111 @@
+"""Versions in parts from Python: each trainer rank publishes its own tensors
+and slices with ``part=(rank, world)``, the ranks seal, and a worker fetches
+the whole model bit-identical to the trainer's full tensors."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import tensorhub as th
+
+SWARM = bytes(range(32))
+BINARY = os.environ.get("TENSORHUB_BINARY")
+
+
+def full_model():
+    rng = np.random.default_rng(48)
+    return {
+        "w": rng.standard_normal((64, 32), dtype=np.float32),   # FSDP: rows split
+        "c": rng.standard_normal((16, 8), dtype=np.float32),    # tensor parallel: columns split
+        "b": rng.standard_normal((32,), dtype=np.float32),      # whole, on rank 0
+    }
+
+
+def rank_tensors(full, rank, world):
+    rows, cols = 64 // world, 8 // world
+    out = {
+        "w": th.Slice(full["w"][rank * rows:(rank + 1) * rows], (64, 32), (slice(rank * rows, (rank + 1) * rows), slice(None))),
+        "c": th.Slice(np.ascontiguousarray(full["c"][:, rank * cols:(rank + 1) * cols]), (16, 8),
+                      (slice(None), slice(rank * cols, (rank + 1) * cols))),
+    }
+    if rank == 0:
+        out["b"] = full["b"]
+    return out
+
+
+@pytest.fixture
+def ranks_and_worker(tmp_path):
+    if not BINARY:
+        pytest.skip("TENSORHUB_BINARY is not set (the tensorhub binary makes the ranks' keys)")
+    keys, ids = [], []
+    for r in range(2):
+        key = str(tmp_path / f"rank{r}.key")
+        ids.append(subprocess.run([BINARY, "keygen", "--out", key], capture_output=True, text=True,
+                                  check=True).stdout.split()[0])
+        keys.append(key)
+    small = dict(swarm_key=SWARM, shard_size=64 << 10, block_size=16 << 10, retain_head_replicas=0,
+                 trusted_publishers=ids)
+    first = th.Peer.start(host="rank0", key_file=keys[0], **small)
+    second = th.Peer.start(host="rank1", key_file=keys[1], seeds=[first.gossip_address], **small)
+    worker = th.Peer.start(host="worker", seeds=[first.gossip_address], **small)
+    yield [first, second], worker
+    for p in (worker, second, first):
+        p.close()
+
+
+def test_two_ranks_publish_their_parts_and_a_worker_fetches_the_whole_model(ranks_and_worker):
+    ranks, worker = ranks_and_worker
+    full = full_model()
+    published = [ranks[r].publish("policy", rank_tensors(full, r, 2), version=1, part=(r, 2)) for r in range(2)]
+    try:
+        for p in published:
+            assert p.version == 1
+            p.wait_sealed(30)
+        head = worker.wait_for_head("policy", 0, 30)
+        assert head.version == 1 and head.nbytes == sum(a.nbytes for a in full.values())
+        with worker.fetch("policy", 1) as fetched:
+            fetched.wait(30)
+            state = fetched.state_dict()
+            assert sorted(state) == ["b", "c", "w"]
+            for name, array in full.items():
+                assert state[name].shape == array.shape
+                assert np.array_equal(state[name], array), name
+            streamed = {name: np.array(t) for batch in fetched.iter_tensors(kind="numpy") for name, t in batch}
+            assert all(np.array_equal(streamed[n], full[n]) for n in full)
+    finally:
+        for p in published:
+            p.release()
+
+
+def test_a_part_is_refused_with_a_reason_for_bad_arguments(ranks_and_worker):
+    ranks, _ = ranks_and_worker
+    full = full_model()
+    tensors = rank_tensors(full, 0, 2)
+    for kwargs, words in (({"part": (0, 2)}, "both version=v and part"),
+                          ({"version": 1, "part": (2, 2)}, "0 <= rank < world"),
+                          ({"version": 0, "part": (0, 2)}, "from 1"),
+                          ({"version": 1, "part": (0, 2), "metadata": {"step": "1"}}, "no safetensors header")):
+        with pytest.raises(th.Error) as e:
+            ranks[0].publish("policy", tensors, **kwargs)
+        assert e.value.code == "invalid_argument" and words in str(e.value)
+    with pytest.raises(th.Error) as e:
+        th.Slice(full["w"], (64, 32), (slice(0, 64),))
+    assert "2 dimensions" in str(e.value)
+    with pytest.raises(th.Error) as e:
+        th.Slice(full["w"], (64, 32), (slice(0, 64, 2), slice(None)))
+    assert "step 1" in str(e.value)
+    wrong = {"w": th.Slice(full["w"], (64, 32), (slice(0, 32), slice(None)))}  # 64 rows given for 32
+    with pytest.raises(th.Error) as e:
+        ranks[0].publish("policy", wrong, version=1, part=(0, 2))
+    assert "is not its slice's" in str(e.value)
+    # Parts that overlap are never sealed: the tensor and the rows are named.
+    overlapping = [ranks[r].publish("policy", {"w": th.Slice(full["w"][:40], (64, 32), (slice(24 * r, 24 * r + 40), slice(None)))},
+                                    version=1, part=(r, 2)) for r in range(2)]
+    try:
+        with pytest.raises(th.Error) as e:
+            overlapping[0].wait_sealed(20)
+        assert e.value.code == "verify_failed" and "tensor 'w': parts 0 and 1 both cover [24:40, 0:32]" in str(e.value)
+    finally:
+        for p in overlapping:
+            p.release()
