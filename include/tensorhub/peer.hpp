@@ -281,7 +281,11 @@ class Peer {
   // wait_for_head, fetch) once sealed: every rank whose peer has every
   // part's id (from gossip) seals it, with nothing central waiting. The
   // handle's info() is the part's (its manifest id), wait_replicated counts
-  // replicas of this part, and wait_sealed waits for the seal.
+  // replicas of this part, and wait_sealed waits for the seal. Releasing a
+  // part of the head honours retention as the head does (per part). A
+  // part's manifest carries no creation time, so a rank that publishes the
+  // same bytes again makes the same manifest; other bytes for a slot are
+  // equivocation, and that version is never sealed.
   // Errors: kInvalidArgument (a bad model name, tensor table, part index
   // or count, or an empty region), kPermissionDenied (this peer's key is
   // not a trusted publisher), kUnavailable (the head could not be learnt),

@@ -384,6 +384,16 @@ std::shared_ptr<const Manifest> HeadTracker::find(const std::string& model, Vers
   return k ? k->manifest() : nullptr;
 }
 
+std::shared_ptr<const Manifest> HeadTracker::part(const ManifestId& id) const {
+  for (const auto& [version_id, k] : by_id_) {
+    if (!k.in_parts()) continue;
+    for (const auto& p : k.sealed()->parts()) {
+      if (p->id() == id) return p;
+    }
+  }
+  return nullptr;
+}
+
 HeadTracker::NextVersion HeadTracker::next_version(const std::string& model) const {
   NextVersion next;
   auto h = head(model);

@@ -138,6 +138,9 @@ class HeadTracker {
   // when unknown or a version in parts.
   std::shared_ptr<const Manifest> manifest(const ManifestId& id) const;
   std::shared_ptr<const Manifest> find(const std::string& model, VersionNumber version) const;
+  // A part's manifest of a version in parts believed here, by its id; null
+  // when none.
+  std::shared_ptr<const Manifest> part(const ManifestId& id) const;
   // The version number and parent of `model`'s next publication.
   struct NextVersion {
     VersionNumber version{1};

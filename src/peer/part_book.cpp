@@ -19,17 +19,44 @@ PartBook::Slots* PartBook::slots(const Key& key) {
   return it == versions_.end() ? nullptr : &it->second;
 }
 
-PartBook::Slots& PartBook::make_slots(const Key& key) {
-  if (auto* s = slots(key)) return *s;
+bool PartBook::needed(const Key& key) const {
+  return std::any_of(pending_.begin(), pending_.end(), [&](const auto& p) {
+    return p.second.seal.body().model == key.first && VersionNumber{p.second.seal.body().version} == key.second;
+  });
+}
+
+void PartBook::refresh_needed() {
+  needed_.clear();
+  for (const auto& [id, p] : pending_) needed_.insert(p.seal.body().parts.begin(), p.seal.body().parts.end());
+}
+
+PartBook::Slots* PartBook::make_slots(const Key& key) {
+  if (auto* s = slots(key)) return s;
   if (versions_.size() >= kMaxVersions) {
-    // The lowest number makes room (of any model: old versions go first).
-    auto lowest = std::min_element(versions_.begin(), versions_.end(), [](const auto& a, const auto& b) {
-      return a.first.second < b.first.second;
-    });
-    for (const auto& [index, part] : lowest->second.parts) by_id_.erase(part->id());
-    versions_.erase(lowest);
+    // The lowest number of the same model makes room, else of any model;
+    // never a version this peer publishes a part of or a seal waits for.
+    auto victim = versions_.end();
+    for (auto it = versions_.begin(); it != versions_.end(); ++it) {
+      if (it->second.own || needed(it->first)) continue;
+      const bool same = it->first.first == key.first;
+      if (victim == versions_.end()) {
+        victim = it;
+        continue;
+      }
+      const bool victim_same = victim->first.first == key.first;
+      if ((same && !victim_same) || (same == victim_same && it->first.second < victim->first.second)) victim = it;
+    }
+    if (victim == versions_.end()) return nullptr;
+    for (const auto& [index, part] : victim->second.parts) by_id_.erase(part->id());
+    versions_.erase(victim);
   }
-  return versions_[key];
+  return &versions_[key];
+}
+
+std::size_t PartBook::named_by(const PeerId& peer) const {
+  std::size_t n = 0;
+  for (const auto& [id, w] : wanted_) n += std::count(w.namers.begin(), w.namers.end(), peer);
+  return n;
 }
 
 Status PartBook::fits(const Slots& s, const Manifest& part) const {
@@ -58,12 +85,17 @@ Status PartBook::add_own(std::shared_ptr<const Manifest> part) {
                                     " is published already, as " + held->second->id().short_hex());
     }
   }
-  Slots& s = make_slots(key);
-  s.count = part->part()->count;
-  s.parent = part->parent();
-  s.own = true;
+  Slots* s = make_slots(key);
+  if (s == nullptr) {
+    return Status::resource_exhausted("this peer keeps the parts of " + std::to_string(kMaxVersions) +
+                                      " versions, each one it publishes a part of or a seal waits for; " +
+                                      "release an older part first");
+  }
+  s->count = part->part()->count;
+  s->parent = part->parent();
+  s->own = true;
   by_id_[part->id()] = part;
-  s.parts[index] = std::move(part);
+  s->parts[index] = std::move(part);
   check_pending();
   return Status::ok();
 }
@@ -71,8 +103,10 @@ Status PartBook::add_own(std::shared_ptr<const Manifest> part) {
 std::optional<ManifestRequest> PartBook::on_named(TimePoint now, const PeerId& peer, const std::string& model,
                                                   VersionNumber version, const ManifestId& id) {
   const Key key{model, version};
+  if (by_id_.count(id)) return std::nullopt;
+  if (needed(id)) return want(now, key, id, peer);  // a waiting seal's part: any holder will do
   const Slots* s = slots(key);
-  if (s == nullptr || !s->own || s->equivocated || by_id_.count(id)) return std::nullopt;
+  if (s == nullptr || !s->own || s->equivocated) return std::nullopt;
   if (s->parts.size() >= s->count) return std::nullopt;  // every slot is filled: nothing is wanted
   return want(now, key, id, peer);
 }
@@ -80,17 +114,27 @@ std::optional<ManifestRequest> PartBook::on_named(TimePoint now, const PeerId& p
 std::optional<ManifestRequest> PartBook::want(TimePoint now, const Key& key, const ManifestId& id,
                                               const PeerId& peer) {
   auto it = wanted_.find(id);
+  const bool names_it = it != wanted_.end() &&
+                        std::find(it->second.namers.begin(), it->second.namers.end(), peer) != it->second.namers.end();
+  // One peer's word asks for a bounded number of parts: fake ids cannot
+  // crowd out the real ones.
+  if (!names_it && named_by(peer) >= kMaxNamedPerPeer) return std::nullopt;
   if (it == wanted_.end()) {
     if (wanted_.size() >= kMaxWanted) return std::nullopt;
-    it = wanted_.emplace(id, Wanted{key, {}, 0, kTimeNever}).first;
+    it = wanted_.emplace(id, Wanted{key, {}, kNotAsked, kTimeNever}).first;
   }
   Wanted& w = it->second;
-  if (w.version != key) return std::nullopt;  // a record's claim about another version's id: not believed
-  if (std::find(w.namers.begin(), w.namers.end(), peer) == w.namers.end() && w.namers.size() < kMaxNamers) {
-    w.namers.push_back(peer);
-  }
+  // An id is of the version a waiting seal (or the first record) puts it
+  // in; a record's claim of another version for it is not believed.
+  if (w.version != key) return std::nullopt;
+  if (!names_it && w.namers.size() < kMaxNamers) w.namers.push_back(peer);
   if (w.asked_at != kTimeNever && now - w.asked_at < retry_) return std::nullopt;
-  return ask_next(now, id, w);
+  // Not asked yet, or overdue: ask the peer that just spoke (it is alive).
+  const auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
+  if (pos == w.namers.end()) return ask_next(now, id, w);
+  w.last_asked = static_cast<std::size_t>(pos - w.namers.begin());
+  w.asked_at = now;
+  return ManifestRequest{peer, id, w.version.first, w.version.second};
 }
 
 std::optional<ManifestRequest> PartBook::ask_next(TimePoint now, const ManifestId& id, Wanted& w) {
@@ -98,10 +142,9 @@ std::optional<ManifestRequest> PartBook::ask_next(TimePoint now, const ManifestI
     w.asked_at = kTimeNever;  // asked again when someone names it
     return std::nullopt;
   }
-  const PeerId& peer = w.namers[w.next % w.namers.size()];
-  w.next = (w.next + 1) % w.namers.size();
+  w.last_asked = w.last_asked == kNotAsked ? 0 : (w.last_asked + 1) % w.namers.size();
   w.asked_at = now;
-  return ManifestRequest{peer, id, w.version.first, w.version.second};
+  return ManifestRequest{w.namers[w.last_asked], id, w.version.first, w.version.second};
 }
 
 std::vector<ManifestRequest> PartBook::on_seal(TimePoint now, const PeerId& from, Seal seal) {
@@ -111,10 +154,18 @@ std::vector<ManifestRequest> PartBook::on_seal(TimePoint now, const PeerId& from
   if (const Slots* s = slots(key); s && s->equivocated) return requests;
   const ManifestId id = seal.id();
   if (!pending_.count(id)) {
-    if (pending_.size() >= kMaxPendingSeals) return requests;
-    pending_.emplace(id, std::move(seal));
+    if (pending_.size() >= kMaxPendingSeals) {
+      // The lowest number makes room for a higher one.
+      auto lowest = std::min_element(pending_.begin(), pending_.end(), [](const auto& x, const auto& y) {
+        return x.second.seal.body().version < y.second.seal.body().version;
+      });
+      if (lowest->second.seal.body().version >= b.version) return requests;
+      pending_.erase(lowest);
+    }
+    pending_.emplace(id, PendingSeal{std::move(seal), now});
+    refresh_needed();
   }
-  for (const ManifestId& part : pending_.at(id).body().parts) {
+  for (const ManifestId& part : pending_.at(id).seal.body().parts) {
     if (by_id_.count(part)) continue;
     if (auto r = want(now, key, part, from)) requests.push_back(std::move(*r));
   }
@@ -124,36 +175,48 @@ std::vector<ManifestRequest> PartBook::on_seal(TimePoint now, const PeerId& from
 
 Result<std::optional<PartConflict>> PartBook::on_part(std::shared_ptr<const Manifest> part) {
   if (by_id_.count(part->id())) return std::optional<PartConflict>{};
-  TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*part, trusted_));
   const Key key{part->model(), VersionNumber{part->version()}};
+  // Asked for, or of a version with an entry here (a proof of equivocation
+  // for a slot held); anything else is not kept.
+  if (!wanted_.count(part->id()) && !needed(part->id()) && slots(key) == nullptr) {
+    return std::optional<PartConflict>{};
+  }
+  TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(*part, trusted_));
   const std::uint32_t index = part->part()->index;
   wanted_.erase(part->id());
   if (Slots* s = slots(key)) {
     if (s->equivocated) return std::optional<PartConflict>{};  // told once already
-    TENSORHUB_RETURN_IF_ERROR(fits(*s, *part));
+    if (Status fit = fits(*s, *part); !fit.is_ok()) {
+      // This peer's own version cannot be sealed with it: its publishers hear why.
+      if (s->own && s->seal_failure.is_ok()) s->seal_failure = Status::verify_failed(fit.message());
+      return fit;
+    }
     auto held = s->parts.find(index);
     if (held != s->parts.end()) {
       // Another manifest in this slot: equivocation. Neither is sealed.
       PartConflict conflict{held->second, part};
       s->equivocated = true;
       std::erase_if(pending_, [&](const auto& p) {
-        return p.second.body().model == key.first && VersionNumber{p.second.body().version} == key.second;
+        return p.second.seal.body().model == key.first && VersionNumber{p.second.seal.body().version} == key.second;
       });
+      refresh_needed();
       return std::optional<PartConflict>{std::move(conflict)};
     }
   }
-  Slots& s = make_slots(key);
-  s.count = part->part()->count;
-  s.parent = part->parent();
+  Slots* s = make_slots(key);
+  if (s == nullptr) return std::optional<PartConflict>{};  // no room: asked again while it is wanted
+  s->count = part->part()->count;
+  s->parent = part->parent();
   by_id_[part->id()] = part;
-  s.parts[index] = std::move(part);
+  s->parts[index] = std::move(part);
   check_pending();
   return std::optional<PartConflict>{};
 }
 
 void PartBook::check_pending() {
+  bool changed = false;
   for (auto it = pending_.begin(); it != pending_.end();) {
-    const SealBody& b = it->second.body();
+    const SealBody& b = it->second.seal.body();
     std::vector<std::shared_ptr<const Manifest>> parts;
     parts.reserve(b.parts.size());
     for (const ManifestId& id : b.parts) {
@@ -165,14 +228,17 @@ void PartBook::check_pending() {
       ++it;
       continue;
     }
-    const ManifestId id = it->second.id();
-    auto joined = manifest::SealedVersion::join(std::move(it->second), std::move(parts));
+    const ManifestId id = it->second.seal.id();
+    const Key key{b.model, VersionNumber{b.version}};  // copied: the seal moves into the join
+    auto joined = manifest::SealedVersion::join(std::move(it->second.seal), std::move(parts));
     if (joined) {
-      if (Slots* s = slots({b.model, VersionNumber{b.version}})) s->offered = true;  // sealed: no seal of ours is needed
+      if (Slots* s = slots(key)) s->offered = true;  // sealed: no seal of ours is needed
     }
     joined_.push_back(JoinedSeal{id, std::move(joined)});
     it = pending_.erase(it);
+    changed = true;
   }
+  if (changed) refresh_needed();
 }
 
 std::optional<ManifestRequest> PartBook::on_no_manifest(TimePoint now, const PeerId& peer, const ManifestId& id) {
@@ -181,17 +247,22 @@ std::optional<ManifestRequest> PartBook::on_no_manifest(TimePoint now, const Pee
   Wanted& w = it->second;
   auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
   if (pos == w.namers.end()) return std::nullopt;
-  w.namers.erase(pos);
-  w.next = 0;
+  drop_namer(w, pos);
   return ask_next(now, id, w);
+}
+
+void PartBook::drop_namer(Wanted& w, std::vector<PeerId>::iterator pos) {
+  const auto index = static_cast<std::size_t>(pos - w.namers.begin());
+  w.namers.erase(pos);
+  // The namer after the one asked last keeps its turn.
+  if (w.last_asked != kNotAsked && index <= w.last_asked) w.last_asked = w.last_asked == 0 ? kNotAsked : w.last_asked - 1;
 }
 
 void PartBook::forget_peer(const PeerId& peer) {
   for (auto& [id, w] : wanted_) {
     auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
     if (pos == w.namers.end()) continue;
-    w.namers.erase(pos);
-    w.next = 0;
+    drop_namer(w, pos);
   }
 }
 
@@ -211,6 +282,13 @@ std::vector<SealBody> PartBook::take_ready() {
 
 std::vector<ManifestRequest> PartBook::handle_timeout(TimePoint now) {
   std::vector<ManifestRequest> requests;
+  // Seals whose parts did not come in time go; a later copy starts again.
+  const std::size_t before = pending_.size();
+  std::erase_if(pending_, [&](const auto& p) { return now - p.second.since >= kSealWait; });
+  if (pending_.size() != before) refresh_needed();
+  std::erase_if(wanted_, [&](const auto& w) {
+    return w.second.namers.empty() && !needed(w.first) && slots(w.second.version) == nullptr;
+  });
   for (auto& [id, w] : wanted_) {
     if (w.asked_at == kTimeNever || now - w.asked_at < retry_) continue;
     if (auto r = ask_next(now, id, w)) requests.push_back(std::move(*r));
@@ -220,6 +298,7 @@ std::vector<ManifestRequest> PartBook::handle_timeout(TimePoint now) {
 
 TimePoint PartBook::next_timeout() const {
   TimePoint earliest = kTimeNever;
+  for (const auto& [id, p] : pending_) earliest = std::min(earliest, p.since + kSealWait);
   for (const auto& [id, w] : wanted_) {
     if (w.asked_at != kTimeNever && !w.namers.empty()) earliest = std::min(earliest, w.asked_at + retry_);
   }
@@ -270,17 +349,16 @@ Status PartBook::seal_failure(const std::string& model, VersionNumber version) c
 
 void PartBook::forget_through(const std::string& model, VersionNumber version) {
   for (auto it = versions_.begin(); it != versions_.end();) {
-    const bool waited_for = std::any_of(pending_.begin(), pending_.end(), [&](const auto& p) {
-      return p.second.body().model == it->first.first && VersionNumber{p.second.body().version} == it->first.second;
-    });
-    if (it->first.first != model || it->first.second > version || waited_for) {
+    if (it->first.first != model || it->first.second > version || needed(it->first)) {
       ++it;
       continue;
     }
     for (const auto& [index, part] : it->second.parts) by_id_.erase(part->id());
     it = versions_.erase(it);
   }
-  std::erase_if(wanted_, [&](const auto& w) { return w.second.version.first == model && w.second.version.second <= version; });
+  std::erase_if(wanted_, [&](const auto& w) {
+    return w.second.version.first == model && w.second.version.second <= version && !needed(w.first);
+  });
 }
 
 }  // namespace tensorhub::peer

@@ -20,9 +20,19 @@
 //    that sent the seal, round robin, again after `retry`. Once all are
 //    here, the seal and its parts are joined (SealedVersion::join) and
 //    handed to the caller (take_joined), or refused with the reason.
+//  - A seal received (its signature checked by the caller) also has its
+//    parts asked of any peer whose record holds them. A seal whose parts
+//    have not all come within kSealWait is dropped (a later copy of it
+//    starts again).
+//  - A part's manifest nobody asked for is kept only when its version has
+//    an entry here (a proof of equivocation for a slot already held).
 //  - Bounded: at most kMaxVersions (model, version) entries (the lowest
-//    numbers make room), kMaxPendingSeals seals waiting, kMaxWanted parts
-//    asked for at once, kMaxNamers peers remembered per part.
+//    number of the model makes room, never a version this peer publishes a
+//    part of or a waiting seal needs: a version that finds no room is not
+//    taken), kMaxPendingSeals seals waiting (the lowest number makes room
+//    for a higher one), kMaxWanted parts asked for at once and at most
+//    kMaxNamedPerPeer by one peer's word, kMaxNamers peers remembered per
+//    part.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +72,9 @@ class PartBook {
   static constexpr std::size_t kMaxPendingSeals = 16;
   static constexpr std::size_t kMaxWanted = 4096;
   static constexpr std::size_t kMaxNamers = 16;
+  static constexpr std::size_t kMaxNamedPerPeer = 32;
+  static constexpr Duration kSealWait = std::chrono::seconds(60);
+  static constexpr std::size_t kNotAsked = static_cast<std::size_t>(-1);
 
   PartBook(std::vector<PublicKey> trusted_publishers, Duration retry);
 
@@ -115,6 +129,7 @@ class PartBook {
   void forget_through(const std::string& model, VersionNumber version);
   std::size_t versions() const { return versions_.size(); }
   std::size_t pending_seals() const { return pending_.size(); }
+  std::size_t wanted() const { return wanted_.size(); }
 
  private:
   using Key = std::pair<std::string, VersionNumber>;
@@ -130,16 +145,23 @@ class PartBook {
   struct Wanted {
     Key version;
     std::vector<PeerId> namers;
-    std::size_t next = 0;              // the namer asked next
+    std::size_t last_asked = kNotAsked;  // index in namers; the one after it is asked next
     TimePoint asked_at = kTimeNever;   // kTimeNever: no answer awaited
   };
 
   Slots* slots(const Key& key);
-  Slots& make_slots(const Key& key);
+  // The entry of `key`, made when there is room (see the bounds above).
+  Slots* make_slots(const Key& key);
+  // Whether a waiting seal names part `id`, or needs the version `key`.
+  bool needed(const ManifestId& id) const { return needed_.count(id) != 0; }
+  bool needed(const Key& key) const;
+  void refresh_needed();
+  std::size_t named_by(const PeerId& peer) const;
   Status fits(const Slots& s, const Manifest& part) const;
   // Wants `id` of `key`, named by `peer`; the request to send now, if any.
   std::optional<ManifestRequest> want(TimePoint now, const Key& key, const ManifestId& id, const PeerId& peer);
   std::optional<ManifestRequest> ask_next(TimePoint now, const ManifestId& id, Wanted& w);
+  void drop_namer(Wanted& w, std::vector<PeerId>::iterator pos);
   void check_pending();
 
   std::vector<PublicKey> trusted_;
@@ -147,7 +169,12 @@ class PartBook {
   std::map<Key, Slots> versions_;
   std::map<ManifestId, std::shared_ptr<const Manifest>> by_id_;
   std::map<ManifestId, Wanted> wanted_;
-  std::map<ManifestId, Seal> pending_;
+  struct PendingSeal {
+    Seal seal;
+    TimePoint since;
+  };
+  std::map<ManifestId, PendingSeal> pending_;
+  std::set<ManifestId> needed_;  // the parts waiting seals name
   std::vector<JoinedSeal> joined_;
 };
 

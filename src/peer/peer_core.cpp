@@ -206,6 +206,7 @@ void PeerCore::answer_get_manifest(const PeerId& peer, const ManifestId& id) {
   }
   std::shared_ptr<const Manifest> m = heads_.manifest(id);
   if (!m) m = parts_.manifest(id);
+  if (!m) m = heads_.part(id);
   if (!m) {
     if (auto v = find(id)) m = v->manifest;
   }
@@ -327,7 +328,13 @@ void PeerCore::on_seal(TimePoint now, const PeerId& from, const swarm::SwarmMess
     send_manifest_request(heads_.on_foreign_manifest(now, from, message.version_id));
     return;
   }
-  if (heads_.known(seal->id())) return;
+  if (heads_.known(seal->id()) || heads_.equivocated(seal->body().model, VersionNumber{seal->body().version})) return;
+  // At or below the head, a seal is news only when another version of its
+  // number is believed here: it proves equivocation.
+  const auto head = heads_.head(seal->body().model);
+  if (head && head->version >= seal->body().version && !heads_.known(seal->body().model, VersionNumber{seal->body().version})) {
+    return;
+  }
   for (auto& request : parts_.on_seal(now, from, std::move(*seal))) send_manifest_request(std::move(request));
   drain_parts(now);
 }
@@ -413,6 +420,10 @@ Status PeerCore::part_sealed(const LocalVersion& part) const {
     return Status::verify_failed("equivocation: " + what + " was signed twice (a part or its seal); it is never sealed");
   }
   TENSORHUB_RETURN_IF_ERROR(parts_.seal_failure(m.model(), part.number));
+  if (const auto head = heads_.head(m.model()); head && head->version > m.version()) {
+    return Status::already_exists(what + " was never sealed here, and the head is v" + std::to_string(head->version) +
+                                  " now");
+  }
   std::string missing;
   for (std::uint32_t i : parts_.missing(m.model(), part.number)) {
     missing += (missing.empty() ? "part " : ", part ") + std::to_string(i);

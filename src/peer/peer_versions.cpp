@@ -374,6 +374,14 @@ swarm::ReleaseFacts PeerCore::release_facts(const LocalVersion& v) const {
   swarm::ReleaseFacts facts;
   const auto head = heads_.head(v.model);
   facts.is_head = head && head->id == v.id;
+  if (head && !facts.is_head && v.manifest->part()) {
+    // A part of the head (a version in parts) is kept like the head: its
+    // replicas are counted per part.
+    if (const KnownVersion* k = heads_.known(head->id); k && k->in_parts()) {
+      const auto& ids = k->sealed()->seal().body().parts;
+      facts.is_head = std::find(ids.begin(), ids.end(), v.id) != ids.end();
+    }
+  }
   facts.complete = v.state == VersionState::kComplete;
   facts.other_holders = replicas(v.id);
   return facts;

@@ -154,7 +154,9 @@ Result<PublishHandle> peer::publish_part_from(Peer& peer, const std::string& mod
     o.model = model;
     o.version = version;
     o.parent = *parent;
-    o.created_unix_ms = transport::wall_clock_ms();
+    // No creation time: a rank that publishes the same bytes again (after
+    // a restart) makes the same manifest, not a second one for its slot.
+    o.created_unix_ms = 0;
     o.shard_size = impl->shard_size;
     o.shard_hash = impl->shard_hash;
     o.part = part;

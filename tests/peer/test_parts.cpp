@@ -243,3 +243,19 @@ TEST_CASE("parts: a watcher fetches the whole model, each part landing at its pl
   // A rank's part has replicas of its own: its memory can go back.
   CHECK(net.run_until([&] { return net.core(0).replicas(fetches[0].parts[0]->id) == 3; }, 10s));
 }
+
+TEST_CASE("parts: a rank's part of the head is kept until another peer holds that part") {
+  PeerNetwork net(46);
+  add_peers(net, 3);
+  const std::vector<Part> parts{fsdp_part(0, 2, 1), fsdp_part(1, 2, 1)};
+  std::vector<std::shared_ptr<LocalVersion>> published;
+  for (std::uint32_t r = 0; r < 2; ++r) published.push_back(*publish(net, r, 1, r, 2, parts[r]));
+  REQUIRE(net.run_until([&] { return knows_head_in_parts(net, 2, 1); }, 20s));
+  bool released = false;
+  net.release(0, published[0], ReleaseMode::kHonourRetention, [&] { released = true; });
+  net.run_for(3s);
+  CHECK_FALSE(released);  // the only holder of part 0 of the head
+  auto fetched = net.fetch_parts(2, "policy", 1);
+  REQUIRE(fetched.is_ok());
+  CHECK(net.run_until([&] { return released; }, 20s));
+}

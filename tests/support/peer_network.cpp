@@ -83,9 +83,12 @@ Result<std::shared_ptr<peer::LocalVersion>> PeerNetwork::publish_part(std::size_
   o.shard_size = 64u << 10;
   o.threads = 1;
   o.part = part;
-  auto m = build_manifest(o, image, std::move(tensors), identity(p));
+  // Served from a copy this network owns: the caller's image may go.
+  peers_[p].owned.emplace_back(image.begin(), image.end());
+  const std::span<const std::byte> kept(peers_[p].owned.back());
+  auto m = build_manifest(o, kept, std::move(tensors), identity(p));
   if (!m) return m.status();
-  const ConstRegion one[] = {image};
+  const ConstRegion one[] = {kept};
   auto v = c.publish_part(now(), std::make_shared<const Manifest>(std::move(*m)), core::ConstRegions(std::span<const ConstRegion>(one)));
   drain(p);
   return v;

@@ -49,8 +49,8 @@ class PeerNetwork {
   Result<std::shared_ptr<peer::LocalVersion>> publish(std::size_t peer, const std::string& model,
                                                       std::span<const ConstRegion> regions,
                                                       std::vector<TensorEntry> tensors);
-  // Publishes `image` as part `part` of `model` v`version` on `peer`,
-  // after the head that peer knows.
+  // Publishes a copy of `image` (kept by this network) as part `part` of
+  // `model` v`version` on `peer`, after the head that peer knows.
   Result<std::shared_ptr<peer::LocalVersion>> publish_part(std::size_t peer, const std::string& model,
                                                            std::uint64_t version, PartOf part,
                                                            std::span<const std::byte> image,
