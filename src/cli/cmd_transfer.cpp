@@ -11,6 +11,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/control_request.hpp"
 #include "core/byte_size.hpp"
+#include "core/quoted.hpp"
 #include "core/file_io.hpp"
 #include "core/log.hpp"
 #include "core/mapped_file.hpp"
@@ -75,7 +76,29 @@ struct PublishArgs {
   std::string control, peer, model, file;
   std::size_t wait_replicas = 0;
   bool release = false;
+  std::uint64_t version = 0;
+  std::string part;  // "I/N"
 };
+
+// "I/N": part I (from 0) of N. Errors: kInvalidArgument naming the form.
+Status parse_part(const std::string& text, std::uint64_t& index, std::uint64_t& count) {
+  const auto slash = text.find('/');
+  auto number = [](std::string_view s, std::uint64_t& out) {
+    if (s.empty() || s.size() > 9) return false;
+    out = 0;
+    for (char c : s) {
+      if (c < '0' || c > '9') return false;
+      out = out * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return true;
+  };
+  if (slash == std::string::npos || !number(std::string_view(text).substr(0, slash), index) ||
+      !number(std::string_view(text).substr(slash + 1), count) || count == 0 || count > kMaxParts || index >= count) {
+    return Status::invalid_argument("--part takes I/N, part I (from 0) of N parts (N from 1 to " +
+                                    std::to_string(kMaxParts) + "), not " + core::quoted(text));
+  }
+  return Status::ok();
+}
 
 int run_publish(const PublishArgs& a) {
   if (Status s = check_model(a.model); !s.is_ok()) return report_error(s);
@@ -84,12 +107,27 @@ int run_publish(const PublishArgs& a) {
   auto file = core::MappedFile::open(a.file);  // fail early, with the CLI's own message
   if (!file) return report_error(file.status());
   Json request{{"cmd", "publish"}, {"model", a.model}};
+  if (!a.part.empty()) {
+    std::uint64_t index = 0, count = 0;
+    if (Status s = parse_part(a.part, index, count); !s.is_ok()) return report_error(s);
+    if (a.version == 0) return report_error(Status::invalid_argument("--part needs --version V (from 1)"));
+    request["version"] = a.version;
+    request["part_index"] = index;
+    request["part_count"] = count;
+  } else if (a.version != 0) {
+    return report_error(Status::invalid_argument("--version goes with --part: a whole version takes the next number"));
+  }
   put_path(request, "file", absolute_path(a.file));
   request["wait_replicas"] = a.wait_replicas;
   request["release"] = a.release;
   Json final_line;
   const int code = control_call(*path, request, [](const Json& e) {
-    if (e.value("event", "") == "published") {
+    if (e.value("event", "") == "published" && e.contains("part")) {
+      std::printf("published part %llu of %llu of v%llu as %s (serving in place; visible once every part is sealed)\n",
+                  static_cast<unsigned long long>(e["part"][0].get<std::uint64_t>()),
+                  static_cast<unsigned long long>(e["part"][1].get<std::uint64_t>()),
+                  static_cast<unsigned long long>(e.value("version", std::uint64_t{0})), e.value("id", "").c_str());
+    } else if (e.value("event", "") == "published") {
       std::printf("published %s v%llu (%s)\n", e.value("id", "").c_str(),
                   static_cast<unsigned long long>(e.value("version", std::uint64_t{0})), "serving in place");
     } else if (e.value("event", "") == "replicas") {
@@ -201,6 +239,10 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--peer", pub->peer, "Or: the peer's --listen HOST:PORT");
   p->add_option("--wait-replicas", pub->wait_replicas, "Wait until R other peers hold the whole version");
   p->add_flag("--release", pub->release, "With --wait-replicas: then stop serving it from the file");
+  p->add_option("--version", pub->version, "With --part: the version this part belongs to (the trainer's number)");
+  p->add_option("--part", pub->part,
+                "I/N: publish the file as part I (from 0) of N of --version; its metadata \"tensorhub.slices\" "
+                "names the tensors that are slices of larger ones (docs/parts.md)");
   p->callback([pub, &exit_code] { exit_code = run_publish(*pub); });
 
   struct ReleaseArgs {

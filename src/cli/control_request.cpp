@@ -98,11 +98,21 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   TENSORHUB_RETURN_IF_ERROR(path_field(request, "out", r.out));
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "wait_replicas", r.wait_replicas));
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "after", r.after));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "part_index", r.part_index));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "part_count", r.part_count));
   TENSORHUB_RETURN_IF_ERROR(bool_field(request, "release", r.release));
   TENSORHUB_RETURN_IF_ERROR(bool_field(request, "now", r.now));
   TENSORHUB_RETURN_IF_ERROR(string_field(request, "gpu", r.gpu));
   if (r.cmd != "status") TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
   if (r.cmd == "publish" && r.file.empty()) return Status::invalid_argument("publish needs \"file\"");
+  if (r.part_count != 0 || r.part_index != 0) {
+    if (r.cmd != "publish") return Status::invalid_argument("\"part_index\" and \"part_count\" go with publish only");
+    if (r.part_count == 0 || r.part_count > kMaxParts || r.part_index >= r.part_count) {
+      return Status::invalid_argument("a part is \"part_index\" below \"part_count\", which is 1 to " +
+                                      std::to_string(kMaxParts));
+    }
+    if (r.version == 0) return Status::invalid_argument("a part names its \"version\" (from 1)");
+  }
   if (r.cmd == "wait_replicated" && r.wait_replicas == 0) {
     return Status::invalid_argument("wait_replicated needs \"wait_replicas\" of at least 1");
   }

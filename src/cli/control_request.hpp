@@ -26,6 +26,8 @@ struct ControlRequest {
   std::string file, out, gpu;
   std::uint64_t wait_replicas = 0;
   std::uint64_t after = 0;  // wait_for_head: a head newer than this
+  // publish: part `part_index` of `part_count` of v`version` (count 0: a whole version, the next number).
+  std::uint64_t part_index = 0, part_count = 0;
   bool release = false, now = false;
 };
 
@@ -33,7 +35,9 @@ struct ControlRequest {
 // naming what is wrong: not a JSON object, an unknown command or field of
 // the wrong type, a string with a NUL byte, a relative path, a path given
 // both ways, a model name that breaks the rule, "gpu" with a command other
-// than hold, wait_replicated without "wait_replicas" of at least 1.
+// than hold, wait_replicated without "wait_replicas" of at least 1, a part
+// (publish with "part_count") without "version" or with an index not below
+// its count, or a count above kMaxParts.
 Result<ControlRequest> parse_control_request(std::string_view line);
 
 // Puts `path` into `request` under `key`, or under `key` + "_hex" when it is

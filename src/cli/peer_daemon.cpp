@@ -9,6 +9,7 @@
 // OutputJournal (outputs being written), ControlServer (the socket).
 #include "cli/peer_daemon.hpp"
 
+
 #include <asio.hpp>
 #include <chrono>
 #include <csignal>
@@ -25,6 +26,7 @@
 #include "cli/control_lines.hpp"
 #include "cli/control_request.hpp"
 #include "cli/output_journal.hpp"
+#include "cli/part_slices.hpp"
 #include "cli/held_versions.hpp"
 #include "cli/reserved_buffers.hpp"
 #include "core/bus_error_guard.hpp"
@@ -209,7 +211,7 @@ class Daemon {
     if (r.cmd == "status") {
       reply(peer_->status_json(), true);
     } else if (r.cmd == "publish") {
-      publish(r.model, r.file, r.wait_replicas, r.release, reply);
+      publish(r, reply);
     } else if (r.cmd == "fetch") {
       fetch(r.model, r.version, r.out, reply);
     } else if (r.cmd == "digest") {
@@ -261,10 +263,18 @@ class Daemon {
   // Mapping, parsing and hashing take as long as the version is large (4 GiB:
   // a fraction of a second to seconds): they run on the work pool, and the
   // publication joins the daemon's state back on the control loop.
-  void publish(const std::string& model, const std::string& path, std::size_t wait_replicas, bool release_after,
-               const transport::ControlServer::Reply& reply) {
+  // A part (r.part_count > 0): the file's tensors with the slices its
+  // metadata names (part_slices.hpp), as part r.part_index of v r.version.
+  void publish(const ControlRequest& r, const transport::ControlServer::Reply& reply) {
     const auto started = Clock::now();
-    work_->submit([this, model, path, wait_replicas, release_after, reply, started] {
+    const std::string model = r.model, path = r.file;
+    const std::size_t wait_replicas = r.wait_replicas;
+    const bool release_after = r.release;
+    if (r.part_count > 0 && published_.count({model, r.version})) {
+      return fail(reply, Status::already_exists("this peer publishes a part of " + model + " v" +
+                                                std::to_string(r.version) + " already"));
+    }
+    work_->submit([this, r, model, path, wait_replicas, release_after, reply, started] {
       auto published = std::make_shared<Published>();
       Status s = [&]() -> Status {
         auto file = core::MappedFile::open(path);
@@ -272,18 +282,28 @@ class Daemon {
         auto layout = parse_safetensors(file->bytes());
         if (!layout) return layout.status().with_context(path);
         published->file = std::make_shared<core::MappedFile>(std::move(*file));
-        auto handle = peer_->publish(model, published->file->bytes(), layout->tensors);
+        Result<PublishHandle> handle = Status::internal("not published");
+        if (r.part_count > 0) {
+          auto tensors = part_tensors(*layout);
+          if (!tensors) return tensors.status().with_context(path);
+          const ConstRegion regions[] = {published->file->bytes()};
+          handle = peer_->publish_part(model, r.version, static_cast<std::uint32_t>(r.part_index),
+                                       static_cast<std::uint32_t>(r.part_count), regions, std::move(*tensors));
+        } else {
+          handle = peer_->publish(model, published->file->bytes(), layout->tensors);
+        }
         if (!handle) return handle.status();
         published->handle = std::make_unique<PublishHandle>(std::move(*handle));
         return Status::ok();
       }();
-      asio::post(io_, [this, model, wait_replicas, release_after, reply, started, published, s] {
+      asio::post(io_, [this, r, model, wait_replicas, release_after, reply, started, published, s] {
         if (!s.is_ok()) return fail(reply, s);
         const std::uint64_t version = published->handle->info().version;
         const ManifestId id = published->handle->info().id;
-        reply(line(Json{{"event", "published"}, {"version", version}, {"id", id.hex()},
-                        {"bytes", published->file->bytes().size()}}),
-              false);
+        Json event{{"event", "published"}, {"version", version}, {"id", id.hex()},
+                   {"bytes", published->file->bytes().size()}};
+        if (r.part_count > 0) event["part"] = Json::array({r.part_index, r.part_count});
+        reply(line(event), false);
         published_[{model, version}] = published;
         watch_file({model, version}, published->file.get());
         if (wait_replicas == 0) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/control_request.hpp"
+#include "cli/part_slices.hpp"
 #include "support/mutator.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -55,6 +56,12 @@ TEST_CASE("control request: each command decodes, and paths travel as text or as
   auto head = cli::parse_control_request(R"({"cmd":"wait_for_head","model":"m","after":4})");
   REQUIRE(head.is_ok());
   CHECK(head->after == 4);
+  auto part = cli::parse_control_request(
+      R"({"cmd":"publish","model":"m","file":"/p.safetensors","version":5,"part_index":3,"part_count":8})");
+  REQUIRE(part.is_ok());
+  CHECK(part->version == 5);
+  CHECK(part->part_index == 3);
+  CHECK(part->part_count == 8);
 }
 
 TEST_CASE("control request: refusals name what is wrong") {
@@ -77,6 +84,12 @@ TEST_CASE("control request: refusals name what is wrong") {
   CHECK(contains(refusal(R"({"cmd":"wait_for_head","model":"m","after":"3"})"), "non-negative integer"));
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","gpu":"GPU-1"})"), "\"gpu\" goes with \"hold\" only"));
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","out":"/)" + std::string(5000, 'a') + "\"}"), "longer than"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","version":1,"part_index":2,"part_count":2})"),
+                 "below \"part_count\""));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","version":1,"part_count":70000})"),
+                 "1 to 65536"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","part_count":2})"), "names its \"version\""));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","part_count":2})"), "go with publish only"));
 }
 
 TEST_CASE("mutation: control request decoder") {
@@ -111,4 +124,38 @@ TEST_CASE("mutation: control request decoder") {
     if (!r->gpu.empty()) CHECK(r->cmd == "hold");
   }
   MESSAGE(accepted << " of 20000 mutants decoded, every one within the rules");
+}
+
+TEST_CASE("part slices: a rank's file names its slices in metadata, and anything else is refused in one line") {
+  SafetensorsLayout layout;
+  layout.tensors = {TensorEntry{"w", DType::kF32, {2, 4}, 8, 32}, TensorEntry{"b", DType::kF32, {4}, 40, 16}};
+  layout.metadata = {{"tensorhub.slices", R"({"w":{"global_shape":[8,4],"begin":[2,0]}})"}};
+  auto tensors = cli::part_tensors(layout);
+  REQUIRE(tensors.is_ok());
+  CHECK((*tensors)[0].global_shape == std::vector<std::uint64_t>{8, 4});
+  CHECK((*tensors)[0].slice_begin == std::vector<std::uint64_t>{2, 0});
+  CHECK_FALSE((*tensors)[1].is_slice());
+  for (const auto& [text, words] : std::vector<std::pair<std::string, std::string>>{
+           {"[1]", "JSON object"},
+           {"{", "JSON object"},
+           {R"({"x":{"global_shape":[1],"begin":[0]}})", "names 'x', which the file does not hold"},
+           {R"({"w":{"global_shape":[8,4]}})", "must be {"},
+           {R"({"w":{"global_shape":[8,-4],"begin":[2,0]}})", "non-negative integers"},
+           {R"({"w":{"global_shape":"8","begin":[2,0]}})", "a list of at most 32"}}) {
+    layout.metadata = {{"tensorhub.slices", text}};
+    auto r = cli::part_tensors(layout);
+    REQUIRE_FALSE(r.is_ok());
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(contains(r.status().message(), words), r.status().message());
+  }
+  const std::string valid = R"({"w":{"global_shape":[8,4],"begin":[2,0]},"b":{"global_shape":[8],"begin":[4]}})";
+  const std::uint64_t seed = mutation_seed(0x5eed0048);
+  INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
+  core::SplitMix64 rng(seed);
+  for (int i = 0; i < 2000; ++i) {
+    const auto bytes = mutate(std::vector<std::uint8_t>(valid.begin(), valid.end()), rng);
+    layout.metadata = {{"tensorhub.slices", std::string(bytes.begin(), bytes.end())}};
+    auto r = cli::part_tensors(layout);
+    if (!r.is_ok()) CHECK(r.status().message().find('\n') == std::string::npos);
+  }
 }
