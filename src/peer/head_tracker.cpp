@@ -25,8 +25,7 @@ std::optional<ManifestRequest> HeadTracker::on_head_named(TimePoint now, const P
   // that very version (this one would prove equivocation).
   if (auto h = head(model); h && number_of(*h) >= version && !find(model, version)) return std::nullopt;
   auto it = wanted_.find(id);
-  const bool names_it = it != wanted_.end() &&
-                        std::find(it->second.namers.begin(), it->second.namers.end(), peer) != it->second.namers.end();
+  const bool names_it = it != wanted_.end() && it->second.names(peer);
   if (!names_it && named_by(peer) >= kMaxNamedPerPeer) return std::nullopt;
   if (it == wanted_.end()) {
     if (wanted_.size() >= kMaxWanted) {
@@ -36,36 +35,27 @@ std::optional<ManifestRequest> HeadTracker::on_head_named(TimePoint now, const P
       if (oldest->second.version >= version) return std::nullopt;
       wanted_.erase(oldest);
     }
-    it = wanted_.emplace(id, Wanted{model, version, {}, kNotAsked, kTimeNever, false}).first;
+    it = wanted_.emplace(id, Wanted{{}, model, version, false}).first;
   }
   Wanted& w = it->second;
   // The record's (model, version) must match what others said of this id;
   // a mismatch is a lie about the id and is not remembered.
   if (w.model != model || w.version != version) return std::nullopt;
-  if (std::find(w.namers.begin(), w.namers.end(), peer) == w.namers.end() && w.namers.size() < kMaxNamers) {
-    w.namers.push_back(peer);
-  }
-  if (w.asked_at != kTimeNever && now - w.asked_at < retry_) return std::nullopt;
+  w.add(peer, kMaxNamers);
+  if (w.awaiting(now, retry_)) return std::nullopt;
   // Not asked yet, or overdue: ask this namer (the one who just spoke is alive).
-  const auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
-  if (pos == w.namers.end()) return ask_next(now, id, w);
-  return ask(now, id, w, static_cast<std::size_t>(pos - w.namers.begin()));
+  return ask(now, id, w, peer);
 }
 
-void HeadTracker::drop_namer(Wanted& w, std::vector<PeerId>::iterator pos) {
-  const auto index = static_cast<std::size_t>(pos - w.namers.begin());
-  w.namers.erase(pos);
-  // The namer after the one asked last keeps its turn.
-  if (w.last_asked != kNotAsked && index <= w.last_asked) {
-    w.last_asked = w.last_asked == 0 ? kNotAsked : w.last_asked - 1;
-  }
+std::optional<ManifestRequest> HeadTracker::ask(TimePoint now, const ManifestId& id, Wanted& w,
+                                                const std::optional<PeerId>& peer) {
+  auto namer = w.ask(now, peer);
+  if (!namer) return std::nullopt;
+  return ManifestRequest{*namer, id, w.model, w.version};
 }
 
 void HeadTracker::forget_peer(const PeerId& peer) {
-  for (auto& [id, w] : wanted_) {
-    auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
-    if (pos != w.namers.end()) drop_namer(w, pos);
-  }
+  for (auto& [id, w] : wanted_) w.drop(peer);
 }
 
 std::optional<ManifestRequest> HeadTracker::on_no_manifest(TimePoint now, const PeerId& peer, const ManifestId& id) {
@@ -83,17 +73,14 @@ std::optional<ManifestRequest> HeadTracker::pass_over(TimePoint now, const PeerI
   auto it = wanted_.find(id);
   if (it == wanted_.end()) return std::nullopt;
   Wanted& w = it->second;
-  auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
-  if (pos == w.namers.end()) return std::nullopt;  // not asked of it, or already dropped
-  drop_namer(w, pos);
-  return ask_next(now, id, w);
+  if (!w.drop(peer)) return std::nullopt;  // not asked of it, or already dropped
+  return ask(now, id, w);
 }
 
 std::optional<ManifestRequest> HeadTracker::on_bad_manifest(TimePoint now, const PeerId& peer, const ManifestId& id) {
   auto it = wanted_.find(id);
   if (it == wanted_.end()) return std::nullopt;
-  const auto& namers = it->second.namers;
-  if (std::find(namers.begin(), namers.end(), peer) == namers.end()) return std::nullopt;
+  if (!it->second.names(peer)) return std::nullopt;
   return discredit(now, peer, id);
 }
 
@@ -115,14 +102,12 @@ std::optional<ManifestRequest> HeadTracker::discredit(TimePoint now, const PeerI
   std::optional<ManifestRequest> next;
   for (auto it = wanted_.begin(); it != wanted_.end();) {
     Wanted& w = it->second;
-    auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
-    if (pos != w.namers.end()) {
-      drop_namer(w, pos);
+    if (w.drop(peer)) {
       if (w.namers.empty() && !waiting_.count(it->first)) {
         it = wanted_.erase(it);
         continue;
       }
-      if (it->first == id) next = ask_next(now, id, w);
+      if (it->first == id) next = ask(now, id, w);
     }
     ++it;
   }
@@ -135,20 +120,6 @@ std::size_t HeadTracker::named_by(const PeerId& peer) const {
   return n;
 }
 
-std::optional<ManifestRequest> HeadTracker::ask_next(TimePoint now, const ManifestId& id, Wanted& w) {
-  if (w.namers.empty()) {
-    w.asked_at = kTimeNever;  // asked again when a record names it
-    return std::nullopt;
-  }
-  const std::size_t next = w.last_asked == kNotAsked ? 0 : (w.last_asked + 1) % w.namers.size();
-  return ask(now, id, w, next);
-}
-
-std::optional<ManifestRequest> HeadTracker::ask(TimePoint now, const ManifestId& id, Wanted& w, std::size_t index) {
-  w.last_asked = index;
-  w.asked_at = now;
-  return ManifestRequest{w.namers[index], id, w.model, w.version};
-}
 
 std::vector<ManifestRequest> HeadTracker::handle_timeout(TimePoint now) {
   std::vector<ManifestRequest> requests;
@@ -167,8 +138,8 @@ std::vector<ManifestRequest> HeadTracker::handle_timeout(TimePoint now) {
     release_children(parent, /*skip_chain=*/true);
   }
   for (auto& [id, w] : wanted_) {
-    if (w.asked_at == kTimeNever || now - w.asked_at < retry_) continue;
-    if (auto r = ask_next(now, id, w)) requests.push_back(std::move(*r));
+    if (w.asked_at == kTimeNever || w.awaiting(now, retry_)) continue;
+    if (auto r = ask(now, id, w)) requests.push_back(std::move(*r));
   }
   return requests;
 }
@@ -232,14 +203,9 @@ bool HeadTracker::wait_for_parent(const KnownVersion& m, std::vector<PeerId> nam
   ++waiting_count_;
   auto it = wanted_.find(m.parent());
   if (it == wanted_.end()) {
-    it = wanted_.emplace(m.parent(), Wanted{m.model(), previous(m.number()), {}, kNotAsked, kTimeNever, true}).first;
+    it = wanted_.emplace(m.parent(), Wanted{{}, m.model(), previous(m.number()), true}).first;
   }
-  for (const PeerId& p : namers) {
-    if (it->second.namers.size() >= kMaxNamers) break;
-    if (std::find(it->second.namers.begin(), it->second.namers.end(), p) == it->second.namers.end()) {
-      it->second.namers.push_back(p);
-    }
-  }
+  for (const PeerId& p : namers) it->second.add(p, kMaxNamers);
   return true;
 }
 
@@ -251,7 +217,7 @@ std::vector<ManifestRequest> HeadTracker::parent_requests(TimePoint now) {
     }
     auto it = wanted_.find(parent);
     if (it == wanted_.end() || it->second.asked_at != kTimeNever) continue;
-    if (auto r = ask_next(now, parent, it->second)) requests.push_back(std::move(*r));
+    if (auto r = ask(now, parent, it->second)) requests.push_back(std::move(*r));
   }
   return requests;
 }

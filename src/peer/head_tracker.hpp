@@ -50,6 +50,7 @@
 #include "core/version_number.hpp"
 #include "core/time.hpp"
 #include "peer/known_version.hpp"
+#include "peer/namer_ring.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/version_info.hpp"
@@ -161,12 +162,10 @@ class HeadTracker {
     std::map<VersionNumber, KnownVersion> by_version;  // verified, not equivocated
     std::optional<VersionInfo> head;
   };
-  struct Wanted {
+  // The peers that name it, asked in turn (NamerRing).
+  struct Wanted : NamerRing {
     std::string model;
     VersionNumber version;
-    std::vector<PeerId> namers;  // peers whose records name it, in the order heard
-    std::size_t last_asked = kNotAsked;  // index in namers; the next one is asked next
-    TimePoint asked_at = kTimeNever;  // kTimeNever: no answer awaited
     bool parent = false;  // wanted as the parent of a waiting manifest, not named as a head
   };
   struct Discredit {
@@ -174,11 +173,9 @@ class HeadTracker {
     Duration last;  // the length of the last discredit
   };
 
-  static constexpr std::size_t kNotAsked = static_cast<std::size_t>(-1);
-
-  std::optional<ManifestRequest> ask_next(TimePoint now, const ManifestId& id, Wanted& w);
-  std::optional<ManifestRequest> ask(TimePoint now, const ManifestId& id, Wanted& w, std::size_t index);
-  void drop_namer(Wanted& w, std::vector<PeerId>::iterator pos);
+  // The request for `id` of the namer `w` asks now (`peer` when it names it).
+  static std::optional<ManifestRequest> ask(TimePoint now, const ManifestId& id, Wanted& w,
+                                            const std::optional<PeerId>& peer = std::nullopt);
   // `peer` lied about `id`: discredited, dropped as a namer everywhere.
   std::optional<ManifestRequest> discredit(TimePoint now, const PeerId& peer, const ManifestId& id);
   // `peer` cannot give `id`: the next namer is asked.

@@ -114,37 +114,29 @@ std::optional<ManifestRequest> PartBook::on_named(TimePoint now, const PeerId& p
 std::optional<ManifestRequest> PartBook::want(TimePoint now, const Key& key, const ManifestId& id,
                                               const PeerId& peer) {
   auto it = wanted_.find(id);
-  const bool names_it = it != wanted_.end() &&
-                        std::find(it->second.namers.begin(), it->second.namers.end(), peer) != it->second.namers.end();
+  const bool names_it = it != wanted_.end() && it->second.names(peer);
   // One peer's word asks for a bounded number of parts: fake ids cannot
   // crowd out the real ones.
   if (!names_it && named_by(peer) >= kMaxNamedPerPeer) return std::nullopt;
   if (it == wanted_.end()) {
     if (wanted_.size() >= kMaxWanted) return std::nullopt;
-    it = wanted_.emplace(id, Wanted{key, {}, kNotAsked, kTimeNever}).first;
+    it = wanted_.emplace(id, Wanted{{}, key}).first;
   }
   Wanted& w = it->second;
   // An id is of the version a waiting seal (or the first record) puts it
   // in; a record's claim of another version for it is not believed.
   if (w.version != key) return std::nullopt;
-  if (!names_it && w.namers.size() < kMaxNamers) w.namers.push_back(peer);
-  if (w.asked_at != kTimeNever && now - w.asked_at < retry_) return std::nullopt;
+  w.add(peer, kMaxNamers);
+  if (w.awaiting(now, retry_)) return std::nullopt;
   // Not asked yet, or overdue: ask the peer that just spoke (it is alive).
-  const auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
-  if (pos == w.namers.end()) return ask_next(now, id, w);
-  w.last_asked = static_cast<std::size_t>(pos - w.namers.begin());
-  w.asked_at = now;
-  return ManifestRequest{peer, id, w.version.first, w.version.second};
+  return ask(now, id, w, peer);
 }
 
-std::optional<ManifestRequest> PartBook::ask_next(TimePoint now, const ManifestId& id, Wanted& w) {
-  if (w.namers.empty()) {
-    w.asked_at = kTimeNever;  // asked again when someone names it
-    return std::nullopt;
-  }
-  w.last_asked = w.last_asked == kNotAsked ? 0 : (w.last_asked + 1) % w.namers.size();
-  w.asked_at = now;
-  return ManifestRequest{w.namers[w.last_asked], id, w.version.first, w.version.second};
+std::optional<ManifestRequest> PartBook::ask(TimePoint now, const ManifestId& id, Wanted& w,
+                                             const std::optional<PeerId>& peer) {
+  auto namer = w.ask(now, peer);
+  if (!namer) return std::nullopt;
+  return ManifestRequest{*namer, id, w.version.first, w.version.second};
 }
 
 std::vector<ManifestRequest> PartBook::on_seal(TimePoint now, const PeerId& from, Seal seal) {
@@ -244,26 +236,12 @@ void PartBook::check_pending() {
 std::optional<ManifestRequest> PartBook::on_no_manifest(TimePoint now, const PeerId& peer, const ManifestId& id) {
   auto it = wanted_.find(id);
   if (it == wanted_.end()) return std::nullopt;
-  Wanted& w = it->second;
-  auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
-  if (pos == w.namers.end()) return std::nullopt;
-  drop_namer(w, pos);
-  return ask_next(now, id, w);
-}
-
-void PartBook::drop_namer(Wanted& w, std::vector<PeerId>::iterator pos) {
-  const auto index = static_cast<std::size_t>(pos - w.namers.begin());
-  w.namers.erase(pos);
-  // The namer after the one asked last keeps its turn.
-  if (w.last_asked != kNotAsked && index <= w.last_asked) w.last_asked = w.last_asked == 0 ? kNotAsked : w.last_asked - 1;
+  if (!it->second.drop(peer)) return std::nullopt;
+  return ask(now, id, it->second);
 }
 
 void PartBook::forget_peer(const PeerId& peer) {
-  for (auto& [id, w] : wanted_) {
-    auto pos = std::find(w.namers.begin(), w.namers.end(), peer);
-    if (pos == w.namers.end()) continue;
-    drop_namer(w, pos);
-  }
+  for (auto& [id, w] : wanted_) w.drop(peer);
 }
 
 std::vector<JoinedSeal> PartBook::take_joined() { return std::exchange(joined_, {}); }
@@ -290,8 +268,8 @@ std::vector<ManifestRequest> PartBook::handle_timeout(TimePoint now) {
     return w.second.namers.empty() && !needed(w.first) && slots(w.second.version) == nullptr;
   });
   for (auto& [id, w] : wanted_) {
-    if (w.asked_at == kTimeNever || now - w.asked_at < retry_) continue;
-    if (auto r = ask_next(now, id, w)) requests.push_back(std::move(*r));
+    if (w.asked_at == kTimeNever || w.awaiting(now, retry_)) continue;
+    if (auto r = ask(now, id, w)) requests.push_back(std::move(*r));
   }
   return requests;
 }

@@ -49,6 +49,7 @@
 #include "core/version_number.hpp"
 #include "manifest/sealed_version.hpp"
 #include "peer/head_tracker.hpp"
+#include "peer/namer_ring.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/seal.hpp"
 #include "tensorhub/status.hpp"
@@ -74,7 +75,6 @@ class PartBook {
   static constexpr std::size_t kMaxNamers = 16;
   static constexpr std::size_t kMaxNamedPerPeer = 32;
   static constexpr Duration kSealWait = std::chrono::seconds(60);
-  static constexpr std::size_t kNotAsked = static_cast<std::size_t>(-1);
 
   PartBook(std::vector<PublicKey> trusted_publishers, Duration retry);
 
@@ -142,11 +142,9 @@ class PartBook {
     bool equivocated = false;
     Status seal_failure;
   };
-  struct Wanted {
+  // The peers that name it, asked in turn (NamerRing).
+  struct Wanted : NamerRing {
     Key version;
-    std::vector<PeerId> namers;
-    std::size_t last_asked = kNotAsked;  // index in namers; the one after it is asked next
-    TimePoint asked_at = kTimeNever;   // kTimeNever: no answer awaited
   };
 
   Slots* slots(const Key& key);
@@ -160,8 +158,9 @@ class PartBook {
   Status fits(const Slots& s, const Manifest& part) const;
   // Wants `id` of `key`, named by `peer`; the request to send now, if any.
   std::optional<ManifestRequest> want(TimePoint now, const Key& key, const ManifestId& id, const PeerId& peer);
-  std::optional<ManifestRequest> ask_next(TimePoint now, const ManifestId& id, Wanted& w);
-  void drop_namer(Wanted& w, std::vector<PeerId>::iterator pos);
+  // The request for `id` of the namer `w` asks now (`peer` when it names it).
+  static std::optional<ManifestRequest> ask(TimePoint now, const ManifestId& id, Wanted& w,
+                                            const std::optional<PeerId>& peer = std::nullopt);
   void check_pending();
 
   std::vector<PublicKey> trusted_;

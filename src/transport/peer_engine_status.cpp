@@ -45,11 +45,23 @@ std::string PeerEngine::status_json() const {
                         {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},
                         {"endgame", swarm_progress ? swarm_progress->endgame : false},
                         {"replicas", replicas}});
+    if (const auto& part = v->manifest->part()) {
+      // One part of a version in parts: which, and whether a seal names it.
+      nlohmann::ordered_json& entry = versions.back();
+      entry["part"] = {part->index, part->count};
+      const Status sealed = core_->part_sealed(*v);
+      entry["sealed"] = sealed.is_ok();
+      if (!sealed.is_ok()) entry["seal_status"] = sealed.to_string();
+    }
   }
   j["versions"] = std::move(versions);
   // The verified head of each model (known_heads is what gossip names).
   nlohmann::ordered_json heads = nlohmann::ordered_json::object();
-  for (const VersionInfo& h : core_->heads().heads()) heads[h.model] = {{"version", h.version}, {"id", h.id.hex()}};
+  for (const VersionInfo& h : core_->heads().heads()) {
+    heads[h.model] = {{"version", h.version}, {"id", h.id.hex()}};
+    const KnownVersion* k = core_->heads().known(h.id);
+    if (k != nullptr && k->in_parts()) heads[h.model]["parts"] = k->sealed()->parts().size();
+  }
   j["heads"] = std::move(heads);
   nlohmann::ordered_json equivocations = nlohmann::ordered_json::array();
   for (const Equivocation& e : core_->heads().equivocations()) {

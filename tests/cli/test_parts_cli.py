@@ -67,6 +67,11 @@ def main():
                 wait_for(f"{n} to see v1 sealed", lambda n=n: cluster.head(n) == 1, 30)
             heads = {cluster.status(n)["known_heads"]["policy"]["id"] for n in names}
             assert len(heads) == 1, heads  # every rank's seal is one version
+            for n in names:
+                wait_for(f"{n} to have verified the seal",
+                         lambda n=n: cluster.status(n)["heads"].get("policy", {}).get("parts") == 2, 30)
+            mine = [v for v in cluster.status("rank1")["versions"] if v.get("part")]
+            assert len(mine) == 1 and mine[0]["part"] == [1, 2] and mine[0]["sealed"], mine
             print("parts over the CLI: 2 ranks sealed v1; every daemon's head is", heads.pop()[:12])
         finally:
             cluster.stop_all()
