@@ -224,6 +224,63 @@ class FetchHandle {
   std::shared_ptr<State> state_;
 };
 
+// One rank of a model-parallel group: the ranks of one inference instance,
+// which switch versions together (docs/parts.md, "Group commit"). Each
+// rank stages the version (fetch), then commits it: commit is a barrier
+// that returns once every rank holds its stage verified and has entered
+// commit, and fails naming the ranks at fault otherwise, so no rank loads
+// a version its group cannot. The ranks find
+// each other through gossip (each peer's record claims its rank) and then
+// exchange their states directly, every 500 ms; a rank not heard from for
+// 2 s is lost. Made by Peer::group; destroying it leaves the group. It may
+// outlive its Peer: then every call fails with kCancelled.
+class Group {
+ public:
+  ~Group();
+  Group(Group&&) noexcept;
+  Group& operator=(Group&&) noexcept;
+  const std::string& name() const;
+  std::uint32_t size() const;
+  std::uint32_t rank() const;
+  // Stages `model` v`version` for the group: fetches it as Peer::fetch does
+  // (into `destination`, or memory the peer allocates) and tells the other
+  // ranks how far it has come. `version` is explicit, as the trainer or
+  // controller hands it down; no rank resolves the head on its own.
+  // Releasing the handle before the group commits fails this rank's stage
+  // (the others' commits fail naming it). Staging the same version again
+  // replaces the stage. Errors: as Peer::fetch; kInvalidArgument
+  // (kLatestVersion), kCancelled (the peer has stopped).
+  Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<std::byte> destination = {});
+  // The same into `regions` where `options` says they live (Peer::fetch).
+  Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
+                            const MemoryOptions& options);
+  // Commits v`version` (every model this rank staged at that number):
+  // returns ok once every rank of the group holds its stage of it verified
+  // under one version id and has called commit for it (or committed it).
+  // A commit that gives up withdraws this rank from the barrier; a rank
+  // that saw it waiting may have committed meanwhile: after an error,
+  // committed() says so, and commit() again then succeeds at once.
+  // Errors: kAborted, at once, when a rank is lost
+  // (not heard from for 2 s, or gone from gossip), cannot stage it (its
+  // fetch failed or was released), staged another version under that
+  // number, or two peers claim one rank: the message names each as
+  // "rank N: why"; kTimeout when ranks still stage it, or have not joined,
+  // at the timeout (named likewise; this rank's stage goes on);
+  // kInvalidArgument (this rank staged no such version); kCancelled (the
+  // peer has stopped).
+  Status commit(std::uint64_t version, std::chrono::milliseconds timeout);
+  // The highest version of `model` that a rank of the group (this one
+  // included) says it committed: what a late rank (restarted, or new)
+  // stages and commits to catch up. nullopt: none says so yet.
+  std::optional<std::uint64_t> committed(const std::string& model) const;
+
+ private:
+  friend class Peer;
+  struct State;
+  explicit Group(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
 class Peer {
  public:
   // Starts the I/O thread, binds the ports and joins through the seeds,
@@ -366,6 +423,15 @@ class Peer {
   // kIoError (the file cannot be created, sized or mapped).
   Result<FetchHandle> fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
                                     const FileOptions& options = {});
+
+  // Joins group `name` as `rank` of `size` (a Group: see there). Every
+  // rank's peer gives the same name and size. Errors: kInvalidArgument (a
+  // name that breaks the model-name rule or is longer than 64 bytes, a
+  // size of 0 or above 1024, a rank not below the size), kAlreadyExists
+  // (this peer is a rank of that group already), kResourceExhausted (this
+  // peer is a rank of 4 groups already, or its gossip record would not
+  // hold the claim).
+  Result<Group> group(const std::string& name, std::uint32_t size, std::uint32_t rank);
 
   // Replaces the member list (PeerOptions::members; empty: anyone holding
   // the swarm key). Members no longer on it are forgotten at once and their

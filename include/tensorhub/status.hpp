@@ -30,6 +30,7 @@ enum class StatusCode {
   kCancelled,
   kInternal,
   kResourceExhausted,  // a limit of this peer would be crossed (the message names it)
+  kAborted,            // work of several peers cannot complete (a group's commit: the message names the ranks)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -57,6 +58,7 @@ class [[nodiscard]] Status {
   static Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+  static Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
   bool is_ok() const { return code_ == StatusCode::kOk; }
   explicit operator bool() const { return is_ok(); }

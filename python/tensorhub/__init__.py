@@ -19,6 +19,7 @@ import numpy as np
 from . import _native
 from ._errors import ArgumentTypeError, Error, check_version
 from ._errors import native_timeout as _native_timeout
+from ._group import Group
 from ._handles import Fetched, FetchedFile, Published
 from ._options import _bad_option, _bool_option, _int_option, _seconds_option, _str_option, _strs_option
 from ._results import FetchProgress, VersionInfo
@@ -31,14 +32,15 @@ from ._tensors import is_torch_tensor as _is_torch_tensor
 from ._tensors import torch_module as _torch
 from ._views import torch_dtypes
 from .daemon import Daemon, connect
+from . import layouts  # pure Python over _errors only: the standard selections (tensorhub.layouts)
 
 __all__ = ["Error", "Peer", "Published", "Fetched", "FetchedFile", "VersionInfo", "FetchProgress", "Daemon",
-           "Slice", "connect", "generate_swarm_key"]
+           "Slice", "Group", "connect", "generate_swarm_key", "layouts"]
 
 _native._set_error_type(Error)
 # Defined in private modules (daemon.py needs nothing of this one, and the
 # handles have a module of their own); named and printed as the package's.
-for _public in (Error, VersionInfo, FetchProgress, Published, Fetched, FetchedFile, Slice):
+for _public in (Error, VersionInfo, FetchProgress, Published, Fetched, FetchedFile, Slice, Group):
     _public.__module__ = __name__
 del _public
 
@@ -337,9 +339,14 @@ class Peer:
         version's shards are not BLAKE2b-256); ``io_error`` (no memory for
         the destination)."""
         check_version(version, "fetch")
+        return self._fetch(model, version, into, self._native.fetch)
+
+    def _fetch(self, model: str, version: int, into, start) -> Fetched:
+        # `start(model, version, regions, owner, gpu="")`: the native fetch
+        # (the peer's, or a group rank's, which stages it for the group).
         info = self._native.version_info(model, version)
         if isinstance(into, Mapping):
-            return self._fetch_into_arrays(model, info, into)
+            return self._fetch_into_arrays(model, info, into, start)
         if into is None:
             buffer = np.empty(info["nbytes"], dtype=np.uint8)
         else:
@@ -354,7 +361,7 @@ class Peer:
                 raise Error(f"invalid argument: into: the buffer holds {buffer.nbytes} bytes; {model} v{info['version']} "
                             f"is {info['nbytes']}")
         regions = [(_address(buffer), buffer.nbytes)] if buffer.nbytes else []
-        native = self._native.fetch(model, info["version"], regions, buffer)
+        native = start(model, info["version"], regions, buffer)
         return Fetched(native, buffer)
 
     def fetch_to_file(self, model: str, version: int = 0, path=None, *, mode: int = 0o644,
@@ -396,7 +403,7 @@ class Peer:
         native = self._native.fetch_to_file(model, version, path, mode, bool(overwrite))
         return FetchedFile(native, path)
 
-    def _fetch_into_arrays(self, model: str, info: dict, into: Mapping[str, np.ndarray]) -> Fetched:
+    def _fetch_into_arrays(self, model: str, info: dict, into: Mapping[str, np.ndarray], start) -> Fetched:
         # The version's bytes, laid end to end: each tensor lands in the
         # caller's array of its name; a tensor not given, and any bytes
         # between tensors, land in memory allocated here.
@@ -476,8 +483,25 @@ class Peer:
             position = offset + length
         if info["nbytes"] > position:
             scratch(info["nbytes"] - position)
-        native = self._native.fetch(model, info["version"], regions, owner, gpu=gpu)
+        native = start(model, info["version"], regions, owner, gpu=gpu)
         return Fetched(native, None, arrays, lead)
+
+    def group(self, name: str, size: int, rank: int) -> Group:
+        """Joins the model-parallel group ``name`` as ``rank`` of ``size``
+        (the ranks of one inference instance, which switch versions
+        together): a `Group`. Every rank's peer gives the same name and
+        size. Raises Error: ``invalid_argument`` (a name that breaks the
+        model-name rule or is longer than 64 bytes, a size of 0 or above
+        1024, a rank not below the size; a size or rank that is not an int
+        is also a TypeError), ``already_exists`` (this peer is a rank of
+        that group already), ``resource_exhausted`` (a rank of 4 groups
+        already)."""
+        for what, value in (("size", size), ("rank", rank)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ArgumentTypeError(f"group(name, size, rank): {what} must be an int, not {type(value).__name__}")
+            if value < 0:
+                raise Error(f"invalid argument: group: {what} {value} is negative")
+        return Group(self, self._native.group(name, size, rank))
 
     def status(self) -> dict:
         """The member table and transfers, as ``tensorhub status --json``

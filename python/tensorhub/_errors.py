@@ -12,19 +12,22 @@ class Error(RuntimeError):
     """A TensorHub failure, with the one-line reason the peer gives.
     ``code`` names the kind: invalid_argument, corrupt, verify_failed,
     not_found, already_exists, permission_denied, io_error, unavailable,
-    timeout, cancelled, internal or resource_exhausted (a limit of the
-    peer would be crossed; the message names it)."""
+    timeout, cancelled, internal, resource_exhausted (a limit of the
+    peer would be crossed; the message names it) or aborted (work of
+    several peers cannot complete: a group's commit, naming each rank at
+    fault as ``rank N``)."""
 
     code = "internal"
     CODES = ("invalid_argument", "corrupt", "verify_failed", "not_found", "already_exists", "permission_denied",
-             "io_error", "unavailable", "timeout", "cancelled", "internal", "resource_exhausted")
+             "io_error", "unavailable", "timeout", "cancelled", "internal", "resource_exhausted", "aborted")
 
     # The message's prefix as the C++ side writes it (status_code_name).
     _PREFIXES = {"invalid argument": "invalid_argument", "corrupt": "corrupt",
                  "verification failed": "verify_failed", "not found": "not_found",
                  "already exists": "already_exists", "permission denied": "permission_denied",
                  "I/O error": "io_error", "unavailable": "unavailable", "timeout": "timeout",
-                 "cancelled": "cancelled", "internal error": "internal", "resource exhausted": "resource_exhausted"}
+                 "cancelled": "cancelled", "internal error": "internal", "resource exhausted": "resource_exhausted",
+                 "aborted": "aborted"}
 
     def __init__(self, message: str, code: Optional[str] = None):
         super().__init__(message)

@@ -229,6 +229,32 @@ struct UnmapWithoutGil {
   }
 };
 
+// A rank of a group; leaving (its end, or leave()) waits for the I/O
+// thread: not with the GIL held.
+struct GroupRank {
+  std::unique_ptr<Group> group;
+  Group& get() const {
+    if (!group) raise(Status::cancelled("this rank left the group"));
+    return *group;
+  }
+  void leave() {
+    py::gil_scoped_release nogil;
+    group.reset();
+  }
+  ~GroupRank() {
+    if (group) leave();
+  }
+};
+
+std::vector<MutableRegion> mutable_regions(const std::vector<RegionSpec>& regions) {
+  std::vector<MutableRegion> spans;
+  spans.reserve(regions.size());
+  for (const auto& [address, nbytes] : regions) {
+    spans.emplace_back(reinterpret_cast<std::byte*>(address), static_cast<std::size_t>(nbytes));
+  }
+  return spans;
+}
+
 // A range of GPU memory another process shares (a daemon's hold on a GPU):
 // mapped until close() or the object's end.
 struct Mapping {
@@ -285,6 +311,47 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("timeout") = py::none())
       .def("release", &Published::release);
+
+  py::class_<GroupRank, std::unique_ptr<GroupRank>>(m, "Group")
+      .def_property_readonly("name", [](const GroupRank& g) { return g.get().name(); })
+      .def_property_readonly("size", [](const GroupRank& g) { return g.get().size(); })
+      .def_property_readonly("rank", [](const GroupRank& g) { return g.get().rank(); })
+      .def("fetch",
+           [](GroupRank& g, const std::string& model, std::uint64_t version, const std::vector<RegionSpec>& regions,
+              py::object owner, const std::string& gpu) {
+             const std::vector<MutableRegion> spans = mutable_regions(regions);
+             Group& group = g.get();  // raises with the GIL held
+             Result<FetchHandle> r = Status::internal("not fetched");
+             {
+               py::gil_scoped_release nogil;
+               r = group.fetch(model, version, spans, MemoryOptions{gpu});
+             }
+             return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"), py::arg("gpu") = "",
+           py::keep_alive<0, 1>())
+      .def("commit",
+           [](GroupRank& g, std::uint64_t version, std::optional<double> timeout) {
+             Group& group = g.get();
+             Status s;
+             {
+               py::gil_scoped_release nogil;
+               s = group.commit(version, millis(timeout));
+             }
+             check(s);
+           },
+           py::arg("version"), py::arg("timeout") = py::none())
+      .def("committed",
+           [](const GroupRank& g, const std::string& model) {
+             const Group& group = g.get();
+             std::optional<std::uint64_t> v;
+             {
+               py::gil_scoped_release nogil;
+               v = group.committed(model);
+             }
+             return v;
+           })
+      .def("leave", &GroupRank::leave);
 
   py::class_<Fetched, std::unique_ptr<Fetched>>(m, "Fetched")
       .def_property_readonly("info", [](const Fetched& f) { return version_dict(f.get().info()); })
@@ -467,11 +534,7 @@ PYBIND11_MODULE(_native, m) {
       .def("fetch",
            [](Peer& p, const std::string& model, std::uint64_t version, const std::vector<RegionSpec>& regions,
               py::object owner, const std::string& gpu) {
-             std::vector<MutableRegion> spans;
-             spans.reserve(regions.size());
-             for (const auto& [address, nbytes] : regions) {
-               spans.emplace_back(reinterpret_cast<std::byte*>(address), static_cast<std::size_t>(nbytes));
-             }
+             const std::vector<MutableRegion> spans = mutable_regions(regions);
              Result<FetchHandle> r = Status::internal("not fetched");
              {
                py::gil_scoped_release nogil;
@@ -481,6 +544,18 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"), py::arg("gpu") = "",
            py::keep_alive<0, 1>())
+      .def("group",
+           [](Peer& p, const std::string& name, std::uint32_t size, std::uint32_t rank) {
+             Result<Group> r = Status::internal("not joined");
+             {
+               py::gil_scoped_release nogil;
+               r = p.group(name, size, rank);
+             }
+             auto out = std::make_unique<GroupRank>();
+             out->group = std::make_unique<Group>(value_or_raise(std::move(r)));
+             return out;
+           },
+           py::arg("name"), py::arg("size"), py::arg("rank"), py::keep_alive<0, 1>())
       .def("fetch_to_file",
            [](Peer& p, const std::string& model, std::uint64_t version, const std::string& path, unsigned mode,
               bool overwrite) {

@@ -17,6 +17,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kResourceExhausted: return "resource exhausted";
+    case StatusCode::kAborted: return "aborted";
   }
   return "unknown";
 }
@@ -36,12 +37,13 @@ std::string_view status_code_id(StatusCode code) {
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kInternal: return "internal";
     case StatusCode::kResourceExhausted: return "resource_exhausted";
+    case StatusCode::kAborted: return "aborted";
   }
   return "internal";
 }
 
 StatusCode status_code_from_id(std::string_view id) {
-  for (int c = 0; c <= static_cast<int>(StatusCode::kResourceExhausted); ++c) {
+  for (int c = 0; c <= static_cast<int>(StatusCode::kAborted); ++c) {
     if (status_code_id(static_cast<StatusCode>(c)) == id) return static_cast<StatusCode>(c);
   }
   return StatusCode::kInternal;

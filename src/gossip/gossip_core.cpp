@@ -152,6 +152,18 @@ bool GossipCore::announces(const std::string& model, std::uint64_t version) cons
                      [&](const HoldingEntry& h) { return h.model == model && h.version == version; });
 }
 
+Status GossipCore::set_groups(std::vector<GroupEntry> groups) {
+  if (groups == self_.groups) return Status::ok();
+  PeerRecord with = self_;
+  with.groups = std::move(groups);
+  TENSORHUB_RETURN_IF_ERROR(validate_record(with));
+  TENSORHUB_RETURN_IF_ERROR(check_required(with, wanted_));
+  self_.groups = std::move(with.groups);
+  self_dirty_ = true;
+  choose_announced();
+  return Status::ok();
+}
+
 void GossipCore::set_head(const HeadEntry& head) {
   auto it = wanted_.heads.find(head.model);
   if (it != wanted_.heads.end()) {

@@ -235,6 +235,12 @@ class GossipCore {
   // `origin`: this peer published the version.
   void set_holding(const HoldingEntry& holding, bool origin = false);
   void remove_holding(const std::string& model, std::uint64_t version, const ManifestId& id);
+  // The model-parallel groups this peer is a rank of, as its record claims
+  // them (sorted by name, unique). Errors: kInvalidArgument (a claim breaks
+  // the record's rules: validate_record), kResourceExhausted (the record
+  // would no longer hold the heads this peer publishes); the record keeps
+  // its claims then.
+  Status set_groups(std::vector<GroupEntry> groups);
   // OK when the record can announce `head` as a version this peer publishes
   // (the head and its holding) besides the heads it publishes already;
   // kResourceExhausted naming the limit otherwise. A publication asks first.

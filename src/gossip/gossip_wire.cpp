@@ -133,7 +133,7 @@ bool verify_liveness(const LivenessItem& item) {
 std::optional<RecordVersion> peek_record_version(std::span<const std::uint8_t> encoded) {
   core::MsgpackReader r(encoded);
   RecordVersion v;
-  if (r.expect_array("signed record", 2) && r.expect_array("record", 12) && r.read_bin_exact("id", v.id.bytes) &&
+  if (r.expect_array("signed record", 2) && r.expect_array("record", 13) && r.read_bin_exact("id", v.id.bytes) &&
       r.read_uint("incarnation", v.incarnation) && r.read_uint("seq", v.seq) && r.read_uint("boot", v.boot)) {
     return v;
   }

@@ -30,6 +30,13 @@ void encode_entry(core::MsgpackWriter& w, const HoldingEntry& h) {
   w.write_uint(h.progress_permille);
 }
 
+void encode_entry(core::MsgpackWriter& w, const GroupEntry& g) {
+  w.write_array_header(3);
+  w.write_str(g.name);
+  w.write_uint(g.size);
+  w.write_uint(g.rank);
+}
+
 template <typename Entry>
 std::size_t entry_size(const Entry& entry) {
   std::vector<std::uint8_t> scratch;
@@ -42,7 +49,7 @@ std::vector<std::uint8_t> encode_body(const PeerRecord& r) {
   std::vector<std::uint8_t> out;
   out.reserve(256);
   core::MsgpackWriter w(out);
-  w.write_array_header(12);
+  w.write_array_header(13);
   w.write_bin(r.id.bytes);
   w.write_uint(r.incarnation);
   w.write_uint(r.seq);
@@ -57,6 +64,8 @@ std::vector<std::uint8_t> encode_body(const PeerRecord& r) {
   for (const HeadEntry& h : r.heads) encode_entry(w, h);
   w.write_array_header(static_cast<std::uint32_t>(r.holdings.size()));
   for (const HoldingEntry& h : r.holdings) encode_entry(w, h);
+  w.write_array_header(static_cast<std::uint32_t>(r.groups.size()));
+  for (const GroupEntry& g : r.groups) encode_entry(w, g);
   return out;
 }
 
@@ -72,7 +81,7 @@ std::vector<std::uint8_t> signing_message(std::span<const std::uint8_t> body) {
 
 Status decode_body(core::MsgpackReader& rd, PeerRecord& r) {
   std::string_view s;
-  rd.expect_array("record", 12);
+  rd.expect_array("record", 13);
   rd.read_bin_exact("record id", r.id.bytes);
   rd.read_uint("record incarnation", r.incarnation);
   rd.read_uint("record seq", r.seq);
@@ -104,6 +113,17 @@ Status decode_body(core::MsgpackReader& rd, PeerRecord& r) {
         break;
       }
       h.progress_permille = static_cast<std::uint16_t>(progress);
+    }
+  }
+  if (rd.read_array_header("groups", count, kMaxRecordGroups, 4)) {
+    r.groups.resize(count);
+    for (auto& g : r.groups) {
+      std::uint64_t size = 0, rank = 0;
+      if (!(rd.expect_array("group", 3) && rd.read_str("group name", s, kMaxGroupNameBytes))) break;
+      g.name.assign(s);
+      if (!(rd.read_uint("group size", size, kMaxGroupSize) && rd.read_uint("group rank", rank, kMaxGroupSize))) break;
+      g.size = static_cast<std::uint32_t>(size);
+      g.rank = static_cast<std::uint32_t>(rank);
     }
   }
   return rd.status();
@@ -156,6 +176,19 @@ Status validate_record(const PeerRecord& r) {
   }
   for (const auto& h : r.holdings) {
     if (h.progress_permille > 1000) return Status::invalid_argument("holding progress above 1000 permille");
+  }
+  if (r.groups.size() > kMaxRecordGroups) return Status::invalid_argument("too many groups in a record");
+  for (std::size_t i = 0; i < r.groups.size(); ++i) {
+    const GroupEntry& g = r.groups[i];
+    TENSORHUB_RETURN_IF_ERROR(core::validate_model_name(g.name, kMaxGroupNameBytes).with_context("record group"));
+    if (g.size == 0 || g.size > kMaxGroupSize || g.rank >= g.size) {
+      return Status::invalid_argument("record group " + core::quoted(g.name) + ": rank " + std::to_string(g.rank) +
+                                      " of " + std::to_string(g.size) + " (ranks are below a size of 1 to " +
+                                      std::to_string(kMaxGroupSize) + ")");
+    }
+    if (i > 0 && !(r.groups[i - 1].name < g.name)) {
+      return Status::invalid_argument("record groups are not sorted by name, or repeat one");
+    }
   }
   return Status::ok();
 }

@@ -39,6 +39,15 @@ struct HoldingEntry {
   friend bool operator==(const HoldingEntry&, const HoldingEntry&) = default;
 };
 
+// A model-parallel group this peer is a rank of (peer/group_book.hpp): the
+// group's ranks find each other by these claims and then talk directly.
+struct GroupEntry {
+  std::string name;       // the model-name rule, at most kMaxGroupNameBytes
+  std::uint32_t size = 0;  // 1..kMaxGroupSize
+  std::uint32_t rank = 0;  // < size
+  friend bool operator==(const GroupEntry&, const GroupEntry&) = default;
+};
+
 struct PeerRecord {
   PeerId id;
   std::uint64_t incarnation = 0;
@@ -53,6 +62,7 @@ struct PeerRecord {
   bool leaving = false;     // a graceful leave: final for this incarnation
   std::vector<HeadEntry> heads;        // sorted by model, unique models
   std::vector<HoldingEntry> holdings;  // sorted by (model, version, id), unique (a version in parts: one per part)
+  std::vector<GroupEntry> groups;      // sorted by name, unique names
   friend bool operator==(const PeerRecord&, const PeerRecord&) = default;
 };
 
@@ -62,6 +72,9 @@ inline constexpr std::size_t kMaxRecordAddrBytes = 96;
 inline constexpr std::size_t kMaxTopologyLabelBytes = 64;
 inline constexpr std::size_t kMaxRecordHeads = 16;
 inline constexpr std::size_t kMaxRecordHoldings = 16;
+inline constexpr std::size_t kMaxRecordGroups = 4;
+inline constexpr std::size_t kMaxGroupNameBytes = 64;
+inline constexpr std::uint32_t kMaxGroupSize = 1024;
 
 // An immutable record with its signed encoding. Shared: relays, queues and
 // member tables hold the same object.

@@ -54,7 +54,10 @@ void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) 
   switch (event.kind) {
     case gossip::MemberEventKind::kDead:
     case gossip::MemberEventKind::kLeft:
-    case gossip::MemberEventKind::kRemoved: peer_gone(now, event.id); break;
+    case gossip::MemberEventKind::kRemoved:
+      peer_gone(now, event.id);
+      groups_.on_gone(event.id);
+      break;
     case gossip::MemberEventKind::kIdentityConflict: break;  // our own identity: the runtime reports it
     default:
       if (event.record) {
@@ -71,6 +74,8 @@ void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) 
 
 void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
   swarm_.set_location(r.id, r.topology);
+  groups_.on_record(now, r.id, r.leaving ? std::vector<gossip::GroupEntry>{} : r.groups);
+  send_group_states(now);
   for (const gossip::HoldingEntry& h : r.holdings) {
     // Holding or fetching: a neighbour either way.
     if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
@@ -502,6 +507,7 @@ void PeerCore::on_message(TimePoint now, const PeerId& peer, const swarm::SwarmM
     case swarm::MessageType::kGetManifest: return answer_get_manifest(peer, message.version_id);
     case swarm::MessageType::kManifest: return on_manifest(now, peer, message);
     case swarm::MessageType::kSeal: return on_seal(now, peer, message);
+    case swarm::MessageType::kGroup: return on_group_state(now, peer, message);
     case swarm::MessageType::kNoManifest:
       send_manifest_request(parts_.on_no_manifest(now, peer, message.version_id));
       return send_manifest_request(heads_.on_no_manifest(now, peer, message.version_id));
@@ -588,12 +594,17 @@ void PeerCore::handle_timeout(TimePoint now) {
   if (now >= swarm_.next_timeout()) swarm_.handle_timeout(now);
   for (auto& request : heads_.handle_timeout(now)) send_manifest_request(std::move(request));
   for (auto& request : parts_.handle_timeout(now)) send_manifest_request(std::move(request));
+  if (now >= groups_.next_timeout()) {
+    if (groups_.handle_timeout(now)) state_changed();
+    refresh_group_stages(now);  // progress rides on the heartbeats
+  }
   release_due(now, /*all=*/false);
   drain_swarm(now);
 }
 
 TimePoint PeerCore::next_timeout() const {
-  return std::min({swarm_.next_timeout(), heads_.next_timeout(), parts_.next_timeout(), deferred_.next_deadline()});
+  return std::min({swarm_.next_timeout(), heads_.next_timeout(), parts_.next_timeout(), groups_.next_timeout(),
+                   deferred_.next_deadline()});
 }
 
 std::optional<PeerAction> PeerCore::poll() {

@@ -34,6 +34,7 @@
 
 #include "core/action_queue.hpp"
 #include "gossip/gossip_core.hpp"
+#include "peer/group_book.hpp"
 #include "peer/head_tracker.hpp"
 #include "peer/local_version.hpp"
 #include "peer/part_book.hpp"
@@ -244,6 +245,29 @@ class PeerCore {
   // Ends every retention deferral now (the peer leaves).
   void release_deferred(TimePoint now);
 
+  // --- Model-parallel groups (group_book.hpp, docs/parts.md) ---
+  // Becomes `rank` of `size` in group `name`: this peer's record claims it
+  // and the group's ranks exchange their states directly. Errors: as
+  // GroupBook::join; kAlreadyExists (a rank of that group already: one
+  // join per group); kResourceExhausted (the record would not hold it).
+  Status join_group(TimePoint now, const std::string& name, std::uint32_t size, std::uint32_t rank);
+  void leave_group(TimePoint now, const std::string& name);
+  // This rank stages `model` v`version` (id `id`: a manifest's or a seal's)
+  // for group `name` in `versions`, the local versions that bring its
+  // selection: while they fetch it says kStaging, once all are complete
+  // kStaged, and kFailed with the reason when one fails or is released
+  // first. Staging a version again replaces what it stages.
+  // REQUIRES: groups().is_member(name).
+  void stage_for_group(TimePoint now, const std::string& name, const std::string& model, VersionNumber version,
+                       const ManifestId& id, std::vector<std::shared_ptr<LocalVersion>> versions);
+  void unstage_for_group(TimePoint now, const std::string& name, const std::string& model, VersionNumber version);
+  // As GroupBook::commit: this rank enters the commit barrier; what it
+  // says goes to the group's other ranks at once.
+  Status commit_group(TimePoint now, const std::string& name, std::uint64_t version);
+  // As GroupBook::withdraw: this rank stopped waiting in commit.
+  void withdraw_from_commit(TimePoint now, const std::string& name, std::uint64_t version);
+  const GroupBook& groups() const { return groups_; }
+
   // --- Data connections ---
   void on_connected(TimePoint now, const PeerId& peer);
   void on_connect_failed(TimePoint now, const PeerId& peer);
@@ -311,6 +335,15 @@ class PeerCore {
   void after_accept(TimePoint now, const std::string& model, const std::optional<VersionInfo>& before,
                     std::size_t proofs_before);
   void on_seal(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message);
+  void on_group_state(TimePoint now, const PeerId& from, const swarm::SwarmMessage& message);
+  // Each staged version's entry from its local versions' states, and the
+  // group states due sent.
+  void refresh_group_stages(TimePoint now);
+  // `v`'s release was asked for: the stages it brings fail now (unless
+  // committed), and the group hears it at once.
+  void stage_released(TimePoint now, const LocalVersion& v);
+  void send_group_states(TimePoint now);
+  void claim_groups();
   void on_part_manifest(TimePoint now, const PeerId& from, std::shared_ptr<const Manifest> part);
   // Joins the seals whose parts are all here, and seals the versions this
   // peer publishes a part of whose parts are all here.
@@ -379,6 +412,9 @@ class PeerCore {
   swarm::SwarmCore swarm_;
   HeadTracker heads_;
   PartBook parts_;
+  GroupBook groups_;
+  // What each (group, model, version) staged here is fetched into.
+  std::map<std::tuple<std::string, std::string, std::uint64_t>, std::vector<std::weak_ptr<LocalVersion>>> staged_;
   std::optional<Identity> sealer_;
   std::map<ManifestId, std::shared_ptr<LocalVersion>> versions_;  // served: published or fetched
   // Private copies (VersionRole::kCopy) not yet released, each with the

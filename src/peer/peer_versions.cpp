@@ -344,6 +344,7 @@ void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, con
   v->progress.done = true;
   if (status.is_ok()) v->completed = now;
   actions_.push(FetchDone{v, status});
+  if (!staged_.empty()) refresh_group_stages(now);
   const std::string what = v->model + " v" + std::to_string(v->number.value);
   if (v->role == VersionRole::kCopy) {
     state_changed();
@@ -388,6 +389,7 @@ swarm::ReleaseFacts PeerCore::release_facts(const LocalVersion& v) const {
 }
 
 void PeerCore::release(TimePoint now, const std::shared_ptr<LocalVersion>& v, ReleaseMode mode) {
+  if (!staged_.empty()) stage_released(now, *v);
   if (!v->served() || find(v->id) != v) {
     release_now(now, v);  // a private copy, or released already
     return;

@@ -360,6 +360,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kGetManifest:   // manifests and proofs are the peer core's business
     case MessageType::kManifest:
     case MessageType::kSeal:
+    case MessageType::kGroup:
     case MessageType::kNoManifest:
     case MessageType::kChallenge:
     case MessageType::kProof:
@@ -437,6 +438,7 @@ bool SwarmCore::fetch_message(TimePoint now, const PeerId& peer, const SwarmMess
     case MessageType::kGetManifest:
     case MessageType::kManifest:
     case MessageType::kSeal:
+    case MessageType::kGroup:
     case MessageType::kNoManifest:
     case MessageType::kChallenge:
     case MessageType::kProof:

@@ -86,6 +86,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kProof: return "proof";
     case MessageType::kTransport: return "transport";
     case MessageType::kSeal: return "seal";
+    case MessageType::kGroup: return "group";
     case MessageType::kFetching: return "fetching";
     case MessageType::kNotFetching: return "not-fetching";
   }
@@ -120,6 +121,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
     case MessageType::kProof:
     case MessageType::kTransport:
     case MessageType::kSeal:
+    case MessageType::kGroup:
       open(3);
       w.write_bin(m.bytes);
       break;
@@ -209,6 +211,10 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
     case MessageType::kSeal:
       expect_fields(3);
       if (r.read_bin("seal", blob, kMaxSealBytes)) m.bytes.assign(blob.begin(), blob.end());
+      break;
+    case MessageType::kGroup:
+      expect_fields(3);
+      if (r.read_bin("group state", blob, kMaxGroupBytes)) m.bytes.assign(blob.begin(), blob.end());
       break;
     case MessageType::kHave:
     case MessageType::kFetching:

@@ -45,8 +45,9 @@ enum class MessageType : std::uint8_t {
   kProof = 21,         // bytes: the answer, a BLAKE2b-256 digest
   kTransport = 22,     // bytes: a data transport's own message (rdma/rdma_wire.hpp); the swarm never sees it
   kSeal = 23,          // seal bytes: answers kGetManifest for a version published in parts
+  kGroup = 24,         // bytes: a group rank's state (peer/group_state.hpp), to the group's other ranks
 };
-inline constexpr std::uint8_t kLastMessageType = 23;
+inline constexpr std::uint8_t kLastMessageType = 24;
 
 std::string_view message_type_name(MessageType type);
 
@@ -83,6 +84,8 @@ struct SwarmMessage {
 inline constexpr std::uint32_t kMaxBlockBytes = 64u << 20;
 inline constexpr std::size_t kMaxPeersListed = 16;
 inline constexpr std::size_t kMaxTransportBytes = 1u << 20;
+// The most bytes a kGroup message carries.
+inline constexpr std::size_t kMaxGroupBytes = 4096;
 
 std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& message);
 // Appends the encoding to `out` (whose capacity a caller may reuse).

@@ -260,7 +260,12 @@ Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t 
 
 Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
                                      std::span<const MutableRegion> regions, const MemoryDomain& domain) {
-  Impl* impl = &PeerAccess::impl(peer);
+  return PeerAccess::fetch_into(PeerAccess::impl(peer), model, version, regions, domain);
+}
+
+Result<FetchHandle> PeerAccess::fetch_into(Impl& impl_ref, const std::string& model, std::uint64_t version,
+                                           std::span<const MutableRegion> regions, const peer::MemoryDomain& domain) {
+  Impl* impl = &impl_ref;
   for (const MutableRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("a destination region is empty");
   }
@@ -271,14 +276,26 @@ Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::
     return impl->call([&]() -> Result<FetchHandle> {
       auto fetched = impl->engine->fetch_parts(*sealed, core::MutableRegions(regions), domain);
       if (!fetched) return fetched.status();
-      std::vector<PeerAccess::Created> created;
-      for (auto& part : fetched->parts) created.push_back({part, impl->engine->watch_of(part)});
-      return PeerAccess::parts_fetch_handle(impl, *sealed, std::move(created), std::move(fetched->whole));
+      std::vector<PeerAccess::Created> parts;
+      for (auto& part : fetched->parts) parts.push_back({part, impl->engine->watch_of(part)});
+      return PeerAccess::parts_fetch_handle(impl, *sealed, std::move(parts), std::move(fetched->whole));
     });
   }
-  auto v = PeerAccess::created(*impl, [&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
+  auto v = created(*impl, [&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
   if (!v) return v.status();
-  return PeerAccess::fetch_handle(impl, std::move(*v));
+  return fetch_handle(impl, std::move(*v));
+}
+
+std::vector<std::shared_ptr<peer::LocalVersion>> PeerAccess::versions_of(const FetchHandle& handle) {
+  if (!handle.state_) return {};
+  if (!handle.state_->in_parts()) return {handle.state_->version};
+  std::vector<std::shared_ptr<peer::LocalVersion>> out;
+  for (const auto& part : handle.state_->parts) out.push_back(part->version);
+  return out;
+}
+
+ManifestId PeerAccess::version_id_of(const FetchHandle& handle) {
+  return handle.state_->in_parts() ? handle.state_->sealed->id() : handle.state_->version->id;
 }
 
 Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uuid) {

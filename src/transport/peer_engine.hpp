@@ -135,6 +135,33 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
     pump();
     return core_->replicas(id);
   }
+  // Model-parallel groups: as PeerCore's.
+  Status join_group(const std::string& name, std::uint32_t size, std::uint32_t rank) {
+    Status joined = core_->join_group(now(), name, size, rank);
+    pump();
+    return joined;
+  }
+  void leave_group(const std::string& name) {
+    core_->leave_group(now(), name);
+    pump();
+  }
+  void stage_for_group(const std::string& name, const std::string& model, std::uint64_t version, const ManifestId& id,
+                       std::vector<std::shared_ptr<LocalVersion>> versions) {
+    core_->stage_for_group(now(), name, model, VersionNumber{version}, id, std::move(versions));
+    pump();
+  }
+  Status commit_group(const std::string& name, std::uint64_t version) {
+    Status committed = core_->commit_group(now(), name, version);
+    pump();
+    return committed;
+  }
+  void withdraw_from_commit(const std::string& name, std::uint64_t version) {
+    core_->withdraw_from_commit(now(), name, version);
+    pump();
+  }
+  std::optional<std::uint64_t> group_committed(const std::string& name, const std::string& model) const {
+    return core_->groups().committed(name, model);
+  }
   std::string status_json() const;
   // Errors: kInvalidArgument (a list that does not name this peer).
   Status set_members(std::vector<PublicKey> members);

@@ -72,6 +72,30 @@ std::string PeerEngine::status_json() const {
                              {"publisher", e.second.publisher().hex()}});
   }
   j["equivocations"] = std::move(equivocations);
+  // The model-parallel groups this peer is a rank of, and each rank as seen here.
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  for (const gossip::GroupEntry& g : core_->groups().claims()) {
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (const GroupBook::RankView& r : core_->groups().ranks(g.name)) {
+      nlohmann::ordered_json claimants = nlohmann::ordered_json::array();
+      for (const PeerId& p : r.claimants) claimants.push_back(p.hex());
+      nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+      for (const StageEntry& e : r.stages) {
+        stages.push_back({{"model", e.model},
+                          {"version", e.version},
+                          {"id", e.id.hex()},
+                          {"state", std::string(stage_state_name(e.state))},
+                          {"permille", e.permille},
+                          {"reason", e.reason}});
+      }
+      nlohmann::ordered_json rank = {{"rank", r.rank}, {"self", r.self}, {"claimed_by", std::move(claimants)}};
+      if (!r.self) rank["heard_ms_ago"] = r.heard ? std::chrono::duration_cast<std::chrono::milliseconds>(at - r.last_heard).count() : -1;
+      rank["stages"] = std::move(stages);
+      ranks.push_back(std::move(rank));
+    }
+    groups.push_back({{"name", g.name}, {"size", g.size}, {"rank", g.rank}, {"ranks", std::move(ranks)}});
+  }
+  j["groups"] = std::move(groups);
   nlohmann::ordered_json links = nlohmann::ordered_json::array();
   for (const LinkStats& link : tcp_->links()) {
     nlohmann::ordered_json lanes = nlohmann::ordered_json::array();

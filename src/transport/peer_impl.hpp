@@ -154,6 +154,13 @@ struct PeerAccess {
   static FetchHandle parts_fetch_handle(Impl* impl, std::shared_ptr<const manifest::SealedVersion> sealed,
                                         std::vector<Created> parts, core::MutableRegions whole);
   static PublishHandle publish_handle(Impl* impl, Created version);
+  // Peer::fetch, and Group::fetch: into `regions` of `domain` (peer::fetch_into).
+  static Result<FetchHandle> fetch_into(Impl& impl, const std::string& model, std::uint64_t version,
+                                        std::span<const MutableRegion> regions, const peer::MemoryDomain& domain);
+  // The local versions a fetch handle holds (a version in parts: every part's).
+  static std::vector<std::shared_ptr<peer::LocalVersion>> versions_of(const FetchHandle& handle);
+  // The id a fetch handle's version has: its manifest's, or its seal's.
+  static ManifestId version_id_of(const FetchHandle& handle);
   // The GPU named `uuid`, opened on first use. Errors: as GpuMemory::open.
   static Result<const cuda::GpuMemory*> gpu(Impl& impl, const std::string& uuid);
 };
@@ -162,6 +169,29 @@ namespace handles {
 
 using ReleaseMode = peer::ReleaseMode;
 using Impl = PeerAccess::Impl;
+
+// Runs fn(impl) on the caller's thread while the peer behind `gate` is
+// there (the peer waits for it before it goes); false (fn not run) once it
+// is going. What a handle or group that may outlive its Peer calls through.
+template <typename F>
+bool through_gate(Impl::Gate& gate, F&& fn) {
+  Impl* impl = nullptr;
+  {
+    std::lock_guard lock(gate.mutex);
+    if (gate.impl == nullptr) return false;
+    impl = gate.impl;
+    ++gate.calls;
+  }
+  struct Done {
+    Impl::Gate& gate;
+    ~Done() {
+      std::lock_guard lock(gate.mutex);
+      if (--gate.calls == 0) gate.idle.notify_all();
+    }
+  } done{gate};
+  fn(*impl);
+  return true;
+}
 
 // What both handles hold: one version of their own, and how far its release
 // has gone.
@@ -179,22 +209,7 @@ struct HeldVersion {
   // (fn not run) once it is going.
   template <typename F>
   bool with_peer(F&& fn) {
-    Impl* impl = nullptr;
-    {
-      std::lock_guard lock(gate->mutex);
-      if (gate->impl == nullptr) return false;
-      impl = gate->impl;
-      ++gate->calls;
-    }
-    struct Done {
-      Impl::Gate& gate;
-      ~Done() {
-        std::lock_guard lock(gate.mutex);
-        if (--gate.calls == 0) gate.idle.notify_all();
-      }
-    } done{*gate};
-    fn(*impl);
-    return true;
+    return through_gate(*gate, std::forward<F>(fn));
   }
 
   void release(ReleaseMode mode) {

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   r.topology = Topology{"dc", "rack", "host"};
   r.heads = {HeadEntry{"policy", 3, {}}};
   r.holdings = {HoldingEntry{"policy", 3, {}, 1000}};
+  r.groups = {GroupEntry{"instance-0", 2, 1}};
   const RecordPtr record = *sign_record(r, id);
   fuzz::write_seed(dir + "/record", 2, record->encoded);
 

@@ -29,6 +29,7 @@ PeerRecord sample_record(const Identity& id) {
   m.bytes.fill(0xab);
   r.heads = {HeadEntry{"critic", 2, m}, HeadEntry{"policy", 17, m}};
   r.holdings = {HoldingEntry{"policy", 16, m, 1000}, HoldingEntry{"policy", 17, m, 420}};
+  r.groups = {GroupEntry{"instance-3", 16, 5}};
   return r;
 }
 
@@ -112,6 +113,13 @@ TEST_CASE("records: strings a reader could choke on are refused, signed or decod
   CHECK(refused([](PeerRecord& r) { r.data_addr = "x.example:7947"; }));
   CHECK(refused([](PeerRecord& r) { r.heads[0].model = "crit\xc3\xa9"; }));
   CHECK(refused([](PeerRecord& r) { r.holdings[0].model = "../policy"; }));
+  CHECK(refused([](PeerRecord& r) { r.groups[0].name = "inst\nance"; }));
+  CHECK(refused([](PeerRecord& r) { r.groups[0].rank = 16; }));                // a rank is below the size
+  CHECK(refused([](PeerRecord& r) { r.groups[0].size = 0; }));
+  CHECK(refused([](PeerRecord& r) { r.groups[0].size = r.groups[0].rank = kMaxGroupSize + 1; }));
+  CHECK(refused([](PeerRecord& r) { r.groups.push_back(r.groups[0]); }));        // one claim per group
+  CHECK(refused([](PeerRecord& r) { r.groups.assign(kMaxRecordGroups + 1, r.groups[0]); }));
+  CHECK_FALSE(refused([](PeerRecord& r) { r.groups.push_back(GroupEntry{"z", 1, 0}); }));
   CHECK_FALSE(refused([](PeerRecord& r) { r.gossip_addr = "[fe80::1]:7946"; }));
   CHECK_FALSE(refused([](PeerRecord& r) { r.data_addr.clear(); }));
 

@@ -29,6 +29,20 @@ def pair():
     trainer.close()
 
 
+def publisher_keys(folder, n, prefix="rank"):
+    """`n` key files made by `tensorhub keygen` in `folder`, and their peer
+    ids: (keys, ids). Skips the test without TENSORHUB_BINARY."""
+    if not BINARY:
+        pytest.skip("TENSORHUB_BINARY is not set (the tensorhub binary makes the publishers' keys)")
+    keys, ids = [], []
+    for r in range(n):
+        key = str(folder / f"{prefix}{r}.key")
+        ids.append(subprocess.run([BINARY, "keygen", "--out", key], capture_output=True, text=True,
+                                  check=True).stdout.split()[0])
+        keys.append(key)
+    return keys, ids
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

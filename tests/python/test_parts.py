@@ -1,16 +1,14 @@
 """Versions in parts from Python: each trainer rank publishes its own tensors
 and slices with ``part=(rank, world)``, the ranks seal, and a worker fetches
 the whole model bit-identical to the trainer's full tensors."""
-import os
-import subprocess
 
 import numpy as np
 import pytest
 
 import tensorhub as th
+from conftest import publisher_keys
 
 SWARM = bytes(range(32))
-BINARY = os.environ.get("TENSORHUB_BINARY")
 
 
 def full_model():
@@ -36,14 +34,7 @@ def rank_tensors(full, rank, world):
 
 @pytest.fixture
 def ranks_and_worker(tmp_path):
-    if not BINARY:
-        pytest.skip("TENSORHUB_BINARY is not set (the tensorhub binary makes the ranks' keys)")
-    keys, ids = [], []
-    for r in range(2):
-        key = str(tmp_path / f"rank{r}.key")
-        ids.append(subprocess.run([BINARY, "keygen", "--out", key], capture_output=True, text=True,
-                                  check=True).stdout.split()[0])
-        keys.append(key)
+    keys, ids = publisher_keys(tmp_path, 2)
     small = dict(swarm_key=SWARM, shard_size=64 << 10, block_size=16 << 10, retain_head_replicas=0,
                  trusted_publishers=ids)
     first = th.Peer.start(host="rank0", key_file=keys[0], **small)

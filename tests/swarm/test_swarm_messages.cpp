@@ -35,6 +35,8 @@ std::vector<SwarmMessage> samples() {
   out.push_back(m);
   m = SwarmMessage::about_shard(MessageType::kFetching, v, ShardIndex{4});
   out.push_back(m);
+  m = SwarmMessage::with_bytes(MessageType::kGroup, {}, std::vector<std::uint8_t>(swarm::kMaxGroupBytes, 7));
+  out.push_back(m);
   m = SwarmMessage::about_shard(MessageType::kNotFetching, v, ShardIndex{4});
   out.push_back(m);
   for (auto t : {MessageType::kInterested, MessageType::kNotInterested, MessageType::kChoke,

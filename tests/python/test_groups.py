@@ -1,0 +1,140 @@
+"""Group commit from Python, in one process: the ranks of an instance stage
+a version and commit it together; a rank that lets go of its stage fails the
+others' commit, naming it; a late rank catches up to the committed version."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tensorhub as th
+
+SWARM = bytes(range(32))
+SMALL = dict(swarm_key=SWARM, shard_size=64 << 10, block_size=16 << 10, retain_head_replicas=0)
+
+
+def model(seed):
+    rng = np.random.default_rng(seed)
+    return {"w": rng.standard_normal((256, 128), dtype=np.float32), "b": rng.standard_normal((128,), dtype=np.float32)}
+
+
+@pytest.fixture
+def swarm():
+    """A trainer that published v1, and a maker of more peers that trust it."""
+    trainer = th.Peer.start(host="trainer", **SMALL)
+    peers = []
+
+    def start(host):
+        p = th.Peer.start(host=host, seeds=[trainer.gossip_address], trusted_publishers=[trainer.id], **SMALL)
+        peers.append(p)
+        return p
+
+    full = model(1)
+    published = trainer.publish("policy", full)
+    yield trainer, full, start
+    for p in reversed(peers):
+        p.close()
+    published.release()
+    trainer.close()
+
+
+def commit_all(groups, version, timeout, retry_aborted=False):
+    """Every group's commit at once, as each rank's process would: the
+    outcome of each (None: committed; else the Error). `retry_aborted`: a
+    rank whose commit is aborted tries again until the timeout, as a rank
+    waiting for a replacement of a failed rank does."""
+    outcomes = [None] * len(groups)
+
+    def run(i):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                groups[i].commit(version, timeout=max(0.1, deadline - time.monotonic()))
+                outcomes[i] = None
+                return
+            except th.Error as e:
+                outcomes[i] = e
+                if not retry_aborted or e.code != "aborted" or time.monotonic() >= deadline:
+                    return
+                time.sleep(0.2)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(groups))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def test_three_ranks_stage_and_commit_together(swarm):
+    _, full, start = swarm
+    ranks = [start(f"inst-{r}") for r in range(3)]
+    for r in ranks:
+        r.wait_for_head("policy", timeout=20)
+    groups = [ranks[r].group("inst", 3, r) for r in range(3)]
+    assert (groups[1].name, groups[1].size, groups[1].rank) == ("inst", 3, 1)
+    with pytest.raises(th.Error) as e:
+        groups[0].commit(1, timeout=1)
+    assert e.value.code == "invalid_argument" and "stages no version 1" in str(e.value)
+    staged = [g.fetch("policy", 1) for g in groups]
+    assert commit_all(groups, 1, timeout=30) == [None, None, None]
+    status = ranks[0].status()["groups"]
+    assert [(g["name"], g["size"], g["rank"]) for g in status] == [("inst", 3, 0)]
+    seen = {r["rank"]: r for r in status[0]["ranks"]}
+    assert seen[0]["self"] and seen[0]["stages"][0]["state"] == "committed"
+    assert seen[1]["claimed_by"] == [ranks[1].id] and 0 <= seen[1]["heard_ms_ago"] < 2000
+    for g, f in zip(groups, staged):
+        assert g.committed("policy") == 1
+        f.wait(timeout=5)
+        state = f.state_dict()
+        assert all(np.array_equal(state[k], full[k]) for k in full)
+    # The version is explicit: no rank resolves the head on its own.
+    with pytest.raises(th.Error) as e:
+        groups[0].fetch("policy", 0)
+    assert e.value.code == "invalid_argument"
+    with pytest.raises(TypeError):
+        groups[0].fetch("policy", "1")
+    with pytest.raises(th.Error) as e:
+        ranks[0].group("inst", 3, 0)
+    assert e.value.code == "already_exists"
+    with pytest.raises(th.Error) as e:
+        ranks[0].group("other", 2, 2)
+    assert e.value.code == "invalid_argument"
+    groups[0].leave()
+    with pytest.raises(th.Error) as e:
+        groups[0].committed("policy")
+    assert e.value.code == "cancelled"
+    assert repr(groups[1]) == "tensorhub.Group('inst', rank 1 of 3)"
+
+
+def test_a_rank_that_lets_go_of_its_stage_fails_the_commit_naming_it_and_a_late_rank_catches_up(swarm):
+    _, full, start = swarm
+    ranks = [start(f"g-{r}") for r in range(2)]
+    for r in ranks:
+        r.wait_for_head("policy", timeout=20)
+    groups = [ranks[r].group("g", 2, r) for r in range(2)]
+    first = groups[0].fetch("policy", 1)
+    second = groups[1].fetch("policy", 1)
+    second.wait(timeout=20)
+    second.release()  # rank 1 lets go before the group commits
+    # Rank 1 tells the group at once; give its message time to cross (a
+    # commit that saw every rank staged before it came would succeed).
+    time.sleep(1)
+    with pytest.raises(th.Error) as e:
+        groups[0].commit(1, timeout=20)
+    assert e.value.code == "aborted", str(e.value)
+    assert "rank 1: cannot stage 'policy' v1" in str(e.value)
+    assert "rank 0" not in str(e.value)
+    assert groups[0].committed("policy") is None
+
+    # Rank 1 restarts as a new peer: it stages v1 again and the group commits.
+    groups[1].leave()
+    ranks[1].close()
+    late = start("g-1-restarted")
+    late.wait_for_head("policy", timeout=20)
+    late_group = late.group("g", 2, 1)
+    again = late_group.fetch("policy", 1)
+    # Rank 0 tries again until the new rank 1 has staged it.
+    assert commit_all([groups[0], late_group], 1, timeout=30, retry_aborted=True) == [None, None]
+    assert late_group.committed("policy") == 1
+    assert np.array_equal(again.state_dict()["w"], full["w"])
+    first.release()
