@@ -272,7 +272,8 @@ class Group {
   // The highest version of `model` that a rank of the group (this one
   // included) says it committed: what a late rank (restarted, or new)
   // stages and commits to catch up. nullopt: none says so yet.
-  std::optional<std::uint64_t> committed(const std::string& model) const;
+  // Errors: kCancelled (the peer has stopped).
+  Result<std::optional<std::uint64_t>> committed(const std::string& model) const;
 
  private:
   friend class Peer;

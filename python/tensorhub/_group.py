@@ -51,6 +51,8 @@ class Group:
         if version <= 0:
             raise Error(f"invalid argument: Group.fetch: version {version}: a group stages an explicit version "
                         "(the trainer's number), not the latest")
+        if self._peer._native is None:
+            raise Error("cancelled: the peer of this rank is closed")
         return self._peer._fetch(model, version, into, self._native.fetch)
 
     def commit(self, version: int, timeout: Optional[float] = None) -> None:

@@ -231,15 +231,18 @@ struct UnmapWithoutGil {
 
 // A rank of a group; leaving (its end, or leave()) waits for the I/O
 // thread: not with the GIL held.
+// Each call copies the pointer with the GIL held and uses its copy without
+// it, so a leave() on another thread never frees a Group in use.
 struct GroupRank {
-  std::unique_ptr<Group> group;
-  Group& get() const {
+  std::shared_ptr<Group> group;
+  std::shared_ptr<Group> get() const {
     if (!group) raise(Status::cancelled("this rank left the group"));
-    return *group;
+    return group;
   }
   void leave() {
+    std::shared_ptr<Group> last = std::move(group);  // with the GIL: one caller takes it
     py::gil_scoped_release nogil;
-    group.reset();
+    last.reset();  // leaves once no call uses it
   }
   ~GroupRank() {
     if (group) leave();
@@ -313,18 +316,18 @@ PYBIND11_MODULE(_native, m) {
       .def("release", &Published::release);
 
   py::class_<GroupRank, std::unique_ptr<GroupRank>>(m, "Group")
-      .def_property_readonly("name", [](const GroupRank& g) { return g.get().name(); })
-      .def_property_readonly("size", [](const GroupRank& g) { return g.get().size(); })
-      .def_property_readonly("rank", [](const GroupRank& g) { return g.get().rank(); })
+      .def_property_readonly("name", [](const GroupRank& g) { return g.get()->name(); })
+      .def_property_readonly("size", [](const GroupRank& g) { return g.get()->size(); })
+      .def_property_readonly("rank", [](const GroupRank& g) { return g.get()->rank(); })
       .def("fetch",
            [](GroupRank& g, const std::string& model, std::uint64_t version, const std::vector<RegionSpec>& regions,
               py::object owner, const std::string& gpu) {
              const std::vector<MutableRegion> spans = mutable_regions(regions);
-             Group& group = g.get();  // raises with the GIL held
+             const std::shared_ptr<Group> group = g.get();  // raises with the GIL held
              Result<FetchHandle> r = Status::internal("not fetched");
              {
                py::gil_scoped_release nogil;
-               r = group.fetch(model, version, spans, MemoryOptions{gpu});
+               r = group->fetch(model, version, spans, MemoryOptions{gpu});
              }
              return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
            },
@@ -332,24 +335,24 @@ PYBIND11_MODULE(_native, m) {
            py::keep_alive<0, 1>())
       .def("commit",
            [](GroupRank& g, std::uint64_t version, std::optional<double> timeout) {
-             Group& group = g.get();
+             const std::shared_ptr<Group> group = g.get();
              Status s;
              {
                py::gil_scoped_release nogil;
-               s = group.commit(version, millis(timeout));
+               s = group->commit(version, millis(timeout));
              }
              check(s);
            },
            py::arg("version"), py::arg("timeout") = py::none())
       .def("committed",
            [](const GroupRank& g, const std::string& model) {
-             const Group& group = g.get();
-             std::optional<std::uint64_t> v;
+             const std::shared_ptr<Group> group = g.get();
+             Result<std::optional<std::uint64_t>> v = Status::internal("not asked");
              {
                py::gil_scoped_release nogil;
-               v = group.committed(model);
+               v = group->committed(model);
              }
-             return v;
+             return value_or_raise(std::move(v));
            })
       .def("leave", &GroupRank::leave);
 
@@ -552,10 +555,12 @@ PYBIND11_MODULE(_native, m) {
                r = p.group(name, size, rank);
              }
              auto out = std::make_unique<GroupRank>();
-             out->group = std::make_unique<Group>(value_or_raise(std::move(r)));
+             out->group = std::make_shared<Group>(value_or_raise(std::move(r)));
              return out;
            },
-           py::arg("name"), py::arg("size"), py::arg("rank"), py::keep_alive<0, 1>())
+           // No keep_alive: a Group reaches its peer through the handles' gate, so
+           // closing the peer ends it (every call then raises cancelled).
+           py::arg("name"), py::arg("size"), py::arg("rank"))
       .def("fetch_to_file",
            [](Peer& p, const std::string& model, std::uint64_t version, const std::string& path, unsigned mode,
               bool overwrite) {

@@ -61,32 +61,46 @@ void GroupBook::changed(Group& g) {
   for (auto& [rank, r] : g.others) r.owes_state = true;
 }
 
-void GroupBook::set_stage(const std::string& name, StageEntry entry) {
+bool GroupBook::set_stage(const std::string& name, StageEntry entry) {
   Group& g = groups_.at(name);
   entry.reason = stage_reason(entry.reason);
-  auto at = std::lower_bound(g.own.begin(), g.own.end(), entry, [](const StageEntry& a, const StageEntry& b) {
+  auto before = [](const StageEntry& a, const StageEntry& b) {
     return std::tie(a.model, a.version) < std::tie(b.model, b.version);
-  });
+  };
+  auto at = std::lower_bound(g.own.begin(), g.own.end(), entry, before);
   if (at != g.own.end() && at->model == entry.model && at->version == entry.version) {
-    if (*at == entry) return;
+    if (*at == entry) return true;
     *at = std::move(entry);
-  } else {
-    g.own.insert(at, std::move(entry));
-    if (g.own.size() > kMaxGroupStages) {
-      // The oldest settled stage goes; one staging, committing or committed stays.
-      auto oldest = g.own.end();
-      for (auto it = g.own.begin(); it != g.own.end(); ++it) {
-        if (it->state == StageState::kStaging || it->state == StageState::kCommitted ||
-            it->state == StageState::kCommitting) {
-          continue;
-        }
-        if (oldest == g.own.end() || it->version < oldest->version) oldest = it;
-      }
-      if (oldest == g.own.end()) oldest = g.own.begin();
-      g.own.erase(oldest);
-    }
+    changed(g);
+    return true;
   }
+  if (g.own.size() >= kMaxGroupStages) {
+    // Room goes from a finished stage: a failed one first (the lowest
+    // version), then a committed one that is not its model's newest
+    // committed. Staging, staged and committing stages (a commit may yet
+    // come), and each model's newest committed (what a late rank catches up
+    // to), stay.
+    auto newest_committed = [&](const StageEntry& e) {
+      return std::none_of(g.own.begin(), g.own.end(), [&](const StageEntry& o) {
+        return o.model == e.model && o.state == StageState::kCommitted && o.version > e.version;
+      });
+    };
+    auto victim = g.own.end();
+    for (int pass = 0; pass < 2 && victim == g.own.end(); ++pass) {
+      for (auto it = g.own.begin(); it != g.own.end(); ++it) {
+        const bool settled = it->state == StageState::kFailed;
+        const bool old_commit = it->state == StageState::kCommitted && !newest_committed(*it);
+        if (pass == 0 ? !settled : !old_commit) continue;
+        if (victim == g.own.end() || it->version < victim->version) victim = it;
+      }
+    }
+    if (victim == g.own.end()) return false;
+    g.own.erase(victim);
+    at = std::lower_bound(g.own.begin(), g.own.end(), entry, before);
+  }
+  g.own.insert(at, std::move(entry));
   changed(g);
+  return true;
 }
 
 void GroupBook::drop_stage(const std::string& name, const std::string& model, std::uint64_t version) {
@@ -119,6 +133,7 @@ void GroupBook::add_claim(TimePoint now, const PeerId& peer, const gossip::Group
   }
   Rank& r = g.others[claim.rank];
   if (r.claimants.insert(peer).second) {
+    r.gone.reset();
     r.claimed_since = now;
     r.last_heard.reset();
     r.silence_noted = false;
@@ -134,10 +149,24 @@ void GroupBook::remove_claim(const PeerId& peer, const gossip::GroupEntry& claim
   g.other_size_claims.erase(peer);
   auto r = g.others.find(claim.rank);
   if (r == g.others.end() || r->second.claimants.erase(peer) == 0) return;
-  if (r->second.claimants.empty()) g.others.erase(r);
+  if (claim.rank == g.rank) {
+    if (r->second.claimants.empty()) g.others.erase(r);
+    return;
+  }
+  if (r->second.claimants.empty()) {
+    // The rank's peer left or died: a fault until another peer claims it.
+    r->second.gone = peer;
+    r->second.stages.clear();
+    r->second.last_heard.reset();
+  } else if (r->second.claimants.size() == 1) {
+    r->second.claimed_since = gone_now_;  // the conflict ended: silence counts from now
+    r->second.last_heard.reset();
+    r->second.silence_noted = false;
+  }
 }
 
 void GroupBook::on_record(TimePoint now, const PeerId& peer, const std::vector<gossip::GroupEntry>& claims) {
+  gone_now_ = now;
   const std::vector<gossip::GroupEntry> now_claims(claims.begin(), claims.begin() + std::min(claims.size(), kMaxGroups));
   std::vector<gossip::GroupEntry> before;
   if (auto old = claims_by_peer_.find(peer); old != claims_by_peer_.end()) {
@@ -218,6 +247,10 @@ bool GroupBook::handle_timeout(TimePoint now) {
 }
 
 std::optional<std::string> GroupBook::fault(TimePoint now, std::uint32_t rank, const Rank& r) const {
+  if (r.claimants.empty()) {
+    return rank_name(rank) + ": its peer " + (r.gone ? r.gone->short_hex() + " " : std::string()) +
+           "left or died, and no peer has joined as it since";
+  }
   if (r.claimants.size() > 1) {
     std::string who;
     for (const PeerId& p : r.claimants) who += (who.empty() ? "" : ", ") + p.short_hex();
@@ -243,6 +276,31 @@ Status GroupBook::commit(TimePoint now, const std::string& name, std::uint64_t v
     return Status::invalid_argument(rank_name(g.rank) + " (this one) stages no version " +
                                        std::to_string(version) + " in group " + core::quoted(name) +
                                        ": fetch it through the group first");
+  }
+  // Once the group decided (this rank committed, or a rank says it
+  // committed v under the same id), this rank commits as soon as it holds
+  // v itself: nothing another rank does now can undo that decision.
+  auto decided = [&](const StageEntry& e) {
+    if (e.state == StageState::kCommitted) return true;
+    for (const auto& [rank, r] : g.others) {
+      if (rank == g.rank || r.claimants.size() != 1) continue;
+      const StageEntry* theirs = find_stage(r.stages, e.model, e.version);
+      if (theirs && theirs->id == e.id && theirs->state == StageState::kCommitted) return true;
+    }
+    return false;
+  };
+  if (std::all_of(mine.begin(), mine.end(), [&](const StageEntry* e) {
+        return decided(*e) && e->state != StageState::kStaging && e->state != StageState::kFailed;
+      })) {
+    bool any = false;
+    for (StageEntry* e : mine) {
+      if (e->state != StageState::kCommitted) {
+        e->state = StageState::kCommitted;
+        any = true;
+      }
+    }
+    if (any) changed(g);
+    return Status::ok();
   }
   std::vector<std::string> faults, waits;
   for (const auto& [peer, size] : g.other_size_claims) {
@@ -275,6 +333,14 @@ Status GroupBook::commit(TimePoint now, const std::string& name, std::uint64_t v
     if (!r->second.last_heard) {
       waits.push_back(rank_name(rank) + ": not heard from yet");
       continue;
+    }
+    for (const StageEntry& theirs : r->second.stages) {
+      // Every rank commits the same models at v: one this rank does not stage is a fault.
+      if (theirs.version == version && theirs.state != StageState::kFailed &&
+          std::none_of(mine.begin(), mine.end(), [&](const StageEntry* e) { return e->model == theirs.model; })) {
+        faults.push_back(rank_name(rank) + ": stages " + core::quoted(theirs.model) + " v" + std::to_string(version) +
+                         ", which this rank does not");
+      }
     }
     for (const StageEntry* e : mine) {
       const StageEntry* theirs = find_stage(r->second.stages, e->model, e->version);

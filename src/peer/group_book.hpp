@@ -13,9 +13,13 @@
 // Commit is a barrier every rank enters: a rank in commit(v) that holds v
 // verified says kCommitting; its commit succeeds (kCommitted) when every
 // other rank says kCommitting or kCommitted for v under the same version
-// id. It fails at once when a rank is lost, says it cannot stage v,
-// staged another id, or two peers claim one rank; otherwise it waits,
-// naming the ranks it waits for. A rank that stops waiting (timeout,
+// id, and stages no model at v that this rank does not. It fails at once
+// when a rank is lost (silent, or its peer left or died and nobody has
+// claimed the rank since), says it cannot stage v, staged another id or
+// another model, or two peers claim one rank; otherwise it waits, naming
+// the ranks it waits for. Once the group decided (this rank committed v,
+// or a rank says it did under the same id), a rank that holds v commits
+// at once whatever else is wrong: a decision is never undone. A rank that stops waiting (timeout,
 // failure) withdraws (back to kStaged); one that saw the others committing
 // before the withdrawal arrived has committed, which the rank that gave up
 // learns from committed() and catches up to. A rank that dies before it
@@ -54,10 +58,12 @@ class GroupBook {
   std::vector<gossip::GroupEntry> claims() const;
 
   // What this rank says of a version it stages for `name`: set, or
-  // replaced. A group keeps kMaxGroupStages; past that the oldest
-  // (lowest version) that is neither staging nor committed goes.
-  // REQUIRES: is_member(name).
-  void set_stage(const std::string& name, StageEntry entry);
+  // replaced. A group keeps kMaxGroupStages; past that a finished stage
+  // goes (a failed one, the lowest version first; then a committed one
+  // that is not its model's newest committed). False, and nothing changes,
+  // when none can go (every stage staging, staged, committing or its
+  // model's newest committed: release one). REQUIRES: is_member(name).
+  bool set_stage(const std::string& name, StageEntry entry);
   void drop_stage(const std::string& name, const std::string& model, std::uint64_t version);
   // This rank's own stages of `name` (nullptr: not a member).
   const std::vector<StageEntry>* own_stages(const std::string& name) const;
@@ -65,7 +71,7 @@ class GroupBook {
   // Gossip: `peer`'s record now claims `claims` (none: it claims nothing,
   // or it left); a member gone.
   void on_record(TimePoint now, const PeerId& peer, const std::vector<gossip::GroupEntry>& claims);
-  void on_gone(const PeerId& peer) { on_record(TimePoint{}, peer, {}); }
+  void on_gone(TimePoint now, const PeerId& peer) { on_record(now, peer, {}); }
   // A rank's GroupState from `from`. Believed only from the peer whose
   // record claims that rank of that group, of that size; returns false
   // (ignored) otherwise.
@@ -121,6 +127,7 @@ class GroupBook {
     TimePoint claimed_since;        // the current single claimant first claimed it (silence counts from then)
     std::optional<TimePoint> last_heard;
     bool silence_noted = false;       // handle_timeout saw it silent; cleared when it is heard
+    std::optional<PeerId> gone;       // its last claimant left or died (no claimant now)
     std::vector<StageEntry> stages;  // from its last GroupState
     bool owes_state = true;          // this rank's state has not reached it since it changed
     TimePoint last_sent;
@@ -142,6 +149,7 @@ class GroupBook {
   // a group joined later finds its ranks here, and a claim a peer's next
   // record drops is undone.
   std::map<PeerId, std::vector<gossip::GroupEntry>> claims_by_peer_;
+  TimePoint gone_now_;  // the time of the record being applied (remove_claim's clock)
   void add_claim(TimePoint now, const PeerId& peer, const gossip::GroupEntry& claim);
   void remove_claim(const PeerId& peer, const gossip::GroupEntry& claim);
 };

@@ -56,7 +56,7 @@ void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) 
     case gossip::MemberEventKind::kLeft:
     case gossip::MemberEventKind::kRemoved:
       peer_gone(now, event.id);
-      groups_.on_gone(event.id);
+      groups_.on_gone(now, event.id);
       break;
     case gossip::MemberEventKind::kIdentityConflict: break;  // our own identity: the runtime reports it
     default:

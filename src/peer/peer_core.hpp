@@ -256,9 +256,10 @@ class PeerCore {
   // for group `name` in `versions`, the local versions that bring its
   // selection: while they fetch it says kStaging, once all are complete
   // kStaged, and kFailed with the reason when one fails or is released
-  // first. Staging a version again replaces what it stages.
-  // REQUIRES: groups().is_member(name).
-  void stage_for_group(TimePoint now, const std::string& name, const std::string& model, VersionNumber version,
+  // first. Staging a version again replaces what it stages. Errors:
+  // kNotFound (no rank of `name`), kResourceExhausted (GroupBook::set_stage
+  // found no room).
+  Status stage_for_group(TimePoint now, const std::string& name, const std::string& model, VersionNumber version,
                        const ManifestId& id, std::vector<std::shared_ptr<LocalVersion>> versions);
   void unstage_for_group(TimePoint now, const std::string& name, const std::string& model, VersionNumber version);
   // As GroupBook::commit: this rank enters the commit barrier; what it

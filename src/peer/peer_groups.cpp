@@ -46,12 +46,18 @@ void PeerCore::leave_group(TimePoint now, const std::string& name) {
   (void)now;
 }
 
-void PeerCore::stage_for_group(TimePoint now, const std::string& name, const std::string& model, VersionNumber version,
-                               const ManifestId& id, std::vector<std::shared_ptr<LocalVersion>> versions) {
+Status PeerCore::stage_for_group(TimePoint now, const std::string& name, const std::string& model,
+                                 VersionNumber version, const ManifestId& id,
+                                 std::vector<std::shared_ptr<LocalVersion>> versions) {
+  if (!groups_.is_member(name)) return Status::not_found("this peer is no rank of group " + core::quoted(name));
+  if (!groups_.set_stage(name, StageEntry{model, version.value, id, StageState::kStaging, 0, {}})) {
+    return Status::resource_exhausted("group " + core::quoted(name) + " has " + std::to_string(kMaxGroupStages) +
+                                      " stages under way or committed last; commit or release one first");
+  }
   auto& held = staged_[{name, model, version.value}];
   held.assign(versions.begin(), versions.end());
-  groups_.set_stage(name, StageEntry{model, version.value, id, StageState::kStaging, 0, {}});
   refresh_group_stages(now);
+  return Status::ok();
 }
 
 void PeerCore::unstage_for_group(TimePoint now, const std::string& name, const std::string& model, VersionNumber version) {
@@ -118,7 +124,7 @@ void PeerCore::refresh_group_stages(TimePoint now) {
       next.permille = static_cast<std::uint16_t>(total == 0 ? 0 : std::min<std::uint64_t>(999, verified * 1000 / total));
     }
     if (next != *entry) {
-      groups_.set_stage(name, std::move(next));
+      (void)groups_.set_stage(name, std::move(next));  // a replacement: always room
       state_changed();
     }
     ++it;
@@ -140,7 +146,7 @@ void PeerCore::stage_released(TimePoint now, const LocalVersion& v) {
       StageEntry failed = e;
       failed.state = StageState::kFailed;
       failed.reason = "its copy was released before the group committed";
-      groups_.set_stage(name, std::move(failed));
+      (void)groups_.set_stage(name, std::move(failed));  // a replacement: always room
       state_changed();
       break;
     }

@@ -145,10 +145,11 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
     core_->leave_group(now(), name);
     pump();
   }
-  void stage_for_group(const std::string& name, const std::string& model, std::uint64_t version, const ManifestId& id,
-                       std::vector<std::shared_ptr<LocalVersion>> versions) {
-    core_->stage_for_group(now(), name, model, VersionNumber{version}, id, std::move(versions));
+  Status stage_for_group(const std::string& name, const std::string& model, std::uint64_t version,
+                         const ManifestId& id, std::vector<std::shared_ptr<LocalVersion>> versions) {
+    Status staged = core_->stage_for_group(now(), name, model, VersionNumber{version}, id, std::move(versions));
     pump();
+    return staged;
   }
   Status commit_group(const std::string& name, std::uint64_t version) {
     Status committed = core_->commit_group(now(), name, version);

@@ -54,7 +54,8 @@ Result<FetchHandle> Group::State::stage(const std::string& model, std::uint64_t 
     if (!handle) return handle.status();
     const ManifestId id = PeerAccess::version_id_of(*handle);
     auto versions = PeerAccess::versions_of(*handle);
-    impl.call([&] { impl.engine->stage_for_group(name, model, version, id, std::move(versions)); });
+    Status staged = impl.call([&] { return impl.engine->stage_for_group(name, model, version, id, std::move(versions)); });
+    if (!staged.is_ok()) return staged;  // the handle goes: its release lets the version go
     return handle;
   });
 }
@@ -93,12 +94,11 @@ Status Group::commit(std::uint64_t version, std::chrono::milliseconds timeout) {
   }
 }
 
-std::optional<std::uint64_t> Group::committed(const std::string& model) const {
-  std::optional<std::uint64_t> out;
-  handles::through_gate(*state_->gate, [&](PeerAccess::Impl& impl) {
-    out = impl.call([&] { return impl.engine->group_committed(state_->name, model); });
-  });
-  return out;
+Result<std::optional<std::uint64_t>> Group::committed(const std::string& model) const {
+  return state_->with_peer<Result<std::optional<std::uint64_t>>>(
+      [&](PeerAccess::Impl& impl) -> Result<std::optional<std::uint64_t>> {
+        return impl.call([&] { return impl.engine->group_committed(state_->name, model); });
+      });
 }
 
 Result<Group> Peer::group(const std::string& name, std::uint32_t size, std::uint32_t rank) {

@@ -222,9 +222,11 @@ TEST_CASE("group book: a silent rank, a failed rank, another id and a rank of no
     book.set_stage("g", failed);
     CHECK(contains(book.commit(t, "g", 5), "rank 0 (this one): cancelled: released"));
   }
-  SUBCASE("a rank whose peer leaves: waited for until another peer joins as it") {
-    book.on_gone(peer_id(2));
-    CHECK(contains(book.commit(t, "g", 5), "rank 2: no peer has joined as it"));
+  SUBCASE("a rank whose peer leaves or dies fails the commit at once, until another peer joins as it") {
+    book.on_gone(t, peer_id(2));
+    const Status gone = book.commit(t, "g", 5);
+    CHECK(gone.code() == StatusCode::kAborted);
+    CHECK(contains(gone, "rank 2: its peer " + peer_id(2).short_hex() + " left or died"));
     CHECK_FALSE(book.on_state(t, peer_id(2), said(2, {stage(5, StageState::kCommitting)})));  // not its rank any more
     book.on_record(t, peer_id(9), {gossip::GroupEntry{"g", 3, 2}});  // a restarted rank
     CHECK(contains(book.commit(t, "g", 5), "rank 2: not heard from yet"));
@@ -282,12 +284,81 @@ TEST_CASE("group book: a late rank catches up to the version the others committe
   book.set_stage("g", stage(6, StageState::kStaged));
   CHECK(book.commit(t, "g", 6).is_ok());  // the others committed it: they hold it
 
-  for (std::uint64_t v = 10; v < 30; ++v) book.set_stage("g", stage(v, StageState::kStaged));
+  for (std::uint64_t v = 10; v < 30; ++v) {
+    StageEntry failed = stage(v, StageState::kFailed);
+    failed.reason = "released";
+    REQUIRE(book.set_stage("g", failed));
+  }
   const auto* own = book.own_stages("g");
   REQUIRE(own->size() == kMaxGroupStages);
-  CHECK(own->front().version == 6);  // committed: kept
+  CHECK(own->front().version == 6);  // its model's newest committed: kept
   CHECK(own->back().version == 29);
   CHECK(validate_group_state(GroupState{"g", 3, 2, *own}).is_ok());
   book.drop_stage("g", "policy", 29);
   CHECK(own->back().version == 28);
+}
+
+TEST_CASE("group book: two models over many versions keep their stages, and a full book refuses a new one") {
+  GroupBook book;
+  const TimePoint t = TimePoint{} + 5s;
+  REQUIRE(book.join(t, "g", 1, 0).is_ok());  // one rank: commits need nobody else
+  for (std::uint64_t v = 1; v <= 20; ++v) {
+    for (const char* model : {"a", "p"}) {
+      REQUIRE(book.set_stage("g", StageEntry{model, v, version_id(static_cast<std::uint8_t>(v)), StageState::kStaged,
+                                             1000, {}}));
+    }
+    REQUIRE(book.commit(t, "g", v).is_ok());
+    int a = 0, p = 0;
+    for (const StageEntry& e : *book.own_stages("g")) {
+      if (e.version == v) (e.model == "a" ? a : p) += 1;
+    }
+    CHECK_MESSAGE(a + p == 2, "v" << v << ": both models committed");  // neither was pushed out by the other
+  }
+  CHECK(book.committed("g", "a") == 20u);
+  CHECK(book.committed("g", "p") == 20u);
+  // Eight versions staging or staged: a ninth finds no room and changes nothing.
+  GroupBook full;
+  REQUIRE(full.join(t, "g", 2, 0).is_ok());
+  for (std::uint64_t v = 1; v <= kMaxGroupStages; ++v) {
+    REQUIRE(full.set_stage("g", stage(v, v % 2 ? StageState::kStaging : StageState::kStaged)));
+  }
+  CHECK_FALSE(full.set_stage("g", stage(99, StageState::kStaging)));
+  CHECK(full.own_stages("g")->size() == kMaxGroupStages);
+  CHECK(full.set_stage("g", stage(3, StageState::kStaged)));  // a replacement always fits
+}
+
+TEST_CASE("group book: a decided commit is never undone, ranks must stage the same models, a conflict's end is not silence") {
+  Trio trio;
+  GroupBook& book = trio.book;
+  TimePoint t = trio.t0;
+  book.set_stage("g", stage(5, StageState::kStaged));
+  REQUIRE(book.on_state(t, peer_id(1), said(1, {stage(5, StageState::kCommitted)})));
+  REQUIRE(book.on_state(t, peer_id(2), said(2, {stage(5, StageState::kStaged)})));
+  // Rank 1 committed v5: this rank, holding it, commits at once, though
+  // rank 2 withdrew and a member claims the group at another size.
+  book.on_record(t, peer_id(7), {gossip::GroupEntry{"g", 5, 4}});
+  CHECK(book.commit(t, "g", 5).is_ok());
+  CHECK(book.commit(t + 10s, "g", 5).is_ok());  // again, later: still committed
+  book.on_record(t, peer_id(7), {});
+
+  // Rank 2 stages a second model at v6 that this rank does not: a fault, not a split.
+  book.set_stage("g", stage(6, StageState::kStaged));
+  REQUIRE(book.on_state(t, peer_id(1), said(1, {stage(6, StageState::kCommitting)})));
+  REQUIRE(book.on_state(t, peer_id(2), said(2, {stage(6, StageState::kCommitting),
+                                                StageEntry{"value", 6, version_id(60), StageState::kStaged, 1000, {}}})));
+  const Status other_model = book.commit(t, "g", 6);
+  CHECK(other_model.code() == StatusCode::kAborted);
+  CHECK(contains(other_model, "rank 2: stages 'value' v6, which this rank does not"));
+
+  // A second claimant of rank 2 for 5 s, then it goes: rank 2 is not "silent for 5 s".
+  t += 1s;
+  book.on_record(t, peer_id(8), {gossip::GroupEntry{"g", 3, 2}});
+  t += 5s;
+  REQUIRE(book.on_state(t, peer_id(1), said(1, {stage(6, StageState::kCommitting)})));
+  book.on_record(t, peer_id(8), {});
+  const Status after = book.commit(t, "g", 6);
+  CHECK_FALSE(contains(after, "not heard from for"));
+  CHECK(book.due(t).size() == 2);  // what it owes goes now; after that, no timer is due at once
+  CHECK_FALSE(book.handle_timeout(t));
+  CHECK(book.next_timeout() > t);
 }

@@ -21,7 +21,8 @@ namespace {
 std::shared_ptr<LocalVersion> stage(PeerNetwork& net, std::size_t peer, const std::string& name, std::uint64_t version) {
   auto v = net.fetch(peer, "policy", version);
   REQUIRE_MESSAGE(v.is_ok(), v.status().to_string());
-  net.core(peer).stage_for_group(net.now(), name, "policy", VersionNumber{version}, (*v)->id, {*v});
+  const Status staged = net.core(peer).stage_for_group(net.now(), name, "policy", VersionNumber{version}, (*v)->id, {*v});
+  REQUIRE_MESSAGE(staged.is_ok(), staged.to_string());
   return *v;
 }
 

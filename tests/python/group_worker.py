@@ -87,6 +87,13 @@ def rank_of_instance(seed, trusted, group, size, rank, version):
             if e.code not in ("unavailable", "not_found") or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+    # The test kills a rank next: wait until this rank knows every rank's
+    # peer (a rank killed before its claim spread is one that never joined).
+    while time.monotonic() < deadline:
+        ranks = peer.status()["groups"][0]["ranks"]
+        if all(r["self"] or r["claimed_by"] for r in ranks):
+            break
+        time.sleep(0.05)
     say(event="staging")
     sys.stdin.readline()  # "go"
     while True:

@@ -116,8 +116,8 @@ def test_a_rank_that_lets_go_of_its_stage_fails_the_commit_naming_it_and_a_late_
     second = groups[1].fetch("policy", 1)
     second.wait(timeout=20)
     second.release()  # rank 1 lets go before the group commits
-    # Rank 1 tells the group at once; give its message time to cross (a
-    # commit that saw every rank staged before it came would succeed).
+    # Rank 1 tells the group at once; give its message time to cross (rank
+    # 0 would otherwise wait for rank 1 to commit, until the timeout).
     time.sleep(1)
     with pytest.raises(th.Error) as e:
         groups[0].commit(1, timeout=20)
@@ -138,3 +138,58 @@ def test_a_rank_that_lets_go_of_its_stage_fails_the_commit_naming_it_and_a_late_
     assert late_group.committed("policy") == 1
     assert np.array_equal(again.state_dict()["w"], full["w"])
     first.release()
+
+
+def test_a_rank_that_leaves_fails_the_commit_at_once_and_a_closed_peer_cancels_its_group(swarm):
+    _, _, start = swarm
+    ranks = [start(f"l-{r}") for r in range(2)]
+    for r in ranks:
+        r.wait_for_head("policy", timeout=20)
+    groups = [ranks[r].group("l", 2, r) for r in range(2)]
+    staged = [g.fetch("policy", 1) for g in groups]
+    outcome = {}
+
+    def commit():
+        began = time.monotonic()
+        try:
+            groups[0].commit(1, timeout=60)
+        except th.Error as e:
+            outcome["error"] = e
+        outcome["took"] = time.monotonic() - began
+    waiter = threading.Thread(target=commit)
+    waiter.start()
+    time.sleep(0.5)
+    staged[1].release()
+    groups[1].leave()
+    ranks[1].close()  # leaves the swarm gracefully: gossip says so at once
+    waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    e = outcome["error"]
+    assert e.code == "aborted" and "rank 1:" in str(e), str(e)
+    assert outcome["took"] < 10, outcome
+
+    # Commit and leave on two threads at once: one wins, nothing breaks.
+    racing = ranks[0].group("race", 2, 0)
+    racing.fetch("policy", 1)
+    errors = []
+
+    def committing():
+        try:
+            racing.commit(1, timeout=2)
+        except th.Error as err:
+            errors.append(err.code)
+    t = threading.Thread(target=committing)
+    t.start()
+    time.sleep(0.2)
+    racing.leave()
+    t.join(timeout=10)
+    assert not t.is_alive() and errors and errors[0] in ("timeout", "cancelled", "aborted")
+
+    # A closed peer: its group's calls raise cancelled.
+    ranks[0].close()
+    for call in (lambda: groups[0].committed("policy"), lambda: groups[0].fetch("policy", 1),
+                 lambda: groups[0].commit(1, timeout=1)):
+        with pytest.raises(th.Error) as err:
+            call()
+        assert err.value.code == "cancelled", str(err.value)
+    staged[0].release()
