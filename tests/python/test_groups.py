@@ -38,6 +38,15 @@ def swarm():
     trainer.close()
 
 
+def instance(start, name, size):
+    """`size` peers that know v1, each joined to group `name` as its rank:
+    (peers, groups)."""
+    ranks = [start(f"{name}-{r}") for r in range(size)]
+    for r in ranks:
+        r.wait_for_head("policy", timeout=20)
+    return ranks, [ranks[r].group(name, size, r) for r in range(size)]
+
+
 def commit_all(groups, version, timeout, retry_aborted=False):
     """Every group's commit at once, as each rank's process would: the
     outcome of each (None: committed; else the Error). `retry_aborted`: a
@@ -67,10 +76,7 @@ def commit_all(groups, version, timeout, retry_aborted=False):
 
 def test_three_ranks_stage_and_commit_together(swarm):
     _, full, start = swarm
-    ranks = [start(f"inst-{r}") for r in range(3)]
-    for r in ranks:
-        r.wait_for_head("policy", timeout=20)
-    groups = [ranks[r].group("inst", 3, r) for r in range(3)]
+    ranks, groups = instance(start, "inst", 3)
     assert (groups[1].name, groups[1].size, groups[1].rank) == ("inst", 3, 1)
     with pytest.raises(th.Error) as e:
         groups[0].commit(1, timeout=1)
@@ -108,10 +114,7 @@ def test_three_ranks_stage_and_commit_together(swarm):
 
 def test_a_rank_that_lets_go_of_its_stage_fails_the_commit_naming_it_and_a_late_rank_catches_up(swarm):
     _, full, start = swarm
-    ranks = [start(f"g-{r}") for r in range(2)]
-    for r in ranks:
-        r.wait_for_head("policy", timeout=20)
-    groups = [ranks[r].group("g", 2, r) for r in range(2)]
+    ranks, groups = instance(start, "g", 2)
     first = groups[0].fetch("policy", 1)
     second = groups[1].fetch("policy", 1)
     second.wait(timeout=20)
@@ -142,10 +145,7 @@ def test_a_rank_that_lets_go_of_its_stage_fails_the_commit_naming_it_and_a_late_
 
 def test_a_rank_that_leaves_fails_the_commit_at_once_and_a_closed_peer_cancels_its_group(swarm):
     _, _, start = swarm
-    ranks = [start(f"l-{r}") for r in range(2)]
-    for r in ranks:
-        r.wait_for_head("policy", timeout=20)
-    groups = [ranks[r].group("l", 2, r) for r in range(2)]
+    ranks, groups = instance(start, "l", 2)
     staged = [g.fetch("policy", 1) for g in groups]
     outcome = {}
 
