@@ -7,6 +7,7 @@
 
 #include "core/rng.hpp"
 #include "peer/group_book.hpp"
+#include "support/tagged_ids.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::peer;
@@ -14,17 +15,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-PeerId peer_id(std::uint8_t n) {
-  PeerId id;
-  id.bytes.fill(n);
-  return id;
-}
-
-ManifestId version_id(std::uint8_t n) {
-  ManifestId id;
-  id.bytes.fill(n);
-  return id;
-}
+PeerId peer_id(std::uint8_t n) { return testing::peer_tagged(n); }
+ManifestId version_id(std::uint8_t n) { return testing::version_tagged(n); }
 
 GroupState sample_state() {
   GroupState s{"instance-0", 4, 2, {}};

@@ -16,6 +16,13 @@ inline PeerId peer_tagged(std::uint8_t tag) {
   return id;
 }
 
+// A version id whose first byte is `tag`.
+inline ManifestId version_tagged(std::uint8_t tag) {
+  ManifestId id;
+  id.bytes[0] = tag;
+  return id;
+}
+
 // A start time that is not the epoch (a zero time means "never" to some fields).
 inline const TimePoint kStart = TimePoint{} + std::chrono::seconds(1);
 
