@@ -66,9 +66,13 @@ if [[ -n $softverbs ]]; then
   out=$("$runner" --binary "$binary" --hosts 6 --size 64MiB --chaos 1 --softverbs "$softverbs" --no-rdma-host 4 \
     --timeout 150)
   echo "$out"
-  read_x=$(sed -n "s/.*, \([0-9.]*\) of the fetched bytes by RDMA READ.*/\1/p" <<<"$out")
+  read_x=$(sed -n "s/.*, \([0-9.]*\) of the RDMA workers' fetched bytes by RDMA READ.*/\1/p" <<<"$out")
   [[ -n $read_x ]] || { echo "FAIL: no RDMA READ share in the softverbs run"; exit 1; }
-  awk -v x="$read_x" 'BEGIN { exit !(x >= 0.7) }' || { echo "FAIL: only ${read_x} of the bytes came by READ"; exit 1; }
+  # Of the workers that can READ, most bytes come by READ; what the TCP-only
+  # host serves them and the blocks a chaos event moves to TCP come by TCP:
+  # 0.94 on a quiet machine, 0.92 in a CI run beside other tests.
+  awk -v x="$read_x" 'BEGIN { exit !(x >= 0.8) }' ||
+    { echo "FAIL: only ${read_x} of the RDMA workers' bytes came by READ"; exit 1; }
 fi
 # A VM's free page reporting is held off while a run lasts and restored
 # when it ends, also when the run is stopped by SIGTERM; the namespaces
