@@ -11,7 +11,7 @@ namespace tensorhub::swarm {
 void FetchSession::on_mate_fetching(TimePoint now, const PeerId& peer, ShardIndex shard) {
   const Neighbour* mate = neighbourhood_.find(peer);
   if (mate == nullptr || mate->proximity != Proximity::kSameHost) return;
-  if (shard.value >= layout_.shard_count() || have_.test(shard.value) || done_) return;
+  if (shard.value >= layout_.shard_count() || !needs(shard) || done_) return;
   source_rules_.claim(now, peer, shard);
   // We began it too, in the same instant (a HAVE or an unchoke reaches all
   // mates at once, and each picks the one new shard): the loser cancels

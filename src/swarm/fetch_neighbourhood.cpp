@@ -160,7 +160,7 @@ void FetchSession::on_have(TimePoint now, const PeerId& peer, ShardIndex shard) 
   source_rules_.unclaim(peer, shard);
   if (neighbourhood_.add_have(peer, shard)) picker_.increment(shard);
   starved_since_.reset();
-  if (done_ || have_.test(shard.value)) return;  // nothing new to ask anyone for
+  if (done_ || !needs(shard)) return;  // nothing new to ask anyone for
   // Only the sender can be asked for more. News of a holder never lets
   // another neighbour give what it could not: each source rule
   // forbids more as holders appear (a mate holding the shard, a serving
@@ -229,7 +229,7 @@ void FetchSession::check_starvation(TimePoint now) {
     swap_due_ = now + config_.request_timeout / 4;  // the next try, whether or not this one trades
     auto holds_something_wanted = [&](const Neighbour& n) {
       for (std::uint32_t s = 0; s < n.bits.size(); ++s) {
-        if (n.bits.test(s) && !have_.test(s)) return true;
+        if (n.bits.test(s) && needs(ShardIndex{s})) return true;
       }
       return false;
     };

@@ -7,26 +7,30 @@
 namespace tensorhub::swarm {
 
 FetchSession::FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id,
-                           FetchConfig config, std::uint64_t seed, TimePoint now, RequestIds& ids)
+                           FetchConfig config, std::uint64_t seed, TimePoint now, RequestIds& ids,
+                           core::Bitfield wanted)
     : layout_(layout),
       have_(std::move(have)),
+      wanted_(wanted.size() == 0 ? core::Bitfield(layout.shard_count(), true) : std::move(wanted)),
       self_(std::move(self)),
       self_id_(self_id),
       config_(config),
       picker_(layout.shard_count(), seed ^ 0x9e3779b97f4a7c15ull),
       neighbourhood_(layout.shard_count(), config.max_candidates, seed) {
   assert(have_.size() == layout_.shard_count());
+  assert(wanted_.size() == layout_.shard_count());
   request_ids_ = &ids;
   config_.endgame_duplicates = std::clamp<std::size_t>(config_.endgame_duplicates, 1, RequestTable::kMaxRequestsPerBlock);
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
     const ShardIndex shard{s};
-    if (have_.test(s)) {
+    if (!needs(shard)) {
       picker_.drop(shard);
     } else {
       unrequested_ += layout_.block_count(shard);
+      ++needed_left_;
     }
   }
-  if (have_.all()) {
+  if (needed_left_ == 0) {
     finish(Status::ok());
     return;
   }
@@ -257,9 +261,10 @@ void FetchSession::on_verified(TimePoint now, ShardIndex shard, bool good) {
     retry_alone_.erase(shard.value);
     source_rules_.forget_claim(shard);
     have_.set(shard.value);
+    --needed_left_;
     picker_.drop(shard);
     actions_.push(AnnounceAction{shard});
-    if (have_.all()) {
+    if (needed_left_ == 0) {
       finish(Status::ok());
       return;
     }
@@ -362,9 +367,9 @@ std::optional<FetchAction> FetchSession::poll() {
 
 FetchProgress FetchSession::progress() const {
   FetchProgress p;
-  p.shards_total = layout_.shard_count();
+  p.shards_total = static_cast<std::uint32_t>(wanted_.count());
   for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
-    if (have_.test(s)) {
+    if (have_.test(s) && wanted_.test(s)) {
       ++p.shards_verified;
       p.bytes_verified += layout_.shard_length(ShardIndex{s});
     }

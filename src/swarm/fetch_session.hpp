@@ -55,11 +55,15 @@ namespace tensorhub::swarm {
 class FetchSession {
  public:
   // `have`: shards already held (e.g. unchanged since the parent version,
-  // copied locally). `ids`: where request ids come from (SwarmCore numbers
-  // every version's requests from one); it outlives the session.
-  // REQUIRES: have.size() == layout.shard_count().
+  // copied locally). `wanted`: the shards this fetch is for (a selection
+  // of the version); empty: all of them. The fetch is done once it holds
+  // every wanted shard; it never asks for another. `ids`: where request
+  // ids come from (SwarmCore numbers every version's requests from one);
+  // it outlives the session.
+  // REQUIRES: have.size() == layout.shard_count(), and wanted's size is
+  // that or 0.
   FetchSession(ShardLayout layout, core::Bitfield have, Location self, PeerId self_id, FetchConfig config,
-               std::uint64_t seed, TimePoint now, RequestIds& ids);
+               std::uint64_t seed, TimePoint now, RequestIds& ids, core::Bitfield wanted = {});
   // Not copied: its parts are not.
   FetchSession(const FetchSession&) = delete;
   FetchSession& operator=(const FetchSession&) = delete;
@@ -205,6 +209,8 @@ class FetchSession {
 
   bool done() const { return done_; }
   const core::Bitfield& have() const { return have_; }
+  // A shard this fetch still needs: wanted and not held.
+  bool needs(ShardIndex shard) const { return wanted_.test(shard.value) && !have_.test(shard.value); }
   // Who has a use for our HAVE of `shard`, set into `out` in id order, once
   // each: of `requesters`, those not neighbours known to hold it (a
   // super-seed never counts as one: its reveals are paced by the HAVEs of
@@ -291,6 +297,8 @@ class FetchSession {
 
   ShardLayout layout_;
   core::Bitfield have_;
+  core::Bitfield wanted_;          // every shard, unless the fetch is of a selection
+  std::uint32_t needed_left_ = 0;  // shards wanted and not yet held
   Location self_;
   PeerId self_id_;
   FetchConfig config_;

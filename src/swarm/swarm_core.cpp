@@ -60,11 +60,13 @@ void SwarmCore::serve(TimePoint now, const ManifestId& id, const ShardLayout& la
   (void)now;
 }
 
-void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have) {
+void SwarmCore::fetch(TimePoint now, const ManifestId& id, const ShardLayout& layout, core::Bitfield have,
+                      core::Bitfield wanted) {
   Version& v = version(id, layout, have, config_.serve_fetched);
   if (v.fetch) return;
   const std::uint64_t seed = version_seed(id, 0);
-  v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now, request_ids_);
+  v.fetch = std::make_unique<FetchSession>(layout, v.have, self_, self_id_, config_.fetch, seed, now, request_ids_,
+                                           std::move(wanted));
   v.fetch_serial = ++fetch_serials_;
   v.fetch->set_slot_share(now, upload_slots_here());
   drain(now, id, v);

@@ -86,7 +86,9 @@ class SwarmCore final : public PiecePath, private ServePeers {
   };
   void serve(TimePoint now, const ManifestId& version_id, const ShardLayout& layout, core::Bitfield have,
              ServeMode mode = ServeMode::kPlain);
-  void fetch(TimePoint now, const ManifestId& version_id, const ShardLayout& layout, core::Bitfield have);
+  // `wanted`: the shards of a selection (FetchSession); empty: all.
+  void fetch(TimePoint now, const ManifestId& version_id, const ShardLayout& layout, core::Bitfield have,
+             core::Bitfield wanted = {});
   void stop(TimePoint now, const ManifestId& version_id);
   bool knows(const ManifestId& version_id) const { return versions_.count(version_id) != 0; }
   const core::Bitfield* have(const ManifestId& version_id) const;

@@ -36,9 +36,9 @@ struct Holder {
 class Driver {
  public:
   Driver(ShardLayout shape, FetchConfig config, Location self = {"dc1", "r1", "h0"}, std::uint64_t seed = 7,
-         std::uint32_t last_request_id = 0)
+         std::uint32_t last_request_id = 0, Bitfield wanted = {})
       : ids(last_request_id),
-        session(shape, Bitfield(shape.shard_count()), self, PeerId{}, config, seed, now, ids),
+        session(shape, Bitfield(shape.shard_count()), self, PeerId{}, config, seed, now, ids, std::move(wanted)),
         layout(shape) {}
 
   void add_holder(std::uint64_t n, Holder h) {
@@ -234,6 +234,47 @@ TEST_CASE("fetch session: one holder, every block requested once, verified, anno
   const std::uint32_t blocks = 10 * 4;
   CHECK(d.requests == blocks);
   CHECK(d.session.progress().bytes_verified == d.layout.total_size);
+}
+
+TEST_CASE("fetch session: a selection asks for its shards alone and is done once they verify") {
+  Bitfield wanted(10);
+  for (int s : {1, 4, 5, 9}) wanted.set(s);
+  Driver d(layout(10), FetchConfig{}, {"dc1", "r1", "h0"}, 7, 0, wanted);
+  // The nearest holder has the selection only; nobody holds shard 0 at all.
+  Holder selection;
+  selection.location = {"dc1", "r1", "h1"};
+  selection.bits = wanted;
+  Holder far = full(10, {"dc1", "r2", "h9"});
+  far.bits.reset(0);
+  d.add_holder(1, selection);
+  d.add_holder(2, far);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->is_ok());
+  for (const auto& [block, asked] : d.requests_per_block) CHECK(wanted.test(block.first));
+  CHECK(d.requests == 4 * 4);
+  CHECK(d.announced == std::set<std::uint32_t>{1, 4, 5, 9});
+  CHECK(d.session.have().count() == 4);
+  const FetchProgress p = d.session.progress();
+  CHECK(p.shards_total == 4);
+  CHECK(p.shards_verified == 4);
+  CHECK(p.bytes_verified == 4 * d.layout.shard_size - d.layout.block_size / 2);  // shard 9 is the short last one
+}
+
+TEST_CASE("fetch session: a selection whose shard nobody holds fails naming that shard") {
+  Bitfield wanted(6);
+  wanted.set(2);
+  wanted.set(3);
+  Driver d(layout(6), FetchConfig{}, {"dc1", "r1", "h0"}, 7, 0, wanted);
+  Holder partial;
+  partial.location = {"dc1", "r1", "h1"};
+  partial.bits = Bitfield(6);
+  partial.bits.set(2);
+  d.add_holder(1, partial);
+  d.run();
+  REQUIRE(d.result.has_value());
+  CHECK(d.result->code() == StatusCode::kUnavailable);
+  CHECK(d.result->message().find("shard 3") != std::string::npos);
 }
 
 TEST_CASE("fetch session: rarest shards first across several partial holders") {
