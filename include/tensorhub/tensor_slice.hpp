@@ -38,6 +38,15 @@ struct TensorSlice {
   friend bool operator==(const TensorSlice&, const TensorSlice&) = default;
 };
 
+// One tensor of a fetch by selection (Peer::fetch with a selection): the
+// tensor's name and the slice of it wanted; a slice with no ranges
+// selects the whole tensor.
+struct TensorSelection {
+  std::string tensor;
+  TensorSlice slice;
+  friend bool operator==(const TensorSelection&, const TensorSelection&) = default;
+};
+
 // OK when `slice` has one range per dimension of `shape`, each with
 // begin < end <= the dimension's extent (an empty slice selects nothing and
 // is refused), and the tensor's element count fits in 64 bits.

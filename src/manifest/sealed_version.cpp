@@ -62,35 +62,36 @@ std::vector<LandingRun> SealedVersion::landing_runs(std::uint32_t part) const {
   const Manifest& m = *parts_.at(part);
   std::map<std::string_view, const TensorEntry*> whole;
   for (const TensorEntry& t : tensors_) whole.emplace(t.name, &t);
-  std::vector<LandingRun> out;
-  auto add = [&](std::uint64_t part_offset, std::uint64_t whole_offset, std::uint64_t length) {
-    if (length == 0) return;
-    if (!out.empty()) {
-      LandingRun& last = out.back();
-      const bool both_gaps = last.whole_offset == kNoWholeOffset && whole_offset == kNoWholeOffset;
-      const bool contiguous = last.whole_offset != kNoWholeOffset && whole_offset == last.whole_offset + last.length;
-      if (last.part_offset + last.length == part_offset && (both_gaps || contiguous)) {
-        last.length += length;
-        return;
-      }
-    }
-    out.push_back(LandingRun{part_offset, whole_offset, length});
-  };
+  LandingRunList out;
   std::uint64_t at = 0;  // the part's image up to here is in `out`
   std::vector<ByteRun> runs;
   for (const TensorEntry& t : m.tensors()) {  // in offset order, non-overlapping
-    add(at, kNoWholeOffset, t.byte_offset - at);
+    out.add(at, kNoWholeOffset, t.byte_offset - at);
     const TensorEntry& w = *whole.at(t.name);
     runs_in_whole(t, w, runs);
     std::uint64_t within = 0;
     for (const ByteRun& r : runs) {
-      add(t.byte_offset + within, w.byte_offset + r.offset, r.length);
+      out.add(t.byte_offset + within, w.byte_offset + r.offset, r.length);
       within += r.length;
     }
     at = t.byte_offset + t.byte_length;
   }
-  add(at, kNoWholeOffset, m.total_size() - at);
-  return out;
+  out.add(at, kNoWholeOffset, m.total_size() - at);
+  return out.take();
+}
+
+void LandingRunList::add(std::uint64_t part_offset, std::uint64_t whole_offset, std::uint64_t length) {
+  if (length == 0) return;
+  if (!runs_.empty()) {
+    LandingRun& last = runs_.back();
+    const bool both_gaps = last.whole_offset == kNoWholeOffset && whole_offset == kNoWholeOffset;
+    const bool contiguous = last.whole_offset != kNoWholeOffset && whole_offset == last.whole_offset + last.length;
+    if (last.part_offset + last.length == part_offset && (both_gaps || contiguous)) {
+      last.length += length;
+      return;
+    }
+  }
+  runs_.push_back(LandingRun{part_offset, whole_offset, length});
 }
 
 std::uint64_t SealedVersion::gap_bytes(std::span<const LandingRun> runs) {

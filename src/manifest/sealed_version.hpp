@@ -36,6 +36,17 @@ struct LandingRun {
 };
 inline constexpr std::uint64_t kNoWholeOffset = ~std::uint64_t{0};
 
+// Landing runs as they are found, in increasing part offset: a run that
+// continues the last one on both sides (or both are gaps) extends it.
+class LandingRunList {
+ public:
+  void add(std::uint64_t part_offset, std::uint64_t whole_offset, std::uint64_t length);
+  std::vector<LandingRun> take() { return std::move(runs_); }
+
+ private:
+  std::vector<LandingRun> runs_;
+};
+
 // At most this many landing runs per part: a part whose slices are more
 // fragmented in the whole layout (a column slice of a tall matrix is one
 // run per row) is refused by join(), as a seal whose check would cost too

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/anonymous_memory.hpp"
+#include "core/bitfield.hpp"
 #include "core/version_number.hpp"
 #include "core/regions.hpp"
 #include "seams/destination_owner.hpp"
@@ -63,6 +64,10 @@ struct LocalVersion {
   // from it first (CopyFromMate), and the swarm fetches only what fails.
   std::optional<HostMate> host_mate;
   TimePoint started;                  // driver time: the fetch began, or the version was published
+  // The shards a fetch of a selection is for, one bit per shard; empty:
+  // every shard (a whole version). A selection, once complete, holds
+  // those alone: it serves them, and never counts as a whole copy.
+  core::Bitfield wanted;
 
   VersionState state = VersionState::kFetching;
   Status result;                     // why it failed, once kFailed
@@ -71,6 +76,10 @@ struct LocalVersion {
   std::uint32_t bad_shards = 0;      // shards received that failed verification
 
   bool served() const { return role != VersionRole::kCopy; }
+  bool whole() const { return wanted.size() == 0; }
+  bool wants(ShardIndex shard) const { return whole() || wanted.test(shard.value); }
+  // Every shard is here and verified: a whole version, complete.
+  bool holds_all() const { return state == VersionState::kComplete && whole(); }
   bool finished() const { return state != VersionState::kFetching; }
 };
 

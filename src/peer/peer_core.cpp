@@ -146,7 +146,7 @@ void PeerCore::challenge_member(TimePoint now, const ManifestId& id, const gossi
   if (!claims || member.id == self_) return;
   auto v = find(id);
   if (!v) return;
-  if (v->state != VersionState::kComplete) return;
+  if (!v->holds_all()) return;
   auto challenge = proofs_.challenge(now, id, member.id, member.incarnation, v->memory.size(), rng_);
   if (!challenge) return;
   const std::vector<std::uint8_t> bytes = encode_challenge(*challenge);
@@ -157,7 +157,7 @@ void PeerCore::challenge_member(TimePoint now, const ManifestId& id, const gossi
 void PeerCore::answer_challenge(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message) {
   auto v = find(message.version_id);
   if (!v) return;
-  if (v->state != VersionState::kComplete) return;
+  if (!v->holds_all()) return;
   auto challenge = decode_challenge(message.bytes, v->memory.size());
   if (!challenge || !challenges_answered_.allow(peer.hex(), now)) return;
   const core::Blake2bDigest answer = v->domain->digest_ranges(challenge->nonce, challenge->ranges, v->memory);

@@ -226,14 +226,20 @@ class PeerCore {
   // only where there are no bytes, in the simulator). A version held here
   // already is copied from the local copy (CopyShards) once that one is
   // complete, and never shares state with it. `domain`: where the
-  // destination lives (it verifies and copies into it).
-  // Errors: kInvalidArgument (destination of another size);
-  // kPermissionDenied (the version's shard hash is not BLAKE2b-256 and the
-  // config requires it).
+  // destination lives (it verifies and copies into it). `wanted`: the
+  // shards of a selection (LocalVersion::wanted), one bit per shard, at
+  // least one set; empty: every shard. The destination still spans the
+  // whole image; only the wanted shards' bytes are written.
+  // Errors: kInvalidArgument (destination of another size, a wanted set of
+  // another size or empty); kPermissionDenied (the version's shard hash is
+  // not BLAKE2b-256 and the config requires it); kAlreadyExists (a
+  // selection of a version held here as a selection too, or the version
+  // when a selection of it is held here: one copy a version, served).
   Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                               core::MutableRegions destination,
                                               const MemoryDomain& domain = host_memory(),
-                                              std::optional<HostMate> host_mate = std::nullopt);
+                                              std::optional<HostMate> host_mate = std::nullopt,
+                                              core::Bitfield wanted = {});
   // A live member on this peer's host (the same non-empty host label) whose
   // record holds `id` complete: where a fetch into memory that host mates
   // share (GPU memory) copies from first. None when there is none.

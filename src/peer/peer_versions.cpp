@@ -14,8 +14,13 @@ swarm::ShardLayout layout_of(const Manifest& m, std::uint32_t block_size) {
 }
 
 void set_totals(LocalVersion& v, const Manifest& m) {
-  v.progress.bytes_total = m.total_size();
-  v.progress.shards_total = static_cast<std::uint32_t>(m.shard_count());
+  v.progress.bytes_total = 0;
+  v.progress.shards_total = 0;
+  for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+    if (!v.wants(ShardIndex{s})) continue;
+    v.progress.bytes_total += m.shard(ShardIndex{s}).byte_length;
+    ++v.progress.shards_total;
+  }
 }
 
 }  // namespace
@@ -131,8 +136,15 @@ std::shared_ptr<LocalVersion> PeerCore::serve_published(TimePoint now, std::shar
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                       core::MutableRegions destination,
-                                                      const MemoryDomain& domain, std::optional<HostMate> host_mate) {
+                                                      const MemoryDomain& domain, std::optional<HostMate> host_mate,
+                                                      core::Bitfield wanted) {
   const Manifest& m = *manifest;
+  if (wanted.size() != 0 && (wanted.size() != m.shard_count() || wanted.none())) {
+    return Status::invalid_argument("a selection of " + m.model() + " v" + std::to_string(m.version()) +
+                                    " names " + std::to_string(wanted.count()) + " of " +
+                                    std::to_string(wanted.size()) + " shards; the version has " +
+                                    std::to_string(m.shard_count()));
+  }
   if (config_.require_secure_hash && m.body().shard_hash != ShardHashAlgorithm::kBlake2b_256) {
     return Status::permission_denied(m.model() + " v" + std::to_string(m.version()) + " is hashed with " +
                                      std::string(shard_hash_name(m.body().shard_hash)) +
@@ -151,8 +163,14 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->domain = &domain;
   v->host_mate = std::move(host_mate);
   v->started = now;
+  v->wanted = std::move(wanted);
   set_totals(*v, m);
   if (auto held = find(m.id())) {
+    if (!held->whole()) {
+      return Status::already_exists("this peer holds a selection of " + m.model() + " v" +
+                                    std::to_string(m.version()) + " already; release it to fetch " +
+                                    (v->whole() ? "the whole version" : "another selection"));
+    }
     // Held here already: a private copy, which never shares state with it.
     v->role = VersionRole::kCopy;
     copies_[v] = held;
@@ -169,10 +187,15 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
 
 void PeerCore::start_copy(const std::shared_ptr<LocalVersion>& copy, const std::shared_ptr<LocalVersion>& source) {
   const Manifest& m = *copy->manifest;
-  std::vector<ShardIndex> all(m.shard_count());
-  for (std::uint32_t s = 0; s < all.size(); ++s) all[s] = ShardIndex{s};
+  std::vector<ShardIndex> all;
+  core::Bitfield have(m.shard_count());
+  for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
+    if (!copy->wants(ShardIndex{s})) continue;
+    all.push_back(ShardIndex{s});
+    have.set(s);
+  }
   copies_[copy] = nullptr;
-  copying_[copy.get()] = PendingCopies{1, core::Bitfield(m.shard_count(), true), 0};
+  copying_[copy.get()] = PendingCopies{1, std::move(have), 0};
   actions_.push(CopyShards{source, copy, std::move(all)});
 }
 
@@ -207,14 +230,14 @@ void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v
   if (!v->destination.empty()) {
     for (const auto& [id, other] : versions_) {
       if (other == v || other->model != v->model || other->memory.empty()) continue;
-      if (other->state != VersionState::kComplete) continue;
+      if (!other->holds_all()) continue;
       const ManifestDiff diff = diff_manifests(*other->manifest, m);
       if (!diff.comparable) continue;
       std::vector<bool> changed(m.shard_count(), false);
       for (ShardIndex s : diff.changed) changed[s.value] = true;
       std::vector<ShardIndex> shards;
       for (std::uint32_t s = 0; s < m.shard_count() && s < other->manifest->shard_count(); ++s) {
-        if (changed[s] || pending.have.test(s)) continue;
+        if (changed[s] || pending.have.test(s) || !v->wants(ShardIndex{s})) continue;
         pending.have.set(s);
         shards.push_back(ShardIndex{s});
       }
@@ -226,7 +249,7 @@ void PeerCore::start_fetch(TimePoint now, const std::shared_ptr<LocalVersion>& v
   if (v->host_mate && !v->destination.empty() && v->role != VersionRole::kCopy) {
     std::vector<ShardIndex> shards;
     for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
-      if (pending.have.test(s)) continue;
+      if (pending.have.test(s) || !v->wants(ShardIndex{s})) continue;
       pending.have.set(s);
       shards.push_back(ShardIndex{s});
     }
@@ -286,16 +309,20 @@ void PeerCore::on_shards_copied(TimePoint now, const std::shared_ptr<LocalVersio
 
 void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersion>& v, core::Bitfield have) {
   const Manifest& m = *v->manifest;
-  v->progress.shards_verified = static_cast<std::uint32_t>(have.count());
+  v->progress.shards_verified = 0;
   v->progress.bytes_verified = 0;
   for (std::uint32_t s = 0; s < m.shard_count(); ++s) {
-    if (have.test(s)) v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
+    if (!have.test(s) || !v->wants(ShardIndex{s})) continue;
+    ++v->progress.shards_verified;
+    v->progress.bytes_verified += m.shard(ShardIndex{s}).byte_length;
   }
-  report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number.value) + ": " +
-                            std::to_string(have.count()) + " of " + std::to_string(m.shard_count()) +
+  report(Report::kInfo, "fetching " + v->model + " v" + std::to_string(v->number.value) +
+                            (v->whole() ? std::string() : " (a selection)") + ": " +
+                            std::to_string(v->progress.shards_verified) + " of " +
+                            std::to_string(v->progress.shards_total) +
                             (v->host_mate ? " shards here already (unchanged locally or copied from a host mate)"
                                           : " shards unchanged locally"));
-  swarm_.fetch(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have));
+  swarm_.fetch(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have), v->wanted);
   // Everyone gossip says holds or fetches it is a candidate.
   if (gossip_) {
     for (const auto& member : gossip_->members()) {
@@ -316,9 +343,11 @@ std::uint16_t PeerCore::permille(const LocalVersion& v) const {
   // A publisher is an origin: it never fetches, so what it publishes (the
   // whole version, or a trainer rank's part) counts as complete.
   if (v.role == VersionRole::kPublished) return 1000;
-  if (v.state == VersionState::kComplete) return 1000;
+  if (v.holds_all()) return 1000;
+  // A selection counts against the whole version: never complete.
+  const std::uint64_t total = v.whole() ? v.progress.shards_total : v.manifest->shard_count();
   return static_cast<std::uint16_t>(
-      std::min<std::uint64_t>(999, 1000ull * v.progress.shards_verified / std::max<std::uint32_t>(1, v.progress.shards_total)));
+      std::min<std::uint64_t>(999, 1000ull * v.progress.shards_verified / std::max<std::uint64_t>(1, total)));
 }
 
 void PeerCore::announce_holding(const LocalVersion& v) {
@@ -383,7 +412,7 @@ swarm::ReleaseFacts PeerCore::release_facts(const LocalVersion& v) const {
       facts.is_head = std::find(ids.begin(), ids.end(), v.id) != ids.end();
     }
   }
-  facts.complete = v.state == VersionState::kComplete;
+  facts.complete = v.holds_all();
   facts.other_holders = replicas(v.id);
   return facts;
 }

@@ -438,7 +438,7 @@ std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {
   const std::uint32_t count = v.manifest->shard_count();
   std::vector<bool> out(count, false);
   if (v.state == VersionState::kComplete) {
-    out.assign(count, true);
+    for (std::uint32_t i = 0; i < count; ++i) out[i] = v.wants(ShardIndex{i});
   } else if (v.role == VersionRole::kCopy) {
     // A private copy is written all at once from the version held here:
     // the swarm's bitfield is that version's, not the copy's.

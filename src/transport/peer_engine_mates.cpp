@@ -18,7 +18,7 @@ Result<MateServer::Loan> PeerEngine::lend_to_mate(const ManifestId& version_id) 
   auto it = core_->versions().find(version_id);
   if (it == core_->versions().end()) return Status::not_found("this peer does not hold that version");
   const std::shared_ptr<LocalVersion> v = it->second;
-  if (v->state != VersionState::kComplete) return Status::unavailable("this peer holds that version only in part");
+  if (!v->holds_all()) return Status::unavailable("this peer holds that version only in part");
   MateServer::Loan loan;
   if (Status s = v->domain->share(v->memory, loan.ranges); !s) return s;
   std::shared_ptr<VersionLease> lease = lease_of(v);

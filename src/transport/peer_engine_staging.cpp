@@ -107,7 +107,7 @@ bool PeerEngine::serve_from_mirror(const swarm::ServePiece& s, const std::shared
     transport_for(s.peer).send_piece(s.peer, s.header, whole, std::move(piece));
     return true;
   }
-  if (version->state == VersionState::kComplete) start_mirror(version, source);
+  if (version->holds_all()) start_mirror(version, source);
   return false;
 }
 

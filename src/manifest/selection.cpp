@@ -1,0 +1,135 @@
+#include "manifest/selection.hpp"
+
+#include <map>
+#include <string>
+
+#include "core/quoted.hpp"
+#include "manifest/slice_algebra.hpp"
+
+namespace tensorhub::manifest {
+namespace {
+
+// The byte runs of `inner` within a row-major tensor that holds `outer`
+// (shape outer's extents), in the order of inner's elements.
+void runs_within(const TensorSlice& inner, const TensorSlice& outer, std::span<const std::uint64_t> outer_shape,
+                 std::uint32_t element_size, std::vector<ByteRun>& out) {
+  out.clear();
+  byte_runs(relative_to(inner, outer), outer_shape, element_size, out);
+}
+
+}  // namespace
+
+Result<std::vector<TensorEntry>> selected_layout(std::span<const TensorEntry> whole,
+                                                 std::span<const TensorSelection> selection, std::string_view what) {
+  if (selection.empty()) return Status::invalid_argument("a selection of " + std::string(what) + " names no tensor");
+  std::map<std::string_view, const TensorSelection*> wanted;
+  for (const TensorSelection& s : selection) {
+    if (!wanted.emplace(s.tensor, &s).second) {
+      return Status::invalid_argument("the selection names tensor " + core::quoted(s.tensor) + " twice");
+    }
+  }
+  std::vector<TensorEntry> out;
+  std::uint64_t at = 0;
+  for (const TensorEntry& t : whole) {
+    auto it = wanted.find(t.name);
+    if (it == wanted.end()) continue;
+    const TensorSelection& s = *it->second;
+    wanted.erase(it);
+    TensorEntry e{t.name, t.dtype, t.shape, at, t.byte_length};
+    if (!s.slice.ranges.empty() && s.slice != TensorSlice::whole(t.shape)) {
+      if (Status valid = validate_slice(s.slice, t.shape); !valid) {
+        return Status::invalid_argument("the selection of tensor " + core::quoted(t.name) + " " + s.slice.to_string() +
+                                        " does not fit its shape: " + valid.message());
+      }
+      e.global_shape = t.shape;
+      e.shape = s.slice.shape();
+      e.slice_begin.clear();
+      for (const IndexRange& r : s.slice.ranges) e.slice_begin.push_back(r.begin);
+      e.byte_length = s.slice.element_count() * dtype_size(t.dtype);
+    }
+    at += e.byte_length;
+    out.push_back(std::move(e));
+  }
+  if (!wanted.empty()) {
+    return Status::invalid_argument(std::string(what) + " has no tensor " + core::quoted(wanted.begin()->first));
+  }
+  return out;
+}
+
+Result<std::vector<LandingRun>> selection_runs(const Manifest& m, std::span<const TensorEntry> selected) {
+  std::map<std::string_view, const TensorEntry*> by_name;
+  for (const TensorEntry& s : selected) by_name.emplace(s.name, &s);
+  // Bound the work first: each selected slice of a tensor of `m` takes at
+  // most its run count on both sides (the part's, and the selection's).
+  std::uint64_t bound = 0;
+  for (const TensorEntry& t : m.tensors()) {
+    auto it = by_name.find(t.name);
+    if (it == by_name.end() || t.byte_length == 0) continue;
+    const auto both = intersect(t.slice(), it->second->slice());
+    if (!both) continue;
+    bound += run_count(relative_to(*both, t.slice()), t.shape) +
+             run_count(relative_to(*both, it->second->slice()), it->second->shape) + 2;
+    if (bound > kMaxLandingRuns) {
+      return Status::invalid_argument("the selection takes more than " + std::to_string(kMaxLandingRuns) +
+                                      " byte runs of " + core::quoted(m.model()) + " v" + std::to_string(m.version()) +
+                                      (m.part() ? " part " + std::to_string(m.part()->index) : std::string()) + " (" +
+                                      core::quoted(t.name) + " is one of its most fragmented slices)");
+    }
+  }
+  LandingRunList out;
+  std::uint64_t at = 0;  // the image up to here is in `out`
+  std::vector<ByteRun> from, to;
+  for (const TensorEntry& t : m.tensors()) {  // in offset order, non-overlapping
+    auto it = by_name.find(t.name);
+    if (it == by_name.end() || t.byte_length == 0) continue;
+    const TensorEntry& s = *it->second;
+    const auto both = intersect(t.slice(), s.slice());
+    if (!both) continue;
+    const std::uint32_t element = dtype_size(t.dtype);
+    runs_within(*both, t.slice(), t.shape, element, from);  // where its bytes lie in this image's tensor
+    runs_within(*both, s.slice(), s.shape, element, to);    // and in the selection's
+    // Both enumerate the intersection's elements in row-major order: walk
+    // them together, cutting at either side's run ends.
+    std::size_t i = 0, j = 0;
+    std::uint64_t used_i = 0, used_j = 0;
+    while (i < from.size() && j < to.size()) {
+      const std::uint64_t length = std::min(from[i].length - used_i, to[j].length - used_j);
+      const std::uint64_t part_offset = t.byte_offset + from[i].offset + used_i;
+      out.add(at, kNoWholeOffset, part_offset - at);
+      out.add(part_offset, s.byte_offset + to[j].offset + used_j, length);
+      at = part_offset + length;
+      used_i += length;
+      used_j += length;
+      if (used_i == from[i].length) {
+        ++i;
+        used_i = 0;
+      }
+      if (used_j == to[j].length) {
+        ++j;
+        used_j = 0;
+      }
+    }
+  }
+  out.add(at, kNoWholeOffset, m.total_size() - at);
+  return out.take();
+}
+
+core::Bitfield shards_selected(const Manifest& m, std::span<const LandingRun> runs) {
+  core::Bitfield out(m.shard_count());
+  const std::uint64_t shard = m.shard_size();
+  for (const LandingRun& r : runs) {
+    if (r.whole_offset == kNoWholeOffset || r.length == 0) continue;
+    for (std::uint64_t s = r.part_offset / shard; s <= (r.part_offset + r.length - 1) / shard; ++s) out.set(s);
+  }
+  return out;
+}
+
+std::uint64_t selected_bytes(std::span<const LandingRun> runs) {
+  std::uint64_t n = 0;
+  for (const LandingRun& r : runs) {
+    if (r.whole_offset != kNoWholeOffset) n += r.length;
+  }
+  return n;
+}
+
+}  // namespace tensorhub::manifest

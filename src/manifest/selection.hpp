@@ -1,0 +1,44 @@
+// A fetch by selection, as the manifest sees it: the layout its tensors
+// take in the caller's destination, where each byte of a version's image
+// (a whole version's, or one part's) lands in it, and which shards hold
+// selected bytes. No I/O; the work is bounded by kMaxLandingRuns per image.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/bitfield.hpp"
+#include "manifest/sealed_version.hpp"
+#include "tensorhub/manifest.hpp"
+#include "tensorhub/status.hpp"
+#include "tensorhub/tensor_slice.hpp"
+
+namespace tensorhub::manifest {
+
+// The selected tensors laid end to end, in the order of `whole` (a
+// version's tensor table with every tensor whole: a whole version's
+// manifest, or SealedVersion::tensors()): each a slice of its whole tensor
+// (TensorEntry::global_shape and slice_begin; shape is the slice's
+// extent), or whole when its selection is. `what` names the version in
+// messages. Errors: kInvalidArgument (an empty selection, a tensor `whole`
+// does not have, a tensor selected twice, a slice validate_slice refuses:
+// each naming the tensor).
+Result<std::vector<TensorEntry>> selected_layout(std::span<const TensorEntry> whole,
+                                                 std::span<const TensorSelection> selection, std::string_view what);
+
+// Where the image of `m` lands in a selection's layout (`selected`, from
+// selected_layout over the tensors `m` is a part of): runs tiling [0,
+// m.total_size()) in increasing part_offset, whole_offset being the
+// selection layout's offset, kNoWholeOffset for bytes the selection does
+// not take. Errors: kInvalidArgument (more than kMaxLandingRuns runs).
+Result<std::vector<LandingRun>> selection_runs(const Manifest& m, std::span<const TensorEntry> selected);
+
+// The shards of `m` that hold a byte of `runs` that lands somewhere.
+core::Bitfield shards_selected(const Manifest& m, std::span<const LandingRun> runs);
+
+// Bytes of `runs` that land (not kNoWholeOffset).
+std::uint64_t selected_bytes(std::span<const LandingRun> runs);
+
+}  // namespace tensorhub::manifest

@@ -1,0 +1,205 @@
+// Fetch by selection, as the manifest sees it: the selection's layout, where
+// each byte of a part (or a whole version) lands in it, and which shards a
+// fetch of it needs. Checked against slicing the whole model element by
+// element, for parts split by rows (FSDP) and by columns (tensor parallel).
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "core/random_fill.hpp"
+#include "manifest/selection.hpp"
+#include "support/model_fixture.hpp"
+
+using namespace tensorhub;
+using namespace tensorhub::testing;
+
+namespace {
+
+constexpr std::uint64_t kRows = 128, kCols = 256, kHeader = 10;
+
+// The whole model: "w" F32 [128, 256] then "b" F32 [256], laid end to end.
+struct Model {
+  std::vector<std::byte> w = std::vector<std::byte>(kRows * kCols * 4);
+  std::vector<std::byte> b = std::vector<std::byte>(kCols * 4);
+  Model() {
+    core::fill_pseudo_random(w, 11);
+    core::fill_pseudo_random(b, 12);
+  }
+  std::vector<TensorEntry> tensors() const {
+    return {TensorEntry{"w", DType::kF32, {kRows, kCols}, 0, w.size()},
+            TensorEntry{"b", DType::kF32, {kCols}, w.size(), b.size()}};
+  }
+};
+
+// The bytes of rows [r0, r1) x columns [c0, c1) of "w", row-major.
+std::vector<std::byte> block_of(const Model& model, IndexRange rows, IndexRange cols) {
+  std::vector<std::byte> out;
+  for (std::uint64_t r = rows.begin; r < rows.end; ++r) {
+    const std::byte* row = model.w.data() + (r * kCols + cols.begin) * 4;
+    out.insert(out.end(), row, row + cols.size() * 4);
+  }
+  return out;
+}
+
+struct Part {
+  Manifest manifest;
+  std::vector<std::byte> image;
+};
+
+// Part `index` of `count`: "w" split along `dim` (0: rows, 1: columns)
+// after a header of kHeader bytes that belongs to no tensor; part 0 also
+// holds "b" whole.
+Part make_part(const Model& model, std::uint32_t index, std::uint32_t count, int dim) {
+  const IndexRange rows = dim == 0 ? IndexRange{kRows / count * index, kRows / count * (index + 1)} : IndexRange{0, kRows};
+  const IndexRange cols = dim == 1 ? IndexRange{kCols / count * index, kCols / count * (index + 1)} : IndexRange{0, kCols};
+  Part p;
+  p.image.resize(kHeader);
+  const std::vector<std::byte> w = block_of(model, rows, cols);
+  std::vector<TensorEntry> tensors{
+      TensorEntry{"w", DType::kF32, {rows.size(), cols.size()}, kHeader, w.size(), {kRows, kCols}, {rows.begin, cols.begin}}};
+  if (count == 1) tensors[0] = TensorEntry{"w", DType::kF32, {kRows, kCols}, kHeader, w.size()};  // whole
+  p.image.insert(p.image.end(), w.begin(), w.end());
+  if (index == 0) {
+    tensors.push_back(TensorEntry{"b", DType::kF32, {kCols}, p.image.size(), model.b.size()});
+    p.image.insert(p.image.end(), model.b.begin(), model.b.end());
+  }
+  ManifestBuildOptions o = small_options();
+  o.part = PartOf{index, count};
+  auto m = build_manifest(o, p.image, tensors, test_identity());
+  REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+  p.manifest = std::move(*m);
+  return p;
+}
+
+// Lands every part's selected bytes in a destination of the selection's
+// layout, checking that each part's runs tile its image.
+std::vector<std::byte> land(const std::vector<Part>& parts, const std::vector<TensorEntry>& layout) {
+  std::uint64_t size = 0;
+  for (const TensorEntry& t : layout) size += t.byte_length;
+  std::vector<std::byte> out(size, std::byte{0xee});
+  for (const Part& p : parts) {
+    auto runs = manifest::selection_runs(p.manifest, layout);
+    REQUIRE_MESSAGE(runs.is_ok(), runs.status().to_string());
+    std::uint64_t at = 0;
+    for (const manifest::LandingRun& r : *runs) {
+      CHECK(r.part_offset == at);
+      at += r.length;
+      if (r.whole_offset == manifest::kNoWholeOffset) continue;
+      REQUIRE(r.whole_offset + r.length <= out.size());
+      std::memcpy(out.data() + r.whole_offset, p.image.data() + r.part_offset, r.length);
+    }
+    CHECK(at == p.image.size());
+  }
+  return out;
+}
+
+TensorSlice slice2(IndexRange rows, IndexRange cols) { return TensorSlice{{rows, cols}}; }
+
+}  // namespace
+
+TEST_CASE("selection: every selection lands bit-identical to slicing the whole model, from row or column parts") {
+  const Model model;
+  const std::vector<std::vector<TensorSelection>> selections{
+      {{"w", slice2({0, kRows}, {64, 192})}, {"b", {}}},  // a row-parallel rank's columns, and the bias
+      {{"w", slice2({32, 96}, {0, kCols})}},              // a column-parallel rank's rows
+      {{"w", slice2({10, 20}, {5, 250})}},                // a block
+      {{"b", TensorSlice{{{100, 200}}}}, {"w", {}}},      // a slice of the bias, all of w
+  };
+  for (int dim : {0, 1}) {
+    for (std::uint32_t count : {1u, 2u, 4u}) {
+      std::vector<Part> parts;
+      for (std::uint32_t i = 0; i < count; ++i) parts.push_back(make_part(model, i, count, dim));
+      for (const auto& selection : selections) {
+        CAPTURE(dim);
+        CAPTURE(count);
+        CAPTURE(selection[0].slice.to_string());
+        auto layout = manifest::selected_layout(model.tensors(), selection, "policy v1");
+        REQUIRE_MESSAGE(layout.is_ok(), layout.status().to_string());
+        // In the whole model's order, end to end, each a slice of its tensor.
+        REQUIRE(layout->size() == selection.size());
+        CHECK((*layout)[0].name == "w");
+        CHECK((*layout)[0].byte_offset == 0);
+        if (layout->size() > 1) CHECK((*layout)[1].byte_offset == (*layout)[0].byte_length);
+        std::vector<std::byte> expected;
+        for (const TensorEntry& t : *layout) {
+          const TensorSlice s = t.slice();
+          if (t.name == "w") {
+            const auto bytes = block_of(model, s.ranges[0], s.ranges[1]);
+            expected.insert(expected.end(), bytes.begin(), bytes.end());
+          } else {
+            expected.insert(expected.end(), model.b.begin() + s.ranges[0].begin * 4, model.b.begin() + s.ranges[0].end * 4);
+          }
+        }
+        CHECK(land(parts, *layout) == expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("selection: a whole version's manifest lands the same way, gaps never land") {
+  const Model model;
+  std::vector<std::byte> image(kHeader);
+  image.insert(image.end(), model.w.begin(), model.w.end());
+  image.insert(image.end(), model.b.begin(), model.b.end());
+  std::vector<TensorEntry> tensors = model.tensors();
+  for (TensorEntry& t : tensors) t.byte_offset += kHeader;
+  auto m = build_manifest(small_options(), image, tensors, test_identity());
+  REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+  const std::vector<TensorSelection> selection{{"w", slice2({0, kRows}, {128, 256})}};
+  auto layout = manifest::selected_layout(model.tensors(), selection, "policy v1");
+  REQUIRE(layout.is_ok());
+  std::vector<Part> whole;
+  whole.push_back(Part{std::move(*m), image});
+  CHECK(land(whole, *layout) == block_of(model, {0, kRows}, {128, 256}));
+  auto runs = manifest::selection_runs(whole[0].manifest, *layout);
+  REQUIRE(runs.is_ok());
+  // One run a row, half of each row selected.
+  CHECK(manifest::selected_bytes(*runs) == kRows * 128 * 4);
+  CHECK(runs->front() == manifest::LandingRun{0, manifest::kNoWholeOffset, kHeader + 128 * 4});
+}
+
+TEST_CASE("selection: only the shards holding selected bytes are wanted") {
+  const Model model;
+  // Two FSDP parts of 64 rows: 10 + 64 KiB (+ 1 KiB of bias in part 0), in 64 KiB shards.
+  std::vector<Part> parts{make_part(model, 0, 2, 0), make_part(model, 1, 2, 0)};
+  REQUIRE(parts[0].manifest.shard_count() == 2);
+  REQUIRE(parts[1].manifest.shard_count() == 2);
+  // Rows [0, 32): the first 32 KiB of part 0's rows, all in its shard 0.
+  auto layout = manifest::selected_layout(model.tensors(), std::vector<TensorSelection>{{"w", slice2({0, 32}, {0, kCols})}},
+                                          "policy v1");
+  REQUIRE(layout.is_ok());
+  auto runs0 = manifest::selection_runs(parts[0].manifest, *layout);
+  auto runs1 = manifest::selection_runs(parts[1].manifest, *layout);
+  REQUIRE(runs0.is_ok());
+  REQUIRE(runs1.is_ok());
+  core::Bitfield first = manifest::shards_selected(parts[0].manifest, *runs0);
+  CHECK(first.test(0));
+  CHECK_FALSE(first.test(1));
+  CHECK(manifest::shards_selected(parts[1].manifest, *runs1).none());
+  CHECK(manifest::selected_bytes(*runs1) == 0);
+  // The bias, at the end of part 0: its shard 1 alone.
+  auto bias = manifest::selected_layout(model.tensors(), std::vector<TensorSelection>{{"b", {}}}, "policy v1");
+  REQUIRE(bias.is_ok());
+  auto bias_runs = manifest::selection_runs(parts[0].manifest, *bias);
+  REQUIRE(bias_runs.is_ok());
+  core::Bitfield last = manifest::shards_selected(parts[0].manifest, *bias_runs);
+  CHECK_FALSE(last.test(0));
+  CHECK(last.test(1));
+}
+
+TEST_CASE("selection: bad selections are refused naming the tensor") {
+  const Model model;
+  auto error = [&](std::vector<TensorSelection> selection) {
+    auto layout = manifest::selected_layout(model.tensors(), selection, "policy v1");
+    REQUIRE_FALSE(layout.is_ok());
+    CHECK(layout.status().code() == StatusCode::kInvalidArgument);
+    return layout.status().message();
+  };
+  CHECK(error({}) == "a selection of policy v1 names no tensor");
+  CHECK(error({{"x", {}}}) == "policy v1 has no tensor 'x'");
+  CHECK(error({{"w", {}}, {"w", {}}}) == "the selection names tensor 'w' twice");
+  CHECK(error({{"w", slice2({0, 200}, {0, 1})}}).find("tensor 'w' [0:200, 0:1] does not fit its shape") !=
+        std::string::npos);
+  CHECK(error({{"w", TensorSlice{{{0, 1}}}}}).find("tensor 'w'") != std::string::npos);
+  CHECK(error({{"w", slice2({5, 5}, {0, 1})}}).find("tensor 'w'") != std::string::npos);
+}
