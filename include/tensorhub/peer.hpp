@@ -372,6 +372,15 @@ class Peer {
   // manifest's table; for a version in parts, every tensor whole at its
   // global shape. Errors: as version_info.
   Result<std::vector<TensorEntry>> tensors(const std::string& model, std::uint64_t version) const;
+  // The layout a fetch of `selection` of that version lands in
+  // (fetch_selection): the selected tensors end to end, in the order
+  // tensors() gives them, each at its slice's shape (TensorEntry's
+  // global_shape and slice_begin say where the slice lies; a tensor
+  // selected whole is whole). Errors: as version_info; kInvalidArgument (an
+  // empty selection, a tensor the version does not have or named twice, a
+  // slice outside its tensor, each naming the tensor).
+  Result<std::vector<TensorEntry>> tensors(const std::string& model, std::uint64_t version,
+                                           std::span<const TensorSelection> selection) const;
   // Calls `callback` (on the callback thread) with the current head, if any,
   // and then for each new verified head.
   void subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback);
@@ -409,6 +418,26 @@ class Peer {
   // pinned memory), kNotFound (no GPU with that UUID).
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
                             const MemoryOptions& options);
+  // Fetches a selection of a version (kLatestVersion: the head): of each
+  // tensor `selection` names, the slice it names (one tensor-parallel
+  // rank's rows or columns, an expert, a layer), into `regions` laid end to
+  // end and laid out as tensors(model, version, selection) (empty: the peer
+  // allocates). Only the shards that hold selected bytes are fetched, each
+  // verified whole against the manifest, from any peer holding it (another
+  // fetcher of an overlapping selection included); a version in parts
+  // fetches only the parts the selection takes bytes of. The other bytes
+  // of those shards land in scratch the fetch owns. The handle's tensors()
+  // is the selection's layout, verified_shards() the wanted shards of each
+  // image fetched, and progress() counts those; its info() is the
+  // version's. This peer then serves the shards it holds; gossip counts
+  // it a holder in part.
+  // Errors: as fetch(); as tensors() with a selection; kInvalidArgument
+  // also for regions of another size than the selection, or GPU memory
+  // (not built yet); kAlreadyExists (this peer holds a selection of that
+  // version already, or fetches a selection of a version it holds as one).
+  Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
+                                      std::span<const TensorSelection> selection,
+                                      std::span<const MutableRegion> regions = {});
   // Fetches a version (kLatestVersion: the head) into the file at `path`.
   // The file is created beside `path` at the version's size, blocks are
   // written into it as they arrive (by pwrite, which fills a new page

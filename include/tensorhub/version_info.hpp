@@ -26,6 +26,10 @@ struct FetchProgressInfo {
   std::uint32_t shards_total = 0;
   std::uint32_t shards_verified = 0;
   std::size_t sources = 0;  // peers sending to this fetch now
+  // Payload bytes that came over the network for this fetch: blocks that
+  // arrived twice and shards fetched again after failing verification
+  // count each time; shards copied from a local version do not.
+  std::uint64_t bytes_received = 0;
   double bytes_per_second = 0;
   bool done = false;  // the fetch ended (verified, failed or released)
 };

@@ -23,6 +23,11 @@ class AnonymousMemory {
   AnonymousMemory() = default;
   // Maps `size` bytes (size 0: an empty buffer).
   static Result<AnonymousMemory> allocate(std::size_t size);
+  // Maps `size` bytes of which few may ever be touched (a selection's
+  // scratch: the bytes of fetched shards it does not select): no swap is
+  // reserved for them and no huge pages asked, so only the pages written
+  // cost memory.
+  static Result<AnonymousMemory> reserve_sparse(std::size_t size);
   AnonymousMemory(AnonymousMemory&& other) noexcept;
   AnonymousMemory& operator=(AnonymousMemory&& other) noexcept;
   AnonymousMemory(const AnonymousMemory&) = delete;

@@ -368,6 +368,7 @@ void PeerCore::withdraw_holding(const LocalVersion& v) {
 
 void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status) {
   if (v->state != VersionState::kFetching) return;
+  if (auto p = swarm_.progress(v->id)) v->progress.bytes_received = p->bytes_received;
   v->result = status;
   v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
   v->progress.done = true;

@@ -196,6 +196,11 @@ Result<std::vector<TensorEntry>> Peer::tensors(const std::string& model, std::ui
   });
 }
 
+Result<std::vector<TensorEntry>> Peer::tensors(const std::string& model, std::uint64_t version,
+                                               std::span<const TensorSelection> selection) const {
+  return impl_->call([&] { return impl_->engine->selection_layout(model, version, selection); });
+}
+
 void Peer::subscribe(const std::string& model, std::function<void(const VersionInfo&)> callback) {
   impl_->call([&] { impl_->engine->subscribe(model, std::move(callback)); });
 }
@@ -258,6 +263,33 @@ Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t 
   return handle;
 }
 
+Result<FetchHandle> Peer::fetch_selection(const std::string& model, std::uint64_t version,
+                                          std::span<const TensorSelection> selection,
+                                          std::span<const MutableRegion> regions) {
+  return PeerAccess::fetch_selection(*impl_, model, version, selection, regions);
+}
+
+Result<FetchHandle> PeerAccess::fetch_selection(Impl& impl_ref, const std::string& model, std::uint64_t version,
+                                                std::span<const TensorSelection> selection,
+                                                std::span<const MutableRegion> regions) {
+  Impl* impl = &impl_ref;
+  for (const MutableRegion& r : regions) {
+    if (r.empty()) return Status::invalid_argument("a destination region is empty");
+  }
+  return impl->call([&]() -> Result<FetchHandle> {
+    auto info = impl->engine->version_info(model, version);
+    if (!info) return info.status();
+    auto sealed = impl->engine->sealed_version(model, info->version);
+    if (!sealed) return sealed.status();
+    auto fetched = impl->engine->fetch_selection(model, info->version, selection, core::MutableRegions(regions));
+    if (!fetched) return fetched.status();
+    std::vector<PeerAccess::Created> parts;
+    for (auto& part : fetched->fetches.parts) parts.push_back({part, impl->engine->watch_of(part)});
+    return PeerAccess::assembled_fetch_handle(impl, std::move(*info), std::move(*sealed), std::move(fetched->tensors),
+                                              std::move(parts), std::move(fetched->fetches.whole));
+  });
+}
+
 Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
                                      std::span<const MutableRegion> regions, const MemoryDomain& domain) {
   return PeerAccess::fetch_into(PeerAccess::impl(peer), model, version, regions, domain);
@@ -278,7 +310,10 @@ Result<FetchHandle> PeerAccess::fetch_into(Impl& impl_ref, const std::string& mo
       if (!fetched) return fetched.status();
       std::vector<PeerAccess::Created> parts;
       for (auto& part : fetched->parts) parts.push_back({part, impl->engine->watch_of(part)});
-      return PeerAccess::parts_fetch_handle(impl, *sealed, std::move(parts), std::move(fetched->whole));
+      const manifest::SealedVersion& v = **sealed;
+      return PeerAccess::assembled_fetch_handle(impl, VersionInfo{v.model(), v.version(), v.id(), v.total_size()}, *sealed,
+                                                std::vector<TensorEntry>(v.tensors().begin(), v.tensors().end()),
+                                                std::move(parts), std::move(fetched->whole));
     });
   }
   auto v = created(*impl, [&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
@@ -288,14 +323,14 @@ Result<FetchHandle> PeerAccess::fetch_into(Impl& impl_ref, const std::string& mo
 
 std::vector<std::shared_ptr<peer::LocalVersion>> PeerAccess::versions_of(const FetchHandle& handle) {
   if (!handle.state_) return {};
-  if (!handle.state_->in_parts()) return {handle.state_->version};
+  if (!handle.state_->assembled()) return {handle.state_->version};
   std::vector<std::shared_ptr<peer::LocalVersion>> out;
   for (const auto& part : handle.state_->parts) out.push_back(part->version);
   return out;
 }
 
 ManifestId PeerAccess::version_id_of(const FetchHandle& handle) {
-  return handle.state_->in_parts() ? handle.state_->sealed->id() : handle.state_->version->id;
+  return handle.state_->info.id;
 }
 
 Result<const cuda::GpuMemory*> PeerAccess::gpu(Impl& impl, const std::string& uuid) {

@@ -404,34 +404,109 @@ Result<PeerEngine::PartsFetch> PeerEngine::fetch_parts(std::shared_ptr<const man
                                     " has " + std::to_string(sealed->total_size()));
   }
   std::vector<std::shared_ptr<LocalVersion>> parts;
-  auto fail = [&](Status why) -> Result<PartsFetch> {
-    for (const auto& v : parts) core_->release(now(), v, ReleaseMode::kNow);
-    pump();
-    return why;
-  };
   for (std::uint32_t i = 0; i < sealed->parts().size(); ++i) {
-    const auto runs = sealed->landing_runs(i);
-    const std::uint64_t gap_bytes = manifest::SealedVersion::gap_bytes(runs);
-    core::AnonymousMemory gaps;
-    if (gap_bytes > 0) {
-      if (!domain.host_accessible()) {
-        return fail(Status::invalid_argument("part " + std::to_string(i) + " of " + what + " holds " +
-                                             std::to_string(gap_bytes) + " bytes of no tensor, which a fetch into " +
-                                             std::string(domain.name()) + " memory cannot take yet"));
-      }
-      auto memory = core::AnonymousMemory::allocate(gap_bytes);
-      if (!memory) return fail(memory.status().with_context("part " + std::to_string(i) + " of " + what));
-      gaps = std::move(*memory);
-    }
-    auto v = core_->fetch(now(), sealed->parts()[i], manifest::landing_regions(runs, destination, gaps.bytes()), domain);
-    if (!v) return fail(v.status().with_context("part " + std::to_string(i) + " of " + what));
-    (*v)->owned = std::move(gaps);
-    (*v)->backing = backing;
-    watches_.add(*v);
+    auto v = fetch_landing(sealed->parts()[i], sealed->landing_runs(i), destination, domain, backing, {});
+    if (!v) return release_started(parts, v.status().with_context("part " + std::to_string(i) + " of " + what));
     parts.push_back(std::move(*v));
   }
   pump();
   return PartsFetch{std::move(parts), std::move(destination)};
+}
+
+Status PeerEngine::release_started(const std::vector<std::shared_ptr<LocalVersion>>& started, Status why) {
+  for (const auto& v : started) core_->release(now(), v, ReleaseMode::kNow);
+  pump();
+  return why;
+}
+
+Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch_landing(const std::shared_ptr<const Manifest>& m,
+                                                                std::span<const manifest::LandingRun> runs,
+                                                                const core::MutableRegions& destination,
+                                                                const MemoryDomain& domain,
+                                                                const std::shared_ptr<DestinationOwner>& backing,
+                                                                core::Bitfield wanted) {
+  const std::uint64_t gap_bytes = manifest::SealedVersion::gap_bytes(runs);
+  core::AnonymousMemory gaps;
+  if (gap_bytes > 0) {
+    if (!domain.host_accessible()) {
+      return Status::invalid_argument(std::to_string(gap_bytes) + " bytes of its image land nowhere (bytes of no "
+                                      "tensor, or not selected), which a fetch into " + std::string(domain.name()) +
+                                      " memory cannot take yet");
+    }
+    // Sparse: of a selection's scratch, only the fetched shards' pages are written.
+    auto memory = wanted.size() == 0 ? core::AnonymousMemory::allocate(gap_bytes)
+                                     : core::AnonymousMemory::reserve_sparse(gap_bytes);
+    if (!memory) return memory.status();
+    gaps = std::move(*memory);
+  }
+  auto v = core_->fetch(now(), m, manifest::landing_regions(runs, destination, gaps.bytes()), domain, std::nullopt,
+                        std::move(wanted));
+  if (!v) return v.status();
+  (*v)->owned = std::move(gaps);
+  (*v)->backing = backing;
+  watches_.add(*v);
+  return v;
+}
+
+Result<std::vector<TensorEntry>> PeerEngine::selection_layout(const std::string& model, std::uint64_t number,
+                                                              std::span<const TensorSelection> selection) const {
+  auto known = core_->resolve_version(model, VersionNumber{number});
+  if (!known) return with_join_status(known.status());
+  const std::string what = model + " v" + std::to_string(known->info().version);
+  if (known->in_parts()) return manifest::selected_layout(known->sealed()->tensors(), selection, what);
+  auto m = core_->resolve(model, VersionNumber{known->info().version});
+  if (!m) return with_join_status(m.status());
+  return manifest::selected_layout((*m)->tensors(), selection, what);
+}
+
+Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string& model, std::uint64_t number,
+                                                               std::span<const TensorSelection> selection,
+                                                               core::MutableRegions destination,
+                                                               const MemoryDomain& domain) {
+  if (!domain.host_accessible()) {
+    return Status::invalid_argument("a fetch by selection into " + std::string(domain.name()) +
+                                    " memory is not built yet; fetch it into host memory");
+  }
+  auto known = core_->resolve_version(model, VersionNumber{number});
+  if (!known) return with_join_status(known.status());
+  const std::string what = model + " v" + std::to_string(known->info().version);
+  std::vector<std::shared_ptr<const Manifest>> images;
+  if (known->in_parts()) {
+    images = known->sealed()->parts();
+  } else {
+    auto m = core_->resolve(model, VersionNumber{known->info().version});
+    if (!m) return with_join_status(m.status());
+    images.push_back(*m);
+  }
+  auto layout = known->in_parts() ? manifest::selected_layout(known->sealed()->tensors(), selection, what)
+                                  : manifest::selected_layout(images[0]->tensors(), selection, what);
+  if (!layout) return layout.status();
+  std::uint64_t size = 0;
+  for (const TensorEntry& t : *layout) size += t.byte_length;
+  if (size == 0) return Status::invalid_argument("the selection of " + what + " holds no bytes");
+  std::shared_ptr<DestinationOwner> backing;
+  if (destination.empty()) {
+    auto memory = core::AnonymousMemory::allocate(size);
+    if (!memory) return memory.status().with_context("the destination of a selection of " + what);
+    destination = core::MutableRegions(memory->bytes());
+    backing = std::make_shared<WholeMemory>(std::move(*memory));
+  } else if (destination.size() != size) {
+    return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) +
+                                    " bytes; the selection of " + what + " has " + std::to_string(size));
+  }
+  std::vector<std::shared_ptr<LocalVersion>> fetches;
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const std::string which = known->in_parts() ? "part " + std::to_string(i) + " of " + what : what;
+    auto runs = manifest::selection_runs(*images[i], *layout);
+    if (!runs) return release_started(fetches, runs.status());
+    core::Bitfield wanted = manifest::shards_selected(*images[i], *runs);
+    if (wanted.none()) continue;  // the selection takes nothing of this image
+    auto v = fetch_landing(images[i], *runs, destination, domain, backing, std::move(wanted));
+    if (!v) return release_started(fetches, v.status().with_context(which));
+    fetches.push_back(std::move(*v));
+  }
+  pump();
+  return SelectionFetch{PartsFetch{std::move(fetches), std::move(destination)}, std::move(*layout)};
 }
 
 std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {

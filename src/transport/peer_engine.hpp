@@ -30,6 +30,7 @@
 #include "transport/staged_payloads.hpp"
 #include "transport/version_lease.hpp"
 #include "transport/version_watches.hpp"
+#include "manifest/selection.hpp"
 
 namespace tensorhub::rdma {
 class RdmaTransport;
@@ -110,6 +111,29 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   };
   Result<PartsFetch> fetch_parts(std::shared_ptr<const manifest::SealedVersion> sealed,
                                  core::MutableRegions destination, const MemoryDomain& domain = host_memory());
+  // The layout of a selection of `model` v`number` (a whole version or
+  // one in parts): manifest::selected_layout over its whole tensors.
+  // Errors: as resolve_version; as selected_layout.
+  Result<std::vector<TensorEntry>> selection_layout(const std::string& model, std::uint64_t number,
+                                                    std::span<const TensorSelection> selection) const;
+  // Fetches a selection of `model` v`number` into `destination` (laid out
+  // as selection_layout; empty: allocated here, in host memory): one fetch
+  // of the wanted shards of each image (the version's, or each part's)
+  // that holds selected bytes, each landing those bytes where they belong
+  // (selection_runs); the other bytes of its wanted shards land in host
+  // scratch its fetch owns (reserve_sparse). `parts` are in image order,
+  // skipping images that hold no selected byte. A failure releases the
+  // fetches started. Errors: as fetch; as selection_layout;
+  // kInvalidArgument also for a destination of another size than the
+  // selection, or memory the host cannot write (GPU selections are not
+  // built yet).
+  struct SelectionFetch {
+    PartsFetch fetches;
+    std::vector<TensorEntry> tensors;  // the selection's layout
+  };
+  Result<SelectionFetch> fetch_selection(const std::string& model, std::uint64_t number,
+                                         std::span<const TensorSelection> selection, core::MutableRegions destination,
+                                         const MemoryDomain& domain = host_memory());
   // What other threads see of `version` (published or fetched here):
   // kept until its memory is released.
   std::shared_ptr<const VersionWatch> watch_of(const std::shared_ptr<LocalVersion>& version) const;
@@ -185,6 +209,19 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) override;
 
  private:
+  // Releases the fetches `started` (a fetch of several that failed part way)
+  // and returns `why`.
+  Status release_started(const std::vector<std::shared_ptr<LocalVersion>>& started, Status why);
+  // One fetch of `m`'s image landing through `runs` in `destination`
+  // (landing_regions): bytes of no place land in host scratch the fetch
+  // owns. `wanted`: as PeerCore::fetch. Errors: as PeerCore::fetch;
+  // kInvalidArgument (scratch needed in memory the host cannot write).
+  Result<std::shared_ptr<LocalVersion>> fetch_landing(const std::shared_ptr<const Manifest>& m,
+                                                      std::span<const manifest::LandingRun> runs,
+                                                      const core::MutableRegions& destination,
+                                                      const MemoryDomain& domain,
+                                                      const std::shared_ptr<DestinationOwner>& backing,
+                                                      core::Bitfield wanted);
   void pump();
   // A version just published here: its watch, and (GPU memory) its mirror.
   void published(const std::shared_ptr<LocalVersion>& v, const MemoryDomain& domain);

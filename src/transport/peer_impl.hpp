@@ -150,10 +150,19 @@ struct PeerAccess {
     });
   }
   static FetchHandle fetch_handle(Impl* impl, Created version);
-  // A version in parts fetched whole into `whole`: one fetch per part.
-  static FetchHandle parts_fetch_handle(Impl* impl, std::shared_ptr<const manifest::SealedVersion> sealed,
-                                        std::vector<Created> parts, core::MutableRegions whole);
+  // A fetch of several images into one destination `whole` laid out as
+  // `tensors`: a version in parts fetched whole (one fetch per part), or
+  // a selection (one fetch per image it takes bytes of). `sealed`: the
+  // version in parts, if it is one. REQUIRES: parts is not empty.
+  static FetchHandle assembled_fetch_handle(Impl* impl, VersionInfo info,
+                                            std::shared_ptr<const manifest::SealedVersion> sealed,
+                                            std::vector<TensorEntry> tensors, std::vector<Created> parts,
+                                            core::MutableRegions whole);
   static PublishHandle publish_handle(Impl* impl, Created version);
+  // Peer::fetch_selection, and Group::fetch_selection.
+  static Result<FetchHandle> fetch_selection(Impl& impl, const std::string& model, std::uint64_t version,
+                                             std::span<const TensorSelection> selection,
+                                             std::span<const MutableRegion> regions);
   // Peer::fetch, and Group::fetch: into `regions` of `domain` (peer::fetch_into).
   static Result<FetchHandle> fetch_into(Impl& impl, const std::string& model, std::uint64_t version,
                                         std::span<const MutableRegion> regions, const peer::MemoryDomain& domain);
@@ -262,16 +271,19 @@ struct FetchHandle::State : handles::HeldVersion {
   // A fetch into a file: renamed into place by the first wait() that finds
   // the version complete.
   std::shared_ptr<peer::FileDestination> file;
-  // A version in parts: the whole model, one fetch per part in part order
-  // (the base's version and watch are part 0's), and the whole destination.
+  // A fetch of several images into one destination (a version in parts
+  // fetched whole, or a selection): one fetch per image in image order (the
+  // base's version and watch are the first's), the destination, and its
+  // tensor table. `sealed`: the version in parts, if it is one.
   std::shared_ptr<const manifest::SealedVersion> sealed;
   std::vector<std::shared_ptr<handles::HeldVersion>> parts;
   core::MutableRegions whole;
+  std::vector<TensorEntry> tensors;
 
-  bool in_parts() const { return sealed != nullptr; }
-  // Releases every version the handle holds (each part of a version in parts).
+  bool assembled() const { return !parts.empty(); }
+  // Releases every version the handle holds (each of an assembled fetch).
   void release_all(peer::ReleaseMode mode) {
-    if (!in_parts()) return release(mode);
+    if (!assembled()) return release(mode);
     for (const auto& p : parts) p->release(mode);
     phase = kReleased;
   }

@@ -51,6 +51,7 @@ FetchProgressInfo parts_progress(const std::vector<std::shared_ptr<HeldVersion>>
     sum.shards_total += p.shards_total;
     sum.shards_verified += p.shards_verified;
     sum.sources += p.sources;
+    sum.bytes_received += p.bytes_received;
     sum.bytes_per_second += p.bytes_per_second;
     sum.done = sum.done && p.done;
   }
@@ -59,15 +60,18 @@ FetchProgressInfo parts_progress(const std::vector<std::shared_ptr<HeldVersion>>
 
 }  // namespace
 
-FetchHandle PeerAccess::parts_fetch_handle(Impl* impl, std::shared_ptr<const manifest::SealedVersion> sealed,
-                                           std::vector<Created> parts, core::MutableRegions whole) {
+FetchHandle PeerAccess::assembled_fetch_handle(Impl* impl, VersionInfo info,
+                                               std::shared_ptr<const manifest::SealedVersion> sealed,
+                                               std::vector<TensorEntry> tensors, std::vector<Created> parts,
+                                               core::MutableRegions whole) {
   auto state = std::make_shared<FetchHandle::State>();
   state->gate = impl->gate;
-  state->info = VersionInfo{sealed->model(), sealed->version(), sealed->id(), sealed->total_size()};
+  state->info = std::move(info);
   state->version = parts.at(0).version;
   state->watch = parts.at(0).watch;
   for (Created& part : parts) state->parts.push_back(state_for<HeldVersion>(impl, std::move(part)));
   state->sealed = std::move(sealed);
+  state->tensors = std::move(tensors);
   state->whole = std::move(whole);
   return FetchHandle(std::move(state));
 }
@@ -168,7 +172,8 @@ const VersionInfo& FetchHandle::info() const { return state_->info; }
 const Manifest& FetchHandle::manifest() const { return *state_->version->manifest; }
 
 std::span<const TensorEntry> FetchHandle::tensors() const {
-  return state_->in_parts() ? state_->sealed->tensors() : state_->version->manifest->tensors();
+  if (state_->assembled()) return state_->tensors;
+  return state_->version->manifest->tensors();
 }
 
 std::vector<bool> FetchHandle::verified_shards() const {
@@ -176,7 +181,7 @@ std::vector<bool> FetchHandle::verified_shards() const {
   if (s.phase.load() == HeldVersion::kReleased) return {};
   std::vector<bool> out;
   s.with_peer([&](Impl& impl) {
-    if (!s.in_parts()) {
+    if (!s.assembled()) {
       out = impl.call([&] { return impl.engine->verified_shards(*s.version); });
       return;
     }
@@ -189,11 +194,11 @@ std::vector<bool> FetchHandle::verified_shards() const {
 }
 
 FetchProgressInfo FetchHandle::progress() const {
-  return state_->in_parts() ? parts_progress(state_->parts) : state_->watch->snapshot().progress;
+  return state_->assembled() ? parts_progress(state_->parts) : state_->watch->snapshot().progress;
 }
 
 FetchProgressInfo FetchHandle::wait_progress(std::uint32_t shards_verified, std::chrono::milliseconds timeout) const {
-  if (!state_->in_parts()) return state_->watch->wait_verified_above(shards_verified, timeout).progress;
+  if (!state_->assembled()) return state_->watch->wait_verified_above(shards_verified, timeout).progress;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     std::uint64_t seen = 0;
@@ -208,7 +213,7 @@ FetchProgressInfo FetchHandle::wait_progress(std::uint32_t shards_verified, std:
 }
 
 Status FetchHandle::wait(std::chrono::milliseconds timeout) {
-  if (state_->in_parts()) {
+  if (state_->assembled()) {
     // Each part in turn, within what is left of the timeout.
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     const bool released_here = state_->phase.load() != HeldVersion::kHeld;
@@ -256,18 +261,18 @@ bool complete(const std::vector<std::shared_ptr<HeldVersion>>& held) {
 }  // namespace
 
 bool FetchHandle::finished_complete() const {
-  if (state_->in_parts()) return complete(state_->parts);
+  if (state_->assembled()) return complete(state_->parts);
   return state_->watch->snapshot().state == peer::VersionState::kComplete;
 }
 
 std::span<const std::byte> FetchHandle::bytes() const {
-  const core::MutableRegions& d = state_->in_parts() ? state_->whole : state_->version->destination;
+  const core::MutableRegions& d = state_->assembled() ? state_->whole : state_->version->destination;
   if (!finished_complete() || d.count() != 1) return {};
   return d.regions()[0];
 }
 
 std::vector<ConstRegion> FetchHandle::regions() const {
-  const core::MutableRegions& d = state_->in_parts() ? state_->whole : state_->version->destination;
+  const core::MutableRegions& d = state_->assembled() ? state_->whole : state_->version->destination;
   if (!finished_complete()) return {};
   return std::vector<ConstRegion>(d.regions().begin(), d.regions().end());
 }
@@ -280,7 +285,7 @@ void FetchHandle::release() {
 void FetchHandle::release_async(std::function<void()> done) {
   if (!state_) return;
   state_->discard_file();
-  if (!state_->in_parts()) return state_->release_async(std::move(done));
+  if (!state_->assembled()) return state_->release_async(std::move(done));
   // `done` runs once every part's memory is back.
   auto left = std::make_shared<std::atomic<std::size_t>>(state_->parts.size());
   for (const auto& part : state_->parts) {
