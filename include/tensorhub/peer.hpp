@@ -254,6 +254,12 @@ class Group {
   // The same into `regions` where `options` says they live (Peer::fetch).
   Result<FetchHandle> fetch(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
                             const MemoryOptions& options);
+  // Stages this rank's selection of `model` v`version` (Peer::fetch_selection):
+  // the commit then waits for every rank's own selection, verified.
+  // Errors: as Peer::fetch_selection; as fetch() above.
+  Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
+                                      std::span<const TensorSelection> selection,
+                                      std::span<const MutableRegion> regions = {});
   // Commits v`version` (every model this rank staged at that number):
   // returns ok once every rank of the group holds its stage of it verified
   // under one version id and has called commit for it (or committed it).

@@ -52,6 +52,34 @@ def generate_swarm_key() -> bytes:
     return os.urandom(32)
 
 
+
+def _selection_spec(select, tensors) -> list:
+    """``select`` (a mapping of name to slices, or a list of names) as the
+    native selection: [(name, [(begin, end), ...])], no ranges for a whole
+    tensor; validated by ``layouts.check`` against the version's shapes."""
+    shapes = {t[0]: tuple(t[2]) for t in tensors}
+    if isinstance(select, (str, bytes)) or not isinstance(select, (Mapping, Iterable)):
+        raise ArgumentTypeError(f"select: a mapping of tensor name to a tuple of slices, or a list of names, not "
+                                f"{type(select).__name__}")
+    if not isinstance(select, Mapping):
+        names = list(select)
+        for name in names:
+            if not isinstance(name, str):
+                raise ArgumentTypeError(f"select: a list of tensor names, not one holding {type(name).__name__}")
+            if name not in shapes:
+                raise Error(f"invalid argument: select: no tensor {name!r} in the version")
+        select = {name: tuple(slice(None) for _ in shapes[name]) for name in names}
+    if not select:
+        raise Error("invalid argument: select: names no tensor")
+    checked = layouts.check(select, shapes)
+    spec = []
+    for name, index in checked.items():
+        shape = shapes[name]
+        ranges = [s.indices(extent)[:2] for s, extent in zip(index, shape)]
+        whole = all(r == (0, extent) for r, extent in zip(ranges, shape))
+        spec.append((name, [] if whole else ranges))
+    return spec
+
 class Peer:
     """An in-process TensorHub peer: ``Peer.start(listen=..., seeds=[...],
     swarm_key=...)``. Waiting calls release the GIL. Every failure is a
@@ -314,8 +342,9 @@ class Peer:
         head = self._native.wait_for_head(model, after, _native_timeout(timeout, "wait_for_head"))
         return VersionInfo._from_native(head)
 
-    def fetch(self, model: str, version: int = 0, *, into=None) -> Fetched:
-        """Fetches a version (0: the head). ``into``: nothing (this package
+    def fetch(self, model: str, version: int = 0, *, into=None, select=None) -> Fetched:
+        """Fetches a version (0: the head), or with ``select`` a selection of
+        it (below). ``into``: nothing (this package
         allocates the memory); a writable, C-contiguous buffer (a numpy
         array, a bytearray, ...) of exactly the version's size, which the
         blocks land in; or a mapping of tensor name to a writable,
@@ -328,6 +357,20 @@ class Peer:
         that memory once ``wait()`` returns. Until then its bytes are not the
         version's (a failed fetch leaves them undefined).
 
+        ``select``: a mapping of tensor name to a tuple of Python ``slice``s,
+        one per dimension, as torch indexes the tensor (``slice(None)`` for a
+        whole dimension; a bare slice for a 1-D tensor; step 1), or a list of
+        names for whole tensors: what ``tensorhub.layouts`` gives (one
+        tensor-parallel rank's rows or columns, an expert, a stage's
+        layers). Only the shards holding selected bytes are fetched, each
+        verified whole; ``state_dict()`` and ``iter_tensors()`` give each
+        selected tensor at its slice's shape (every one once the whole
+        selection is verified), ``tensors`` lists them laid end to end, and
+        ``into`` is one buffer of the selection's size or a mapping of name
+        to arrays of the slices' shapes (host memory: a selection into CUDA
+        tensors is not built yet). ``progress().bytes_received`` counts the
+        bytes that came over the network.
+
         Returns at once (the fetch goes on; ``wait(timeout)`` waits for it).
         The arguments go in C++'s order: model, version, then where to.
         Raises Error: ``unavailable`` (no version of the model is known yet;
@@ -339,16 +382,37 @@ class Peer:
         version's shards are not BLAKE2b-256); ``io_error`` (no memory for
         the destination)."""
         check_version(version, "fetch")
-        return self._fetch(model, version, into, self._native.fetch)
+        return self._fetch(model, version, into, self._native.fetch, select, self._native.fetch_selection)
 
-    def _fetch(self, model: str, version: int, into, start) -> Fetched:
+    def _fetch(self, model: str, version: int, into, start, select=None, start_selection=None) -> Fetched:
         # `start(model, version, regions, owner, gpu="")`: the native fetch
-        # (the peer's, or a group rank's, which stages it for the group).
+        # (the peer's, or a group rank's, which stages it for the group);
+        # `start_selection(model, version, selection, regions, owner)`: the
+        # same for a selection.
         info = self._native.version_info(model, version)
+        number = info["version"]
+        if select is None:
+            total = info["nbytes"]
+            tensors = None  # read when needed
+
+            def begin(regions, owner, gpu=""):
+                return start(model, number, regions, owner, gpu=gpu)
+        else:
+            selection = _selection_spec(select, self._native.version_tensors(model, number))
+            tensors = self._native.selection_tensors(model, number, selection)
+            total = sum(t[4] for t in tensors)
+
+            def begin(regions, owner, gpu=""):
+                if gpu:
+                    raise Error("invalid argument: into: a fetch by selection into CUDA tensors is not built yet; "
+                                "fetch it into host memory")
+                return start_selection(model, number, selection, regions, owner)
         if isinstance(into, Mapping):
-            return self._fetch_into_arrays(model, info, into, start)
+            if tensors is None:
+                tensors = self._native.version_tensors(model, number)
+            return self._fetch_into_arrays(f"{model} v{number}", total, tensors, into, begin, select is not None)
         if into is None:
-            buffer = np.empty(info["nbytes"], dtype=np.uint8)
+            buffer = np.empty(total, dtype=np.uint8)
         else:
             try:
                 view = memoryview(into)
@@ -357,12 +421,12 @@ class Peer:
             if view.readonly or not view.c_contiguous:
                 raise Error("invalid argument: into: the buffer must be writable and C-contiguous")
             buffer = np.frombuffer(view.cast("B"), dtype=np.uint8)
-            if buffer.nbytes != info["nbytes"]:
-                raise Error(f"invalid argument: into: the buffer holds {buffer.nbytes} bytes; {model} v{info['version']} "
-                            f"is {info['nbytes']}")
+            if buffer.nbytes != total:
+                raise Error(f"invalid argument: into: the buffer holds {buffer.nbytes} bytes; {model} v{number}"
+                            f"{'' if select is None else ' (the selection)'} is {total}")
         regions = [(_address(buffer), buffer.nbytes)] if buffer.nbytes else []
-        native = start(model, info["version"], regions, buffer)
-        return Fetched(native, buffer)
+        native = begin(regions, buffer)
+        return Fetched(native, buffer, assembled=select is not None)
 
     def fetch_to_file(self, model: str, version: int = 0, path=None, *, mode: int = 0o644,
                       overwrite: bool = True) -> FetchedFile:
@@ -403,14 +467,16 @@ class Peer:
         native = self._native.fetch_to_file(model, version, path, mode, bool(overwrite))
         return FetchedFile(native, path)
 
-    def _fetch_into_arrays(self, model: str, info: dict, into: Mapping[str, np.ndarray], start) -> Fetched:
-        # The version's bytes, laid end to end: each tensor lands in the
-        # caller's array of its name; a tensor not given, and any bytes
-        # between tensors, land in memory allocated here.
-        tensors = sorted(self._native.version_tensors(model, info["version"]), key=lambda t: t[3])
+    def _fetch_into_arrays(self, what: str, total: int, tensors, into: Mapping[str, np.ndarray], begin,
+                           selection: bool) -> Fetched:
+        # The version's (or the selection's) bytes, laid end to end: each
+        # tensor lands in the caller's array of its name; a tensor not
+        # given, and any bytes between tensors, land in memory allocated here.
+        tensors = sorted(tensors, key=lambda t: t[3])
         unknown = set(into) - {t[0] for t in tensors}
         if unknown:
-            raise Error(f"invalid argument: into: {model} v{info['version']} has no tensor {sorted(unknown)[0]!r}")
+            raise Error(f"invalid argument: into: {what}{' (the selection)' if selection else ''} has no tensor "
+                        f"{sorted(unknown)[0]!r}")
         regions, owner, arrays = [], [], {}
         position = 0
         lead = None
@@ -481,10 +547,10 @@ class Peer:
                     regions.append((_address(array), length))
             arrays[name] = array
             position = offset + length
-        if info["nbytes"] > position:
-            scratch(info["nbytes"] - position)
-        native = start(model, info["version"], regions, owner, gpu=gpu)
-        return Fetched(native, None, arrays, lead)
+        if total > position:
+            scratch(total - position)
+        native = begin(regions, owner, gpu=gpu)
+        return Fetched(native, None, arrays, lead, assembled=selection)
 
     def group(self, name: str, size: int, rank: int) -> Group:
         """Joins the model-parallel group ``name`` as ``rank`` of ``size``

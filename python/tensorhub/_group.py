@@ -37,10 +37,11 @@ class Group:
     def rank(self) -> int:
         return self._rank
 
-    def fetch(self, model: str, version: int, *, into=None) -> Fetched:
+    def fetch(self, model: str, version: int, *, into=None, select=None) -> Fetched:
         """Stages ``model`` v``version`` for the group: fetches it as
         ``Peer.fetch`` does (``into`` likewise) and tells the other ranks how
-        far it has come. ``version`` is explicit (the trainer's number): no
+        far it has come; with ``select`` (as ``Peer.fetch``) this rank's
+        selection, which the commit then waits for. ``version`` is explicit (the trainer's number): no
         rank resolves the head on its own. Releasing the returned handle
         before the group commits fails this rank's stage. Raises as
         ``Peer.fetch``; ``invalid_argument`` for a version that is not a
@@ -53,7 +54,7 @@ class Group:
                         "(the trainer's number), not the latest")
         if self._peer._native is None:
             raise Error("cancelled: the peer of this rank is closed")
-        return self._peer._fetch(model, version, into, self._native.fetch)
+        return self._peer._fetch(model, version, into, self._native.fetch, select, self._native.fetch_selection)
 
     def commit(self, version: int, timeout: Optional[float] = None) -> None:
         """Returns once every rank of the group holds its stage of

@@ -129,11 +129,15 @@ class Fetched(_Fetch):
     fetched memory, no copy)."""
 
     def __init__(self, native, buffer: Optional[np.ndarray], arrays: Optional[dict] = None,
-                 lead: Optional[np.ndarray] = None):
+                 lead: Optional[np.ndarray] = None, assembled: bool = False):
         self._native = native  # holds the memory it writes into until it is released
         self._buffer = buffer  # the whole version, when it lands in one buffer
         self._arrays = arrays  # else each tensor's array
-        self._lead = lead if buffer is None else buffer  # the bytes before the first tensor lie at its start
+        # The bytes before the first tensor lie at its start (a selection has none).
+        self._lead = None if assembled else lead if buffer is None else buffer
+        # A version in parts or a selection: its tensors do not lie in one
+        # manifest's shards, so each is ready once the whole fetch is.
+        self._assembled = assembled or native.in_parts
 
     @property
     def tensors(self):
@@ -175,7 +179,7 @@ class Fetched(_Fetch):
         shard = self._native.shard_size
         # A version in parts: shards are each part's, not the whole image's;
         # its tensors are ready once every part is verified.
-        in_parts = self._native.in_parts
+        in_parts = self._assembled
         deadline = None if timeout is None else time.monotonic() + timeout
         views = None
         while pending:

@@ -73,7 +73,23 @@ py::dict progress_dict(const FetchProgressInfo& p) {
   d["sources"] = p.sources;
   d["done"] = p.done;
   d["bytes_per_second"] = p.bytes_per_second;
+  d["bytes_received"] = p.bytes_received;
   return d;
+}
+
+// A selection from Python: (tensor name, [(begin, end), ...]) each; no
+// ranges for a whole tensor.
+using SelectionSpec = std::vector<std::pair<std::string, std::vector<std::pair<std::uint64_t, std::uint64_t>>>>;
+
+std::vector<TensorSelection> tensor_selection(const SelectionSpec& spec) {
+  std::vector<TensorSelection> out;
+  out.reserve(spec.size());
+  for (const auto& [name, ranges] : spec) {
+    TensorSelection s{name, {}};
+    for (const auto& [begin, end] : ranges) s.slice.ranges.push_back(IndexRange{begin, end});
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 std::vector<TensorSpec> tensor_specs(std::span<const TensorEntry> tensors) {
@@ -333,6 +349,21 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("model"), py::arg("version"), py::arg("regions"), py::arg("owner"), py::arg("gpu") = "",
            py::keep_alive<0, 1>())
+      .def("fetch_selection",
+           [](GroupRank& g, const std::string& model, std::uint64_t version, const SelectionSpec& selection,
+              const std::vector<RegionSpec>& regions, py::object owner) {
+             const std::vector<MutableRegion> spans = mutable_regions(regions);
+             const std::vector<TensorSelection> selected = tensor_selection(selection);
+             const std::shared_ptr<Group> group = g.get();  // raises with the GIL held
+             Result<FetchHandle> r = Status::internal("not fetched");
+             {
+               py::gil_scoped_release nogil;
+               r = group->fetch_selection(model, version, selected, spans);
+             }
+             return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("version"), py::arg("selection"), py::arg("regions"), py::arg("owner"),
+           py::keep_alive<0, 1>())
       .def("commit",
            [](GroupRank& g, std::uint64_t version, std::optional<double> timeout) {
              const std::shared_ptr<Group> group = g.get();
@@ -524,6 +555,30 @@ PYBIND11_MODULE(_native, m) {
              }
              return tensor_specs(value_or_raise(std::move(*r)));
            })
+      .def("selection_tensors",
+           [](const Peer& p, const std::string& model, std::uint64_t version, const SelectionSpec& selection) {
+             const std::vector<TensorSelection> selected = tensor_selection(selection);
+             std::optional<Result<std::vector<TensorEntry>>> r;
+             {
+               py::gil_scoped_release nogil;
+               r.emplace(p.tensors(model, version, selected));
+             }
+             return tensor_specs(value_or_raise(std::move(*r)));
+           })
+      .def("fetch_selection",
+           [](Peer& p, const std::string& model, std::uint64_t version, const SelectionSpec& selection,
+              const std::vector<RegionSpec>& regions, py::object owner) {
+             const std::vector<MutableRegion> spans = mutable_regions(regions);
+             const std::vector<TensorSelection> selected = tensor_selection(selection);
+             Result<FetchHandle> r = Status::internal("not fetched");
+             {
+               py::gil_scoped_release nogil;
+               r = p.fetch_selection(model, version, selected, spans);
+             }
+             return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("version"), py::arg("selection"), py::arg("regions"), py::arg("owner"),
+           py::keep_alive<0, 1>())
       .def("wait_for_head",
            [](Peer& p, const std::string& model, std::uint64_t after, std::optional<double> timeout) {
              Result<VersionInfo> r = Status::internal("not waited");

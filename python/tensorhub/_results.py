@@ -89,6 +89,7 @@ class FetchProgress(_DictRead):
     sources: int
     done: bool
     bytes_per_second: Optional[float] = None  # None until the binding passes it on
+    bytes_received: int = 0  # payload bytes that came over the network for this fetch
 
     @classmethod
     def _from_native(cls, progress: Mapping[str, Any]) -> "FetchProgress":

@@ -26,6 +26,22 @@ struct Group::State {
   }
   Result<FetchHandle> stage(const std::string& model, std::uint64_t version, std::span<const MutableRegion> regions,
                             const MemoryOptions& options);
+  // Stages the fetch `start(impl)` begins of `model` v`version`.
+  template <typename F>
+  Result<FetchHandle> stage_fetch(const std::string& model, std::uint64_t version, F&& start) {
+    if (version == kLatestVersion) {
+      return Status::invalid_argument("a group stages an explicit version (the trainer's number), not the latest");
+    }
+    return with_peer<Result<FetchHandle>>([&](PeerAccess::Impl& impl) -> Result<FetchHandle> {
+      auto handle = start(impl);
+      if (!handle) return handle.status();
+      const ManifestId id = PeerAccess::version_id_of(*handle);
+      auto versions = PeerAccess::versions_of(*handle);
+      Status staged = impl.call([&] { return impl.engine->stage_for_group(name, model, version, id, std::move(versions)); });
+      if (!staged.is_ok()) return staged;  // the handle goes: its release lets the version go
+      return handle;
+    });
+  }
 };
 
 Group::Group(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -39,10 +55,7 @@ std::uint32_t Group::rank() const { return state_->rank; }
 
 Result<FetchHandle> Group::State::stage(const std::string& model, std::uint64_t version,
                                         std::span<const MutableRegion> regions, const MemoryOptions& options) {
-  if (version == kLatestVersion) {
-    return Status::invalid_argument("a group stages an explicit version (the trainer's number), not the latest");
-  }
-  return with_peer<Result<FetchHandle>>([&](PeerAccess::Impl& impl) -> Result<FetchHandle> {
+  return stage_fetch(model, version, [&](PeerAccess::Impl& impl) -> Result<FetchHandle> {
     const peer::MemoryDomain* domain = &peer::host_memory();
     if (!options.gpu.empty()) {
       if (regions.empty()) return Status::invalid_argument("a fetch into GPU memory needs its destination regions");
@@ -50,13 +63,15 @@ Result<FetchHandle> Group::State::stage(const std::string& model, std::uint64_t 
       if (!gpu) return gpu.status();
       domain = &(*gpu)->domain();
     }
-    auto handle = PeerAccess::fetch_into(impl, model, version, regions, *domain);
-    if (!handle) return handle.status();
-    const ManifestId id = PeerAccess::version_id_of(*handle);
-    auto versions = PeerAccess::versions_of(*handle);
-    Status staged = impl.call([&] { return impl.engine->stage_for_group(name, model, version, id, std::move(versions)); });
-    if (!staged.is_ok()) return staged;  // the handle goes: its release lets the version go
-    return handle;
+    return PeerAccess::fetch_into(impl, model, version, regions, *domain);
+  });
+}
+
+Result<FetchHandle> Group::fetch_selection(const std::string& model, std::uint64_t version,
+                                           std::span<const TensorSelection> selection,
+                                           std::span<const MutableRegion> regions) {
+  return state_->stage_fetch(model, version, [&](PeerAccess::Impl& impl) {
+    return PeerAccess::fetch_selection(impl, model, version, selection, regions);
   });
 }
 

@@ -112,6 +112,22 @@ def test_three_ranks_stage_and_commit_together(swarm):
     assert repr(groups[1]) == "tensorhub.Group('inst', rank 1 of 3)"
 
 
+def test_tensor_parallel_ranks_stage_their_selections_and_commit_together(swarm):
+    _, full, start = swarm
+    _, groups = instance(start, "tp", 2)
+    # Megatron's rules for a 2-way tensor-parallel instance: "w" by rows, "b" replicated.
+    selections = [th.layouts.Rules([(r"^w$", th.layouts.split(0))], default=th.layouts.replicate).select(
+        {"w": (256, 128), "b": (128,)}, 2, rank) for rank in range(2)]
+    staged = [g.fetch("policy", 1, select=s) for g, s in zip(groups, selections)]
+    assert commit_all(groups, 1, timeout=30) == [None, None]
+    for rank, (g, f) in enumerate(zip(groups, staged)):
+        assert g.committed("policy") == 1
+        f.wait(timeout=5)
+        state = f.state_dict()
+        assert np.array_equal(state["w"], full["w"][rank * 128:(rank + 1) * 128])
+        assert np.array_equal(state["b"], full["b"])
+
+
 def test_a_rank_that_lets_go_of_its_stage_fails_the_commit_naming_it_and_a_late_rank_catches_up(swarm):
     _, full, start = swarm
     ranks, groups = instance(start, "g", 2)

@@ -100,3 +100,53 @@ def test_a_part_is_refused_with_a_reason_for_bad_arguments(ranks_and_worker):
     finally:
         for p in overlapping:
             p.release()
+
+
+def test_a_worker_fetches_a_selection_bit_identical_to_slicing_the_trainers_model(ranks_and_worker):
+    ranks, worker = ranks_and_worker
+    full = full_model()
+    published = [ranks[r].publish("policy", rank_tensors(full, r, 2), version=1, part=(r, 2)) for r in range(2)]
+    try:
+        for p in published:
+            p.wait_sealed(30)
+        worker.wait_for_head("policy", 0, 30)
+        # A row-parallel rank's columns of "w" (strided in both parts), rows of "c", a slice of "b".
+        select = {"w": (slice(None), slice(8, 24)), "c": (slice(4, 12), slice(None)), "b": slice(3, 7)}
+        with worker.fetch("policy", 1, select=select) as fetched:
+            fetched.wait(30)
+            state = fetched.state_dict()
+            assert np.array_equal(state["w"], full["w"][:, 8:24])
+            assert np.array_equal(state["c"], full["c"][4:12, :])
+            assert np.array_equal(state["b"], full["b"][3:7])
+            assert [t[0] for t in fetched.tensors] == ["w", "c", "b"]  # the whole model's order, end to end
+            assert [t[2] for t in fetched.tensors] == [[64, 16], [8, 8], [4]]
+            streamed = {name: np.array(t) for batch in fetched.iter_tensors() for name, t in batch}
+            assert all(np.array_equal(streamed[n], state[n]) for n in state)
+            assert fetched.progress().bytes_received >= state["w"].nbytes + state["c"].nbytes + state["b"].nbytes
+        # Whole tensors by name, into the caller's arrays: only part 0 holds "b", so part 1 is never fetched.
+        into = {"b": np.zeros(32, dtype=np.float32)}
+        with worker.fetch("policy", 1, select=["b"], into=into) as fetched:
+            fetched.wait(30)
+            assert np.array_equal(into["b"], full["b"])
+            assert fetched.state_dict()["b"] is into["b"]
+            progress = fetched.progress()
+            assert progress.shards_total == 1
+            assert 0 < progress.bytes_received < sum(a.nbytes for a in full.values())
+        # Bad selections are refused with a reason, before anything is fetched.
+        for select, words in (({"x": slice(None)}, "no tensor 'x'"),
+                              ({"w": (slice(0, 100), slice(None))}, "reaches outside"),
+                              ({"w": (slice(0, 4, 2), slice(None))}, "step 2"),
+                              ({"w": (slice(5, 5), slice(None))}, "empty"),
+                              (["nope"], "no tensor 'nope'"),
+                              ({}, "names no tensor")):
+            with pytest.raises(th.Error) as e:
+                worker.fetch("policy", 1, select=select)
+            assert words in str(e.value), (select, str(e.value))
+        with pytest.raises(TypeError):
+            worker.fetch("policy", 1, select="w")
+        with pytest.raises(th.Error) as e:
+            worker.fetch("policy", 1, select=["b"], into=np.zeros(3, dtype=np.uint8))
+        assert "(the selection) is 128" in str(e.value)
+    finally:
+        for p in published:
+            p.release()
