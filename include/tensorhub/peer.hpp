@@ -189,6 +189,11 @@ class FetchHandle {
   // part in turn): verified, so its bytes in the destination are final (a
   // consumer may read those while the rest arrive). Empty once released.
   std::vector<bool> verified_shards() const;
+  // One flag per tensor of tensors(): every byte of it verified, so a
+  // consumer may read that tensor while the rest arrive (of a version in
+  // parts or a selection too: each tensor is ready once the shards of each
+  // part that land in it are). Empty once released.
+  std::vector<bool> verified_tensors() const;
   FetchProgressInfo progress() const;
   // Waits until more than `shards_verified` shards are verified, the fetch
   // has ended (progress().done), or `timeout` passes, and returns the
@@ -437,10 +442,12 @@ class Peer {
   // image fetched, and progress() counts those; its info() is the
   // version's. This peer then serves the shards it holds; gossip counts
   // it a holder in part.
-  // Errors: as fetch(); as tensors() with a selection; kInvalidArgument
-  // also for regions of another size than the selection, or GPU memory
-  // (not built yet); kAlreadyExists (this peer holds a selection of that
-  // version already, or fetches a selection of a version it holds as one).
+  // The regions are host memory (a selection into GPU memory is not built
+  // yet), and a selection moves over TCP (not RDMA: its scratch would be
+  // pinned whole). Errors: as fetch(); as tensors() with a selection;
+  // kInvalidArgument also for regions of another size than the selection;
+  // kAlreadyExists (this peer holds a selection of that version already,
+  // or fetches a selection of a version it holds as one).
   Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
                                       std::span<const TensorSelection> selection,
                                       std::span<const MutableRegion> regions = {});

@@ -28,7 +28,8 @@ struct FetchProgressInfo {
   std::size_t sources = 0;  // peers sending to this fetch now
   // Payload bytes that came over the network for this fetch: blocks that
   // arrived twice and shards fetched again after failing verification
-  // count each time; shards copied from a local version do not.
+  // count each time; shards copied from a local version do not (a copy of
+  // a version held here reports 0).
   std::uint64_t bytes_received = 0;
   double bytes_per_second = 0;
   bool done = false;  // the fetch ended (verified, failed or released)

@@ -135,9 +135,6 @@ class Fetched(_Fetch):
         self._arrays = arrays  # else each tensor's array
         # The bytes before the first tensor lie at its start (a selection has none).
         self._lead = None if assembled else lead if buffer is None else buffer
-        # A version in parts or a selection: its tensors do not lie in one
-        # manifest's shards, so each is ready once the whole fetch is.
-        self._assembled = assembled or native.in_parts
 
     @property
     def tensors(self):
@@ -157,9 +154,9 @@ class Fetched(_Fetch):
         tensors in any order wants this). ``names``: only these. ``device``
         (with ``kind="torch"``): each tensor on that torch device, copied
         there as its batch is yielded (a fetch into that GPU's memory
-        yields its own tensors). For a version published in parts, every
-        tensor is ready once every part is verified (streaming them as each
-        part's shards verify is not built yet). ``timeout``: seconds to wait for each next
+        yields its own tensors). A tensor of a version published in parts,
+        or of a selection, is ready once the shards of each part that hold
+        its bytes are verified. ``timeout``: seconds to wait for each next
         tensor (None: no limit). Nothing unverified is ever yielded. Raises
         (a generator: from the first ``next()`` on) Error: the fetch's own
         error when it fails (``unavailable``, ``cancelled``, ...);
@@ -175,24 +172,20 @@ class Fetched(_Fetch):
         if order not in ("layer", "verified"):
             raise Error(f"invalid argument: order: 'layer' or 'verified', not {order!r}")
         wanted = None if names is None else set(names)
-        pending = [t for t in sorted(self._native.tensors, key=lambda t: t[3]) if wanted is None or t[0] in wanted]
-        shard = self._native.shard_size
-        # A version in parts: shards are each part's, not the whole image's;
-        # its tensors are ready once every part is verified.
-        in_parts = self._assembled
+        tensors = self._native.tensors
+        position = {t[0]: i for i, t in enumerate(tensors)}  # the order of verified_tensors()
+        pending = [t for t in sorted(tensors, key=lambda t: t[3]) if wanted is None or t[0] in wanted]
         deadline = None if timeout is None else time.monotonic() + timeout
         views = None
         while pending:
             # Read before the flags: a shard verified after this wakes the wait below.
             seen = self._native.progress()["shards_verified"]
-            flags = self._native.verified_shards()
+            flags = self._native.verified_tensors()
             if not flags:  # released meanwhile: nothing in the buffer is the version's any more
                 raise Error("cancelled: the fetch was released while its tensors were read", "cancelled")
             ready, waiting = [], []
             for t in pending:
-                offset, length = t[3], t[4]
-                first, last = offset // shard, (offset + max(length, 1) - 1) // shard
-                complete = not length or (all(flags) if in_parts else all(flags[first:last + 1]))
+                complete = not t[4] or flags[position[t[0]]]
                 if complete and (order == "verified" or not waiting):
                     ready.append(t)
                 else:

@@ -390,8 +390,6 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Fetched, std::unique_ptr<Fetched>>(m, "Fetched")
       .def_property_readonly("info", [](const Fetched& f) { return version_dict(f.get().info()); })
       .def_property_readonly("tensors", [](const Fetched& f) { return tensor_specs(f.get().tensors()); })
-      .def_property_readonly("shard_size", [](const Fetched& f) { return f.get().manifest().body().shard_size; })
-      .def_property_readonly("in_parts", [](const Fetched& f) { return f.get().info().id != f.get().manifest().id(); })
       .def("verified_shards",
            [](const Fetched& f) {
              const FetchHandle& h = f.get();
@@ -399,6 +397,16 @@ PYBIND11_MODULE(_native, m) {
              {
                py::gil_scoped_release nogil;
                flags = h.verified_shards();
+             }
+             return flags;
+           })
+      .def("verified_tensors",
+           [](const Fetched& f) {
+             const FetchHandle& h = f.get();
+             std::vector<bool> flags;
+             {
+               py::gil_scoped_release nogil;
+               flags = h.verified_tensors();
              }
              return flags;
            })

@@ -1,5 +1,6 @@
 #include "manifest/selection.hpp"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -67,8 +68,9 @@ Result<std::vector<LandingRun>> selection_runs(const Manifest& m, std::span<cons
     if (it == by_name.end() || t.byte_length == 0) continue;
     const auto both = intersect(t.slice(), it->second->slice());
     if (!both) continue;
-    bound += run_count(relative_to(*both, t.slice()), t.shape) +
-             run_count(relative_to(*both, it->second->slice()), it->second->shape) + 2;
+    // Each step of the walk below adds a gap and a run at most.
+    bound += 2 * (run_count(relative_to(*both, t.slice()), t.shape) +
+                  run_count(relative_to(*both, it->second->slice()), it->second->shape)) + 1;
     if (bound > kMaxLandingRuns) {
       return Status::invalid_argument("the selection takes more than " + std::to_string(kMaxLandingRuns) +
                                       " byte runs of " + core::quoted(m.model()) + " v" + std::to_string(m.version()) +
@@ -130,6 +132,38 @@ std::uint64_t selected_bytes(std::span<const LandingRun> runs) {
     if (r.whole_offset != kNoWholeOffset) n += r.length;
   }
   return n;
+}
+
+std::vector<std::vector<ShardSpan>> tensor_shard_spans(std::span<const TensorEntry> tensors,
+                                                       std::span<const std::vector<LandingRun>> runs,
+                                                       std::span<const std::uint64_t> shard_sizes) {
+  std::vector<std::vector<ShardSpan>> out(tensors.size());
+  auto note = [&](std::size_t tensor, std::uint32_t image, std::uint64_t first, std::uint64_t last) {
+    std::vector<ShardSpan>& spans = out[tensor];
+    if (spans.empty() || spans.back().image != image) {
+      spans.push_back(ShardSpan{image, static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last)});
+      return;
+    }
+    spans.back().first = std::min<std::uint32_t>(spans.back().first, static_cast<std::uint32_t>(first));
+    spans.back().last = std::max<std::uint32_t>(spans.back().last, static_cast<std::uint32_t>(last));
+  };
+  for (std::uint32_t image = 0; image < runs.size(); ++image) {
+    const std::uint64_t shard = shard_sizes[image];
+    for (const LandingRun& r : runs[image]) {
+      if (r.whole_offset == kNoWholeOffset || r.length == 0) continue;
+      // The first tensor that ends after the run begins, then each it overlaps.
+      auto it = std::upper_bound(tensors.begin(), tensors.end(), r.whole_offset,
+                                 [](std::uint64_t at, const TensorEntry& t) { return at < t.byte_offset + t.byte_length; });
+      for (; it != tensors.end() && it->byte_offset < r.whole_offset + r.length; ++it) {
+        if (it->byte_length == 0) continue;
+        const std::uint64_t from = std::max(r.whole_offset, it->byte_offset) - r.whole_offset + r.part_offset;
+        const std::uint64_t to = std::min(r.whole_offset + r.length, it->byte_offset + it->byte_length) -
+                                 r.whole_offset + r.part_offset;  // exclusive
+        note(static_cast<std::size_t>(it - tensors.begin()), image, from / shard, (to - 1) / shard);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace tensorhub::manifest

@@ -41,4 +41,22 @@ core::Bitfield shards_selected(const Manifest& m, std::span<const LandingRun> ru
 // Bytes of `runs` that land (not kNoWholeOffset).
 std::uint64_t selected_bytes(std::span<const LandingRun> runs);
 
+// The shards of image `image` whose bytes land in one tensor: [first, last].
+struct ShardSpan {
+  std::uint32_t image = 0;
+  std::uint32_t first = 0;
+  std::uint32_t last = 0;
+  friend bool operator==(const ShardSpan&, const ShardSpan&) = default;
+};
+// For each tensor of a destination layout (`tensors`, in increasing
+// byte_offset, end to end or with gaps), the span of shards of each image
+// that lands bytes in it (one span per image, in image order; none for a
+// tensor of no bytes): a tensor is complete once every shard of its spans
+// that its fetch wants is verified. `runs[i]` are image i's landing runs
+// into the layout, `shard_sizes[i]` its shard size. O(runs + tensors).
+// REQUIRES: runs.size() == shard_sizes.size(), each shard size nonzero.
+std::vector<std::vector<ShardSpan>> tensor_shard_spans(std::span<const TensorEntry> tensors,
+                                                       std::span<const std::vector<LandingRun>> runs,
+                                                       std::span<const std::uint64_t> shard_sizes);
+
 }  // namespace tensorhub::manifest

@@ -557,7 +557,7 @@ void PeerCore::shard_held(TimePoint now, const swarm::ShardHeld& held) {
   const ShardEntry& e = v->manifest->shard(held.shard);
   ++v->progress.shards_verified;
   v->progress.bytes_verified += e.byte_length;
-  if (auto p = swarm_.progress(v->id)) v->progress.bytes_received = p->bytes_received;
+  if (auto p = swarm_.progress(v->id)) v->progress.bytes_received = p->bytes_received + p->duplicate_bytes;
   const double seconds = to_seconds(now - v->started);
   if (seconds > 0) v->progress.bytes_per_second = static_cast<double>(v->progress.bytes_verified) / seconds;
   state_changed();

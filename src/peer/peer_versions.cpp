@@ -204,14 +204,22 @@ void PeerCore::source_finished(TimePoint now, const std::shared_ptr<LocalVersion
   for (const auto& [copy, from] : copies_) {
     if (from == source) waiting.push_back(copy);
   }
+  // A whole copy takes a released source's place before a selection does:
+  // copies wait only on a whole version.
+  std::stable_partition(waiting.begin(), waiting.end(), [](const auto& copy) { return copy->whole(); });
   for (const auto& copy : waiting) {
     if (outcome.is_ok()) {
       start_copy(copy, source);
     } else if (outcome.code() != StatusCode::kCancelled && outcome.code() != StatusCode::kIoError) {
       copies_[copy] = nullptr;
       finish(now, copy, outcome);  // the fetch it waited for failed
-    } else if (auto taken = find(copy->id)) {
+    } else if (auto taken = find(copy->id); taken && taken->whole()) {
       copies_[copy] = taken;  // another copy took the released one's place: wait for that
+    } else if (taken) {
+      copies_[copy] = nullptr;
+      finish(now, copy, Status::already_exists("this peer holds a selection of " + copy->model + " v" +
+                                               std::to_string(copy->number.value) + " now; release it to fetch " +
+                                               (copy->whole() ? "the whole version" : "another selection")));
     } else {
       // The held one was released before it completed, or its own memory
       // refused bytes: this fetch takes its place.
@@ -368,7 +376,9 @@ void PeerCore::withdraw_holding(const LocalVersion& v) {
 
 void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status) {
   if (v->state != VersionState::kFetching) return;
-  if (auto p = swarm_.progress(v->id)) v->progress.bytes_received = p->bytes_received;
+  if (auto p = swarm_.progress(v->id); p && find(v->id) == v) {  // a copy's bytes came from here
+    v->progress.bytes_received = p->bytes_received + p->duplicate_bytes;
+  }
   v->result = status;
   v->state = status.is_ok() ? VersionState::kComplete : VersionState::kFailed;
   v->progress.done = true;

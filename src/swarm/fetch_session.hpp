@@ -209,6 +209,8 @@ class FetchSession {
 
   bool done() const { return done_; }
   const core::Bitfield& have() const { return have_; }
+  // Whether the fetch wants every shard (it is of no selection).
+  bool wants_all() const { return wanted_.all(); }
   // A shard this fetch still needs: wanted and not held.
   bool needs(ShardIndex shard) const { return wanted_.test(shard.value) && !have_.test(shard.value); }
   // Who has a use for our HAVE of `shard`, set into `out` in id order, once

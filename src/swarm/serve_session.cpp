@@ -31,7 +31,10 @@ void ServeSession::on_interested(TimePoint now, const PeerId& peer, const SwarmM
   // A super-seed shows shards (HAVE) once it unchokes the peer. Another
   // datacenter sees everything: its fetchers share the WAN work among
   // themselves, and each shard should cross once. A leech shows nothing.
-  const bool super_seeds = offered_ && seeder_ && peers_.proximity_of(peer) != Proximity::kRemote;
+  // A fetcher of a selection sees everything too: it takes only the shards
+  // it wants, so shards revealed to it would wait for it in vain.
+  const bool super_seeds = offered_ && seeder_ && peers_.proximity_of(peer) != Proximity::kRemote &&
+                           m.type != MessageType::kInterestedInSelection;
   if (super_seeds) {
     core::Bitfield holds(layout_.shard_count());
     if (m.shard_count == layout_.shard_count()) {

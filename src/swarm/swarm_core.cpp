@@ -260,7 +260,11 @@ void SwarmCore::start_with(TimePoint now, const ManifestId& id, Version& v, cons
 
 SwarmMessage SwarmCore::interested(const ManifestId& id, const Version& v) const {
   // What we hold already travels along, so a super-seed does not reveal it.
-  return SwarmMessage::with_bits(MessageType::kInterested, id, v.layout.shard_count(), v.have.to_bytes());
+  // A fetch of a selection takes only the shards it wants, never a shard a
+  // super-seed reveals for it to spread: it asks to see every shard.
+  const bool selection = v.fetch && !v.fetch->wants_all();
+  return SwarmMessage::with_bits(selection ? MessageType::kInterestedInSelection : MessageType::kInterested, id,
+                                 v.layout.shard_count(), v.have.to_bytes());
 }
 
 // --------------------------------------------------------------------------
@@ -325,6 +329,7 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
   // The serving side (every type is routed here: a new one fails to build).
   switch (m.type) {
     case MessageType::kInterested:
+    case MessageType::kInterestedInSelection:
       if (!v) {
         send(peer, SwarmMessage::signal(MessageType::kUnknownVersion, m.version_id));
         return;
@@ -378,6 +383,7 @@ bool SwarmCore::fetch_message(TimePoint now, const PeerId& peer, const SwarmMess
   const bool in_range = m.shard.value < v.layout.shard_count();
   switch (m.type) {
     case MessageType::kInterested:
+    case MessageType::kInterestedInSelection:
       if (v.sources.count(peer)) return false;
       fetch.add_candidate(now, peer, proximity_of(peer));
       return true;

@@ -68,6 +68,7 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kBitfield: return "bitfield";
     case MessageType::kHave: return "have";
     case MessageType::kInterested: return "interested";
+    case MessageType::kInterestedInSelection: return "interested-in-selection";
     case MessageType::kNotInterested: return "not-interested";
     case MessageType::kChoke: return "choke";
     case MessageType::kUnchoke: return "unchoke";
@@ -112,6 +113,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
   switch (m.type) {
     case MessageType::kBitfield:
     case MessageType::kInterested:
+    case MessageType::kInterestedInSelection:
       open(4);
       w.write_uint(m.shard_count);
       w.write_bin(m.bytes);
@@ -179,6 +181,7 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
   switch (m.type) {
     case MessageType::kBitfield:
     case MessageType::kInterested:
+    case MessageType::kInterestedInSelection:
       expect_fields(4);
       if (r.read_uint("shard count", v, kMaxShards)) m.shard_count = static_cast<std::uint32_t>(v);
       if (r.read_bin("bitfield", blob, (kMaxShards + 7) / 8)) {

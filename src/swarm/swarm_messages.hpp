@@ -46,8 +46,9 @@ enum class MessageType : std::uint8_t {
   kTransport = 22,     // bytes: a data transport's own message (rdma/rdma_wire.hpp); the swarm never sees it
   kSeal = 23,          // seal bytes: answers kGetManifest for a version published in parts
   kGroup = 24,         // bytes: a group rank's state (peer/group_state.hpp), to the group's other ranks
+  kInterestedInSelection = 25,  // as kInterested, from a fetcher of a selection: a super-seed shows it every shard
 };
-inline constexpr std::uint8_t kLastMessageType = 24;
+inline constexpr std::uint8_t kLastMessageType = 25;
 
 std::string_view message_type_name(MessageType type);
 

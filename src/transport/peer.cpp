@@ -286,7 +286,8 @@ Result<FetchHandle> PeerAccess::fetch_selection(Impl& impl_ref, const std::strin
     std::vector<PeerAccess::Created> parts;
     for (auto& part : fetched->fetches.parts) parts.push_back({part, impl->engine->watch_of(part)});
     return PeerAccess::assembled_fetch_handle(impl, std::move(*info), std::move(*sealed), std::move(fetched->tensors),
-                                              std::move(parts), std::move(fetched->fetches.whole));
+                                              std::move(parts), std::move(fetched->fetches.whole),
+                                              fetched->fetches.runs);
   });
 }
 
@@ -313,7 +314,7 @@ Result<FetchHandle> PeerAccess::fetch_into(Impl& impl_ref, const std::string& mo
       const manifest::SealedVersion& v = **sealed;
       return PeerAccess::assembled_fetch_handle(impl, VersionInfo{v.model(), v.version(), v.id(), v.total_size()}, *sealed,
                                                 std::vector<TensorEntry>(v.tensors().begin(), v.tensors().end()),
-                                                std::move(parts), std::move(fetched->whole));
+                                                std::move(parts), std::move(fetched->whole), fetched->runs);
     });
   }
   auto v = created(*impl, [&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });

@@ -404,13 +404,15 @@ Result<PeerEngine::PartsFetch> PeerEngine::fetch_parts(std::shared_ptr<const man
                                     " has " + std::to_string(sealed->total_size()));
   }
   std::vector<std::shared_ptr<LocalVersion>> parts;
+  std::vector<std::vector<manifest::LandingRun>> all_runs;
   for (std::uint32_t i = 0; i < sealed->parts().size(); ++i) {
-    auto v = fetch_landing(sealed->parts()[i], sealed->landing_runs(i), destination, domain, backing, {});
+    all_runs.push_back(sealed->landing_runs(i));
+    auto v = fetch_landing(sealed->parts()[i], all_runs.back(), destination, domain, backing, {});
     if (!v) return release_started(parts, v.status().with_context("part " + std::to_string(i) + " of " + what));
     parts.push_back(std::move(*v));
   }
   pump();
-  return PartsFetch{std::move(parts), std::move(destination)};
+  return PartsFetch{std::move(parts), std::move(destination), std::move(all_runs)};
 }
 
 Status PeerEngine::release_started(const std::vector<std::shared_ptr<LocalVersion>>& started, Status why) {
@@ -495,6 +497,7 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
                                     " bytes; the selection of " + what + " has " + std::to_string(size));
   }
   std::vector<std::shared_ptr<LocalVersion>> fetches;
+  std::vector<std::vector<manifest::LandingRun>> fetched_runs;
   for (std::size_t i = 0; i < images.size(); ++i) {
     const std::string which = known->in_parts() ? "part " + std::to_string(i) + " of " + what : what;
     auto runs = manifest::selection_runs(*images[i], *layout);
@@ -504,9 +507,11 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
     auto v = fetch_landing(images[i], *runs, destination, domain, backing, std::move(wanted));
     if (!v) return release_started(fetches, v.status().with_context(which));
     fetches.push_back(std::move(*v));
+    fetched_runs.push_back(std::move(*runs));
   }
   pump();
-  return SelectionFetch{PartsFetch{std::move(fetches), std::move(destination)}, std::move(*layout)};
+  return SelectionFetch{PartsFetch{std::move(fetches), std::move(destination), std::move(fetched_runs)},
+                        std::move(*layout)};
 }
 
 std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {

@@ -108,6 +108,8 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   struct PartsFetch {
     std::vector<std::shared_ptr<LocalVersion>> parts;
     core::MutableRegions whole;  // the destination they land in
+    // Each part's landing runs into it, in the order of `parts`.
+    std::vector<std::vector<manifest::LandingRun>> runs;
   };
   Result<PartsFetch> fetch_parts(std::shared_ptr<const manifest::SealedVersion> sealed,
                                  core::MutableRegions destination, const MemoryDomain& domain = host_memory());

@@ -29,6 +29,7 @@ std::string PeerEngine::status_json() const {
                         {"id", id.hex()},
                         {"state", std::string(version_state_name(v->state))},
                         {"published", v->role == VersionRole::kPublished},
+                        {"selection", !v->whole()},  // totals count the wanted shards only
                         {"memory", std::string(v->domain->name())},
                         {"bytes_total", v->progress.bytes_total},
                         {"bytes_verified", v->progress.bytes_verified},

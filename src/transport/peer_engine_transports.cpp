@@ -60,6 +60,9 @@ std::optional<HeldRegions> PeerEngine::nic_regions(const std::shared_ptr<LocalVe
 std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version_id) {
   auto v = core_->find(version_id);
   if (!v || !v->served() || v->memory.empty()) return std::nullopt;
+  // A selection's memory is mostly sparse scratch, one region a run:
+  // registering it would pin every page. It moves over TCP.
+  if (!v->whole()) return std::nullopt;
   // Registered for remote reads only: nothing writes through these.
   std::vector<std::span<std::byte>> regions;
   for (const auto& r : v->memory.regions()) regions.emplace_back(const_cast<std::byte*>(r.data()), r.size());
@@ -68,7 +71,7 @@ std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version_
 
 std::optional<HeldRegions> PeerEngine::landing_regions(const ManifestId& version_id) {
   auto v = core_->find(version_id);
-  if (!v || v->destination.empty()) return std::nullopt;
+  if (!v || v->destination.empty() || !v->whole()) return std::nullopt;  // a selection: as above
   if (v->state != VersionState::kFetching) return std::nullopt;
   return nic_regions(v, v->destination.regions());
 }

@@ -154,10 +154,12 @@ struct PeerAccess {
   // `tensors`: a version in parts fetched whole (one fetch per part), or
   // a selection (one fetch per image it takes bytes of). `sealed`: the
   // version in parts, if it is one. REQUIRES: parts is not empty.
+  // `runs[i]`: where part i's bytes land in `whole`.
   static FetchHandle assembled_fetch_handle(Impl* impl, VersionInfo info,
                                             std::shared_ptr<const manifest::SealedVersion> sealed,
                                             std::vector<TensorEntry> tensors, std::vector<Created> parts,
-                                            core::MutableRegions whole);
+                                            core::MutableRegions whole,
+                                            const std::vector<std::vector<manifest::LandingRun>>& runs);
   static PublishHandle publish_handle(Impl* impl, Created version);
   // Peer::fetch_selection, and Group::fetch_selection.
   static Result<FetchHandle> fetch_selection(Impl& impl, const std::string& model, std::uint64_t version,
@@ -279,6 +281,8 @@ struct FetchHandle::State : handles::HeldVersion {
   std::vector<std::shared_ptr<handles::HeldVersion>> parts;
   core::MutableRegions whole;
   std::vector<TensorEntry> tensors;
+  // Per tensor of `tensors`, the shards of each part that land bytes in it.
+  std::vector<std::vector<manifest::ShardSpan>> tensor_spans;
 
   bool assembled() const { return !parts.empty(); }
   // Releases every version the handle holds (each of an assembled fetch).

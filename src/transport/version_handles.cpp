@@ -63,7 +63,10 @@ FetchProgressInfo parts_progress(const std::vector<std::shared_ptr<HeldVersion>>
 FetchHandle PeerAccess::assembled_fetch_handle(Impl* impl, VersionInfo info,
                                                std::shared_ptr<const manifest::SealedVersion> sealed,
                                                std::vector<TensorEntry> tensors, std::vector<Created> parts,
-                                               core::MutableRegions whole) {
+                                               core::MutableRegions whole,
+                                               const std::vector<std::vector<manifest::LandingRun>>& runs) {
+  std::vector<std::uint64_t> shard_sizes;
+  for (const Created& part : parts) shard_sizes.push_back(part.version->manifest->shard_size());
   auto state = std::make_shared<FetchHandle::State>();
   state->gate = impl->gate;
   state->info = std::move(info);
@@ -71,6 +74,7 @@ FetchHandle PeerAccess::assembled_fetch_handle(Impl* impl, VersionInfo info,
   state->watch = parts.at(0).watch;
   for (Created& part : parts) state->parts.push_back(state_for<HeldVersion>(impl, std::move(part)));
   state->sealed = std::move(sealed);
+  state->tensor_spans = manifest::tensor_shard_spans(tensors, runs, shard_sizes);
   state->tensors = std::move(tensors);
   state->whole = std::move(whole);
   return FetchHandle(std::move(state));
@@ -190,6 +194,48 @@ std::vector<bool> FetchHandle::verified_shards() const {
       out.insert(out.end(), flags.begin(), flags.end());
     }
   });
+  return out;
+}
+
+std::vector<bool> FetchHandle::verified_tensors() const {
+  State& s = *state_;
+  if (s.phase.load() == HeldVersion::kReleased) return {};
+  if (!s.assembled()) {
+    const std::vector<bool> shards = verified_shards();
+    if (shards.empty()) return {};
+    const std::uint64_t size = s.version->manifest->shard_size();
+    std::vector<bool> out;
+    for (const TensorEntry& t : s.version->manifest->tensors()) {
+      bool ready = true;
+      for (std::uint64_t i = t.byte_offset / size; t.byte_length > 0 && i <= (t.byte_offset + t.byte_length - 1) / size;
+           ++i) {
+        ready = ready && shards[i];
+      }
+      out.push_back(ready);
+    }
+    return out;
+  }
+  std::vector<std::vector<bool>> per_part;
+  const bool held = s.with_peer([&](Impl& impl) {
+    for (const auto& part : s.parts) per_part.push_back(impl.call([&] { return impl.engine->verified_shards(*part->version); }));
+  });
+  if (!held || s.phase.load() == HeldVersion::kReleased) return {};
+  for (const auto& flags : per_part) {
+    if (flags.empty()) return {};  // a part released meanwhile
+  }
+  std::vector<bool> out;
+  out.reserve(s.tensor_spans.size());
+  for (const auto& spans : s.tensor_spans) {
+    bool ready = true;
+    for (const manifest::ShardSpan& span : spans) {
+      const peer::LocalVersion& v = *s.parts[span.image]->version;
+      const std::vector<bool>& flags = per_part[span.image];
+      for (std::uint32_t i = span.first; ready && i <= span.last && i < flags.size(); ++i) {
+        ready = flags[i] || !v.wants(ShardIndex{i});
+      }
+    }
+    out.push_back(ready);
+  }
   return out;
 }
 

@@ -97,6 +97,7 @@ TEST_CASE("parts over loopback: three ranks publish through Peer::publish_part, 
   CHECK(progress.bytes_verified == full.size());
   CHECK(progress.shards_total == 6);  // 512 KiB a part, 256 KiB shards
   CHECK(fetched->verified_shards() == std::vector<bool>(6, true));
+  CHECK(fetched->verified_tensors() == std::vector<bool>{true});
   // Into the caller's regions, split where no part splits: each part lands across them.
   std::vector<std::byte> first(1000 * 1000), second(full.size() - first.size());
   const MutableRegion into[] = {first, second};
@@ -162,6 +163,7 @@ TEST_CASE("parts over loopback: a fetch by selection moves the shards it needs a
   CHECK(p.bytes_verified == 1024 * row_bytes);
   CHECK(p.bytes_received == 1024 * row_bytes);
   CHECK(by_rows->verified_shards() == std::vector<bool>{true, true});
+  CHECK(by_rows->verified_tensors() == std::vector<bool>{true});
 
   // A tensor-parallel rank's columns [64, 128) of every row: strided, in
   // every shard of every part; into the caller's memory.
@@ -194,4 +196,29 @@ TEST_CASE("parts over loopback: a fetch by selection moves the shards it needs a
   // A whole fetch of a part held as a selection is refused too, naming why.
   const auto whole = rows_rank.fetch("policy", 1);
   CHECK(whole.status().code() == StatusCode::kAlreadyExists);
+}
+
+TEST_CASE("parts over loopback: a selection of a whole version from its super-seeding publisher alone completes") {
+  // The publisher reveals shards a few at a time to whole fetchers; a
+  // fetcher of a selection takes only the shards it wants, so it is shown
+  // the publisher's whole bitfield instead.
+  auto publisher = start(60, {});
+  auto fetcher = start(71, {publisher->gossip_address()});
+  RankPart whole;
+  whole.image.resize(kRows * kCols * 4);
+  core::fill_pseudo_random(whole.image, 5);
+  whole.tensors.push_back(TensorEntry{"w", DType::kF32, {kRows, kCols}, 0, whole.image.size()});
+  auto published = publisher->publish("policy", whole.image, whole.tensors);
+  REQUIRE_MESSAGE(published.is_ok(), published.status().to_string());
+  REQUIRE(fetcher->wait_for_head("policy", 0, 20s).is_ok());
+  // The last 512 rows: the last of six shards.
+  const TensorSelection last[] = {{"w", TensorSlice{{{kRows - 512, kRows}, {0, kCols}}}}};
+  auto fetched = fetcher->fetch_selection("policy", 1, last);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  REQUIRE_MESSAGE(fetched->wait(20s).is_ok(), fetched->wait(0ms).to_string());
+  const std::size_t from = (kRows - 512) * kCols * 4;
+  CHECK(std::equal(fetched->bytes().begin(), fetched->bytes().end(), whole.image.begin() + static_cast<std::ptrdiff_t>(from),
+                   whole.image.end()));
+  CHECK(fetched->progress().bytes_received == whole.image.size() - from);
+  CHECK(fetched->verified_tensors() == std::vector<bool>{true});
 }

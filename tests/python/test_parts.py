@@ -129,6 +129,9 @@ def test_a_worker_fetches_a_selection_bit_identical_to_slicing_the_trainers_mode
             fetched.wait(30)
             assert np.array_equal(into["b"], full["b"])
             assert fetched.state_dict()["b"] is into["b"]
+            # Streamed as well, though most of each fetched part's shards are not wanted.
+            streamed = [(name, np.array(t)) for batch in fetched.iter_tensors(timeout=10) for name, t in batch]
+            assert [name for name, _ in streamed] == ["b"] and np.array_equal(streamed[0][1], full["b"])
             progress = fetched.progress()
             assert progress.shards_total == 1
             assert 0 < progress.bytes_received < sum(a.nbytes for a in full.values())

@@ -203,3 +203,35 @@ TEST_CASE("selection: bad selections are refused naming the tensor") {
   CHECK(error({{"w", TensorSlice{{{0, 1}}}}}).find("tensor 'w'") != std::string::npos);
   CHECK(error({{"w", slice2({5, 5}, {0, 1})}}).find("tensor 'w'") != std::string::npos);
 }
+
+TEST_CASE("selection: each tensor's shards per image, for streaming a fetch of parts or of a selection") {
+  const Model model;
+  // Two FSDP parts of 64 rows: "w" rows [0, 64) at bytes 10.. of part 0 (its
+  // shards 0 and 1, the bias in shard 1), rows [64, 128) in part 1's.
+  std::vector<Part> parts{make_part(model, 0, 2, 0), make_part(model, 1, 2, 0)};
+  const std::vector<std::uint64_t> shard_sizes{parts[0].manifest.shard_size(), parts[1].manifest.shard_size()};
+  auto runs_of = [&](const std::vector<TensorEntry>& layout) {
+    std::vector<std::vector<manifest::LandingRun>> runs;
+    for (const Part& p : parts) {
+      auto r = manifest::selection_runs(p.manifest, layout);
+      REQUIRE(r.is_ok());
+      runs.push_back(std::move(*r));
+    }
+    return runs;
+  };
+  // Rows [0, 16) of "w" and the bias: part 0's shard 0, and its shard 1.
+  auto layout = manifest::selected_layout(
+      model.tensors(), std::vector<TensorSelection>{{"w", slice2({0, 16}, {0, kCols})}, {"b", {}}}, "policy v1");
+  REQUIRE(layout.is_ok());
+  auto spans = manifest::tensor_shard_spans(*layout, runs_of(*layout), shard_sizes);
+  REQUIRE(spans.size() == 2);
+  CHECK(spans[0] == std::vector<manifest::ShardSpan>{{0, 0, 0}});
+  CHECK(spans[1] == std::vector<manifest::ShardSpan>{{0, 1, 1}});
+  // Columns [248, 256) of every row: the last row of each part crosses into its shard 1.
+  auto columns = manifest::selected_layout(model.tensors(), std::vector<TensorSelection>{{"w", slice2({0, kRows}, {248, 256})}},
+                                           "policy v1");
+  REQUIRE(columns.is_ok());
+  spans = manifest::tensor_shard_spans(*columns, runs_of(*columns), shard_sizes);
+  REQUIRE(spans.size() == 1);
+  CHECK(spans[0] == std::vector<manifest::ShardSpan>{{0, 0, 1}, {1, 0, 1}});
+}
