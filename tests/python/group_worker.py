@@ -1,7 +1,7 @@
 """One process of tests/python/test_group_processes.py: a trainer rank that
 trains a small torch model and publishes its FSDP-style dim-0 shard as its
-part, or a rank of an inference instance that stages the version through
-its group and commits it. Talks to the test as JSON lines (stdout) and
+part, or a rank of an inference instance that stages its tensor-parallel
+slice of the version through its group (fetch by selection) and commits it. Talks to the test as JSON lines (stdout) and
 waits for its words (stdin)."""
 import hashlib
 import json
@@ -49,6 +49,13 @@ def tensor_parallel_slices(state, rank, world):
     }
 
 
+def selection(rank, world):
+    """The same rules as tensorhub.layouts states them: what the rank fetches."""
+    rules = th.layouts.Rules([(r"^0\.(weight|bias)$", th.layouts.split(0)), (r"^2\.weight$", th.layouts.split(1))],
+                             default=th.layouts.replicate)
+    return rules.select({"0.weight": (128, 64), "0.bias": (128,), "2.weight": (64, 128), "2.bias": (64,)}, world, rank)
+
+
 def digest(tensors):
     h = hashlib.sha256()
     for name in sorted(tensors):
@@ -81,7 +88,7 @@ def rank_of_instance(seed, trusted, group, size, rank, version):
     deadline = time.monotonic() + 30
     while True:  # the version is handed down; it may not be known here yet
         try:
-            fetched = g.fetch("policy", version)
+            fetched = g.fetch("policy", version, select=selection(rank, size))  # its slice alone
             break
         except th.Error as e:
             if e.code not in ("unavailable", "not_found") or time.monotonic() > deadline:
@@ -105,9 +112,8 @@ def rank_of_instance(seed, trusted, group, size, rank, version):
             if e.code != "aborted" or time.monotonic() > deadline:
                 sys.exit(1)
             time.sleep(0.2)
-    state = {k: torch.from_numpy(v) for k, v in fetched.state_dict().items()}
-    say(event="committed", committed=g.committed("policy"),
-        slices=digest(tensor_parallel_slices(state, rank, size)))
+    say(event="committed", committed=g.committed("policy"), slices=digest(fetched.state_dict()),
+        bytes_received=fetched.progress().bytes_received)
     sys.stdin.read()
     fetched.release()
     g.leave()

@@ -4,9 +4,8 @@ model; 2 instances of 2 tensor-parallel ranks stage the version through
 their groups and commit it. A rank killed before its group commits fails
 that group's commit, naming it, within two failure-detection periods,
 while the other instance commits; its replacement catches up and the
-group commits. Every rank's Megatron-style slice is bit-identical to
-slicing the trainer's model. (Each rank fetches the whole version: fetch
-by selection is not built yet, docs/parts.md.)"""
+group commits. Each rank fetches its Megatron-style slice alone (fetch by
+selection), bit-identical to slicing the trainer's model."""
 import json
 import os
 import signal
