@@ -2,6 +2,8 @@
 and slices with ``part=(rank, world)``, the ranks seal, and a worker fetches
 the whole model bit-identical to the trainer's full tensors."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -45,14 +47,24 @@ def ranks_and_worker(tmp_path):
         p.close()
 
 
-def test_two_ranks_publish_their_parts_and_a_worker_fetches_the_whole_model(ranks_and_worker):
-    ranks, worker = ranks_and_worker
-    full = full_model()
+@contextlib.contextmanager
+def sealed_parts(ranks, full):
+    """Both ranks' parts of v1 of `full`, sealed; released at the end."""
     published = [ranks[r].publish("policy", rank_tensors(full, r, 2), version=1, part=(r, 2)) for r in range(2)]
     try:
         for p in published:
             assert p.version == 1
             p.wait_sealed(30)
+        yield published
+    finally:
+        for p in published:
+            p.release()
+
+
+def test_two_ranks_publish_their_parts_and_a_worker_fetches_the_whole_model(ranks_and_worker):
+    ranks, worker = ranks_and_worker
+    full = full_model()
+    with sealed_parts(ranks, full):
         head = worker.wait_for_head("policy", 0, 30)
         assert head.version == 1 and head.nbytes == sum(a.nbytes for a in full.values())
         with worker.fetch("policy", 1) as fetched:
@@ -64,9 +76,6 @@ def test_two_ranks_publish_their_parts_and_a_worker_fetches_the_whole_model(rank
                 assert np.array_equal(state[name], array), name
             streamed = {name: np.array(t) for batch in fetched.iter_tensors(kind="numpy") for name, t in batch}
             assert all(np.array_equal(streamed[n], full[n]) for n in full)
-    finally:
-        for p in published:
-            p.release()
 
 
 def test_a_part_is_refused_with_a_reason_for_bad_arguments(ranks_and_worker):
@@ -105,10 +114,7 @@ def test_a_part_is_refused_with_a_reason_for_bad_arguments(ranks_and_worker):
 def test_a_worker_fetches_a_selection_bit_identical_to_slicing_the_trainers_model(ranks_and_worker):
     ranks, worker = ranks_and_worker
     full = full_model()
-    published = [ranks[r].publish("policy", rank_tensors(full, r, 2), version=1, part=(r, 2)) for r in range(2)]
-    try:
-        for p in published:
-            p.wait_sealed(30)
+    with sealed_parts(ranks, full):
         worker.wait_for_head("policy", 0, 30)
         # A row-parallel rank's columns of "w" (strided in both parts), rows of "c", a slice of "b".
         select = {"w": (slice(None), slice(8, 24)), "c": (slice(4, 12), slice(None)), "b": slice(3, 7)}
@@ -150,6 +156,3 @@ def test_a_worker_fetches_a_selection_bit_identical_to_slicing_the_trainers_mode
         with pytest.raises(th.Error) as e:
             worker.fetch("policy", 1, select=["b"], into=np.zeros(3, dtype=np.uint8))
         assert "(the selection) is 128" in str(e.value)
-    finally:
-        for p in published:
-            p.release()

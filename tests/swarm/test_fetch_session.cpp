@@ -203,6 +203,14 @@ Holder full(std::uint32_t shards, Location where = {"dc1", "r2", "h9"}) {
   return h;
 }
 
+// A holder at `where` of the given shards of `shards`.
+Holder holding(Location where, std::uint32_t shards, std::initializer_list<std::uint32_t> held) {
+  Holder h;
+  h.location = std::move(where);
+  h.bits = Bitfield(shards);
+  for (std::uint32_t s : held) h.bits.set(s);
+  return h;
+}
 
 // Thirty mates in the fetcher's datacenter (dc1, another rack) fetching the
 // same version and holding nothing yet, so almost no shard is the fetcher's
@@ -237,13 +245,10 @@ TEST_CASE("fetch session: one holder, every block requested once, verified, anno
 }
 
 TEST_CASE("fetch session: a selection asks for its shards alone and is done once they verify") {
-  Bitfield wanted(10);
-  for (int s : {1, 4, 5, 9}) wanted.set(s);
-  Driver d(layout(10), FetchConfig{}, {"dc1", "r1", "h0"}, 7, 0, wanted);
+  const Holder selection = holding({"dc1", "r1", "h1"}, 10, {1, 4, 5, 9});
+  const Bitfield wanted = selection.bits;
   // The nearest holder has the selection only; nobody holds shard 0 at all.
-  Holder selection;
-  selection.location = {"dc1", "r1", "h1"};
-  selection.bits = wanted;
+  Driver d(layout(10), FetchConfig{}, {"dc1", "r1", "h0"}, 7, 0, wanted);
   Holder far = full(10, {"dc1", "r2", "h9"});
   far.bits.reset(0);
   d.add_holder(1, selection);
@@ -262,15 +267,8 @@ TEST_CASE("fetch session: a selection asks for its shards alone and is done once
 }
 
 TEST_CASE("fetch session: a selection whose shard nobody holds fails naming that shard") {
-  Bitfield wanted(6);
-  wanted.set(2);
-  wanted.set(3);
-  Driver d(layout(6), FetchConfig{}, {"dc1", "r1", "h0"}, 7, 0, wanted);
-  Holder partial;
-  partial.location = {"dc1", "r1", "h1"};
-  partial.bits = Bitfield(6);
-  partial.bits.set(2);
-  d.add_holder(1, partial);
+  Driver d(layout(6), FetchConfig{}, {"dc1", "r1", "h0"}, 7, 0, holding({}, 6, {2, 3}).bits);
+  d.add_holder(1, holding({"dc1", "r1", "h1"}, 6, {2}));
   d.run();
   REQUIRE(d.result.has_value());
   CHECK(d.result->code() == StatusCode::kUnavailable);
