@@ -184,6 +184,14 @@ TEST_CASE("parts over loopback: a fetch by selection moves the shards it needs a
   CHECK(p.bytes_received == full.size());  // whole shards: the hash layout verifies shards whole
   CHECK(by_columns->verified_shards() == std::vector<bool>(6, true));
 
+  // The trainer rank that published part 1 copies its selection of it locally: nothing crosses the network.
+  auto local = peers[1]->fetch_selection("policy", 1, rows);
+  REQUIRE_MESSAGE(local.is_ok(), local.status().to_string());
+  REQUIRE_MESSAGE(local->wait(20s).is_ok(), local->wait(0ms).to_string());
+  CHECK(std::equal(local->bytes().begin(), local->bytes().end(), by_rows->bytes().begin(), by_rows->bytes().end()));
+  CHECK(local->progress().bytes_received == 0);
+  CHECK(local->verified_tensors() == std::vector<bool>{true});
+
   // Bad selections and destinations are refused, naming what is wrong.
   const TensorSelection unknown[] = {{"x", {}}};
   CHECK(rows_rank.fetch_selection("policy", 1, unknown).status().message() == "policy v1 has no tensor 'x'");
