@@ -68,7 +68,9 @@ def _selection_spec(select, tensors) -> list:
                 raise ArgumentTypeError(f"select: a list of tensor names, not one holding {type(name).__name__}")
             if name not in shapes:
                 raise Error(f"invalid argument: select: no tensor {name!r} in the version")
-        select = {name: tuple(slice(None) for _ in shapes[name]) for name in names}
+        if not names:
+            raise Error("invalid argument: select: names no tensor")
+        return [(name, []) for name in dict.fromkeys(names)]  # whole, a tensor of no elements too
     if not select:
         raise Error("invalid argument: select: names no tensor")
     checked = layouts.check(select, shapes)

@@ -147,6 +147,7 @@ def test_a_worker_fetches_a_selection_bit_identical_to_slicing_the_trainers_mode
                               ({"w": (slice(0, 4, 2), slice(None))}, "step 2"),
                               ({"w": (slice(5, 5), slice(None))}, "empty"),
                               (["nope"], "no tensor 'nope'"),
+                              ([], "names no tensor"),
                               ({}, "names no tensor")):
             with pytest.raises(th.Error) as e:
                 worker.fetch("policy", 1, select=select)
