@@ -8,7 +8,8 @@ of a Llama-shaped float16 model (--hidden, --layers, grouped-query
 attention, a vocabulary of --vocab) as a part of v1. Then, one after the
 other, a fresh peer fetches the whole version, and fresh peers fetch the
 slice of each tensor-parallel rank that vLLM's rules give
-(tensorhub.layouts.tensor_parallel) at TP 2, 4 and 8, each timed from the
+(tensorhub.layouts.tensor_parallel) at TP 2, 4 and 8, and the second of two
+pipeline stages (layouts.pipeline_stage), each timed from the
 request to its verified end. For each: the bytes selected, the bytes
 received over the network (FetchProgress.bytes_received), their ratio, and
 the same split into the column-parallel tensors (rows of each part: a
@@ -139,6 +140,8 @@ def main():
         for tp in args.tp:
             select = layouts.tensor_parallel(shapes, tp, 1, num_key_value_heads=kv_heads)
             results["runs"].append(run(f"tp{tp}-rank1", select))
+        # A pipeline stage: whole tensors, each a run of rows of every part.
+        results["runs"].append(run("pp2-stage1", layouts.pipeline_stage(shapes, 2, 1, tie_word_embeddings=False)))
         for p in published:
             p.release()
         for t in reversed(trainers):
