@@ -45,6 +45,12 @@ struct Trio {
     book.on_record(t0, peer_id(1), {gossip::GroupEntry{"g", 3, 1}});
     book.on_record(t0, peer_id(2), {gossip::GroupEntry{"g", 3, 2}});
   }
+  // This rank has staged v5; ranks 1 and 2 say where they are with it.
+  void staged_and_heard(StageState rank1, StageState rank2) {
+    book.set_stage("g", stage(5, StageState::kStaged));
+    REQUIRE(book.on_state(t0, peer_id(1), said(1, {stage(5, rank1)})));
+    REQUIRE(book.on_state(t0, peer_id(2), said(2, {stage(5, rank2)})));
+  }
 };
 
 }  // namespace
@@ -176,9 +182,7 @@ TEST_CASE("group book: a silent rank, a failed rank, another id and a rank of no
   Trio trio;
   GroupBook& book = trio.book;
   TimePoint t = trio.t0;
-  book.set_stage("g", stage(5, StageState::kStaged));
-  REQUIRE(book.on_state(t, peer_id(1), said(1, {stage(5, StageState::kCommitting)})));
-  REQUIRE(book.on_state(t, peer_id(2), said(2, {stage(5, StageState::kStaging)})));
+  trio.staged_and_heard(StageState::kCommitting, StageState::kStaging);
 
   SUBCASE("silent past kSilence: the commit fails naming it, and a timer says when") {
     CHECK(book.next_timeout() <= t + GroupBook::kSilence);
@@ -323,9 +327,7 @@ TEST_CASE("group book: a decided commit is never undone, ranks must stage the sa
   Trio trio;
   GroupBook& book = trio.book;
   TimePoint t = trio.t0;
-  book.set_stage("g", stage(5, StageState::kStaged));
-  REQUIRE(book.on_state(t, peer_id(1), said(1, {stage(5, StageState::kCommitted)})));
-  REQUIRE(book.on_state(t, peer_id(2), said(2, {stage(5, StageState::kStaged)})));
+  trio.staged_and_heard(StageState::kCommitted, StageState::kStaged);
   // Rank 1 committed v5: this rank, holding it, commits at once, though
   // rank 2 withdrew and a member claims the group at another size.
   book.on_record(t, peer_id(7), {gossip::GroupEntry{"g", 5, 4}});

@@ -41,27 +41,31 @@ def llama(layers=2, heads=8, kv_heads=2, head_dim=8, intermediate=128, bias=Fals
     return t
 
 
-def mixtral(layers=2, experts=4, intermediate=32):
-    t = {n: s for n, s in llama(layers).items() if ".mlp." not in n}
+def moe_layers(t, layers, block, experts, intermediate, up, down):
+    """Adds each layer's router and experts under `block` to `t`: `up`
+    names the experts' [intermediate, hidden] weights, `down` the
+    [hidden, intermediate] one. Returns each layer's prefix."""
+    prefixes = []
     for i in range(layers):
-        p = f"model.layers.{i}.block_sparse_moe."
+        p = f"model.layers.{i}.{block}."
         t[p + "gate.weight"] = (experts, HIDDEN)
         for e in range(experts):
-            t[p + f"experts.{e}.w1.weight"] = (intermediate, HIDDEN)
-            t[p + f"experts.{e}.w2.weight"] = (HIDDEN, intermediate)
-            t[p + f"experts.{e}.w3.weight"] = (intermediate, HIDDEN)
+            for name in up:
+                t[p + f"experts.{e}.{name}.weight"] = (intermediate, HIDDEN)
+            t[p + f"experts.{e}.{down}.weight"] = (HIDDEN, intermediate)
+        prefixes.append(p)
+    return prefixes
+
+
+def mixtral(layers=2, experts=4, intermediate=32):
+    t = {n: s for n, s in llama(layers).items() if ".mlp." not in n}
+    moe_layers(t, layers, "block_sparse_moe", experts, intermediate, ("w1", "w3"), "w2")
     return t
 
 
 def qwen2_moe(layers=2, experts=4, intermediate=32, shared=64):
     t = {n: s for n, s in llama(layers, bias=True).items() if ".mlp." not in n}
-    for i in range(layers):
-        p = f"model.layers.{i}.mlp."
-        t[p + "gate.weight"] = (experts, HIDDEN)
-        for e in range(experts):
-            t[p + f"experts.{e}.gate_proj.weight"] = (intermediate, HIDDEN)
-            t[p + f"experts.{e}.up_proj.weight"] = (intermediate, HIDDEN)
-            t[p + f"experts.{e}.down_proj.weight"] = (HIDDEN, intermediate)
+    for p in moe_layers(t, layers, "mlp", experts, intermediate, ("gate_proj", "up_proj"), "down_proj"):
         t[p + "shared_expert.gate_proj.weight"] = (shared, HIDDEN)
         t[p + "shared_expert.up_proj.weight"] = (shared, HIDDEN)
         t[p + "shared_expert.down_proj.weight"] = (HIDDEN, shared)
