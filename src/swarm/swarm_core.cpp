@@ -35,6 +35,7 @@ std::uint64_t SwarmCore::version_seed(const ManifestId& id, std::uint64_t salt) 
 SwarmCore::Version& SwarmCore::version(const ManifestId& id, const ShardLayout& layout, const core::Bitfield& have,
                                        bool offered) {
   auto [it, inserted] = versions_.try_emplace(id, layout, have);
+  touch(id);
   if (inserted) {
     it->second.serve = std::make_unique<ServeSession>(
         id, layout, it->second.have,
@@ -84,6 +85,8 @@ void SwarmCore::stop(TimePoint now, const ManifestId& id) {
   // fetch fails instead of waiting for ever.
   it->second.serve->stop();
   for (auto& [peer, c] : connections_) c.pending.erase(id);
+  deadlines_.erase({it->second.deadline, id});
+  touched_.erase(id);
   versions_.erase(it);
 }
 
@@ -135,6 +138,7 @@ void SwarmCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& pe
 }
 
 void SwarmCore::peer_gone(TimePoint now, const PeerId& peer) {
+  touch_all();
   for (auto& [id, v] : versions_) {
     if (v.fetch) {
       v.fetch->remove_candidate(now, peer);
@@ -155,6 +159,7 @@ void SwarmCore::send(const PeerId& peer, SwarmMessage message) {
 }
 
 void SwarmCore::drain(TimePoint now, const ManifestId& id, Version& v) {
+  touch(id);
   // Until the session ends (DoneAction resets it) or has nothing more.
   while (v.fetch) {
     auto action = v.fetch->poll();
@@ -298,6 +303,7 @@ void SwarmCore::on_connect_failed(TimePoint now, const PeerId& peer) {
 }
 
 void SwarmCore::forget_connection(TimePoint now, const PeerId& peer) {
+  touch_all();
   if (auto c = connections_.find(peer); c != connections_.end()) {
     for (auto& [id, v] : versions_) {
       if (v.fetch) v.fetch->end_landings_from(peer);  // the driver stopped their writes
@@ -325,7 +331,10 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
   c.last_heard = now;
   auto it = versions_.find(m.version_id);
   Version* v = it == versions_.end() ? nullptr : &it->second;
-  if (v) v->serve->on_heard(now, peer);
+  if (v) {
+    touch(m.version_id);
+    v->serve->on_heard(now, peer);
+  }
   // The serving side (every type is routed here: a new one fails to build).
   switch (m.type) {
     case MessageType::kInterested:
@@ -463,6 +472,7 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
   if (!connections_.count(peer)) return std::nullopt;
   auto v = versions_.find(header.version_id);
   if (v == versions_.end() || !v->second.fetch) return std::nullopt;
+  touch(header.version_id);
   const auto offset = v->second.fetch->begin_piece(now, peer, header.request_id, header.length);
   if (!offset) return std::nullopt;
   return PieceTarget{header.version_id, *offset, header.length};
@@ -470,7 +480,9 @@ std::optional<PieceTarget> SwarmCore::begin_piece(TimePoint now, const PeerId& p
 
 void SwarmCore::on_piece_progress(TimePoint now, const PeerId& peer, const SwarmMessage& header) {
   auto v = versions_.find(header.version_id);
-  if (v != versions_.end() && v->second.fetch) v->second.fetch->piece_progress(now, peer, header.request_id);
+  if (v == versions_.end() || !v->second.fetch) return;
+  touch(header.version_id);
+  v->second.fetch->piece_progress(now, peer, header.request_id);
 }
 
 void SwarmCore::on_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, bool stored) {
@@ -484,6 +496,7 @@ void SwarmCore::on_piece_not_kept(TimePoint now, const PeerId& peer, const Swarm
 void SwarmCore::end_piece(TimePoint now, const PeerId& peer, const SwarmMessage& header, FetchSession::PieceEnd how) {
   if (!connections_.count(peer)) return;
   auto v = versions_.find(header.version_id);
+  if (v != versions_.end()) touch(header.version_id);
   if (v == versions_.end() || !v->second.fetch || !v->second.fetch->end_piece(now, peer, header.request_id, how)) {
     discarded_piece_bytes_ += header.length;
     return;
@@ -519,24 +532,31 @@ void SwarmCore::on_verified(TimePoint now, const ManifestId& id, ShardIndex shar
 // Time and output
 
 void SwarmCore::handle_timeout(TimePoint now) {
-  if (now >= next_landing_deadline()) {
-    // A payload that stopped, or drips below the minimum rate, holds its
-    // block hostage (nobody else's copy may land): the sender is stalled,
-    // or stalling on purpose.
-    std::vector<std::pair<TimePoint, PeerId>> stalled;
-    for (const auto& [id, v] : versions_) {
-      if (v.fetch) v.fetch->stalled_landings(now, stalled);
-    }
-    std::sort(stalled.begin(), stalled.end());
-    std::vector<PeerId> closed;
-    for (const auto& [deadline, peer] : stalled) {
-      if (std::find(closed.begin(), closed.end(), peer) != closed.end()) continue;
-      closed.push_back(peer);
-      actions_.push(CloseConnection{peer, "a piece stalled mid-payload, or landed below the minimum rate"});
-      forget_connection(now, peer);
-    }
+  refresh_deadlines();
+  std::vector<ManifestId> due;
+  for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) due.push_back(it->second);
+  if (due.empty()) return;
+  // A payload that stopped, or drips below the minimum rate, holds its
+  // block hostage (nobody else's copy may land): the sender is stalled,
+  // or stalling on purpose.
+  std::vector<std::pair<TimePoint, PeerId>> stalled;
+  for (const ManifestId& id : due) {
+    const Version& v = versions_.at(id);
+    if (v.fetch && now >= v.fetch->next_landing_deadline()) v.fetch->stalled_landings(now, stalled);
   }
-  for (auto& [id, v] : versions_) {
+  std::sort(stalled.begin(), stalled.end());
+  std::vector<PeerId> closed;
+  for (const auto& [deadline, peer] : stalled) {
+    if (std::find(closed.begin(), closed.end(), peer) != closed.end()) continue;
+    closed.push_back(peer);
+    actions_.push(CloseConnection{peer, "a piece stalled mid-payload, or landed below the minimum rate"});
+    forget_connection(now, peer);
+  }
+  for (const ManifestId& id : due) {
+    auto it = versions_.find(id);
+    if (it == versions_.end()) continue;
+    Version& v = it->second;
+    touch(id);
     v.serve->handle_timeout(now);
     if (now >= version_timer(v, SwarmTimer::kFetch)) {
       v.fetch->handle_timeout(now);
@@ -570,8 +590,40 @@ core::TimerTable<SwarmTimer> SwarmCore::timers() const {
   return t;
 }
 
+TimePoint SwarmCore::version_deadline(const Version& v) const {
+  TimePoint t = v.fetch ? v.fetch->next_landing_deadline() : kTimeNever;
+  for (SwarmTimer timer : {SwarmTimer::kSlotRotation, SwarmTimer::kFinishing, SwarmTimer::kReveal,
+                           SwarmTimer::kSilenceCheck, SwarmTimer::kFetch}) {
+    t = std::min(t, version_timer(v, timer));
+  }
+  return t;
+}
+
+void SwarmCore::refresh_deadlines() const {
+  auto refresh = [&](const ManifestId& id, const Version& v) {
+    deadlines_.erase({v.deadline, id});
+    v.deadline = version_deadline(v);
+    if (v.deadline != kTimeNever) deadlines_.insert({v.deadline, id});
+  };
+  if (all_touched_) {
+    for (const auto& [id, v] : versions_) refresh(id, v);
+  } else {
+    for (const ManifestId& id : touched_) {
+      if (auto it = versions_.find(id); it != versions_.end()) refresh(id, it->second);
+    }
+  }
+  all_touched_ = false;
+  touched_.clear();
+}
+
 TimePoint SwarmCore::next_timeout() const {
-  return timers().next();
+  refresh_deadlines();
+  const TimePoint next = deadlines_.empty() ? kTimeNever : deadlines_.begin()->first;
+#ifdef TENSORHUB_DEBUG_INVARIANTS
+  // Early is allowed (see deadlines_), late never.
+  assert(next <= timers().next());
+#endif
+  return next;
 }
 
 std::optional<SwarmAction> SwarmCore::poll() {

@@ -115,9 +115,14 @@ class SwarmCore final : public PiecePath, private ServePeers {
   void on_verified(TimePoint now, const ManifestId& version_id, ShardIndex shard, std::uint64_t fetch_serial,
                    bool good) override;
 
+  // Runs the timers due at `now`: those of the versions whose earliest
+  // timer is due, and nobody else's.
   void handle_timeout(TimePoint now);
+  // O(log versions) after the versions touched since the last call: a peer
+  // fetching a version in hundreds of parts holds hundreds of versions.
   TimePoint next_timeout() const;
-  // Every timer of the core, the versions' taken together.
+  // Every timer of the core, the versions' taken together (O(versions):
+  // for tests and invariant checks).
   core::TimerTable<SwarmTimer> timers() const;
   std::optional<SwarmAction> poll();
 
@@ -135,6 +140,8 @@ class SwarmCore final : public PiecePath, private ServePeers {
     std::uint64_t fetch_serial = 0;       // names the fetch in progress (VerifyShard)
     std::optional<FetchProgress> finished;  // the fetch's last progress, once it is over
     std::set<PeerId> sources;             // neighbours we fetch it from
+    // Its earliest timer when last looked at (its entry in deadlines_).
+    mutable TimePoint deadline = kTimeNever;
   };
   struct Connection {
     bool open = false;
@@ -169,6 +176,15 @@ class SwarmCore final : public PiecePath, private ServePeers {
   TimePoint next_landing_deadline() const;
   // When one of a version's timers comes (kTimeNever: it does not stand).
   TimePoint version_timer(const Version& v, SwarmTimer timer) const;
+  // The earliest of a version's timers, its stalled landings' included.
+  TimePoint version_deadline(const Version& v) const;
+  // A version's timers may have moved: its deadline is looked at again
+  // before the next timeout is read. Every method that reaches a version's
+  // sessions touches it (forget_connection and peer_gone touch them all).
+  void touch(const ManifestId& id) { touched_.insert(id); }
+  void touch_all() { all_touched_ = true; }
+  // Brings deadlines_ up to date with the touched versions.
+  void refresh_deadlines() const;
   // ServePeers. How near a peer is; an unknown peer counts as remote (it is
   // never preferred over a known neighbour).
   Proximity proximity_of(const PeerId& peer) const override;
@@ -183,6 +199,14 @@ class SwarmCore final : public PiecePath, private ServePeers {
   PeerId self_id_;
   std::uint64_t seed_;
   std::map<ManifestId, Version> versions_;
+  // Each version's earliest timer, ordered, as of its last touch. A
+  // version's timers move only when a method reaches its sessions (which
+  // touches it), except that a message from a peer delays the silence
+  // checks it counts in other versions: an entry is then early, never
+  // late, and the early wake-up finds nothing due.
+  mutable std::set<std::pair<TimePoint, ManifestId>> deadlines_;
+  mutable std::set<ManifestId> touched_;
+  mutable bool all_touched_ = false;
   // Hashed: a publisher has a connection per fetcher (thousands), and every
   // message looks its connection up.
   std::unordered_map<PeerId, Connection> connections_;
