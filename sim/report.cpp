@@ -7,6 +7,7 @@
 
 #include "core/byte_size.hpp"
 #include "sim/placement.hpp"
+#include "sim/slice_plan.hpp"
 
 namespace tensorhub::sim {
 namespace {
@@ -72,6 +73,29 @@ VersionSummary summarize(const VersionOutcome& v, TimePoint until, const std::ve
   return s;
 }
 
+// Bytes per rollout GPU against its slice, when the GPUs form instances.
+struct SliceFigures {
+  double slice_bytes = 0;
+  double wanted_x = 0;           // the most a GPU fetches, over its slice
+  double received_max_x = 0;     // payload that reached a GPU, over its slice, every version
+  double received_mean_x = 0;
+};
+
+SliceFigures slice_figures(const Scenario& scenario, const SimulationResult& result) {
+  SliceFigures f;
+  f.slice_bytes = SlicePlan(scenario).slice_bytes();
+  const double versions = static_cast<double>(result.versions.size());
+  double received_sum = 0;
+  for (std::size_t w = 0; w < result.worker_received.size(); ++w) {
+    const double received = static_cast<double>(result.worker_received[w]) / (versions * f.slice_bytes);
+    f.received_max_x = std::max(f.received_max_x, received);
+    received_sum += received;
+    f.wanted_x = std::max(f.wanted_x, static_cast<double>(result.worker_wanted[w]) / f.slice_bytes);
+  }
+  if (!result.worker_received.empty()) f.received_mean_x = received_sum / static_cast<double>(result.worker_received.size());
+  return f;
+}
+
 nlohmann::ordered_json optional_number(const std::optional<double>& v) {
   return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
 }
@@ -81,33 +105,64 @@ nlohmann::ordered_json optional_number(const std::optional<double>& v) {
 double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topology) {
   const double size = static_cast<double>(scenario.model.size);
   const WorkloadSpec& w = scenario.workload;
+  const InferenceSpec& inference = scenario.inference;
   const std::uint32_t trainer_nodes = std::min(w.trainer_nodes, scenario.model.trainer_ranks);
+  // Every byte leaves the trainer nodes once at least.
   double bound = size / (topology.node_rate() * trainer_nodes);
-  bound = std::max(bound, size / topology.node_rate());
-  // Every worker hashes the whole version (one shard at a time).
-  bound = std::max(bound, size / scenario.hash_bytes_per_second);
-  // A node's G GPUs take G copies in, through its NICs or from each other
-  // over NVLink, and the two together carry at most their sum.
-  const double gpus = scenario.topology.gpus_per_node;
-  if (gpus > 1) bound = std::max(bound, gpus * size / (topology.node_rate() + scenario.topology.nvlink_bytes_per_second));
+  // What the rollout GPUs of a set of nodes need: `distinct` bytes that must
+  // come in from outside (each image's shards any of them fetches, once),
+  // `total` what they take in altogether. Whole versions: the model, and a
+  // model per GPU.
+  std::optional<SlicePlan> plan;
+  if (inference.enabled()) plan.emplace(scenario);
+  const Placement placement = place_peers(scenario);
+  auto needs_of = [&](auto&& in_set) {
+    std::vector<std::uint32_t> slices;
+    for (std::size_t worker = 0; worker < placement.worker_nodes.size(); ++worker) {
+      if (in_set(placement.worker_nodes[worker])) slices.push_back(static_cast<std::uint32_t>(worker % (plan ? plan->slices() : 1)));
+    }
+    if (!plan) return std::pair{slices.empty() ? 0.0 : size, size * static_cast<double>(slices.size())};
+    double total = 0;
+    for (std::uint32_t k : slices) total += static_cast<double>(plan->fetched_bytes(k));
+    return std::pair{static_cast<double>(plan->distinct_bytes(slices)), total};
+  };
+  // Every worker hashes what it fetches (one shard at a time).
+  double most_fetched = size;
+  if (plan) {
+    most_fetched = 0;
+    for (std::uint32_t k = 0; k < plan->slices(); ++k) most_fetched = std::max(most_fetched, static_cast<double>(plan->fetched_bytes(k)));
+  }
+  bound = std::max(bound, most_fetched / scenario.hash_bytes_per_second);
   // Racks and datacenters that hold rollout workers but no trainer must take
-  // the version in through their ToR downlink, and across the WAN.
+  // their distinct bytes in through their ToR downlink, and across the WAN.
   std::set<std::uint32_t> trainer_racks, trainer_dcs;
   for (std::uint32_t n = 0; n < trainer_nodes; ++n) {
     trainer_racks.insert(topology.node(n).rack);
     trainer_dcs.insert(topology.node(n).datacenter);
   }
+  std::set<std::uint32_t> racks_done, dcs_done;
   Duration farthest{0};
   std::uint32_t last_node = UINT32_MAX;
-  for (std::uint32_t n : place_peers(scenario).worker_nodes) {
+  for (std::uint32_t n : placement.worker_nodes) {
     if (n == last_node) continue;  // the node's other GPUs
     last_node = n;
+    // A node's GPUs take their bytes in through its NICs or from each
+    // other over NVLink, and the two together carry at most their sum.
+    const auto [distinct, total] = needs_of([&](std::uint32_t node) { return node == n; });
+    bound = std::max(bound, distinct / topology.node_rate());
+    if (scenario.topology.gpus_per_node > 1) {
+      bound = std::max(bound, total / (topology.node_rate() + scenario.topology.nvlink_bytes_per_second));
+    }
     const NodeInfo& node = topology.node(n);
     const auto& dc = scenario.topology.datacenters[node.datacenter];
-    if (!trainer_racks.count(node.rack)) {
-      bound = std::max(bound, size / (topology.node_rate() * dc.nodes_per_rack / scenario.topology.tor_oversubscription));
+    if (!trainer_racks.count(node.rack) && racks_done.insert(node.rack).second) {
+      const double rack_in = needs_of([&](std::uint32_t m) { return topology.node(m).rack == node.rack; }).first;
+      bound = std::max(bound, rack_in / (topology.node_rate() * dc.nodes_per_rack / scenario.topology.tor_oversubscription));
     }
-    if (!trainer_dcs.count(node.datacenter)) bound = std::max(bound, size / scenario.topology.wan_bytes_per_second);
+    if (!trainer_dcs.count(node.datacenter) && dcs_done.insert(node.datacenter).second) {
+      const double dc_in = needs_of([&](std::uint32_t m) { return topology.node(m).datacenter == node.datacenter; }).first;
+      bound = std::max(bound, dc_in / scenario.topology.wan_bytes_per_second);
+    }
     farthest = std::max(farthest, topology.path(0, n).latency);
   }
   return bound + to_seconds(farthest);
@@ -129,6 +184,26 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
                 {"shard_size", scenario.model.shard_size},
                 {"flow_size", scenario.model.flow_size}};
   j["lower_bound_s"] = lower_bound;
+  if (const InferenceSpec& inference = scenario.inference; inference.enabled()) {
+    const SliceFigures f = slice_figures(scenario, result);
+    json i{{"instances", inference.instances},
+           {"gpus_per_instance", inference.gpus_per_instance},
+           {"layout", inference.layout == InferenceSpec::Layout::kViews ? "views" : "shards"},
+           {"slice_bytes", f.slice_bytes},
+           {"wanted_over_slice", f.wanted_x},
+           {"received_over_slice_max", f.received_max_x},
+           {"received_over_slice_mean", f.received_mean_x}};
+    if (inference.layout == InferenceSpec::Layout::kShards) {
+      i["layers"] = inference.layers;
+      i["strided_fraction"] = inference.strided_fraction;
+    }
+    json references = json::array();
+    for (const InferenceSpec::Reference& r : inference.references) {
+      references.push_back({{"system", r.system}, {"seconds", r.seconds}, {"over_bound", r.seconds / lower_bound}});
+    }
+    i["references"] = std::move(references);
+    j["inference"] = std::move(i);
+  }
   json versions = json::array();
   double rollout_stall = 0, trainer_stall = 0;
   for (std::size_t i = 0; i < result.versions.size(); ++i) {
@@ -254,6 +329,19 @@ std::string report_line(const Scenario& scenario, const SimulationResult& result
     if (s.joiner_last) {
       std::snprintf(buffer, sizeof buffer, " (%zu joiners: median %.3f s, last %.3f s after joining)", s.joiners,
                     *s.joiner_median, *s.joiner_last);
+      line += buffer;
+    }
+  }
+  if (const InferenceSpec& inference = scenario.inference; inference.enabled()) {
+    const SliceFigures f = slice_figures(scenario, result);
+    std::snprintf(buffer, sizeof buffer, "; %u instances x %u GPUs (%s), received %.3fx a slice at most (%.3fx mean)",
+                  inference.instances, inference.gpus_per_instance,
+                  inference.layout == InferenceSpec::Layout::kViews ? "views" : "shards", f.received_max_x,
+                  f.received_mean_x);
+    line += buffer;
+    for (const InferenceSpec::Reference& r : inference.references) {
+      std::snprintf(buffer, sizeof buffer, "; %s published %.2f s (%.3fx)", r.system.c_str(), r.seconds,
+                    r.seconds / lower_bound);
       line += buffer;
     }
   }

@@ -240,6 +240,40 @@ void read_swarm(const json& j, SwarmSpec& s) {
   f.finish();
 }
 
+void read_inference(const json& j, InferenceSpec& inference) {
+  Fields f(j, "inference");
+  if (!f.has("instances")) f.fail("instances", "is required");
+  f.integer("instances", inference.instances, 1, 1u << 20);
+  f.integer("gpus_per_instance", inference.gpus_per_instance, 1, 4096);
+  std::string layout = "views";
+  f.text("layout", layout);
+  if (layout == "shards") {
+    inference.layout = InferenceSpec::Layout::kShards;
+  } else if (layout != "views") {
+    f.fail("layout", "'" + layout + "' is not one of views, shards");
+  }
+  f.integer("layers", inference.layers, 1, 1u << 16);
+  f.number("strided_fraction", inference.strided_fraction, 0, 1);
+  if (f.has("reference")) {
+    const json& given = f.take("reference");
+    const json list = given.is_array() ? given : json::array({given});
+    if (list.size() > 16) f.fail("reference", "lists more than 16 systems");
+    for (const json& entry : list) {
+      Fields r(entry, "inference.reference");
+      InferenceSpec::Reference reference;
+      if (!r.has("system") || !r.has("seconds")) r.fail("", "needs both system and seconds");
+      r.text("system", reference.system);
+      r.number("seconds", reference.seconds, 1e-6, 1e7);
+      r.finish();
+      inference.references.push_back(std::move(reference));
+    }
+  }
+  f.finish();
+  if (inference.layout == InferenceSpec::Layout::kViews && (inference.layers != 1 || inference.strided_fraction != 0)) {
+    f.fail("layout", "\"views\" moves each slice's bytes alone: layers and strided_fraction are for \"shards\"");
+  }
+}
+
 void read_faults(const json& j, std::vector<FaultSpec>& faults) {
   if (!j.is_array()) throw std::invalid_argument("faults must be a list");
   for (std::size_t i = 0; i < j.size(); ++i) {
@@ -292,6 +326,27 @@ std::vector<TimePoint> draw_arrivals(core::SplitMix64& rng, double rate, TimePoi
 // Draws workload.churn into joins and crash faults (WorkloadSpec::Churn).
 // A leave takes a node present at its time: a rollout node that is not a
 // spot node still absent and has not crashed (listed crashes count).
+// Model-parallel instances fill the rollout GPUs exactly, each slice has a
+// shard to itself at least, and only the swarm fetches by slice.
+void check_inference(const Scenario& s, Fields& f) {
+  const InferenceSpec& inference = s.inference;
+  if (s.scheme != Scheme::kSwarm) f.fail("inference", "works with the swarm scheme only");
+  if (s.workload.kind != "standalone" || s.workload.spot_nodes != 0) {
+    f.fail("inference", "works with a standalone workload without spot nodes");
+  }
+  const std::uint64_t gpus = std::uint64_t{s.rollout_nodes().size()} * s.topology.gpus_per_node;
+  const std::uint64_t wanted = std::uint64_t{inference.instances} * inference.gpus_per_instance;
+  if (gpus != wanted) {
+    f.fail("inference", "asks for " + std::to_string(inference.instances) + " x " +
+                            std::to_string(inference.gpus_per_instance) + " GPUs; the rollout nodes have " +
+                            std::to_string(gpus));
+  }
+  const std::uint64_t shards = (s.model.size + s.model.shard_size - 1) / s.model.shard_size;
+  if (shards < inference.gpus_per_instance) {
+    f.fail("inference.gpus_per_instance", "exceeds the model's " + std::to_string(shards) + " shards");
+  }
+}
+
 void draw_churn(Scenario& s, Fields& f) {
   WorkloadSpec& w = s.workload;
   const WorkloadSpec::Churn& churn = *w.churn;
@@ -408,6 +463,7 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     if (!f.has("model")) f.fail("model", "is required");
     read_model(f.take("model"), s.model);
     if (f.has("workload")) read_workload(f.take("workload"), s.workload);
+    if (f.has("inference")) read_inference(f.take("inference"), s.inference);
     if (f.has("swarm")) read_swarm(f.take("swarm"), s.swarm);
     std::string scheme = "swarm";
     f.text("scheme", scheme);
@@ -447,6 +503,7 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     if (s.model.trainer_ranks > std::uint64_t{s.workload.trainer_nodes} * s.topology.gpus_per_node) {
       f.fail("model.trainer_ranks", "exceeds the trainer nodes' GPUs");
     }
+    if (s.inference.enabled()) check_inference(s, f);
     for (const std::string& name : s.workload.rollout_datacenters) {
       bool known = false;
       for (const auto& dc : s.topology.datacenters) known |= dc.name == name;

@@ -32,6 +32,15 @@
 //                 "leaves_per_s": 0.5,      // nodes reclaimed (crashed) at random, as Poisson
 //                 "from_s": 0, "until_s": 12} // arrivals drawn from the seed
 //     },
+//     "inference": {"instances": 8,         // rollout GPUs form instances that each hold the
+//                   "gpus_per_instance": 16, // model once, split into this many equal slices;
+//                   "layout": "views",       // "views": each slice is shards of its own (a part's
+//                                            // view of a declared selection, docs/parts.md);
+//                   "layers": 61,            // "shards": slices cut a layer's bytes, and the
+//                   "strided_fraction": 0,   // shards they touch move whole; this fraction of each
+//                                            // layer is strided (row-parallel): every slice wants it
+//                   "reference": {"system": "Perplexity", "seconds": 1.3}},  // a published time
+//                                            // (or a list of them)
 //     "swarm": {"max_neighbours": 16, "upload_slots": 8, "pipeline_blocks": 8, "super_seed": true},
 //     "membership": "ideal",              // swarm: "ideal" (told at once) or "gossip" (the real gossip cores)
 //     "manifest_round_trip": true,        // gossip: a new head's manifest costs a round trip to a peer naming it
@@ -92,6 +101,26 @@ struct ModelSpec {
   std::uint64_t shard_size = 16u << 20;
   std::uint32_t flow_size = 1u << 20;  // the swarm's block: one request, one flow
   std::uint32_t trainer_ranks = 1;
+};
+
+// Rollout GPUs as model-parallel instances: GPU w is slice w mod
+// gpus_per_instance of instance w / gpus_per_instance, and fetches only the
+// shards its slice needs (sim/slice_plan.hpp).
+struct InferenceSpec {
+  std::uint32_t instances = 0;  // 0: every rollout GPU fetches the whole version
+  std::uint32_t gpus_per_instance = 1;
+  enum class Layout { kViews, kShards };
+  Layout layout = Layout::kViews;
+  std::uint32_t layers = 1;
+  double strided_fraction = 0;
+  // Published times for the same set-up, reported beside ours and the bound.
+  struct Reference {
+    std::string system;
+    double seconds = 0;
+  };
+  std::vector<Reference> references;
+
+  bool enabled() const { return instances > 0; }
 };
 
 struct WorkloadSpec {
@@ -170,6 +199,7 @@ struct Scenario {
   std::string simgrid_model = "CM02";  // SimGrid's network model (simgrid_network.hpp)
   TopologySpec topology;
   ModelSpec model;
+  InferenceSpec inference;
   WorkloadSpec workload;
   SwarmSpec swarm;
   Scheme scheme = Scheme::kSwarm;

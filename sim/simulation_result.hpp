@@ -20,6 +20,8 @@ struct SimulationResult {
   std::vector<std::optional<TimePoint>> joined;  // per worker: when a spot worker joined
   std::vector<std::optional<TimePoint>> left;    // per worker: when its node crashed
   std::vector<std::uint32_t> worker_nodes;       // per worker
+  std::vector<std::uint64_t> worker_received;    // per worker: payload bytes that reached it (swarm)
+  std::vector<std::uint64_t> worker_wanted;      // per worker: bytes of the shards it fetches, each version (swarm)
   Timeline timeline;                             // bytes delivered per class over time
   std::array<std::uint64_t, kLinkClasses> bytes_by_class{};
   std::uint64_t events = 0;

@@ -82,9 +82,11 @@ void SwarmSimulation::add_peers() {
   for (std::uint32_t rank = 0; rank < placement.trainer_nodes.size(); ++rank) {
     trainers_.push_back(add_peer(placement.trainer_nodes[rank], true, rank));
   }
+  if (scenario_.inference.enabled()) plan_.emplace(scenario_);
   for (std::uint32_t node : placement.worker_nodes) {
     const std::uint32_t p = add_peer(node, false, 0);
     peers_[p].worker = static_cast<std::uint32_t>(workers_.size());
+    if (plan_) peers_[p].slice = peers_[p].worker % plan_->slices();
     workers_.push_back(p);
   }
   join_first_worker_ = placement.join_first_worker;
@@ -182,32 +184,40 @@ void SwarmSimulation::join(std::size_t index) {
   advance_workload();  // a join of no GPUs, or the last join after everything
 }
 
+std::shared_ptr<const Manifest> SwarmSimulation::signed_manifest(const std::string& model, std::uint32_t number,
+                                                                 const ManifestId& parent,
+                                                                 const swarm::ShardLayout& layout,
+                                                                 std::uint64_t digest_seed) const {
+  ManifestBody body;
+  body.model = model;
+  body.version = number;
+  body.parent = parent;
+  body.publisher = trainer_key_->public_key();
+  body.shard_size = layout.shard_size;
+  body.total_size = layout.total_size;
+  body.tensors.push_back(TensorEntry{"weights", DType::kU8, {layout.total_size}, 0, layout.total_size});
+  // Digests drawn per version: every shard changes, as a training step changes every weight.
+  core::SplitMix64 r(digest_seed);
+  for (std::uint32_t s = 0; s < layout.shard_count(); ++s) {
+    ShardEntry e;
+    e.byte_offset = layout.shard_offset(ShardIndex{s});
+    e.byte_length = layout.shard_length(ShardIndex{s});
+    e.digest.size = 16;
+    const std::uint64_t a = r.next(), b = r.next();
+    std::memcpy(e.digest.bytes.data(), &a, 8);
+    std::memcpy(e.digest.bytes.data() + 8, &b, 8);
+    body.shards.push_back(e);
+  }
+  auto m = sign_manifest(std::move(body), *trainer_key_);
+  if (!m) throw std::invalid_argument("the simulated version cannot have a manifest: " + m.status().to_string());
+  return std::make_shared<const Manifest>(std::move(*m));
+}
+
 const std::shared_ptr<const Manifest>& SwarmSimulation::manifest(std::uint32_t number) {
   while (manifests_.size() < number) {
     const auto n = static_cast<std::uint32_t>(manifests_.size() + 1);
-    ManifestBody body;
-    body.model = kModel;
-    body.version = n;
-    if (n > 1) body.parent = manifests_.back()->id();
-    body.publisher = trainer_key_->public_key();
-    body.shard_size = layout_.shard_size;
-    body.total_size = layout_.total_size;
-    body.tensors.push_back(TensorEntry{"weights", DType::kU8, {layout_.total_size}, 0, layout_.total_size});
-    // Digests drawn per version: every shard changes, as a training step changes every weight.
-    core::SplitMix64 r(scenario_.seed * 1000003 + n);
-    for (std::uint32_t s = 0; s < layout_.shard_count(); ++s) {
-      ShardEntry e;
-      e.byte_offset = layout_.shard_offset(ShardIndex{s});
-      e.byte_length = layout_.shard_length(ShardIndex{s});
-      e.digest.size = 16;
-      const std::uint64_t a = r.next(), b = r.next();
-      std::memcpy(e.digest.bytes.data(), &a, 8);
-      std::memcpy(e.digest.bytes.data() + 8, &b, 8);
-      body.shards.push_back(e);
-    }
-    auto m = sign_manifest(std::move(body), *trainer_key_);
-    if (!m) throw std::invalid_argument("the simulated version cannot have a manifest: " + m.status().to_string());
-    manifests_.push_back(std::make_shared<const Manifest>(std::move(*m)));
+    const ManifestId parent = n > 1 ? manifests_.back()->id() : ManifestId{};
+    manifests_.push_back(signed_manifest(kModel, n, parent, layout_, scenario_.seed * 1000003 + n));
     version_numbers_[manifests_.back()->id()] = n;
   }
   return manifests_[number - 1];
@@ -217,6 +227,7 @@ const std::shared_ptr<const Manifest>& SwarmSimulation::manifest(std::uint32_t n
 // The workload
 
 void SwarmSimulation::publish(std::uint32_t number) {
+  if (plan_) return publish_images(number);
   const std::shared_ptr<const Manifest> m = manifest(number);
   const ManifestId id = m->id();
   ledger_->publish(number, now());
@@ -263,6 +274,7 @@ void SwarmSimulation::publish(std::uint32_t number) {
 }
 
 void SwarmSimulation::release(std::uint32_t peer, std::uint32_t number) {
+  if (plan_) return release_images(peer, number);
   SimPeer& p = peers_[peer];
   if (number == 0 || number > manifests_.size()) return;
   if (auto v = p.core->find(manifests_[number - 1]->id())) {
@@ -271,6 +283,7 @@ void SwarmSimulation::release(std::uint32_t peer, std::uint32_t number) {
 }
 
 void SwarmSimulation::on_head(std::uint32_t peer, const VersionInfo& head) {
+  if (plan_) return fetch_image(peer, head);
   SimPeer& p = peers_[peer];
   auto number = version_numbers_.find(head.id);
   if (p.trainer || number == version_numbers_.end() || number->second <= p.newest) return;
@@ -281,6 +294,7 @@ void SwarmSimulation::on_head(std::uint32_t peer, const VersionInfo& head) {
 }
 
 void SwarmSimulation::on_worker_done(std::uint32_t peer, const ManifestId& version_id, const Status& status) {
+  if (plan_) return on_image_done(peer, version_id, status);
   auto number = version_numbers_.find(version_id);
   if (number == version_numbers_.end() || !status.is_ok()) return;
   SimPeer& p = peers_[peer];
@@ -408,6 +422,7 @@ void SwarmSimulation::on_flow_done(FlowId flow) {
   p.sending.reset();
   p.flow.reset();
   peers_[from].bytes_sent += piece.length;
+  peers_[to].bytes_received += piece.length;
   for (LinkId link : topology_.path(peers_[from].node, peers_[to].node).links) {
     timeline_.add(now(), topology_.link_class(link), piece.length);
   }
@@ -500,7 +515,7 @@ void SwarmSimulation::drain(std::uint32_t peer) {
             [&](peer::HashShard& hash) {
               // One hasher per peer: shards wait for the previous one. A slow
               // host's rate when the shard is handed over holds for the whole shard.
-              const double bytes = static_cast<double>(layout_.shard_length(hash.shard));
+              const double bytes = static_cast<double>(hash.version->manifest->shard(hash.shard).byte_length);
               const double rate = scenario_.hash_bytes_per_second * hash_fraction(p.node);
               const auto micros = static_cast<std::int64_t>(std::ceil(1e6 * bytes / rate));
               p.hasher_free = std::max(p.hasher_free, now()) + Duration(micros);
@@ -610,6 +625,10 @@ SimulationResult SwarmSimulation::run(const std::function<void(const SwarmSimula
   std::vector<std::uint32_t> worker_nodes;
   for (std::uint32_t w : workers_) worker_nodes.push_back(peers_[w].node);
   SimulationResult result = SimulationResult::of_run(end, finished_, *ledger_, timeline_, network_, std::move(worker_nodes));
+  for (std::uint32_t w : workers_) {
+    result.worker_received.push_back(peers_[w].bytes_received);
+    result.worker_wanted.push_back(plan_ ? plan_->fetched_bytes(peers_[w].slice) : layout_.total_size);
+  }
   result.events = events_processed_;
   result.flows = flows_started_;
   result.trainer_ranks = trainers_.size();

@@ -44,6 +44,7 @@
 #include "sim/gossip_network.hpp"
 #include "sim/network_model.hpp"
 #include "sim/node_link_faults.hpp"
+#include "sim/slice_plan.hpp"
 #include "sim/slowdowns.hpp"
 #include "sim/progress_throttle.hpp"
 #include "sim/scenario.hpp"
@@ -96,6 +97,9 @@ class SwarmSimulation final : public FlowDriver {
     core::VirtualTimer timer;
     TimePoint hasher_free;  // when its hasher finishes the shards queued so far
     std::uint32_t newest = 0;  // the newest version it fetched or fetches (gossip mode)
+    std::uint32_t slice = 0;   // workers of an instance: which slice it holds
+    std::map<std::uint32_t, std::size_t> images_left;  // per version being fetched: images not complete yet
+    std::uint64_t bytes_received = 0;  // payload of pieces that reached it
   };
   // One direction of a connection: pieces leave one after another.
   struct QueuedPiece {
@@ -122,7 +126,19 @@ class SwarmSimulation final : public FlowDriver {
   // The signed manifest of version `number` (built on first use).
   const std::shared_ptr<const Manifest>& manifest(std::uint32_t number);
   ManifestId version_id(std::uint32_t number) { return manifest(number)->id(); }
+  std::shared_ptr<const Manifest> signed_manifest(const std::string& model, std::uint32_t number,
+                                                  const ManifestId& parent, const swarm::ShardLayout& layout,
+                                                  std::uint64_t digest_seed) const;
   void publish(std::uint32_t number);
+  // Model-parallel instances (swarm_simulation_slices.cpp): each trainer
+  // rank publishes its images of the version (SlicePlan) as versions of
+  // their own, and a worker holds the version once it holds its share of
+  // every image it needs.
+  const std::vector<std::shared_ptr<const Manifest>>& images(std::uint32_t number);
+  void publish_images(std::uint32_t number);
+  void fetch_image(std::uint32_t peer, const VersionInfo& head);
+  void on_image_done(std::uint32_t peer, const ManifestId& image_id, const Status& status);
+  void release_images(std::uint32_t peer, std::uint32_t number);
   void fault(const FaultSpec& spec);
   // The fraction of hash_gbps the node's peers verify at now (slow hosts).
   double hash_fraction(std::uint32_t node) const;
@@ -166,6 +182,9 @@ class SwarmSimulation final : public FlowDriver {
   std::size_t joins_done_ = 0;
   std::map<ManifestId, std::uint32_t> version_numbers_;
   std::vector<std::shared_ptr<const Manifest>> manifests_;  // [number - 1]
+  std::optional<SlicePlan> plan_;  // model-parallel instances
+  std::vector<std::vector<std::shared_ptr<const Manifest>>> images_;  // [number - 1][image]
+  std::map<ManifestId, std::size_t> image_index_;  // an image's place in SlicePlan::images()
   std::optional<Identity> trainer_key_;  // signs every version
   std::shared_ptr<peer::ManifestDecoder> decoder_;  // shared by every core: each manifest decoded once
   core::VirtualTimeQueue<Event> events_;
