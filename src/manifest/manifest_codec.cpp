@@ -13,6 +13,26 @@
 namespace tensorhub {
 namespace manifest_detail {
 
+void write_tensor_table(core::MsgpackWriter& w, std::span<const TensorEntry> tensors) {
+  w.write_array_header(static_cast<std::uint32_t>(tensors.size()));
+  for (const TensorEntry& t : tensors) {
+    w.write_array_header(t.is_slice() ? 7 : 5);
+    w.write_str(t.name);
+    w.write_str(dtype_name(t.dtype));
+    auto write_dims = [&](const std::vector<std::uint64_t>& dims) {
+      w.write_array_header(static_cast<std::uint32_t>(dims.size()));
+      for (std::uint64_t dim : dims) w.write_uint(dim);
+    };
+    write_dims(t.shape);
+    w.write_uint(t.byte_offset);
+    w.write_uint(t.byte_length);
+    if (t.is_slice()) {
+      write_dims(t.global_shape);
+      write_dims(t.slice_begin);
+    }
+  }
+}
+
 std::vector<std::uint8_t> encode_body(const ManifestBody& body) {
   std::vector<std::uint8_t> out;
   out.reserve(256 + body.tensors.size() * 64 + body.shards.size() * (24 + shard_hash_size(body.shard_hash)));
@@ -43,23 +63,7 @@ std::vector<std::uint8_t> encode_body(const ManifestBody& body) {
   w.write_str("total_size");
   w.write_uint(body.total_size);
   w.write_str("tensors");
-  w.write_array_header(static_cast<std::uint32_t>(body.tensors.size()));
-  for (const TensorEntry& t : body.tensors) {
-    w.write_array_header(t.is_slice() ? 7 : 5);
-    w.write_str(t.name);
-    w.write_str(dtype_name(t.dtype));
-    auto write_dims = [&](const std::vector<std::uint64_t>& dims) {
-      w.write_array_header(static_cast<std::uint32_t>(dims.size()));
-      for (std::uint64_t dim : dims) w.write_uint(dim);
-    };
-    write_dims(t.shape);
-    w.write_uint(t.byte_offset);
-    w.write_uint(t.byte_length);
-    if (t.is_slice()) {
-      write_dims(t.global_shape);
-      write_dims(t.slice_begin);
-    }
-  }
+  write_tensor_table(w, body.tensors);
   w.write_str("shards");
   w.write_array_header(static_cast<std::uint32_t>(body.shards.size()));
   for (const ShardEntry& s : body.shards) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/random_fill.hpp"
+#include "manifest/part_view.hpp"
 #include "manifest/selection.hpp"
 #include "support/model_fixture.hpp"
 
@@ -234,4 +235,79 @@ TEST_CASE("selection: each tensor's shards per image, for streaming a fetch of p
   spans = manifest::tensor_shard_spans(*columns, runs_of(*columns), shard_sizes);
   REQUIRE(spans.size() == 1);
   CHECK(spans[0] == std::vector<manifest::ShardSpan>{{0, 0, 1}, {1, 0, 1}});
+}
+
+TEST_CASE("selection: a part's view is its selected bytes back to back, dense slices that land as contiguous rows") {
+  const Model model;
+  // Row parts (FSDP), a row-parallel rank's columns: strided in each part,
+  // contiguous in its view.
+  const std::vector<TensorSelection> columns{{"w", slice2({0, kRows}, {64, 128})}, {"b", {}}};
+  auto layout = manifest::selected_layout(model.tensors(), columns, "policy v1");
+  REQUIRE(layout.is_ok());
+  std::vector<Part> parts;
+  for (std::uint32_t i = 0; i < 4; ++i) parts.push_back(make_part(model, i, 4, 0));
+  std::vector<std::byte> landed(layout->back().byte_offset + layout->back().byte_length);
+  for (const Part& p : parts) {
+    auto view = manifest::part_view(p.manifest, *layout);
+    REQUIRE_MESSAGE(view.is_ok(), view.status().to_string());
+    const std::uint64_t first_row = p.manifest.tensors()[0].slice_begin[0];
+    // "w": its 32 rows x columns 64..128, dense; part 0 also "b" whole.
+    REQUIRE(view->tensors.size() == (p.manifest.part()->index == 0 ? 2u : 1u));
+    const TensorEntry& w = view->tensors[0];
+    CHECK(w.shape == std::vector<std::uint64_t>{kRows / 4, 64});
+    CHECK(w.global_shape == std::vector<std::uint64_t>{kRows, kCols});
+    CHECK(w.slice_begin == std::vector<std::uint64_t>{first_row, 64});
+    CHECK(w.byte_offset == 0);
+    // Gathered from the part's image, the view is the block, row-major.
+    std::vector<std::byte> gathered;
+    std::uint64_t at = 0;
+    for (const manifest::LandingRun& r : view->gather) {
+      CHECK(r.whole_offset == at);
+      at += r.length;
+      gathered.insert(gathered.end(), p.image.begin() + static_cast<std::ptrdiff_t>(r.part_offset),
+                      p.image.begin() + static_cast<std::ptrdiff_t>(r.part_offset + r.length));
+    }
+    CHECK(at == view->size);
+    CHECK(view->gather.size() == kRows / 4 + (p.manifest.part()->index == 0 ? 1 : 0));  // a run per row (and b)
+    std::vector<std::byte> expected = block_of(model, {first_row, first_row + kRows / 4}, {64, 128});
+    if (p.manifest.part()->index == 0) expected.insert(expected.end(), model.b.begin(), model.b.end());
+    CHECK(gathered == expected);
+    // Each view tensor lands as one contiguous run of the selection's layout.
+    for (const TensorEntry& t : view->tensors) {
+      const TensorEntry& dest = t.name == "w" ? (*layout)[0] : (*layout)[1];
+      const std::uint64_t row_bytes = 64 * 4;
+      const std::uint64_t into = dest.byte_offset + (t.name == "w" ? first_row * row_bytes : 0);
+      std::memcpy(landed.data() + into, gathered.data() + t.byte_offset, t.byte_length);
+    }
+  }
+  std::vector<std::byte> expected = block_of(model, {0, kRows}, {64, 128});
+  expected.insert(expected.end(), model.b.begin(), model.b.end());
+  CHECK(landed == expected);
+}
+
+TEST_CASE("selection: a view's key names its tensor table, however the selection was written") {
+  const Model model;
+  const Part part = make_part(model, 1, 2, 1);  // columns 128..256
+  auto view_of = [&](const std::vector<TensorSelection>& selection) {
+    auto layout = manifest::selected_layout(model.tensors(), selection, "policy v1");
+    REQUIRE(layout.is_ok());
+    auto view = manifest::part_view(part.manifest, *layout);
+    REQUIRE(view.is_ok());
+    return *view;
+  };
+  const auto whole = view_of({{"w", {}}});
+  const auto spelt_out = view_of({{"w", slice2({0, kRows}, {0, kCols})}});
+  const auto with_b = view_of({{"w", {}}, {"b", {}}});  // the part holds no "b"
+  const auto cut = view_of({{"w", slice2({0, kRows}, {0, 192})}});
+  CHECK(whole.key == spelt_out.key);
+  CHECK(whole.key == with_b.key);
+  CHECK(whole.key != cut.key);
+  CHECK(whole.size == kRows * 128 * 4);
+  CHECK(whole.gather == std::vector<manifest::LandingRun>{{kHeader, 0, kRows * 128 * 4}});
+  CHECK(cut.size == kRows * 64 * 4);
+  // A selection that takes nothing of the part: an empty view.
+  const auto none = view_of({{"w", slice2({0, kRows}, {0, 64})}});
+  CHECK(none.tensors.empty());
+  CHECK(none.size == 0);
+  CHECK(none.gather.empty());
 }

@@ -1,0 +1,42 @@
+// A part's view of a selection: the bytes of one part's image that a
+// selection takes, as an image of their own. Its tensors are the
+// intersections of the part's slices with the selected ones, each dense
+// (row-major) and laid end to end in the part's order; its bytes are the
+// part's selected bytes in increasing part offset, so a view is gathered
+// from the part's memory without a copy, and lands in a fetcher's
+// selection layout as contiguous rows. No I/O.
+//
+// A publisher told a selection (layouts are stable across versions) and a
+// fetcher holding that selection compute the same view of a part, and so
+// the same key, without talking: the key names the view's tensor table,
+// whichever way the selection was written. This is the unit issue 48's
+// hash layout plans to hash and move (docs/parts.md): a strided slice's
+// pieces are contiguous in its view.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "manifest/sealed_version.hpp"
+#include "tensorhub/manifest.hpp"
+#include "tensorhub/status.hpp"
+
+namespace tensorhub::manifest {
+
+struct PartView {
+  std::vector<TensorEntry> tensors;  // each a slice (global shape, start), end to end from 0
+  // Where the view's bytes lie in the part's image, in view order:
+  // part_offset, whole_offset (here: the offset in the view), length.
+  std::vector<LandingRun> gather;
+  std::uint64_t size = 0;
+  ManifestId key;  // BLAKE2b-256 of the view's tensor table (the manifest codec's encoding)
+};
+
+// The view of part `part` (a part's or a whole version's manifest) that
+// the selection `selected` (selected_layout's entries) takes; none of its
+// tensors when the selection takes nothing of it. Errors: as selection_runs
+// (more than kMaxLandingRuns runs).
+Result<PartView> part_view(const Manifest& part, std::span<const TensorEntry> selected);
+
+}  // namespace tensorhub::manifest
