@@ -8,17 +8,13 @@
 #include "sim/report.hpp"
 #include "sim/slice_plan.hpp"
 #include "sim/swarm_simulation.hpp"
+#include "support/scenario_fixture.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::sim;
+using tensorhub::testing::scenario_of;
 
 namespace {
-
-Scenario scenario_of(const std::string& json) {
-  auto s = parse_scenario(json);
-  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
-  return *s;
-}
 
 std::string error_of(const std::string& json) {
   auto s = parse_scenario(json);

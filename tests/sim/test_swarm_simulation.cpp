@@ -4,17 +4,13 @@
 #include "sim/fluid_network.hpp"
 #include "sim/report.hpp"
 #include "sim/swarm_simulation.hpp"
+#include "support/scenario_fixture.hpp"
 
 using namespace tensorhub;
 using namespace tensorhub::sim;
+using tensorhub::testing::scenario_of;
 
 namespace {
-
-Scenario scenario_of(const std::string& json) {
-  auto s = parse_scenario(json);
-  REQUIRE_MESSAGE(s.is_ok(), s.status().to_string());
-  return *s;
-}
 
 struct Run {
   SimulationResult result;
