@@ -536,6 +536,9 @@ void SwarmCore::handle_timeout(TimePoint now) {
   std::vector<ManifestId> due;
   for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) due.push_back(it->second);
   if (due.empty()) return;
+  // In id order, as every version's timers ran before they were kept apart:
+  // the actions they queue, and the request ids they take, come in that order.
+  std::sort(due.begin(), due.end());
   // A payload that stopped, or drips below the minimum rate, holds its
   // block hostage (nobody else's copy may land): the sender is stalled,
   // or stalling on purpose.
@@ -620,7 +623,7 @@ TimePoint SwarmCore::next_timeout() const {
   refresh_deadlines();
   const TimePoint next = deadlines_.empty() ? kTimeNever : deadlines_.begin()->first;
 #ifdef TENSORHUB_DEBUG_INVARIANTS
-  // Early is allowed (see deadlines_), late never.
+  // Never late: a missed touch would leave a timer unserved.
   assert(next <= timers().next());
 #endif
   return next;

@@ -200,10 +200,9 @@ class SwarmCore final : public PiecePath, private ServePeers {
   std::uint64_t seed_;
   std::map<ManifestId, Version> versions_;
   // Each version's earliest timer, ordered, as of its last touch. A
-  // version's timers move only when a method reaches its sessions (which
-  // touches it), except that a message from a peer delays the silence
-  // checks it counts in other versions: an entry is then early, never
-  // late, and the early wake-up finds nothing due.
+  // version's timers are functions of its sessions' own state, which moves
+  // only when a method reaches them (and touches the version), so the
+  // entries are exact once refreshed.
   mutable std::set<std::pair<TimePoint, ManifestId>> deadlines_;
   mutable std::set<ManifestId> touched_;
   mutable bool all_touched_ = false;
