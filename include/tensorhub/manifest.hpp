@@ -31,6 +31,7 @@
 #include "tensorhub/ids.hpp"
 #include "tensorhub/status.hpp"
 #include "tensorhub/tensor.hpp"
+#include "tensorhub/tensor_slice.hpp"
 
 namespace tensorhub {
 
@@ -94,6 +95,20 @@ struct PartOf {
 };
 inline constexpr std::uint32_t kMaxParts = 65536;
 
+// A view of the image for a selection declared when it was published: the
+// image's bytes the selection takes, as an image of their own (the
+// intersections of the image's tensors with the selected slices, dense and
+// end to end in the image's order), cut into shards of the manifest's shard
+// size. A fetcher of that selection computes the same view and key
+// (manifest::part_view) and can fetch and verify exactly its bytes.
+struct ViewEntry {
+  ManifestId key;                    // BLAKE2b-256 of the view's tensor table
+  std::uint64_t size = 0;            // bytes, at least 1 and at most the image's
+  std::vector<ShardDigest> digests;  // one per shard of the view
+  friend bool operator==(const ViewEntry&, const ViewEntry&) = default;
+};
+inline constexpr std::size_t kMaxViews = 64;
+
 // What the publisher signs (through its id).
 struct ManifestBody {
   std::string model;
@@ -107,6 +122,7 @@ struct ManifestBody {
   std::vector<TensorEntry> tensors;  // sorted by byte_offset, non-overlapping
   std::vector<ShardEntry> shards;    // shard i covers [i*shard_size, min(total, (i+1)*shard_size))
   std::optional<PartOf> part;        // set: one part of a version published in parts
+  std::vector<ViewEntry> views;      // sorted by key, unique; the digests together at most kMaxShards
 
   friend bool operator==(const ManifestBody&, const ManifestBody&) = default;
 };
@@ -130,6 +146,9 @@ class Manifest {
   std::span<const TensorEntry> tensors() const { return body_.tensors; }
   // Set when this manifest is one part of a version published in parts.
   const std::optional<PartOf>& part() const { return body_.part; }
+  // The views declared when it was published, by key; nullptr when none has it.
+  std::span<const ViewEntry> views() const { return body_.views; }
+  const ViewEntry* find_view(const ManifestId& key) const;
 
   // The complete signed encoding: what a .manifest file holds, byte for byte.
   std::span<const std::uint8_t> encoded() const { return encoded_; }
@@ -158,6 +177,11 @@ struct ManifestBuildOptions {
   ShardHashAlgorithm shard_hash = ShardHashAlgorithm::kXxh3_128;
   unsigned threads = 0;  // threads that hash shards; 0 means one per core
   std::optional<PartOf> part;  // set: the manifest of one part (its tensors may be slices)
+  // Declared selections (Peer::fetch_selection's form): the view of the
+  // image each takes is hashed into the manifest (ViewEntry), unless it
+  // takes nothing of the image. Tensors a selection names that the image
+  // does not hold are another part's, and ignored.
+  std::vector<std::vector<TensorSelection>> views;
 };
 
 // The shard size a build chooses when it is given none: the largest power
@@ -178,8 +202,10 @@ std::uint64_t auto_shard_size(std::uint64_t image_size);
 // oversized image, more than kMaxShards shards or kMaxTensors tensors, a
 // table validate_tensor_table refuses, a part whose index is not below its
 // count or whose count is 0 or above kMaxParts, a slice of a tensor outside
-// a part's manifest), kIoError (the image could not be
-// read: a mapped file truncated while it is hashed).
+// a part's manifest, a declared view that names a tensor twice or a slice
+// that does not fit the tensor, more than kMaxViews views or kMaxShards of
+// their shards), kIoError (the image could not be read: a mapped file
+// truncated while it is hashed).
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const std::byte> image,
                                 std::vector<TensorEntry> tensors, const Identity& publisher);
 // The same for an image given as regions (none empty); shards may span them.
@@ -189,7 +215,8 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
 
 // The body build_manifest() would sign, with every shard's digest left
 // zero: for a build whose digests are computed elsewhere (a GPU), then
-// signed with sign_manifest(). Errors: as build_manifest(), but no kIoError.
+// signed with sign_manifest(). Errors: as build_manifest(), but no kIoError;
+// kInvalidArgument for declared views (only build_manifest hashes them).
 Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::uint64_t image_size,
                                     std::vector<TensorEntry> tensors, const PublicKey& publisher);
 // Signs a body whose shard digests were computed elsewhere (another hasher,

@@ -48,6 +48,11 @@ Json manifest_json(const Manifest& m, bool with_tables) {
   j["tensor_count"] = m.tensors().size();
   j["signature"] = m.signature().hex();
   if (m.part()) j["part"] = {{"index", m.part()->index}, {"count", m.part()->count}};
+  if (!m.views().empty()) {
+    Json views = Json::array();
+    for (const ViewEntry& v : m.views()) views.push_back({{"key", v.key.hex()}, {"size", v.size}, {"shards", v.digests.size()}});
+    j["views"] = std::move(views);
+  }
   if (with_tables) {
     Json tensors = Json::array();
     for (const TensorEntry& t : m.tensors()) {
@@ -201,6 +206,10 @@ int run_show(const ShowArgs& a) {
   std::printf("shards     %zu of %s, %s\n", m.shard_count(), core::format_byte_size(m.shard_size()).c_str(),
               std::string(shard_hash_name(m.body().shard_hash)).c_str());
   std::printf("tensors    %zu\n", m.tensors().size());
+  for (const ViewEntry& v : m.views()) {
+    std::printf("view       %s: %s in %zu shards\n", v.key.short_hex().c_str(), core::format_byte_size(v.size).c_str(),
+                v.digests.size());
+  }
   if (a.tensors) {
     for (const TensorEntry& t : m.tensors()) {
       std::printf("  %-48s %-8s %-20s @%llu +%llu%s\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(),

@@ -42,6 +42,12 @@ Status validate_model_name(std::string_view name) {
   return core::validate_model_name(name, kMaxModelNameBytes);
 }
 
+const ViewEntry* Manifest::find_view(const ManifestId& key) const {
+  auto it = std::lower_bound(body_.views.begin(), body_.views.end(), key,
+                             [](const ViewEntry& v, const ManifestId& k) { return v.key < k; });
+  return it != body_.views.end() && it->key == key ? &*it : nullptr;
+}
+
 std::vector<TensorIndex> Manifest::tensors_in_shard(ShardIndex index) const {
   std::vector<TensorIndex> out;
   const ShardEntry& s = shard(index);

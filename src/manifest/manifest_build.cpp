@@ -6,6 +6,8 @@
 #include "core/regions.hpp"
 #include "manifest/manifest_build.hpp"
 #include "manifest/manifest_codec.hpp"
+#include "manifest/part_view.hpp"
+#include "manifest/selection.hpp"
 #include "tensorhub/manifest.hpp"
 
 namespace tensorhub {
@@ -25,8 +27,11 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
   return build_manifest(options, std::span<const ConstRegion>(one), std::move(tensors), publisher);
 }
 
-Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::uint64_t image_size,
-                                    std::vector<TensorEntry> tensors, const PublicKey& publisher) {
+namespace {
+
+// manifest_shape() without its refusal of declared views.
+Result<ManifestBody> shape_of(const ManifestBuildOptions& options, std::uint64_t image_size,
+                              std::vector<TensorEntry> tensors, const PublicKey& publisher) {
   ManifestBody body;
   body.model = options.model;
   body.version = options.version;
@@ -58,6 +63,16 @@ Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::ui
   return body;
 }
 
+}  // namespace
+
+Result<ManifestBody> manifest_shape(const ManifestBuildOptions& options, std::uint64_t image_size,
+                                    std::vector<TensorEntry> tensors, const PublicKey& publisher) {
+  if (!options.views.empty()) {
+    return Status::invalid_argument("declared views are hashed by build_manifest, not in a manifest's shape");
+  }
+  return shape_of(options, image_size, std::move(tensors), publisher);
+}
+
 Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                 std::vector<TensorEntry> tensors, const Identity& publisher) {
   // The image may be a mapped file that another process truncates while it
@@ -72,6 +87,39 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
                                   "host (a mapped file truncated under it?)");
 }
 
+namespace {
+
+// The views of `body`'s image that the options declare, each once, in key
+// order, before anything is hashed (a bad selection fails fast). A
+// selection that takes nothing of the image has no view.
+Result<std::vector<manifest::PartView>> declared_views(const ManifestBuildOptions& options, const ManifestBody& body) {
+  const std::string what = "the image of " + options.model + " v" + std::to_string(options.version) +
+                           (options.part ? " part " + std::to_string(options.part->index) : std::string());
+  std::vector<manifest::PartView> views;
+  std::uint64_t shards = 0;
+  for (std::size_t i = 0; i < options.views.size(); ++i) {
+    auto selected = manifest::selection_within(body.tensors, options.views[i], what);
+    if (!selected) return Status::invalid_argument("declared view " + std::to_string(i) + ": " + selected.status().message());
+    if (selected->empty()) continue;
+    auto view = manifest::part_view(body.tensors, body.total_size, *selected, what);
+    if (!view) return Status::invalid_argument("declared view " + std::to_string(i) + ": " + view.status().message());
+    if (view->size == 0) continue;
+    const bool again = std::any_of(views.begin(), views.end(), [&](const auto& v) { return v.key == view->key; });
+    if (again) continue;
+    shards += (view->size + body.shard_size - 1) / body.shard_size;
+    views.push_back(std::move(*view));
+  }
+  if (views.size() > kMaxViews || shards > kMaxShards) {
+    return Status::invalid_argument(std::to_string(views.size()) + " declared views of " + std::to_string(shards) +
+                                    " shards exceed the limits of " + std::to_string(kMaxViews) + " views and " +
+                                    std::to_string(kMaxShards) + " shards");
+  }
+  std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+  return views;
+}
+
+}  // namespace
+
 Result<Manifest> build_manifest_digesting(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                           std::vector<TensorEntry> tensors, const Identity& publisher,
                                           const ShardDigester& digester, std::string_view memory) {
@@ -80,14 +128,31 @@ Result<Manifest> build_manifest_digesting(const ManifestBuildOptions& options, s
   }
   const core::ConstRegions image(regions);
   // Cheap checks first, so a bad argument fails before hashing gigabytes.
-  auto shape = manifest_shape(options, image.size(), std::move(tensors), publisher.public_key());
+  auto shape = shape_of(options, image.size(), std::move(tensors), publisher.public_key());
   if (!shape) return shape.status();
   ManifestBody body = std::move(*shape);
+  auto views = declared_views(options, body);
+  if (!views) return views.status();
   std::atomic<bool> unreadable{false};
   core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {
     ShardEntry& s = body.shards[i];
     if (!digester(body.shard_hash, image, s.byte_offset, s.byte_length, s.digest)) unreadable = true;
   });
+  // Each view is hashed as an image of its own, gathered from this one's
+  // memory (no copy), in shards of the manifest's shard size.
+  for (const manifest::PartView& view : *views) {
+    std::vector<ConstRegion> gathered;
+    for (const manifest::LandingRun& run : view.gather) image.pieces(run.part_offset, run.length, gathered);
+    const core::ConstRegions view_image{std::span<const ConstRegion>(gathered)};
+    ViewEntry entry{view.key, view.size, {}};
+    entry.digests.resize((view.size + body.shard_size - 1) / body.shard_size);
+    core::parallel_for(entry.digests.size(), options.threads, [&](std::size_t i) {
+      const std::uint64_t offset = i * body.shard_size;
+      const std::uint64_t length = std::min(body.shard_size, view.size - offset);
+      if (!digester(body.shard_hash, view_image, offset, length, entry.digests[i])) unreadable = true;
+    });
+    body.views.push_back(std::move(entry));
+  }
   if (unreadable) {
     return Status::io_error("the image could not be read while it was hashed, in " + std::string(memory) + " memory");
   }

@@ -37,7 +37,7 @@ std::vector<std::uint8_t> encode_body(const ManifestBody& body) {
   std::vector<std::uint8_t> out;
   out.reserve(256 + body.tensors.size() * 64 + body.shards.size() * (24 + shard_hash_size(body.shard_hash)));
   core::MsgpackWriter w(out);
-  w.write_map_header(body.part ? 12 : 11);
+  w.write_map_header(11 + (body.part ? 1 : 0) + (body.views.empty() ? 0 : 1));
   w.write_str("format");
   w.write_uint(kFormatVersion);
   w.write_str("model");
@@ -72,6 +72,17 @@ std::vector<std::uint8_t> encode_body(const ManifestBody& body) {
     w.write_uint(s.byte_length);
     w.write_bin(s.digest.view());
   }
+  if (!body.views.empty()) {
+    w.write_str("views");
+    w.write_array_header(static_cast<std::uint32_t>(body.views.size()));
+    for (const ViewEntry& v : body.views) {
+      w.write_array_header(3);
+      w.write_bin(v.key.bytes);
+      w.write_uint(v.size);
+      w.write_array_header(static_cast<std::uint32_t>(v.digests.size()));
+      for (const ShardDigest& d : v.digests) w.write_bin(d.view());
+    }
+  }
   return out;
 }
 
@@ -97,6 +108,49 @@ std::vector<std::uint8_t> signed_encoding(std::span<const std::uint8_t> body_byt
   w.write_bin(signature.bytes);
   return out;
 }
+
+namespace {
+
+Status validate_views(const ManifestBody& body) {
+  if (body.views.size() > kMaxViews) {
+    return Status::invalid_argument(std::to_string(body.views.size()) + " views exceed the limit of " +
+                                    std::to_string(kMaxViews));
+  }
+  const std::size_t digest_size = shard_hash_size(body.shard_hash);
+  std::uint64_t digests = 0;
+  for (std::size_t i = 0; i < body.views.size(); ++i) {
+    const ViewEntry& v = body.views[i];
+    const std::string which = "view " + std::to_string(i);
+    if (i > 0 && !(body.views[i - 1].key < v.key)) {
+      return Status::invalid_argument(which + " is out of order (views are sorted by key, each once)");
+    }
+    if (v.size == 0 || v.size > body.total_size) {
+      return Status::invalid_argument(which + " has " + std::to_string(v.size) + " bytes; a view holds 1 to the image's " +
+                                      std::to_string(body.total_size));
+    }
+    const std::uint64_t expected = (v.size + body.shard_size - 1) / body.shard_size;
+    if (v.digests.size() != expected) {
+      return Status::invalid_argument(which + " has " + std::to_string(v.digests.size()) + " shard digests; " +
+                                      std::to_string(v.size) + " bytes in shards of " + std::to_string(body.shard_size) +
+                                      " need " + std::to_string(expected));
+    }
+    for (const ShardDigest& d : v.digests) {
+      if (d.size != digest_size) {
+        return Status::invalid_argument(which + " has a " + std::to_string(d.size) + "-byte digest; " +
+                                        std::string(shard_hash_name(body.shard_hash)) + " needs " +
+                                        std::to_string(digest_size));
+      }
+    }
+    digests += expected;
+  }
+  if (digests > kMaxShards) {
+    return Status::invalid_argument("the views have " + std::to_string(digests) + " shards, more than " +
+                                    std::to_string(kMaxShards));
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Status validate_body(const ManifestBody& body) {
   TENSORHUB_RETURN_IF_ERROR(validate_model_name(body.model));
@@ -164,6 +218,7 @@ Status validate_body(const ManifestBody& body) {
       }
     }
   }
+  TENSORHUB_RETURN_IF_ERROR(validate_views(body));
   return validate_tensor_table(body.tensors, body.total_size);
 }
 
@@ -247,8 +302,9 @@ Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded) {
   const std::size_t body_start = r.offset();
   const std::size_t map_at = r.offset();
   std::uint32_t keys = 0;
-  if (r.read_map_header("manifest body", keys, 12) && keys != 11 && keys != 12) {
-    r.fail_at(map_at, "manifest body", "expected 11 keys, or 12 for a part's manifest, found " + std::to_string(keys));
+  if (r.read_map_header("manifest body", keys, 13) && keys < 11) {
+    r.fail_at(map_at, "manifest body", "expected 11 keys, one more for a part's manifest and one for views, found " +
+                                           std::to_string(keys));
   }
 
   std::uint64_t format = 0;
@@ -259,7 +315,15 @@ Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded) {
   std::string_view model;
   if (r.expect_key("model") && r.read_str("model", model, kMaxModelNameBytes)) body.model.assign(model);
   r.expect_key("version") && r.read_uint("version", body.version);
-  if (keys == 12 && r.expect_key("part") && r.expect_array("part", 2)) {
+  // "part" comes here when there is one, "views" last: 12 keys are either.
+  bool has_part = keys == 13;
+  if (keys == 12) {
+    core::MsgpackReader probe = r;
+    std::string_view next;
+    has_part = probe.read_str("key", next, 8) && next == "part";
+  }
+  const bool has_views = keys == 13 || (keys == 12 && !has_part);
+  if (has_part && r.expect_key("part") && r.expect_array("part", 2)) {
     std::uint64_t index = 0, count = 0;
     if (r.read_uint("part index", index, kMaxParts) && r.read_uint("part count", count, kMaxParts)) {
       body.part = PartOf{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(count)};
@@ -312,6 +376,36 @@ Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded) {
           break;
         }
       }
+    }
+  }
+  std::uint32_t view_count = 0;
+  if (has_views && r.expect_key("views") && r.read_array_header("views", view_count, kMaxViews, /*min_element_bytes=*/36)) {
+    body.views.resize(view_count);
+    std::uint64_t digests = 0;
+    for (ViewEntry& v : body.views) {
+      std::uint32_t count = 0;
+      const std::size_t digests_at = r.offset();
+      if (!(r.expect_array("view", 3) && r.read_bin_exact("view key", v.key.bytes) &&
+            r.read_uint("view size", v.size, kMaxImageSize) &&
+            r.read_array_header("view digests", count, kMaxShards, shard_hash_size(body.shard_hash) + 1))) {
+        break;
+      }
+      // Bound the allocation by what the manifest fixed already.
+      digests += count;
+      const std::uint64_t expected = body.shard_size >= kMinShardSize ? (v.size + body.shard_size - 1) / body.shard_size : 0;
+      if (count != expected || digests > kMaxShards) {
+        r.fail_at(digests_at, "view digests", std::to_string(count) + " digests, but a view of " + std::to_string(v.size) +
+                                                  " bytes in shards of " + std::to_string(body.shard_size) + " needs " +
+                                                  std::to_string(expected) + " (and all views at most " +
+                                                  std::to_string(kMaxShards) + ")");
+        break;
+      }
+      v.digests.resize(count);
+      bool read = true;
+      for (ShardDigest& d : v.digests) {
+        if (!(read = read_digest(r, body.shard_hash, d))) break;
+      }
+      if (!read) break;
     }
   }
   const std::size_t body_end = r.offset();

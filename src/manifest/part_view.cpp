@@ -12,12 +12,17 @@
 namespace tensorhub::manifest {
 
 Result<PartView> part_view(const Manifest& part, std::span<const TensorEntry> selected) {
-  auto runs = selection_runs(part, selected);
+  return part_view(part.tensors(), part.total_size(), selected, image_name(part));
+}
+
+Result<PartView> part_view(std::span<const TensorEntry> image_tensors, std::uint64_t total_size,
+                           std::span<const TensorEntry> selected, std::string_view what) {
+  auto runs = selection_runs(image_tensors, total_size, selected, what);
   if (!runs) return runs.status();
   PartView view;
   std::map<std::string_view, const TensorEntry*> by_name;
   for (const TensorEntry& s : selected) by_name.emplace(s.name, &s);
-  for (const TensorEntry& t : part.tensors()) {  // in offset order: the order of the view's bytes
+  for (const TensorEntry& t : image_tensors) {  // in offset order: the order of the view's bytes
     auto it = by_name.find(t.name);
     if (it == by_name.end() || t.byte_length == 0) continue;
     const auto both = intersect(t.slice(), it->second->slice());

@@ -38,5 +38,9 @@ struct PartView {
 // tensors when the selection takes nothing of it. Errors: as selection_runs
 // (more than kMaxLandingRuns runs).
 Result<PartView> part_view(const Manifest& part, std::span<const TensorEntry> selected);
+// The same for an image of `total_size` bytes holding `image_tensors`
+// (a manifest body's, before it is signed); `what` names it in messages.
+Result<PartView> part_view(std::span<const TensorEntry> image_tensors, std::uint64_t total_size,
+                           std::span<const TensorEntry> selected, std::string_view what);
 
 }  // namespace tensorhub::manifest

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "core/quoted.hpp"
@@ -57,13 +58,42 @@ Result<std::vector<TensorEntry>> selected_layout(std::span<const TensorEntry> wh
   return out;
 }
 
+Result<std::vector<TensorEntry>> selection_within(std::span<const TensorEntry> image_tensors,
+                                                  std::span<const TensorSelection> selection, std::string_view what) {
+  // The image's tensors, whole, in its order: what selected_layout reads.
+  std::vector<TensorEntry> whole;
+  std::set<std::string_view> held;
+  for (const TensorEntry& t : image_tensors) {
+    const auto bytes = tensor_byte_length(t.dtype, t.whole_shape());
+    if (!bytes) return Status::invalid_argument("tensor " + core::quoted(t.name) + " is too large");
+    whole.push_back(TensorEntry{t.name, t.dtype, t.whole_shape(), 0, *bytes});
+    held.insert(t.name);
+  }
+  std::vector<TensorSelection> mine;
+  for (const TensorSelection& s : selection) {
+    if (held.count(s.tensor)) mine.push_back(s);
+  }
+  if (mine.empty()) return std::vector<TensorEntry>{};
+  return selected_layout(whole, mine, what);
+}
+
+std::string image_name(const Manifest& m) {
+  return core::quoted(m.model()) + " v" + std::to_string(m.version()) +
+         (m.part() ? " part " + std::to_string(m.part()->index) : std::string());
+}
+
 Result<std::vector<LandingRun>> selection_runs(const Manifest& m, std::span<const TensorEntry> selected) {
+  return selection_runs(m.tensors(), m.total_size(), selected, image_name(m));
+}
+
+Result<std::vector<LandingRun>> selection_runs(std::span<const TensorEntry> image_tensors, std::uint64_t total_size,
+                                               std::span<const TensorEntry> selected, std::string_view what) {
   std::map<std::string_view, const TensorEntry*> by_name;
   for (const TensorEntry& s : selected) by_name.emplace(s.name, &s);
   // Bound the work first: each selected slice of a tensor of `m` takes at
   // most its run count on both sides (the part's, and the selection's).
   std::uint64_t bound = 0;
-  for (const TensorEntry& t : m.tensors()) {
+  for (const TensorEntry& t : image_tensors) {
     auto it = by_name.find(t.name);
     if (it == by_name.end() || t.byte_length == 0) continue;
     const auto both = intersect(t.slice(), it->second->slice());
@@ -73,15 +103,14 @@ Result<std::vector<LandingRun>> selection_runs(const Manifest& m, std::span<cons
                   run_count(relative_to(*both, it->second->slice()), it->second->shape)) + 1;
     if (bound > kMaxLandingRuns) {
       return Status::invalid_argument("the selection takes more than " + std::to_string(kMaxLandingRuns) +
-                                      " byte runs of " + core::quoted(m.model()) + " v" + std::to_string(m.version()) +
-                                      (m.part() ? " part " + std::to_string(m.part()->index) : std::string()) + " (" +
+                                      " byte runs of " + std::string(what) + " (" +
                                       core::quoted(t.name) + " is one of its most fragmented slices)");
     }
   }
   LandingRunList out;
   std::uint64_t at = 0;  // the image up to here is in `out`
   std::vector<ByteRun> from, to;
-  for (const TensorEntry& t : m.tensors()) {  // in offset order, non-overlapping
+  for (const TensorEntry& t : image_tensors) {  // in offset order, non-overlapping
     auto it = by_name.find(t.name);
     if (it == by_name.end() || t.byte_length == 0) continue;
     const TensorEntry& s = *it->second;
@@ -112,7 +141,7 @@ Result<std::vector<LandingRun>> selection_runs(const Manifest& m, std::span<cons
       }
     }
   }
-  out.add(at, kNoWholeOffset, m.total_size() - at);
+  out.add(at, kNoWholeOffset, total_size - at);
   return out.take();
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -28,12 +29,25 @@ namespace tensorhub::manifest {
 Result<std::vector<TensorEntry>> selected_layout(std::span<const TensorEntry> whole,
                                                  std::span<const TensorSelection> selection, std::string_view what);
 
+// "'policy' v3 part 1": how messages name a manifest's image.
+std::string image_name(const Manifest& m);
 // Where the image of `m` lands in a selection's layout (`selected`, from
 // selected_layout over the tensors `m` is a part of): runs tiling [0,
 // m.total_size()) in increasing part_offset, whole_offset being the
 // selection layout's offset, kNoWholeOffset for bytes the selection does
 // not take. Errors: kInvalidArgument (more than kMaxLandingRuns runs).
 Result<std::vector<LandingRun>> selection_runs(const Manifest& m, std::span<const TensorEntry> selected);
+// The same for an image of `total_size` bytes holding `image_tensors`
+// (sorted by offset, as a manifest's); `what` names it in messages.
+Result<std::vector<LandingRun>> selection_runs(std::span<const TensorEntry> image_tensors, std::uint64_t total_size,
+                                               std::span<const TensorEntry> selected, std::string_view what);
+// A selection's entries for the tensors an image holds (a part's own
+// tensors, slices or whole), as selected_layout gives them over the whole
+// model: the tensors it names that the image does not hold are another
+// part's, and left out (an empty result when it names none). Errors: as
+// selected_layout (a tensor named twice, a slice that does not fit).
+Result<std::vector<TensorEntry>> selection_within(std::span<const TensorEntry> image_tensors,
+                                                  std::span<const TensorSelection> selection, std::string_view what);
 
 // The shards of `m` that hold a byte of `runs` that lands somewhere.
 core::Bitfield shards_selected(const Manifest& m, std::span<const LandingRun> runs);

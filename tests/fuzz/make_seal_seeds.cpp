@@ -1,6 +1,6 @@
 // Writes fuzzing seeds for parts: two part manifests of one version (rows of
-// a weight split in two, with slices) into MANIFEST_DIR, and the seal that
-// joins them into SEAL_DIR.
+// a weight split in two, with slices; part 1 with the views of two column
+// selections) into MANIFEST_DIR, and the seal that joins them into SEAL_DIR.
 // Usage: make_seal_seeds MANIFEST_DIR SEAL_DIR
 #include <array>
 #include <cstdio>
@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
     o.version = seal.version;
     o.shard_size = 64u << 10;
     o.part = PartOf{part, 2};
+    if (part == 1) {
+      o.views = {{{"w", TensorSlice{{{0, 8}, {0, 4}}}}}, {{"w", TensorSlice{{{0, 8}, {4, 8}}}}}};
+    }
     auto m = build_manifest(o, image, tensors, key);
     if (!m) {
       std::fprintf(stderr, "part %u: %s\n", part, m.status().to_string().c_str());

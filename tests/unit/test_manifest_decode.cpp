@@ -143,15 +143,18 @@ TEST_CASE("decode: wrong types, keys and formats") {
   std::swap(fields[1], fields[2]);
   CHECK_REJECTS(envelope(fields), "expected key \"model\"");
 
-  // A 12th key is a part's "part", after "version"; a 13th is never.
+  // A 12th key is a part's "part", after "version", or else "views", last;
+  // 13 are both; a 14th is never.
   fields = fields_of(f.body);
   fields.push_back({"extra", [](MsgpackWriter& w) { w.write_uint(0); }});
-  CHECK_REJECTS(envelope(fields), "expected key \"part\"");
+  CHECK_REJECTS(envelope(fields), "expected key \"views\"");
   fields.push_back({"more", [](MsgpackWriter& w) { w.write_uint(0); }});
-  CHECK_REJECTS(envelope(fields), "map of 13 entries exceeds the limit of 12");
+  CHECK_REJECTS(envelope(fields), "expected key \"part\"");
+  fields.push_back({"most", [](MsgpackWriter& w) { w.write_uint(0); }});
+  CHECK_REJECTS(envelope(fields), "map of 14 entries exceeds the limit of 13");
   fields = fields_of(f.body);
   fields.erase(fields.begin() + 3);
-  CHECK_REJECTS(envelope(fields), "expected 11 keys, or 12 for a part's manifest, found 10");
+  CHECK_REJECTS(envelope(fields), "expected 11 keys, one more for a part's manifest and one for views, found 10");
 
   fields = fields_of(f.body);
   set(fields, "parent", [](MsgpackWriter& w) { w.write_bin(std::vector<std::uint8_t>(31, 0)); });

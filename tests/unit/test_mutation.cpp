@@ -65,6 +65,22 @@ TEST_CASE("mutation: a part's manifest, with slices of tensors") {
   mutate_manifest(*part, key.public_key(), seed);
 }
 
+TEST_CASE("mutation: a part's manifest with declared views") {
+  const std::uint64_t seed = mutation_seed(0x5eed0004);
+  INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
+  std::vector<std::byte> image(192, std::byte{5});
+  std::vector<TensorEntry> tensors{TensorEntry{"w", DType::kF32, {2, 16}, 0, 128, {8, 16}, {2, 0}},
+                                   TensorEntry{"b", DType::kF32, {16}, 128, 64}};
+  ManifestBuildOptions options = small_options();
+  options.part = PartOf{1, 4};
+  options.views = {{{"w", TensorSlice{{{0, 8}, {0, 8}}}}, {"b", {}}}, {{"w", TensorSlice{{{0, 8}, {8, 16}}}}}};
+  const Identity key = test_identity();
+  auto part = build_manifest(options, image, tensors, key);
+  REQUIRE_MESSAGE(part.is_ok(), part.status().to_string());
+  REQUIRE(part->views().size() == 2);
+  mutate_manifest(*part, key.public_key(), seed);
+}
+
 TEST_CASE("mutation: safetensors parser") {
   const std::uint64_t seed = mutation_seed(0x5eed0002);
   INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");

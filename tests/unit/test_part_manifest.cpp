@@ -138,7 +138,7 @@ TEST_CASE("part manifests: the decoder refuses what the builder would not make")
   body.tensors[2].slice_begin = {0, 13};
   rejects(body, "tensor 'p': its slice along dimension 1");
 
-  // Structure: a tensor entry of 6 fields, and a map of 13 keys.
+  // Structure: a tensor entry of 6 fields, and maps of 13 and 14 keys.
   auto bytes = envelope_of(m->body());
   const std::uint8_t entry_of_w[] = {0x97, 0xa1, 'w'};  // an array of 7, then the name "w"
   const auto at = std::search(bytes.begin(), bytes.end(), std::begin(entry_of_w), std::end(entry_of_w));
@@ -148,8 +148,11 @@ TEST_CASE("part manifests: the decoder refuses what the builder would not make")
         std::string::npos);
   bytes = envelope_of(m->body());
   REQUIRE(bytes[1] == 0x8c);
-  bytes[1] = 0x8d;
-  CHECK(decode_manifest(bytes).status().message().find("map of 13 entries exceeds the limit of 12") !=
+  bytes[1] = 0x8d;  // 13 keys: a part's, and views that are not there
+  // (the signature stands where the key "views" must)
+  CHECK(decode_manifest(bytes).status().message().find("views: expected a string") != std::string::npos);
+  bytes[1] = 0x8e;
+  CHECK(decode_manifest(bytes).status().message().find("map of 14 entries exceeds the limit of 13") !=
         std::string::npos);
   // Every truncation of a part's manifest is refused.
   const auto whole = envelope_of(m->body());

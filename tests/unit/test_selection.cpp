@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/random_fill.hpp"
+#include "manifest/manifest_codec.hpp"
 #include "manifest/part_view.hpp"
 #include "manifest/selection.hpp"
 #include "support/model_fixture.hpp"
@@ -310,4 +311,103 @@ TEST_CASE("selection: a view's key names its tensor table, however the selection
   CHECK(none.tensors.empty());
   CHECK(none.size == 0);
   CHECK(none.gather.empty());
+}
+
+TEST_CASE("selection: a part declared with views carries each view's digests, which a fetcher finds by its own key") {
+  const Model model;
+  const std::vector<TensorSelection> tp0{{"w", slice2({0, kRows}, {0, 128})}, {"b", {}}};
+  const std::vector<TensorSelection> tp1{{"w", slice2({0, kRows}, {128, 256})}, {"b", {}}};
+  const std::vector<TensorSelection> bias_only{{"b", {}}};  // takes nothing of part 1
+  // Part 1 of 2 by rows, rebuilt with the views of both TP ranks (tp0 twice).
+  const Part plain = make_part(model, 1, 2, 0);
+  ManifestBuildOptions o = small_options();
+  o.part = PartOf{1, 2};
+  o.views = {tp0, tp1, bias_only, tp0};
+  std::vector<TensorEntry> tensors(plain.manifest.tensors().begin(), plain.manifest.tensors().end());
+  auto m = build_manifest(o, plain.image, tensors, test_identity());
+  REQUIRE_MESSAGE(m.is_ok(), m.status().to_string());
+  REQUIRE(m->views().size() == 2);
+  CHECK(m->views()[0].key < m->views()[1].key);
+  // The shards and the id's inputs besides the views are the plain part's.
+  CHECK(m->body().shards == plain.manifest.body().shards);
+  // It decodes back to itself, and its signature holds.
+  auto decoded = decode_manifest(m->encoded());
+  REQUIRE_MESSAGE(decoded.is_ok(), decoded.status().to_string());
+  CHECK(decoded->body() == m->body());
+  const PublicKey trusted[] = {test_identity().public_key()};
+  CHECK(verify_manifest_signature(*decoded, trusted).is_ok());
+  for (const auto& selection : {tp0, tp1}) {
+    // A fetcher's view, from the whole model's layout and the signed part.
+    auto layout = manifest::selected_layout(model.tensors(), selection, "policy v1");
+    REQUIRE(layout.is_ok());
+    auto view = manifest::part_view(*decoded, *layout);
+    REQUIRE(view.is_ok());
+    const ViewEntry* entry = decoded->find_view(view->key);
+    REQUIRE(entry != nullptr);
+    CHECK(entry->size == view->size);
+    // Its digests are the gathered bytes' in shards of the part's shard size.
+    std::vector<std::byte> gathered;
+    for (const manifest::LandingRun& r : view->gather) {
+      gathered.insert(gathered.end(), plain.image.begin() + static_cast<std::ptrdiff_t>(r.part_offset),
+                      plain.image.begin() + static_cast<std::ptrdiff_t>(r.part_offset + r.length));
+    }
+    const std::uint64_t shard = decoded->shard_size();
+    REQUIRE(entry->digests.size() == (gathered.size() + shard - 1) / shard);
+    for (std::size_t i = 0; i < entry->digests.size(); ++i) {
+      const std::size_t from = i * shard, to = std::min<std::size_t>(gathered.size(), from + shard);
+      CHECK(entry->digests[i] == compute_shard_digest(decoded->body().shard_hash,
+                                                      std::span(gathered).subspan(from, to - from)));
+    }
+  }
+  ManifestId unknown;
+  unknown.bytes.fill(7);
+  CHECK(decoded->find_view(unknown) == nullptr);
+  // A declared selection that does not fit is refused before any hashing, naming it.
+  o.views = {tp0, {{"w", slice2({0, kRows}, {0, 300})}}};
+  auto bad = build_manifest(o, plain.image, tensors, test_identity());
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bad.status().message().find("declared view 1") != std::string::npos);
+  CHECK(bad.status().message().find("'w'") != std::string::npos);
+}
+
+TEST_CASE("selection: a manifest's views are checked: order, sizes and digest counts") {
+  const Model model;
+  const Part plain = make_part(model, 0, 2, 0);
+  ManifestBody body = plain.manifest.body();
+  ViewEntry v;
+  v.key.bytes.fill(1);
+  v.size = 1000;
+  v.digests.resize(1);
+  v.digests[0].size = 16;
+  body.views = {v};
+  CHECK(manifest_detail::validate_body(body).is_ok());
+  ViewEntry w = v;
+  w.key.bytes.fill(0);
+  body.views = {v, w};  // out of order
+  CHECK(manifest_detail::validate_body(body).message().find("out of order") != std::string::npos);
+  body.views = {v, v};  // twice
+  CHECK(manifest_detail::validate_body(body).message().find("out of order") != std::string::npos);
+  ViewEntry big = v;
+  big.size = body.total_size + 1;
+  body.views = {big};
+  CHECK(manifest_detail::validate_body(body).message().find("a view holds 1 to") != std::string::npos);
+  ViewEntry short_of = v;
+  short_of.size = body.shard_size + 1;  // needs 2 digests
+  body.views = {short_of};
+  CHECK(manifest_detail::validate_body(body).message().find("need 2") != std::string::npos);
+  // Encoded, the same body decodes to the same views (a whole version's too).
+  body.views = {v};
+  auto signed_body = sign_manifest(body, test_identity());
+  REQUIRE(signed_body.is_ok());
+  auto decoded = decode_manifest(signed_body->encoded());
+  REQUIRE_MESSAGE(decoded.is_ok(), decoded.status().to_string());
+  CHECK(decoded->views().size() == 1);
+  body.part.reset();
+  body.tensors = {TensorEntry{"w", DType::kF32, {kRows / 2, kCols}, kHeader, kRows / 2 * kCols * 4}};
+  auto whole = sign_manifest(body, test_identity());
+  REQUIRE_MESSAGE(whole.is_ok(), whole.status().to_string());
+  auto whole_decoded = decode_manifest(whole->encoded());
+  REQUIRE_MESSAGE(whole_decoded.is_ok(), whole_decoded.status().to_string());
+  CHECK(std::vector<ViewEntry>(whole_decoded->views().begin(), whole_decoded->views().end()) == body.views);
 }
