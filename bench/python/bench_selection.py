@@ -16,6 +16,12 @@ the same split into the column-parallel tensors (rows of each part: a
 contiguous run), the row-parallel ones (columns: a piece of every row) and
 the replicated ones.
 
+The trainers then publish v2, the same bytes, declaring the views of every
+tensor-parallel rank at each TP size and of both pipeline stages
+(publish(..., views=)), and the same fetches run again: each part's view of
+a selection is then fetched, exactly its bytes. Each publish's time (the
+parts hashed, and the views) is reported beside.
+
 Usage: PYTHONPATH=build/python python3 bench/python/bench_selection.py build/src/tensorhub [--hidden 2048]
        [--layers 4] [--json]   (the binary makes the trainers' keys)
 """
@@ -108,18 +114,28 @@ def main():
             seeds = [trainers[0].gossip_address] if trainers else []
             trainers.append(th.Peer.start(host=f"trainer{r}", key_file=keys[r], swarm_key=SWARM, seeds=seeds,
                                           trusted_publishers=trusted, retain_head_replicas=0))
-        published = [trainers[r].publish("policy", part_of(full, r, args.trainers), version=1,
-                                         part=(r, args.trainers)) for r in range(args.trainers)]
-        for p in published:
-            p.wait_sealed(60)
+        stages = [layouts.pipeline_stage(shapes, 2, s, tie_word_embeddings=False) for s in range(2)]
+        declared = [layouts.tensor_parallel(shapes, tp, rank, num_key_value_heads=kv_heads)
+                    for tp in args.tp for rank in range(tp)] + stages
+        parts = [part_of(full, r, args.trainers) for r in range(args.trainers)]
+
+        def publish(version, views):
+            began = time.monotonic()
+            handles = [trainers[r].publish("policy", parts[r], version=version, part=(r, args.trainers),
+                                           views=views) for r in range(args.trainers)]
+            seconds = time.monotonic() - began
+            for h in handles:
+                h.wait_sealed(60)
+            return handles, seconds
+
         seed = [trainers[0].gossip_address]
 
-        def run(label, select):
+        def run(label, select, version):
             with th.Peer.start(host=label, swarm_key=SWARM, seeds=seed, trusted_publishers=trusted,
                                retain_head_replicas=0) as peer:
-                peer.wait_for_head("policy", 0, 60)
+                peer.wait_for_head("policy", version - 1, 60)
                 began = time.monotonic()
-                with peer.fetch("policy", 1, select=select) as fetched:
+                with peer.fetch("policy", version, select=select) as fetched:
                     fetched.wait(120)
                     seconds = time.monotonic() - began
                     state = fetched.state_dict()
@@ -132,28 +148,34 @@ def main():
                 index = select[name] if select is not None else tuple(slice(None) for _ in shapes[name])
                 by_kind[kind_of(index, shapes[name])] = by_kind.get(kind_of(index, shapes[name]), 0) + array.nbytes
             selected = sum(by_kind.values())
-            return {"fetch": label, "selected_bytes": selected, "received_bytes": received,
+            return {"fetch": label, "views": version == 2, "selected_bytes": selected, "received_bytes": received,
                     "received_x": round(received / selected, 3), "seconds": round(seconds, 3),
                     "selected_by_kind": by_kind}
 
-        results["runs"].append(run("whole", None))
-        for tp in args.tp:
-            select = layouts.tensor_parallel(shapes, tp, 1, num_key_value_heads=kv_heads)
-            results["runs"].append(run(f"tp{tp}-rank1", select))
-        # A pipeline stage: whole tensors, each a run of rows of every part.
-        results["runs"].append(run("pp2-stage1", layouts.pipeline_stage(shapes, 2, 1, tie_word_embeddings=False)))
-        for p in published:
-            p.release()
+        for version, views in ((1, None), (2, declared)):
+            published, seconds = publish(version, views)
+            results[f"publish_v{version}_seconds"] = round(seconds, 3)
+            if version == 1:
+                results["runs"].append(run("whole", None, version))
+            for tp in args.tp:
+                select = layouts.tensor_parallel(shapes, tp, 1, num_key_value_heads=kv_heads)
+                results["runs"].append(run(f"tp{tp}-rank1", select, version))
+            # A pipeline stage: whole tensors, each a run of rows of every part.
+            results["runs"].append(run("pp2-stage1", stages[1], version))
+            for p in published:
+                p.release()
+        results["views_declared"] = len(declared)
         for t in reversed(trainers):
             t.close()
     if args.json:
         print(json.dumps(results))
         return
     print(f"model: {total / 2**20:.1f} MiB, {args.layers} layers of hidden {args.hidden}, "
-          f"{args.trainers} trainer parts (FSDP rows)")
+          f"{args.trainers} trainer parts (FSDP rows); publish {results['publish_v1_seconds']:.2f} s, with "
+          f"{results['views_declared']} declared views {results['publish_v2_seconds']:.2f} s")
     for r in results["runs"]:
         kinds = ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sorted(r["selected_by_kind"].items()))
-        print(f"{r['fetch']}: selected {r['selected_bytes'] / 2**20:.1f} MiB ({kinds}), received "
+        print(f"{r['fetch']}{' (views)' if r['views'] else ''}: selected {r['selected_bytes'] / 2**20:.1f} MiB ({kinds}), received "
               f"{r['received_bytes'] / 2**20:.1f} MiB: {r['received_x']:.2f}x, {r['seconds']:.2f} s")
 
 

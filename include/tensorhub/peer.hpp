@@ -117,6 +117,22 @@ struct MemoryOptions {
   std::string gpu;
 };
 
+// What publish_part() is told besides the part's bytes.
+struct PartOptions {
+  MemoryOptions memory;  // where the part's regions lie
+  // Selections (fetch_selection()'s form) whose fetchers are expected: one
+  // a tensor-parallel rank, say, as tensorhub.layouts gives them. Layouts
+  // are stable across versions, so they are declared once and given to
+  // every publish. The part's view of each (the bytes of the part it
+  // takes, end to end) is hashed into its manifest, and this peer serves
+  // each view gathered from the part's memory: a fetch of that selection
+  // moves and verifies exactly its bytes from this part, a strided one (a
+  // row-parallel rank's columns) too. A selection that takes nothing of
+  // this part is left out. At most kMaxViews views a part; host memory
+  // only (views of a part in GPU memory are not built yet).
+  std::vector<std::vector<TensorSelection>> views;
+};
+
 // How fetch_to_file() creates its file.
 struct FileOptions {
   unsigned mode = 0644;   // permission bits of the new file
@@ -367,6 +383,13 @@ class Peer {
   Result<PublishHandle> publish_part(const std::string& model, std::uint64_t version, std::uint32_t part_index,
                                      std::uint32_t part_count, std::span<const ConstRegion> regions,
                                      std::vector<TensorEntry> tensors, const MemoryOptions& options);
+  // The same with the views `options` declares (PartOptions::views).
+  // Errors: as above; kInvalidArgument also for a declared selection that
+  // names a tensor twice or a slice that does not fit it (naming it), too
+  // many views, or views of a part in GPU memory.
+  Result<PublishHandle> publish_part(const std::string& model, std::uint64_t version, std::uint32_t part_index,
+                                     std::uint32_t part_count, std::span<const ConstRegion> regions,
+                                     std::vector<TensorEntry> tensors, const PartOptions& options);
 
   // The newest verified head of a model, if any is known.
   std::optional<VersionInfo> latest(const std::string& model) const;
@@ -433,7 +456,11 @@ class Peer {
   // tensor `selection` names, the slice it names (one tensor-parallel
   // rank's rows or columns, an expert, a layer), into `regions` laid end to
   // end and laid out as tensors(model, version, selection) (empty: the peer
-  // allocates). Only the shards that hold selected bytes are fetched, each
+  // allocates). Of a part whose publisher declared this selection
+  // (PartOptions::views), the part's view is fetched: exactly the selected
+  // bytes, verified against the digests the part's manifest holds for it,
+  // from that publisher and from the other fetchers of the selection.
+  // Otherwise only the shards that hold selected bytes are fetched, each
   // verified whole against the manifest, from any peer holding it (another
   // fetcher of an overlapping selection included); a version in parts
   // fetches only the parts the selection takes bytes of. The other bytes

@@ -82,6 +82,32 @@ def _selection_spec(select, tensors) -> list:
         spec.append((name, [] if whole else ranges))
     return spec
 
+def _view_specs(views, whole_shapes) -> list:
+    """Declared ``views`` (selections over the whole model) as native
+    selections of the tensors this part holds (``whole_shapes``: name,
+    dtype, global shape); a view naming none of them is left out."""
+    if views is None:
+        return []
+    if isinstance(views, (str, bytes, Mapping)) or not isinstance(views, Iterable):
+        raise ArgumentTypeError(f"views: a list of selections (as fetch's select=), not {type(views).__name__}")
+    held = {name for name, _, _ in whole_shapes}
+    specs = []
+    for i, view in enumerate(views):
+        if isinstance(view, Mapping):
+            mine = {name: index for name, index in view.items() if name in held}
+        elif isinstance(view, Iterable) and not isinstance(view, (str, bytes)):
+            mine = [name for name in view if name in held]
+        else:
+            raise ArgumentTypeError(f"views[{i}]: a selection (as fetch's select=), not {type(view).__name__}")
+        if not mine:
+            continue  # another part's tensors only
+        try:
+            specs.append(_selection_spec(mine, whole_shapes))
+        except Error as e:
+            raise Error(f"{e.args[0].split(': ', 1)[0]}: views[{i}]: {e.args[0].split(': ', 1)[-1]}") from None
+    return specs
+
+
 class Peer:
     """An in-process TensorHub peer: ``Peer.start(listen=..., seeds=[...],
     swarm_key=...)``. Waiting calls release the GIL. Every failure is a
@@ -171,7 +197,7 @@ class Peer:
 
     def publish(self, model: str, tensors: Union[Mapping[str, object], Iterable[Tuple[str, object]]], *,
                 dtype=None, metadata: Optional[Mapping[str, str]] = None, version: Optional[int] = None,
-                part: Optional[Tuple[int, int]] = None) -> Published:
+                part: Optional[Tuple[int, int]] = None, views=None) -> Published:
         """Publishes ``tensors`` (name -> numpy array or torch tensor) as
         the next version of ``model``. Contiguous ones are served where they
         are; others are packed once. When every tensor is a CUDA tensor on
@@ -208,11 +234,24 @@ class Peer:
         part has come and a rank sealed it (``Published.wait_sealed``);
         ``Published.version`` is ``version``. Raises as above, and
         ``already_exists`` (``version`` is known already, or this part is
-        published already)."""
+        published already).
+
+        ``views`` (with ``part`` only): selections, in ``fetch(select=)``'s
+        form over the whole model, whose fetchers are expected (one per
+        tensor-parallel rank, as ``tensorhub.layouts`` gives them; stable
+        across versions, so given to every publish). The part's view of
+        each, its bytes that selection takes end to end, is hashed into the
+        part's manifest and served gathered from the tensors: a fetch of
+        that selection then moves exactly its bytes of this part, a
+        row-parallel rank's strided columns too. Tensors a selection names
+        that this part does not hold are other parts'. At most 64 views a
+        part, from host memory (views of CUDA tensors are not built yet)."""
         from . import safetensors
 
         if part is not None or version is not None:
-            return self._publish_part(model, tensors, dtype, metadata, version, part)
+            return self._publish_part(model, tensors, dtype, metadata, version, part, views)
+        if views is not None:
+            raise Error("invalid argument: views: declared views are a part's (publish with part=(rank, world))")
         items = list(tensors.items()) if isinstance(tensors, Mapping) else list(tensors)
         if dtype is not None:
             items = [(name, _cast(name, value, dtype)) for name, value in items]
@@ -239,7 +278,7 @@ class Peer:
             offset += nbytes
         return Published(self._native.publish(model, regions, specs, owners, gpu=gpu), dict(metadata or {}), model)
 
-    def _publish_part(self, model, tensors, dtype, metadata, version, part) -> Published:
+    def _publish_part(self, model, tensors, dtype, metadata, version, part, views=None) -> Published:
         if part is None or version is None:
             raise Error("invalid argument: a part is published with both version=v and part=(rank, world)")
         check_version(version, "publish")
@@ -255,7 +294,7 @@ class Peer:
         if dtype is not None:
             values = [_cast(name, value, dtype) for (name, _), value in zip(items, values)]
         device, gpu = self._one_gpu(values)
-        owners, regions, specs, offset = [], [], [], 0
+        owners, regions, specs, offset, whole_shapes = [], [], [], 0, []
         for (name, given), value in zip(items, values):
             owner, address, nbytes, dtype_name, shape = _as_publishable(name, value, device is not None)
             global_shape, begin = [], []
@@ -264,6 +303,7 @@ class Peer:
                     raise Error(f"invalid argument: tensor '{name}': its shape {list(shape)} is not its slice's "
                                 f"{given.shape} ({given!r})")
                 global_shape, begin = given.global_shape, given.begin
+            whole_shapes.append((name, dtype_name, list(global_shape) if global_shape else list(shape)))
             owners.append(owner)
             specs.append((name, dtype_name, list(shape), offset, nbytes, global_shape, begin))
             if nbytes:
@@ -271,7 +311,11 @@ class Peer:
             offset += nbytes
         if device is not None:
             _torch().cuda.synchronize(device)  # the tensors' pending writes end before they are hashed
-        native = self._native.publish_part(model, version, part[0], part[1], regions, specs, owners, gpu=gpu)
+        view_specs = _view_specs(views, whole_shapes)
+        if view_specs and gpu:
+            raise Error("invalid argument: views: declared views of a part in CUDA memory are not built yet")
+        native = self._native.publish_part(model, version, part[0], part[1], regions, specs, owners, gpu=gpu,
+                                           views=view_specs)
         return Published(native, {}, model)
 
     @staticmethod

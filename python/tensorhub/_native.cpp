@@ -524,18 +524,22 @@ PYBIND11_MODULE(_native, m) {
       .def("publish_part",
            [](Peer& p, const std::string& model, std::uint64_t version, std::uint32_t index, std::uint32_t count,
               const std::vector<RegionSpec>& regions, const std::vector<PartTensorSpec>& tensors, py::object owner,
-              const std::string& gpu) {
+              const std::string& gpu, const std::vector<SelectionSpec>& views) {
              std::vector<ConstRegion> spans = const_spans(regions);
              std::vector<TensorEntry> entries = part_tensor_entries(tensors);
+             PartOptions options;
+             options.memory.gpu = gpu;
+             for (const SelectionSpec& view : views) options.views.push_back(tensor_selection(view));
              Result<PublishHandle> r = Status::internal("not published");
              {
                py::gil_scoped_release nogil;
-               r = p.publish_part(model, version, index, count, spans, std::move(entries), MemoryOptions{gpu});
+               r = p.publish_part(model, version, index, count, spans, std::move(entries), options);
              }
              return std::make_unique<Published>(std::move(owner), value_or_raise(std::move(r)));
            },
            py::arg("model"), py::arg("version"), py::arg("index"), py::arg("count"), py::arg("regions"),
-           py::arg("tensors"), py::arg("owner"), py::arg("gpu") = "", py::keep_alive<0, 1>())
+           py::arg("tensors"), py::arg("owner"), py::arg("gpu") = "", py::arg("views") = std::vector<SelectionSpec>{},
+           py::keep_alive<0, 1>())
       .def("latest",
            [](const Peer& p, const std::string& model) -> py::object {
              std::optional<VersionInfo> v;

@@ -87,38 +87,6 @@ Result<Manifest> build_manifest(const ManifestBuildOptions& options, std::span<c
                                   "host (a mapped file truncated under it?)");
 }
 
-namespace {
-
-// The views of `body`'s image that the options declare, each once, in key
-// order, before anything is hashed (a bad selection fails fast). A
-// selection that takes nothing of the image has no view.
-Result<std::vector<manifest::PartView>> declared_views(const ManifestBuildOptions& options, const ManifestBody& body) {
-  const std::string what = "the image of " + options.model + " v" + std::to_string(options.version) +
-                           (options.part ? " part " + std::to_string(options.part->index) : std::string());
-  std::vector<manifest::PartView> views;
-  std::uint64_t shards = 0;
-  for (std::size_t i = 0; i < options.views.size(); ++i) {
-    auto selected = manifest::selection_within(body.tensors, options.views[i], what);
-    if (!selected) return Status::invalid_argument("declared view " + std::to_string(i) + ": " + selected.status().message());
-    if (selected->empty()) continue;
-    auto view = manifest::part_view(body.tensors, body.total_size, *selected, what);
-    if (!view) return Status::invalid_argument("declared view " + std::to_string(i) + ": " + view.status().message());
-    if (view->size == 0) continue;
-    const bool again = std::any_of(views.begin(), views.end(), [&](const auto& v) { return v.key == view->key; });
-    if (again) continue;
-    shards += (view->size + body.shard_size - 1) / body.shard_size;
-    views.push_back(std::move(*view));
-  }
-  if (views.size() > kMaxViews || shards > kMaxShards) {
-    return Status::invalid_argument(std::to_string(views.size()) + " declared views of " + std::to_string(shards) +
-                                    " shards exceed the limits of " + std::to_string(kMaxViews) + " views and " +
-                                    std::to_string(kMaxShards) + " shards");
-  }
-  std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
-  return views;
-}
-
-}  // namespace
 
 Result<Manifest> build_manifest_digesting(const ManifestBuildOptions& options, std::span<const ConstRegion> regions,
                                           std::vector<TensorEntry> tensors, const Identity& publisher,
@@ -131,7 +99,10 @@ Result<Manifest> build_manifest_digesting(const ManifestBuildOptions& options, s
   auto shape = shape_of(options, image.size(), std::move(tensors), publisher.public_key());
   if (!shape) return shape.status();
   ManifestBody body = std::move(*shape);
-  auto views = declared_views(options, body);
+  auto views = manifest::declared_views(
+      body.tensors, body.total_size, body.shard_size, options.views,
+      "the image of " + options.model + " v" + std::to_string(options.version) +
+          (options.part ? " part " + std::to_string(options.part->index) : std::string()));
   if (!views) return views.status();
   std::atomic<bool> unreadable{false};
   core::parallel_for(body.shards.size(), options.threads, [&](std::size_t i) {

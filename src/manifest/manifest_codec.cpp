@@ -290,6 +290,13 @@ Manifest ManifestAccess::assemble(ManifestBody body, std::span<const std::uint8_
   return m;
 }
 
+Manifest ManifestAccess::assemble_view(ManifestBody body, const ManifestId& id) {
+  Manifest m;
+  m.body_ = std::move(body);
+  m.id_ = id;
+  return m;
+}
+
 Result<Manifest> decode_manifest(std::span<const std::uint8_t> encoded) {
   using namespace manifest_detail;
   if (encoded.size() > kMaxManifestBytes) {

@@ -62,6 +62,9 @@ Status validate_body(const ManifestBody& body);
 struct ManifestAccess {
   // REQUIRES: body_bytes == encode_body(body), and body passed validate_body.
   static Manifest assemble(ManifestBody body, std::span<const std::uint8_t> body_bytes, const Signature& signature);
+  // A view's manifest (manifest::view_manifest): no signature, no encoding.
+  // REQUIRES: body passed validate_body.
+  static Manifest assemble_view(ManifestBody body, const ManifestId& id);
 };
 
 }  // namespace tensorhub

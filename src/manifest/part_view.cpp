@@ -1,6 +1,8 @@
 #include "manifest/part_view.hpp"
 
+#include <algorithm>
 #include <map>
+#include <string>
 #include <string_view>
 
 #include "core/hash.hpp"
@@ -50,6 +52,80 @@ Result<PartView> part_view(std::span<const TensorEntry> image_tensors, std::uint
   const core::Blake2bDigest digest = core::blake2b_256(std::as_bytes(std::span(table)));
   std::copy(digest.begin(), digest.end(), view.key.bytes.begin());
   return view;
+}
+
+Result<std::vector<PartView>> declared_views(std::span<const TensorEntry> image_tensors, std::uint64_t total_size,
+                                             std::uint64_t shard_size,
+                                             std::span<const std::vector<TensorSelection>> selections,
+                                             std::string_view what) {
+  std::vector<PartView> views;
+  std::uint64_t shards = 0;
+  for (std::size_t i = 0; i < selections.size(); ++i) {
+    auto selected = selection_within(image_tensors, selections[i], what);
+    if (!selected) return Status::invalid_argument("declared view " + std::to_string(i) + ": " + selected.status().message());
+    if (selected->empty()) continue;
+    auto view = part_view(image_tensors, total_size, *selected, what);
+    if (!view) return Status::invalid_argument("declared view " + std::to_string(i) + ": " + view.status().message());
+    if (view->size == 0) continue;
+    const bool again = std::any_of(views.begin(), views.end(), [&](const auto& v) { return v.key == view->key; });
+    if (again) continue;
+    shards += (view->size + shard_size - 1) / shard_size;
+    views.push_back(std::move(*view));
+  }
+  if (views.size() > kMaxViews || shards > kMaxShards) {
+    return Status::invalid_argument(std::to_string(views.size()) + " declared views of " + std::to_string(shards) +
+                                    " shards exceed the limits of " + std::to_string(kMaxViews) + " views and " +
+                                    std::to_string(kMaxShards) + " shards");
+  }
+  std::sort(views.begin(), views.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+  return views;
+}
+
+namespace {
+constexpr std::string_view kViewIdDomain{"tensorhub view v1\0", 18};
+}  // namespace
+
+ManifestId view_id(const ManifestId& image, const ManifestId& key) {
+  const std::span<const std::byte> pieces[] = {std::as_bytes(std::span(kViewIdDomain)),
+                                               std::as_bytes(std::span(image.bytes)),
+                                               std::as_bytes(std::span(key.bytes))};
+  const core::Blake2bDigest digest = core::blake2b_256_of_pieces(pieces);
+  ManifestId id;
+  std::copy(digest.begin(), digest.end(), id.bytes.begin());
+  return id;
+}
+
+Result<std::shared_ptr<const Manifest>> view_manifest(const Manifest& image, const PartView& view) {
+  const ViewEntry* entry = image.find_view(view.key);
+  if (entry == nullptr) return Status::not_found(image_name(image) + " declares no view " + view.key.short_hex());
+  if (entry->size != view.size) {
+    return Status::corrupt(image_name(image) + " declares view " + view.key.short_hex() + " of " +
+                           std::to_string(entry->size) + " bytes; the selection's view has " + std::to_string(view.size));
+  }
+  ManifestBody body;
+  body.model = image.model();
+  body.version = image.version();
+  body.parent = image.id();
+  body.publisher = image.publisher();
+  body.shard_hash = image.body().shard_hash;
+  body.shard_size = image.shard_size();
+  body.total_size = view.size;
+  body.tensors = view.tensors;
+  body.part = image.part() ? image.part() : std::optional<PartOf>(PartOf{0, 1});  // its tensors are slices
+  body.shards.reserve(entry->digests.size());
+  for (std::size_t i = 0; i < entry->digests.size(); ++i) {
+    const std::uint64_t offset = i * body.shard_size;
+    body.shards.push_back(ShardEntry{offset, std::min(body.shard_size, view.size - offset), entry->digests[i]});
+  }
+  // The image's manifest was checked (validate_views): each view's digests
+  // tile its size. This holds the rest (its tensors) to the same rules.
+  TENSORHUB_RETURN_IF_ERROR(manifest_detail::validate_body(body));
+  return std::make_shared<const Manifest>(ManifestAccess::assemble_view(std::move(body), view_id(image.id(), view.key)));
+}
+
+std::optional<ManifestId> view_of(const Manifest& m) {
+  if (!m.encoded().empty()) return std::nullopt;
+  return m.parent();
 }
 
 }  // namespace tensorhub::manifest

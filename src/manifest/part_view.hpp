@@ -15,7 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "manifest/sealed_version.hpp"
@@ -42,5 +45,35 @@ Result<PartView> part_view(const Manifest& part, std::span<const TensorEntry> se
 // (a manifest body's, before it is signed); `what` names it in messages.
 Result<PartView> part_view(std::span<const TensorEntry> image_tensors, std::uint64_t total_size,
                            std::span<const TensorEntry> selected, std::string_view what);
+
+// The views of an image (`image_tensors`, `total_size` bytes, cut into
+// shards of `shard_size`) that `selections` (Peer::fetch_selection's form)
+// declare: each once, in key order; a selection that takes nothing of the
+// image has none. Errors: kInvalidArgument (a selection naming a tensor
+// twice or a slice that does not fit, naming it and the selection's index;
+// more than kMaxViews views or kMaxShards of their shards).
+Result<std::vector<PartView>> declared_views(std::span<const TensorEntry> image_tensors, std::uint64_t total_size,
+                                             std::uint64_t shard_size,
+                                             std::span<const std::vector<TensorSelection>> selections,
+                                             std::string_view what);
+
+// The swarm id of view `key` of the image `image` (BLAKE2b-256 of a domain
+// string, the image's id and the key): what a view's holders announce and
+// its fetchers ask for.
+ManifestId view_id(const ManifestId& image, const ManifestId& key);
+
+// The manifest a view is fetched and served by: the view's tensors, its
+// size, and the digests `image` declares for it (ViewEntry), under
+// view_id(image.id(), view.key). Its parent is the image's id and its
+// publisher the image's; it has no signature and no encoding of its own:
+// it is believed because the image's signed manifest holds its digests,
+// and it is never sent (view_of tells one). Errors: kNotFound (the image
+// declares no view with that key), kCorrupt (the declared size is not the
+// view's).
+Result<std::shared_ptr<const Manifest>> view_manifest(const Manifest& image, const PartView& view);
+
+// The id of the image whose view `m` is (view_manifest's), or none for a
+// manifest that was signed (decoded or built).
+std::optional<ManifestId> view_of(const Manifest& m);
 
 }  // namespace tensorhub::manifest

@@ -68,6 +68,13 @@ struct LocalVersion {
   // every shard (a whole version). A selection, once complete, holds
   // those alone: it serves them, and never counts as a whole copy.
   core::Bitfield wanted;
+  // Set for a view (manifest::view_manifest): the id of the image (a
+  // part) it is a view of. A fetch of it asks that image's publisher
+  // besides the view's announced holders.
+  std::optional<ManifestId> view_of;
+  // A view this peer serves from an image it publishes: that image, whose
+  // memory holds the view's bytes. It goes when the image is released.
+  std::shared_ptr<LocalVersion> served_from;
 
   VersionState state = VersionState::kFetching;
   Status result;                     // why it failed, once kFailed

@@ -79,6 +79,11 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
   for (const gossip::HoldingEntry& h : r.holdings) {
     // Holding or fetching: a neighbour either way.
     if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
+    if (h.complete() && r.id != self_) {
+      for (const auto& [id, v] : versions_) {
+        if (v->state == VersionState::kFetching && serves_view(*v, r, h)) swarm_.add_holder(now, id, r.id, true);
+      }
+    }
     // A part of a version this peer publishes a part of: wanted, to seal.
     send_manifest_request(parts_.on_named(now, r.id, h.model, VersionNumber{h.version}, h.manifest_id));
   }
@@ -92,6 +97,10 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
     send_manifest_request(heads_.on_head_named(now, r.id, head.model, VersionNumber{head.version}, head.manifest_id));
   }
   drain_swarm(now);
+}
+
+bool PeerCore::serves_view(const LocalVersion& view, const gossip::PeerRecord& record, const gossip::HoldingEntry& h) {
+  return view.view_of && h.manifest_id == *view.view_of && h.complete() && record.id == view.manifest->publisher();
 }
 
 void PeerCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete) {
@@ -213,7 +222,8 @@ void PeerCore::answer_get_manifest(const PeerId& peer, const ManifestId& id) {
   if (!m) m = parts_.manifest(id);
   if (!m) m = heads_.part(id);
   if (!m) {
-    if (auto v = find(id)) m = v->manifest;
+    // A view's manifest is never sent: its fetchers derive it.
+    if (auto v = find(id); v && !v->view_of) m = v->manifest;
   }
   if (!m) {
     actions_.push(swarm::SendMessage{peer, swarm::SwarmMessage::signal(swarm::MessageType::kNoManifest, id)});

@@ -34,6 +34,7 @@
 
 #include "core/action_queue.hpp"
 #include "gossip/gossip_core.hpp"
+#include "manifest/part_view.hpp"
 #include "peer/group_book.hpp"
 #include "peer/head_tracker.hpp"
 #include "peer/local_version.hpp"
@@ -196,9 +197,17 @@ class PeerCore {
   // count or parent other than the version's other parts'),
   // kAlreadyExists (that version is known already, or another manifest is
   // that part), kVerifyFailed (untrusted).
+  // `views`: views the manifest declares (manifest::declared_views of the
+  // selections it was built with), each served from `memory`, gathered,
+  // as a version of its own (view_manifest's id) until the part is
+  // released. They are not announced: a fetcher of a view asks the part's
+  // publisher (its record holds the part) besides the view's holders. A
+  // view the manifest does not declare is refused (kInvalidArgument)
+  // before anything is served.
   Result<std::shared_ptr<LocalVersion>> publish_part(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                      core::ConstRegions memory,
-                                                     const MemoryDomain& domain = host_memory());
+                                                     const MemoryDomain& domain = host_memory(),
+                                                     std::span<const manifest::PartView> views = {});
   // Where a part published here stands: OK once a seal believed here
   // names it; kUnavailable while parts are missing (naming them, as
   // "part 2" for each); kVerifyFailed when its version cannot be sealed
@@ -361,6 +370,17 @@ class PeerCore {
   std::shared_ptr<LocalVersion> serve_published(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                 core::ConstRegions memory, core::Bitfield have,
                                                 const MemoryDomain& domain, bool super_seed);
+  // Serves the view `view` of the image `image` publishes here from
+  // `memory` (the view's bytes, gathered from the image's).
+  void serve_view(TimePoint now, const std::shared_ptr<LocalVersion>& image, std::shared_ptr<const Manifest> view,
+                  core::ConstRegions memory);
+  // A complete version, held here from `memory`, registered and served.
+  std::shared_ptr<LocalVersion> serve_complete(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                               core::ConstRegions memory, core::Bitfield have,
+                                               const MemoryDomain& domain, swarm::SwarmCore::ServeMode mode);
+  // Whether `record`'s holding `h` makes its peer a source of the view
+  // `view` fetched here: it publishes the image that view is of.
+  static bool serves_view(const LocalVersion& view, const gossip::PeerRecord& record, const gossip::HoldingEntry& h);
   void answer_get_manifest(const PeerId& peer, const ManifestId& id);
   // Sends both manifests of `e` to `to`, once per peer and equivocation: a
   // peer that believes one of them learns it was signed twice. Done for

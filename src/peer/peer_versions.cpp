@@ -66,7 +66,8 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish(TimePoint now, std::shar
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerCore::publish_part(TimePoint now, std::shared_ptr<const Manifest> manifest,
-                                                             core::ConstRegions memory, const MemoryDomain& domain) {
+                                                             core::ConstRegions memory, const MemoryDomain& domain,
+                                                             std::span<const manifest::PartView> views) {
   const Manifest& m = *manifest;
   const std::string what = m.model() + " v" + std::to_string(m.version());
   if (!m.part()) return Status::invalid_argument("manifest " + m.id().short_hex() + " of " + what + " is no part's");
@@ -82,8 +83,22 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish_part(TimePoint now, std:
     return Status::already_exists(what + " was signed twice already; publish a later version");
   }
   TENSORHUB_RETURN_IF_ERROR(verify_manifest_signature(m, config_.trusted_publishers));
+  std::vector<std::shared_ptr<const Manifest>> view_manifests;
+  for (const manifest::PartView& view : views) {
+    auto vm = manifest::view_manifest(m, view);
+    if (!vm) return Status::invalid_argument("part " + std::to_string(m.part()->index) + " of " + what + ": " +
+                                             vm.status().message());
+    view_manifests.push_back(std::move(*vm));
+  }
   TENSORHUB_RETURN_IF_ERROR(parts_.add_own(manifest));
-  auto v = serve_published(now, manifest, std::move(memory), {}, domain, /*super_seed=*/false);
+  auto v = serve_published(now, manifest, memory, {}, domain, /*super_seed=*/false);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    std::vector<ConstRegion> gathered;
+    if (!memory.empty()) {
+      for (const manifest::LandingRun& run : views[i].gather) memory.pieces(run.part_offset, run.length, gathered);
+    }
+    serve_view(now, v, std::move(view_manifests[i]), core::ConstRegions(std::span<const ConstRegion>(gathered)));
+  }
   // The other parts named in records already are asked for now.
   if (gossip_) {
     for (const auto& member : gossip_->members()) {
@@ -101,6 +116,35 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish_part(TimePoint now, std:
 std::shared_ptr<LocalVersion> PeerCore::serve_published(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                         core::ConstRegions memory, core::Bitfield have,
                                                         const MemoryDomain& domain, bool super_seed) {
+  auto v = serve_complete(now, manifest, std::move(memory), std::move(have), domain,
+                          super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed : swarm::SwarmCore::ServeMode::kPlain);
+  const Manifest& m = *manifest;
+  announce_holding(*v);
+  report(Report::kInfo, "published " + m.model() + " v" + std::to_string(m.version()) +
+                            (m.part() ? " part " + std::to_string(m.part()->index) + " of " +
+                                            std::to_string(m.part()->count)
+                                      : std::string()) +
+                            " (" + v->id.short_hex() + "), " + std::to_string(m.shard_count()) + " shards");
+  drain_swarm(now);
+  state_changed();
+  return v;
+}
+
+void PeerCore::serve_view(TimePoint now, const std::shared_ptr<LocalVersion>& image,
+                          std::shared_ptr<const Manifest> view, core::ConstRegions memory) {
+  auto v = serve_complete(now, std::move(view), std::move(memory), {}, *image->domain,
+                          swarm::SwarmCore::ServeMode::kPlain);
+  v->served_from = image;
+  v->view_of = image->id;
+  report(Report::kDebug, "serving view " + v->id.short_hex() + " of " + image->model + " v" +
+                             std::to_string(image->number.value) + " (" + image->id.short_hex() + "), " +
+                             std::to_string(v->manifest->shard_count()) + " shards");
+  drain_swarm(now);
+}
+
+std::shared_ptr<LocalVersion> PeerCore::serve_complete(TimePoint now, std::shared_ptr<const Manifest> manifest,
+                                                       core::ConstRegions memory, core::Bitfield have,
+                                                       const MemoryDomain& domain, swarm::SwarmCore::ServeMode mode) {
   const Manifest& m = *manifest;
   if (have.size() == 0) have = core::Bitfield(m.shard_count(), true);
   auto v = std::make_shared<LocalVersion>();
@@ -121,16 +165,7 @@ std::shared_ptr<LocalVersion> PeerCore::serve_published(TimePoint now, std::shar
   v->state = VersionState::kComplete;
   v->completed = now;
   versions_[v->id] = v;
-  swarm_.serve(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have),
-               super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed : swarm::SwarmCore::ServeMode::kPlain);
-  announce_holding(*v);
-  report(Report::kInfo, "published " + m.model() + " v" + std::to_string(m.version()) +
-                            (m.part() ? " part " + std::to_string(m.part()->index) + " of " +
-                                            std::to_string(m.part()->count)
-                                      : std::string()) +
-                            " (" + v->id.short_hex() + "), " + std::to_string(m.shard_count()) + " shards");
-  drain_swarm(now);
-  state_changed();
+  swarm_.serve(now, v->id, layout_of(m, config_.swarm.fetch.block_size), std::move(have), mode);
   return v;
 }
 
@@ -164,6 +199,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->host_mate = std::move(host_mate);
   v->started = now;
   v->wanted = std::move(wanted);
+  v->view_of = manifest::view_of(m);
   set_totals(*v, m);
   if (auto held = find(m.id())) {
     if (!held->whole()) {
@@ -339,6 +375,7 @@ void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersio
       swarm_.set_location(r.id, r.topology);
       for (const auto& h : r.holdings) {
         if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id, h.complete());
+        if (serves_view(*v, r, h)) swarm_.add_holder(now, v->id, r.id, /*complete=*/true);
       }
     }
   }
@@ -465,6 +502,12 @@ void PeerCore::release_due(TimePoint now, bool all) {
 }
 
 void PeerCore::release_now(TimePoint now, const std::shared_ptr<LocalVersion>& v) {
+  // The views served from its memory go first.
+  std::vector<std::shared_ptr<LocalVersion>> views;
+  for (const auto& [id, other] : versions_) {
+    if (other->served_from == v) views.push_back(other);
+  }
+  for (const auto& view : views) release_now(now, view);
   const bool registered = find(v->id) == v;
   if (registered) {
     swarm_.stop(now, v->id);

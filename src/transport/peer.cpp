@@ -127,9 +127,24 @@ Result<PublishHandle> Peer::publish_part(const std::string& model, std::uint64_t
                                  (*gpu)->domain());
 }
 
+Result<PublishHandle> Peer::publish_part(const std::string& model, std::uint64_t version, std::uint32_t part_index,
+                                         std::uint32_t part_count, std::span<const ConstRegion> regions,
+                                         std::vector<TensorEntry> tensors, const PartOptions& options) {
+  if (options.views.empty()) {
+    return publish_part(model, version, part_index, part_count, regions, std::move(tensors), options.memory);
+  }
+  if (!options.memory.gpu.empty()) {
+    return Status::invalid_argument("declared views of a part in GPU memory are not built yet; declare none, or "
+                                    "publish the part from host memory");
+  }
+  return peer::publish_part_from(*this, model, version, PartOf{part_index, part_count}, regions, std::move(tensors),
+                                 peer::host_memory(), options.views);
+}
+
 Result<PublishHandle> peer::publish_part_from(Peer& peer, const std::string& model, std::uint64_t version,
                                               PartOf part, std::span<const ConstRegion> regions,
-                                              std::vector<TensorEntry> tensors, const MemoryDomain& domain) {
+                                              std::vector<TensorEntry> tensors, const MemoryDomain& domain,
+                                              std::span<const std::vector<TensorSelection>> views) {
   Impl* impl = &PeerAccess::impl(peer);
   if (version == kLatestVersion) {
     return Status::invalid_argument("a part names its version: the number the trainer hands every rank, from 1");
@@ -160,10 +175,12 @@ Result<PublishHandle> peer::publish_part_from(Peer& peer, const std::string& mod
     o.shard_size = impl->shard_size;
     o.shard_hash = impl->shard_hash;
     o.part = part;
+    o.views.assign(views.begin(), views.end());
     auto manifest = build_manifest_in(domain, o, regions, tensors, *impl->identity);
     if (!manifest) return manifest.status();
     auto shared = std::make_shared<const Manifest>(std::move(*manifest));
-    auto v = PeerAccess::created(*impl, [&] { return impl->engine->publish_part(shared, core::ConstRegions(regions), domain); });
+    auto v = PeerAccess::created(
+        *impl, [&] { return impl->engine->publish_part(shared, core::ConstRegions(regions), views, domain); });
     if (!v) return v.status();
     return PeerAccess::publish_handle(impl, std::move(*v));
   }

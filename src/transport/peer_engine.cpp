@@ -9,6 +9,7 @@
 #include "core/byte_size.hpp"
 #include "core/log.hpp"
 #include "core/overloaded.hpp"
+#include "manifest/part_view.hpp"
 #if TENSORHUB_HAVE_RDMA
 #include "rdma/rdma_transport.hpp"
 #else
@@ -309,8 +310,13 @@ bool PeerEngine::expects(const std::string& model, std::uint64_t version) const 
 }
 
 Result<std::shared_ptr<LocalVersion>> PeerEngine::publish_part(std::shared_ptr<const Manifest> manifest,
-                                                               core::ConstRegions image, const MemoryDomain& domain) {
-  auto v = core_->publish_part(now(), std::move(manifest), std::move(image), domain);
+                                                               core::ConstRegions image,
+                                                               std::span<const std::vector<TensorSelection>> views,
+                                                               const MemoryDomain& domain) {
+  const Manifest& m = *manifest;
+  auto declared = manifest::declared_views(m.tensors(), m.total_size(), m.shard_size(), views, manifest::image_name(m));
+  if (!declared) return declared.status();
+  auto v = core_->publish_part(now(), std::move(manifest), std::move(image), domain, *declared);
   if (v) published(*v, domain);
   pump();
   return v;
@@ -500,6 +506,16 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
   std::vector<std::vector<manifest::LandingRun>> fetched_runs;
   for (std::size_t i = 0; i < images.size(); ++i) {
     const std::string which = known->in_parts() ? "part " + std::to_string(i) + " of " + what : what;
+    // The image's view of the selection, when its publisher declared it:
+    // exactly the selected bytes, hashed at their grain.
+    if (auto view = declared_view(*images[i], *layout)) {
+      auto runs = manifest::selection_runs((*view)->tensors(), (*view)->total_size(), *layout, which);
+      auto v = runs ? fetch_landing(*view, *runs, destination, domain, backing, {}) : runs.status();
+      if (!v) return release_started(fetches, v.status().with_context(which));
+      fetches.push_back(std::move(*v));
+      fetched_runs.push_back(std::move(*runs));
+      continue;
+    }
     auto runs = manifest::selection_runs(*images[i], *layout);
     if (!runs) return release_started(fetches, runs.status());
     core::Bitfield wanted = manifest::shards_selected(*images[i], *runs);
@@ -512,6 +528,16 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
   pump();
   return SelectionFetch{PartsFetch{std::move(fetches), std::move(destination), std::move(fetched_runs)},
                         std::move(*layout)};
+}
+
+std::optional<std::shared_ptr<const Manifest>> PeerEngine::declared_view(const Manifest& image,
+                                                                         std::span<const TensorEntry> selected) {
+  if (image.views().empty()) return std::nullopt;
+  auto view = manifest::part_view(image, selected);
+  if (!view || view->size == 0 || image.find_view(view->key) == nullptr) return std::nullopt;
+  auto m = manifest::view_manifest(image, *view);
+  if (!m) return std::nullopt;
+  return std::move(*m);
 }
 
 std::vector<bool> PeerEngine::verified_shards(const LocalVersion& v) const {
@@ -677,6 +703,14 @@ void PeerEngine::release_memory(ReleaseMemory release) {
   // Grants end and registrations go before the memory can be given back.
   if (rdma_) rdma_->forget_version(release.version->id);
 #endif
+  // The views served from this memory (released just before it) may still
+  // be read: a piece being sent, a copy. The memory waits for them too.
+  for (const auto& [held, lease] : leases_) {
+    if (held->served_from != release.version || lease->uses == 0) continue;
+    std::shared_ptr<VersionLease> image = lease_of(release.version);
+    ++image->uses;
+    lease->on_idle.push_back([image] { image->end_use(); });
+  }
   auto it = leases_.find(release.version.get());
   if (it == leases_.end() || it->second->uses == 0) {
     if (it != leases_.end()) leases_.erase(it);

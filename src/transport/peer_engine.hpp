@@ -78,9 +78,12 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // Whether `model` v`version` is on its way here and not believed yet:
   // a part of it is known, or gossip names it (or a later head).
   bool expects(const std::string& model, std::uint64_t version) const;
-  // Errors: as PeerCore::publish_part.
+  // `views`: the selections the manifest was built with
+  // (ManifestBuildOptions::views), each of whose views of the part is
+  // served. Errors: as PeerCore::publish_part.
   Result<std::shared_ptr<LocalVersion>> publish_part(std::shared_ptr<const Manifest> manifest,
                                                      core::ConstRegions image,
+                                                     std::span<const std::vector<TensorSelection>> views,
                                                      const MemoryDomain& domain = host_memory());
   // Errors: as PeerCore::part_sealed.
   Status part_sealed(const LocalVersion& part) const { return core_->part_sealed(part); }
@@ -211,6 +214,10 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   void on_piece_lost(const PeerId& peer, const swarm::SwarmMessage& header) override;
 
  private:
+  // The manifest of `image`'s view of `selected` (a selection's layout),
+  // when its publisher declared that view; none otherwise.
+  static std::optional<std::shared_ptr<const Manifest>> declared_view(const Manifest& image,
+                                                                      std::span<const TensorEntry> selected);
   // Releases the fetches `started` (a fetch of several that failed part way)
   // and returns `why`.
   Status release_started(const std::vector<std::shared_ptr<LocalVersion>>& started, Status why);

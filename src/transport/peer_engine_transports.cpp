@@ -63,6 +63,10 @@ std::optional<HeldRegions> PeerEngine::served_regions(const ManifestId& version_
   // A selection's memory is mostly sparse scratch, one region a run:
   // registering it would pin every page. It moves over TCP.
   if (!v->whole()) return std::nullopt;
+  // A view served from a part is a gather list over the part's memory, a
+  // region a run (a row, for a row-parallel rank's columns): registering
+  // each is no better than per-row READs. It moves over TCP, gathered.
+  if (v->served_from) return std::nullopt;
   // Registered for remote reads only: nothing writes through these.
   std::vector<std::span<std::byte>> regions;
   for (const auto& r : v->memory.regions()) regions.emplace_back(const_cast<std::byte*>(r.data()), r.size());

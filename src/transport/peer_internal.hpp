@@ -48,9 +48,11 @@ Result<PublishHandle> publish_from(Peer& peer, const std::string& model, std::sp
                                    std::vector<TensorEntry> tensors, const MemoryDomain& domain);
 
 // Peer::publish_part from memory of `domain`. Errors: as Peer::publish_part.
+// `views`: as PartOptions::views.
 Result<PublishHandle> publish_part_from(Peer& peer, const std::string& model, std::uint64_t version, PartOf part,
                                         std::span<const ConstRegion> regions, std::vector<TensorEntry> tensors,
-                                        const MemoryDomain& domain);
+                                        const MemoryDomain& domain,
+                                        std::span<const std::vector<TensorSelection>> views = {});
 
 // Queues `fn` on the peer's I/O thread, behind whatever is queued there
 // (benchmarks measure the thread's lag with it: gossip datagrams wait in

@@ -230,3 +230,63 @@ TEST_CASE("parts over loopback: a selection of a whole version from its super-se
   CHECK(fetched->progress().bytes_received == whole.image.size() - from);
   CHECK(fetched->verified_tensors() == std::vector<bool>{true});
 }
+
+TEST_CASE("parts over loopback: declared views move exactly a strided selection's bytes, and same-selection fetchers "
+          "serve each other") {
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(start(60, {}));
+  const std::string seed = peers[0]->gossip_address();
+  for (std::uint64_t k : {61, 62, 71, 72, 73}) peers.push_back(start(k, {seed}));
+  // Two tensor-parallel ranks' columns of "w": every row of every part
+  // gives each a strided piece of 256 bytes.
+  const TensorSelection left[] = {{"w", TensorSlice{{{0, kRows}, {0, 64}}}}};
+  const TensorSelection right[] = {{"w", TensorSlice{{{0, kRows}, {64, 128}}}}};
+  PartOptions declared;
+  declared.views = {{left[0]}, {right[0]}};
+  std::vector<RankPart> parts;
+  std::vector<PublishHandle> handles;
+  std::vector<std::byte> full;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    parts.push_back(rank_part(r, 1));
+    full.insert(full.end(), parts.back().image.begin(), parts.back().image.end());
+    const ConstRegion regions[] = {parts.back().image};
+    auto h = peers[r]->publish_part("policy", 1, r, 3, regions, parts.back().tensors, declared);
+    REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
+    CHECK(h->manifest().views().size() == 2);
+    handles.push_back(std::move(*h));
+  }
+  for (auto& h : handles) REQUIRE(h.wait_sealed(20s).is_ok());
+  const std::uint64_t row_bytes = kCols * 4;
+  std::vector<std::byte> expected;
+  for (std::uint64_t r = 0; r < kRows; ++r) {
+    const auto row = full.begin() + static_cast<std::ptrdiff_t>(r * row_bytes + 64 * 4);
+    expected.insert(expected.end(), row, row + 64 * 4);
+  }
+
+  // The right-hand rank of a first instance: its view of each part, from
+  // that part's publisher, gathered there; nothing else crosses.
+  Peer& first = *peers[3];
+  REQUIRE(first.wait_for_head("policy", 0, 20s).is_ok());
+  auto a = first.fetch_selection("policy", 1, right);
+  REQUIRE_MESSAGE(a.is_ok(), a.status().to_string());
+  REQUIRE_MESSAGE(a->wait(20s).is_ok(), a->wait(0ms).to_string());
+  CHECK(std::equal(a->bytes().begin(), a->bytes().end(), expected.begin(), expected.end()));
+  FetchProgressInfo p = a->progress();
+  CHECK(p.bytes_received == expected.size());  // 768 KiB: exactly the selection (whole shards: 1.5 MiB)
+  CHECK(p.bytes_verified == expected.size());
+  CHECK(p.shards_total == 3);  // one view shard of 256 KiB a part
+  CHECK(a->verified_tensors() == std::vector<bool>{true});
+
+  // The publishers go: the same rank of a second instance fetches its
+  // views from the first, which serves what it holds.
+  handles.clear();
+  Peer& second = *peers[4];
+  REQUIRE(second.wait_for_head("policy", 0, 20s).is_ok());
+  std::vector<std::byte> into(expected.size());
+  const MutableRegion regions[] = {into};
+  auto b = second.fetch_selection("policy", 1, right, regions);
+  REQUIRE_MESSAGE(b.is_ok(), b.status().to_string());
+  REQUIRE_MESSAGE(b->wait(20s).is_ok(), b->wait(0ms).to_string());
+  CHECK(into == expected);
+  CHECK(b->progress().bytes_received == expected.size());
+}

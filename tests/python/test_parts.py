@@ -111,6 +111,43 @@ def test_a_part_is_refused_with_a_reason_for_bad_arguments(ranks_and_worker):
             p.release()
 
 
+def test_declared_views_move_exactly_a_strided_selections_bytes(ranks_and_worker):
+    ranks, worker = ranks_and_worker
+    full = full_model()
+    # A row-parallel rank's columns of "w" (strided in both parts), rows of "c", a slice of "b";
+    # and another rank's columns, which the worker does not fetch.
+    select = {"w": (slice(None), slice(8, 24)), "c": (slice(4, 12), slice(None)), "b": slice(3, 7)}
+    other = {"w": (slice(None), slice(0, 8))}
+    published = [ranks[r].publish("policy", rank_tensors(full, r, 2), version=1, part=(r, 2), views=[select, other])
+                 for r in range(2)]
+    try:
+        for p in published:
+            p.wait_sealed(30)
+        worker.wait_for_head("policy", 0, 30)
+        with worker.fetch("policy", 1, select=select) as fetched:
+            fetched.wait(30)
+            state = fetched.state_dict()
+            assert np.array_equal(state["w"], full["w"][:, 8:24])
+            assert np.array_equal(state["c"], full["c"][4:12, :])
+            assert np.array_equal(state["b"], full["b"][3:7])
+            streamed = {name: np.array(t) for batch in fetched.iter_tensors() for name, t in batch}
+            assert all(np.array_equal(streamed[n], state[n]) for n in state)
+            # Exactly the selection: each part's view, not its shards (the parts' 9 KiB and 8 KiB).
+            assert fetched.progress().bytes_received == sum(a.nbytes for a in state.values())
+    finally:
+        for p in published:
+            p.release()
+    tensors = rank_tensors(full, 0, 2)
+    with pytest.raises(th.Error) as e:
+        ranks[0].publish("policy", tensors, version=2, part=(0, 2), views=[other, {"w": (slice(0, 99), slice(None))}])
+    assert e.value.code == "invalid_argument" and "views[1]" in str(e.value) and "'w'" in str(e.value)
+    with pytest.raises(th.Error) as e:
+        ranks[0].publish("policy", tensors, views=[other])
+    assert e.value.code == "invalid_argument" and "part=(rank, world)" in str(e.value)
+    with pytest.raises(TypeError):
+        ranks[0].publish("policy", tensors, version=2, part=(0, 2), views=other)
+
+
 def test_a_worker_fetches_a_selection_bit_identical_to_slicing_the_trainers_model(ranks_and_worker):
     ranks, worker = ranks_and_worker
     full = full_model()

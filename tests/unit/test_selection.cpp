@@ -358,7 +358,28 @@ TEST_CASE("selection: a part declared with views carries each view's digests, wh
       CHECK(entry->digests[i] == compute_shard_digest(decoded->body().shard_hash,
                                                       std::span(gathered).subspan(from, to - from)));
     }
+    // The view's manifest: its own id, the view's tensors, the declared
+    // digests; the gathered bytes verify against it, and it is never
+    // taken for a signed manifest.
+    auto vm = manifest::view_manifest(*decoded, *view);
+    REQUIRE_MESSAGE(vm.is_ok(), vm.status().to_string());
+    CHECK((*vm)->id() == manifest::view_id(decoded->id(), view->key));
+    CHECK((*vm)->id() != decoded->id());
+    CHECK(manifest::view_of(**vm) == decoded->id());
+    CHECK_FALSE(manifest::view_of(*decoded).has_value());
+    CHECK((*vm)->encoded().empty());
+    CHECK((*vm)->publisher() == decoded->publisher());
+    CHECK((*vm)->total_size() == view->size);
+    CHECK(std::equal((*vm)->tensors().begin(), (*vm)->tensors().end(), view->tensors.begin(), view->tensors.end()));
+    CHECK(verify_image(**vm, gathered, 1).is_ok());
+    std::vector<std::byte> flipped = gathered;
+    flipped.back() ^= std::byte{1};
+    CHECK(verify_image(**vm, flipped, 1).code() == StatusCode::kVerifyFailed);
+    // Another part's view of that key (or none declared) is not found.
+    CHECK(manifest::view_manifest(plain.manifest, *view).status().code() == StatusCode::kNotFound);
   }
+  CHECK(manifest::view_id(decoded->id(), decoded->views()[0].key) !=
+        manifest::view_id(decoded->id(), decoded->views()[1].key));
   ManifestId unknown;
   unknown.bytes.fill(7);
   CHECK(decoded->find_view(unknown) == nullptr);
