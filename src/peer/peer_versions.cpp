@@ -132,8 +132,11 @@ std::shared_ptr<LocalVersion> PeerCore::serve_published(TimePoint now, std::shar
 
 void PeerCore::serve_view(TimePoint now, const std::shared_ptr<LocalVersion>& image,
                           std::shared_ptr<const Manifest> view, core::ConstRegions memory) {
+  // Super-seeded: the same TP rank of several instances fetches each view,
+  // and they swap what the publisher revealed to each.
   auto v = serve_complete(now, std::move(view), std::move(memory), {}, *image->domain,
-                          swarm::SwarmCore::ServeMode::kPlain);
+                          config_.super_seed ? swarm::SwarmCore::ServeMode::kSuperSeed
+                                             : swarm::SwarmCore::ServeMode::kPlain);
   v->served_from = image;
   v->view_of = image->id;
   report(Report::kDebug, "serving view " + v->id.short_hex() + " of " + image->model + " v" +
