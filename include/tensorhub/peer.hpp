@@ -129,7 +129,10 @@ struct PartOptions {
   // moves and verifies exactly its bytes from this part, a strided one (a
   // row-parallel rank's columns) too. A selection that takes nothing of
   // this part is left out. At most kMaxViews views a part; host memory
-  // only (views of a part in GPU memory are not built yet).
+  // only (views of a part in GPU memory are not built yet). The views are
+  // in the part's signed manifest: every publish of a part of a version (a
+  // restarted rank's too) must declare the same ones, or it makes a
+  // second manifest for its slot and the version is never sealed.
   std::vector<std::vector<TensorSelection>> views;
 };
 
@@ -478,7 +481,9 @@ class Peer {
   Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
                                       std::span<const TensorSelection> selection,
                                       std::span<const MutableRegion> regions = {});
-  // Fetches a version (kLatestVersion: the head) into the file at `path`.
+  // Fetches a version (kLatestVersion: the head) into the file at `path`:
+  // its image (the published file, byte for byte), or for a version in
+  // parts a safetensors file of its tensors, whole, in tensors()' order.
   // The file is created beside `path` at the version's size, blocks are
   // written into it as they arrive (by pwrite, which fills a new page
   // without zeroing it first: about twice as fast as stores through a
@@ -493,6 +498,16 @@ class Peer {
   // kIoError (the file cannot be created, sized or mapped).
   Result<FetchHandle> fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
                                     const FileOptions& options = {});
+  // Fetches a selection (fetch_selection()'s) into a safetensors file at
+  // `path`: the selected tensors at their slices' shapes, in the order and
+  // layout of tensors(model, version, selection), each slice's global
+  // shape and start in the header's "__metadata__" entry
+  // "tensorhub.slices" (as `tensorhub publish --part` reads it). Created,
+  // written, put in place and released as fetch_to_file's file. Errors:
+  // as fetch_selection() and fetch_to_file().
+  Result<FetchHandle> fetch_selection_to_file(const std::string& model, std::uint64_t version,
+                                              std::span<const TensorSelection> selection, const std::string& path,
+                                              const FileOptions& options = {});
 
   // Joins group `name` as `rank` of `size` (a Group: see there). Every
   // rank's peer gives the same name and size. Errors: kInvalidArgument (a

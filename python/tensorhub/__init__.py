@@ -93,18 +93,25 @@ def _view_specs(views, whole_shapes) -> list:
     held = {name for name, _, _ in whole_shapes}
     specs = []
     for i, view in enumerate(views):
-        if isinstance(view, Mapping):
-            mine = {name: index for name, index in view.items() if name in held}
-        elif isinstance(view, Iterable) and not isinstance(view, (str, bytes)):
-            mine = [name for name in view if name in held]
-        else:
+        if isinstance(view, (str, bytes)) or not isinstance(view, (Mapping, Iterable)):
             raise ArgumentTypeError(f"views[{i}]: a selection (as fetch's select=), not {type(view).__name__}")
+        names = list(view)
+        for name in names:
+            if not isinstance(name, str):
+                raise ArgumentTypeError(f"views[{i}]: tensor names are strings, not {type(name).__name__}")
+        if isinstance(view, Mapping):
+            mine = {name: view[name] for name in names if name in held}
+        else:
+            mine = [name for name in names if name in held]
         if not mine:
             continue  # another part's tensors only
         try:
             specs.append(_selection_spec(mine, whole_shapes))
+        except ArgumentTypeError as e:
+            raise ArgumentTypeError(f"views[{i}]: {e.args[0]}") from None
         except Error as e:
-            raise Error(f"{e.args[0].split(': ', 1)[0]}: views[{i}]: {e.args[0].split(': ', 1)[-1]}") from None
+            kind, _, reason = e.args[0].partition(": ")
+            raise Error(f"{kind}: views[{i}]: {reason}") from None
     return specs
 
 
@@ -244,7 +251,11 @@ class Peer:
         part's manifest and served gathered from the tensors: a fetch of
         that selection then moves exactly its bytes of this part, a
         row-parallel rank's strided columns too. Tensors a selection names
-        that this part does not hold are other parts'. At most 64 views a
+        that this part does not hold are other parts' (a name no part holds
+        declares nothing). Give every publish of a version the same views:
+        they are in the part's signed manifest, so a restarted rank that
+        publishes its part again with other views makes a second manifest
+        for its slot, and the version is never sealed. At most 64 views a
         part, from host memory (views of CUDA tensors are not built yet)."""
         from . import safetensors
 
@@ -475,11 +486,15 @@ class Peer:
         return Fetched(native, buffer, assembled=select is not None)
 
     def fetch_to_file(self, model: str, version: int = 0, path=None, *, mode: int = 0o644,
-                      overwrite: bool = True) -> FetchedFile:
+                      overwrite: bool = True, select=None) -> FetchedFile:
         """Fetches a version (0: the head) into the file ``path`` (a str or
         path-like), written as the blocks arrive, without the version ever
         being held in this process's memory (`FetchedFile`); a version this
-        package published arrives as a safetensors file. ``mode``: the new file's
+        package published arrives as a safetensors file, and so does a
+        version in parts (its tensors whole). ``select`` (as ``fetch``'s)
+        fetches only a selection, into a safetensors file of the selected
+        tensors at their slices' shapes, each slice's place in its
+        ``tensorhub.slices`` metadata. ``mode``: the new file's
         permission bits; ``overwrite=False`` raises ``already_exists`` when
         ``path`` exists.
 
@@ -510,6 +525,11 @@ class Peer:
             raise Error(f"invalid argument: path: a {type(path).__name__} is not a path") from None
         if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
             raise Error(f"invalid argument: mode: permission bits 0 to 0o7777, not {mode!r}")
+        if select is not None:
+            number = self._native.version_info(model, version)["version"]
+            selection = _selection_spec(select, self._native.version_tensors(model, number))
+            native = self._native.fetch_selection_to_file(model, number, selection, path, mode, bool(overwrite))
+            return FetchedFile(native, path)
         native = self._native.fetch_to_file(model, version, path, mode, bool(overwrite))
         return FetchedFile(native, path)
 

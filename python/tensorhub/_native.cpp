@@ -640,6 +640,19 @@ PYBIND11_MODULE(_native, m) {
            },
            py::arg("model"), py::arg("version"), py::arg("path"), py::arg("mode"), py::arg("overwrite"),
            py::keep_alive<0, 1>())
+      .def("fetch_selection_to_file",
+           [](Peer& p, const std::string& model, std::uint64_t version, const SelectionSpec& selection,
+              const std::string& path, unsigned mode, bool overwrite) {
+             const std::vector<TensorSelection> selected = tensor_selection(selection);
+             Result<FetchHandle> r = Status::internal("not fetched");
+             {
+               py::gil_scoped_release nogil;
+               r = p.fetch_selection_to_file(model, version, selected, path, FileOptions{mode, overwrite});
+             }
+             return std::make_unique<Fetched>(py::none(), value_or_raise(std::move(r)));
+           },
+           py::arg("model"), py::arg("version"), py::arg("selection"), py::arg("path"), py::arg("mode"),
+           py::arg("overwrite"), py::keep_alive<0, 1>())
       .def("replicas", [](const Peer& p, const std::string& model, std::uint64_t version) {
         std::optional<Result<std::size_t>> r;
         {

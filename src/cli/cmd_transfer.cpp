@@ -77,8 +77,24 @@ struct PublishArgs {
   std::size_t wait_replicas = 0;
   bool release = false;
   std::uint64_t version = 0;
-  std::string part;  // "I/N"
+  std::string part;   // "I/N"
+  std::string views;  // a JSON file: a list of selections
 };
+
+// A JSON value given as text, or as "@FILE" (the file's text): a selection
+// (--select) or a list of them (--views). Errors: kInvalidArgument (not
+// JSON, naming the option), as core::read_file for the file (at most 64 MiB).
+Result<Json> json_argument(const std::string& option, const std::string& text) {
+  std::string source = text;
+  if (!text.empty() && text.front() == '@') {
+    auto read = core::read_file(text.substr(1), std::size_t{64} << 20);
+    if (!read) return read.status().with_context(option);
+    source.assign(read->begin(), read->end());
+  }
+  Json value = Json::parse(source, nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return Status::invalid_argument(option + " is not JSON: " + core::quoted(text));
+  return value;
+}
 
 // "I/N": part I (from 0) of N. Errors: kInvalidArgument naming the form.
 Status parse_part(const std::string& text, std::uint64_t& index, std::uint64_t& count) {
@@ -114,6 +130,18 @@ int run_publish(const PublishArgs& a) {
     request["version"] = a.version;
     request["part_index"] = index;
     request["part_count"] = count;
+    if (!a.views.empty()) {
+      auto views = json_argument("--views", "@" + a.views);
+      if (!views) return report_error(views.status());
+      if (!views->is_array()) return report_error(Status::invalid_argument("--views: the file must hold a JSON list of selections"));
+      for (std::size_t i = 0; i < views->size(); ++i) {
+        auto view = selection_from_json((*views)[i], "--views [" + std::to_string(i) + "]");
+        if (!view) return report_error(view.status());
+      }
+      request["views"] = std::move(*views);
+    }
+  } else if (!a.views.empty()) {
+    return report_error(Status::invalid_argument("--views goes with --part: views are a part's"));
   } else if (a.version != 0) {
     return report_error(Status::invalid_argument("--version goes with --part: a whole version takes the next number"));
   }
@@ -143,6 +171,7 @@ int run_publish(const PublishArgs& a) {
 
 struct FetchArgs {
   std::string control, peer, model, version = "latest", out;
+  std::string select;  // a selection, as JSON text or @FILE
   std::string join, key, swarm_key, listen = "127.0.0.1:0";
   std::vector<std::string> trust;
   double timeout_seconds = 600;
@@ -164,6 +193,12 @@ int run_fetch_via_control(const FetchArgs& a, std::uint64_t version, std::chrono
   const auto started = std::chrono::steady_clock::now();
   Json request{{"cmd", "fetch"}, {"model", a.model}, {"version", version}};
   put_path(request, "out", absolute_path(a.out));
+  if (!a.select.empty()) {
+    auto select = json_argument("--select", a.select);
+    if (!select) return report_error(select.status());
+    if (auto checked = selection_from_json(*select, "--select"); !checked) return report_error(checked.status());
+    request["select"] = std::move(*select);
+  }
   Json final_line;
   const int code = control_call(*path, request, [&](const Json& e) {
     if (e.value("event", "") == "progress") {
@@ -175,10 +210,12 @@ int run_fetch_via_control(const FetchArgs& a, std::uint64_t version, std::chrono
   if (code == kExitOk) {
     const std::uint64_t bytes = final_line.value("bytes", std::uint64_t{0});
     const double seconds = final_line.value("seconds", 0.0);
-    std::printf("fetched %s v%llu: %s in %.2f s (%s), every shard verified; wrote %s\n", a.model.c_str(),
+    std::printf("fetched %s%s v%llu: %s in %.2f s (%s, %s received), every shard verified; wrote %s\n",
+                a.select.empty() ? "" : "a selection of ", a.model.c_str(),
                 static_cast<unsigned long long>(final_line.value("version", std::uint64_t{0})),
                 core::format_byte_size(bytes).c_str(), seconds,
-                core::format_rate(static_cast<double>(bytes) / std::max(seconds, 1e-9)).c_str(), a.out.c_str());
+                core::format_rate(static_cast<double>(bytes) / std::max(seconds, 1e-9)).c_str(),
+                core::format_byte_size(final_line.value("bytes_received", std::uint64_t{0})).c_str(), a.out.c_str());
   }
   return code;
 }
@@ -209,7 +246,16 @@ int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version, std::chrono::
   if (!head) return report_error(head.status());
   const auto started = std::chrono::steady_clock::now();
   // Written into the file as the blocks arrive; wait() puts it in place.
-  auto handle = (*peer)->fetch_to_file(a.model, version, a.out);
+  std::vector<TensorSelection> selection;
+  if (!a.select.empty()) {
+    auto select = json_argument("--select", a.select);
+    if (!select) return report_error(select.status());
+    auto checked = selection_from_json(*select, "--select");
+    if (!checked) return report_error(checked.status());
+    selection = std::move(*checked);
+  }
+  auto handle = selection.empty() ? (*peer)->fetch_to_file(a.model, version, a.out)
+                                  : (*peer)->fetch_selection_to_file(a.model, version, selection, a.out);
   if (!handle) return report_error(handle.status());
   Status s = Status::timeout("");
   while (s.code() == StatusCode::kTimeout && std::chrono::steady_clock::now() < deadline) {
@@ -220,9 +266,10 @@ int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version, std::chrono::
   }
   if (!s.is_ok()) return report_error(s);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::printf("fetched %s v%llu: %s in %.2f s, every shard verified; wrote %s\n", a.model.c_str(),
+  std::printf("fetched %s%s v%llu: %s in %.2f s (%s received), every shard verified; wrote %s\n",
+              selection.empty() ? "" : "a selection of ", a.model.c_str(),
               static_cast<unsigned long long>(handle->info().version), core::format_byte_size(handle->bytes().size()).c_str(),
-              seconds, a.out.c_str());
+              seconds, core::format_byte_size(handle->progress().bytes_received).c_str(), a.out.c_str());
   return kExitOk;
 }
 
@@ -243,6 +290,10 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
   p->add_option("--part", pub->part,
                 "I/N: publish the file as part I (from 0) of N of --version; its metadata \"tensorhub.slices\" "
                 "names the tensors that are slices of larger ones (docs/parts.md)");
+  p->add_option("--views", pub->views,
+                "With --part: a JSON file listing the selections readers will fetch (as fetch --select takes them); "
+                "each one's bytes of this part are hashed and served as a view, so its fetch moves exactly them")
+      ->check(CLI::ExistingFile);
   p->callback([pub, &exit_code] { exit_code = run_publish(*pub); });
 
   struct ReleaseArgs {
@@ -278,7 +329,13 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
   CLI::App* c = app.add_subcommand("fetch", "Fetch a version into a file, through a running peer or as a new one (--join)");
   c->add_option("--model", f->model, "Model name")->required();
   c->add_option("--version", f->version, "A version number, or latest (default)");
-  c->add_option("--out", f->out, "The file to write (a verified copy of the published file)")->required();
+  c->add_option("--out", f->out,
+                "The file to write: a verified copy of the published file; for a version in parts or a selection, a "
+                "safetensors file of its tensors")
+      ->required();
+  c->add_option("--select", f->select,
+                "Fetch only a selection: JSON {\"tensor\": [[begin, end], ...] per dimension, or null for the whole "
+                "tensor, ...}, or @FILE holding it; slices keep their place in \"tensorhub.slices\" metadata");
   c->add_option("--control", f->control, "The peer's control socket");
   c->add_option("--peer", f->peer, "Or: the peer's --listen HOST:PORT");
   c->add_option("--join", f->join, "Instead: join the swarm through HOST:PORT as a short-lived peer");

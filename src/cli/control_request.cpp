@@ -7,6 +7,7 @@
 #include "core/utf8.hpp"
 #include "tensorhub/ids.hpp"
 #include "tensorhub/manifest.hpp"
+#include "tensorhub/tensor.hpp"
 
 namespace tensorhub::cli {
 namespace {
@@ -84,6 +85,64 @@ Status path_field(const Json& request, const std::string& key, std::string& out)
 
 }  // namespace
 
+// A selection: {"tensor": null | [[begin, end], ...], ...}.
+Result<std::vector<TensorSelection>> selection_from_json(const Json& value, const std::string& what) {
+  std::vector<TensorSelection> out;
+  if (!value.is_object() || value.empty()) {
+    return Status::invalid_argument(what + " must be an object of tensor names, naming at least one");
+  }
+  if (value.size() > kMaxSelectedTensors) {
+    return Status::invalid_argument(what + " names more than " + std::to_string(kMaxSelectedTensors) + " tensors");
+  }
+  for (const auto& [name, ranges] : value.items()) {
+    if (name.empty() || name.size() > kMaxTensorNameBytes || !core::is_valid_utf8(name) || name.find('\0') != std::string::npos) {
+      return Status::invalid_argument(what + " names a tensor that is not UTF-8 of 1 to " +
+                                      std::to_string(kMaxTensorNameBytes) + " bytes without NUL");
+    }
+    TensorSelection selected{name, {}};
+    const std::string where = what + " tensor " + core::quoted(name);
+    if (!ranges.is_null()) {
+      if (!ranges.is_array() || ranges.size() > kMaxTensorRank) {
+        return Status::invalid_argument(where + " must be null (whole) or a list of at most " +
+                                        std::to_string(kMaxTensorRank) + " [begin, end] ranges");
+      }
+      for (const auto& range : ranges) {
+        if (!range.is_array() || range.size() != 2 || !range[0].is_number_unsigned() ||
+            !range[1].is_number_unsigned() || range[0].get<std::uint64_t>() >= range[1].get<std::uint64_t>()) {
+          return Status::invalid_argument(where + ": each range must be [begin, end] with 0 <= begin < end");
+        }
+        selected.slice.ranges.push_back(IndexRange{range[0].get<std::uint64_t>(), range[1].get<std::uint64_t>()});
+      }
+    }
+    out.push_back(std::move(selected));
+  }
+  return out;
+}
+
+namespace {
+
+Status selection_fields(const Json& request, ControlRequest& r) {
+  if (auto it = request.find("select"); it != request.end() && !it->is_null()) {
+    auto select = selection_from_json(*it, "\"select\"");
+    if (!select) return select.status();
+    r.select = std::move(*select);
+  }
+  if (auto it = request.find("views"); it != request.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() > kMaxViews) {
+      return Status::invalid_argument("\"views\" must be a list of at most " + std::to_string(kMaxViews) +
+                                      " selections");
+    }
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      auto view = selection_from_json((*it)[i], "\"views\"[" + std::to_string(i) + "]");
+      if (!view) return view.status();
+      r.views.push_back(std::move(*view));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<ControlRequest> parse_control_request(std::string_view line) {
   const Json request = Json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string()) {
@@ -103,6 +162,7 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   TENSORHUB_RETURN_IF_ERROR(bool_field(request, "release", r.release));
   TENSORHUB_RETURN_IF_ERROR(bool_field(request, "now", r.now));
   TENSORHUB_RETURN_IF_ERROR(string_field(request, "gpu", r.gpu));
+  TENSORHUB_RETURN_IF_ERROR(selection_fields(request, r));
   if (r.cmd != "status") TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
   if (r.cmd == "publish" && r.file.empty()) return Status::invalid_argument("publish needs \"file\"");
   if (r.part_count != 0 || r.part_index != 0) {
@@ -117,6 +177,10 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
     return Status::invalid_argument("wait_replicated needs \"wait_replicas\" of at least 1");
   }
   if (!r.gpu.empty() && r.cmd != "hold") return Status::invalid_argument("\"gpu\" goes with \"hold\" only");
+  if (!r.select.empty() && r.cmd != "fetch") return Status::invalid_argument("\"select\" goes with fetch only");
+  if (!r.views.empty() && (r.cmd != "publish" || r.part_count == 0)) {
+    return Status::invalid_argument("\"views\" go with a part's publish only (\"part_count\")");
+  }
   return r;
 }
 

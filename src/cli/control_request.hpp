@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "tensorhub/status.hpp"
+#include "tensorhub/tensor_slice.hpp"
 
 namespace tensorhub::cli {
 
@@ -29,7 +31,16 @@ struct ControlRequest {
   // publish: part `part_index` of `part_count` of v`version` (count 0: a whole version, the next number).
   std::uint64_t part_index = 0, part_count = 0;
   bool release = false, now = false;
+  // fetch: a selection (Peer::fetch_selection's) rather than the whole
+  // version. JSON: {"tensor": [[begin, end], ...] (one range a dimension),
+  // or null (the whole tensor), ...}.
+  std::vector<TensorSelection> select;
+  // publish of a part: the selections whose views the part declares
+  // (PartOptions::views). JSON: a list of selections as "select".
+  std::vector<std::vector<TensorSelection>> views;
 };
+
+inline constexpr std::size_t kMaxSelectedTensors = 1u << 16;  // a selection's tensors, in one request
 
 // Decodes one request line (without its newline). Errors: kInvalidArgument
 // naming what is wrong: not a JSON object, an unknown command or field of
@@ -37,8 +48,18 @@ struct ControlRequest {
 // both ways, a model name that breaks the rule, "gpu" with a command other
 // than hold, wait_replicated without "wait_replicas" of at least 1, a part
 // (publish with "part_count") without "version" or with an index not below
-// its count, or a count above kMaxParts.
+// its count, or a count above kMaxParts; "select" with a command other than
+// fetch, or "views" with one other than a part's publish; a selection that
+// is not an object of tensor names (non-empty, UTF-8, at most
+// kMaxTensorNameBytes) to null or a list of at most kMaxTensorRank
+// [begin, end] pairs of non-negative integers with begin < end, that names
+// no tensor or more than kMaxSelectedTensors, or more than kMaxViews views.
 Result<ControlRequest> parse_control_request(std::string_view line);
+
+// A selection in the protocol's JSON form ("select", and each of "views").
+// Errors: kInvalidArgument as parse_control_request's for "select", the
+// message starting with `what`.
+Result<std::vector<TensorSelection>> selection_from_json(const nlohmann::ordered_json& value, const std::string& what);
 
 // Puts `path` into `request` under `key`, or under `key` + "_hex" when it is
 // not UTF-8.

@@ -26,7 +26,7 @@
 #include "cli/control_lines.hpp"
 #include "cli/control_request.hpp"
 #include "cli/output_journal.hpp"
-#include "cli/part_slices.hpp"
+#include "manifest/slices_metadata.hpp"
 #include "cli/held_versions.hpp"
 #include "cli/reserved_buffers.hpp"
 #include "core/bus_error_guard.hpp"
@@ -212,6 +212,8 @@ class Daemon {
       reply(peer_->status_json(), true);
     } else if (r.cmd == "publish") {
       publish(r, reply);
+    } else if (r.cmd == "fetch" && !r.select.empty()) {
+      fetch_selection(r.model, r.version, r.select, r.out, reply);
     } else if (r.cmd == "fetch") {
       fetch(r.model, r.version, r.out, reply);
     } else if (r.cmd == "digest") {
@@ -264,7 +266,7 @@ class Daemon {
   // a fraction of a second to seconds): they run on the work pool, and the
   // publication joins the daemon's state back on the control loop.
   // A part (r.part_count > 0): the file's tensors with the slices its
-  // metadata names (part_slices.hpp), as part r.part_index of v r.version.
+  // metadata names (manifest/slices_metadata.hpp), as part r.part_index of v r.version.
   void publish(const ControlRequest& r, const transport::ControlServer::Reply& reply) {
     const auto started = Clock::now();
     const std::string model = r.model, path = r.file;
@@ -284,11 +286,13 @@ class Daemon {
         published->file = std::make_shared<core::MappedFile>(std::move(*file));
         Result<PublishHandle> handle = Status::internal("not published");
         if (r.part_count > 0) {
-          auto tensors = part_tensors(*layout);
+          auto tensors = manifest::part_tensors(*layout);
           if (!tensors) return tensors.status().with_context(path);
           const ConstRegion regions[] = {published->file->bytes()};
+          PartOptions options;
+          options.views = r.views;
           handle = peer_->publish_part(model, r.version, static_cast<std::uint32_t>(r.part_index),
-                                       static_cast<std::uint32_t>(r.part_count), regions, std::move(*tensors));
+                                       static_cast<std::uint32_t>(r.part_count), regions, std::move(*tensors), options);
         } else {
           handle = peer_->publish(model, published->file->bytes(), layout->tensors);
         }
@@ -457,6 +461,34 @@ class Daemon {
     watch_fetch(watch, Clock::now());
   }
 
+  // A selection goes into the output file (Peer::fetch_selection_to_file),
+  // served to other fetchers of it while it is fetched, and let go once the
+  // file is in place: the daemon holds whole versions only.
+  void fetch_selection(const std::string& model, std::uint64_t version, const std::vector<TensorSelection>& selection,
+                       const std::string& out, const transport::ControlServer::Reply& reply) {
+    if (out.empty()) return fail(reply, Status::invalid_argument("a selection is fetched into a file (\"out\")"));
+    auto known = peer_->version_info(model, version);
+    if (!known) return fail(reply, known.status());
+    auto watch = std::make_shared<FetchWatch>();
+    watch->info = *known;
+    watch->reply = reply;
+    outputs_.add(out);
+    auto handle = peer_->fetch_selection_to_file(model, known->version, selection, out);
+    if (!handle) {
+      outputs_.remove(out);
+      return fail(reply, handle.status());
+    }
+    watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
+    watch->output = out;
+    watch->started_here = true;
+    copies_.insert(watch->handle);
+    watches_.insert(watch);
+    reply(line(Json{{"event", "started"}, {"version", known->version}, {"id", known->id.hex()},
+                    {"bytes", watch->handle->progress().bytes_total}}),
+          false);
+    watch_fetch(watch, Clock::now());
+  }
+
   // Reports progress until the fetch ends (wait() puts an output file into
   // place), then answers and lets go of what only this fetch needed.
   void watch_fetch(const std::shared_ptr<FetchWatch>& watch, Clock::time_point started) {
@@ -479,10 +511,11 @@ class Daemon {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
     const std::uint64_t bytes = watch->handle->bytes().size();
+    const std::uint64_t received = watch->handle->progress().bytes_received;
     end_fetch(*watch, !s.is_ok());
     if (!s.is_ok()) return fail(watch->reply, s);
     watch->reply(line(Json{{"done", true}, {"ok", true}, {"version", watch->info.version}, {"id", watch->info.id.hex()},
-                           {"bytes", bytes}, {"seconds", seconds}}),
+                           {"bytes", bytes}, {"bytes_received", received}, {"seconds", seconds}}),
                  true);
   }
 

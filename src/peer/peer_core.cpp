@@ -81,7 +81,9 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
     if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
     if (h.complete() && r.id != self_) {
       for (const auto& [id, v] : versions_) {
-        if (v->state == VersionState::kFetching && serves_view(*v, r, h)) swarm_.add_holder(now, id, r.id, true);
+        if (v->state == VersionState::kFetching && serves_view(*v->manifest, r, h)) {
+          swarm_.add_holder(now, id, r.id, true);
+        }
       }
     }
     // A part of a version this peer publishes a part of: wanted, to seal.
@@ -99,8 +101,23 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
   drain_swarm(now);
 }
 
-bool PeerCore::serves_view(const LocalVersion& view, const gossip::PeerRecord& record, const gossip::HoldingEntry& h) {
-  return view.view_of && h.manifest_id == *view.view_of && h.complete() && record.id == view.manifest->publisher();
+bool PeerCore::serves_view(const Manifest& view, const gossip::PeerRecord& record, const gossip::HoldingEntry& h) {
+  const auto part = manifest::view_of(view);
+  return part && h.manifest_id == *part && h.complete() && record.id == view.publisher();
+}
+
+bool PeerCore::view_has_source(const Manifest& view) const {
+  if (find(view.id())) return true;
+  if (!gossip_) return true;
+  for (const auto& member : gossip_->members()) {
+    if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
+    const gossip::PeerRecord& r = member.record->record;
+    if (r.id == self_ || r.leaving) continue;
+    for (const gossip::HoldingEntry& h : r.holdings) {
+      if (h.manifest_id == view.id() || serves_view(view, r, h)) return true;
+    }
+  }
+  return false;
 }
 
 void PeerCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete) {

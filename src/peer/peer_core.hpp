@@ -249,6 +249,11 @@ class PeerCore {
                                               const MemoryDomain& domain = host_memory(),
                                               std::optional<HostMate> host_mate = std::nullopt,
                                               core::Bitfield wanted = {});
+  // Whether a fetch of the view `view` (manifest::view_manifest's) has a
+  // source now: this peer holds it, a live member's record holds it, or
+  // the part's publisher's record holds the part complete. Without gossip
+  // (the driver says who holds what): true.
+  bool view_has_source(const Manifest& view) const;
   // A live member on this peer's host (the same non-empty host label) whose
   // record holds `id` complete: where a fetch into memory that host mates
   // share (GPU memory) copies from first. None when there is none.
@@ -379,8 +384,8 @@ class PeerCore {
                                                core::ConstRegions memory, core::Bitfield have,
                                                const MemoryDomain& domain, swarm::SwarmCore::ServeMode mode);
   // Whether `record`'s holding `h` makes its peer a source of the view
-  // `view` fetched here: it publishes the image that view is of.
-  static bool serves_view(const LocalVersion& view, const gossip::PeerRecord& record, const gossip::HoldingEntry& h);
+  // `view` (a view's manifest): it publishes the image that view is of.
+  static bool serves_view(const Manifest& view, const gossip::PeerRecord& record, const gossip::HoldingEntry& h);
   void answer_get_manifest(const PeerId& peer, const ManifestId& id);
   // Sends both manifests of `e` to `to`, once per peer and equivocation: a
   // peer that believes one of them learns it was signed twice. Done for

@@ -378,7 +378,7 @@ void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersio
       swarm_.set_location(r.id, r.topology);
       for (const auto& h : r.holdings) {
         if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id, h.complete());
-        if (serves_view(*v, r, h)) swarm_.add_holder(now, v->id, r.id, /*complete=*/true);
+        if (serves_view(m, r, h)) swarm_.add_holder(now, v->id, r.id, /*complete=*/true);
       }
     }
   }

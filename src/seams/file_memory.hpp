@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -36,7 +37,8 @@ class FileMemory final : public MemoryDomain {
   bool verify_shard(const Manifest& manifest, ShardIndex index, const core::ConstRegions& image) const override;
   bool digest(ShardHashAlgorithm algorithm, const core::ConstRegions& image, std::uint64_t offset,
               std::uint64_t length, ShardDigest& out) const override;
-  // Into the file, by pwrite from `from`'s pieces, when `to` is the mapping.
+  // Into the file, by pwrite from `from`'s pieces, where `to` lies in the
+  // mapping; elsewhere as host memory.
   // Errors: as write(); kUnavailable when a piece of `from` could not be
   // read (pwrite fails with EFAULT rather than faulting).
   Status copy(const core::ConstRegions& from, const core::MutableRegions& to, std::uint64_t offset,
@@ -44,7 +46,8 @@ class FileMemory final : public MemoryDomain {
   core::Blake2bDigest digest_ranges(std::span<const std::uint8_t> prefix, std::span<const ByteRange> ranges,
                                     const core::ConstRegions& image) const override;
   bool read(const core::ConstRegions& image, std::uint64_t offset, std::span<std::byte> out) const override;
-  // Into the file, by pwrite, when `image` is the mapping. Errors:
+  // Into the file, by pwrite, where `image` lies in the mapping (a region
+  // of it, or all of it); elsewhere as host memory. Errors:
   // kIoError naming the errno (ENOSPC, EIO, EROFS, EFBIG...), or saying the
   // file was removed (its last name gone: nobody would ever see the bytes).
   Status write(const core::MutableRegions& image, std::uint64_t offset,
@@ -54,6 +57,8 @@ class FileMemory final : public MemoryDomain {
  private:
   // Whether `image` is this object's mapping (writes to it go to the file).
   bool is_mapping(const core::MutableRegions& image) const;
+  // Where `piece` lies in the file, when it lies in the mapping.
+  std::optional<std::uint64_t> file_offset(std::span<const std::byte> piece) const;
   // Writes `bytes` at `offset` of the file, retrying short writes; returns
   // errno on failure (0: written).
   int write_file(std::uint64_t offset, std::span<const std::byte> bytes) const;

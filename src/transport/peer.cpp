@@ -4,6 +4,7 @@
 #include "tensorhub/peer.hpp"
 
 #include "transport/peer_impl.hpp"
+#include "transport/safetensors_output.hpp"
 
 namespace tensorhub {
 namespace {
@@ -263,9 +264,15 @@ Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t 
   if (!info) return info.status();
   auto sealed = impl_->call([&] { return impl_->engine->sealed_version(info->model, info->version); });
   if (sealed && *sealed) {
-    return Status::invalid_argument(info->model + " v" + std::to_string(info->version) +
-                                    " was published in parts: fetching it into a file is not built yet; fetch it "
-                                    "into memory");
+    // A version in parts has no image of its own: the file is a
+    // safetensors file of its tensors, whole, each part landing in it.
+    const std::vector<TensorEntry> tensors((*sealed)->tensors().begin(), (*sealed)->tensors().end());
+    auto output = peer::create_safetensors_output(path, tensors, options);
+    if (!output) return output.status();
+    const MutableRegion data[] = {output->data};
+    auto handle = PeerAccess::fetch_parts(*impl_, *sealed, data, output->file->domain(), output->file);
+    if (!handle) output->file->fetch_failed();
+    return handle;
   }
   auto file = core::MappedOutputFile::create(path, info->bytes, options.mode, options.overwrite);
   if (!file) return file.status();
@@ -286,19 +293,35 @@ Result<FetchHandle> Peer::fetch_selection(const std::string& model, std::uint64_
   return PeerAccess::fetch_selection(*impl_, model, version, selection, regions);
 }
 
+Result<FetchHandle> Peer::fetch_selection_to_file(const std::string& model, std::uint64_t version,
+                                                  std::span<const TensorSelection> selection, const std::string& path,
+                                                  const FileOptions& options) {
+  auto layout = tensors(model, version, selection);
+  if (!layout) return layout.status();
+  auto output = peer::create_safetensors_output(path, *layout, options);
+  if (!output) return output.status();
+  const MutableRegion data[] = {output->data};
+  auto handle = PeerAccess::fetch_selection(*impl_, model, version, selection, data, output->file);
+  if (!handle) output->file->fetch_failed();
+  return handle;
+}
+
 Result<FetchHandle> PeerAccess::fetch_selection(Impl& impl_ref, const std::string& model, std::uint64_t version,
                                                 std::span<const TensorSelection> selection,
-                                                std::span<const MutableRegion> regions) {
+                                                std::span<const MutableRegion> regions,
+                                                std::shared_ptr<peer::FileDestination> file) {
   Impl* impl = &impl_ref;
   for (const MutableRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("a destination region is empty");
   }
-  return impl->call([&]() -> Result<FetchHandle> {
+  auto handle = impl->call([&]() -> Result<FetchHandle> {
     auto info = impl->engine->version_info(model, version);
     if (!info) return info.status();
     auto sealed = impl->engine->sealed_version(model, info->version);
     if (!sealed) return sealed.status();
-    auto fetched = impl->engine->fetch_selection(model, info->version, selection, core::MutableRegions(regions));
+    auto fetched = file ? impl->engine->fetch_selection(model, info->version, selection, core::MutableRegions(regions),
+                                                        file->domain(), file)
+                        : impl->engine->fetch_selection(model, info->version, selection, core::MutableRegions(regions));
     if (!fetched) return fetched.status();
     std::vector<PeerAccess::Created> parts;
     for (auto& part : fetched->fetches.parts) parts.push_back({part, impl->engine->watch_of(part)});
@@ -306,6 +329,8 @@ Result<FetchHandle> PeerAccess::fetch_selection(Impl& impl_ref, const std::strin
                                               std::move(parts), std::move(fetched->fetches.whole),
                                               fetched->fetches.runs);
   });
+  if (handle) handle->state_->file = std::move(file);
+  return handle;
 }
 
 Result<FetchHandle> peer::fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
@@ -321,22 +346,29 @@ Result<FetchHandle> PeerAccess::fetch_into(Impl& impl_ref, const std::string& mo
   }
   auto sealed = impl->call([&] { return impl->engine->sealed_version(model, version); });
   if (!sealed) return sealed.status();
-  if (*sealed) {
-    // A version in parts: one fetch per part, into the whole destination.
-    return impl->call([&]() -> Result<FetchHandle> {
-      auto fetched = impl->engine->fetch_parts(*sealed, core::MutableRegions(regions), domain);
-      if (!fetched) return fetched.status();
-      std::vector<PeerAccess::Created> parts;
-      for (auto& part : fetched->parts) parts.push_back({part, impl->engine->watch_of(part)});
-      const manifest::SealedVersion& v = **sealed;
-      return PeerAccess::assembled_fetch_handle(impl, VersionInfo{v.model(), v.version(), v.id(), v.total_size()}, *sealed,
-                                                std::vector<TensorEntry>(v.tensors().begin(), v.tensors().end()),
-                                                std::move(parts), std::move(fetched->whole), fetched->runs);
-    });
-  }
+  if (*sealed) return fetch_parts(*impl, *sealed, regions, domain);
   auto v = created(*impl, [&] { return impl->engine->fetch(model, version, core::MutableRegions(regions), domain); });
   if (!v) return v.status();
   return fetch_handle(impl, std::move(*v));
+}
+
+Result<FetchHandle> PeerAccess::fetch_parts(Impl& impl_ref, std::shared_ptr<const manifest::SealedVersion> sealed,
+                                            std::span<const MutableRegion> regions, const peer::MemoryDomain& domain,
+                                            std::shared_ptr<peer::FileDestination> file) {
+  Impl* impl = &impl_ref;
+  // One fetch per part, into the whole destination.
+  auto handle = impl->call([&]() -> Result<FetchHandle> {
+    auto fetched = impl->engine->fetch_parts(sealed, core::MutableRegions(regions), domain, file);
+    if (!fetched) return fetched.status();
+    std::vector<PeerAccess::Created> parts;
+    for (auto& part : fetched->parts) parts.push_back({part, impl->engine->watch_of(part)});
+    const manifest::SealedVersion& v = *sealed;
+    return PeerAccess::assembled_fetch_handle(impl, VersionInfo{v.model(), v.version(), v.id(), v.total_size()}, sealed,
+                                              std::vector<TensorEntry>(v.tensors().begin(), v.tensors().end()),
+                                              std::move(parts), std::move(fetched->whole), fetched->runs);
+  });
+  if (handle) handle->state_->file = std::move(file);
+  return handle;
 }
 
 std::vector<std::shared_ptr<peer::LocalVersion>> PeerAccess::versions_of(const FetchHandle& handle) {

@@ -394,9 +394,9 @@ class WholeMemory final : public DestinationOwner {
 }  // namespace
 
 Result<PeerEngine::PartsFetch> PeerEngine::fetch_parts(std::shared_ptr<const manifest::SealedVersion> sealed,
-                                                       core::MutableRegions destination, const MemoryDomain& domain) {
+                                                       core::MutableRegions destination, const MemoryDomain& domain,
+                                                       std::shared_ptr<DestinationOwner> backing) {
   const std::string what = sealed->model() + " v" + std::to_string(sealed->version());
-  std::shared_ptr<DestinationOwner> backing;
   if (destination.empty()) {
     if (!domain.host_accessible()) {
       return Status::invalid_argument("a fetch into " + std::string(domain.name()) + " memory needs its destination");
@@ -470,7 +470,8 @@ Result<std::vector<TensorEntry>> PeerEngine::selection_layout(const std::string&
 Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string& model, std::uint64_t number,
                                                                std::span<const TensorSelection> selection,
                                                                core::MutableRegions destination,
-                                                               const MemoryDomain& domain) {
+                                                               const MemoryDomain& domain,
+                                                               std::shared_ptr<DestinationOwner> backing) {
   if (!domain.host_accessible()) {
     return Status::invalid_argument("a fetch by selection into " + std::string(domain.name()) +
                                     " memory is not built yet; fetch it into host memory");
@@ -492,7 +493,6 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
   std::uint64_t size = 0;
   for (const TensorEntry& t : *layout) size += t.byte_length;
   if (size == 0) return Status::invalid_argument("the selection of " + what + " holds no bytes");
-  std::shared_ptr<DestinationOwner> backing;
   if (destination.empty()) {
     auto memory = core::AnonymousMemory::allocate(size);
     if (!memory) return memory.status().with_context("the destination of a selection of " + what);
@@ -507,8 +507,14 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
   for (std::size_t i = 0; i < images.size(); ++i) {
     const std::string which = known->in_parts() ? "part " + std::to_string(i) + " of " + what : what;
     // The image's view of the selection, when its publisher declared it:
-    // exactly the selected bytes, hashed at their grain.
-    if (auto view = declared_view(*images[i], *layout)) {
+    // exactly the selected bytes, hashed at their grain. Not when this peer
+    // holds the image whole (its shards are copied locally), nor when no
+    // peer can serve the view (the publisher let its part go, and no other
+    // fetcher of the selection holds it): then whole shards.
+    auto view = declared_view(*images[i], *layout);
+    if (auto held = core_->find(images[i]->id()); held && held->holds_all()) view.reset();
+    if (view && !core_->view_has_source(**view)) view.reset();
+    if (view) {
       auto runs = manifest::selection_runs((*view)->tensors(), (*view)->total_size(), *layout, which);
       auto v = runs ? fetch_landing(*view, *runs, destination, domain, backing, {}) : runs.status();
       if (!v) return release_started(fetches, v.status().with_context(which));

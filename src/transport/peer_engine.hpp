@@ -114,8 +114,11 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
     // Each part's landing runs into it, in the order of `parts`.
     std::vector<std::vector<manifest::LandingRun>> runs;
   };
+  // `backing`: what the destination belongs to (an output file), kept by
+  // every part's fetch and told of a failure; nullptr: the caller's.
   Result<PartsFetch> fetch_parts(std::shared_ptr<const manifest::SealedVersion> sealed,
-                                 core::MutableRegions destination, const MemoryDomain& domain = host_memory());
+                                 core::MutableRegions destination, const MemoryDomain& domain = host_memory(),
+                                 std::shared_ptr<DestinationOwner> backing = nullptr);
   // The layout of a selection of `model` v`number` (a whole version or
   // one in parts): manifest::selected_layout over its whole tensors.
   // Errors: as resolve_version; as selected_layout.
@@ -136,9 +139,11 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
     PartsFetch fetches;
     std::vector<TensorEntry> tensors;  // the selection's layout
   };
+  // `backing`: as fetch_parts.
   Result<SelectionFetch> fetch_selection(const std::string& model, std::uint64_t number,
                                          std::span<const TensorSelection> selection, core::MutableRegions destination,
-                                         const MemoryDomain& domain = host_memory());
+                                         const MemoryDomain& domain = host_memory(),
+                                         std::shared_ptr<DestinationOwner> backing = nullptr);
   // What other threads see of `version` (published or fetched here):
   // kept until its memory is released.
   std::shared_ptr<const VersionWatch> watch_of(const std::shared_ptr<LocalVersion>& version) const;

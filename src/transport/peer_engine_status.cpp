@@ -46,7 +46,10 @@ std::string PeerEngine::status_json() const {
                         {"duplicate_bytes", swarm_progress ? swarm_progress->duplicate_bytes : 0},
                         {"endgame", swarm_progress ? swarm_progress->endgame : false},
                         {"replicas", replicas}});
-    if (const auto& part = v->manifest->part()) {
+    if (v->view_of) {
+      // A view of a part (served from it, or fetched): which part's.
+      versions.back()["view_of"] = v->view_of->hex();
+    } else if (const auto& part = v->manifest->part()) {
       // One part of a version in parts: which, and whether a seal names it.
       nlohmann::ordered_json& entry = versions.back();
       entry["part"] = {part->index, part->count};

@@ -161,13 +161,21 @@ struct PeerAccess {
                                             core::MutableRegions whole,
                                             const std::vector<std::vector<manifest::LandingRun>>& runs);
   static PublishHandle publish_handle(Impl* impl, Created version);
-  // Peer::fetch_selection, and Group::fetch_selection.
+  // Peer::fetch_selection, and Group::fetch_selection. `file`: the output
+  // file `regions` lie in (fetch_selection_to_file), which the fetch keeps
+  // and the handle's wait() puts in place; nullptr: the caller's memory.
   static Result<FetchHandle> fetch_selection(Impl& impl, const std::string& model, std::uint64_t version,
                                              std::span<const TensorSelection> selection,
-                                             std::span<const MutableRegion> regions);
+                                             std::span<const MutableRegion> regions,
+                                             std::shared_ptr<peer::FileDestination> file = nullptr);
   // Peer::fetch, and Group::fetch: into `regions` of `domain` (peer::fetch_into).
   static Result<FetchHandle> fetch_into(Impl& impl, const std::string& model, std::uint64_t version,
                                         std::span<const MutableRegion> regions, const peer::MemoryDomain& domain);
+  // A version in parts, whole, into `regions` of `domain`; `file`: as
+  // fetch_selection.
+  static Result<FetchHandle> fetch_parts(Impl& impl, std::shared_ptr<const manifest::SealedVersion> sealed,
+                                         std::span<const MutableRegion> regions, const peer::MemoryDomain& domain,
+                                         std::shared_ptr<peer::FileDestination> file = nullptr);
   // The local versions a fetch handle holds (a version in parts: every part's).
   static std::vector<std::shared_ptr<peer::LocalVersion>> versions_of(const FetchHandle& handle);
   // The id a fetch handle's version has: its manifest's, or its seal's.

@@ -173,7 +173,12 @@ FetchHandle::~FetchHandle() {
   state_->discard_file();
 }
 const VersionInfo& FetchHandle::info() const { return state_->info; }
-const Manifest& FetchHandle::manifest() const { return *state_->version->manifest; }
+const Manifest& FetchHandle::manifest() const {
+  // A version in parts: part 0's (a fetch of a selection may hold none of
+  // part 0, or a view of it, which is no signed manifest).
+  if (state_->sealed) return *state_->sealed->parts().at(0);
+  return *state_->version->manifest;
+}
 
 std::span<const TensorEntry> FetchHandle::tensors() const {
   if (state_->assembled()) return state_->tensors;
@@ -273,9 +278,12 @@ Status FetchHandle::wait(std::chrono::milliseconds timeout) {
                                std::to_string(timeout.count()) + " ms");
       }
       Status part = outcome_of(v, released_here, /*into_file=*/false);
-      if (!part.is_ok()) return part.with_context("part " + std::to_string(i));
+      if (!part.is_ok()) {
+        if (v.state == peer::VersionState::kFailed && state_->file) state_->file->fetch_failed();
+        return part.with_context("part " + std::to_string(i));
+      }
     }
-    return Status::ok();
+    return state_->commit_file();
   }
   const peer::VersionWatch::Snapshot v = state_->watch->wait_finished(timeout);
   if (!v.finished()) {

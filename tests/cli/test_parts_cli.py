@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """`tensorhub publish --version V --part I/N` through daemons on loopback:
 two trainer ranks publish their safetensors files (slices named in the
-metadata "tensorhub.slices"), the daemons seal, and a third daemon sees the
-version as its head; bad --part arguments and a slice map that names a
+metadata "tensorhub.slices"), each declaring two tensor-parallel ranks'
+views (--views), the daemons seal, and a third daemon sees the version as
+its head. `tensorhub fetch --select` then writes one rank's strided columns
+into a safetensors file (its slice named in the metadata), receiving exactly
+those bytes, and `tensorhub fetch` writes the whole model in parts into one;
+bad --part, --views and --select arguments and a slice map that names a
 missing tensor are refused with their reason.
 
 Usage: test_parts_cli.py PATH/TO/tensorhub
@@ -28,6 +32,13 @@ def write_part(path, rank, rows=256, cols=64, slices=None):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    return json.loads(blob[8:8 + n]), blob[8 + n:]
 
 
 def main():
@@ -57,10 +68,23 @@ def main():
             out = cluster.publish("rank0", "policy", bad, "--version", "1", "--part", "0/2")
             assert out.returncode != 0 and "names 'nope', which the file does not hold" in out.stderr, out.stderr
 
+            views = os.path.join(workdir, "views.json")
+            with open(views, "w") as f:
+                json.dump([{"w": [[0, 512], [0, 32]]}, {"w": [[0, 512], [32, 64]]}], f)
+            with open(os.path.join(workdir, "bad-views.json"), "w") as f:
+                json.dump({"w": None}, f)
+            for extra, words in ((["--views", views], "goes with --part"),
+                                 (["--part", "0/2", "--version", "1", "--views", os.path.join(workdir, "bad-views.json")],
+                                  "a JSON list of selections")):
+                out = cluster.publish("rank0", "policy", part0, *extra)
+                assert out.returncode != 0 and words in out.stderr, (extra, out.stderr)
+            full = b""
             for rank in (0, 1):
                 path = os.path.join(workdir, f"rank{rank}.safetensors")
                 write_part(path, rank)
-                out = cluster.publish(f"rank{rank}", "policy", path, "--version", "1", "--part", f"{rank}/2")
+                full += read_safetensors(path)[1]
+                out = cluster.publish(f"rank{rank}", "policy", path, "--version", "1", "--part", f"{rank}/2",
+                                      "--views", views)
                 assert out.returncode == 0, out.stderr
                 assert f"published part {rank} of 2 of v1" in out.stdout, out.stdout
             for n in names:
@@ -72,7 +96,32 @@ def main():
                          lambda n=n: cluster.status(n)["heads"].get("policy", {}).get("parts") == 2, 30)
             mine = [v for v in cluster.status("rank1")["versions"] if v.get("part")]
             assert len(mine) == 1 and mine[0]["part"] == [1, 2] and mine[0]["sealed"], mine
-            print("parts over the CLI: 2 ranks sealed v1; every daemon's head is", heads.pop()[:12])
+
+            # The right-hand rank's columns, a piece of every row of both parts, through the daemon.
+            selected = os.path.join(workdir, "right.safetensors")
+            out = cluster.fetch("watcher", selected, version=1, extra=("--select", '{"w": [[0, 512], [32, 64]]}'))
+            assert out.returncode == 0, out.stderr
+            assert "fetched a selection of policy v1: 64.0 KiB" in out.stdout, out.stdout
+            assert "64.0 KiB received)" in out.stdout, out.stdout  # its views: whole shards would be 128 KiB
+            header, data = read_safetensors(selected)
+            assert header["w"]["shape"] == [512, 32] and header["w"]["dtype"] == "F32", header
+            slices = json.loads(header["__metadata__"]["tensorhub.slices"])
+            assert slices == {"w": {"global_shape": [512, 64], "begin": [0, 32]}}, slices
+            assert data == b"".join(full[r * 256 + 128:(r + 1) * 256] for r in range(512))
+            # The whole model in parts, into one safetensors file: "w" whole.
+            whole = os.path.join(workdir, "whole.safetensors")
+            out = cluster.fetch("watcher", whole, version=1)
+            assert out.returncode == 0, out.stderr
+            header, data = read_safetensors(whole)
+            assert header["w"]["shape"] == [512, 64] and "__metadata__" not in header, header
+            assert data == full
+            for select, words in (('{"w": [[5, 2], [0, 64]]}', "0 <= begin < end"), ("nope", "--select is not JSON"),
+                                  ('{"x": null}', "no tensor 'x'"), ('["w"]', "an object of tensor names")):
+                out = cluster.fetch("watcher", os.path.join(workdir, "bad.out"), version=1, extra=("--select", select))
+                assert out.returncode != 0 and words in out.stderr, (select, out.stderr)
+            assert not os.path.exists(os.path.join(workdir, "bad.out"))
+            print("parts over the CLI: 2 ranks sealed v1; every daemon's head is", heads.pop()[:12],
+                  "; a selection's file holds its columns, received exactly")
         finally:
             cluster.stop_all()
 

@@ -6,6 +6,7 @@
 
 #include "cli/control_request.hpp"
 #include "tensorhub/manifest.hpp"
+#include "tensorhub/tensor.hpp"
 
 using namespace tensorhub;
 
@@ -24,5 +25,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (request->cmd != "status" && !validate_model_name(request->model).is_ok()) std::abort();
   if (!request->gpu.empty() && request->cmd != "hold") std::abort();
+  if (!request->select.empty() && request->cmd != "fetch") std::abort();
+  if (!request->views.empty() && (request->cmd != "publish" || request->part_count == 0)) std::abort();
+  if (request->select.size() > cli::kMaxSelectedTensors || request->views.size() > kMaxViews) std::abort();
+  for (const auto& selection : request->views) {
+    if (selection.empty() || selection.size() > cli::kMaxSelectedTensors) std::abort();
+  }
+  for (const TensorSelection& t : request->select) {
+    if (t.tensor.empty() || t.slice.ranges.size() > kMaxTensorRank) std::abort();
+    for (const IndexRange& r : t.slice.ranges) {
+      if (r.begin >= r.end) std::abort();
+    }
+  }
   return 0;
 }

@@ -1,9 +1,18 @@
 // Versions in parts between Peers in one process over loopback: every
 // trainer rank publishes its part through the public API, the ranks seal,
 // and the version is a head everywhere; a rank that never publishes is named.
+// Selections, declared views, and both into safetensors files.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
 #include "core/random_fill.hpp"
+#include "manifest/slices_metadata.hpp"
+#include "support/temp_dir.hpp"
+#include "tensorhub/safetensors.hpp"
 #include "support/gossip_network.hpp"
 #include "support/model_fixture.hpp"
 #include "tensorhub/peer.hpp"
@@ -50,9 +59,29 @@ RankPart rank_part(std::uint32_t rank, std::uint64_t version) {
   return p;
 }
 
-Result<PublishHandle> publish(Peer& peer, std::uint64_t version, std::uint32_t rank, const RankPart& part) {
+Result<PublishHandle> publish(Peer& peer, std::uint64_t version, std::uint32_t rank, const RankPart& part,
+                              const PartOptions& options = {}) {
   const ConstRegion regions[] = {part.image};
-  return peer.publish_part("policy", version, rank, 3, regions, part.tensors);
+  return peer.publish_part("policy", version, rank, 3, regions, part.tensors, options);
+}
+
+// v1 published by peers[0..2], one part each, and sealed.
+struct SealedParts {
+  std::vector<RankPart> parts;        // served from: they outlive the handles
+  std::vector<PublishHandle> handles;
+  std::vector<std::byte> full;        // the whole "w", the parts' rows in order
+};
+SealedParts publish_sealed(const std::vector<std::unique_ptr<Peer>>& peers, const PartOptions& options = {}) {
+  SealedParts v;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    v.parts.push_back(rank_part(r, 1));
+    v.full.insert(v.full.end(), v.parts.back().image.begin(), v.parts.back().image.end());
+    auto h = publish(*peers[r], 1, r, v.parts.back(), options);
+    REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
+    v.handles.push_back(std::move(*h));
+  }
+  for (auto& h : v.handles) REQUIRE(h.wait_sealed(20s).is_ok());
+  return v;
 }
 
 }  // namespace
@@ -129,17 +158,8 @@ TEST_CASE("parts over loopback: a fetch by selection moves the shards it needs a
   peers.push_back(start(60, {}));
   const std::string seed = peers[0]->gossip_address();
   for (std::uint64_t k : {61, 62, 71, 72}) peers.push_back(start(k, {seed}));
-  std::vector<RankPart> parts;
-  std::vector<PublishHandle> handles;
-  std::vector<std::byte> full;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    parts.push_back(rank_part(r, 1));
-    full.insert(full.end(), parts.back().image.begin(), parts.back().image.end());
-    auto h = publish(*peers[r], 1, r, parts.back());
-    REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
-    handles.push_back(std::move(*h));
-  }
-  for (auto& h : handles) REQUIRE(h.wait_sealed(20s).is_ok());
+  const SealedParts v1 = publish_sealed(peers);
+  const std::vector<std::byte>& full = v1.full;
   Peer& rows_rank = *peers[3];
   Peer& columns_rank = *peers[4];
   REQUIRE(rows_rank.wait_for_head("policy", 0, 20s).is_ok());
@@ -231,31 +251,21 @@ TEST_CASE("parts over loopback: a selection of a whole version from its super-se
   CHECK(fetched->verified_tensors() == std::vector<bool>{true});
 }
 
-TEST_CASE("parts over loopback: declared views move exactly a strided selection's bytes, and same-selection fetchers "
-          "serve each other") {
+TEST_CASE("parts over loopback: declared views move exactly a strided selection's bytes, same-selection fetchers "
+          "serve each other, and whole shards stand in when no one can serve a view") {
   std::vector<std::unique_ptr<Peer>> peers;
   peers.push_back(start(60, {}));
   const std::string seed = peers[0]->gossip_address();
-  for (std::uint64_t k : {61, 62, 71, 72, 73}) peers.push_back(start(k, {seed}));
+  for (std::uint64_t k : {61, 62, 71, 72, 73, 74}) peers.push_back(start(k, {seed}));
   // Two tensor-parallel ranks' columns of "w": every row of every part
   // gives each a strided piece of 256 bytes.
   const TensorSelection left[] = {{"w", TensorSlice{{{0, kRows}, {0, 64}}}}};
   const TensorSelection right[] = {{"w", TensorSlice{{{0, kRows}, {64, 128}}}}};
   PartOptions declared;
   declared.views = {{left[0]}, {right[0]}};
-  std::vector<RankPart> parts;
-  std::vector<PublishHandle> handles;
-  std::vector<std::byte> full;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    parts.push_back(rank_part(r, 1));
-    full.insert(full.end(), parts.back().image.begin(), parts.back().image.end());
-    const ConstRegion regions[] = {parts.back().image};
-    auto h = peers[r]->publish_part("policy", 1, r, 3, regions, parts.back().tensors, declared);
-    REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
-    CHECK(h->manifest().views().size() == 2);
-    handles.push_back(std::move(*h));
-  }
-  for (auto& h : handles) REQUIRE(h.wait_sealed(20s).is_ok());
+  SealedParts v1 = publish_sealed(peers, declared);
+  for (const PublishHandle& h : v1.handles) CHECK(h.manifest().views().size() == 2);
+  const std::vector<std::byte>& full = v1.full;
   const std::uint64_t row_bytes = kCols * 4;
   std::vector<std::byte> expected;
   for (std::uint64_t r = 0; r < kRows; ++r) {
@@ -277,9 +287,23 @@ TEST_CASE("parts over loopback: declared views move exactly a strided selection'
   CHECK(p.shards_total == 3);  // one view shard of 256 KiB a part
   CHECK(a->verified_tensors() == std::vector<bool>{true});
 
+  // A trainer rank that fetches the selection copies its own part's bytes
+  // locally (whole shards, held here) and fetches the others' views.
+  auto own = peers[1]->fetch_selection("policy", 1, right);
+  REQUIRE_MESSAGE(own.is_ok(), own.status().to_string());
+  REQUIRE_MESSAGE(own->wait(20s).is_ok(), own->wait(0ms).to_string());
+  CHECK(std::equal(own->bytes().begin(), own->bytes().end(), expected.begin(), expected.end()));
+  CHECK(own->progress().bytes_received == expected.size() * 2 / 3);
+  own->release();
+
+  // A reader of the whole model holds every part.
+  auto whole = peers[5]->fetch("policy", 1);
+  REQUIRE(whole.is_ok());
+  REQUIRE_MESSAGE(whole->wait(20s).is_ok(), whole->wait(0ms).to_string());
+
   // The publishers go: the same rank of a second instance fetches its
   // views from the first, which serves what it holds.
-  handles.clear();
+  v1.handles.clear();
   Peer& second = *peers[4];
   REQUIRE(second.wait_for_head("policy", 0, 20s).is_ok());
   std::vector<std::byte> into(expected.size());
@@ -289,4 +313,92 @@ TEST_CASE("parts over loopback: declared views move exactly a strided selection'
   REQUIRE_MESSAGE(b->wait(20s).is_ok(), b->wait(0ms).to_string());
   CHECK(into == expected);
   CHECK(b->progress().bytes_received == expected.size());
+
+  // The left-hand rank's views: declared, but nobody can serve them now
+  // (their publishers are gone, and nobody fetched them). The fetch takes
+  // whole shards from the whole reader instead, once gossip has told it the
+  // publishers hold nothing.
+  const auto publishers_hold_nothing = [&] {
+    const auto status = nlohmann::json::parse(peers[6]->status_json());
+    for (const auto& member : status["members"]) {
+      for (std::size_t r = 0; r < 3; ++r) {
+        if (member["id"] == peers[r]->id().hex() && !member["holds"].empty()) return false;
+      }
+    }
+    return true;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!publishers_hold_nothing() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  REQUIRE(publishers_hold_nothing());
+  auto c = peers[6]->fetch_selection("policy", 1, left);
+  REQUIRE_MESSAGE(c.is_ok(), c.status().to_string());
+  REQUIRE_MESSAGE(c->wait(20s).is_ok(), c->wait(0ms).to_string());
+  for (std::uint64_t r = 0; r < kRows; ++r) {
+    const auto row = full.begin() + static_cast<std::ptrdiff_t>(r * row_bytes);
+    REQUIRE(std::equal(row, row + 64 * 4, c->bytes().begin() + static_cast<std::ptrdiff_t>(r * 64 * 4)));
+  }
+  CHECK(c->progress().bytes_received == full.size());
+}
+
+TEST_CASE("parts over loopback: a version in parts and a selection of it go into safetensors files") {
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(start(60, {}));
+  const std::string seed = peers[0]->gossip_address();
+  for (std::uint64_t k : {61, 62, 71}) peers.push_back(start(k, {seed}));
+  const SealedParts v1 = publish_sealed(peers);
+  const std::vector<std::byte>& full = v1.full;
+  Peer& reader = *peers[3];
+  REQUIRE(reader.wait_for_head("policy", 0, 20s).is_ok());
+  const TempDir temp;
+  const std::string dir = temp.path().string();
+
+  // The whole model: one safetensors file, "w" whole, the parts' rows in order.
+  const std::string whole_path = dir + "/whole.safetensors";
+  auto whole = reader.fetch_to_file("policy", 1, whole_path);
+  REQUIRE_MESSAGE(whole.is_ok(), whole.status().to_string());
+  REQUIRE_MESSAGE(whole->wait(20s).is_ok(), whole->wait(0ms).to_string());
+  {
+    auto file = SafetensorsFile::open(whole_path);
+    REQUIRE_MESSAGE(file.is_ok(), file.status().to_string());
+    REQUIRE(file->layout().tensors.size() == 1);
+    CHECK(file->layout().tensors[0].name == "w");
+    CHECK(file->layout().tensors[0].shape == std::vector<std::uint64_t>{kRows, kCols});
+    CHECK(file->metadata().empty());
+    const auto data = file->bytes().subspan(file->layout().data_offset);
+    CHECK(std::equal(data.begin(), data.end(), full.begin(), full.end()));
+  }
+
+  // A row-parallel rank's columns: the file holds its slice and says which.
+  const TensorSelection columns[] = {{"w", TensorSlice{{{0, kRows}, {64, 128}}}}};
+  const std::string selection_path = dir + "/columns.safetensors";
+  auto selected = reader.fetch_selection_to_file("policy", 1, columns, selection_path);
+  REQUIRE_MESSAGE(selected.is_ok(), selected.status().to_string());
+  REQUIRE_MESSAGE(selected->wait(20s).is_ok(), selected->wait(0ms).to_string());
+  {
+    auto file = SafetensorsFile::open(selection_path);
+    REQUIRE_MESSAGE(file.is_ok(), file.status().to_string());
+    auto tensors = manifest::part_tensors(file->layout());
+    REQUIRE(tensors.is_ok());
+    REQUIRE(tensors->size() == 1);
+    CHECK((*tensors)[0].shape == std::vector<std::uint64_t>{kRows, 64});
+    CHECK((*tensors)[0].global_shape == std::vector<std::uint64_t>{kRows, kCols});
+    CHECK((*tensors)[0].slice_begin == std::vector<std::uint64_t>{0, 64});
+    const auto data = file->bytes().subspan(file->layout().data_offset);
+    const std::uint64_t row_bytes = kCols * 4;
+    bool same = data.size() == kRows * 64 * 4;
+    for (std::uint64_t r = 0; same && r < kRows; ++r) {
+      same = std::equal(data.begin() + static_cast<std::ptrdiff_t>(r * 256), data.begin() + static_cast<std::ptrdiff_t>((r + 1) * 256),
+                        full.begin() + static_cast<std::ptrdiff_t>(r * row_bytes + 256));
+    }
+    CHECK(same);
+  }
+  // Refused before any file is made: a bad selection, a path taken.
+  const TensorSelection unknown[] = {{"x", {}}};
+  CHECK(reader.fetch_selection_to_file("policy", 1, unknown, dir + "/x.safetensors").status().message() ==
+        "policy v1 has no tensor 'x'");
+  CHECK_FALSE(std::filesystem::exists(dir + "/x.safetensors"));
+  FileOptions keep;
+  keep.overwrite = false;
+  CHECK(reader.fetch_selection_to_file("policy", 1, columns, selection_path, keep).status().code() ==
+        StatusCode::kAlreadyExists);
 }

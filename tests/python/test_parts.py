@@ -3,6 +3,7 @@ and slices with ``part=(rank, world)``, the ranks seal, and a worker fetches
 the whole model bit-identical to the trainer's full tensors."""
 
 import contextlib
+import json
 
 import numpy as np
 import pytest
@@ -32,6 +33,17 @@ def rank_tensors(full, rank, world):
     if rank == 0:
         out["b"] = full["b"]
     return out
+
+
+# A row-parallel rank's columns of "w" (strided in both parts), rows of "c", a slice of "b".
+SELECT = {"w": (slice(None), slice(8, 24)), "c": (slice(4, 12), slice(None)), "b": slice(3, 7)}
+
+
+def check_selected(state, full):
+    """`state` (a selection's tensors, by name) holds SELECT's slices of `full`."""
+    assert np.array_equal(state["w"], full["w"][:, 8:24])
+    assert np.array_equal(state["c"], full["c"][4:12, :])
+    assert np.array_equal(state["b"], full["b"][3:7])
 
 
 @pytest.fixture
@@ -111,12 +123,11 @@ def test_a_part_is_refused_with_a_reason_for_bad_arguments(ranks_and_worker):
             p.release()
 
 
-def test_declared_views_move_exactly_a_strided_selections_bytes(ranks_and_worker):
+def test_declared_views_move_exactly_a_strided_selections_bytes(ranks_and_worker, tmp_path):
     ranks, worker = ranks_and_worker
     full = full_model()
-    # A row-parallel rank's columns of "w" (strided in both parts), rows of "c", a slice of "b";
-    # and another rank's columns, which the worker does not fetch.
-    select = {"w": (slice(None), slice(8, 24)), "c": (slice(4, 12), slice(None)), "b": slice(3, 7)}
+    # SELECT, and another rank's columns, which the worker does not fetch.
+    select = SELECT
     other = {"w": (slice(None), slice(0, 8))}
     published = [ranks[r].publish("policy", rank_tensors(full, r, 2), version=1, part=(r, 2), views=[select, other])
                  for r in range(2)]
@@ -127,13 +138,22 @@ def test_declared_views_move_exactly_a_strided_selections_bytes(ranks_and_worker
         with worker.fetch("policy", 1, select=select) as fetched:
             fetched.wait(30)
             state = fetched.state_dict()
-            assert np.array_equal(state["w"], full["w"][:, 8:24])
-            assert np.array_equal(state["c"], full["c"][4:12, :])
-            assert np.array_equal(state["b"], full["b"][3:7])
+            check_selected(state, full)
             streamed = {name: np.array(t) for batch in fetched.iter_tensors() for name, t in batch}
             assert all(np.array_equal(streamed[n], state[n]) for n in state)
             # Exactly the selection: each part's view, not its shards (the parts' 9 KiB and 8 KiB).
             assert fetched.progress().bytes_received == sum(a.nbytes for a in state.values())
+        # Into safetensors files: the selection (its slices named in the metadata), and the whole model.
+        from tensorhub import safetensors
+        with worker.fetch_to_file("policy", 1, tmp_path / "selection.safetensors", select=select) as written:
+            written.wait(30)
+        check_selected(safetensors.read(str(tmp_path / "selection.safetensors")), full)
+        slices = json.loads(safetensors.read_metadata(str(tmp_path / "selection.safetensors"))["tensorhub.slices"])
+        assert slices["w"] == {"global_shape": [64, 32], "begin": [0, 8]} and slices["c"]["begin"] == [4, 0]
+        with worker.fetch_to_file("policy", 1, tmp_path / "whole.safetensors") as written:
+            written.wait(30)
+        tensors = safetensors.read(str(tmp_path / "whole.safetensors"))
+        assert sorted(tensors) == ["b", "c", "w"] and all(np.array_equal(tensors[n], full[n]) for n in full)
     finally:
         for p in published:
             p.release()
@@ -153,14 +173,11 @@ def test_a_worker_fetches_a_selection_bit_identical_to_slicing_the_trainers_mode
     full = full_model()
     with sealed_parts(ranks, full):
         worker.wait_for_head("policy", 0, 30)
-        # A row-parallel rank's columns of "w" (strided in both parts), rows of "c", a slice of "b".
-        select = {"w": (slice(None), slice(8, 24)), "c": (slice(4, 12), slice(None)), "b": slice(3, 7)}
+        select = SELECT
         with worker.fetch("policy", 1, select=select) as fetched:
             fetched.wait(30)
             state = fetched.state_dict()
-            assert np.array_equal(state["w"], full["w"][:, 8:24])
-            assert np.array_equal(state["c"], full["c"][4:12, :])
-            assert np.array_equal(state["b"], full["b"][3:7])
+            check_selected(state, full)
             assert [t[0] for t in fetched.tensors] == ["w", "c", "b"]  # the whole model's order, end to end
             assert [t[2] for t in fetched.tensors] == [[64, 16], [8, 8], [4]]
             streamed = {name: np.array(t) for batch in fetched.iter_tensors() for name, t in batch}

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli/control_request.hpp"
-#include "cli/part_slices.hpp"
+#include "manifest/slices_metadata.hpp"
 #include "support/mutator.hpp"
 #include "tensorhub/manifest.hpp"
 
@@ -62,6 +62,19 @@ TEST_CASE("control request: each command decodes, and paths travel as text or as
   CHECK(part->version == 5);
   CHECK(part->part_index == 3);
   CHECK(part->part_count == 8);
+  // A selection to fetch, and a part's declared views.
+  auto selected = cli::parse_control_request(
+      R"({"cmd":"fetch","model":"m","out":"/s","select":{"w":[[0,512],[32,64]],"b":null}})");
+  REQUIRE_MESSAGE(selected.is_ok(), selected.status().to_string());
+  REQUIRE(selected->select.size() == 2);
+  CHECK(selected->select[0] == TensorSelection{"w", TensorSlice{{{0, 512}, {32, 64}}}});
+  CHECK(selected->select[1] == TensorSelection{"b", {}});
+  auto declared = cli::parse_control_request(
+      R"({"cmd":"publish","model":"m","file":"/p","version":1,"part_index":0,"part_count":2,)"
+      R"("views":[{"w":[[0,512],[0,32]]},{"w":[[0,512],[32,64]]}]})");
+  REQUIRE_MESSAGE(declared.is_ok(), declared.status().to_string());
+  REQUIRE(declared->views.size() == 2);
+  CHECK(declared->views[1] == std::vector<TensorSelection>{{"w", TensorSlice{{{0, 512}, {32, 64}}}}});
 }
 
 TEST_CASE("control request: refusals name what is wrong") {
@@ -90,6 +103,20 @@ TEST_CASE("control request: refusals name what is wrong") {
                  "1 to 65536"));
   CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","part_count":2})"), "names its \"version\""));
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","part_count":2})"), "go with publish only"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":["w"]})"), "an object of tensor names"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{}})"), "naming at least one"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"w":[[4,2]]}})"), "0 <= begin < end"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"w":[[0,1,2]]}})"), "0 <= begin < end"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"w":[[-1,2]]}})"), "0 <= begin < end"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"w":7}})"), "null (whole) or a list"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"":null}})"), "not UTF-8 of 1 to"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","select":{"w":null}})"), "fetch only"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","views":[{"w":null}]})"),
+                 "a part's publish only"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","version":1,"part_count":2,"views":{}})"),
+                 "a list of at most 64"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","version":1,"part_count":2,"views":[{"w":3}]})"),
+                 "\"views\"[0] tensor 'w'"));
 }
 
 TEST_CASE("mutation: control request decoder") {
@@ -101,6 +128,8 @@ TEST_CASE("mutation: control request decoder") {
       R"({"cmd":"fetch","model":"org/policy","version":3,"out_hex":"2f746d702fff"})",
       R"({"cmd":"hold","model":"policy","version":0,"gpu":"GPU-00000000-0000-0000-0000-000000000000"})",
       R"({"cmd":"release","model":"policy","version":1,"now":true})",
+      R"({"cmd":"fetch","model":"policy","version":2,"out":"/s","select":{"w":[[0,512],[32,64]],"b":null}})",
+      R"({"cmd":"publish","model":"policy","file":"/p","version":1,"part_count":2,"views":[{"w":[[0,9],[3,4]]}]})",
   };
   core::SplitMix64 rng(seed);
   int accepted = 0;
@@ -122,6 +151,14 @@ TEST_CASE("mutation: control request decoder") {
     }
     if (r->cmd != "status") CHECK(validate_model_name(r->model).is_ok());
     if (!r->gpu.empty()) CHECK(r->cmd == "hold");
+    if (!r->select.empty()) CHECK(r->cmd == "fetch");
+    if (!r->views.empty()) CHECK((r->cmd == "publish" && r->part_count > 0));
+    for (const auto* selection : {&r->select}) {
+      for (const TensorSelection& t : *selection) {
+        CHECK_FALSE(t.tensor.empty());
+        for (const IndexRange& range : t.slice.ranges) CHECK(range.begin < range.end);
+      }
+    }
   }
   MESSAGE(accepted << " of 20000 mutants decoded, every one within the rules");
 }
@@ -130,7 +167,7 @@ TEST_CASE("part slices: a rank's file names its slices in metadata, and anything
   SafetensorsLayout layout;
   layout.tensors = {TensorEntry{"w", DType::kF32, {2, 4}, 8, 32}, TensorEntry{"b", DType::kF32, {4}, 40, 16}};
   layout.metadata = {{"tensorhub.slices", R"({"w":{"global_shape":[8,4],"begin":[2,0]}})"}};
-  auto tensors = cli::part_tensors(layout);
+  auto tensors = manifest::part_tensors(layout);
   REQUIRE(tensors.is_ok());
   CHECK((*tensors)[0].global_shape == std::vector<std::uint64_t>{8, 4});
   CHECK((*tensors)[0].slice_begin == std::vector<std::uint64_t>{2, 0});
@@ -143,11 +180,25 @@ TEST_CASE("part slices: a rank's file names its slices in metadata, and anything
            {R"({"w":{"global_shape":[8,-4],"begin":[2,0]}})", "non-negative integers"},
            {R"({"w":{"global_shape":"8","begin":[2,0]}})", "a list of at most 32"}}) {
     layout.metadata = {{"tensorhub.slices", text}};
-    auto r = cli::part_tensors(layout);
+    auto r = manifest::part_tensors(layout);
     REQUIRE_FALSE(r.is_ok());
     CHECK(r.status().code() == StatusCode::kInvalidArgument);
     CHECK_MESSAGE(contains(r.status().message(), words), r.status().message());
   }
+  // What a fetch of a selection into a file writes reads back as the same slices.
+  const std::vector<TensorEntry> written{TensorEntry{"w", DType::kF32, {2, 4}, 0, 32, {8, 4}, {2, 0}},
+                                         TensorEntry{"b", DType::kF32, {4}, 32, 16}};
+  layout.tensors = written;
+  for (TensorEntry& t : layout.tensors) {
+    t.global_shape.clear();
+    t.slice_begin.clear();
+  }
+  layout.metadata = {{"tensorhub.slices", manifest::slices_metadata(written)}};
+  auto read_back = manifest::part_tensors(layout);
+  REQUIRE(read_back.is_ok());
+  CHECK(*read_back == written);
+  CHECK(manifest::slices_metadata(std::span(written).subspan(1)).empty());  // no slice: no entry
+  layout.tensors = {TensorEntry{"w", DType::kF32, {2, 4}, 8, 32}, TensorEntry{"b", DType::kF32, {4}, 40, 16}};
   const std::string valid = R"({"w":{"global_shape":[8,4],"begin":[2,0]},"b":{"global_shape":[8],"begin":[4]}})";
   const std::uint64_t seed = mutation_seed(0x5eed0048);
   INFO("seed " << seed << " (replay with TENSORHUB_MUTATION_SEED)");
@@ -155,7 +206,7 @@ TEST_CASE("part slices: a rank's file names its slices in metadata, and anything
   for (int i = 0; i < 2000; ++i) {
     const auto bytes = mutate(std::vector<std::uint8_t>(valid.begin(), valid.end()), rng);
     layout.metadata = {{"tensorhub.slices", std::string(bytes.begin(), bytes.end())}};
-    auto r = cli::part_tensors(layout);
+    auto r = manifest::part_tensors(layout);
     if (!r.is_ok()) CHECK(r.status().message().find('\n') == std::string::npos);
   }
 }

@@ -1,4 +1,4 @@
-#include "cli/part_slices.hpp"
+#include "manifest/slices_metadata.hpp"
 
 #include <map>
 
@@ -6,7 +6,7 @@
 
 #include "core/quoted.hpp"
 
-namespace tensorhub::cli {
+namespace tensorhub::manifest {
 namespace {
 
 Status index_list(const nlohmann::json& j, const std::string& what, std::vector<std::uint64_t>& out) {
@@ -53,4 +53,13 @@ Result<std::vector<TensorEntry>> part_tensors(const SafetensorsLayout& layout) {
   return tensors;
 }
 
-}  // namespace tensorhub::cli
+std::string slices_metadata(std::span<const TensorEntry> tensors) {
+  nlohmann::ordered_json slices = nlohmann::ordered_json::object();
+  for (const TensorEntry& t : tensors) {
+    if (!t.is_slice()) continue;
+    slices[t.name] = {{"global_shape", t.global_shape}, {"begin", t.slice_begin}};
+  }
+  return slices.empty() ? std::string() : slices.dump();
+}
+
+}  // namespace tensorhub::manifest
