@@ -284,6 +284,14 @@ class Group {
   Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
                                       std::span<const TensorSelection> selection,
                                       std::span<const MutableRegion> regions = {});
+  // The same into a file (Peer::fetch_to_file, Peer::fetch_selection_to_file):
+  // an engine's loader reads the staged slice from it once the group
+  // commits. Errors: as those; as fetch() above.
+  Result<FetchHandle> fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
+                                    const FileOptions& options = {});
+  Result<FetchHandle> fetch_selection_to_file(const std::string& model, std::uint64_t version,
+                                              std::span<const TensorSelection> selection, const std::string& path,
+                                              const FileOptions& options = {});
   // Commits v`version` (every model this rank staged at that number):
   // returns ok once every rank of the group holds its stage of it verified
   // under one version id and has called commit for it (or committed it).

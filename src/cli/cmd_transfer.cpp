@@ -172,6 +172,9 @@ int run_publish(const PublishArgs& a) {
 struct FetchArgs {
   std::string control, peer, model, version = "latest", out;
   std::string select;  // a selection, as JSON text or @FILE
+  // Staged for a group (the daemon's rank `group_rank` of `group_size`).
+  std::string group;
+  std::uint64_t group_size = 0, group_rank = 0;
   std::string join, key, swarm_key, listen = "127.0.0.1:0";
   std::vector<std::string> trust;
   double timeout_seconds = 600;
@@ -191,8 +194,14 @@ int run_fetch_via_control(const FetchArgs& a, std::uint64_t version, std::chrono
   auto path = resolve_control_path(a.control, a.peer);
   if (!path) return report_error(path.status());
   const auto started = std::chrono::steady_clock::now();
-  Json request{{"cmd", "fetch"}, {"model", a.model}, {"version", version}};
+  Json request{{"cmd", a.group.empty() ? "fetch" : "stage"}, {"model", a.model}, {"version", version}};
   put_path(request, "out", absolute_path(a.out));
+  if (!a.group.empty()) {
+    if (version == 0) return report_error(Status::invalid_argument("--group stages an explicit --version, not latest"));
+    request["group"] = a.group;
+    request["group_size"] = a.group_size;
+    request["group_rank"] = a.group_rank;
+  }
   if (!a.select.empty()) {
     auto select = json_argument("--select", a.select);
     if (!select) return report_error(select.status());
@@ -210,7 +219,8 @@ int run_fetch_via_control(const FetchArgs& a, std::uint64_t version, std::chrono
   if (code == kExitOk) {
     const std::uint64_t bytes = final_line.value("bytes", std::uint64_t{0});
     const double seconds = final_line.value("seconds", 0.0);
-    std::printf("fetched %s%s v%llu: %s in %.2f s (%s, %s received), every shard verified; wrote %s\n",
+    std::printf("%s %s%s v%llu: %s in %.2f s (%s, %s received), every shard verified; wrote %s\n",
+                a.group.empty() ? "fetched" : ("staged for group " + a.group + ":").c_str(),
                 a.select.empty() ? "" : "a selection of ", a.model.c_str(),
                 static_cast<unsigned long long>(final_line.value("version", std::uint64_t{0})),
                 core::format_byte_size(bytes).c_str(), seconds,
@@ -221,6 +231,9 @@ int run_fetch_via_control(const FetchArgs& a, std::uint64_t version, std::chrono
 }
 
 int run_fetch_ephemeral(const FetchArgs& a, std::uint64_t version, std::chrono::milliseconds timeout) {
+  if (!a.group.empty()) {
+    return report_error(Status::invalid_argument("--group stages through a daemon (--control or --peer), not --join"));
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto identity = Identity::load(a.key);
   if (!identity) return report_error(identity.status());
@@ -333,6 +346,11 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
                 "The file to write: a verified copy of the published file; for a version in parts or a selection, a "
                 "safetensors file of its tensors")
       ->required();
+  c->add_option("--group", f->group,
+                "Stage the version (or --select's selection) for this group, as rank --group-rank of --group-size: "
+                "the daemon holds it until its next stage for the group; then `tensorhub commit`");
+  c->add_option("--group-size", f->group_size, "With --group: the group's ranks");
+  c->add_option("--group-rank", f->group_rank, "With --group: this daemon's rank, from 0");
   c->add_option("--select", f->select,
                 "Fetch only a selection: JSON {\"tensor\": [[begin, end], ...] per dimension, or null for the whole "
                 "tensor, ...}, or @FILE holding it; slices keep their place in \"tensorhub.slices\" metadata");
@@ -367,6 +385,42 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
       exit_code = run_fetch_ephemeral(*f, *version, *timeout);
     } else {
       exit_code = run_fetch_via_control(*f, *version, *timeout);
+    }
+  });
+
+  struct CommitArgs {
+    std::string control, peer, group;
+    std::uint64_t version = 0;
+    double timeout_seconds = 60;
+  };
+  auto com = std::make_shared<CommitArgs>();
+  CLI::App* m = app.add_subcommand(
+      "commit", "Commit a staged version for a group: returns once every rank holds its stage verified, or names "
+                "the ranks that do not");
+  m->add_option("--group", com->group, "The group (as staged with fetch --group)")->required();
+  m->add_option("--version", com->version, "The version staged (the trainer's number)")->required();
+  m->add_option("--control", com->control, "The peer's control socket");
+  m->add_option("--peer", com->peer, "Or: the peer's --listen HOST:PORT");
+  m->add_option("--timeout", com->timeout_seconds, "Give up after this many seconds (default 60)");
+  m->callback([com, &exit_code] {
+    auto path = resolve_control_path(com->control, com->peer);
+    if (!path) {
+      exit_code = report_error(path.status());
+      return;
+    }
+    auto timeout = timeout_of(com->timeout_seconds);
+    if (!timeout) {
+      exit_code = report_error(timeout.status());
+      return;
+    }
+    Json request{{"cmd", "commit"}, {"group", com->group}, {"version", com->version},
+                 {"timeout_ms", static_cast<std::uint64_t>(timeout->count())}};
+    Json final_line;
+    // The daemon answers once the commit is decided: at most the timeout, and a little more.
+    exit_code = control_call(*path, request, [](const Json&) {}, final_line, *timeout + std::chrono::seconds(10));
+    if (exit_code == kExitOk) {
+      std::printf("committed v%llu for group %s: every rank holds its stage\n",
+                  static_cast<unsigned long long>(com->version), com->group.c_str());
     }
   });
 }

@@ -1,5 +1,6 @@
 #include "cli/control_request.hpp"
 
+#include <cstdint>
 #include <set>
 #include <vector>
 
@@ -18,7 +19,7 @@ constexpr std::size_t kMaxPathBytes = 4096;  // PATH_MAX
 
 const std::set<std::string, std::less<>>& commands() {
   static const std::set<std::string, std::less<>> known{"status", "publish", "fetch", "digest", "release", "hold",
-                                                         "wait_replicated", "wait_for_head"};
+                                                         "wait_replicated", "wait_for_head", "stage", "commit"};
   return known;
 }
 
@@ -163,7 +164,13 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   TENSORHUB_RETURN_IF_ERROR(bool_field(request, "now", r.now));
   TENSORHUB_RETURN_IF_ERROR(string_field(request, "gpu", r.gpu));
   TENSORHUB_RETURN_IF_ERROR(selection_fields(request, r));
-  if (r.cmd != "status") TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
+  TENSORHUB_RETURN_IF_ERROR(string_field(request, "group", r.group));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "group_size", r.group_size));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "group_rank", r.group_rank));
+  TENSORHUB_RETURN_IF_ERROR(uint_field(request, "timeout_ms", r.timeout_ms));
+  if (r.cmd != "status" && r.cmd != "commit") {
+    TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
+  }
   if (r.cmd == "publish" && r.file.empty()) return Status::invalid_argument("publish needs \"file\"");
   if (r.part_count != 0 || r.part_index != 0) {
     if (r.cmd != "publish") return Status::invalid_argument("\"part_index\" and \"part_count\" go with publish only");
@@ -177,7 +184,25 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
     return Status::invalid_argument("wait_replicated needs \"wait_replicas\" of at least 1");
   }
   if (!r.gpu.empty() && r.cmd != "hold") return Status::invalid_argument("\"gpu\" goes with \"hold\" only");
-  if (!r.select.empty() && r.cmd != "fetch") return Status::invalid_argument("\"select\" goes with fetch only");
+  if (!r.select.empty() && r.cmd != "fetch" && r.cmd != "stage") {
+    return Status::invalid_argument("\"select\" goes with fetch and stage only");
+  }
+  const bool grouped = r.cmd == "stage" || r.cmd == "commit";
+  if (!grouped && (!r.group.empty() || r.group_size != 0 || r.group_rank != 0)) {
+    return Status::invalid_argument("\"group\", \"group_size\" and \"group_rank\" go with stage and commit only");
+  }
+  if (grouped) {
+    TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.group).with_context("\"group\""));
+    if (r.version == 0) return Status::invalid_argument(r.cmd + " names its \"version\" (from 1): a group never takes the latest");
+    if (r.timeout_ms == 0) return Status::invalid_argument("\"timeout_ms\" must be at least 1");
+  }
+  if (r.cmd == "stage") {
+    if (r.out.empty()) return Status::invalid_argument("stage needs \"out\": the file the stage goes into");
+    // The group's own limits are the peer's to check (Peer::group).
+    if (r.group_size == 0 || r.group_size > UINT32_MAX || r.group_rank >= r.group_size) {
+      return Status::invalid_argument("a rank is \"group_rank\" below \"group_size\", which is at least 1");
+    }
+  }
   if (!r.views.empty() && (r.cmd != "publish" || r.part_count == 0)) {
     return Status::invalid_argument("\"views\" go with a part's publish only (\"part_count\")");
   }

@@ -22,7 +22,8 @@
 namespace tensorhub::cli {
 
 struct ControlRequest {
-  std::string cmd;  // status, publish, fetch, digest, release, hold, wait_replicated, wait_for_head
+  // status, publish, fetch, digest, release, hold, wait_replicated, wait_for_head, stage, commit
+  std::string cmd;
   std::string model;
   std::uint64_t version = 0;  // 0: the head (where the command takes one)
   std::string file, out, gpu;
@@ -38,6 +39,13 @@ struct ControlRequest {
   // publish of a part: the selections whose views the part declares
   // (PartOptions::views). JSON: a list of selections as "select".
   std::vector<std::vector<TensorSelection>> views;
+  // stage: this daemon is rank `group_rank` of `group_size` of group
+  // `group` (Peer::group), and stages `model` v`version` (or a selection)
+  // into `out` for it. commit: commits v`version` for `group`, waiting up
+  // to `timeout_ms`.
+  std::string group;
+  std::uint64_t group_size = 0, group_rank = 0;
+  std::uint64_t timeout_ms = 60'000;
 };
 
 inline constexpr std::size_t kMaxSelectedTensors = 1u << 16;  // a selection's tensors, in one request
@@ -53,7 +61,11 @@ inline constexpr std::size_t kMaxSelectedTensors = 1u << 16;  // a selection's t
 // is not an object of tensor names (non-empty, UTF-8, at most
 // kMaxTensorNameBytes) to null or a list of at most kMaxTensorRank
 // [begin, end] pairs of non-negative integers with begin < end, that names
-// no tensor or more than kMaxSelectedTensors, or more than kMaxViews views.
+// no tensor or more than kMaxSelectedTensors, or more than kMaxViews views;
+// stage without "version", "out", or a group ("group" by the model-name
+// rule, "group_rank" below "group_size"; the peer checks the group's own
+// limits); commit without "group" or "version"; a "timeout_ms" of 0; a
+// group's fields with another command.
 Result<ControlRequest> parse_control_request(std::string_view line);
 
 // A selection in the protocol's JSON form ("select", and each of "views").

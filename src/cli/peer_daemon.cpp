@@ -165,8 +165,11 @@ class Daemon {
     copies_.clear();
     fetched_.clear();
     published_.clear();
+    staged_.clear();
     work_.reset();  // the jobs under way finish (what they hand back to the loop is never run)
+    groups_.clear();
     peer_.reset();
+    commits_.reset();  // a commit waiting ends once the peer has stopped (kCancelled)
     TH_LOG_INFO("peer", "stopped");
     return kExitOk;
   }
@@ -212,6 +215,10 @@ class Daemon {
       reply(peer_->status_json(), true);
     } else if (r.cmd == "publish") {
       publish(r, reply);
+    } else if (r.cmd == "stage") {
+      stage(r, reply);
+    } else if (r.cmd == "commit") {
+      commit(r, reply);
     } else if (r.cmd == "fetch" && !r.select.empty()) {
       fetch_selection(r.model, r.version, r.select, r.out, reply);
     } else if (r.cmd == "fetch") {
@@ -489,6 +496,75 @@ class Daemon {
     watch_fetch(watch, Clock::now());
   }
 
+  // This daemon's rank of group `name`: joined on its first stage (Peer::group),
+  // the same size and rank every time after.
+  Result<std::shared_ptr<Group>> group_for(const std::string& name, std::uint64_t size, std::uint64_t rank) {
+    if (auto it = groups_.find(name); it != groups_.end()) {
+      if (it->second->size() != size || it->second->rank() != rank) {
+        return Status::already_exists("this peer is rank " + std::to_string(it->second->rank()) + " of " +
+                                      std::to_string(it->second->size()) + " of group " + core::quoted(name) +
+                                      " already");
+      }
+      return it->second;
+    }
+    auto joined = peer_->group(name, static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(rank));
+    if (!joined) return joined.status();
+    auto group = std::make_shared<Group>(std::move(*joined));
+    groups_[name] = group;
+    return group;
+  }
+
+  // Stages a version (or a selection of it) for a group, into the output
+  // file (Group::fetch_to_file, Group::fetch_selection_to_file), answering
+  // with progress as fetch does. The stage is held (and served) until a
+  // later stage of the same group and model takes its place: releasing it
+  // before the group commits would fail this rank.
+  void stage(const ControlRequest& r, const transport::ControlServer::Reply& reply) {
+    auto group = group_for(r.group, r.group_size, r.group_rank);
+    if (!group) return fail(reply, group.status());
+    auto known = peer_->version_info(r.model, r.version);
+    if (!known) return fail(reply, known.status());
+    outputs_.add(r.out);
+    auto handle = r.select.empty() ? (*group)->fetch_to_file(r.model, r.version, r.out)
+                                   : (*group)->fetch_selection_to_file(r.model, r.version, r.select, r.out);
+    if (!handle) {
+      outputs_.remove(r.out);
+      return fail(reply, handle.status());
+    }
+    auto watch = std::make_shared<FetchWatch>();
+    watch->info = *known;
+    watch->reply = reply;
+    watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
+    watch->output = r.out;
+    watch->started_here = true;
+    if (auto& held = staged_[{r.group, r.model}]) retire(std::move(held));  // the earlier stage goes
+    staged_[{r.group, r.model}] = watch->handle;
+    watches_.insert(watch);
+    reply(line(Json{{"event", "started"}, {"version", known->version}, {"id", known->id.hex()},
+                    {"bytes", watch->handle->progress().bytes_total}}),
+          false);
+    watch_fetch(watch, Clock::now());
+  }
+
+  // Commits v`version` for a group this daemon staged for (Group::commit):
+  // the wait runs on a thread of its own, never on the control loop.
+  void commit(const ControlRequest& r, const transport::ControlServer::Reply& reply) {
+    auto it = groups_.find(r.group);
+    if (it == groups_.end()) {
+      return fail(reply, Status::not_found("this peer is no rank of group " + core::quoted(r.group) +
+                                           ": stage a version for it first"));
+    }
+    reply(line(Json{{"event", "committing"}, {"version", r.version}}), false);
+    commits_->submit([this, group = it->second, version = r.version, timeout = std::chrono::milliseconds(r.timeout_ms),
+                      reply] {
+      const Status s = group->commit(version, timeout);
+      asio::post(io_, [s, version, reply] {
+        if (!s.is_ok()) return fail(reply, s);
+        reply(line(Json{{"done", true}, {"ok", true}, {"version", version}}), true);
+      });
+    });
+  }
+
   // Reports progress until the fetch ends (wait() puts an output file into
   // place), then answers and lets go of what only this fetch needed.
   void watch_fetch(const std::shared_ptr<FetchWatch>& watch, Clock::time_point started) {
@@ -744,6 +820,12 @@ class Daemon {
   // The steps that take long (hashing a publication, a digest, releases
   // that wait for pieces in flight), so the control loop never waits on them.
   std::unique_ptr<core::WorkPool> work_ = std::make_unique<core::WorkPool>(2);
+  // The groups this daemon is a rank of, by name, and each group's stage
+  // of each model; commits wait on threads of their own (a peer is a rank
+  // of at most 4 groups).
+  std::map<std::string, std::shared_ptr<Group>> groups_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<FetchHandle>> staged_;
+  std::unique_ptr<core::WorkPool> commits_ = std::make_unique<core::WorkPool>(4);
 };
 
 }  // namespace

@@ -260,9 +260,14 @@ Result<FetchHandle> Peer::fetch(const std::string& model, std::uint64_t version,
 
 Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
                                         const FileOptions& options) {
-  auto info = version_info(model, version);
+  return PeerAccess::fetch_to_file(*impl_, model, version, path, options);
+}
+
+Result<FetchHandle> PeerAccess::fetch_to_file(Impl& impl, const std::string& model, std::uint64_t version,
+                                              const std::string& path, const FileOptions& options) {
+  auto info = impl.call([&] { return impl.engine->version_info(model, version); });
   if (!info) return info.status();
-  auto sealed = impl_->call([&] { return impl_->engine->sealed_version(info->model, info->version); });
+  auto sealed = impl.call([&] { return impl.engine->sealed_version(info->model, info->version); });
   if (sealed && *sealed) {
     // A version in parts has no image of its own: the file is a
     // safetensors file of its tensors, whole, each part landing in it.
@@ -270,19 +275,19 @@ Result<FetchHandle> Peer::fetch_to_file(const std::string& model, std::uint64_t 
     auto output = peer::create_safetensors_output(path, tensors, options);
     if (!output) return output.status();
     const MutableRegion data[] = {output->data};
-    auto handle = PeerAccess::fetch_parts(*impl_, *sealed, data, output->file->domain(), output->file);
+    auto handle = fetch_parts(impl, *sealed, data, output->file->domain(), output->file);
     if (!handle) output->file->fetch_failed();
     return handle;
   }
   auto file = core::MappedOutputFile::create(path, info->bytes, options.mode, options.overwrite);
   if (!file) return file.status();
   auto destination = std::make_shared<peer::FileDestination>(std::move(*file));
-  auto v = PeerAccess::created(*impl_, [&] {
-    return impl_->engine->fetch(info->model, info->version, core::MutableRegions(destination->bytes()),
-                                destination->domain(), destination);
+  auto v = created(impl, [&] {
+    return impl.engine->fetch(info->model, info->version, core::MutableRegions(destination->bytes()),
+                              destination->domain(), destination);
   });
   if (!v) return v.status();
-  FetchHandle handle = PeerAccess::fetch_handle(impl_.get(), std::move(*v));
+  FetchHandle handle = fetch_handle(&impl, std::move(*v));
   handle.state_->file = std::move(destination);
   return handle;
 }
@@ -296,12 +301,18 @@ Result<FetchHandle> Peer::fetch_selection(const std::string& model, std::uint64_
 Result<FetchHandle> Peer::fetch_selection_to_file(const std::string& model, std::uint64_t version,
                                                   std::span<const TensorSelection> selection, const std::string& path,
                                                   const FileOptions& options) {
-  auto layout = tensors(model, version, selection);
+  return PeerAccess::fetch_selection_to_file(*impl_, model, version, selection, path, options);
+}
+
+Result<FetchHandle> PeerAccess::fetch_selection_to_file(Impl& impl, const std::string& model, std::uint64_t version,
+                                                        std::span<const TensorSelection> selection,
+                                                        const std::string& path, const FileOptions& options) {
+  auto layout = impl.call([&] { return impl.engine->selection_layout(model, version, selection); });
   if (!layout) return layout.status();
   auto output = peer::create_safetensors_output(path, *layout, options);
   if (!output) return output.status();
   const MutableRegion data[] = {output->data};
-  auto handle = PeerAccess::fetch_selection(*impl_, model, version, selection, data, output->file);
+  auto handle = fetch_selection(impl, model, version, selection, data, output->file);
   if (!handle) output->file->fetch_failed();
   return handle;
 }

@@ -75,6 +75,21 @@ Result<FetchHandle> Group::fetch_selection(const std::string& model, std::uint64
   });
 }
 
+Result<FetchHandle> Group::fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
+                                         const FileOptions& options) {
+  return state_->stage_fetch(model, version, [&](PeerAccess::Impl& impl) {
+    return PeerAccess::fetch_to_file(impl, model, version, path, options);
+  });
+}
+
+Result<FetchHandle> Group::fetch_selection_to_file(const std::string& model, std::uint64_t version,
+                                                   std::span<const TensorSelection> selection, const std::string& path,
+                                                   const FileOptions& options) {
+  return state_->stage_fetch(model, version, [&](PeerAccess::Impl& impl) {
+    return PeerAccess::fetch_selection_to_file(impl, model, version, selection, path, options);
+  });
+}
+
 Result<FetchHandle> Group::fetch(const std::string& model, std::uint64_t version, std::span<std::byte> destination) {
   return state_->stage(model, version,
                        destination.empty() ? std::span<const MutableRegion>() : std::span<const MutableRegion>(&destination, 1),

@@ -171,6 +171,12 @@ struct PeerAccess {
   // Peer::fetch, and Group::fetch: into `regions` of `domain` (peer::fetch_into).
   static Result<FetchHandle> fetch_into(Impl& impl, const std::string& model, std::uint64_t version,
                                         std::span<const MutableRegion> regions, const peer::MemoryDomain& domain);
+  // Peer::fetch_to_file and Peer::fetch_selection_to_file, and Group's.
+  static Result<FetchHandle> fetch_to_file(Impl& impl, const std::string& model, std::uint64_t version,
+                                           const std::string& path, const FileOptions& options);
+  static Result<FetchHandle> fetch_selection_to_file(Impl& impl, const std::string& model, std::uint64_t version,
+                                                     std::span<const TensorSelection> selection,
+                                                     const std::string& path, const FileOptions& options);
   // A version in parts, whole, into `regions` of `domain`; `file`: as
   // fetch_selection.
   static Result<FetchHandle> fetch_parts(Impl& impl, std::shared_ptr<const manifest::SealedVersion> sealed,

@@ -6,14 +6,18 @@ views (--views), the daemons seal, and a third daemon sees the version as
 its head. `tensorhub fetch --select` then writes one rank's strided columns
 into a safetensors file (its slice named in the metadata), receiving exactly
 those bytes, and `tensorhub fetch` writes the whole model in parts into one;
-bad --part, --views and --select arguments and a slice map that names a
-missing tensor are refused with their reason.
+two daemons, the ranks of a TP2 instance, stage their columns for their
+group (`fetch --group`) and `tensorhub commit` it together, while a group
+missing a rank times out naming it. Bad --part, --views, --select and
+--group arguments and a slice map that names a missing tensor are refused
+with their reason.
 
 Usage: test_parts_cli.py PATH/TO/tensorhub
 """
 import json
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -46,7 +50,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tensorhub-parts-") as workdir:
         cluster = Swarm(binary, workdir)
         try:
-            names = ["rank0", "rank1", "watcher"]
+            names = ["rank0", "rank1", "watcher", "tp1"]
             for n in names:
                 cluster.keygen(n)
             trust = []
@@ -55,6 +59,7 @@ def main():
             cluster.start("rank0", extra=trust)
             cluster.start("rank1", seeds=["rank0"], extra=trust)
             cluster.start("watcher", seeds=["rank0"], extra=trust)
+            cluster.start("tp1", seeds=["rank0"], extra=trust)
 
             # Refused before anything is sent, with the reason.
             part0 = os.path.join(workdir, "rank0.safetensors")
@@ -120,8 +125,41 @@ def main():
                 out = cluster.fetch("watcher", os.path.join(workdir, "bad.out"), version=1, extra=("--select", select))
                 assert out.returncode != 0 and words in out.stderr, (select, out.stderr)
             assert not os.path.exists(os.path.join(workdir, "bad.out"))
+
+            # An instance of two TP ranks (the watcher and tp1): each stages its columns for the group
+            # into a file, and both commit together.
+            stages = []
+            for rank, daemon in enumerate(("watcher", "tp1")):
+                path = os.path.join(workdir, f"tp{rank}.safetensors")
+                out = cluster.fetch(daemon, path, version=1, extra=(
+                    "--group", "instance-0", "--group-size", "2", "--group-rank", str(rank),
+                    "--select", json.dumps({"w": [[0, 512], [32 * rank, 32 * rank + 32]]})))
+                assert out.returncode == 0, out.stderr
+                assert "staged for group instance-0: a selection of policy v1" in out.stdout, out.stdout
+                stages.append(path)
+            commits = [subprocess.Popen([binary, "commit", "--control", cluster.control(d), "--group", "instance-0",
+                                         "--version", "1", "--timeout", "20"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True) for d in ("watcher", "tp1")]
+            for c in commits:
+                stdout, stderr = c.communicate(timeout=60)
+                assert c.returncode == 0 and "committed v1 for group instance-0" in stdout, (stdout, stderr)
+            for rank, path in enumerate(stages):
+                assert read_safetensors(path)[1] == b"".join(
+                    full[r * 256 + 128 * rank:r * 256 + 128 * rank + 128] for r in range(512))
+            # A group whose rank 1 never stages: the commit times out naming it; an unknown group is refused.
+            out = cluster.fetch("watcher", os.path.join(workdir, "lonely.safetensors"), version=1, extra=(
+                "--group", "instance-1", "--group-size", "2", "--group-rank", "0"))
+            assert out.returncode == 0, out.stderr
+            out = cluster.run("commit", "--control", cluster.control("watcher"), "--group", "instance-1",
+                              "--version", "1", "--timeout", "1.5")
+            assert out.returncode != 0 and "timeout" in out.stderr and "rank 1" in out.stderr, out.stderr
+            out = cluster.run("commit", "--control", cluster.control("watcher"), "--group", "nobody", "--version", "1")
+            assert out.returncode != 0 and "no rank of group 'nobody'" in out.stderr, out.stderr
+            out = cluster.fetch("watcher", os.path.join(workdir, "x"), version="latest", extra=(
+                "--group", "instance-0", "--group-size", "2", "--group-rank", "0"))
+            assert out.returncode != 0 and "explicit --version" in out.stderr, out.stderr
             print("parts over the CLI: 2 ranks sealed v1; every daemon's head is", heads.pop()[:12],
-                  "; a selection's file holds its columns, received exactly")
+                  "; a selection's file holds its columns, received exactly; a TP2 group staged and committed")
         finally:
             cluster.stop_all()
 

@@ -23,9 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (path->empty()) continue;
     if (path->front() != '/' || path->find('\0') != std::string::npos) std::abort();
   }
-  if (request->cmd != "status" && !validate_model_name(request->model).is_ok()) std::abort();
+  if (request->cmd != "status" && request->cmd != "commit" && !validate_model_name(request->model).is_ok()) std::abort();
+  const bool grouped = request->cmd == "stage" || request->cmd == "commit";
+  if (grouped && (!validate_model_name(request->group).is_ok() || request->version == 0)) std::abort();
+  if (!grouped && !request->group.empty()) std::abort();
+  if (request->cmd == "stage" && (request->out.empty() || request->group_rank >= request->group_size)) std::abort();
   if (!request->gpu.empty() && request->cmd != "hold") std::abort();
-  if (!request->select.empty() && request->cmd != "fetch") std::abort();
+  if (!request->select.empty() && request->cmd != "fetch" && request->cmd != "stage") std::abort();
   if (!request->views.empty() && (request->cmd != "publish" || request->part_count == 0)) std::abort();
   if (request->select.size() > cli::kMaxSelectedTensors || request->views.size() > kMaxViews) std::abort();
   for (const auto& selection : request->views) {

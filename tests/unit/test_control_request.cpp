@@ -75,6 +75,18 @@ TEST_CASE("control request: each command decodes, and paths travel as text or as
   REQUIRE_MESSAGE(declared.is_ok(), declared.status().to_string());
   REQUIRE(declared->views.size() == 2);
   CHECK(declared->views[1] == std::vector<TensorSelection>{{"w", TensorSlice{{{0, 512}, {32, 64}}}}});
+  // A group's stage and commit.
+  auto staged = cli::parse_control_request(
+      R"({"cmd":"stage","model":"m","version":4,"out":"/s","group":"instance-0","group_size":2,"group_rank":1,)"
+      R"("select":{"w":null}})");
+  REQUIRE_MESSAGE(staged.is_ok(), staged.status().to_string());
+  CHECK(staged->group == "instance-0");
+  CHECK(staged->group_size == 2);
+  CHECK(staged->group_rank == 1);
+  CHECK(staged->select.size() == 1);
+  auto committed = cli::parse_control_request(R"({"cmd":"commit","group":"instance-0","version":4,"timeout_ms":1500})");
+  REQUIRE_MESSAGE(committed.is_ok(), committed.status().to_string());
+  CHECK(committed->timeout_ms == 1500);
 }
 
 TEST_CASE("control request: refusals name what is wrong") {
@@ -110,13 +122,24 @@ TEST_CASE("control request: refusals name what is wrong") {
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"w":[[-1,2]]}})"), "0 <= begin < end"));
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"w":7}})"), "null (whole) or a list"));
   CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","select":{"":null}})"), "not UTF-8 of 1 to"));
-  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","select":{"w":null}})"), "fetch only"));
+  CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","select":{"w":null}})"), "fetch and stage only"));
   CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","views":[{"w":null}]})"),
                  "a part's publish only"));
   CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","version":1,"part_count":2,"views":{}})"),
                  "a list of at most 64"));
   CHECK(contains(refusal(R"({"cmd":"publish","model":"m","file":"/p","version":1,"part_count":2,"views":[{"w":3}]})"),
                  "\"views\"[0] tensor 'w'"));
+  CHECK(contains(refusal(R"({"cmd":"stage","model":"m","version":1,"group":"g","group_size":2})"), "needs \"out\""));
+  CHECK(contains(refusal(R"({"cmd":"stage","model":"m","out":"/s","group":"g","group_size":2})"),
+                 "names its \"version\""));
+  CHECK(contains(refusal(R"({"cmd":"stage","model":"m","version":1,"out":"/s","group":"g","group_size":2,)"
+                         R"("group_rank":2})"),
+                 "below \"group_size\""));
+  CHECK(contains(refusal(R"({"cmd":"stage","model":"m","version":1,"out":"/s","group":"bad name","group_size":1})"),
+                 "\"group\""));
+  CHECK(contains(refusal(R"({"cmd":"commit","version":1})"), "\"group\""));
+  CHECK(contains(refusal(R"({"cmd":"commit","group":"g","version":1,"timeout_ms":0})"), "at least 1"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","group":"g"})"), "go with stage and commit only"));
 }
 
 TEST_CASE("mutation: control request decoder") {
@@ -130,6 +153,8 @@ TEST_CASE("mutation: control request decoder") {
       R"({"cmd":"release","model":"policy","version":1,"now":true})",
       R"({"cmd":"fetch","model":"policy","version":2,"out":"/s","select":{"w":[[0,512],[32,64]],"b":null}})",
       R"({"cmd":"publish","model":"policy","file":"/p","version":1,"part_count":2,"views":[{"w":[[0,9],[3,4]]}]})",
+      R"({"cmd":"stage","model":"m","version":4,"out":"/s","group":"g","group_size":2,"group_rank":1})",
+      R"({"cmd":"commit","group":"g","version":4,"timeout_ms":1500})",
   };
   core::SplitMix64 rng(seed);
   int accepted = 0;
@@ -149,9 +174,17 @@ TEST_CASE("mutation: control request decoder") {
       CHECK(path->front() == '/');
       CHECK(path->find('\0') == std::string::npos);
     }
-    if (r->cmd != "status") CHECK(validate_model_name(r->model).is_ok());
+    if (r->cmd != "status" && r->cmd != "commit") CHECK(validate_model_name(r->model).is_ok());
     if (!r->gpu.empty()) CHECK(r->cmd == "hold");
-    if (!r->select.empty()) CHECK(r->cmd == "fetch");
+    if (!r->select.empty()) CHECK((r->cmd == "fetch" || r->cmd == "stage"));
+    if (r->cmd == "stage" || r->cmd == "commit") {
+      CHECK(validate_model_name(r->group).is_ok());
+      CHECK(r->version > 0);
+      CHECK(r->timeout_ms > 0);
+    } else {
+      CHECK(r->group.empty());
+    }
+    if (r->cmd == "stage") CHECK(r->group_rank < r->group_size);
     if (!r->views.empty()) CHECK((r->cmd == "publish" && r->part_count > 0));
     for (const auto* selection : {&r->select}) {
       for (const TensorSelection& t : *selection) {
