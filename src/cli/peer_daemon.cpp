@@ -444,17 +444,8 @@ class Daemon {
       // Into the output file, written as the blocks arrive and renamed into
       // place once every shard is verified (Peer::fetch_to_file). A version
       // this daemon holds already is copied into it locally.
-      // Recorded before its temporary file exists: a daemon killed at any
-      // moment after leaves nothing its restart does not find.
-      outputs_.add(out);
-      auto handle = peer_->fetch_to_file(model, info.version, out);
-      if (!handle) {
-        outputs_.remove(out);
-        return fail(reply, handle.status());
-      }
-      watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
-      watch->output = out;
-      watch->started_here = true;
+      watch = start_into_file(info, out, reply, [&] { return peer_->fetch_to_file(model, info.version, out); });
+      if (!watch) return;
       if (!held) {
         // The daemon holds and serves this version from the file from now on.
         fetched_[key] = watch->handle;
@@ -463,8 +454,38 @@ class Daemon {
         copies_.insert(watch->handle);  // a private copy: it goes once the file is in place
       }
     }
+    answer_fetch(watch);
+  }
+
+  // Starts a fetch into the output file `out` for `reply`, recorded before
+  // its temporary file exists: a daemon killed at any moment after leaves
+  // nothing its restart does not find. nullptr (and answered) when
+  // `start()` fails.
+  template <typename Start>
+  std::shared_ptr<FetchWatch> start_into_file(const VersionInfo& info, const std::string& out,
+                                              const transport::ControlServer::Reply& reply, Start&& start) {
+    outputs_.add(out);
+    Result<FetchHandle> handle = start();
+    if (!handle) {
+      outputs_.remove(out);
+      fail(reply, handle.status());
+      return nullptr;
+    }
+    auto watch = std::make_shared<FetchWatch>();
+    watch->info = info;
+    watch->reply = reply;
+    watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
+    watch->output = out;
+    watch->started_here = true;
+    return watch;
+  }
+
+  // Answers `watch`'s request from now on: started, then progress until it ends.
+  void answer_fetch(const std::shared_ptr<FetchWatch>& watch) {
     watches_.insert(watch);
-    reply(line(Json{{"event", "started"}, {"version", info.version}, {"id", info.id.hex()}}), false);
+    watch->reply(line(Json{{"event", "started"}, {"version", watch->info.version}, {"id", watch->info.id.hex()},
+                           {"bytes", watch->handle->progress().bytes_total}}),
+                 false);
     watch_fetch(watch, Clock::now());
   }
 
@@ -476,24 +497,12 @@ class Daemon {
     if (out.empty()) return fail(reply, Status::invalid_argument("a selection is fetched into a file (\"out\")"));
     auto known = peer_->version_info(model, version);
     if (!known) return fail(reply, known.status());
-    auto watch = std::make_shared<FetchWatch>();
-    watch->info = *known;
-    watch->reply = reply;
-    outputs_.add(out);
-    auto handle = peer_->fetch_selection_to_file(model, known->version, selection, out);
-    if (!handle) {
-      outputs_.remove(out);
-      return fail(reply, handle.status());
-    }
-    watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
-    watch->output = out;
-    watch->started_here = true;
+    auto watch = start_into_file(*known, out, reply, [&] {
+      return peer_->fetch_selection_to_file(model, known->version, selection, out);
+    });
+    if (!watch) return;
     copies_.insert(watch->handle);
-    watches_.insert(watch);
-    reply(line(Json{{"event", "started"}, {"version", known->version}, {"id", known->id.hex()},
-                    {"bytes", watch->handle->progress().bytes_total}}),
-          false);
-    watch_fetch(watch, Clock::now());
+    answer_fetch(watch);
   }
 
   // This daemon's rank of group `name`: joined on its first stage (Peer::group),
@@ -524,26 +533,14 @@ class Daemon {
     if (!group) return fail(reply, group.status());
     auto known = peer_->version_info(r.model, r.version);
     if (!known) return fail(reply, known.status());
-    outputs_.add(r.out);
-    auto handle = r.select.empty() ? (*group)->fetch_to_file(r.model, r.version, r.out)
-                                   : (*group)->fetch_selection_to_file(r.model, r.version, r.select, r.out);
-    if (!handle) {
-      outputs_.remove(r.out);
-      return fail(reply, handle.status());
-    }
-    auto watch = std::make_shared<FetchWatch>();
-    watch->info = *known;
-    watch->reply = reply;
-    watch->handle = std::make_shared<FetchHandle>(std::move(*handle));
-    watch->output = r.out;
-    watch->started_here = true;
+    auto watch = start_into_file(*known, r.out, reply, [&] {
+      return r.select.empty() ? (*group)->fetch_to_file(r.model, r.version, r.out)
+                              : (*group)->fetch_selection_to_file(r.model, r.version, r.select, r.out);
+    });
+    if (!watch) return;
     if (auto& held = staged_[{r.group, r.model}]) retire(std::move(held));  // the earlier stage goes
     staged_[{r.group, r.model}] = watch->handle;
-    watches_.insert(watch);
-    reply(line(Json{{"event", "started"}, {"version", known->version}, {"id", known->id.hex()},
-                    {"bytes", watch->handle->progress().bytes_total}}),
-          false);
-    watch_fetch(watch, Clock::now());
+    answer_fetch(watch);
   }
 
   // Commits v`version` for a group this daemon staged for (Group::commit):
