@@ -284,6 +284,10 @@ class Group {
   Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
                                       std::span<const TensorSelection> selection,
                                       std::span<const MutableRegion> regions = {});
+  // The same into `regions` where `options` says they live (Peer's).
+  Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
+                                      std::span<const TensorSelection> selection,
+                                      std::span<const MutableRegion> regions, const MemoryOptions& options);
   // The same into a file (Peer::fetch_to_file, Peer::fetch_selection_to_file):
   // an engine's loader reads the staged slice from it once the group
   // commits. Errors: as those; as fetch() above.
@@ -480,15 +484,24 @@ class Peer {
   // image fetched, and progress() counts those; its info() is the
   // version's. This peer then serves the shards it holds; gossip counts
   // it a holder in part.
-  // The regions are host memory (a selection into GPU memory is not built
-  // yet), and a selection moves over TCP (not RDMA: its scratch would be
-  // pinned whole). Errors: as fetch(); as tensors() with a selection;
+  // The regions are host memory (GPU memory: the overload below), and a
+  // selection moves over TCP (not RDMA: its scratch would be pinned
+  // whole). Errors: as fetch(); as tensors() with a selection;
   // kInvalidArgument also for regions of another size than the selection;
   // kAlreadyExists (this peer holds a selection of that version already,
   // or fetches a selection of a version it holds as one).
   Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
                                       std::span<const TensorSelection> selection,
                                       std::span<const MutableRegion> regions = {});
+  // The same into `regions` where `options` says they live. Into a GPU's
+  // memory only views move (a view lands whole there; whole shards would
+  // need host scratch): every part the selection takes bytes of must have
+  // declared its view (PartOptions::views), and each view is verified on
+  // the GPU. Errors: as above; kInvalidArgument also for no regions, or a
+  // part without that view (naming it); for a GPU as fetch() into one.
+  Result<FetchHandle> fetch_selection(const std::string& model, std::uint64_t version,
+                                      std::span<const TensorSelection> selection,
+                                      std::span<const MutableRegion> regions, const MemoryOptions& options);
   // Fetches a version (kLatestVersion: the head) into the file at `path`:
   // its image (the published file, byte for byte), or for a version in
   // parts a safetensors file of its tensors, whole, in tensors()' order.

@@ -424,9 +424,11 @@ class Peer:
         selected tensor at its slice's shape (every one once the whole
         selection is verified), ``tensors`` lists them laid end to end, and
         ``into`` is one buffer of the selection's size or a mapping of name
-        to arrays of the slices' shapes (host memory: a selection into CUDA
-        tensors is not built yet). ``progress().bytes_received`` counts the
-        bytes that came over the network.
+        to arrays of the slices' shapes. Into CUDA tensors only declared
+        views move (``publish(..., views=)``: each lands whole and is
+        verified on the GPU); a part without this selection's view raises
+        ``invalid_argument`` naming it. ``progress().bytes_received`` counts
+        the bytes that came over the network.
 
         Returns at once (the fetch goes on; ``wait(timeout)`` waits for it).
         The arguments go in C++'s order: model, version, then where to.
@@ -460,10 +462,7 @@ class Peer:
             total = sum(t[4] for t in tensors)
 
             def begin(regions, owner, gpu=""):
-                if gpu:
-                    raise Error("invalid argument: into: a fetch by selection into CUDA tensors is not built yet; "
-                                "fetch it into host memory")
-                return start_selection(model, number, selection, regions, owner)
+                return start_selection(model, number, selection, regions, owner, gpu=gpu)
         if isinstance(into, Mapping):
             if tensors is None:
                 tensors = self._native.version_tensors(model, number)

@@ -351,19 +351,20 @@ PYBIND11_MODULE(_native, m) {
            py::keep_alive<0, 1>())
       .def("fetch_selection",
            [](GroupRank& g, const std::string& model, std::uint64_t version, const SelectionSpec& selection,
-              const std::vector<RegionSpec>& regions, py::object owner) {
+              const std::vector<RegionSpec>& regions, py::object owner, const std::string& gpu) {
              const std::vector<MutableRegion> spans = mutable_regions(regions);
              const std::vector<TensorSelection> selected = tensor_selection(selection);
              const std::shared_ptr<Group> group = g.get();  // raises with the GIL held
              Result<FetchHandle> r = Status::internal("not fetched");
              {
                py::gil_scoped_release nogil;
-               r = group->fetch_selection(model, version, selected, spans);
+               r = gpu.empty() ? group->fetch_selection(model, version, selected, spans)
+                               : group->fetch_selection(model, version, selected, spans, MemoryOptions{gpu});
              }
              return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
            },
            py::arg("model"), py::arg("version"), py::arg("selection"), py::arg("regions"), py::arg("owner"),
-           py::keep_alive<0, 1>())
+           py::arg("gpu") = "", py::keep_alive<0, 1>())
       .def("commit",
            [](GroupRank& g, std::uint64_t version, std::optional<double> timeout) {
              const std::shared_ptr<Group> group = g.get();
@@ -579,18 +580,19 @@ PYBIND11_MODULE(_native, m) {
            })
       .def("fetch_selection",
            [](Peer& p, const std::string& model, std::uint64_t version, const SelectionSpec& selection,
-              const std::vector<RegionSpec>& regions, py::object owner) {
+              const std::vector<RegionSpec>& regions, py::object owner, const std::string& gpu) {
              const std::vector<MutableRegion> spans = mutable_regions(regions);
              const std::vector<TensorSelection> selected = tensor_selection(selection);
              Result<FetchHandle> r = Status::internal("not fetched");
              {
                py::gil_scoped_release nogil;
-               r = p.fetch_selection(model, version, selected, spans);
+               r = gpu.empty() ? p.fetch_selection(model, version, selected, spans)
+                               : p.fetch_selection(model, version, selected, spans, MemoryOptions{gpu});
              }
              return std::make_unique<Fetched>(std::move(owner), value_or_raise(std::move(r)));
            },
            py::arg("model"), py::arg("version"), py::arg("selection"), py::arg("regions"), py::arg("owner"),
-           py::keep_alive<0, 1>())
+           py::arg("gpu") = "", py::keep_alive<0, 1>())
       .def("wait_for_head",
            [](Peer& p, const std::string& model, std::uint64_t after, std::optional<double> timeout) {
              Result<VersionInfo> r = Status::internal("not waited");

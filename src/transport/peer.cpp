@@ -317,10 +317,32 @@ Result<FetchHandle> PeerAccess::fetch_selection_to_file(Impl& impl, const std::s
   return handle;
 }
 
+Result<FetchHandle> Peer::fetch_selection(const std::string& model, std::uint64_t version,
+                                          std::span<const TensorSelection> selection,
+                                          std::span<const MutableRegion> regions, const MemoryOptions& options) {
+  auto domain = PeerAccess::domain_of(*impl_, options);
+  if (!domain) return domain.status();
+  return PeerAccess::fetch_selection(*impl_, model, version, selection, regions, nullptr, **domain);
+}
+
+Result<const peer::MemoryDomain*> PeerAccess::domain_of(Impl& impl, const MemoryOptions& options) {
+  if (options.gpu.empty()) return &peer::host_memory();
+  auto gpu = PeerAccess::gpu(impl, options.gpu);
+  if (!gpu) return gpu.status();
+  return &(*gpu)->domain();
+}
+
+Result<FetchHandle> peer::fetch_selection_into(Peer& peer, const std::string& model, std::uint64_t version,
+                                               std::span<const TensorSelection> selection,
+                                               std::span<const MutableRegion> regions, const MemoryDomain& domain) {
+  return PeerAccess::fetch_selection(PeerAccess::impl(peer), model, version, selection, regions, nullptr, domain);
+}
+
 Result<FetchHandle> PeerAccess::fetch_selection(Impl& impl_ref, const std::string& model, std::uint64_t version,
                                                 std::span<const TensorSelection> selection,
                                                 std::span<const MutableRegion> regions,
-                                                std::shared_ptr<peer::FileDestination> file) {
+                                                std::shared_ptr<peer::FileDestination> file,
+                                                const peer::MemoryDomain& domain) {
   Impl* impl = &impl_ref;
   for (const MutableRegion& r : regions) {
     if (r.empty()) return Status::invalid_argument("a destination region is empty");
@@ -330,9 +352,8 @@ Result<FetchHandle> PeerAccess::fetch_selection(Impl& impl_ref, const std::strin
     if (!info) return info.status();
     auto sealed = impl->engine->sealed_version(model, info->version);
     if (!sealed) return sealed.status();
-    auto fetched = file ? impl->engine->fetch_selection(model, info->version, selection, core::MutableRegions(regions),
-                                                        file->domain(), file)
-                        : impl->engine->fetch_selection(model, info->version, selection, core::MutableRegions(regions));
+    auto fetched = impl->engine->fetch_selection(model, info->version, selection, core::MutableRegions(regions),
+                                                 file ? file->domain() : domain, file);
     if (!fetched) return fetched.status();
     std::vector<PeerAccess::Created> parts;
     for (auto& part : fetched->fetches.parts) parts.push_back({part, impl->engine->watch_of(part)});

@@ -472,9 +472,9 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
                                                                core::MutableRegions destination,
                                                                const MemoryDomain& domain,
                                                                std::shared_ptr<DestinationOwner> backing) {
-  if (!domain.host_accessible()) {
+  if (!domain.host_accessible() && destination.empty()) {
     return Status::invalid_argument("a fetch by selection into " + std::string(domain.name()) +
-                                    " memory is not built yet; fetch it into host memory");
+                                    " memory needs its destination");
   }
   auto known = core_->resolve_version(model, VersionNumber{number});
   if (!known) return with_join_status(known.status());
@@ -511,9 +511,13 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
     // holds the image whole (its shards are copied locally), nor when no
     // peer can serve the view (the publisher let its part go, and no other
     // fetcher of the selection holds it): then whole shards.
+    // Into memory the host cannot write (GPU memory) only views go: a
+    // view lands whole in the destination, where whole shards would need
+    // host scratch for their bytes the selection does not take.
     auto view = declared_view(*images[i], *layout);
-    if (auto held = core_->find(images[i]->id()); held && held->holds_all()) view.reset();
-    if (view && !core_->view_has_source(**view)) view.reset();
+    const bool host = domain.host_accessible();
+    if (auto held = core_->find(images[i]->id()); host && held && held->holds_all()) view.reset();
+    if (view && host && !core_->view_has_source(**view)) view.reset();
     if (view) {
       auto runs = manifest::selection_runs((*view)->tensors(), (*view)->total_size(), *layout, which);
       auto v = runs ? fetch_landing(*view, *runs, destination, domain, backing, {}) : runs.status();
@@ -526,6 +530,12 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
     if (!runs) return release_started(fetches, runs.status());
     core::Bitfield wanted = manifest::shards_selected(*images[i], *runs);
     if (wanted.none()) continue;  // the selection takes nothing of this image
+    if (!host) {
+      return release_started(fetches, Status::invalid_argument(
+                                          which + " has no declared view of this selection (or none that a peer "
+                                          "serves): a selection into " + std::string(domain.name()) +
+                                          " memory moves views only (PartOptions::views); fetch it into host memory"));
+    }
     auto v = fetch_landing(images[i], *runs, destination, domain, backing, std::move(wanted));
     if (!v) return release_started(fetches, v.status().with_context(which));
     fetches.push_back(std::move(*v));

@@ -133,8 +133,9 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   // skipping images that hold no selected byte. A failure releases the
   // fetches started. Errors: as fetch; as selection_layout;
   // kInvalidArgument also for a destination of another size than the
-  // selection, or memory the host cannot write (GPU selections are not
-  // built yet).
+  // selection, or, into memory the host cannot write (GPU memory), no
+  // destination or an image the selection takes bytes of without a
+  // declared view (views land whole; shards would need host scratch).
   struct SelectionFetch {
     PartsFetch fetches;
     std::vector<TensorEntry> tensors;  // the selection's layout

@@ -75,6 +75,16 @@ Result<FetchHandle> Group::fetch_selection(const std::string& model, std::uint64
   });
 }
 
+Result<FetchHandle> Group::fetch_selection(const std::string& model, std::uint64_t version,
+                                           std::span<const TensorSelection> selection,
+                                           std::span<const MutableRegion> regions, const MemoryOptions& options) {
+  return state_->stage_fetch(model, version, [&](PeerAccess::Impl& impl) -> Result<FetchHandle> {
+    auto domain = PeerAccess::domain_of(impl, options);
+    if (!domain) return domain.status();
+    return PeerAccess::fetch_selection(impl, model, version, selection, regions, nullptr, **domain);
+  });
+}
+
 Result<FetchHandle> Group::fetch_to_file(const std::string& model, std::uint64_t version, const std::string& path,
                                          const FileOptions& options) {
   return state_->stage_fetch(model, version, [&](PeerAccess::Impl& impl) {

@@ -164,10 +164,15 @@ struct PeerAccess {
   // Peer::fetch_selection, and Group::fetch_selection. `file`: the output
   // file `regions` lie in (fetch_selection_to_file), which the fetch keeps
   // and the handle's wait() puts in place; nullptr: the caller's memory.
+  // `domain`: where `regions` lie (a file's, when `file` is set).
   static Result<FetchHandle> fetch_selection(Impl& impl, const std::string& model, std::uint64_t version,
                                              std::span<const TensorSelection> selection,
                                              std::span<const MutableRegion> regions,
-                                             std::shared_ptr<peer::FileDestination> file = nullptr);
+                                             std::shared_ptr<peer::FileDestination> file = nullptr,
+                                             const peer::MemoryDomain& domain = peer::host_memory());
+  // The GPU domain `options` names (host memory when none). Errors: as
+  // PeerAccess::gpu.
+  static Result<const peer::MemoryDomain*> domain_of(Impl& impl, const MemoryOptions& options);
   // Peer::fetch, and Group::fetch: into `regions` of `domain` (peer::fetch_into).
   static Result<FetchHandle> fetch_into(Impl& impl, const std::string& model, std::uint64_t version,
                                         std::span<const MutableRegion> regions, const peer::MemoryDomain& domain);

@@ -40,6 +40,13 @@ Result<std::unique_ptr<Peer>> start_peer(PeerOptions options, InternalOptions in
 Result<FetchHandle> fetch_into(Peer& peer, const std::string& model, std::uint64_t version,
                                std::span<const MutableRegion> regions, const MemoryDomain& domain);
 
+// Peer::fetch_selection into memory of `domain` (the tests' fake GPU).
+// REQUIRES: `domain` outlives the handle's versions. Errors: as
+// Peer::fetch_selection with MemoryOptions.
+Result<FetchHandle> fetch_selection_into(Peer& peer, const std::string& model, std::uint64_t version,
+                                         std::span<const TensorSelection> selection,
+                                         std::span<const MutableRegion> regions, const MemoryDomain& domain);
+
 // Peer::publish from memory of `domain` (GPU memory, say): the manifest's
 // digests computed by the domain, pieces served through it.
 // REQUIRES: `domain` outlives the handle's version.

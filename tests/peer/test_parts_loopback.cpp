@@ -10,9 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/random_fill.hpp"
+#include "cuda/device_memory_domain.hpp"
+#include "cuda/staging_ring.hpp"
 #include "manifest/slices_metadata.hpp"
+#include "support/fake_device.hpp"
 #include "support/temp_dir.hpp"
 #include "tensorhub/safetensors.hpp"
+#include "transport/peer_internal.hpp"
 #include "support/gossip_network.hpp"
 #include "support/model_fixture.hpp"
 #include "tensorhub/peer.hpp"
@@ -401,4 +405,58 @@ TEST_CASE("parts over loopback: a version in parts and a selection of it go into
   keep.overwrite = false;
   CHECK(reader.fetch_selection_to_file("policy", 1, columns, selection_path, keep).status().code() ==
         StatusCode::kAlreadyExists);
+}
+
+TEST_CASE("parts over loopback: a selection lands in GPU memory by its views, verified on the device, and without a view "
+          "it is refused") {
+  // GPU memory is the fake device's: host memory posing as device memory,
+  // copies through the staging ring, shards hashed by the device.
+  FakeDevice device(2);
+  device.complete_on_query(true);
+  std::unique_ptr<cuda::StagingRing> ring;
+  REQUIRE(cuda::StagingRing::create(device, {.slot_bytes = 64u << 10, .slots = 8}, ring));
+  const cuda::DeviceMemoryDomain gpu(device, ring.get());
+
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(start(60, {}));
+  const std::string seed = peers[0]->gossip_address();
+  for (std::uint64_t k : {61, 62, 71}) peers.push_back(start(k, {seed}));
+  const TensorSelection right[] = {{"w", TensorSlice{{{0, kRows}, {64, 128}}}}};
+  const TensorSelection left[] = {{"w", TensorSlice{{{0, kRows}, {0, 64}}}}};
+  PartOptions declared;
+  declared.views = {{right[0]}};
+  const SealedParts v1 = publish_sealed(peers, declared);
+  Peer& rank = *peers[3];
+  REQUIRE(rank.wait_for_head("policy", 0, 20s).is_ok());
+
+  // Regions of odd sizes, so a view's blocks span them.
+  const std::size_t size = kRows * 64 * 4;
+  DeviceRegions memory(device, {size / 3 + 5, size - size / 3 - 5});
+  auto fetched = peer::fetch_selection_into(rank, "policy", 1, right, memory.regions(), gpu);
+  REQUIRE_MESSAGE(fetched.is_ok(), fetched.status().to_string());
+  REQUIRE_MESSAGE(fetched->wait(20s).is_ok(), fetched->wait(0ms).to_string());
+  std::vector<std::byte> expected;
+  for (std::uint64_t r = 0; r < kRows; ++r) {
+    const auto row = v1.full.begin() + static_cast<std::ptrdiff_t>(r * kCols * 4 + 64 * 4);
+    expected.insert(expected.end(), row, row + 64 * 4);
+  }
+  CHECK(memory.bytes() == expected);
+  CHECK(fetched->progress().bytes_received == size);
+  CHECK(device.hashes() >= 3);  // each part's view shard, verified on the device
+  CHECK(device.misplaced_copies() == 0);
+  fetched->release();
+
+  // The left-hand columns have no declared view: their shards would need
+  // host scratch, so the fetch is refused, naming the part.
+  DeviceRegions other(device, {size});
+  auto refused = peer::fetch_selection_into(rank, "policy", 1, left, other.regions(), gpu);
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(refused.status().message().find("part 0 of policy v1 has no declared view") != std::string::npos,
+                refused.status().message());
+  // A GPU that is not there: refused through the public API.
+  CHECK(rank.fetch_selection("policy", 1, right, other.regions(),
+                             MemoryOptions{"GPU-8b2c3a10-1f2e-4d3c-9a8b-7c6d5e4f3a2b"})
+            .status()
+            .code() != StatusCode::kOk);
 }
