@@ -7,6 +7,10 @@
 //             hashed on the GPU); a worker fetches it into host memory,
 //             verifying every shard on the CPU against those digests; then
 //             a second worker, served by the first and the trainer's mirror
+//   selection the trainer publishes the model in two parts, each declaring
+//             a row-parallel rank's columns as a view; the worker fetches
+//             that selection into GPU memory (views verified on the GPU):
+//             bytes received against selected, read back and compared
 // Exit status 0 when every byte matched.
 #include <cuda_runtime_api.h>
 
@@ -23,6 +27,7 @@
 #include "tensorhub/devices.hpp"
 #include "tensorhub/peer.hpp"
 #include "tensorhub/safetensors.hpp"
+#include "tensorhub/tensor_slice.hpp"
 
 using namespace tensorhub;
 using namespace std::chrono_literals;
@@ -174,6 +179,68 @@ int main(int argc, char** argv) {
       << ", \"bytes_equal\": " << (host == image && again == image ? "true" : "false")
       << ", \"publisher_status\": " << trainer->status_json() << "}";
     published.release();
+    cudaFree(device);
+  }
+  // ---- a selection into GPU memory by its views (issue 48) ----
+  // The trainer publishes the model as two parts (FSDP: each 2-D tensor's
+  // half of the rows; 1-D ones whole in part 0), each declaring a
+  // row-parallel rank's columns [512, 1024) of every 2-D tensor; the worker
+  // fetches that selection into GPU memory, where it lands by the views
+  // and verifies on the device.
+  {
+    std::vector<TensorSelection> selection;
+    std::vector<std::vector<ConstRegion>> part_regions(2);
+    std::vector<std::vector<TensorEntry>> part_tensors(2);
+    std::vector<std::uint64_t> part_bytes(2, 0);
+    for (const TensorEntry& t : tensors) {
+      const bool split = t.shape.size() == 2 && t.shape[0] % 2 == 0 && t.shape[1] == 1024;
+      for (std::uint32_t r = 0; r < 2; ++r) {
+        if (!split && r == 1) continue;
+        const std::uint64_t rows = split ? t.shape[0] / 2 : 0;
+        const std::uint64_t length = split ? t.byte_length / 2 : t.byte_length;
+        part_regions[r].push_back({image.data() + t.byte_offset + (split ? r * length : 0), length});
+        TensorEntry e{t.name, t.dtype, split ? std::vector<std::uint64_t>{rows, 1024} : t.shape, part_bytes[r], length};
+        if (split) {
+          e.global_shape = t.shape;
+          e.slice_begin = {r * rows, 0};
+        }
+        part_tensors[r].push_back(std::move(e));
+        part_bytes[r] += length;
+      }
+      if (split) selection.push_back(TensorSelection{t.name, TensorSlice{{{0, t.shape[0]}, {512, 1024}}}});
+    }
+    PartOptions declared;
+    declared.views = {selection};
+    std::vector<PublishHandle> parts;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      parts.push_back(check(trainer->publish_part("slices", 1, r, 2, part_regions[r], part_tensors[r], declared),
+                            "publish a part with a view"));
+    }
+    for (auto& part : parts) check(part.wait_sealed(60s), "seal");
+    check(worker->wait_for_head("slices", 0, 20s), "head of the parts");
+    std::vector<std::byte> expected;
+    for (const TensorEntry& t : tensors) {
+      if (!(t.shape.size() == 2 && t.shape[0] % 2 == 0 && t.shape[1] == 1024)) continue;
+      for (std::uint64_t row = 0; row < t.shape[0]; ++row) {
+        const std::byte* from = image.data() + t.byte_offset + row * 2048 + 1024;
+        expected.insert(expected.end(), from, from + 1024);
+      }
+    }
+    std::byte* device = device_alloc(expected.size());
+    const MutableRegion regions[] = {{device, expected.size()}};
+    auto t = std::chrono::steady_clock::now();
+    auto f = check(worker->fetch_selection("slices", 1, selection, regions, MemoryOptions{gpu.uuid}),
+                   "fetch a selection into GPU");
+    check(f.wait(300s), "fetch a selection into GPU");
+    const double seconds = seconds_since(t);
+    std::vector<std::byte> back(expected.size());
+    cudaMemcpy(back.data(), device, expected.size(), cudaMemcpyDeviceToHost);
+    if (back != expected) ++failures;
+    o << ", \"selection\": {\"selected_bytes\": " << expected.size()
+      << ", \"bytes_received\": " << f.progress().bytes_received << ", \"gpu_seconds\": " << seconds
+      << ", \"bytes_equal\": " << (back == expected ? "true" : "false") << "}";
+    f.release();
+    parts.clear();
     cudaFree(device);
   }
   o << ", \"failures\": " << failures << "}\n";
