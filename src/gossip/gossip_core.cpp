@@ -178,19 +178,19 @@ void GossipCore::set_head(const HeadEntry& head) {
 
 void GossipCore::set_holding(const HoldingEntry& holding, bool origin) {
   const LocalHolding local{holding, origin};
-  auto it = wanted_.holdings.find({holding.model, holding.version, holding.manifest_id});
+  auto it = wanted_.holdings.find(key_of(holding));
   if (it != wanted_.holdings.end()) {
     if (it->second.entry == holding && it->second.origin == origin) return;
     it->second = local;
   } else {
     if (wanted_.holdings.size() >= kMaxWantedEntries) return;
-    wanted_.holdings.emplace(std::make_tuple(holding.model, holding.version, holding.manifest_id), local);
+    wanted_.holdings.emplace(key_of(holding), local);
   }
   choose_announced();
 }
 
-void GossipCore::remove_holding(const std::string& model, std::uint64_t version, const ManifestId& id) {
-  if (wanted_.holdings.erase({model, version, id}) == 0) return;
+void GossipCore::remove_holding(const HoldingKey& key) {
+  if (wanted_.holdings.erase(key) == 0) return;
   choose_announced();
 }
 

@@ -234,7 +234,7 @@ class GossipCore {
   void set_head(const HeadEntry& head);
   // `origin`: this peer published the version.
   void set_holding(const HoldingEntry& holding, bool origin = false);
-  void remove_holding(const std::string& model, std::uint64_t version, const ManifestId& id);
+  void remove_holding(const HoldingKey& key);
   // The model-parallel groups this peer is a rank of, as its record claims
   // them (sorted by name, unique). Errors: kInvalidArgument (a claim breaks
   // the record's rules: validate_record), kResourceExhausted (the record

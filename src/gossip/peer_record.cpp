@@ -22,12 +22,44 @@ void encode_entry(core::MsgpackWriter& w, const HeadEntry& h) {
   w.write_bin(h.manifest_id.bytes);
 }
 
+// A plain holding is [model, version, id, progress]; a part set adds
+// [selection (0 or 32 bytes), part count, parts bitmap, complete bitmap].
 void encode_entry(core::MsgpackWriter& w, const HoldingEntry& h) {
-  w.write_array_header(4);
+  w.write_array_header(h.is_part_set() ? 8 : 4);
   w.write_str(h.model);
   w.write_uint(h.version);
   w.write_bin(h.manifest_id.bytes);
   w.write_uint(h.progress_permille);
+  if (!h.is_part_set()) return;
+  if (h.selection) {
+    w.write_bin(h.selection->bytes);
+  } else {
+    w.write_bin(std::span<const std::uint8_t>{});
+  }
+  w.write_uint(h.parts.size());
+  w.write_bin(h.parts.to_bytes());
+  w.write_bin(h.complete_parts.to_bytes());
+}
+
+// The part set fields of a holding whose array has 8 elements.
+bool decode_part_set(core::MsgpackReader& rd, HoldingEntry& h) {
+  std::span<const std::uint8_t> bytes;
+  std::uint64_t count = 0;
+  if (!rd.read_bin("part set selection", bytes, sizeof(ManifestId::bytes))) return false;
+  if (!bytes.empty()) {
+    if (bytes.size() != sizeof(ManifestId::bytes)) return rd.fail("part set selection", "is neither empty nor 32 bytes");
+    h.selection.emplace();
+    std::copy(bytes.begin(), bytes.end(), h.selection->bytes.begin());
+  }
+  if (!rd.read_uint("part set part count", count, kMaxPartSetParts)) return false;
+  if (count == 0) return rd.fail("part set part count", "is 0");
+  for (core::Bitfield* bits : {&h.parts, &h.complete_parts}) {
+    if (!rd.read_bin("part set bitmap", bytes, (kMaxPartSetParts + 7) / 8)) return false;
+    auto decoded = core::Bitfield::from_bytes(bytes, count);
+    if (!decoded) return rd.fail("part set bitmap", decoded.status().message());
+    *bits = std::move(*decoded);
+  }
+  return true;
 }
 
 void encode_entry(core::MsgpackWriter& w, const GroupEntry& g) {
@@ -105,7 +137,13 @@ Status decode_body(core::MsgpackReader& rd, PeerRecord& r) {
     r.holdings.resize(count);
     for (auto& h : r.holdings) {
       std::uint64_t progress = 0;
-      if (!(rd.expect_array("holding", 4) && rd.read_str("holding model", s, kMaxModelBytes))) break;
+      std::uint32_t fields = 0;
+      if (!rd.read_array_header("holding", fields, 8)) break;
+      if (fields != 4 && fields != 8) {
+        rd.fail("holding", "has neither 4 fields (a holding) nor 8 (a part set)");
+        break;
+      }
+      if (!rd.read_str("holding model", s, kMaxModelBytes)) break;
       h.model.assign(s);
       if (!(rd.read_uint("holding version", h.version) &&
             rd.read_bin_exact("holding manifest id", h.manifest_id.bytes) &&
@@ -113,6 +151,7 @@ Status decode_body(core::MsgpackReader& rd, PeerRecord& r) {
         break;
       }
       h.progress_permille = static_cast<std::uint16_t>(progress);
+      if (fields == 8 && !decode_part_set(rd, h)) break;
     }
   }
   if (rd.read_array_header("groups", count, kMaxRecordGroups, 4)) {
@@ -133,6 +172,34 @@ class VerifyingDecoder final : public RecordDecoder {
  public:
   Result<RecordPtr> decode(std::span<const std::uint8_t> encoded) override { return decode_record(encoded); }
 };
+
+// A part set names 1..kMaxPartSetParts parts, at least one held, complete
+// ones among the held, and is complete exactly when all held are; a plain
+// holding names no selection.
+Status validate_part_set(const HoldingEntry& h) {
+  if (!h.is_part_set()) {
+    if (h.selection || h.complete_parts.size() != 0) {
+      return Status::invalid_argument("a plain holding names a selection or complete parts");
+    }
+    return Status::ok();
+  }
+  if (h.parts.size() > kMaxPartSetParts || h.complete_parts.size() != h.parts.size()) {
+    return Status::invalid_argument("a part set of " + std::to_string(h.parts.size()) + " parts (at most " +
+                                    std::to_string(kMaxPartSetParts) + ") with a complete bitmap of " +
+                                    std::to_string(h.complete_parts.size()));
+  }
+  if (h.parts.none()) return Status::invalid_argument("a part set holds no part");
+  std::size_t complete = 0;
+  for (std::size_t i = h.complete_parts.find_next(0, true); i < h.complete_parts.size();
+       i = h.complete_parts.find_next(i + 1, true)) {
+    if (!h.parts.test(i)) return Status::invalid_argument("a part set's part " + std::to_string(i) + " is complete but not held");
+    ++complete;
+  }
+  if ((h.progress_permille == 1000) != (complete == h.parts.count())) {
+    return Status::invalid_argument("a part set's progress is 1000 permille exactly when every part it holds is complete");
+  }
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -168,14 +235,14 @@ Status validate_record(const PeerRecord& r) {
     }
   }
   for (std::size_t i = 1; i < r.holdings.size(); ++i) {
-    const auto& a = r.holdings[i - 1];
-    const auto& b = r.holdings[i];
-    if (!(std::tie(a.model, a.version, a.manifest_id) < std::tie(b.model, b.version, b.manifest_id))) {
-      return Status::invalid_argument("record holdings are not sorted by (model, version, id), or repeat one");
+    if (!(key_of(r.holdings[i - 1]) < key_of(r.holdings[i]))) {
+      return Status::invalid_argument(
+          "record holdings are not sorted by (model, version, id, selection), or repeat one");
     }
   }
   for (const auto& h : r.holdings) {
     if (h.progress_permille > 1000) return Status::invalid_argument("holding progress above 1000 permille");
+    TENSORHUB_RETURN_IF_ERROR(validate_part_set(h));
   }
   if (r.groups.size() > kMaxRecordGroups) return Status::invalid_argument("too many groups in a record");
   for (std::size_t i = 0; i < r.groups.size(); ++i) {

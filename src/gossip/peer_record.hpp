@@ -8,10 +8,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/bitfield.hpp"
 #include "core/location.hpp"
 #include "tensorhub/identity.hpp"
 #include "tensorhub/ids.hpp"
@@ -30,14 +33,49 @@ struct HeadEntry {
 };
 
 // A version this peer holds (progress 1000) or is fetching (coarse progress).
+//
+// Or, when `parts` is not empty, a part set: the compact form of what a
+// peer holds of a version in parts, one entry however many parts. Then
+// `manifest_id` is the seal's id (the version's), and the entry holds the
+// parts whose bit is set in `parts` (held or being fetched), whole when
+// `selection` is none, or else their views of the selection whose key
+// `selection` is (manifest::selection_key): a reader fetching that
+// selection knows which view of each part that is. `complete` is the
+// subset held complete and verified, and progress is 1000 exactly when it
+// is all of them.
 struct HoldingEntry {
+  HoldingEntry() = default;
+  HoldingEntry(std::string model_name, std::uint64_t version_number, const ManifestId& id, std::uint16_t permille = 0)
+      : model(std::move(model_name)), version(version_number), manifest_id(id), progress_permille(permille) {}
+
   std::string model;
   std::uint64_t version = 0;
   ManifestId manifest_id;
   std::uint16_t progress_permille = 0;  // 0..1000; 1000 = complete and verified
+  std::optional<ManifestId> selection;  // a part set's selection; none: its parts whole
+  core::Bitfield parts;                 // a part set's parts (one bit a part); empty: a plain holding
+  core::Bitfield complete_parts;        // of the same size: those complete
   bool complete() const { return progress_permille >= 1000; }
+  bool is_part_set() const { return parts.size() != 0; }
   friend bool operator==(const HoldingEntry&, const HoldingEntry&) = default;
 };
+
+// What orders and identifies a record's holdings: a peer holds a version
+// (or a part) once, and a version in parts once whole and once per
+// selection.
+struct HoldingKey {
+  HoldingKey() = default;
+  HoldingKey(std::string model_name, std::uint64_t version_number, const ManifestId& id,
+             std::optional<ManifestId> selection_key = std::nullopt)
+      : model(std::move(model_name)), version(version_number), manifest_id(id), selection(selection_key) {}
+
+  std::string model;
+  std::uint64_t version = 0;
+  ManifestId manifest_id;
+  std::optional<ManifestId> selection;
+  friend auto operator<=>(const HoldingKey&, const HoldingKey&) = default;
+};
+inline HoldingKey key_of(const HoldingEntry& h) { return {h.model, h.version, h.manifest_id, h.selection}; }
 
 // A model-parallel group this peer is a rank of (peer/group_book.hpp): the
 // group's ranks find each other by these claims and then talk directly.
@@ -61,7 +99,7 @@ struct PeerRecord {
   Topology topology;
   bool leaving = false;     // a graceful leave: final for this incarnation
   std::vector<HeadEntry> heads;        // sorted by model, unique models
-  std::vector<HoldingEntry> holdings;  // sorted by (model, version, id), unique (a version in parts: one per part)
+  std::vector<HoldingEntry> holdings;  // sorted by key_of, unique (a version in parts: a part set, or one per part)
   std::vector<GroupEntry> groups;      // sorted by name, unique names
   friend bool operator==(const PeerRecord&, const PeerRecord&) = default;
 };
@@ -75,6 +113,9 @@ inline constexpr std::size_t kMaxRecordHoldings = 16;
 inline constexpr std::size_t kMaxRecordGroups = 4;
 inline constexpr std::size_t kMaxGroupNameBytes = 64;
 inline constexpr std::uint32_t kMaxGroupSize = 1024;
+// A part set names at most this many parts: its two bitmaps take 128
+// bytes each. A version in more parts is held as plain holdings, a part each.
+inline constexpr std::uint32_t kMaxPartSetParts = 1024;
 
 // An immutable record with its signed encoding. Shared: relays, queues and
 // member tables hold the same object.

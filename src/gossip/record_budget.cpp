@@ -10,8 +10,6 @@ namespace {
 // msgpack's array header: fixarray up to 15 entries, array16 from 16.
 std::size_t list_header_bytes(std::size_t count) { return count <= 15 ? 1 : 3; }
 
-using HoldingKey = std::tuple<std::string, std::uint64_t, ManifestId>;
-
 // Fills a record's entry lists one entry at a time, each only if the record
 // still fits its limits with it.
 class Filler {
@@ -28,7 +26,7 @@ class Filler {
     return true;
   }
   bool add(const HoldingEntry& holding) {
-    const HoldingKey key{holding.model, holding.version, holding.manifest_id};
+    const HoldingKey key = key_of(holding);
     if (holdings_.count(key) != 0) return true;
     const std::size_t grown = bytes_ + encoded_entry_bytes(holding) + list_header_bytes(holdings_.size() + 1) -
                               list_header_bytes(holdings_.size());

@@ -40,8 +40,8 @@ struct LocalHolding {
 // knows, and each version it holds or fetches.
 struct Announcements {
   std::map<std::string, HeadEntry> heads;                                      // by model
-  // By (model, version, id): a version in parts is held as several parts.
-  std::map<std::tuple<std::string, std::uint64_t, ManifestId>, LocalHolding> holdings;
+  // By key_of: a version in parts is held as several parts, or part sets.
+  std::map<HoldingKey, LocalHolding> holdings;
 
   // The origin holding of `head`: published here, at the head's version and id.
   bool is_origin_of_head(const HeadEntry& head) const;
@@ -49,7 +49,7 @@ struct Announcements {
 
 struct ChosenEntries {
   std::vector<HeadEntry> heads;        // sorted by model
-  std::vector<HoldingEntry> holdings;  // sorted by (model, version, id)
+  std::vector<HoldingEntry> holdings;  // sorted by key_of
   std::size_t heads_left_out = 0;
   std::size_t holdings_left_out = 0;
   std::size_t record_bytes = 0;  // of the signed record with these entries

@@ -83,7 +83,20 @@ Result<std::vector<PartView>> declared_views(std::span<const TensorEntry> image_
 
 namespace {
 constexpr std::string_view kViewIdDomain{"tensorhub view v1\0", 18};
+constexpr std::string_view kSelectionKeyDomain{"tensorhub selection v1\0", 23};
 }  // namespace
+
+ManifestId selection_key(std::span<const TensorEntry> selected) {
+  std::vector<std::uint8_t> table;
+  core::MsgpackWriter w(table);
+  manifest_detail::write_tensor_table(w, selected);
+  const std::span<const std::byte> pieces[] = {std::as_bytes(std::span(kSelectionKeyDomain)),
+                                               std::as_bytes(std::span(table))};
+  const core::Blake2bDigest digest = core::blake2b_256_of_pieces(pieces);
+  ManifestId key;
+  std::copy(digest.begin(), digest.end(), key.bytes.begin());
+  return key;
+}
 
 ManifestId view_id(const ManifestId& image, const ManifestId& key) {
   const std::span<const std::byte> pieces[] = {std::as_bytes(std::span(kViewIdDomain)),

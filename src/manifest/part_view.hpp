@@ -62,6 +62,12 @@ Result<std::vector<PartView>> declared_views(std::span<const TensorEntry> image_
 // its fetchers ask for.
 ManifestId view_id(const ManifestId& image, const ManifestId& key);
 
+// The key of a selection of a version (`selected`: selected_layout's
+// entries), the same for every fetcher of it however it was written:
+// BLAKE2b-256 of a domain string and the layout's tensor table. A part set
+// in gossip (gossip::HoldingEntry) names one selection's views by it.
+ManifestId selection_key(std::span<const TensorEntry> selected);
+
 // The manifest a view is fetched and served by: the view's tensors, its
 // size, and the digests `image` declares for it (ViewEntry), under
 // view_id(image.id(), view.key). Its parent is the image's id and its

@@ -21,6 +21,7 @@
 #include "seams/destination_owner.hpp"
 #include "seams/memory_domain.hpp"
 #include "core/time.hpp"
+#include "peer/part_sets.hpp"
 #include "tensorhub/manifest.hpp"
 #include "tensorhub/version_info.hpp"
 
@@ -75,6 +76,9 @@ struct LocalVersion {
   // A view this peer serves from an image it publishes: that image, whose
   // memory holds the view's bytes. It goes when the image is released.
   std::shared_ptr<LocalVersion> served_from;
+  // A fetch of a sealed version's part, or of a part's view of a
+  // selection: its place there, by which gossip announces it in a part set.
+  std::optional<PartSlot> slot;
 
   VersionState state = VersionState::kFetching;
   Status result;                     // why it failed, once kFailed

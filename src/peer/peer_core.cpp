@@ -63,7 +63,9 @@ void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) 
       if (event.record) {
         learn_from_record(now, event.record->record);
         for (const gossip::HoldingEntry& h : event.record->record.holdings) {
-          if (h.complete()) challenge_member(now, h.manifest_id, event.record->record);
+          for_each_claimed(h, [&](const LocalVersion& v, bool complete) {
+            if (complete) challenge_member(now, v, event.record->record);
+          });
         }
       }
       break;
@@ -78,7 +80,8 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
   send_group_states(now);
   for (const gossip::HoldingEntry& h : r.holdings) {
     // Holding or fetching: a neighbour either way.
-    if (versions_.count(h.manifest_id)) swarm_.add_holder(now, h.manifest_id, r.id, h.complete());
+    for_each_claimed(h, [&](const LocalVersion& v, bool complete) { swarm_.add_holder(now, v.id, r.id, complete); });
+    if (h.is_part_set()) continue;  // of a sealed version: nothing to seal, no view's publisher
     if (h.complete() && r.id != self_) {
       for (const auto& [id, v] : versions_) {
         if (v->state == VersionState::kFetching && serves_view(*v->manifest, r, h)) {
@@ -106,18 +109,78 @@ bool PeerCore::serves_view(const Manifest& view, const gossip::PeerRecord& recor
   return part && h.manifest_id == *part && h.complete() && record.id == view.publisher();
 }
 
-bool PeerCore::view_has_source(const Manifest& view) const {
+bool PeerCore::view_has_source(const Manifest& view, const std::optional<ManifestId>& selection) const {
   if (find(view.id())) return true;
   if (!gossip_) return true;
+  const std::optional<PartSlot> slot = slot_in_seal(view, selection);
   for (const auto& member : gossip_->members()) {
     if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
     const gossip::PeerRecord& r = member.record->record;
     if (r.id == self_ || r.leaving) continue;
     for (const gossip::HoldingEntry& h : r.holdings) {
-      if (h.manifest_id == view.id() || serves_view(view, r, h)) return true;
+      if (claim_on(h, view.id(), slot) || serves_view(view, r, h)) return true;
     }
   }
   return false;
+}
+
+std::optional<PartSlot> PeerCore::slot_in_seal(const Manifest& m, const std::optional<ManifestId>& selection) const {
+  const std::optional<ManifestId> view_of = manifest::view_of(m);
+  if (view_of && !selection) return std::nullopt;  // a view is known in a part set by its selection
+  auto known = resolve_version(m.model(), number_of(m));
+  if (!known || !known->in_parts()) return std::nullopt;
+  const auto& parts = known->sealed()->parts();
+  if (parts.size() > gossip::kMaxPartSetParts) return std::nullopt;
+  const ManifestId& part = view_of ? *view_of : m.id();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i]->id() != part) continue;
+    return PartSlot{known->id(), static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(parts.size()),
+                    view_of ? selection : std::nullopt};
+  }
+  return std::nullopt;
+}
+
+std::optional<PartSlot> PeerCore::slot_of(const LocalVersion& v) const {
+  if (v.slot) return v.slot;
+  if (v.view_of || !v.manifest->part()) return std::nullopt;
+  return slot_in_seal(*v.manifest, std::nullopt);
+}
+
+std::optional<bool> PeerCore::claim_on(const gossip::HoldingEntry& h, const ManifestId& id,
+                                       const std::optional<PartSlot>& slot) {
+  if (!h.is_part_set()) return h.manifest_id == id ? std::optional<bool>(h.complete()) : std::nullopt;
+  if (!slot || slot->seal != h.manifest_id || slot->selection != h.selection || slot->count != h.parts.size() ||
+      !h.parts.test(slot->index)) {
+    return std::nullopt;
+  }
+  return h.complete_parts.test(slot->index);
+}
+
+template <typename Fn>
+void PeerCore::for_each_claimed(const gossip::HoldingEntry& h, Fn&& fn) const {
+  if (!h.is_part_set()) {
+    if (auto v = find(h.manifest_id)) fn(*v, h.complete());
+    return;
+  }
+  const auto claimed = [&](std::uint32_t index, const ManifestId& id) {
+    if (index >= h.parts.size() || !h.parts.test(index)) return;
+    if (auto v = find(id)) fn(*v, h.complete_parts.test(index));
+  };
+  if (h.selection) {
+    // Views: only a fetcher of the same selection knows their ids, from
+    // its own views of that selection.
+    if (const PartSets::Members* members = part_sets_.members(h.manifest_id, h.selection)) {
+      for (const auto& [index, id] : *members) claimed(index, id);
+    }
+    return;
+  }
+  auto known = resolve_version(h.model, VersionNumber{h.version});
+  if (!known || !known->in_parts() || known->id() != h.manifest_id) return;
+  const auto& parts = known->sealed()->parts();
+  if (parts.size() != h.parts.size()) return;
+  for (std::size_t i = h.parts.find_next(0, true); i < h.parts.size(); i = h.parts.find_next(i + 1, true)) {
+    claimed(static_cast<std::uint32_t>(i), parts[i]->id());
+  }
 }
 
 void PeerCore::add_holder(TimePoint now, const ManifestId& id, const PeerId& peer, bool complete) {
@@ -147,12 +210,15 @@ std::optional<HostMate> PeerCore::host_mate_holding(const ManifestId& id) const 
 
 std::size_t PeerCore::replicas(const ManifestId& id) const {
   if (!gossip_) return 0;
+  const auto v = find(id);
+  const std::optional<PartSlot> slot = v ? slot_of(*v) : std::nullopt;
   std::size_t n = 0;
   for (const auto& member : gossip_->members()) {
     if (member.liveness != gossip::Liveness::kAlive && member.liveness != gossip::Liveness::kSuspect) continue;
     const gossip::PeerRecord& r = member.record->record;
     for (const auto& h : r.holdings) {
-      if (h.manifest_id == id && h.complete() && proofs_.proved(id, r.id, r.incarnation)) ++n;
+      const std::optional<bool> complete = claim_on(h, id, slot);
+      if (complete && *complete && proofs_.proved(id, r.id, r.incarnation)) ++n;
     }
   }
   return n;
@@ -160,23 +226,27 @@ std::size_t PeerCore::replicas(const ManifestId& id) const {
 
 void PeerCore::challenge_holders(TimePoint now, const ManifestId& id) {
   if (!gossip_) return;
+  auto v = find(id);
+  if (!v) return;
   for (const auto& member : gossip_->members()) {
     if (member.liveness != gossip::Liveness::kAlive && member.liveness != gossip::Liveness::kSuspect) continue;
-    challenge_member(now, id, member.record->record);
+    challenge_member(now, *v, member.record->record);
   }
 }
 
-void PeerCore::challenge_member(TimePoint now, const ManifestId& id, const gossip::PeerRecord& member) {
-  const bool claims = std::any_of(member.holdings.begin(), member.holdings.end(),
-                                  [&](const gossip::HoldingEntry& h) { return h.manifest_id == id && h.complete(); });
-  if (!claims || member.id == self_) return;
-  auto v = find(id);
-  if (!v) return;
-  if (!v->holds_all()) return;
-  auto challenge = proofs_.challenge(now, id, member.id, member.incarnation, v->memory.size(), rng_);
+void PeerCore::challenge_member(TimePoint now, const LocalVersion& v, const gossip::PeerRecord& member) {
+  if (member.id == self_ || !v.holds_all()) return;
+  const std::optional<PartSlot> slot = slot_of(v);
+  const bool claims = std::any_of(member.holdings.begin(), member.holdings.end(), [&](const gossip::HoldingEntry& h) {
+    const std::optional<bool> complete = claim_on(h, v.id, slot);
+    return complete && *complete;
+  });
+  if (!claims) return;
+  const ManifestId& id = v.id;
+  auto challenge = proofs_.challenge(now, id, member.id, member.incarnation, v.memory.size(), rng_);
   if (!challenge) return;
   const std::vector<std::uint8_t> bytes = encode_challenge(*challenge);
-  proofs_.expect(id, member.id, v->domain->digest_ranges(challenge->nonce, challenge->ranges, v->memory));
+  proofs_.expect(id, member.id, v.domain->digest_ranges(challenge->nonce, challenge->ranges, v.memory));
   actions_.push(swarm::SendMessage{member.id, swarm::SwarmMessage::with_bytes(swarm::MessageType::kChallenge, id, bytes)});
 }
 

@@ -244,16 +244,23 @@ class PeerCore {
   // not BLAKE2b-256 and the config requires it); kAlreadyExists (a
   // selection of a version held here as a selection too, or the version
   // when a selection of it is held here: one copy a version, served).
+  // `selection`: the key (manifest::selection_key) of the selection a
+  // view (manifest::view_manifest's) is fetched for, by which gossip
+  // announces it in a part set with the fetcher's views of the version's
+  // other parts; without it a view is announced on its own. A part of a
+  // sealed version goes in a part set of its own.
   Result<std::shared_ptr<LocalVersion>> fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                               core::MutableRegions destination,
                                               const MemoryDomain& domain = host_memory(),
                                               std::optional<HostMate> host_mate = std::nullopt,
-                                              core::Bitfield wanted = {});
-  // Whether a fetch of the view `view` (manifest::view_manifest's) has a
-  // source now: this peer holds it, a live member's record holds it, or
-  // the part's publisher's record holds the part complete. Without gossip
-  // (the driver says who holds what): true.
-  bool view_has_source(const Manifest& view) const;
+                                              core::Bitfield wanted = {},
+                                              std::optional<ManifestId> selection = std::nullopt);
+  // Whether a fetch of the view `view` (manifest::view_manifest's) of the
+  // selection whose key is `selection` has a source now: this peer holds
+  // it, a live member's record holds it (on its own or in a part set of
+  // that selection), or the part's publisher's record holds the part
+  // complete. Without gossip (the driver says who holds what): true.
+  bool view_has_source(const Manifest& view, const std::optional<ManifestId>& selection) const;
   // A live member on this peer's host (the same non-empty host label) whose
   // record holds `id` complete: where a fetch into memory that host mates
   // share (GPU memory) copies from first. None when there is none.
@@ -386,6 +393,23 @@ class PeerCore {
   // Whether `record`'s holding `h` makes its peer a source of the view
   // `view` (a view's manifest): it publishes the image that view is of.
   static bool serves_view(const Manifest& view, const gossip::PeerRecord& record, const gossip::HoldingEntry& h);
+  // The place of the image `m` (a part, or with `selection` a part's view)
+  // in the sealed version this peer believes it part of; none when it is
+  // no part of one, or the version has more parts than a part set names.
+  std::optional<PartSlot> slot_in_seal(const Manifest& m, const std::optional<ManifestId>& selection) const;
+  // `v`'s place: its slot, or for a part published here, found now.
+  std::optional<PartSlot> slot_of(const LocalVersion& v) const;
+  // Whether a member's holding `h` claims the image `id` whose place is
+  // `slot` (slot_of's), directly or in a part set; and then whether complete.
+  static std::optional<bool> claim_on(const gossip::HoldingEntry& h, const ManifestId& id,
+                                      const std::optional<PartSlot>& slot);
+  // Calls `fn(version, complete)` for each version held or fetched here
+  // that `h` (a member's holding) claims.
+  template <typename Fn>
+  void for_each_claimed(const gossip::HoldingEntry& h, Fn&& fn) const;
+  // The part set of (seal, selection) in the gossip record, from the
+  // versions indexed in it now; withdrawn when none is announced.
+  void announce_part_set(const std::string& model, VersionNumber number, const PartSlot& slot);
   void answer_get_manifest(const PeerId& peer, const ManifestId& id);
   // Sends both manifests of `e` to `to`, once per peer and equivocation: a
   // peer that believes one of them learns it was signed twice. Done for
@@ -395,7 +419,7 @@ class PeerCore {
   void spread_proofs_found(std::size_t known_before);
   // A challenge to a member whose record claims `id` complete, if this peer
   // holds `id` complete and the member has not proved it.
-  void challenge_member(TimePoint now, const ManifestId& id, const gossip::PeerRecord& member);
+  void challenge_member(TimePoint now, const LocalVersion& v, const gossip::PeerRecord& member);
   // Answers a challenge about a version held here complete (a few a second
   // per peer at most).
   void answer_challenge(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message);
@@ -449,6 +473,7 @@ class PeerCore {
   std::map<std::tuple<std::string, std::string, std::uint64_t>, std::vector<std::weak_ptr<LocalVersion>>> staged_;
   std::optional<Identity> sealer_;
   std::map<ManifestId, std::shared_ptr<LocalVersion>> versions_;  // served: published or fetched
+  PartSets part_sets_;  // the fetched ones with a slot, as gossip announces them
   // Private copies (VersionRole::kCopy) not yet released, each with the
   // version it copies until it is copied.
   std::map<std::shared_ptr<LocalVersion>, std::shared_ptr<LocalVersion>> copies_;

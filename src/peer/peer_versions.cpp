@@ -104,6 +104,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::publish_part(TimePoint now, std:
     for (const auto& member : gossip_->members()) {
       if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
       for (const gossip::HoldingEntry& h : member.record->record.holdings) {
+        if (h.is_part_set()) continue;  // of a version sealed already
         send_manifest_request(parts_.on_named(now, member.record->record.id, h.model, VersionNumber{h.version},
                                               h.manifest_id));
       }
@@ -175,7 +176,7 @@ std::shared_ptr<LocalVersion> PeerCore::serve_complete(TimePoint now, std::share
 Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared_ptr<const Manifest> manifest,
                                                       core::MutableRegions destination,
                                                       const MemoryDomain& domain, std::optional<HostMate> host_mate,
-                                                      core::Bitfield wanted) {
+                                                      core::Bitfield wanted, std::optional<ManifestId> selection) {
   const Manifest& m = *manifest;
   if (wanted.size() != 0 && (wanted.size() != m.shard_count() || wanted.none())) {
     return Status::invalid_argument("a selection of " + m.model() + " v" + std::to_string(m.version()) +
@@ -203,6 +204,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->started = now;
   v->wanted = std::move(wanted);
   v->view_of = manifest::view_of(m);
+  v->slot = slot_in_seal(m, selection);
   set_totals(*v, m);
   if (auto held = find(m.id())) {
     if (!held->whole()) {
@@ -220,6 +222,7 @@ Result<std::shared_ptr<LocalVersion>> PeerCore::fetch(TimePoint now, std::shared
   v->role = VersionRole::kFetched;
   v->memory = v->destination.as_const();
   versions_[v->id] = v;
+  if (v->slot) part_sets_.add(*v->slot, v->id);
   start_fetch(now, v);
   return v;
 }
@@ -266,6 +269,7 @@ void PeerCore::source_finished(TimePoint now, const std::shared_ptr<LocalVersion
       copy->role = VersionRole::kFetched;
       copy->memory = copy->destination.as_const();
       versions_[copy->id] = copy;
+      if (copy->slot) part_sets_.add(*copy->slot, copy->id);
       start_fetch(now, copy);
     }
   }
@@ -377,7 +381,7 @@ void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersio
       const auto& r = member.record->record;
       swarm_.set_location(r.id, r.topology);
       for (const auto& h : r.holdings) {
-        if (h.manifest_id == v->id) swarm_.add_holder(now, v->id, r.id, h.complete());
+        if (auto complete = claim_on(h, v->id, v->slot)) swarm_.add_holder(now, v->id, r.id, *complete);
         if (serves_view(m, r, h)) swarm_.add_holder(now, v->id, r.id, /*complete=*/true);
       }
     }
@@ -401,17 +405,54 @@ std::uint16_t PeerCore::permille(const LocalVersion& v) const {
 void PeerCore::announce_holding(const LocalVersion& v) {
   if (!gossip_ || !v.served()) return;
   if (!config_.swarm.serve_fetched && v.role != VersionRole::kPublished) return;  // a leech announces nothing
-  gossip_->set_holding(gossip::HoldingEntry{v.model, v.number.value, v.id, permille(v)},
-                       /*origin=*/v.role == VersionRole::kPublished);
+  if (v.slot) {
+    announce_part_set(v.model, v.number, *v.slot);
+  } else {
+    gossip_->set_holding(gossip::HoldingEntry{v.model, v.number.value, v.id, permille(v)},
+                         /*origin=*/v.role == VersionRole::kPublished);
+  }
   note_left_out();
   gossip_changed();
 }
 
 void PeerCore::withdraw_holding(const LocalVersion& v) {
+  if (v.slot) part_sets_.remove(*v.slot, v.id);
   if (!gossip_ || !v.served()) return;
-  gossip_->remove_holding(v.model, v.number.value, v.id);
+  if (v.slot) {
+    announce_part_set(v.model, v.number, *v.slot);
+  } else {
+    gossip_->remove_holding({v.model, v.number.value, v.id});
+  }
   note_left_out();
   gossip_changed();
+}
+
+void PeerCore::announce_part_set(const std::string& model, VersionNumber number, const PartSlot& slot) {
+  gossip::HoldingEntry set{model, number.value, slot.seal, 0};
+  set.selection = slot.selection;
+  set.parts = core::Bitfield(slot.count);
+  set.complete_parts = core::Bitfield(slot.count);
+  std::uint64_t permille_sum = 0;
+  const PartSets::Members* members = part_sets_.members(slot.seal, slot.selection);
+  if (members != nullptr && config_.swarm.serve_fetched) {
+    for (const auto& [index, id] : *members) {
+      auto v = find(id);
+      if (!v || !v->served()) continue;
+      const std::uint16_t p = permille(*v);
+      set.parts.set(index);
+      if (p >= 1000) set.complete_parts.set(index);
+      permille_sum += p;
+    }
+  }
+  const std::size_t held = set.parts.count();
+  if (held == 0) {
+    gossip_->remove_holding(gossip::key_of(set));
+    return;
+  }
+  set.progress_permille = set.complete_parts == set.parts
+                              ? 1000
+                              : static_cast<std::uint16_t>(std::min<std::uint64_t>(999, permille_sum / held));
+  gossip_->set_holding(set);
 }
 
 void PeerCore::finish(TimePoint now, const std::shared_ptr<LocalVersion>& v, const Status& status) {

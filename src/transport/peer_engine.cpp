@@ -432,7 +432,8 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch_landing(const std::share
                                                                 const core::MutableRegions& destination,
                                                                 const MemoryDomain& domain,
                                                                 const std::shared_ptr<DestinationOwner>& backing,
-                                                                core::Bitfield wanted) {
+                                                                core::Bitfield wanted,
+                                                                std::optional<ManifestId> selection) {
   const std::uint64_t gap_bytes = manifest::SealedVersion::gap_bytes(runs);
   core::AnonymousMemory gaps;
   if (gap_bytes > 0) {
@@ -448,7 +449,7 @@ Result<std::shared_ptr<LocalVersion>> PeerEngine::fetch_landing(const std::share
     gaps = std::move(*memory);
   }
   auto v = core_->fetch(now(), m, manifest::landing_regions(runs, destination, gaps.bytes()), domain, std::nullopt,
-                        std::move(wanted));
+                        std::move(wanted), std::move(selection));
   if (!v) return v.status();
   (*v)->owned = std::move(gaps);
   (*v)->backing = backing;
@@ -502,6 +503,8 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
     return Status::invalid_argument("the destination holds " + std::to_string(destination.size()) +
                                     " bytes; the selection of " + what + " has " + std::to_string(size));
   }
+  // Its views are announced in one part set, named by this key.
+  const ManifestId key = manifest::selection_key(*layout);
   std::vector<std::shared_ptr<LocalVersion>> fetches;
   std::vector<std::vector<manifest::LandingRun>> fetched_runs;
   for (std::size_t i = 0; i < images.size(); ++i) {
@@ -517,10 +520,10 @@ Result<PeerEngine::SelectionFetch> PeerEngine::fetch_selection(const std::string
     auto view = declared_view(*images[i], *layout);
     const bool host = domain.host_accessible();
     if (auto held = core_->find(images[i]->id()); host && held && held->holds_all()) view.reset();
-    if (view && host && !core_->view_has_source(**view)) view.reset();
+    if (view && host && !core_->view_has_source(**view, key)) view.reset();
     if (view) {
       auto runs = manifest::selection_runs((*view)->tensors(), (*view)->total_size(), *layout, which);
-      auto v = runs ? fetch_landing(*view, *runs, destination, domain, backing, {}) : runs.status();
+      auto v = runs ? fetch_landing(*view, *runs, destination, domain, backing, {}, key) : runs.status();
       if (!v) return release_started(fetches, v.status().with_context(which));
       fetches.push_back(std::move(*v));
       fetched_runs.push_back(std::move(*runs));

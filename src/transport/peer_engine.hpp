@@ -229,14 +229,16 @@ class PeerEngine final : public TransportEvents, private RdmaMemory {
   Status release_started(const std::vector<std::shared_ptr<LocalVersion>>& started, Status why);
   // One fetch of `m`'s image landing through `runs` in `destination`
   // (landing_regions): bytes of no place land in host scratch the fetch
-  // owns. `wanted`: as PeerCore::fetch. Errors: as PeerCore::fetch;
-  // kInvalidArgument (scratch needed in memory the host cannot write).
+  // owns. `wanted`, `selection`: as PeerCore::fetch. Errors: as
+  // PeerCore::fetch; kInvalidArgument (scratch needed in memory the host
+  // cannot write).
   Result<std::shared_ptr<LocalVersion>> fetch_landing(const std::shared_ptr<const Manifest>& m,
                                                       std::span<const manifest::LandingRun> runs,
                                                       const core::MutableRegions& destination,
                                                       const MemoryDomain& domain,
                                                       const std::shared_ptr<DestinationOwner>& backing,
-                                                      core::Bitfield wanted);
+                                                      core::Bitfield wanted,
+                                                      std::optional<ManifestId> selection = std::nullopt);
   void pump();
   // A version just published here: its watch, and (GPU memory) its mirror.
   void published(const std::shared_ptr<LocalVersion>& v, const MemoryDomain& domain);

@@ -21,8 +21,21 @@ Json record_json(const gossip::PeerRecord& r, std::string_view state, std::uint6
   j["heads"] = std::move(heads);
   Json holds = Json::array();
   for (const auto& h : r.holdings) {
-    holds.push_back({{"model", h.model}, {"version", h.version}, {"id", h.manifest_id.hex()},
-                     {"progress", h.progress_permille / 1000.0}, {"complete", h.complete()}});
+    Json hold{{"model", h.model}, {"version", h.version}, {"id", h.manifest_id.hex()},
+              {"progress", h.progress_permille / 1000.0}, {"complete", h.complete()}};
+    if (h.is_part_set()) {
+      // A part set: "id" is the seal's; the parts held, and those complete.
+      const auto indices = [](const core::Bitfield& bits) {
+        Json list = Json::array();
+        for (std::size_t i = bits.find_next(0, true); i < bits.size(); i = bits.find_next(i + 1, true)) list.push_back(i);
+        return list;
+      };
+      hold["part_count"] = h.parts.size();
+      hold["parts"] = indices(h.parts);
+      hold["complete_parts"] = indices(h.complete_parts);
+      hold["selection"] = h.selection ? Json(h.selection->hex()) : Json(nullptr);
+    }
+    holds.push_back(std::move(hold));
   }
   j["holds"] = std::move(holds);
   return j;

@@ -23,7 +23,14 @@ int main(int argc, char** argv) {
   r.gossip_addr = "10.0.0.1:7946";
   r.topology = Topology{"dc", "rack", "host"};
   r.heads = {HeadEntry{"policy", 3, {}}};
-  r.holdings = {HoldingEntry{"policy", 3, {}, 1000}};
+  // A plain holding, and a part set of v4 (the compact form: three of 12 parts' views of a selection).
+  HoldingEntry views{"policy", 4, {}, 300};
+  views.selection = ManifestId{};
+  views.parts = core::Bitfield(12);
+  views.complete_parts = core::Bitfield(12);
+  for (std::size_t i : {0, 5, 11}) views.parts.set(i);
+  views.complete_parts.set(5);
+  r.holdings = {HoldingEntry{"policy", 3, {}, 1000}, views};
   r.groups = {GroupEntry{"instance-0", 2, 1}};
   const RecordPtr record = *sign_record(r, id);
   fuzz::write_seed(dir + "/record", 2, record->encoded);

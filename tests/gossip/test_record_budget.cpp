@@ -180,15 +180,15 @@ TEST_CASE("record budget: a full record is announced as far as it fits, and the 
   CHECK(publisher.stats().record_bytes <= kMaxRecordBytes);
   CHECK(publisher.stats().record_heads_left_out + publisher.stats().record_holdings_left_out > 0);
   for (int n = accepted + 1; n <= 8; ++n) {  // released: only their heads stay, as heads it knows
-    publisher.remove_holding(long_model(n), 0, id_of(static_cast<std::uint8_t>(n + 100)));
-    publisher.remove_holding(long_model(n), 1, id_of(static_cast<std::uint8_t>(n)));
+    publisher.remove_holding({long_model(n), 0, id_of(static_cast<std::uint8_t>(n + 100))});
+    publisher.remove_holding({long_model(n), 1, id_of(static_cast<std::uint8_t>(n))});
   }
   // The next version of a model it publishes always fits, and reaches the others.
   const HeadEntry news{long_model(1), 2, id_of(77)};
   REQUIRE(publisher.can_announce_origin(news).is_ok());
   publisher.set_head(news);
   publisher.set_holding(HoldingEntry{news.model, 2, news.manifest_id, 1000}, /*origin=*/true);
-  publisher.remove_holding(news.model, 1, id_of(1));
+  publisher.remove_holding({news.model, 1, id_of(1)});
   net.pump(1);
   REQUIRE(net.run_until([&] {
     auto head = net.core(2).known_heads().head(news.model);

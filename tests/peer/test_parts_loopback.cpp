@@ -460,3 +460,113 @@ TEST_CASE("parts over loopback: a selection lands in GPU memory by its views, ve
             .status()
             .code() != StatusCode::kOk);
 }
+
+TEST_CASE("parts over loopback: a record names a version in 24 parts, whole or as one selection's views, in one part "
+          "set, and readers fetch every part from it once the publishers are gone") {
+  // Two trainer peers publish 12 parts each of a version in 24 (128 rows of
+  // "w" a part), with the two tensor-parallel ranks' column views declared.
+  constexpr std::uint32_t kParts = 24;
+  constexpr std::uint64_t kPartRows = kRows / kParts;
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.push_back(start(60, {}));
+  const std::string seed = peers[0]->gossip_address();
+  for (std::uint64_t k : {61, 71, 72, 73, 74}) peers.push_back(start(k, {seed}));
+  const TensorSelection left[] = {{"w", TensorSlice{{{0, kRows}, {0, 64}}}}};
+  const TensorSelection right[] = {{"w", TensorSlice{{{0, kRows}, {64, 128}}}}};
+  PartOptions declared;
+  declared.views = {{left[0]}, {right[0]}};
+  std::vector<std::vector<std::byte>> images(kParts);
+  std::vector<std::byte> full;
+  std::vector<PublishHandle> handles;
+  for (std::uint32_t p = 0; p < kParts; ++p) {
+    images[p].resize(kPartRows * kCols * 4);
+    core::fill_pseudo_random(images[p], 4800 + p);
+    full.insert(full.end(), images[p].begin(), images[p].end());
+    std::vector<TensorEntry> tensors = {
+        {"w", DType::kF32, {kPartRows, kCols}, 0, images[p].size(), {kRows, kCols}, {p * kPartRows, 0}}};
+    const ConstRegion regions[] = {images[p]};
+    auto h = peers[p < kParts / 2 ? 0 : 1]->publish_part("policy", 1, p, kParts, regions, tensors, declared);
+    REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
+    handles.push_back(std::move(*h));
+  }
+  for (auto& h : handles) REQUIRE_MESSAGE(h.wait_sealed(20s).is_ok(), h.wait_sealed(0ms).to_string());
+  std::vector<std::byte> right_columns;
+  for (std::uint64_t r = 0; r < kRows; ++r) {
+    const auto row = full.begin() + static_cast<std::ptrdiff_t>(r * kCols * 4 + 64 * 4);
+    right_columns.insert(right_columns.end(), row, row + 64 * 4);
+  }
+  // The one entry `peer`'s own signed record holds of "policy" v1, complete
+  // (a record is signed again within a second of a change), which the
+  // record must not leave out.
+  const auto own_holding = [](Peer& peer) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      const auto status = nlohmann::json::parse(peer.status_json());
+      CHECK(status["self"]["record"]["holdings_left_out"] == 0);
+      std::vector<nlohmann::json> found;
+      for (const auto& h : status["self"]["holds"]) {
+        if (h["model"] == "policy" && h["version"] == 1) found.push_back(h);
+      }
+      if ((found.size() == 1 && found[0]["complete"] == true) || std::chrono::steady_clock::now() > until) {
+        REQUIRE_MESSAGE(found.size() == 1, (status["self"].dump() + " " + status["stats"].dump()));
+        return found[0];
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  };
+
+  // A whole reader's 24 parts are one part set of the seal.
+  Peer& whole = *peers[2];
+  auto head = whole.wait_for_head("policy", 0, 20s);
+  REQUIRE_MESSAGE(head.is_ok(), head.status().to_string());
+  auto a = whole.fetch("policy", 1);
+  REQUIRE_MESSAGE(a.is_ok(), a.status().to_string());
+  REQUIRE_MESSAGE(a->wait(20s).is_ok(), a->wait(0ms).to_string());
+  nlohmann::json held = own_holding(whole);
+  CHECK(held["id"] == head->id.hex());
+  CHECK(held["part_count"] == kParts);
+  CHECK(held["parts"].size() == kParts);
+  CHECK(held["complete_parts"].size() == kParts);
+  CHECK(held["selection"].is_null());
+  CHECK(held["complete"] == true);
+
+  // A fetcher of the right-hand columns: its 24 views, one part set of
+  // the selection.
+  Peer& first = *peers[4];
+  REQUIRE(first.wait_for_head("policy", 0, 20s).is_ok());
+  auto c = first.fetch_selection("policy", 1, right);
+  REQUIRE_MESSAGE(c.is_ok(), c.status().to_string());
+  REQUIRE_MESSAGE(c->wait(20s).is_ok(), c->wait(0ms).to_string());
+  CHECK(c->progress().bytes_received == right_columns.size());
+  held = own_holding(first);
+  CHECK(held["id"] == head->id.hex());
+  CHECK(held["complete_parts"].size() == kParts);
+  CHECK(held["selection"].is_string());
+
+  // The publishers go. Every part is still served: whole by the first
+  // reader, and the views by the first fetcher of the selection, as their
+  // part sets tell.
+  handles.clear();
+  const auto publishers_hold_nothing = [&] {
+    const auto status = nlohmann::json::parse(peers[5]->status_json());
+    for (const auto& member : status["members"]) {
+      for (std::size_t r = 0; r < 2; ++r) {
+        if (member["id"] == peers[r]->id().hex() && !member["holds"].empty()) return false;
+      }
+    }
+    return true;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!publishers_hold_nothing() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  REQUIRE(publishers_hold_nothing());
+  auto b = peers[3]->fetch("policy", 1);
+  REQUIRE_MESSAGE(b.is_ok(), b.status().to_string());
+  REQUIRE_MESSAGE(b->wait(20s).is_ok(), b->wait(0ms).to_string());
+  CHECK(std::equal(b->bytes().begin(), b->bytes().end(), full.begin(), full.end()));
+  auto d = peers[5]->fetch_selection("policy", 1, right);
+  REQUIRE_MESSAGE(d.is_ok(), d.status().to_string());
+  REQUIRE_MESSAGE(d->wait(20s).is_ok(), d->wait(0ms).to_string());
+  CHECK(std::equal(d->bytes().begin(), d->bytes().end(), right_columns.begin(), right_columns.end()));
+  // Views, not whole shards (those would bring every column: twice as much).
+  CHECK(d->progress().bytes_received == right_columns.size());
+}

@@ -313,6 +313,27 @@ TEST_CASE("selection: a view's key names its tensor table, however the selection
   CHECK(none.gather.empty());
 }
 
+TEST_CASE("selection: a selection's key is the same however it was written, and differs for any other slice") {
+  const Model model;
+  auto key_of = [&](const std::vector<TensorSelection>& selection) {
+    auto layout = manifest::selected_layout(model.tensors(), selection, "policy v1");
+    REQUIRE(layout.is_ok());
+    return manifest::selection_key(*layout);
+  };
+  const ManifestId whole = key_of({{"w", {}}});
+  CHECK(whole == key_of({{"w", slice2({0, kRows}, {0, kCols})}}));
+  CHECK(whole != key_of({{"w", {}}, {"b", {}}}));  // "b" is selected too, though a part may hold none of it
+  CHECK(whole != key_of({{"w", slice2({0, kRows}, {0, 192})}}));
+  CHECK(whole != key_of({{"w", slice2({1, kRows}, {0, kCols})}}));
+  // Not a view's key: a part set names the selection, not one part's view of it.
+  const Part part = make_part(model, 1, 2, 1);
+  auto layout = manifest::selected_layout(model.tensors(), std::vector<TensorSelection>{{"w", {}}}, "policy v1");
+  REQUIRE(layout.is_ok());
+  auto view = manifest::part_view(part.manifest, *layout);
+  REQUIRE(view.is_ok());
+  CHECK(view->key != whole);
+}
+
 TEST_CASE("selection: a part declared with views carries each view's digests, which a fetcher finds by its own key") {
   const Model model;
   const std::vector<TensorSelection> tp0{{"w", slice2({0, kRows}, {0, 128})}, {"b", {}}};
