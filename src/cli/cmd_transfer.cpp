@@ -423,6 +423,52 @@ void add_transfer_commands(CLI::App& app, int& exit_code) {
                   static_cast<unsigned long long>(com->version), com->group.c_str());
     }
   });
+
+  struct CommittedArgs {
+    std::string control, peer, group, model;
+    std::uint64_t group_size = 0, group_rank = 0;
+    double wait_seconds = 0;
+  };
+  auto asked = std::make_shared<CommittedArgs>();
+  CLI::App* q = app.add_subcommand(
+      "committed", "Print the version of a model a group committed (a number, or none): what a restarted rank "
+                   "stages and commits to catch up");
+  q->add_option("--group", asked->group, "The group")->required();
+  q->add_option("--group-size", asked->group_size, "The group's ranks")->required();
+  q->add_option("--group-rank", asked->group_rank, "This daemon's rank, from 0 (it joins the group as this rank)")
+      ->required();
+  q->add_option("--model", asked->model, "Model name")->required();
+  q->add_option("--wait", asked->wait_seconds,
+                "Wait up to this many seconds for a rank to say it committed one (default 0: answer at once)");
+  q->add_option("--control", asked->control, "The peer's control socket");
+  q->add_option("--peer", asked->peer, "Or: the peer's --listen HOST:PORT");
+  q->callback([asked, &exit_code] {
+    auto path = resolve_control_path(asked->control, asked->peer);
+    if (!path) {
+      exit_code = report_error(path.status());
+      return;
+    }
+    if (Status s = check_model(asked->model); !s.is_ok()) {
+      exit_code = report_error(s);
+      return;
+    }
+    if (!(asked->wait_seconds >= 0) || asked->wait_seconds > 86400) {
+      exit_code = report_error(Status::invalid_argument("--wait takes 0 to 86400 seconds"));
+      return;
+    }
+    const auto wait = std::chrono::milliseconds(static_cast<std::uint64_t>(asked->wait_seconds * 1000));
+    Json request{{"cmd", "committed"}, {"group", asked->group},     {"group_size", asked->group_size},
+                 {"group_rank", asked->group_rank}, {"model", asked->model}, {"timeout_ms", wait.count()}};
+    Json final_line;
+    exit_code = control_call(*path, request, [](const Json&) {}, final_line, wait + std::chrono::seconds(10));
+    if (exit_code != kExitOk) return;
+    const Json& version = final_line["version"];
+    if (version.is_number_unsigned()) {
+      std::printf("%llu\n", static_cast<unsigned long long>(version.get<std::uint64_t>()));
+    } else {
+      std::printf("none\n");
+    }
+  });
 }
 
 }  // namespace tensorhub::cli

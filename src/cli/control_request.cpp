@@ -19,7 +19,8 @@ constexpr std::size_t kMaxPathBytes = 4096;  // PATH_MAX
 
 const std::set<std::string, std::less<>>& commands() {
   static const std::set<std::string, std::less<>> known{"status", "publish", "fetch", "digest", "release", "hold",
-                                                         "wait_replicated", "wait_for_head", "stage", "commit"};
+                                                         "wait_replicated", "wait_for_head", "stage", "commit",
+                                                         "committed"};
   return known;
 }
 
@@ -167,6 +168,8 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   TENSORHUB_RETURN_IF_ERROR(string_field(request, "group", r.group));
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "group_size", r.group_size));
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "group_rank", r.group_rank));
+  // committed answers at once unless told to wait.
+  if (r.cmd == "committed" && !request.contains("timeout_ms")) r.timeout_ms = 0;
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "timeout_ms", r.timeout_ms));
   if (r.cmd != "status" && r.cmd != "commit") {
     TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
@@ -187,17 +190,25 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   if (!r.select.empty() && r.cmd != "fetch" && r.cmd != "stage") {
     return Status::invalid_argument("\"select\" goes with fetch and stage only");
   }
-  const bool grouped = r.cmd == "stage" || r.cmd == "commit";
+  const bool grouped = r.cmd == "stage" || r.cmd == "commit" || r.cmd == "committed";
   if (!grouped && (!r.group.empty() || r.group_size != 0 || r.group_rank != 0)) {
-    return Status::invalid_argument("\"group\", \"group_size\" and \"group_rank\" go with stage and commit only");
+    return Status::invalid_argument(
+        "\"group\", \"group_size\" and \"group_rank\" go with stage, commit and committed only");
   }
   if (grouped) {
     TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.group).with_context("\"group\""));
+  }
+  if (r.cmd == "stage" || r.cmd == "commit") {
     if (r.version == 0) return Status::invalid_argument(r.cmd + " names its \"version\" (from 1): a group never takes the latest");
     if (r.timeout_ms == 0) return Status::invalid_argument("\"timeout_ms\" must be at least 1");
   }
-  if (r.cmd == "stage") {
-    if (r.out.empty()) return Status::invalid_argument("stage needs \"out\": the file the stage goes into");
+  if (r.cmd == "committed" && r.version != 0) {
+    return Status::invalid_argument("committed answers with a version and takes none");
+  }
+  if (r.cmd == "stage" && r.out.empty()) {
+    return Status::invalid_argument("stage needs \"out\": the file the stage goes into");
+  }
+  if (r.cmd == "stage" || r.cmd == "committed") {
     // The group's own limits are the peer's to check (Peer::group).
     if (r.group_size == 0 || r.group_size > UINT32_MAX || r.group_rank >= r.group_size) {
       return Status::invalid_argument("a rank is \"group_rank\" below \"group_size\", which is at least 1");

@@ -22,7 +22,7 @@
 namespace tensorhub::cli {
 
 struct ControlRequest {
-  // status, publish, fetch, digest, release, hold, wait_replicated, wait_for_head, stage, commit
+  // status, publish, fetch, digest, release, hold, wait_replicated, wait_for_head, stage, commit, committed
   std::string cmd;
   std::string model;
   std::uint64_t version = 0;  // 0: the head (where the command takes one)
@@ -42,7 +42,9 @@ struct ControlRequest {
   // stage: this daemon is rank `group_rank` of `group_size` of group
   // `group` (Peer::group), and stages `model` v`version` (or a selection)
   // into `out` for it. commit: commits v`version` for `group`, waiting up
-  // to `timeout_ms`.
+  // to `timeout_ms`. committed: the version of `model` that `group`
+  // committed (Group::committed), joining it as stage does, waiting up to
+  // `timeout_ms` (default 0) for a rank to say one.
   std::string group;
   std::uint64_t group_size = 0, group_rank = 0;
   std::uint64_t timeout_ms = 60'000;
@@ -64,8 +66,9 @@ inline constexpr std::size_t kMaxSelectedTensors = 1u << 16;  // a selection's t
 // no tensor or more than kMaxSelectedTensors, or more than kMaxViews views;
 // stage without "version", "out", or a group ("group" by the model-name
 // rule, "group_rank" below "group_size"; the peer checks the group's own
-// limits); commit without "group" or "version"; a "timeout_ms" of 0; a
-// group's fields with another command.
+// limits); commit without "group" or "version"; a "timeout_ms" of 0 for
+// stage or commit; committed without a group (as stage's) or with a
+// "version"; a group's fields with another command.
 Result<ControlRequest> parse_control_request(std::string_view line);
 
 // A selection in the protocol's JSON form ("select", and each of "views").

@@ -219,6 +219,8 @@ class Daemon {
       stage(r, reply);
     } else if (r.cmd == "commit") {
       commit(r, reply);
+    } else if (r.cmd == "committed") {
+      committed(r, reply);
     } else if (r.cmd == "fetch" && !r.select.empty()) {
       fetch_selection(r.model, r.version, r.select, r.out, reply);
     } else if (r.cmd == "fetch") {
@@ -558,6 +560,28 @@ class Daemon {
       asio::post(io_, [s, version, reply] {
         if (!s.is_ok()) return fail(reply, s);
         reply(line(Json{{"done", true}, {"ok", true}, {"version", version}}), true);
+      });
+    });
+  }
+
+  // The version of a model a group committed (Group::committed), joining
+  // the group as stage does: what a restarted rank stages to catch up. A
+  // wait for a rank to say one (`timeout_ms`) runs on a thread of its own.
+  void committed(const ControlRequest& r, const transport::ControlServer::Reply& reply) {
+    auto group = group_for(r.group, r.group_size, r.group_rank);
+    if (!group) return fail(reply, group.status());
+    commits_->submit([this, group = *group, model = r.model,
+                      deadline = Clock::now() + std::chrono::milliseconds(r.timeout_ms), reply] {
+      Result<std::optional<std::uint64_t>> version = group->committed(model);
+      while (version.is_ok() && !*version && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        version = group->committed(model);
+      }
+      asio::post(io_, [version, model, reply] {
+        if (!version) return fail(reply, version.status());
+        reply(line(Json{{"done", true}, {"ok", true}, {"model", model},
+                        {"version", *version ? Json(**version) : Json(nullptr)}}),
+              true);
       });
     });
   }

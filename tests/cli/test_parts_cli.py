@@ -143,6 +143,14 @@ def main():
             for c in commits:
                 stdout, stderr = c.communicate(timeout=60)
                 assert c.returncode == 0 and "committed v1 for group instance-0" in stdout, (stdout, stderr)
+            # What the group committed, as a restarted rank asks it before catching up.
+            for rank, daemon in enumerate(("watcher", "tp1")):
+                out = cluster.run("committed", "--control", cluster.control(daemon), "--group", "instance-0",
+                                  "--group-size", "2", "--group-rank", str(rank), "--model", "policy", "--wait", "5")
+                assert out.returncode == 0 and out.stdout == "1\n", (out.stdout, out.stderr)
+            out = cluster.run("committed", "--control", cluster.control("watcher"), "--group", "instance-0",
+                              "--group-size", "2", "--group-rank", "1", "--model", "policy")
+            assert out.returncode != 0 and "rank 0 of 2 of group 'instance-0' already" in out.stderr, out.stderr
             for rank, path in enumerate(stages):
                 assert read_safetensors(path)[1] == b"".join(
                     full[r * 256 + 128 * rank:r * 256 + 128 * rank + 128] for r in range(512))
@@ -153,6 +161,9 @@ def main():
             out = cluster.run("commit", "--control", cluster.control("watcher"), "--group", "instance-1",
                               "--version", "1", "--timeout", "1.5")
             assert out.returncode != 0 and "timeout" in out.stderr and "rank 1" in out.stderr, out.stderr
+            out = cluster.run("committed", "--control", cluster.control("watcher"), "--group", "instance-1",
+                              "--group-size", "2", "--group-rank", "0", "--model", "policy")
+            assert out.returncode == 0 and out.stdout == "none\n", (out.stdout, out.stderr)
             out = cluster.run("commit", "--control", cluster.control("watcher"), "--group", "nobody", "--version", "1")
             assert out.returncode != 0 and "no rank of group 'nobody'" in out.stderr, out.stderr
             out = cluster.fetch("watcher", os.path.join(workdir, "x"), version="latest", extra=(

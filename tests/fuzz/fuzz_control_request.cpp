@@ -24,10 +24,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (path->front() != '/' || path->find('\0') != std::string::npos) std::abort();
   }
   if (request->cmd != "status" && request->cmd != "commit" && !validate_model_name(request->model).is_ok()) std::abort();
-  const bool grouped = request->cmd == "stage" || request->cmd == "commit";
-  if (grouped && (!validate_model_name(request->group).is_ok() || request->version == 0)) std::abort();
+  const bool grouped = request->cmd == "stage" || request->cmd == "commit" || request->cmd == "committed";
+  if (grouped && !validate_model_name(request->group).is_ok()) std::abort();
+  if ((request->cmd == "stage" || request->cmd == "commit") && request->version == 0) std::abort();
+  if (request->cmd == "committed" && request->version != 0) std::abort();
   if (!grouped && !request->group.empty()) std::abort();
-  if (request->cmd == "stage" && (request->out.empty() || request->group_rank >= request->group_size)) std::abort();
+  if (request->cmd == "stage" && request->out.empty()) std::abort();
+  if ((request->cmd == "stage" || request->cmd == "committed") && request->group_rank >= request->group_size) std::abort();
   if (!request->gpu.empty() && request->cmd != "hold") std::abort();
   if (!request->select.empty() && request->cmd != "fetch" && request->cmd != "stage") std::abort();
   if (!request->views.empty() && (request->cmd != "publish" || request->part_count == 0)) std::abort();

@@ -87,6 +87,16 @@ TEST_CASE("control request: each command decodes, and paths travel as text or as
   auto committed = cli::parse_control_request(R"({"cmd":"commit","group":"instance-0","version":4,"timeout_ms":1500})");
   REQUIRE_MESSAGE(committed.is_ok(), committed.status().to_string());
   CHECK(committed->timeout_ms == 1500);
+  // What a group committed: answered at once unless told to wait.
+  auto asked = cli::parse_control_request(
+      R"({"cmd":"committed","model":"m","group":"instance-0","group_size":2,"group_rank":1})");
+  REQUIRE_MESSAGE(asked.is_ok(), asked.status().to_string());
+  CHECK(asked->timeout_ms == 0);
+  CHECK(asked->group_rank == 1);
+  asked = cli::parse_control_request(
+      R"({"cmd":"committed","model":"m","group":"g","group_size":1,"timeout_ms":2000})");
+  REQUIRE_MESSAGE(asked.is_ok(), asked.status().to_string());
+  CHECK(asked->timeout_ms == 2000);
 }
 
 TEST_CASE("control request: refusals name what is wrong") {
@@ -139,7 +149,12 @@ TEST_CASE("control request: refusals name what is wrong") {
                  "\"group\""));
   CHECK(contains(refusal(R"({"cmd":"commit","version":1})"), "\"group\""));
   CHECK(contains(refusal(R"({"cmd":"commit","group":"g","version":1,"timeout_ms":0})"), "at least 1"));
-  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","group":"g"})"), "go with stage and commit only"));
+  CHECK(contains(refusal(R"({"cmd":"fetch","model":"m","group":"g"})"), "go with stage, commit and committed only"));
+  CHECK(contains(refusal(R"({"cmd":"committed","group":"g","group_size":1})"), "\"model\""));
+  CHECK(contains(refusal(R"({"cmd":"committed","model":"m","group_size":1})"), "\"group\""));
+  CHECK(contains(refusal(R"({"cmd":"committed","model":"m","group":"g","group_size":2,"group_rank":2})"),
+                 "below \"group_size\""));
+  CHECK(contains(refusal(R"({"cmd":"committed","model":"m","group":"g","group_size":1,"version":3})"), "takes none"));
 }
 
 TEST_CASE("mutation: control request decoder") {
@@ -155,6 +170,7 @@ TEST_CASE("mutation: control request decoder") {
       R"({"cmd":"publish","model":"policy","file":"/p","version":1,"part_count":2,"views":[{"w":[[0,9],[3,4]]}]})",
       R"({"cmd":"stage","model":"m","version":4,"out":"/s","group":"g","group_size":2,"group_rank":1})",
       R"({"cmd":"commit","group":"g","version":4,"timeout_ms":1500})",
+      R"({"cmd":"committed","model":"m","group":"g","group_size":2,"group_rank":1,"timeout_ms":10})",
   };
   core::SplitMix64 rng(seed);
   int accepted = 0;
@@ -181,10 +197,13 @@ TEST_CASE("mutation: control request decoder") {
       CHECK(validate_model_name(r->group).is_ok());
       CHECK(r->version > 0);
       CHECK(r->timeout_ms > 0);
+    } else if (r->cmd == "committed") {
+      CHECK(validate_model_name(r->group).is_ok());
+      CHECK(r->version == 0);
     } else {
       CHECK(r->group.empty());
     }
-    if (r->cmd == "stage") CHECK(r->group_rank < r->group_size);
+    if (r->cmd == "stage" || r->cmd == "committed") CHECK(r->group_rank < r->group_size);
     if (!r->views.empty()) CHECK((r->cmd == "publish" && r->part_count > 0));
     for (const auto* selection : {&r->select}) {
       for (const TensorSelection& t : *selection) {
