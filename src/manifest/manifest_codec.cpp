@@ -278,6 +278,20 @@ bool read_tensor(core::MsgpackReader& r, TensorEntry& t) {
 
 }  // namespace
 
+Result<std::vector<TensorEntry>> read_tensor_table(std::span<const std::uint8_t> encoded) {
+  core::MsgpackReader r(encoded);
+  std::uint32_t count = 0;
+  std::vector<TensorEntry> tensors;
+  if (r.read_array_header("tensors", count, kMaxTensors, /*min_element_bytes=*/8)) {
+    tensors.resize(count);
+    for (auto& t : tensors) {
+      if (!read_tensor(r, t)) break;
+    }
+  }
+  TENSORHUB_RETURN_IF_ERROR(r.finish());
+  return tensors;
+}
+
 }  // namespace manifest_detail
 
 Manifest ManifestAccess::assemble(ManifestBody body, std::span<const std::uint8_t> body_bytes,

@@ -43,6 +43,9 @@ inline constexpr std::string_view kSigningDomain{"tensorhub manifest v1\0", 22};
 std::vector<std::uint8_t> encode_body(const ManifestBody& body);
 // A tensor table as the body's "tensors" holds it.
 void write_tensor_table(core::MsgpackWriter& w, std::span<const TensorEntry> tensors);
+// Strictly decodes what write_tensor_table wrote, alone (at most kMaxTensors
+// entries, every entry's fields bounded). Errors: kCorrupt naming the field.
+Result<std::vector<TensorEntry>> read_tensor_table(std::span<const std::uint8_t> encoded);
 // A signed record's id (a manifest's, a seal's): BLAKE2b-256 of its body's bytes.
 ManifestId compute_manifest_id(std::span<const std::uint8_t> body_bytes);
 // The bytes a publisher signs for a record's id: `domain` (its NUL

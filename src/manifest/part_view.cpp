@@ -12,6 +12,16 @@
 #include "manifest/slice_algebra.hpp"
 
 namespace tensorhub::manifest {
+namespace {
+
+ManifestId key_of_table(std::span<const std::uint8_t> table) {
+  const core::Blake2bDigest digest = core::blake2b_256(std::as_bytes(table));
+  ManifestId key;
+  std::copy(digest.begin(), digest.end(), key.bytes.begin());
+  return key;
+}
+
+}  // namespace
 
 Result<PartView> part_view(const Manifest& part, std::span<const TensorEntry> selected) {
   return part_view(part.tensors(), part.total_size(), selected, image_name(part));
@@ -46,11 +56,7 @@ Result<PartView> part_view(std::span<const TensorEntry> image_tensors, std::uint
     at += r.length;
   }
   view.gather = gather.take();
-  std::vector<std::uint8_t> table;
-  core::MsgpackWriter w(table);
-  manifest_detail::write_tensor_table(w, view.tensors);
-  const core::Blake2bDigest digest = core::blake2b_256(std::as_bytes(std::span(table)));
-  std::copy(digest.begin(), digest.end(), view.key.bytes.begin());
+  view.key = key_of_table(view_table_bytes(view.tensors));
   return view;
 }
 
@@ -85,6 +91,28 @@ namespace {
 constexpr std::string_view kViewIdDomain{"tensorhub view v1\0", 18};
 constexpr std::string_view kSelectionKeyDomain{"tensorhub selection v1\0", 23};
 }  // namespace
+
+std::vector<std::uint8_t> view_table_bytes(std::span<const TensorEntry> view_tensors) {
+  std::vector<std::uint8_t> table;
+  core::MsgpackWriter w(table);
+  manifest_detail::write_tensor_table(w, view_tensors);
+  return table;
+}
+
+Result<PartView> declared_view_of_table(const Manifest& image, std::span<const std::uint8_t> table) {
+  const ManifestId key = key_of_table(table);
+  if (image.find_view(key) == nullptr) {
+    return Status::not_found(image_name(image) + " declares no view " + key.short_hex());
+  }
+  auto tensors = manifest_detail::read_tensor_table(table);
+  if (!tensors) return Status::corrupt("view " + key.short_hex() + "'s table: " + tensors.status().message());
+  // The view's tensors name their slices of the global tensors: as a
+  // selection, they take exactly the view's bytes of the image.
+  auto view = part_view(image, *tensors);
+  if (!view) return Status::corrupt("view " + key.short_hex() + ": " + view.status().message());
+  if (view->key != key) return Status::corrupt("view " + key.short_hex() + "'s table derives another view");
+  return view;
+}
 
 ManifestId selection_key(std::span<const TensorEntry> selected) {
   std::vector<std::uint8_t> table;

@@ -62,6 +62,17 @@ Result<std::vector<PartView>> declared_views(std::span<const TensorEntry> image_
 // its fetchers ask for.
 ManifestId view_id(const ManifestId& image, const ManifestId& key);
 
+// The encoding of a view's tensor table (PartView::tensors, or a view
+// manifest's tensors), whose BLAKE2b-256 is the view's key: what a fetcher
+// of a view sends a holder of its image to have the view served.
+std::vector<std::uint8_t> view_table_bytes(std::span<const TensorEntry> view_tensors);
+// The view of `image` whose table's encoding is `table`, when `image`
+// declares it: the table's BLAKE2b-256 is a declared view's key, so only a
+// view the image's signer declared is ever derived from a peer's bytes.
+// Errors: kNotFound (no declared view has that key), kCorrupt (the table
+// does not decode, or does not derive that view from the image).
+Result<PartView> declared_view_of_table(const Manifest& image, std::span<const std::uint8_t> table);
+
 // The key of a selection of a version (`selected`: selected_layout's
 // entries), the same for every fetcher of it however it was written:
 // BLAKE2b-256 of a domain string and the layout's tensor table. A part set

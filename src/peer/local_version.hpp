@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/anonymous_memory.hpp"
 #include "core/bitfield.hpp"
@@ -85,6 +86,8 @@ struct LocalVersion {
   FetchProgressInfo progress;
   TimePoint completed = kTimeNever;  // driver time: every shard verified
   std::uint32_t bad_shards = 0;      // shards received that failed verification
+  // A view's fetch: the holders of its image asked to serve it (kServeView).
+  std::vector<PeerId> asked_to_serve;
 
   bool served() const { return role != VersionRole::kCopy; }
   bool whole() const { return wanted.size() == 0; }

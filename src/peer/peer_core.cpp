@@ -39,6 +39,7 @@ PeerCore::PeerCore(PeerCoreConfig config, PeerId self, std::uint64_t seed, gossi
       gossip_(gossip),
       rng_(seed ^ 0x6a09e667f3bcc909ull),
       challenges_answered_(4, 16, 4096),
+      views_served_on_request_(16, 64, 4096),
       decoder_(decoder ? std::move(decoder) : default_manifest_decoder()),
       swarm_(config_.swarm, config_.location, self, seed, std::move(locations)),
       heads_(config_.trusted_publishers, config_.manifest_retry),
@@ -92,6 +93,10 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
     // A part of a version this peer publishes a part of: wanted, to seal.
     send_manifest_request(parts_.on_named(now, r.id, h.model, VersionNumber{h.version}, h.manifest_id));
   }
+  // Views fetched here that a holder of their image may serve when asked.
+  for (auto& [id, v] : versions_) {
+    if (v->view_of && v->state == VersionState::kFetching) ask_to_serve_view(*v, r);
+  }
   for (const gossip::HeadEntry& head : r.heads) {
     if (heads_.equivocated(head.model, VersionNumber{head.version})) {
       for (const Equivocation& e : heads_.equivocations()) {
@@ -113,15 +118,73 @@ bool PeerCore::view_has_source(const Manifest& view, const std::optional<Manifes
   if (find(view.id())) return true;
   if (!gossip_) return true;
   const std::optional<PartSlot> slot = slot_in_seal(view, selection);
+  std::optional<PartSlot> part_slot = slot;
+  if (part_slot) part_slot->selection.reset();
   for (const auto& member : gossip_->members()) {
     if (member.liveness != gossip::Liveness::kAlive || !member.record) continue;
     const gossip::PeerRecord& r = member.record->record;
     if (r.id == self_ || r.leaving) continue;
     for (const gossip::HoldingEntry& h : r.holdings) {
       if (claim_on(h, view.id(), slot) || serves_view(view, r, h)) return true;
+      const std::optional<bool> part = claim_on(h, *manifest::view_of(view), part_slot);
+      if (part && *part) return true;
     }
   }
   return false;
+}
+
+void PeerCore::ask_to_serve_view(LocalVersion& v, const gossip::PeerRecord& member) {
+  if (!v.view_of || member.id == self_ || member.leaving || member.data_addr.empty() || member.id == v.manifest->publisher()) return;
+  if (v.asked_to_serve.size() >= kMaxViewServersAsked) return;
+  if (std::find(v.asked_to_serve.begin(), v.asked_to_serve.end(), member.id) != v.asked_to_serve.end()) return;
+  std::optional<PartSlot> part_slot = v.slot;
+  if (part_slot) part_slot->selection.reset();
+  const bool holds_part = std::any_of(member.holdings.begin(), member.holdings.end(), [&](const gossip::HoldingEntry& h) {
+    const std::optional<bool> complete = claim_on(h, *v.view_of, part_slot);
+    return complete && *complete;
+  });
+  if (!holds_part) return;
+  std::vector<std::uint8_t> bytes(v.view_of->bytes.begin(), v.view_of->bytes.end());
+  const std::vector<std::uint8_t> table = manifest::view_table_bytes(v.manifest->tensors());
+  if (bytes.size() + table.size() > swarm::kMaxServeViewBytes) return;
+  bytes.insert(bytes.end(), table.begin(), table.end());
+  v.asked_to_serve.push_back(member.id);
+  actions_.push(swarm::SendMessage{member.id, swarm::SwarmMessage::with_bytes(swarm::MessageType::kServeView, v.id,
+                                                                              std::move(bytes))});
+}
+
+void PeerCore::on_serve_view(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message) {
+  const ManifestId& view_id = message.version_id;
+  const auto served = [&] {
+    actions_.push(swarm::SendMessage{peer, swarm::SwarmMessage::signal(swarm::MessageType::kViewServed, view_id)});
+  };
+  if (auto held = find(view_id)) {
+    if (held->role == VersionRole::kPublished || held->state == VersionState::kComplete) served();
+    return;  // a fetcher of it serves what it has, as any fetcher does
+  }
+  if (message.bytes.size() <= sizeof(ManifestId::bytes)) return;
+  ManifestId part_id;
+  std::copy_n(message.bytes.begin(), part_id.bytes.size(), part_id.bytes.begin());
+  auto part = find(part_id);
+  if (!part || !part->holds_all() || !part->served() || !views_served_on_request_.allow(peer.hex(), now)) return;
+  const std::span<const std::uint8_t> table(message.bytes.data() + part_id.bytes.size(),
+                                            message.bytes.size() - part_id.bytes.size());
+  auto view = manifest::declared_view_of_table(*part->manifest, table);
+  if (!view || manifest::view_id(part_id, view->key) != view_id) return;
+  auto view_manifest = manifest::view_manifest(*part->manifest, *view);
+  if (!view_manifest) return;
+  std::vector<ConstRegion> gathered;
+  for (const manifest::LandingRun& run : view->gather) part->memory.pieces(run.part_offset, run.length, gathered);
+  serve_view(now, part, std::move(*view_manifest), core::ConstRegions(std::span<const ConstRegion>(gathered)));
+  served();
+}
+
+void PeerCore::on_view_served(TimePoint now, const PeerId& peer, const ManifestId& view) {
+  auto v = find(view);
+  if (!v || v->state != VersionState::kFetching) return;
+  if (std::find(v->asked_to_serve.begin(), v->asked_to_serve.end(), peer) == v->asked_to_serve.end()) return;
+  swarm_.add_holder(now, v->id, peer, /*complete=*/true);
+  drain_swarm(now);
 }
 
 std::optional<PartSlot> PeerCore::slot_in_seal(const Manifest& m, const std::optional<ManifestId>& selection) const {
@@ -609,6 +672,8 @@ void PeerCore::on_message(TimePoint now, const PeerId& peer, const swarm::SwarmM
       send_manifest_request(parts_.on_no_manifest(now, peer, message.version_id));
       return send_manifest_request(heads_.on_no_manifest(now, peer, message.version_id));
     case swarm::MessageType::kChallenge: return answer_challenge(now, peer, message);
+    case swarm::MessageType::kServeView: return on_serve_view(now, peer, message);
+    case swarm::MessageType::kViewServed: return on_view_served(now, peer, message.version_id);
     case swarm::MessageType::kProof:
       if (proofs_.on_answer(message.version_id, peer, message.bytes)) {
         release_due(now, /*all=*/false);  // a deferred release may wait for this replica

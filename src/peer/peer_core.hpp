@@ -258,8 +258,9 @@ class PeerCore {
   // Whether a fetch of the view `view` (manifest::view_manifest's) of the
   // selection whose key is `selection` has a source now: this peer holds
   // it, a live member's record holds it (on its own or in a part set of
-  // that selection), or the part's publisher's record holds the part
-  // complete. Without gossip (the driver says who holds what): true.
+  // that selection), or holds the part complete (its publisher serves its
+  // views, and any other holder serves one when asked: kServeView).
+  // Without gossip (the driver says who holds what): true.
   bool view_has_source(const Manifest& view, const std::optional<ManifestId>& selection) const;
   // A live member on this peer's host (the same non-empty host label) whose
   // record holds `id` complete: where a fetch into memory that host mates
@@ -420,6 +421,17 @@ class PeerCore {
   // A challenge to a member whose record claims `id` complete, if this peer
   // holds `id` complete and the member has not proved it.
   void challenge_member(TimePoint now, const LocalVersion& v, const gossip::PeerRecord& member);
+  // Asks `member` to serve the view `v` fetches (kServeView, with the
+  // view's table), when its record holds v's image complete and it is not
+  // that image's publisher (which serves it anyway); at most
+  // kMaxViewServersAsked holders a view, each once.
+  void ask_to_serve_view(LocalVersion& v, const gossip::PeerRecord& member);
+  // A holder of an image asked to serve one of its declared views: served
+  // from the image's memory as its publisher serves it, and answered with
+  // kViewServed. Nothing for an image not held complete here, a view it
+  // does not declare, or past the asker's rate.
+  void on_serve_view(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message);
+  void on_view_served(TimePoint now, const PeerId& peer, const ManifestId& view);
   // Answers a challenge about a version held here complete (a few a second
   // per peer at most).
   void answer_challenge(TimePoint now, const PeerId& peer, const swarm::SwarmMessage& message);
@@ -464,6 +476,8 @@ class PeerCore {
   static constexpr std::size_t kProofFanout = 16;
   core::SplitMix64 rng_;  // challenges' nonces and ranges
   gossip::RateLimiter challenges_answered_;  // per peer
+  gossip::RateLimiter views_served_on_request_;  // per peer
+  static constexpr std::size_t kMaxViewServersAsked = 4;
   std::shared_ptr<ManifestDecoder> decoder_;
   swarm::SwarmCore swarm_;
   HeadTracker heads_;

@@ -377,6 +377,8 @@ void SwarmCore::on_message(TimePoint now, const PeerId& peer, const SwarmMessage
     case MessageType::kManifest:
     case MessageType::kSeal:
     case MessageType::kGroup:
+    case MessageType::kServeView:
+    case MessageType::kViewServed:
     case MessageType::kNoManifest:
     case MessageType::kChallenge:
     case MessageType::kProof:
@@ -456,6 +458,8 @@ bool SwarmCore::fetch_message(TimePoint now, const PeerId& peer, const SwarmMess
     case MessageType::kManifest:
     case MessageType::kSeal:
     case MessageType::kGroup:
+    case MessageType::kServeView:
+    case MessageType::kViewServed:
     case MessageType::kNoManifest:
     case MessageType::kChallenge:
     case MessageType::kProof:

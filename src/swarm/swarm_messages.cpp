@@ -90,6 +90,8 @@ std::string_view message_type_name(MessageType type) {
     case MessageType::kGroup: return "group";
     case MessageType::kFetching: return "fetching";
     case MessageType::kNotFetching: return "not-fetching";
+    case MessageType::kServeView: return "serve-view";
+    case MessageType::kViewServed: return "view-served";
   }
   return "unknown";
 }
@@ -124,6 +126,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
     case MessageType::kTransport:
     case MessageType::kSeal:
     case MessageType::kGroup:
+    case MessageType::kServeView:
       open(3);
       w.write_bin(m.bytes);
       break;
@@ -157,7 +160,7 @@ void encode_swarm_message(const SwarmMessage& m, std::vector<std::uint8_t>& out)
       w.write_uint(m.request_id.value);
       w.write_bin(m.bytes);
       break;
-    default:  // not-interested, choke, unchoke, get-manifest, no-manifest, super-seed, unknown-version
+    default:  // not-interested, choke, unchoke, get-manifest, no-manifest, super-seed, unknown-version, view-served
       open(2);
       break;
   }
@@ -218,6 +221,13 @@ Result<SwarmMessage> decode_swarm_message(std::span<const std::uint8_t> bytes) {
     case MessageType::kGroup:
       expect_fields(3);
       if (r.read_bin("group state", blob, kMaxGroupBytes)) m.bytes.assign(blob.begin(), blob.end());
+      break;
+    case MessageType::kServeView:
+      expect_fields(3);
+      if (r.read_bin("serve view", blob, kMaxServeViewBytes)) {
+        if (blob.size() <= sizeof(ManifestId::bytes)) r.fail("serve view", "holds no tensor table after the part's id");
+        m.bytes.assign(blob.begin(), blob.end());
+      }
       break;
     case MessageType::kHave:
     case MessageType::kFetching:

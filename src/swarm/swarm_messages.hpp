@@ -47,8 +47,10 @@ enum class MessageType : std::uint8_t {
   kSeal = 23,          // seal bytes: answers kGetManifest for a version published in parts
   kGroup = 24,         // bytes: a group rank's state (peer/group_state.hpp), to the group's other ranks
   kInterestedInSelection = 25,  // as kInterested, from a fetcher of a selection: a super-seed shows it every shard
+  kServeView = 26,     // bytes: a part's id, then the encoding of its view's tensor table: serve that view (its id)
+  kViewServed = 27,    // answers kServeView: the sender serves the view now
 };
-inline constexpr std::uint8_t kLastMessageType = 25;
+inline constexpr std::uint8_t kLastMessageType = 27;
 
 std::string_view message_type_name(MessageType type);
 
@@ -87,6 +89,9 @@ inline constexpr std::size_t kMaxPeersListed = 16;
 inline constexpr std::size_t kMaxTransportBytes = 1u << 20;
 // The most bytes a kGroup message carries.
 inline constexpr std::size_t kMaxGroupBytes = 4096;
+// The most bytes a kServeView message carries: a part's id and a view's
+// tensor table (about 80 bytes a tensor).
+inline constexpr std::size_t kMaxServeViewBytes = std::size_t{4} << 20;
 
 std::vector<std::uint8_t> encode_swarm_message(const SwarmMessage& message);
 // Appends the encoding to `out` (whose capacity a caller may reuse).

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
       SwarmMessage::piece(v, swarm::RequestId{9}, 1u << 20),
       SwarmMessage::refuse(v, swarm::RequestId{9}, {'n', 'o'}),
       SwarmMessage::with_bytes(MessageType::kPeers, v, std::vector<std::uint8_t>(64, 1)),
+      SwarmMessage::with_bytes(MessageType::kServeView, v, std::vector<std::uint8_t>(100, 2)),
+      SwarmMessage::signal(MessageType::kViewServed, v),
   };
   int n = 0;
   for (const auto& m : messages) fuzz::write_seed(dir + "/message-" + std::to_string(n++), 0, encode_swarm_message(m));

@@ -39,9 +39,11 @@ std::vector<SwarmMessage> samples() {
   out.push_back(m);
   m = SwarmMessage::about_shard(MessageType::kNotFetching, v, ShardIndex{4});
   out.push_back(m);
+  m = SwarmMessage::with_bytes(MessageType::kServeView, v, std::vector<std::uint8_t>(32 + 90, 0x21));
+  out.push_back(m);
   for (auto t : {MessageType::kInterested, MessageType::kNotInterested, MessageType::kChoke,
                  MessageType::kUnchoke, MessageType::kGetManifest, MessageType::kNoManifest, MessageType::kSuperSeed,
-                 MessageType::kUnknownVersion}) {
+                 MessageType::kUnknownVersion, MessageType::kViewServed}) {
     out.push_back(SwarmMessage::signal(t, v));
   }
   return out;
@@ -77,6 +79,10 @@ TEST_CASE("data messages: bounds and shapes are enforced") {
   CHECK(decode_swarm_message(bytes).status().message().find("unknown data message type") != std::string::npos);
   SwarmMessage peers{MessageType::kPeers, m.version_id, {}, {}, {}, 0, 0, 0, std::vector<std::uint8_t>(PeerId::kSize + 1, 1)};
   CHECK(decode_swarm_message(encode_swarm_message(peers)).status().message().find("whole number of peer ids") !=
+        std::string::npos);
+  // A request to serve a view names a part and carries its table.
+  const SwarmMessage bare = SwarmMessage::with_bytes(MessageType::kServeView, m.version_id, std::vector<std::uint8_t>(32, 1));
+  CHECK(decode_swarm_message(encode_swarm_message(bare)).status().message().find("no tensor table") !=
         std::string::npos);
   peers.bytes.assign((kMaxPeersListed + 1) * PeerId::kSize, 1);
   CHECK_FALSE(decode_swarm_message(encode_swarm_message(peers)).is_ok());

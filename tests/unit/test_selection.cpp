@@ -398,6 +398,19 @@ TEST_CASE("selection: a part declared with views carries each view's digests, wh
     CHECK(verify_image(**vm, flipped, 1).code() == StatusCode::kVerifyFailed);
     // Another part's view of that key (or none declared) is not found.
     CHECK(manifest::view_manifest(plain.manifest, *view).status().code() == StatusCode::kNotFound);
+    // What a fetcher sends a whole holder of the part: the view's table,
+    // from which the holder derives the same view, gather and all; a
+    // table the part does not declare (one byte off) is refused.
+    const std::vector<std::uint8_t> table = manifest::view_table_bytes((*vm)->tensors());
+    auto served = manifest::declared_view_of_table(*decoded, table);
+    REQUIRE_MESSAGE(served.is_ok(), served.status().to_string());
+    CHECK(served->key == view->key);
+    CHECK(served->gather == view->gather);
+    CHECK(served->size == view->size);
+    std::vector<std::uint8_t> off = table;
+    off.back() ^= 1;
+    CHECK(manifest::declared_view_of_table(*decoded, off).status().code() == StatusCode::kNotFound);
+    CHECK(manifest::declared_view_of_table(plain.manifest, table).status().code() == StatusCode::kNotFound);
   }
   CHECK(manifest::view_id(decoded->id(), decoded->views()[0].key) !=
         manifest::view_id(decoded->id(), decoded->views()[1].key));
