@@ -88,6 +88,22 @@ SealedParts publish_sealed(const std::vector<std::unique_ptr<Peer>>& peers, cons
   return v;
 }
 
+// Whether `observer`'s gossip says, within 20 s, that `gone` hold nothing.
+bool until_they_hold_nothing(Peer& observer, std::initializer_list<const Peer*> gone) {
+  const auto hold_nothing = [&] {
+    const auto status = nlohmann::json::parse(observer.status_json());
+    for (const auto& member : status["members"]) {
+      for (const Peer* peer : gone) {
+        if (member["id"] == peer->id().hex() && !member["holds"].empty()) return false;
+      }
+    }
+    return true;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!hold_nothing() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  return hold_nothing();
+}
+
 }  // namespace
 
 TEST_CASE("parts over loopback: three ranks publish through Peer::publish_part, seal, and a watcher sees one head") {
@@ -322,18 +338,7 @@ TEST_CASE("parts over loopback: declared views move exactly a strided selection'
   // and nobody fetched them. The whole reader, asked (kServeView), serves
   // them from the parts it holds, once gossip has told the fetcher the
   // publishers hold nothing: still exactly the selected bytes.
-  const auto publishers_hold_nothing = [&] {
-    const auto status = nlohmann::json::parse(peers[6]->status_json());
-    for (const auto& member : status["members"]) {
-      for (std::size_t r = 0; r < 3; ++r) {
-        if (member["id"] == peers[r]->id().hex() && !member["holds"].empty()) return false;
-      }
-    }
-    return true;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!publishers_hold_nothing() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  REQUIRE(publishers_hold_nothing());
+  REQUIRE(until_they_hold_nothing(*peers[6], {peers[0].get(), peers[1].get(), peers[2].get()}));
   auto c = peers[6]->fetch_selection("policy", 1, left);
   REQUIRE_MESSAGE(c.is_ok(), c.status().to_string());
   REQUIRE_MESSAGE(c->wait(20s).is_ok(), c->wait(0ms).to_string());
@@ -547,18 +552,7 @@ TEST_CASE("parts over loopback: a record names a version in 24 parts, whole or a
   // reader, and the views by the first fetcher of the selection, as their
   // part sets tell.
   handles.clear();
-  const auto publishers_hold_nothing = [&] {
-    const auto status = nlohmann::json::parse(peers[5]->status_json());
-    for (const auto& member : status["members"]) {
-      for (std::size_t r = 0; r < 2; ++r) {
-        if (member["id"] == peers[r]->id().hex() && !member["holds"].empty()) return false;
-      }
-    }
-    return true;
-  };
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (!publishers_hold_nothing() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
-  REQUIRE(publishers_hold_nothing());
+  REQUIRE(until_they_hold_nothing(*peers[5], {peers[0].get(), peers[1].get()}));
   auto b = peers[3]->fetch("policy", 1);
   REQUIRE_MESSAGE(b.is_ok(), b.status().to_string());
   REQUIRE_MESSAGE(b->wait(20s).is_ok(), b->wait(0ms).to_string());
