@@ -169,8 +169,11 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "group_size", r.group_size));
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "group_rank", r.group_rank));
   // committed answers at once unless told to wait.
-  if (r.cmd == "committed" && !request.contains("timeout_ms")) r.timeout_ms = 0;
+  if (r.cmd == "committed" && (!request.contains("timeout_ms") || request["timeout_ms"].is_null())) r.timeout_ms = 0;
   TENSORHUB_RETURN_IF_ERROR(uint_field(request, "timeout_ms", r.timeout_ms));
+  if (r.timeout_ms > kMaxTimeoutMs) {
+    return Status::invalid_argument("\"timeout_ms\" is at most " + std::to_string(kMaxTimeoutMs) + " (a day)");
+  }
   if (r.cmd != "status" && r.cmd != "commit") {
     TENSORHUB_RETURN_IF_ERROR(validate_model_name(r.model).with_context("\"model\""));
   }

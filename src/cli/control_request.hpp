@@ -51,6 +51,7 @@ struct ControlRequest {
 };
 
 inline constexpr std::size_t kMaxSelectedTensors = 1u << 16;  // a selection's tensors, in one request
+inline constexpr std::uint64_t kMaxTimeoutMs = 86'400'000;     // "timeout_ms": a day
 
 // Decodes one request line (without its newline). Errors: kInvalidArgument
 // naming what is wrong: not a JSON object, an unknown command or field of
@@ -68,7 +69,8 @@ inline constexpr std::size_t kMaxSelectedTensors = 1u << 16;  // a selection's t
 // rule, "group_rank" below "group_size"; the peer checks the group's own
 // limits); commit without "group" or "version"; a "timeout_ms" of 0 for
 // stage or commit; committed without a group (as stage's) or with a
-// "version"; a group's fields with another command.
+// "version"; a "timeout_ms" above kMaxTimeoutMs; a group's fields with
+// another command.
 Result<ControlRequest> parse_control_request(std::string_view line);
 
 // A selection in the protocol's JSON form ("select", and each of "views").

@@ -170,6 +170,7 @@ class Daemon {
     groups_.clear();
     peer_.reset();
     commits_.reset();  // a commit waiting ends once the peer has stopped (kCancelled)
+    queries_.reset();
     TH_LOG_INFO("peer", "stopped");
     return kExitOk;
   }
@@ -566,11 +567,12 @@ class Daemon {
 
   // The version of a model a group committed (Group::committed), joining
   // the group as stage does: what a restarted rank stages to catch up. A
-  // wait for a rank to say one (`timeout_ms`) runs on a thread of its own.
+  // wait for a rank to say one (`timeout_ms`) runs on a pool of its own,
+  // so that waits never hold up a commit.
   void committed(const ControlRequest& r, const transport::ControlServer::Reply& reply) {
     auto group = group_for(r.group, r.group_size, r.group_rank);
     if (!group) return fail(reply, group.status());
-    commits_->submit([this, group = *group, model = r.model,
+    queries_->submit([this, group = *group, model = r.model,
                       deadline = Clock::now() + std::chrono::milliseconds(r.timeout_ms), reply] {
       Result<std::optional<std::uint64_t>> version = group->committed(model);
       while (version.is_ok() && !*version && Clock::now() < deadline) {
@@ -847,6 +849,7 @@ class Daemon {
   std::map<std::string, std::shared_ptr<Group>> groups_;
   std::map<std::pair<std::string, std::string>, std::shared_ptr<FetchHandle>> staged_;
   std::unique_ptr<core::WorkPool> commits_ = std::make_unique<core::WorkPool>(4);
+  std::unique_ptr<core::WorkPool> queries_ = std::make_unique<core::WorkPool>(2);  // committed's waits
 };
 
 }  // namespace

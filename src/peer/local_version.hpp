@@ -86,8 +86,16 @@ struct LocalVersion {
   FetchProgressInfo progress;
   TimePoint completed = kTimeNever;  // driver time: every shard verified
   std::uint32_t bad_shards = 0;      // shards received that failed verification
-  // A view's fetch: the holders of its image asked to serve it (kServeView).
-  std::vector<PeerId> asked_to_serve;
+  // A view's fetch: the holders of its image asked to serve it
+  // (kServeView), when, and whether they said they do; and those that did
+  // not answer in time, asked again only once nobody else is left.
+  struct ServeAsk {
+    PeerId peer;
+    TimePoint asked;
+    bool served = false;
+  };
+  std::vector<ServeAsk> asked_to_serve;
+  std::vector<PeerId> slow_to_serve;
 
   bool served() const { return role != VersionRole::kCopy; }
   bool whole() const { return wanted.size() == 0; }

@@ -39,7 +39,7 @@ PeerCore::PeerCore(PeerCoreConfig config, PeerId self, std::uint64_t seed, gossi
       gossip_(gossip),
       rng_(seed ^ 0x6a09e667f3bcc909ull),
       challenges_answered_(4, 16, 4096),
-      views_served_on_request_(16, 64, 4096),
+      views_served_on_request_(256, 2048, 4096),
       decoder_(decoder ? std::move(decoder) : default_manifest_decoder()),
       swarm_(config_.swarm, config_.location, self, seed, std::move(locations)),
       heads_(config_.trusted_publishers, config_.manifest_retry),
@@ -63,10 +63,17 @@ void PeerCore::on_member_event(TimePoint now, const gossip::MemberEvent& event) 
     default:
       if (event.record) {
         learn_from_record(now, event.record->record);
+        // A part set may claim a thousand parts held here: a few of them,
+        // chosen at random, are challenged a record.
+        std::vector<const LocalVersion*> claimed;
         for (const gossip::HoldingEntry& h : event.record->record.holdings) {
           for_each_claimed(h, [&](const LocalVersion& v, bool complete) {
-            if (complete) challenge_member(now, v, event.record->record);
+            if (complete) claimed.push_back(&v);
           });
+        }
+        for (std::size_t i = 0; i < claimed.size() && i < kMaxChallengesPerRecord; ++i) {
+          std::swap(claimed[i], claimed[i + rng_.below(claimed.size() - i)]);
+          challenge_member(now, *claimed[i], event.record->record);
         }
       }
       break;
@@ -95,7 +102,7 @@ void PeerCore::learn_from_record(TimePoint now, const gossip::PeerRecord& r) {
   }
   // Views fetched here that a holder of their image may serve when asked.
   for (auto& [id, v] : versions_) {
-    if (v->view_of && v->state == VersionState::kFetching) ask_to_serve_view(*v, r);
+    if (v->view_of && v->state == VersionState::kFetching) ask_to_serve_view(now, *v, r);
   }
   for (const gossip::HeadEntry& head : r.heads) {
     if (heads_.equivocated(head.model, VersionNumber{head.version})) {
@@ -133,10 +140,19 @@ bool PeerCore::view_has_source(const Manifest& view, const std::optional<Manifes
   return false;
 }
 
-void PeerCore::ask_to_serve_view(LocalVersion& v, const gossip::PeerRecord& member) {
-  if (!v.view_of || member.id == self_ || member.leaving || member.data_addr.empty() || member.id == v.manifest->publisher()) return;
+void PeerCore::ask_to_serve_view(TimePoint now, LocalVersion& v, const gossip::PeerRecord& member) {
+  if (!v.view_of || member.id == self_ || member.leaving || member.data_addr.empty() ||
+      member.id == v.manifest->publisher()) {
+    return;
+  }
   if (v.asked_to_serve.size() >= kMaxViewServersAsked) return;
-  if (std::find(v.asked_to_serve.begin(), v.asked_to_serve.end(), member.id) != v.asked_to_serve.end()) return;
+  const auto asked = [&](const LocalVersion::ServeAsk& a) { return a.peer == member.id; };
+  if (std::any_of(v.asked_to_serve.begin(), v.asked_to_serve.end(), asked)) return;
+  auto slow = std::find(v.slow_to_serve.begin(), v.slow_to_serve.end(), member.id);
+  if (slow != v.slow_to_serve.end()) {
+    if (!v.asked_to_serve.empty()) return;  // others are asked; a slow one waits its turn
+    v.slow_to_serve.erase(slow);
+  }
   std::optional<PartSlot> part_slot = v.slot;
   if (part_slot) part_slot->selection.reset();
   const bool holds_part = std::any_of(member.holdings.begin(), member.holdings.end(), [&](const gossip::HoldingEntry& h) {
@@ -148,7 +164,8 @@ void PeerCore::ask_to_serve_view(LocalVersion& v, const gossip::PeerRecord& memb
   const std::vector<std::uint8_t> table = manifest::view_table_bytes(v.manifest->tensors());
   if (bytes.size() + table.size() > swarm::kMaxServeViewBytes) return;
   bytes.insert(bytes.end(), table.begin(), table.end());
-  v.asked_to_serve.push_back(member.id);
+  v.asked_to_serve.push_back({member.id, now, false});
+  next_view_ask_check_ = std::min(next_view_ask_check_, now + kViewAskTimeout);
   actions_.push(swarm::SendMessage{member.id, swarm::SwarmMessage::with_bytes(swarm::MessageType::kServeView, v.id,
                                                                               std::move(bytes))});
 }
@@ -166,7 +183,10 @@ void PeerCore::on_serve_view(TimePoint now, const PeerId& peer, const swarm::Swa
   ManifestId part_id;
   std::copy_n(message.bytes.begin(), part_id.bytes.size(), part_id.bytes.begin());
   auto part = find(part_id);
-  if (!part || !part->holds_all() || !part->served() || !views_served_on_request_.allow(peer.hex(), now)) return;
+  if (!part || !part->holds_all() || !part->served() || part->memory.empty() ||
+      !views_served_on_request_.allow(peer.hex(), now)) {
+    return;
+  }
   const std::span<const std::uint8_t> table(message.bytes.data() + part_id.bytes.size(),
                                             message.bytes.size() - part_id.bytes.size());
   auto view = manifest::declared_view_of_table(*part->manifest, table);
@@ -182,9 +202,38 @@ void PeerCore::on_serve_view(TimePoint now, const PeerId& peer, const swarm::Swa
 void PeerCore::on_view_served(TimePoint now, const PeerId& peer, const ManifestId& view) {
   auto v = find(view);
   if (!v || v->state != VersionState::kFetching) return;
-  if (std::find(v->asked_to_serve.begin(), v->asked_to_serve.end(), peer) == v->asked_to_serve.end()) return;
+  auto ask = std::find_if(v->asked_to_serve.begin(), v->asked_to_serve.end(),
+                          [&](const LocalVersion::ServeAsk& a) { return a.peer == peer; });
+  if (ask == v->asked_to_serve.end() || ask->served) return;
+  ask->served = true;
   swarm_.add_holder(now, v->id, peer, /*complete=*/true);
   drain_swarm(now);
+}
+
+void PeerCore::expire_view_asks(TimePoint now) {
+  if (now < next_view_ask_check_) return;
+  next_view_ask_check_ = kTimeNever;
+  for (auto& [id, v] : versions_) {
+    if (!v->view_of || v->state != VersionState::kFetching) continue;
+    bool expired = false;
+    std::erase_if(v->asked_to_serve, [&](const LocalVersion::ServeAsk& a) {
+      if (a.served || a.asked + kViewAskTimeout > now) return false;
+      if (v->slow_to_serve.size() >= kMaxSlowServersKept) v->slow_to_serve.clear();
+      v->slow_to_serve.push_back(a.peer);
+      expired = true;
+      return true;
+    });
+    if (expired && gossip_) {
+      for (const auto& member : gossip_->members()) {
+        if (member.liveness == gossip::Liveness::kAlive && member.record) {
+          ask_to_serve_view(now, *v, member.record->record);
+        }
+      }
+    }
+    for (const LocalVersion::ServeAsk& a : v->asked_to_serve) {
+      if (!a.served) next_view_ask_check_ = std::min(next_view_ask_check_, a.asked + kViewAskTimeout);
+    }
+  }
 }
 
 std::optional<PartSlot> PeerCore::slot_in_seal(const Manifest& m, const std::optional<ManifestId>& selection) const {
@@ -761,13 +810,14 @@ void PeerCore::handle_timeout(TimePoint now) {
     if (groups_.handle_timeout(now)) state_changed();
     refresh_group_stages(now);  // progress rides on the heartbeats
   }
+  expire_view_asks(now);
   release_due(now, /*all=*/false);
   drain_swarm(now);
 }
 
 TimePoint PeerCore::next_timeout() const {
   return std::min({swarm_.next_timeout(), heads_.next_timeout(), parts_.next_timeout(), groups_.next_timeout(),
-                   deferred_.next_deadline()});
+                   deferred_.next_deadline(), next_view_ask_check_});
 }
 
 std::optional<PeerAction> PeerCore::poll() {

@@ -424,8 +424,11 @@ class PeerCore {
   // Asks `member` to serve the view `v` fetches (kServeView, with the
   // view's table), when its record holds v's image complete and it is not
   // that image's publisher (which serves it anyway); at most
-  // kMaxViewServersAsked holders a view, each once.
-  void ask_to_serve_view(LocalVersion& v, const gossip::PeerRecord& member);
+  // kMaxViewServersAsked holders at a time a view. One that has not
+  // answered within kViewAskTimeout gives its place to another
+  // (expire_view_asks), and is asked again only when no other is left.
+  void ask_to_serve_view(TimePoint now, LocalVersion& v, const gossip::PeerRecord& member);
+  void expire_view_asks(TimePoint now);
   // A holder of an image asked to serve one of its declared views: served
   // from the image's memory as its publisher serves it, and answered with
   // kViewServed. Nothing for an image not held complete here, a view it
@@ -476,8 +479,14 @@ class PeerCore {
   static constexpr std::size_t kProofFanout = 16;
   core::SplitMix64 rng_;  // challenges' nonces and ranges
   gossip::RateLimiter challenges_answered_;  // per peer
-  gossip::RateLimiter views_served_on_request_;  // per peer
+  // Per peer. Generous: what a peer can make this one derive is bounded by
+  // the views the parts held here declare; the rate bounds the bursts.
+  gossip::RateLimiter views_served_on_request_;
   static constexpr std::size_t kMaxViewServersAsked = 4;
+  static constexpr std::size_t kMaxChallengesPerRecord = 16;
+  static constexpr Duration kViewAskTimeout = std::chrono::seconds(5);
+  static constexpr std::size_t kMaxSlowServersKept = 64;
+  TimePoint next_view_ask_check_ = kTimeNever;
   std::shared_ptr<ManifestDecoder> decoder_;
   swarm::SwarmCore swarm_;
   HeadTracker heads_;

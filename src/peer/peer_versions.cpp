@@ -384,7 +384,7 @@ void PeerCore::fetch_from_swarm(TimePoint now, const std::shared_ptr<LocalVersio
         if (auto complete = claim_on(h, v->id, v->slot)) swarm_.add_holder(now, v->id, r.id, *complete);
         if (serves_view(m, r, h)) swarm_.add_holder(now, v->id, r.id, /*complete=*/true);
       }
-      if (v->view_of) ask_to_serve_view(*v, r);
+      if (v->view_of) ask_to_serve_view(now, *v, r);
     }
   }
   announce_holding(*v);

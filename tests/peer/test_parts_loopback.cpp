@@ -40,7 +40,7 @@ std::unique_ptr<Peer> start(std::uint64_t key, std::vector<std::string> seeds) {
   o.listen = "127.0.0.1:0";
   o.data_listen = "127.0.0.1:0";
   o.seeds = std::move(seeds);
-  o.trusted_publishers = ranks_keys(3);
+  o.trusted_publishers = ranks_keys(8);
   o.shard_size = 256u << 10;
   o.block_size = 64u << 10;
   o.host = "h" + std::to_string(key);
@@ -466,16 +466,18 @@ TEST_CASE("parts over loopback: a selection lands in GPU memory by its views, ve
             .code() != StatusCode::kOk);
 }
 
-TEST_CASE("parts over loopback: a record names a version in 24 parts, whole or as one selection's views, in one part "
-          "set, and readers fetch every part from it once the publishers are gone") {
-  // Two trainer peers publish 12 parts each of a version in 24 (128 rows of
-  // "w" a part), with the two tensor-parallel ranks' column views declared.
-  constexpr std::uint32_t kParts = 24;
+TEST_CASE("parts over loopback: a record names a version in 96 parts, whole or as one selection's views, in one part "
+          "set, and readers fetch every part and view from it once the publishers are gone") {
+  // Eight trainer peers publish 12 parts each of a version in 96 (32 rows
+  // of "w" a part), with the two tensor-parallel ranks' column views declared.
+  constexpr std::uint32_t kParts = 96, kPublishers = 8;
   constexpr std::uint64_t kPartRows = kRows / kParts;
+  constexpr std::size_t kWhole = 8, kSecondWhole = 9, kFirst = 10, kSecond = 11, kLeft = 12;  // peers after the publishers
   std::vector<std::unique_ptr<Peer>> peers;
   peers.push_back(start(60, {}));
   const std::string seed = peers[0]->gossip_address();
-  for (std::uint64_t k : {61, 71, 72, 73, 74}) peers.push_back(start(k, {seed}));
+  for (std::uint64_t k = 61; k < 60 + kPublishers; ++k) peers.push_back(start(k, {seed}));
+  for (std::uint64_t k : {71, 72, 73, 74, 75}) peers.push_back(start(k, {seed}));
   const TensorSelection left[] = {{"w", TensorSlice{{{0, kRows}, {0, 64}}}}};
   const TensorSelection right[] = {{"w", TensorSlice{{{0, kRows}, {64, 128}}}}};
   PartOptions declared;
@@ -490,7 +492,7 @@ TEST_CASE("parts over loopback: a record names a version in 24 parts, whole or a
     std::vector<TensorEntry> tensors = {
         {"w", DType::kF32, {kPartRows, kCols}, 0, images[p].size(), {kRows, kCols}, {p * kPartRows, 0}}};
     const ConstRegion regions[] = {images[p]};
-    auto h = peers[p < kParts / 2 ? 0 : 1]->publish_part("policy", 1, p, kParts, regions, tensors, declared);
+    auto h = peers[p / (kParts / kPublishers)]->publish_part("policy", 1, p, kParts, regions, tensors, declared);
     REQUIRE_MESSAGE(h.is_ok(), h.status().to_string());
     handles.push_back(std::move(*h));
   }
@@ -520,8 +522,8 @@ TEST_CASE("parts over loopback: a record names a version in 24 parts, whole or a
     }
   };
 
-  // A whole reader's 24 parts are one part set of the seal.
-  Peer& whole = *peers[2];
+  // A whole reader's 96 parts are one part set of the seal.
+  Peer& whole = *peers[kWhole];
   auto head = whole.wait_for_head("policy", 0, 20s);
   REQUIRE_MESSAGE(head.is_ok(), head.status().to_string());
   auto a = whole.fetch("policy", 1);
@@ -537,7 +539,7 @@ TEST_CASE("parts over loopback: a record names a version in 24 parts, whole or a
 
   // A fetcher of the right-hand columns: its 24 views, one part set of
   // the selection.
-  Peer& first = *peers[4];
+  Peer& first = *peers[kFirst];
   REQUIRE(first.wait_for_head("policy", 0, 20s).is_ok());
   auto c = first.fetch_selection("policy", 1, right);
   REQUIRE_MESSAGE(c.is_ok(), c.status().to_string());
@@ -552,15 +554,29 @@ TEST_CASE("parts over loopback: a record names a version in 24 parts, whole or a
   // reader, and the views by the first fetcher of the selection, as their
   // part sets tell.
   handles.clear();
-  REQUIRE(until_they_hold_nothing(*peers[5], {peers[0].get(), peers[1].get()}));
-  auto b = peers[3]->fetch("policy", 1);
+  for (std::size_t observer : {kSecond, kLeft}) {
+    std::initializer_list<const Peer*> publishers = {peers[0].get(), peers[1].get(), peers[2].get(), peers[3].get(),
+                                                     peers[4].get(), peers[5].get(), peers[6].get(), peers[7].get()};
+    REQUIRE(until_they_hold_nothing(*peers[observer], publishers));
+  }
+  auto b = peers[kSecondWhole]->fetch("policy", 1);
   REQUIRE_MESSAGE(b.is_ok(), b.status().to_string());
   REQUIRE_MESSAGE(b->wait(20s).is_ok(), b->wait(0ms).to_string());
   CHECK(std::equal(b->bytes().begin(), b->bytes().end(), full.begin(), full.end()));
-  auto d = peers[5]->fetch_selection("policy", 1, right);
+  auto d = peers[kSecond]->fetch_selection("policy", 1, right);
   REQUIRE_MESSAGE(d.is_ok(), d.status().to_string());
   REQUIRE_MESSAGE(d->wait(20s).is_ok(), d->wait(0ms).to_string());
   CHECK(std::equal(d->bytes().begin(), d->bytes().end(), right_columns.begin(), right_columns.end()));
   // Views, not whole shards (those would bring every column: twice as much).
   CHECK(d->progress().bytes_received == right_columns.size());
+  // The left-hand columns, which nobody fetched: every one of the 96 views
+  // from the whole readers, each asked to serve them (kServeView).
+  auto e = peers[kLeft]->fetch_selection("policy", 1, left);
+  REQUIRE_MESSAGE(e.is_ok(), e.status().to_string());
+  REQUIRE_MESSAGE(e->wait(20s).is_ok(), e->wait(0ms).to_string());
+  CHECK(e->progress().bytes_received == right_columns.size());
+  for (std::uint64_t r = 0; r < kRows; ++r) {
+    const auto row = full.begin() + static_cast<std::ptrdiff_t>(r * kCols * 4);
+    REQUIRE(std::equal(row, row + 64 * 4, e->bytes().begin() + static_cast<std::ptrdiff_t>(r * 64 * 4)));
+  }
 }

@@ -93,6 +93,9 @@ TEST_CASE("control request: each command decodes, and paths travel as text or as
   REQUIRE_MESSAGE(asked.is_ok(), asked.status().to_string());
   CHECK(asked->timeout_ms == 0);
   CHECK(asked->group_rank == 1);
+  asked = cli::parse_control_request(R"({"cmd":"committed","model":"m","group":"g","group_size":1,"timeout_ms":null})");
+  REQUIRE(asked.is_ok());
+  CHECK(asked->timeout_ms == 0);
   asked = cli::parse_control_request(
       R"({"cmd":"committed","model":"m","group":"g","group_size":1,"timeout_ms":2000})");
   REQUIRE_MESSAGE(asked.is_ok(), asked.status().to_string());
@@ -155,6 +158,7 @@ TEST_CASE("control request: refusals name what is wrong") {
   CHECK(contains(refusal(R"({"cmd":"committed","model":"m","group":"g","group_size":2,"group_rank":2})"),
                  "below \"group_size\""));
   CHECK(contains(refusal(R"({"cmd":"committed","model":"m","group":"g","group_size":1,"version":3})"), "takes none"));
+  CHECK(contains(refusal(R"({"cmd":"commit","group":"g","version":1,"timeout_ms":86400001})"), "a day"));
 }
 
 TEST_CASE("mutation: control request decoder") {
@@ -198,6 +202,7 @@ TEST_CASE("mutation: control request decoder") {
       CHECK(r->version > 0);
       CHECK(r->timeout_ms > 0);
     } else if (r->cmd == "committed") {
+      CHECK(r->timeout_ms <= cli::kMaxTimeoutMs);
       CHECK(validate_model_name(r->group).is_ok());
       CHECK(r->version == 0);
     } else {
