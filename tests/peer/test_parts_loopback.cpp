@@ -104,6 +104,24 @@ bool until_they_hold_nothing(Peer& observer, std::initializer_list<const Peer*> 
   return hold_nothing();
 }
 
+// Whether `observer`'s gossip says, within 20 s, that `holder` holds
+// something complete (a view's fetch counts its holders by that).
+bool until_it_holds_complete(Peer& observer, const Peer& holder) {
+  const auto holds = [&] {
+    const auto status = nlohmann::json::parse(observer.status_json());
+    for (const auto& member : status["members"]) {
+      if (member["id"] != holder.id().hex()) continue;
+      for (const auto& h : member["holds"]) {
+        if (h["complete"] == true) return true;
+      }
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!holds() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  return holds();
+}
+
 }  // namespace
 
 TEST_CASE("parts over loopback: three ranks publish through Peer::publish_part, seal, and a watcher sees one head") {
@@ -339,6 +357,7 @@ TEST_CASE("parts over loopback: declared views move exactly a strided selection'
   // them from the parts it holds, once gossip has told the fetcher the
   // publishers hold nothing: still exactly the selected bytes.
   REQUIRE(until_they_hold_nothing(*peers[6], {peers[0].get(), peers[1].get(), peers[2].get()}));
+  REQUIRE(until_it_holds_complete(*peers[6], *peers[5]));
   auto c = peers[6]->fetch_selection("policy", 1, left);
   REQUIRE_MESSAGE(c.is_ok(), c.status().to_string());
   REQUIRE_MESSAGE(c->wait(20s).is_ok(), c->wait(0ms).to_string());
@@ -554,6 +573,9 @@ TEST_CASE("parts over loopback: a record names a version in 96 parts, whole or a
   // reader, and the views by the first fetcher of the selection, as their
   // part sets tell.
   handles.clear();
+  for (std::size_t reader : {kSecondWhole, kSecond, kLeft}) {
+    REQUIRE(peers[reader]->wait_for_head("policy", 0, 20s).is_ok());
+  }
   for (std::size_t observer : {kSecond, kLeft}) {
     std::initializer_list<const Peer*> publishers = {peers[0].get(), peers[1].get(), peers[2].get(), peers[3].get(),
                                                      peers[4].get(), peers[5].get(), peers[6].get(), peers[7].get()};
@@ -571,6 +593,7 @@ TEST_CASE("parts over loopback: a record names a version in 96 parts, whole or a
   CHECK(d->progress().bytes_received == right_columns.size());
   // The left-hand columns, which nobody fetched: every one of the 96 views
   // from the whole readers, each asked to serve them (kServeView).
+  REQUIRE(until_it_holds_complete(*peers[kLeft], *peers[kWhole]));
   auto e = peers[kLeft]->fetch_selection("policy", 1, left);
   REQUIRE_MESSAGE(e.is_ok(), e.status().to_string());
   REQUIRE_MESSAGE(e->wait(20s).is_ok(), e->wait(0ms).to_string());
