@@ -1,9 +1,13 @@
 #include "sim/cluster_topology.hpp"
 
+#include <stdexcept>
+
 namespace tensorhub::sim {
 
 ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network) : spec_(spec) {
   node_rate_ = spec.nic_bytes_per_second * spec.nics_per_node;
+  endpoints_per_node_ = spec.nic_per_gpu ? spec.gpus_per_node : 1;
+  endpoint_rate_ = node_rate_ / endpoints_per_node_;
   const std::size_t dcs = spec.datacenters.size();
   wan_.assign(dcs, std::vector<LinkId>(dcs));
   for (std::size_t a = 0; a < dcs; ++a) {
@@ -26,13 +30,16 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
         info.rack_name = dc.name + "-r" + std::to_string(r);
         info.host_name = info.rack_name + "-n" + std::to_string(n);
         nodes_.push_back(std::move(info));
-        node_up_.push_back(add_link(network, node_rate_, LinkClass::kNicUp));
-        node_down_.push_back(add_link(network, node_rate_, LinkClass::kNicDown));
+        for (std::uint32_t e = 0; e < endpoints_per_node_; ++e) {
+          endpoint_up_.push_back(add_link(network, endpoint_rate_, LinkClass::kNicUp));
+          endpoint_down_.push_back(add_link(network, endpoint_rate_, LinkClass::kNicDown));
+        }
         nvlink_.push_back(add_link(network, spec.nvlink_bytes_per_second, LinkClass::kNvlink));
       }
     }
   }
   if (spec.storage_bytes_per_second > 0) {
+    if (endpoints_per_node_ != 1) throw std::logic_error("a storage node needs pooled NICs");
     const double rate = spec.storage_bytes_per_second;
     NodeInfo info;
     info.storage = true;
@@ -44,11 +51,26 @@ ClusterTopology::ClusterTopology(const TopologySpec& spec, NetworkModel& network
     nodes_.push_back(std::move(info));
     tor_up_.push_back(add_link(network, rate, LinkClass::kTorUp));
     tor_down_.push_back(add_link(network, rate, LinkClass::kTorDown));
-    node_up_.push_back(add_link(network, rate, LinkClass::kNicUp));
-    node_down_.push_back(add_link(network, rate, LinkClass::kNicDown));
+    endpoint_up_.push_back(add_link(network, rate, LinkClass::kNicUp));
+    endpoint_down_.push_back(add_link(network, rate, LinkClass::kNicDown));
     nvlink_.push_back(add_link(network, rate, LinkClass::kNvlink));
   }
-  network.seal(node_count(), [this](std::uint32_t from, std::uint32_t to) { return path(from, to).links; });
+  network.seal(endpoint_count(), [this](std::uint32_t from, std::uint32_t to) { return path(from, to).links; });
+}
+
+std::uint32_t ClusterTopology::endpoint(std::uint32_t node, std::uint32_t gpu) const {
+  return endpoints_per_node_ == 1 ? node : node * endpoints_per_node_ + gpu;
+}
+
+std::uint32_t ClusterTopology::node_of(std::uint32_t endpoint) const { return endpoint / endpoints_per_node_; }
+
+std::vector<LinkId> ClusterTopology::node_links(std::uint32_t n) const {
+  std::vector<LinkId> links;
+  for (std::uint32_t e = endpoint(n, 0); e < endpoint(n, 0) + endpoints_per_node_; ++e) {
+    links.push_back(endpoint_up_[e]);
+    links.push_back(endpoint_down_[e]);
+  }
+  return links;
 }
 
 LinkId ClusterTopology::add_link(NetworkModel& network, double bytes_per_second, LinkClass link_class) {
@@ -58,18 +80,20 @@ LinkId ClusterTopology::add_link(NetworkModel& network, double bytes_per_second,
   return id;
 }
 
-Path ClusterTopology::path(std::uint32_t from, std::uint32_t to) const {
+Path ClusterTopology::path(std::uint32_t from_endpoint, std::uint32_t to_endpoint) const {
+  const std::uint32_t from = node_of(from_endpoint), to = node_of(to_endpoint);
   const NodeInfo& a = nodes_[from];
   const NodeInfo& b = nodes_[to];
+  const LinkId up = endpoint_up_[from_endpoint], down = endpoint_down_[to_endpoint];
   Path p;
   if (from == to) {
     p.links = {nvlink_[from]};
   } else if (a.rack == b.rack) {
-    p.links = {node_up_[from], node_down_[to]};
+    p.links = {up, down};
   } else if (a.datacenter == b.datacenter) {
-    p.links = {node_up_[from], tor_up_[a.rack], tor_down_[b.rack], node_down_[to]};
+    p.links = {up, tor_up_[a.rack], tor_down_[b.rack], down};
   } else {
-    p.links = {node_up_[from], tor_up_[a.rack], wan_[a.datacenter][b.datacenter], tor_down_[b.rack], node_down_[to]};
+    p.links = {up, tor_up_[a.rack], wan_[a.datacenter][b.datacenter], tor_down_[b.rack], down};
   }
   p.latency = latency(from, to);
   return p;

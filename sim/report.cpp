@@ -148,6 +148,8 @@ double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topo
     last_node = n;
     // A node's GPUs take their bytes in through its NICs or from each
     // other over NVLink, and the two together carry at most their sum.
+    // With a NIC per GPU the node's NICs still bound it together: a GPU's
+    // bytes may come in through a node-mate's NIC and over NVLink.
     const auto [distinct, total] = needs_of([&](std::uint32_t node) { return node == n; });
     bound = std::max(bound, distinct / topology.node_rate());
     if (scenario.topology.gpus_per_node > 1) {
@@ -163,7 +165,7 @@ double lower_bound_seconds(const Scenario& scenario, const ClusterTopology& topo
       const double dc_in = needs_of([&](std::uint32_t m) { return topology.node(m).datacenter == node.datacenter; }).first;
       bound = std::max(bound, dc_in / scenario.topology.wan_bytes_per_second);
     }
-    farthest = std::max(farthest, topology.path(0, n).latency);
+    farthest = std::max(farthest, topology.latency(0, n));
   }
   return bound + to_seconds(farthest);
 }
@@ -180,6 +182,7 @@ std::string report_json(const Scenario& scenario, const SimulationResult& result
   if (scenario.scheme == Scheme::kSwarm && scenario.membership == "gossip") j["gossip_datagrams"] = result.gossip_datagrams;
   j["workers"] = result.workers;
   j["trainer_ranks"] = result.trainer_ranks;
+  j["nics"] = scenario.topology.nic_per_gpu ? "per_gpu" : "pooled";
   j["model"] = {{"bytes", scenario.model.size},
                 {"shard_size", scenario.model.shard_size},
                 {"flow_size", scenario.model.flow_size}};
@@ -307,7 +310,8 @@ std::string report_line(const Scenario& scenario, const SimulationResult& result
                         const RunInfo& run) {
   const std::string how = scenario.scheme == Scheme::kSwarm ? "swarm, " + scenario.membership + " membership"
                                                             : std::string(scheme_name(scenario.scheme));
-  std::string line = scenario.name + " (" + how + ", " + scenario.network + "): " + std::to_string(result.workers) +
+  const std::string nics = scenario.topology.nic_per_gpu ? ", a NIC per GPU" : "";
+  std::string line = scenario.name + " (" + how + ", " + scenario.network + nics + "): " + std::to_string(result.workers) +
                      " workers, " + core::format_byte_size(scenario.model.size) + ", bound " + std::to_string(lower_bound).substr(0, 6) + " s";
   char buffer[256];
   for (std::size_t i = 0; i < result.versions.size(); ++i) {

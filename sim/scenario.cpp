@@ -137,6 +137,11 @@ void read_topology(const json& j, TopologySpec& t) {
   f.integer("gpus_per_node", t.gpus_per_node, 1, 64);
   f.integer("nics_per_node", t.nics_per_node, 1, 64);
   f.gbps("nic_gbps", t.nic_bytes_per_second);
+  f.boolean("nic_per_gpu", t.nic_per_gpu);
+  if (t.nic_per_gpu && t.nics_per_node % t.gpus_per_node != 0) {
+    f.fail("nic_per_gpu", "needs nics_per_node (" + std::to_string(t.nics_per_node) + ") a multiple of gpus_per_node (" +
+                              std::to_string(t.gpus_per_node) + ")");
+  }
   f.gbps("nvlink_gbps", t.nvlink_bytes_per_second);
   f.number("tor_oversubscription", t.tor_oversubscription, 1, 1000);
   f.seconds("hop_latency_us", t.hop_latency, 1e-6, 1e6);
@@ -493,6 +498,9 @@ Result<Scenario> parse_scenario(std::string_view json_text) {
     if (f.has("faults")) read_faults(f.take("faults"), s.faults);
     f.seconds("time_limit_s", s.time_limit, 1, 1e9);
     f.finish();
+    if (s.topology.nic_per_gpu && s.scheme != Scheme::kSwarm) {
+      f.fail("topology.nic_per_gpu", "works with the swarm scheme only (the baselines' flows run node to node)");
+    }
     if (s.scheme == Scheme::kStorage && s.topology.storage_bytes_per_second <= 0) {
       f.fail("storage_gbps", "is required with the storage scheme");
     }

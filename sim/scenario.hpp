@@ -12,7 +12,9 @@
 //     "topology": {
 //       "datacenters": [{"name": "dc1", "racks": 2, "nodes_per_rack": 4}],
 //       "gpus_per_node": 1,                // one rollout peer per GPU
-//       "nics_per_node": 1, "nic_gbps": 1, // a node's NICs, pooled into one up and one down link
+//       "nics_per_node": 1, "nic_gbps": 1, // a node's NICs, pooled into one up and one down link...
+//       "nic_per_gpu": false,              // ...or each GPU with its own share of them (rails, as
+//                                          // GPUDirect RDMA clusters are built; swarm scheme only)
 //       "nvlink_gbps": 28800,              // a node's NVSwitch, all GPUs together, each direction
 //       "tor_oversubscription": 1,         // rack uplink = nodes x NIC rate / this
 //       "hop_latency_us": 5,               // per link crossed
@@ -84,6 +86,9 @@ struct TopologySpec {
   std::uint32_t gpus_per_node = 1;
   std::uint32_t nics_per_node = 1;
   double nic_bytes_per_second = 1e9 / 8;
+  // Each GPU sends and receives through nics_per_node / gpus_per_node NICs
+  // of its own, rather than all of them sharing the node's.
+  bool nic_per_gpu = false;
   // 8 x H100 at 450 GB/s each way: NVSwitch carries the sum, so one
   // pooled link per node models it (per-GPU ports are not modelled).
   double nvlink_bytes_per_second = 3.6e12;

@@ -80,11 +80,11 @@ void SwarmSimulation::add_peers() {
   const WorkloadSpec& w = scenario_.workload;
   const Placement placement = place_peers(scenario_);
   for (std::uint32_t rank = 0; rank < placement.trainer_nodes.size(); ++rank) {
-    trainers_.push_back(add_peer(placement.trainer_nodes[rank], true, rank));
+    trainers_.push_back(add_peer(placement.trainer_nodes[rank], placement.trainer_gpus[rank], true, rank));
   }
   if (scenario_.inference.enabled()) plan_.emplace(scenario_);
-  for (std::uint32_t node : placement.worker_nodes) {
-    const std::uint32_t p = add_peer(node, false, 0);
+  for (std::size_t i = 0; i < placement.worker_nodes.size(); ++i) {
+    const std::uint32_t p = add_peer(placement.worker_nodes[i], placement.worker_gpus[i], false, 0);
     peers_[p].worker = static_cast<std::uint32_t>(workers_.size());
     if (plan_) peers_[p].slice = peers_[p].worker % plan_->slices();
     workers_.push_back(p);
@@ -103,7 +103,7 @@ void SwarmSimulation::add_peers() {
   }
 }
 
-std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::uint32_t rank) {
+std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, std::uint32_t gpu, bool trainer, std::uint32_t rank) {
   SimPeer p;
   for (std::size_t i = 0; i < p.id.bytes.size(); i += 8) {
     const std::uint64_t r = rng_.next();
@@ -112,6 +112,7 @@ std::uint32_t SwarmSimulation::add_peer(std::uint32_t node, bool trainer, std::u
   // With gossip, a peer's id is its gossip identity's key (records are signed).
   if (scenario_.membership == "gossip") p.id = GossipNetwork::identity_for(peers_.size()).public_key();
   p.node = node;
+  p.endpoint = topology_.endpoint(node, gpu);
   const NodeInfo& info = topology_.node(node);
   p.location = swarm::Location{info.dc_name, info.rack_name, info.host_name};
   // Everyone knows where everyone is (gossip's records carry the labels):
@@ -393,8 +394,8 @@ void SwarmSimulation::send_next(std::uint32_t from, std::uint32_t to) {
   if (p.flow || p.queue.empty()) return;
   p.sending = std::move(p.queue.front());
   p.queue.pop_front();
-  const Path path = topology_.path(peers_[from].node, peers_[to].node);
-  const FlowId flow = network_.start_flow(now(), peers_[from].node, peers_[to].node, path.links, p.sending->length);
+  const Path path = topology_.path(peers_[from].endpoint, peers_[to].endpoint);
+  const FlowId flow = network_.start_flow(now(), peers_[from].endpoint, peers_[to].endpoint, path.links, p.sending->length);
   ++flows_started_;
   p.flow = flow;
   flow_pipe_[flow.value] = {from, to};
@@ -423,7 +424,7 @@ void SwarmSimulation::on_flow_done(FlowId flow) {
   p.flow.reset();
   peers_[from].bytes_sent += piece.length;
   peers_[to].bytes_received += piece.length;
-  for (LinkId link : topology_.path(peers_[from].node, peers_[to].node).links) {
+  for (LinkId link : topology_.path(peers_[from].endpoint, peers_[to].endpoint).links) {
     timeline_.add(now(), topology_.link_class(link), piece.length);
   }
   if (peers_[from].trainer) {

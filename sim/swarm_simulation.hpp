@@ -87,6 +87,7 @@ class SwarmSimulation final : public FlowDriver {
   struct SimPeer {
     PeerId id;
     std::uint32_t node = 0;
+    std::uint32_t endpoint = 0;  // where its flows start and end (ClusterTopology::endpoint)
     swarm::Location location;
     std::uint64_t seed = 0;  // its core's random stream
     std::unique_ptr<peer::PeerCore> core;
@@ -122,7 +123,7 @@ class SwarmSimulation final : public FlowDriver {
   };
 
   void add_peers();
-  std::uint32_t add_peer(std::uint32_t node, bool trainer, std::uint32_t rank);
+  std::uint32_t add_peer(std::uint32_t node, std::uint32_t gpu, bool trainer, std::uint32_t rank);
   // The signed manifest of version `number` (built on first use).
   const std::shared_ptr<const Manifest>& manifest(std::uint32_t number);
   ManifestId version_id(std::uint32_t number) { return manifest(number)->id(); }

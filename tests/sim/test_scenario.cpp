@@ -72,6 +72,12 @@ TEST_CASE("scenario: every mistake is named") {
         "topology.datacenters hold 10000000000 nodes, more than 1,000,000");
   CHECK(error_of(R"({"topology": {"datacenters": [{"racks": 1000, "nodes_per_rack": 1000}], "gpus_per_node": 8},
                      "model": {"size": 4096}})") == "topology.gpus_per_node gives 8000000 GPUs, more than 1,048,576");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}], "gpus_per_node": 4, "nics_per_node": 2,
+                                  "nic_per_gpu": true}, "model": {"size": 4096}})") ==
+        "topology.nic_per_gpu needs nics_per_node (2) a multiple of gpus_per_node (4)");
+  CHECK(error_of(R"({"topology": {"datacenters": [{"nodes_per_rack": 2}], "nic_per_gpu": true}, "model": {"size": 4096},
+                     "scheme": "direct_pull"})") ==
+        "topology.nic_per_gpu works with the swarm scheme only (the baselines' flows run node to node)");
 }
 
 TEST_CASE("scenario: churn is drawn from the seed into joins and crashes of nodes present at the time") {

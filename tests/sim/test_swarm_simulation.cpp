@@ -51,6 +51,33 @@ TEST_CASE("simulation: two hosts, one link: the version takes size / rate plus t
   CHECK(v.publisher_bytes == s.model.size);
 }
 
+TEST_CASE("simulation: with a NIC per GPU, one trainer rank uploads through its GPU's NIC alone") {
+  // One rank on a node of two GPUs and two NICs, one rollout GPU: pooled,
+  // the rank sends through both NICs; with a NIC per GPU through one, at
+  // half the rate.
+  auto scenario = [](bool per_gpu) {
+    return scenario_of(std::string(R"({
+      "topology": {"datacenters": [{"nodes_per_rack": 2}], "gpus_per_node": 2, "nics_per_node": 2,
+                   "nic_gbps": 1, "hop_latency_us": 100, "nic_per_gpu": )") + (per_gpu ? "true" : "false") + R"(},
+      "model": {"size": "64MiB", "shard_size": "4MiB", "flow_size": "1MiB", "trainer_ranks": 1}})");
+  };
+  const Run pooled = run(scenario(false));
+  const Run per_gpu = run(scenario(true));
+  REQUIRE(completed(pooled.result.versions[0]) == 2);
+  REQUIRE(completed(per_gpu.result.versions[0]) == 2);
+  auto last = [](const VersionOutcome& v) {
+    TimePoint t = kTimeZero;
+    for (const auto& done : v.worker_done) t = std::max(t, *done);
+    return to_seconds(t - v.published);
+  };
+  const double one_nic = (64.0 * (1 << 20)) / (1e9 / 8);
+  CHECK(last(per_gpu.result.versions[0]) >= one_nic);
+  CHECK(last(per_gpu.result.versions[0]) <= 1.05 * one_nic + 0.005);
+  CHECK(last(pooled.result.versions[0]) <= 0.55 * one_nic + 0.005);
+  CHECK(per_gpu.json.find("\"nics\": \"per_gpu\"") != std::string::npos);
+  CHECK(pooled.json.find("\"nics\": \"pooled\"") != std::string::npos);
+}
+
 TEST_CASE("simulation: two hosts, the worker's NIC slow from the start: size / (rate x fraction) plus the latency") {
   const Scenario s = scenario_of(R"({
     "topology": {"datacenters": [{"nodes_per_rack": 2}], "nic_gbps": 1, "hop_latency_us": 100},
