@@ -25,7 +25,7 @@ import os
 import sys
 import threading
 import types
-from typing import Any, List, Protocol, runtime_checkable
+from typing import Any, ClassVar, Generic, List, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -34,20 +34,91 @@ import numpy as np
 
 def install_vllm_double():
     """Puts the vLLM double in sys.modules; returns (factory, reload calls);
-    the trainer factory is factory.trainer_factory."""
+    the trainer factory is factory.trainer_factory. Written from vLLM
+    a8f1d798 (vllm/backends/distributed/weight_transfer/base.py, re-exported
+    at vllm/distributed/weight_transfer/) and 055e47c2 (factory.py); the
+    signature lists in tests/python/upstream/vllm.json, recorded from that
+    source, are compared with these classes (test_upstream_signatures.py)."""
     calls: List[str] = []
+    classes = _vllm_classes(calls)
+    modules = {name: types.ModuleType(name) for name in (
+        "vllm", "vllm.distributed", "vllm.distributed.weight_transfer", "vllm.distributed.weight_transfer.base",
+        "vllm.distributed.weight_transfer.factory", "vllm.model_executor", "vllm.model_executor.model_loader",
+        "vllm.model_executor.model_loader.reload")}
+    base = modules["vllm.distributed.weight_transfer.base"]
+    for name in ("WeightSource", "WeightTransferInitInfo", "TrainerInitInfo", "WeightTransferUpdateInfo",
+                 "WeightTransferEngine", "VLLMWeightSyncClient", "TrainerWeightTransferEngine"):
+        setattr(base, name, classes[name])
+    factory = modules["vllm.distributed.weight_transfer.factory"]
+    factory.WeightTransferEngineFactory = classes["WeightTransferEngineFactory"]
+    factory.WeightTransferTrainerFactory = classes["WeightTransferTrainerFactory"]
+    modules["vllm.distributed.weight_transfer"].base = base
+    modules["vllm.distributed.weight_transfer"].factory = factory
+    reload = modules["vllm.model_executor.model_loader.reload"]
+    reload.initialize_layerwise_reload = classes["initialize_layerwise_reload"]
+    reload.finalize_layerwise_reload = classes["finalize_layerwise_reload"]
+    sys.modules.update(modules)
+    classes["WeightTransferEngineFactory"].trainer_factory = classes["WeightTransferTrainerFactory"]
+    return classes["WeightTransferEngineFactory"], calls
+
+
+def _vllm_classes(calls: List[str]) -> dict:
+    """The double's classes and functions by name (what the signature test
+    reads)."""
+    TInitInfo = TypeVar("TInitInfo")
+    TUpdateInfo = TypeVar("TUpdateInfo")
+    TTrainerInitInfo = TypeVar("TTrainerInitInfo")
+
+    class WeightSource(abc.ABC):
+        @abc.abstractmethod
+        def metadata(self): ...
+
+        @abc.abstractmethod
+        def __iter__(self): ...
+
+        def held_names(self):
+            return None
+
+        def groups(self):
+            return [[m.name for m in self.metadata()]]
+
+        def iter_groups(self):
+            it = iter(self)
+            for group in self.groups():
+                pairs = [next(it) for _ in group]
+                yield [n for n, _ in pairs], [t for _, t in pairs]
 
     @dataclasses.dataclass
     class WeightTransferInitInfo(abc.ABC):  # noqa: B024
         pass
 
     @dataclasses.dataclass
+    class TrainerInitInfo:
+        backend: ClassVar[str]
+        rank: int = dataclasses.field(kw_only=True)
+
+        def __init_subclass__(cls, **kwargs):
+            super().__init_subclass__(**kwargs)
+            if not getattr(cls, "backend", None):
+                raise TypeError(f"{cls.__name__} must set a class-level `backend` string "
+                                "(the WeightTransferTrainerFactory registry key).")
+
+        @property
+        def is_sender(self):
+            return self.rank == 0
+
+    @dataclasses.dataclass
     class WeightTransferUpdateInfo(abc.ABC):  # noqa: B024
         pass
 
-    class WeightTransferEngine(abc.ABC):
+    class WeightTransferEngine(abc.ABC, Generic[TInitInfo, TUpdateInfo]):
         init_info_cls: type
         update_info_cls: type
+        supports_draft_weight_update: bool = True
+        defers_processing: bool = False
+
+        def drain_pending(self):
+            pass
 
         def __init__(self, config, vllm_config, device, model):
             self.config = config
@@ -56,6 +127,20 @@ def install_vllm_double():
             self.model_config = vllm_config.model_config
             self.device = device
             self.model = model
+            self._default_model_config = self.model_config
+            self._default_model = model
+
+        def set_weight_update_target(self, model, model_config):
+            self.model, self.model_config = model, model_config
+
+        def reset_weight_update_target(self):
+            self.model, self.model_config = self._default_model, self._default_model_config
+
+        def parse_init_info(self, init_dict):
+            try:
+                return self.init_info_cls(**init_dict)
+            except TypeError as e:
+                raise ValueError(f"Invalid init_info for {self.__class__.__name__}: {e}") from e
 
         def parse_update_info(self, update_dict):
             try:
@@ -72,84 +157,93 @@ def install_vllm_double():
         @abc.abstractmethod
         def finish_weight_update(self): ...
 
+        def update_weights(self, update_info):
+            self.receive_weights(self.parse_update_info(update_info))
+
         @abc.abstractmethod
         def receive_weights(self, update_info): ...
 
         @abc.abstractmethod
         def shutdown(self): ...
 
-        @staticmethod
-        @abc.abstractmethod
-        def trainer_send_weights(iterator, trainer_args): ...
+    @runtime_checkable
+    class VLLMWeightSyncClient(Protocol):
+        def init_weight_transfer_engine(self, init_info): ...
 
-    class LazyRegistry:
-        """Both of vLLM's factories: a name registered twice is refused,
-        and the module is imported only when the engine is built."""
-        kind = "engine"
+        def start_weight_update(self): ...
 
-        def __init_subclass__(cls, **kwargs):
-            super().__init_subclass__(**kwargs)
-            cls._registry = {}
+        def update_weights(self, update_info): ...
 
-        @classmethod
-        def register_engine(cls, name, module_path_or_cls, class_name=None):
-            if name in cls._registry:
-                raise ValueError(f"Weight transfer {cls.kind} '{name}' is already registered.")
-            import importlib
+        def finish_weight_update(self, weight_version=None): ...
 
-            cls._registry[name] = lambda: getattr(importlib.import_module(module_path_or_cls), class_name)
-
-    class WeightTransferEngineFactory(LazyRegistry):
-        @classmethod
-        def create_engine(cls, config, vllm_config, device, model):
-            return cls._registry[config.backend]()(config, vllm_config, device, model)
-
-    class TrainerWeightTransferEngine(abc.ABC):
+    class TrainerWeightTransferEngine(abc.ABC, Generic[TTrainerInitInfo]):
         init_info_cls: type
 
-        def __init__(self, config, *, client, source, is_sender=True):
-            self.config, self.is_sender, self.client, self.source = config, is_sender, client, source
+        def __init__(self, *, client, source=None, is_sender=True):
+            self.is_sender, self.client, self.source = is_sender, client, source
 
         @classmethod
         @abc.abstractmethod
-        def trainer_init(cls, config, init_info, *, client, source): ...
+        def trainer_init(cls, init_info, *, client, source=None): ...
 
         @abc.abstractmethod
         def send_weights(self): ...
 
-    class WeightTransferTrainerFactory(LazyRegistry):
-        kind = "trainer engine"
+        def shutdown(self):
+            pass
+
+    class WeightTransferEngineFactory:
+        """vLLM's registry: a name registered twice is refused, and the
+        module is imported only when the engine is built."""
+        _registry: dict = {}
 
         @classmethod
-        def trainer_init(cls, backend, config, init_info, *, client, source):
-            engine_cls = cls._registry[backend]()
-            return engine_cls.trainer_init(config=config, init_info=init_info, client=client, source=source)
+        def register_engine(cls, name, module_path_or_cls, class_name=None):
+            if name in cls._registry:
+                raise ValueError(f"Weight transfer engine '{name}' is already registered.")
+            cls._registry[name] = _vllm_loader(module_path_or_cls, class_name)
+
+        @classmethod
+        def create_engine(cls, config, vllm_config, device, model):
+            if config.backend not in cls._registry:
+                raise ValueError(f"Invalid weight transfer backend: {config.backend}. "
+                                 f"Available engines: {list(cls._registry)}")
+            return cls._registry[config.backend]()(config, vllm_config, device, model)
+
+    class WeightTransferTrainerFactory:
+        _registry: dict = {}
+
+        @classmethod
+        def register_engine(cls, name, module_path_or_cls, class_name=None):
+            if name in cls._registry:
+                raise ValueError(f"Weight transfer trainer engine '{name}' is already registered.")
+            cls._registry[name] = _vllm_loader(module_path_or_cls, class_name)
+
+        @classmethod
+        def trainer_init(cls, init_info, *, client, source=None):
+            backend = init_info.backend  # the init info's ClassVar picks the engine
+            if backend not in cls._registry:
+                raise ValueError(f"Invalid weight transfer backend: {backend}. "
+                                 f"Available trainer engines: {list(cls._registry)}")
+            return cls._registry[backend]().trainer_init(init_info=init_info, client=client, source=source)
 
     def initialize_layerwise_reload(model):
         calls.append("initialize_layerwise_reload")
 
-    def finalize_layerwise_reload(model, model_config):
+    def finalize_layerwise_reload(*args, **kwargs):
         calls.append("finalize_layerwise_reload")
 
-    modules = {name: types.ModuleType(name) for name in (
-        "vllm", "vllm.distributed", "vllm.distributed.weight_transfer", "vllm.distributed.weight_transfer.base",
-        "vllm.distributed.weight_transfer.factory", "vllm.model_executor", "vllm.model_executor.model_loader",
-        "vllm.model_executor.model_loader.reload")}
-    base = modules["vllm.distributed.weight_transfer.base"]
-    base.WeightTransferEngine = WeightTransferEngine
-    base.WeightTransferInitInfo = WeightTransferInitInfo
-    base.WeightTransferUpdateInfo = WeightTransferUpdateInfo
-    base.TrainerWeightTransferEngine = TrainerWeightTransferEngine
-    modules["vllm.distributed.weight_transfer"].base = base
-    modules["vllm.distributed.weight_transfer.factory"].WeightTransferEngineFactory = WeightTransferEngineFactory
-    modules["vllm.distributed.weight_transfer.factory"].WeightTransferTrainerFactory = WeightTransferTrainerFactory
-    modules["vllm.distributed.weight_transfer"].factory = modules["vllm.distributed.weight_transfer.factory"]
-    reload = modules["vllm.model_executor.model_loader.reload"]
-    reload.initialize_layerwise_reload = initialize_layerwise_reload
-    reload.finalize_layerwise_reload = finalize_layerwise_reload
-    sys.modules.update(modules)
-    WeightTransferEngineFactory.trainer_factory = WeightTransferTrainerFactory
-    return WeightTransferEngineFactory, calls
+    return {name: value for name, value in locals().items() if not name.startswith("T") or name.startswith("Tr")}
+
+
+def _vllm_loader(module_path_or_cls, class_name):
+    if not isinstance(module_path_or_cls, str):
+        return lambda: module_path_or_cls
+    if class_name is None:
+        raise ValueError("class_name is required when registering with module path")
+    import importlib
+
+    return lambda: getattr(importlib.import_module(module_path_or_cls), class_name)
 
 
 def remove_vllm_double():

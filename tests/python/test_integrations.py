@@ -96,16 +96,27 @@ def test_vllm_engine_loads_the_handed_down_version_on_every_tensor_parallel_rank
             for model in ranks:
                 assert_loaded(model, second)
             assert not os.path.exists(old_path)
-            # Bad update requests fail the rank; nothing resolves "latest".
+            # Bad update requests fail the rank, and leave vLLM's layerwise
+            # reload (as its disk engine does); nothing resolves "latest".
+            del calls[:]
             with pytest.raises(ValueError):
+                engines[0].start_weight_update()
                 engines[0].update_weights({"step": 1})
+            assert calls == ["initialize_layerwise_reload", "finalize_layerwise_reload"]
+            assert not engines[0]._reloading
             with pytest.raises(th.Error) as e:
+                engines[0].start_weight_update()
                 engines[0].update_weights({"version": 0})
             assert e.value.code == "invalid_argument"
             engines[0].init_transfer_engine({"model": "policy", "control": control, "timeout": 0.5})
+            del calls[:]
+            engines[0].start_weight_update()
+            with pytest.raises(RuntimeError, match="already in progress"):
+                engines[0].start_weight_update()
             with pytest.raises(th.Error) as e:
                 engines[0].update_weights({"version": 99})  # never published
             assert e.value.code == "timeout"
+            assert calls == ["initialize_layerwise_reload", "finalize_layerwise_reload"] and not engines[0]._reloading
             # vLLM's older constructor (config, parallel_config) and its
             # load_weights callback.
             old = adapter.TensorHubWeightTransferEngine(config, types.SimpleNamespace())
@@ -163,33 +174,47 @@ def test_vllm_trainer_engine_moves_each_round_to_every_worker_through_the_sync_c
                 for w in workers:
                     w.update_weights(info)
 
-            def finish_weight_update(self):
-                self.calls.append("finish")
+            def finish_weight_update(self, weight_version=None):
+                self.calls.append(f"finish {weight_version}")
                 for w in workers:
                     w.finish_weight_update()
 
-        class Source:
+        base = sys.modules["vllm.distributed.weight_transfer.base"]
+
+        class Source(base.WeightSource):
             """A WeightSource: a fresh pass of the trainer's weights each round."""
 
             def __init__(self):
                 self.round, self.passes = 0, 0
+
+            def metadata(self):
+                return list(FusedModel.checkpoint(HIDDEN, 70 + self.round))
 
             def __iter__(self):
                 self.passes += 1
                 return iter(FusedModel.checkpoint(HIDDEN, 70 + self.round).items())
 
         client, source = Client(), Source()
-        info = {"model": "policy", "control": control, "worker_control": control}
-        sender = trainers.trainer_init("tensorhub", config, dict(info, rank=0), client=client, source=source)
-        other = trainers.trainer_init("tensorhub", config, dict(info, rank=1), client=client, source=source)
+        assert isinstance(client, base.VLLMWeightSyncClient)
+        info = adapter.TensorHubTrainerInitInfo
+        assert info.backend == "tensorhub" and issubclass(info, base.TrainerInitInfo)
+        sender = trainers.trainer_init(info("policy", control=control, worker_control=control, rank=0),
+                                       client=client, source=source)
+        other = trainers.trainer_init(info("policy", control=control, worker_control=control, rank=1),
+                                      client=client, source=source)
         assert sender.is_sender and not other.is_sender and client.calls == ["init"]
+        assert isinstance(sender, base.TrainerWeightTransferEngine)
+        with pytest.raises(TypeError):
+            info(model="policy")  # rank is required, keyword-only, as vLLM has it
+        with pytest.raises(ValueError, match="source="):
+            trainers.trainer_init(info("policy", rank=1), client=client)
         for round_ in (0, 1):
             source.round = round_
             other.send_weights()  # iterates the source (the gathers), publishes nothing
             sender.send_weights()
             for model in ranks:
                 assert_loaded(model, FusedModel.checkpoint(HIDDEN, 70 + round_))
-        assert client.calls == ["init", "start", "update v1", "finish", "start", "update v2", "finish"]
+        assert client.calls == ["init", "start", "update v1", "finish 1", "start", "update v2", "finish 2"]
         assert source.passes == 4
         for engine in workers + [sender, other]:
             engine.shutdown()

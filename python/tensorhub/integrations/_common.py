@@ -7,6 +7,7 @@ import threading
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import tensorhub as th
+from tensorhub._tensors import cast
 
 # One in-process peer per process and set of options: the adapters of one
 # process (a trainer's, a rollout worker's) share it.
@@ -112,7 +113,12 @@ class Publisher:
 
     def publish(self, weights: Iterable[Tuple[str, object]], expected: Optional[int] = None,
                 metadata: Optional[dict] = None):
-        published = self.hub.publish(self.model, list(weights), dtype=self.dtype, metadata=metadata)
+        """Publishes ``weights``, each floating-point tensor cast to the
+        rollout dtype as it arrives (so the trainer-dtype copies are not all
+        alive at once)."""
+        if self.dtype is not None:
+            weights = [(name, cast(name, value, self.dtype)) for name, value in weights]
+        published = self.hub.publish(self.model, list(weights), metadata=metadata)
         if expected is not None and published.version != expected:
             published.release()
             raise th.Error(f"already exists: {self.model} was published as v{published.version}, "

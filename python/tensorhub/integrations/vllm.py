@@ -8,27 +8,32 @@ The engine (vLLM's native weight-transfer API)::
     # installed with the package: the entry point
     # [vllm.general_plugins] tensorhub = tensorhub.integrations.vllm:register
     vllm serve MODEL --weight-transfer-config '{"backend": "tensorhub"}'
-    # the trainer, with vLLM's trainer-side API:
+    # (the server's HTTP weight-sync routes need VLLM_SERVER_DEV_MODE=1)
+    # the trainer, on every rank, with vLLM's trainer-side API:
+    tensorhub.integrations.vllm.register()  # a trainer process loads no vLLM plugins
     engine = WeightTransferTrainerFactory.trainer_init(
-        "tensorhub", config, {"model": "policy", "rank": rank, "control": "/run/tensorhub.sock"},
+        TensorHubTrainerInitInfo(model="policy", control="/run/tensorhub.sock", rank=rank),
         client=client, source=source)
     engine.send_weights()   # each step: publish, then every worker loads that version
     # or by hand, after publishing version v:
     client.init_weight_transfer_engine({"model": "policy", "control": "/run/tensorhub.sock"})  # once
-    client.start_weight_update(); client.update_weights({"version": v}); client.finish_weight_update()
+    client.start_weight_update(); client.update_weights({"version": v})
+    client.finish_weight_update(weight_version=str(v))
 
 The worker extension (older vLLM)::
 
     LLM(MODEL, worker_extension_cls="tensorhub.integrations.vllm.TensorHubWorkerExtension")
     llm.collective_rpc("tensorhub_update", args=("policy", v, "/run/tensorhub.sock"))
 
-Tested against a double of ``vllm.distributed.weight_transfer`` written from
-vLLM's source (tests/python/test_integrations.py), not against vLLM."""
+Checked against vLLM a8f1d798 (weight_transfer/base.py) and 055e47c2
+(factory.py): tested against a double written from that source, whose
+signatures a test compares with a list recorded from it
+(tests/python/upstream/vllm.json); no vLLM runs in the tests."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
 
 from ._common import Publisher, VersionLoader, explicit_version, reach
 
@@ -57,18 +62,26 @@ def register() -> None:
             pass  # registered meanwhile
 
 
+@dataclass
+class _PlainTrainerInitInfo:
+    """vLLM's TrainerInitInfo where vLLM is not importable: ``rank`` is
+    keyword-only, so subclasses' fields come first."""
+    rank: int = field(kw_only=True)
+
+
 def _vllm_base():
     """vLLM's classes when vLLM is importable; plain ones otherwise, so this
     module imports (and is tested) without vLLM."""
     try:
         from vllm.distributed.weight_transfer import base
     except ImportError:
-        return object, object, object, object
+        return object, object, object, object, _PlainTrainerInitInfo
     return (base.WeightTransferEngine, base.WeightTransferInitInfo, base.WeightTransferUpdateInfo,
-            getattr(base, "TrainerWeightTransferEngine", object))
+            getattr(base, "TrainerWeightTransferEngine", object),
+            getattr(base, "TrainerInitInfo", _PlainTrainerInitInfo))
 
 
-_EngineBase, _InitBase, _UpdateBase, _TrainerBase = _vllm_base()
+_EngineBase, _InitBase, _UpdateBase, _TrainerBase, _TrainerInitBase = _vllm_base()
 
 
 @dataclass
@@ -131,13 +144,29 @@ class TensorHubWeightTransferEngine(_EngineBase):
                                      init_info.timeout)
 
     def start_weight_update(self, *args, **kwargs) -> None:
+        """Opens vLLM's layerwise reload. Raises RuntimeError while an update
+        is open (as vLLM's disk engine does)."""
+        if self._reloading:
+            raise RuntimeError("a weight update is already in progress: finish it first")
         reload = _layerwise_reload()
         if reload is not None and self.model is not None:
-            reload[0](self.model)
             self._reloading = True
+            try:
+                reload[0](self.model)
+            except Exception:
+                self._abort_update()
+                raise
 
     def update_weights(self, update_info: dict) -> None:
-        self.receive_weights(self.parse_update_info(update_info))
+        """Loads the version; on any failure (a bad request, a version that
+        never comes, a corrupt holder) closes the layerwise reload before
+        raising, so the model is never left inside it. vLLM's updates are not
+        transactional: tensors loaded before the failure stay loaded."""
+        try:
+            self.receive_weights(self.parse_update_info(update_info))
+        except BaseException:
+            self._abort_update()
+            raise
         torch = sys.modules.get("torch")
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None and accelerator.is_available():
@@ -156,9 +185,20 @@ class TensorHubWeightTransferEngine(_EngineBase):
             self._reloading = False
             _layerwise_reload()[1](self.model, self.model_config)
 
+    def _abort_update(self) -> None:
+        """Leaves the layerwise reload, if open, whatever state the load left
+        (as vLLM's disk engine aborts its session): a failure here is logged,
+        not raised over the update's own error."""
+        if not self._reloading:
+            return
+        self._reloading = False
+        try:
+            _layerwise_reload()[1](self.model, self.model_config)
+        except Exception as e:  # noqa: BLE001 - the update's error is the one raised
+            print(f"tensorhub: leaving vLLM's layerwise reload after a failed update: {e}", file=sys.stderr)
+
     def shutdown(self) -> None:
-        if self._reloading:
-            self.finish_weight_update()
+        self._abort_update()
         if self._loader is not None:
             self._loader.close()
 
@@ -175,9 +215,12 @@ class TensorHubWeightTransferEngine(_EngineBase):
 
 
 @dataclass
-class TensorHubTrainerInitInfo(_InitBase):
+class TensorHubTrainerInitInfo(_TrainerInitBase):
+    """The trainer side's init info. vLLM's factory picks the engine by the
+    ``backend`` class variable; ``rank`` (keyword-only, vLLM's) is this
+    trainer process's rank: rank 0 drives the inference side."""
+    backend: ClassVar[str] = _ENGINE_NAME
     model: str  # the model name versions are published under
-    rank: int = 0  # this trainer rank; rank 0 publishes and drives the workers
     control: str = ""  # the trainer node's daemon, or:
     peer_options: Optional[dict] = None  # an in-process peer's Peer.start keywords
     worker_control: str = "/run/tensorhub.sock"  # the daemon socket on the inference nodes
@@ -185,42 +228,49 @@ class TensorHubTrainerInitInfo(_InitBase):
 
 
 class TensorHubTrainerEngine(_TrainerBase):
-    """The trainer's side of vLLM's weight-transfer API: ``trainer_init``
-    tells the inference side where to load from (through the
-    ``VLLMWeightSyncClient``), and each ``send_weights()`` publishes the
-    source's weights as the next version (every trainer rank iterates the
-    source, which keeps FSDP's gathers in step; rank 0 publishes) and has
-    every worker load exactly that version. The publication is served until
-    the next one."""
+    """The trainer's side of vLLM's weight-transfer API (vLLM a8f1d798):
+    ``WeightTransferTrainerFactory.trainer_init(TensorHubTrainerInitInfo(
+    model=..., rank=r), client=client, source=source)`` on every trainer
+    rank; rank 0 tells the inference side where to load from. Each
+    ``send_weights()`` runs on every rank: every rank iterates the source
+    (FSDP's gathers are collectives), one tensor at a time, and only rank 0
+    keeps them, cast to the rollout dtype on the way, publishes them as the
+    next version and has every worker load exactly that version, recorded
+    as vLLM's ``weight_version``. The publication is served until the next
+    one. The trainer process never loads vLLM's plugins: call ``register()``
+    there first."""
 
     init_info_cls = TensorHubTrainerInitInfo
 
-    def __init__(self, config, *, client, source, is_sender: bool = True, publisher=None):
-        self.config, self.client, self.source, self.is_sender = config, client, source, is_sender
+    def __init__(self, *, client, source=None, is_sender: bool = True, publisher=None):
+        self.client, self.source, self.is_sender = client, source, is_sender
         self.publisher = publisher
         self.version = 0  # the last version sent
 
     @classmethod
-    def trainer_init(cls, config, init_info, *, client, source) -> "TensorHubTrainerEngine":
+    def trainer_init(cls, init_info, *, client, source=None) -> "TensorHubTrainerEngine":
         if isinstance(init_info, dict):
             init_info = TensorHubTrainerInitInfo(**init_info)
+        if source is None:
+            raise ValueError("the tensorhub trainer engine needs source= (a WeightSource of the trainer's weights)")
         is_sender = init_info.rank == 0
         publisher = None
         if is_sender:
             hub = reach(control=init_info.control or None, peer_options=init_info.peer_options)
             publisher = Publisher(hub, init_info.model, init_info.dtype)
             client.init_weight_transfer_engine({"model": init_info.model, "control": init_info.worker_control})
-        return cls(config, client=client, source=source, is_sender=is_sender, publisher=publisher)
+        return cls(client=client, source=source, is_sender=is_sender, publisher=publisher)
 
     def send_weights(self) -> None:
-        weights = list(iter(self.source))  # on every rank: the gathers run in step
         if not self.is_sender:
+            for _ in self.source:  # the gathers run in step; nothing is kept here
+                pass
             return
-        published = self.publisher.publish(weights)
+        published = self.publisher.publish(iter(self.source))
         self.version = published.version
         self.client.start_weight_update()
         self.client.update_weights({"version": published.version})
-        self.client.finish_weight_update()
+        self.client.finish_weight_update(weight_version=str(published.version))
 
     def shutdown(self) -> None:
         if self.publisher is not None:
